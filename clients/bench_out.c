@@ -1,0 +1,148 @@
+/* clients/bench_out.c — table, CSV and JSON writers. */
+#include "clients/bench_out.h"
+
+#include <string.h>
+
+static const char *mode_name(const gc_cell_t *c) { return c->warm ? "warm" : "cold"; }
+
+void gc_table_header(FILE *f) {
+  fprintf(f, "%-14s %7s %5s %-4s %5s %4s %9s %9s %10s %9s %6s %7s %6s %8s\n", "target", "ctx", "conc", "mode",
+          "reqs", "err", "ttft_p50", "ttft_p90", "dec_tok/s", "tot_tok/s", "chk", "prefix%", "think%",
+          "prompt");
+}
+
+static void num(char *b, size_t n, double v, int prec) {
+  if (v < 0)
+    snprintf(b, n, "-");
+  else
+    snprintf(b, n, "%.*f", prec, v);
+}
+
+void gc_table_row(FILE *f, const gc_cell_t *c) {
+  char t50[32], t90[32], dec[32], tot[32], chk[32], hit[32], th[32], pr[32];
+  num(t50, sizeof t50, c->ttft_p50, 1);
+  num(t90, sizeof t90, c->ttft_p90, 1);
+  num(dec, sizeof dec, c->decode_tps, 1);
+  num(tot, sizeof tot, c->total_tps, 1);
+  num(chk, sizeof chk, c->chk, 2);
+  num(hit, sizeof hit, c->prefix_hit_pct, 1);
+  num(th, sizeof th, c->think_pct, 1);
+  num(pr, sizeof pr, c->prompt_tokens_mean, 0);
+  char conc[32];
+  if (c->rate > 0)
+    snprintf(conc, sizeof conc, "%gr/s", c->rate);
+  else
+    snprintf(conc, sizeof conc, "%d", c->concurrency);
+  fprintf(f, "%-14.14s %7d %5s %-4s %5d %4d %9s %9s %10s %9s %6s %7s %6s %8s\n", c->target, c->context, conc,
+          mode_name(c), c->n, c->n_err, t50, t90, dec, tot, chk, hit, th, pr);
+}
+
+static void csv_num(FILE *f, double v, int prec) {
+  if (v >= 0) fprintf(f, "%.*f", prec, v);
+  fputc(',', f);
+}
+
+static void csv_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"') fputc('"', f);
+    fputc(*s == '\n' ? ' ' : *s, f);
+  }
+  fputc('"', f);
+}
+
+void gc_csv_write(FILE *f, const gc_cell_t *cells, int n) {
+  fprintf(f,
+          "target,context,concurrency,rate,mode,requests,ok,errors,ttft_p50_ms,ttft_p90_ms,ttfc_p50_ms,"
+          "e2e_p50_ms,itl_p50_ms,decode_tps_per_user,total_tps,chk,prefix_hit_pct,think_pct,"
+          "prompt_tokens,cached_tokens,out_tokens,reasoning_tokens,prompt_tokens_mean,wall_s,first_error\n");
+  for (int i = 0; i < n; i++) {
+    const gc_cell_t *c = &cells[i];
+    csv_str(f, c->target);
+    fprintf(f, ",%d,%d,%g,%s,%d,%d,%d,", c->context, c->concurrency, c->rate, mode_name(c), c->n, c->n_ok,
+            c->n_err);
+    csv_num(f, c->ttft_p50, 3);
+    csv_num(f, c->ttft_p90, 3);
+    csv_num(f, c->ttfc_p50, 3);
+    csv_num(f, c->e2e_p50, 3);
+    csv_num(f, c->itl_p50, 3);
+    csv_num(f, c->decode_tps, 3);
+    csv_num(f, c->total_tps, 3);
+    csv_num(f, c->chk, 3);
+    csv_num(f, c->prefix_hit_pct, 2);
+    csv_num(f, c->think_pct, 2);
+    fprintf(f, "%ld,%ld,%ld,%ld,", c->prompt_tokens, c->cached_tokens, c->out_tokens, c->reasoning_tokens);
+    csv_num(f, c->prompt_tokens_mean, 1);
+    fprintf(f, "%.3f,", c->wall_s);
+    csv_str(f, c->first_error);
+    fputc('\n', f);
+  }
+}
+
+static json_t *jnum(double v) { return v < 0 ? json_null() : json_real(v); }
+static json_t *jint(long v) { return v < 0 ? json_null() : json_integer(v); }
+
+json_t *gc_cell_json(const gc_cell_t *c) {
+  json_t *o = json_object();
+  if (!o) return NULL;
+  json_object_set_new(o, "target", json_string(c->target));
+  json_object_set_new(o, "context", json_integer(c->context));
+  json_object_set_new(o, "concurrency", json_integer(c->concurrency));
+  json_object_set_new(o, "rate", json_real(c->rate));
+  json_object_set_new(o, "mode", json_string(mode_name(c)));
+  json_object_set_new(o, "requests", json_integer(c->n));
+  json_object_set_new(o, "ok", json_integer(c->n_ok));
+  json_object_set_new(o, "errors", json_integer(c->n_err));
+  json_object_set_new(o, "first_error", c->first_error[0] ? json_string(c->first_error) : json_null());
+  json_object_set_new(o, "wall_s", json_real(c->wall_s));
+  json_object_set_new(o, "ttft_p50_ms", jnum(c->ttft_p50));
+  json_object_set_new(o, "ttft_p90_ms", jnum(c->ttft_p90));
+  json_object_set_new(o, "ttfc_p50_ms", jnum(c->ttfc_p50));
+  json_object_set_new(o, "e2e_p50_ms", jnum(c->e2e_p50));
+  json_object_set_new(o, "itl_p50_ms", jnum(c->itl_p50));
+  json_object_set_new(o, "decode_tps_per_user", jnum(c->decode_tps));
+  json_object_set_new(o, "total_tps", jnum(c->total_tps));
+  json_object_set_new(o, "chk", jnum(c->chk));
+  json_object_set_new(o, "prefix_hit_pct", jnum(c->prefix_hit_pct));
+  json_object_set_new(o, "think_pct", jnum(c->think_pct));
+  json_object_set_new(o, "prompt_tokens", json_integer(c->prompt_tokens));
+  json_object_set_new(o, "cached_tokens", json_integer(c->cached_tokens));
+  json_object_set_new(o, "out_tokens", json_integer(c->out_tokens));
+  json_object_set_new(o, "reasoning_tokens", json_integer(c->reasoning_tokens));
+  json_object_set_new(o, "prompt_tokens_mean", jnum(c->prompt_tokens_mean));
+  return o;
+}
+
+json_t *gc_req_json(const gc_req_t *r, int cell_index, int req_index) {
+  json_t *o = json_object(), *ch = json_array();
+  if (!o || !ch) {
+    json_decref(o);
+    json_decref(ch);
+    return NULL;
+  }
+  for (int i = 0; i < r->n_chunks; i++)
+    json_array_append_new(ch, json_real((double)((r->chunks[i].t_ns - r->t_start_ns) / 1000) / 1000.0));
+  json_object_set_new(o, "cell", json_integer(cell_index));
+  json_object_set_new(o, "index", json_integer(req_index));
+  json_object_set_new(o, "http_status", json_integer(r->http_status));
+  json_object_set_new(o, "error", r->error ? json_string(r->error) : json_null());
+  json_object_set_new(o, "ttft_ms", jnum(r->ttft_ms));
+  json_object_set_new(o, "ttfc_ms", jnum(r->ttfc_ms));
+  json_object_set_new(o, "e2e_ms", jnum(r->e2e_ms));
+  json_object_set_new(o, "itl_median_ms", jnum(r->itl_median_ms));
+  json_object_set_new(o, "prompt_tokens", jint(r->prompt_tokens));
+  json_object_set_new(o, "cached_tokens", jint(r->cached_tokens));
+  json_object_set_new(o, "completion_tokens", json_integer(r->out_tokens));
+  json_object_set_new(o, "reasoning_tokens", json_integer(r->reasoning_tokens));
+  json_object_set_new(o, "content_tokens", json_integer(r->content_tokens));
+  json_object_set_new(o, "tokens_from_usage", json_boolean(r->tokens_from_usage));
+  json_object_set_new(o, "reasoning_estimated", json_boolean(r->reasoning_estimated));
+  json_object_set_new(o, "token_chunks", json_integer(r->n_chunks));
+  json_object_set_new(o, "content_chunks", json_integer(r->content_chunks));
+  json_object_set_new(o, "reasoning_chunks", json_integer(r->reasoning_chunks));
+  json_object_set_new(o, "tool_chunks", json_integer(r->tool_chunks));
+  json_object_set_new(o, "usage_chunks", json_integer(r->usage_chunks));
+  json_object_set_new(o, "finish_reason", r->finish_reason[0] ? json_string(r->finish_reason) : json_null());
+  json_object_set_new(o, "chunk_ms", ch);
+  return o;
+}

@@ -1,0 +1,39 @@
+# engine tokenizer: byte-level BPE (Qwen3 / Qwen3.5) from GGUF metadata.
+add_library(gantry_tok STATIC
+  engine/tokenizer.c
+  engine/tok_bpe.c
+  engine/tok_pretok.c
+  engine/tok_stream.c
+  engine/tok_utf8.c
+  engine/tok_gguf.c
+)
+target_link_libraries(gantry_tok PUBLIC gantry_gguf gantry_common PkgConfig::PCRE2 PkgConfig::UTF8PROC Threads::Threads)
+
+# Unit tests; the fuzz harness is linked in to replay tests/fuzz/regress/tokenizer/.
+gt_add_test(test_tokenizer
+  SOURCES tests/unit/test_tokenizer.c tests/fuzz/fuzz_tokenizer.c
+  LIBS gantry_tok gantry_testutil PkgConfig::UTF8PROC
+  TIMEOUT 120)
+
+# Throughput benchmark (prints MB/s; not a test).
+add_executable(tok-bench tests/bench/tok_bench.c)
+target_link_libraries(tok-bench PRIVATE gantry_tok)
+
+# libFuzzer harness (cmake -DGANTRY_FUZZ=ON -DCMAKE_C_COMPILER=clang): the tokenizer sources are
+# compiled into it so that they carry coverage instrumentation. See tests/fuzz/README.md.
+if(GANTRY_FUZZ)
+  if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(WARNING "GANTRY_FUZZ needs clang: fuzz_tokenizer not built")
+  else()
+    # The GGUF reader is compiled in too: clang 14 rejects dtype.c's __builtin_cpu_supports("f16c"),
+    # so here the CPU-feature probe is defined away (scalar paths; tensors are not used by this harness).
+    add_executable(fuzz_tokenizer tests/fuzz/fuzz_tokenizer.c
+      engine/tokenizer.c engine/tok_bpe.c engine/tok_pretok.c engine/tok_stream.c engine/tok_utf8.c
+      engine/tok_gguf.c engine/gguf.c engine/dtype.c)
+    target_compile_options(fuzz_tokenizer PRIVATE -g -O1 -fsanitize=fuzzer,address,undefined
+      "-D__builtin_cpu_supports(x)=0")
+    target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(fuzz_tokenizer PRIVATE gantry_common PkgConfig::PCRE2 PkgConfig::UTF8PROC
+      Threads::Threads m)
+  endif()
+endif()

@@ -1,0 +1,17 @@
+# engine model core: backends, models, sampler, generation.
+add_library(gantry_model STATIC
+  engine/backend.c
+  engine/backend_cpu.c
+  engine/backend_cpu_gdn.c
+  engine/model.c
+  engine/models/qwen3.c
+  engine/models/qwen35.c
+  engine/sampler.c
+  engine/gen.c
+)
+target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
+
+add_library(gantry_golden STATIC tests/common/golden_model.c)
+target_link_libraries(gantry_golden PUBLIC gantry_model gantry_testutil)
+
+gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOUT 900)

@@ -1,0 +1,13 @@
+# qwen35 (Gated DeltaNet hybrid) tests.
+# test_gdn_ops drives the CPU backend's GDN ops directly (engine/backend_cpu_gdn.c compiled in),
+# so it does not depend on the rest of the backend.
+gt_add_test(test_gdn_ops
+  SOURCES tests/unit/test_gdn_ops.c engine/backend_cpu_gdn.c
+  LIBS gantry_common OpenMP::OpenMP_C
+  TIMEOUT 120)
+
+# qwen35-tiny (bf16) against the golden logits and generations; chunked / batched / snapshot.
+gt_add_test(test_qwen35
+  SOURCES tests/unit/test_qwen35.c
+  LIBS gantry_model gantry_testutil
+  TIMEOUT 300)

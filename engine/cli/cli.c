@@ -1,0 +1,83 @@
+#include "engine/cli/cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("gantry-engine: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 1;
+}
+
+int cli_open_model(const char *path, int threads, int max_tokens, cli_model_t *out) {
+  gt_err_t err = {0};
+  memset(out, 0, sizeof *out);
+  if (!path) return cli_fail("--model is required");
+  if (gguf_open(path, &out->gguf, &err)) return cli_fail("%s: %s", path, err.msg);
+  if (be_cpu_create(threads, &out->be, &err) || model_load(out->gguf, out->be, max_tokens, &out->model, &err)) {
+    cli_close_model(out);
+    return cli_fail("%s: %s", path, err.msg);
+  }
+  return 0;
+}
+
+void cli_close_model(cli_model_t *m) {
+  model_free(m->model);
+  be_destroy(m->be);
+  gguf_close(m->gguf);
+  memset(m, 0, sizeof *m);
+}
+
+int cli_int(const char *opt, const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v ? v : "", &end, 10);
+  if (!v || !*v || *end || errno || x < lo || x > hi) {
+    cli_fail("%s expects an integer in [%ld, %ld], got '%s'", opt, lo, hi, v ? v : "");
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+int cli_float(const char *opt, const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v ? v : "", &end);
+  if (!v || !*v || *end || errno || !(x >= lo && x <= hi)) {
+    cli_fail("%s expects a number in [%g, %g], got '%s'", opt, lo, hi, v ? v : "");
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+int cli_parse_ids(const char *s, int32_t **ids) {
+  size_t cap = 16, n = 0;
+  int32_t *v = malloc(cap * sizeof *v);
+  const char *p = s;
+  while (v && *p) {
+    char *end;
+    errno = 0;
+    long x = strtol(p, &end, 10);
+    if (end == p || errno || x < 0 || x > INT32_MAX) {
+      free(v);
+      cli_fail("bad token id list near '%.20s'", p);
+      return -1;
+    }
+    if (n == cap) v = realloc(v, (cap *= 2) * sizeof *v);
+    if (v) v[n++] = (int32_t)x;
+    p = end;
+    while (*p == ',' || *p == ' ' || *p == '\n' || *p == '\t') p++;
+  }
+  if (!v) return cli_fail("out of memory"), -1;
+  *ids = v;
+  return (int)n;
+}

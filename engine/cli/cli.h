@@ -1,0 +1,39 @@
+/* engine/cli/cli.h — shared pieces of the gantry-engine subcommands. Each cmd_*.c implements
+ * one subcommand `int cmd_NAME(int argc, char **argv)` returning the process exit code; errors
+ * are one line on stderr ("gantry-engine: error: ..."). */
+#ifndef GANTRY_ENGINE_CLI_H
+#define GANTRY_ENGINE_CLI_H
+
+#include <stdint.h>
+
+#include "engine/gguf.h"
+#include "engine/model.h"
+
+/* A model opened for a subcommand. */
+typedef struct {
+  gguf_t *gguf;
+  be_t *be;
+  model_t *model;
+} cli_model_t;
+
+/* Opens path on the CPU backend (threads <= 0: every core) with scratch for max_tokens tokens.
+ * Prints the error and returns non-zero on failure. */
+int cli_open_model(const char *path, int threads, int max_tokens, cli_model_t *out);
+void cli_close_model(cli_model_t *m);
+
+/* Prints "gantry-engine: error: <fmt>" and returns exit code 1. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parses "1,2,3" into a malloc'd array; returns count or -1 (message printed). */
+int cli_parse_ids(const char *s, int32_t **ids);
+/* Parses a decimal int / float option value with range checks; prints and returns -1 if bad. */
+int cli_int(const char *opt, const char *v, long lo, long hi, long *out);
+int cli_float(const char *opt, const char *v, double lo, double hi, double *out);
+
+int cmd_generate(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+
+#endif

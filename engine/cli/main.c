@@ -1,0 +1,36 @@
+/* gantry-engine — one model on the CPU (now) or GPUs (later): generate, eval, info, tokenize. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "engine/cli/cli.h"
+
+static void usage(FILE *f) {
+  fputs("usage: gantry-engine <command> [options]\n"
+        "commands:\n"
+        "  generate   --model M.gguf (--prompt TEXT | --chat TEXT) [--max-tokens N] [sampling flags]\n"
+        "  eval       --model M.gguf (--ids 1,2,3 | --ids-file F) --logits-out F.f32\n"
+        "  info       --model M.gguf\n"
+        "  tokenize   --model M.gguf --text T [--special]\n"
+        "  detokenize --model M.gguf --ids 1,2,3\n"
+        "run 'gantry-engine <command> --help' for a command's options\n",
+        f);
+}
+
+int main(int argc, char **argv) {
+  gt_log_init_from_env();
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *cmd = argv[1];
+  argc--, argv++;
+  if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
+  if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
+  if (!strcmp(cmd, "info")) return cmd_info(argc, argv);
+  if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
+  if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc, argv);
+  cli_fail("unknown command '%s'", cmd);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,652 @@
+/* engine/dtype.c — ggml type table, half-float conversions, row dequantization and row dot
+ * products (fp32 accumulation) for the weight types gantry computes with.
+ *
+ * Two kernel sets for dt_dot_row: a portable one (plain C + GCC vector extensions, which lower
+ * to SSE2 on x86-64 and NEON on arm64) and an AVX2+FMA+F16C one compiled with a target
+ * attribute and picked at run time. Both are checked against dequant-then-dot in test_dtype. */
+#include "engine/dtype.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/err.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define DT_HAVE_X86 1
+#include <cpuid.h>
+#include <immintrin.h>
+#else
+#define DT_HAVE_X86 0
+#endif
+
+/* ---------------------------------------------------------------- type table */
+
+typedef struct {
+  const char *name;
+  int64_t blck;  /* elements per block; 0 = not a type */
+  size_t bytes;  /* bytes per block */
+} type_info_t;
+
+static const type_info_t k_types[GT_TYPE_COUNT] = {
+    [GT_TYPE_F32] = {"F32", 1, 4},
+    [GT_TYPE_F16] = {"F16", 1, 2},
+    [GT_TYPE_Q4_0] = {"Q4_0", 32, 18},
+    [GT_TYPE_Q4_1] = {"Q4_1", 32, 20},
+    [GT_TYPE_Q5_0] = {"Q5_0", 32, 22},
+    [GT_TYPE_Q5_1] = {"Q5_1", 32, 24},
+    [GT_TYPE_Q8_0] = {"Q8_0", 32, 34},
+    [GT_TYPE_Q8_1] = {"Q8_1", 32, 36},
+    [GT_TYPE_Q2_K] = {"Q2_K", 256, 84},
+    [GT_TYPE_Q3_K] = {"Q3_K", 256, 110},
+    [GT_TYPE_Q4_K] = {"Q4_K", 256, 144},
+    [GT_TYPE_Q5_K] = {"Q5_K", 256, 176},
+    [GT_TYPE_Q6_K] = {"Q6_K", 256, 210},
+    [GT_TYPE_Q8_K] = {"Q8_K", 256, 292},
+    [GT_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66},
+    [GT_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74},
+    [GT_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98},
+    [GT_TYPE_IQ1_S] = {"IQ1_S", 256, 50},
+    [GT_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18},
+    [GT_TYPE_IQ3_S] = {"IQ3_S", 256, 110},
+    [GT_TYPE_IQ2_S] = {"IQ2_S", 256, 82},
+    [GT_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
+    [GT_TYPE_I8] = {"I8", 1, 1},
+    [GT_TYPE_I16] = {"I16", 1, 2},
+    [GT_TYPE_I32] = {"I32", 1, 4},
+    [GT_TYPE_I64] = {"I64", 1, 8},
+    [GT_TYPE_F64] = {"F64", 1, 8},
+    [GT_TYPE_IQ1_M] = {"IQ1_M", 256, 56},
+    [GT_TYPE_BF16] = {"BF16", 1, 2},
+    [GT_TYPE_TQ1_0] = {"TQ1_0", 256, 54},
+    [GT_TYPE_TQ2_0] = {"TQ2_0", 256, 66},
+    [GT_TYPE_MXFP4] = {"MXFP4", 32, 17},
+};
+
+int dt_known(int t) { return t >= 0 && t < GT_TYPE_COUNT && k_types[t].blck > 0; }
+
+const char *dt_name(gt_type_t t) { return dt_known((int)t) ? k_types[t].name : "?"; }
+
+int dt_from_name(const char *name) {
+  if (!name) return -1;
+  for (int t = 0; t < GT_TYPE_COUNT; t++)
+    if (k_types[t].blck > 0 && strcasecmp(name, k_types[t].name) == 0) return t;
+  return -1;
+}
+
+int dt_computable(gt_type_t t) {
+  switch (t) {
+    case GT_TYPE_F32: case GT_TYPE_F16: case GT_TYPE_BF16: case GT_TYPE_Q8_0:
+    case GT_TYPE_Q4_K: case GT_TYPE_Q5_K: case GT_TYPE_Q6_K:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+int64_t dt_block_elems(gt_type_t t) { return dt_known((int)t) ? k_types[t].blck : 0; }
+
+size_t dt_block_bytes(gt_type_t t) { return dt_known((int)t) ? k_types[t].bytes : 0; }
+
+size_t dt_row_bytes(gt_type_t t, int64_t n) {
+  if (!dt_known((int)t) || n < 0 || n % k_types[t].blck) return 0;
+  uint64_t nb = (uint64_t)(n / k_types[t].blck);
+  if (nb > SIZE_MAX / k_types[t].bytes) return 0;
+  return (size_t)nb * k_types[t].bytes;
+}
+
+/* ---------------------------------------------------------------- scalar conversions */
+
+static inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static inline float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t dt_f32_to_f16(float f) {
+  uint32_t u = f32_bits(f);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* nan -> quiet nan (as ggml) */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520 -> inf */
+  if (a >= 0x38800000u) {                                 /* normal half (>= 2^-14) */
+    uint32_t m = a + 0xfffu + ((a >> 13) & 1u);            /* round to nearest even */
+    m -= (112u << 23);                                     /* rebias exponent 127 -> 15 */
+    return (uint16_t)(sign | (m >> 13));
+  }
+  if (a < 0x33000000u) return sign; /* < 2^-25: rounds to zero */
+  /* subnormal half: value / 2^-24 rounded to nearest even */
+  uint32_t e = a >> 23;               /* 102..112 */
+  uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+  uint32_t shift = 126u - e;          /* 14..24: mant * 2^(e-150) / 2^-24 = mant >> (126-e) */
+  uint32_t q = mant >> shift;
+  uint32_t rem = mant & ((1u << shift) - 1u);
+  uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) q++;
+  return (uint16_t)(sign | q); /* q == 0x400 becomes the smallest normal, which is correct */
+}
+
+float dt_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t dt_f32_to_bf16(float f) {
+  uint32_t u = f32_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet nan */
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* ---------------------------------------------------------------- block decoding */
+
+/* Little-endian loads from possibly unaligned memory. */
+__attribute__((always_inline)) static inline uint16_t ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* Half -> float in a form gcc vectorizes (no calls, no branches): exact for every input.
+ * Normal/inf/nan: shift exponent+mantissa into float position, add (127-15) to the exponent
+ * via the bias 0xe0 and a multiply by 2^-112 (so exponent 31 lands on 255). Subnormal: place
+ * the mantissa under exponent 2^-1 and subtract 0.5, leaving m * 2^-24 exactly. */
+__attribute__((always_inline)) static inline float h2f(uint16_t h) {
+  uint32_t w = (uint32_t)h << 16;
+  uint32_t sign = w & 0x80000000u;
+  uint32_t two_w = w + w; /* exponent+mantissa at the top, sign dropped */
+  float norm = bits_f32((two_w >> 4) + (0xe0u << 23)) * 0x1.0p-112f;
+  float denorm = bits_f32((two_w >> 17) | (126u << 23)) - 0.5f;
+  uint32_t is_sub = 0u - (uint32_t)(two_w < (1u << 27)); /* all ones for zero/subnormal */
+  uint32_t r = (f32_bits(denorm) & is_sub) | (f32_bits(norm) & ~is_sub);
+  return bits_f32(sign | r);
+}
+
+float dt_f16_to_f32(uint16_t h) { return h2f(h); }
+
+/* n halves / bf16 at src (any alignment) -> floats. restrict lets gcc vectorize at -O2. */
+static void f16_to_f32_n(const uint8_t *restrict src, float *restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, src + 2 * i, 2);
+    y[i] = h2f(h);
+  }
+}
+static void bf16_to_f32_n(const uint8_t *restrict src, float *restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, src + 2 * i, 2);
+    y[i] = bits_f32((uint32_t)h << 16);
+  }
+}
+
+/* 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block (ggml's get_scale_min_k4). */
+__attribute__((always_inline)) static inline void k4_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
+    *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+/* Decoded per-block scales: y = d[s] * q - m[s] for sub-block s of 32 elements. */
+typedef struct {
+  float d[8];
+  float m[8];
+} kscales_t;
+
+__attribute__((always_inline)) static inline void k4_decode_scales(const uint8_t *blk, kscales_t *ks) {
+  float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+  const uint8_t *s = blk + 4;
+  for (int j = 0; j < 8; j++) {
+    uint8_t sc, m;
+    k4_scale_min(s, j, &sc, &m);
+    ks->d[j] = d * (float)sc;
+    ks->m[j] = dmin * (float)m;
+  }
+}
+
+/* One Q8_0 block (34 B) -> 32 floats. */
+static inline void deq_q8_0(const uint8_t *restrict b, float *restrict y) {
+  float d = h2f(ld16(b));
+  const int8_t *q = (const int8_t *)(b + 2);
+  for (int l = 0; l < 32; l++) y[l] = d * (float)q[l];
+}
+
+/* One Q4_K block (144 B) -> 256 floats. */
+static inline void deq_q4_k(const uint8_t *restrict b, float *restrict y) {
+  kscales_t ks;
+  k4_decode_scales(b, &ks);
+  const uint8_t *q = b + 16;
+  for (int j = 0; j < 4; j++) {
+    float d1 = ks.d[2 * j], m1 = ks.m[2 * j], d2 = ks.d[2 * j + 1], m2 = ks.m[2 * j + 1];
+    for (int l = 0; l < 32; l++) y[l] = d1 * (float)(q[l] & 0x0f) - m1;
+    for (int l = 0; l < 32; l++) y[32 + l] = d2 * (float)(q[l] >> 4) - m2;
+    q += 32;
+    y += 64;
+  }
+}
+
+/* One Q5_K block (176 B) -> 256 floats. */
+static inline void deq_q5_k(const uint8_t *restrict b, float *restrict y) {
+  kscales_t ks;
+  k4_decode_scales(b, &ks);
+  const uint8_t *qh = b + 16;
+  const uint8_t *ql = b + 48;
+  for (int j = 0; j < 4; j++) {
+    float d1 = ks.d[2 * j], m1 = ks.m[2 * j], d2 = ks.d[2 * j + 1], m2 = ks.m[2 * j + 1];
+    unsigned s1 = 2u * (unsigned)j, s2 = s1 + 1u;
+    for (int l = 0; l < 32; l++) {
+      uint32_t h = qh[l], q = (ql[l] & 0x0fu) | (((h >> s1) & 1u) << 4);
+      y[l] = d1 * (float)(int32_t)q - m1;
+    }
+    for (int l = 0; l < 32; l++) {
+      uint32_t h = qh[l], q = ((uint32_t)ql[l] >> 4) | (((h >> s2) & 1u) << 4);
+      y[32 + l] = d2 * (float)(int32_t)q - m2;
+    }
+    ql += 32;
+    y += 64;
+  }
+}
+
+/* One Q6_K block (210 B) -> 256 floats. Element 128*h + 32*k + l (k = 0..3, l = 0..31) has
+ * its low 4 bits in ql[64h + l + 32*(k&1)] (nibble k>>1), its high 2 bits in qh[32h + l]
+ * (bits 2k..2k+1), and scale sc[8h + 2k + l/16]. Loops run over 16 lanes of one scale. */
+static inline void deq_q6_k(const uint8_t *restrict b, float *restrict y) {
+  const uint8_t *ql = b, *qh = b + 128;
+  const int8_t *sc = (const int8_t *)(b + 192);
+  float d = h2f(ld16(b + 208));
+  for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, y += 128) {
+    for (int k = 0; k < 4; k++) {
+      const uint8_t *lo = ql + 32 * (k & 1);
+      unsigned nsh = 4u * (unsigned)(k >> 1), hsh = 2u * (unsigned)k;
+      for (int g = 0; g < 2; g++) {
+        float ds = d * (float)sc[2 * k + g];
+        float *yo = y + 32 * k + 16 * g;
+        const uint8_t *lq = lo + 16 * g, *hq = qh + 16 * g;
+        for (int l = 0; l < 16; l++) {
+          uint32_t q = (((uint32_t)lq[l] >> nsh) & 0x0fu) | ((((uint32_t)hq[l] >> hsh) & 3u) << 4);
+          yo[l] = ds * (float)((int32_t)q - 32);
+        }
+      }
+    }
+  }
+}
+
+int dt_dequant_row(gt_type_t t, const void *src, float *dst, int64_t n) {
+  if (!dt_computable(t)) return GT_EUNSUPPORTED;
+  if (n < 0 || n % k_types[t].blck) return GT_EINVAL;
+  const uint8_t *s = src;
+  switch (t) {
+    case GT_TYPE_F32:
+      memcpy(dst, src, (size_t)n * 4);
+      break;
+    case GT_TYPE_F16:
+      f16_to_f32_n(s, dst, n);
+      break;
+    case GT_TYPE_BF16:
+      bf16_to_f32_n(s, dst, n);
+      break;
+    case GT_TYPE_Q8_0:
+      for (int64_t i = 0; i < n / 32; i++) deq_q8_0(s + 34 * i, dst + 32 * i);
+      break;
+    case GT_TYPE_Q4_K:
+      for (int64_t i = 0; i < n / 256; i++) deq_q4_k(s + 144 * i, dst + 256 * i);
+      break;
+    case GT_TYPE_Q5_K:
+      for (int64_t i = 0; i < n / 256; i++) deq_q5_k(s + 176 * i, dst + 256 * i);
+      break;
+    case GT_TYPE_Q6_K:
+      for (int64_t i = 0; i < n / 256; i++) deq_q6_k(s + 210 * i, dst + 256 * i);
+      break;
+    default:
+      return GT_EUNSUPPORTED;
+  }
+  return GT_OK;
+}
+
+/* ---------------------------------------------------------------- portable dot kernels */
+
+typedef float v4f __attribute__((vector_size(16)));
+
+/* 4 x 4-lane accumulators carried across blocks, reduced once per row. */
+typedef struct {
+  v4f a0, a1, a2, a3;
+} vacc_t;
+
+static inline v4f ldv(const float *p) {
+  v4f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* acc += a[0..n) * b[0..n), n a multiple of 16. */
+static inline void vdot16(vacc_t *acc, const float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    acc->a0 += ldv(a + i) * ldv(b + i);
+    acc->a1 += ldv(a + i + 4) * ldv(b + i + 4);
+    acc->a2 += ldv(a + i + 8) * ldv(b + i + 8);
+    acc->a3 += ldv(a + i + 12) * ldv(b + i + 12);
+  }
+}
+
+static inline float vsum(const vacc_t *acc) {
+  v4f s = (acc->a0 + acc->a1) + (acc->a2 + acc->a3);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static float dot_f32_portable(const float *w, const float *x, int64_t n) {
+  vacc_t acc = {0};
+  int64_t n16 = n & ~(int64_t)15;
+  vdot16(&acc, w, x, n16);
+  float s = vsum(&acc);
+  for (int64_t i = n16; i < n; i++) s += w[i] * x[i];
+  return s;
+}
+
+/* Half/bf16 rows are decoded in chunks of 256 into a stack buffer, then dotted. */
+static float dot_f16_portable(const uint8_t *w, const float *x, int64_t n, int bf16) {
+  float tmp[256] __attribute__((aligned(32)));
+  vacc_t acc = {0};
+  int64_t i = 0;
+  for (; i + 256 <= n; i += 256) {
+    const uint8_t *p = w + 2 * i;
+    if (bf16)
+      bf16_to_f32_n(p, tmp, 256);
+    else
+      f16_to_f32_n(p, tmp, 256);
+    vdot16(&acc, tmp, x + i, 256);
+  }
+  float s = vsum(&acc);
+  for (; i < n; i++) {
+    uint16_t h = ld16(w + 2 * i);
+    s += (bf16 ? bits_f32((uint32_t)h << 16) : h2f(h)) * x[i];
+  }
+  return s;
+}
+
+static float dot_q8_0_portable(const uint8_t *w, const float *x, int64_t n) {
+  float tmp[32] __attribute__((aligned(32)));
+  vacc_t acc = {0};
+  for (int64_t i = 0; i < n / 32; i++) {
+    deq_q8_0(w + 34 * i, tmp);
+    vdot16(&acc, tmp, x + 32 * i, 32);
+  }
+  return vsum(&acc);
+}
+
+#define DEF_KQUANT_PORTABLE(NAME, DEQ, BYTES)                                   \
+  static float NAME(const uint8_t *w, const float *x, int64_t n) {              \
+    float tmp[256] __attribute__((aligned(32)));                                \
+    vacc_t acc = {0};                                                           \
+    for (int64_t i = 0; i < n / 256; i++) {                                     \
+      DEQ(w + (BYTES) * i, tmp);                                                \
+      vdot16(&acc, tmp, x + 256 * i, 256);                                      \
+    }                                                                           \
+    return vsum(&acc);                                                          \
+  }
+DEF_KQUANT_PORTABLE(dot_q4_k_portable, deq_q4_k, 144)
+DEF_KQUANT_PORTABLE(dot_q5_k_portable, deq_q5_k, 176)
+DEF_KQUANT_PORTABLE(dot_q6_k_portable, deq_q6_k, 210)
+
+static float dot_portable(gt_type_t t, const uint8_t *w, const float *x, int64_t n) {
+  switch (t) {
+    case GT_TYPE_F32: {
+      /* w may be unaligned in a hostile/odd file: the vector loads use memcpy */
+      float s;
+      if (((uintptr_t)w & 3) == 0) return dot_f32_portable((const float *)(const void *)w, x, n);
+      vacc_t acc = {0};
+      float tmp[256];
+      int64_t i = 0;
+      for (; i + 256 <= n; i += 256) {
+        memcpy(tmp, w + 4 * i, sizeof tmp);
+        vdot16(&acc, tmp, x + i, 256);
+      }
+      s = vsum(&acc);
+      for (; i < n; i++) {
+        float v;
+        memcpy(&v, w + 4 * i, 4);
+        s += v * x[i];
+      }
+      return s;
+    }
+    case GT_TYPE_F16: return dot_f16_portable(w, x, n, 0);
+    case GT_TYPE_BF16: return dot_f16_portable(w, x, n, 1);
+    case GT_TYPE_Q8_0: return dot_q8_0_portable(w, x, n);
+    case GT_TYPE_Q4_K: return dot_q4_k_portable(w, x, n);
+    case GT_TYPE_Q5_K: return dot_q5_k_portable(w, x, n);
+    case GT_TYPE_Q6_K: return dot_q6_k_portable(w, x, n);
+    default: return NAN;
+  }
+}
+
+/* ---------------------------------------------------------------- AVX2 + FMA + F16C kernels */
+#if DT_HAVE_X86
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+
+AVX2_FN static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+/* 8 bytes at p, zero-extended to 8 int32 lanes */
+AVX2_FN static inline __m256i ldu8x8(const uint8_t *p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+}
+
+AVX2_FN static float dot_f32_avx2(const uint8_t *w, const float *x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const float *wf = (const float *)(const void *)w; /* loadu: alignment not required */
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+  }
+  float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; i++) {
+    float v;
+    memcpy(&v, w + 4 * i, 4);
+    s += v * x[i];
+  }
+  return s;
+}
+
+AVX2_FN static float dot_f16_avx2(const uint8_t *w, const float *x, int64_t n, int bf16) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+  int64_t i = 0;
+  if (bf16) {
+    for (; i + 16 <= n; i += 16) {
+      __m256i h0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
+      __m256i h1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+      a0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h0, 16)), _mm256_loadu_ps(x + i), a0);
+      a1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h1, 16)), _mm256_loadu_ps(x + i + 8), a1);
+    }
+  } else {
+    for (; i + 16 <= n; i += 16) {
+      __m256 f0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
+      __m256 f1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+      a0 = _mm256_fmadd_ps(f0, _mm256_loadu_ps(x + i), a0);
+      a1 = _mm256_fmadd_ps(f1, _mm256_loadu_ps(x + i + 8), a1);
+    }
+  }
+  float s = hsum8(_mm256_add_ps(a0, a1));
+  for (; i < n; i++) {
+    uint16_t h = ld16(w + 2 * i);
+    s += (bf16 ? bits_f32((uint32_t)h << 16) : h2f(h)) * x[i];
+  }
+  return s;
+}
+
+AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const float *x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / 32; i++, w += 34, x += 32) {
+    const uint8_t *q = w + 2;
+    __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)q))), _mm256_loadu_ps(x));
+    __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q + 8)))), _mm256_loadu_ps(x + 8));
+    s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q + 16)))), _mm256_loadu_ps(x + 16), s0);
+    s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q + 24)))), _mm256_loadu_ps(x + 24), s1);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(ld16(w))), _mm256_add_ps(s0, s1), acc);
+  }
+  return hsum8(acc);
+}
+
+/* Q4_K / Q5_K: per sub-block s of 32, sum_l (d_s q_l - m_s) x_l = d_s sum(q x) - m_s sum(x).
+ * Both sums are kept as vectors and folded into the row accumulators with one FMA each. */
+AVX2_FN static float dot_q4_k_avx2(const uint8_t *w, const float *x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi32(0x0f);
+  for (int64_t i = 0; i < n / 256; i++, w += 144, x += 256) {
+    kscales_t ks;
+    k4_decode_scales(w, &ks);
+    const uint8_t *q = w + 16;
+    const float *xb = x;
+    for (int j = 0; j < 4; j++, q += 32, xb += 64) {
+      __m256 sl = _mm256_setzero_ps(), sh = sl, xl = sl, xh = sl;
+      for (int k = 0; k < 32; k += 8) {
+        __m256i b = ldu8x8(q + k);
+        __m256 x0 = _mm256_loadu_ps(xb + k), x1 = _mm256_loadu_ps(xb + 32 + k);
+        sl = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, m4)), x0, sl);
+        sh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), x1, sh);
+        xl = _mm256_add_ps(xl, x0);
+        xh = _mm256_add_ps(xh, x1);
+      }
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, acc);
+      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, accm);
+      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, accm);
+    }
+  }
+  return hsum8(_mm256_sub_ps(acc, accm));
+}
+
+AVX2_FN static float dot_q5_k_avx2(const uint8_t *w, const float *x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi32(0x0f), one = _mm256_set1_epi32(1);
+  for (int64_t i = 0; i < n / 256; i++, w += 176, x += 256) {
+    kscales_t ks;
+    k4_decode_scales(w, &ks);
+    const uint8_t *qh = w + 16;
+    const uint8_t *ql = w + 48;
+    const float *xb = x;
+    for (int j = 0; j < 4; j++, ql += 32, xb += 64) {
+      __m128i s1 = _mm_cvtsi32_si128(2 * j), s2 = _mm_cvtsi32_si128(2 * j + 1);
+      __m256 sl = _mm256_setzero_ps(), sh = sl, xl = sl, xh = sl;
+      for (int k = 0; k < 32; k += 8) {
+        __m256i b = ldu8x8(ql + k), h = ldu8x8(qh + k);
+        __m256i hl = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, s1), one), 4);
+        __m256i hh = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, s2), one), 4);
+        __m256 x0 = _mm256_loadu_ps(xb + k), x1 = _mm256_loadu_ps(xb + 32 + k);
+        sl = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(b, m4), hl)), x0, sl);
+        sh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(b, 4), hh)), x1, sh);
+        xl = _mm256_add_ps(xl, x0);
+        xh = _mm256_add_ps(xh, x1);
+      }
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, acc);
+      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, accm);
+      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, accm);
+    }
+  }
+  return hsum8(_mm256_sub_ps(acc, accm));
+}
+
+/* Q6_K: 16 sub-blocks of 16 with int8 scales; q in [-32, 31]. Each group of 8 lanes lies
+ * inside one sub-block, so the scale is applied per 8-lane partial sum. */
+AVX2_FN static float dot_q6_k_avx2(const uint8_t *w, const float *x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi32(0x0f), m3 = _mm256_set1_epi32(3), b32 = _mm256_set1_epi32(32);
+  for (int64_t i = 0; i < n / 256; i++, w += 210, x += 256) {
+    const uint8_t *ql = w, *qh = w + 128;
+    const int8_t *sc = (const int8_t *)(w + 192);
+    float d = h2f(ld16(w + 208));
+    const float *xb = x;
+    for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, xb += 128) {
+      __m256 blk = _mm256_setzero_ps();
+      for (int l = 0; l < 32; l += 8) {
+        int is = l / 16;
+        __m256i a = ldu8x8(ql + l), b = ldu8x8(ql + l + 32), h = ldu8x8(qh + l);
+        __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m3), 4)), b32);
+        __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m3), 4)), b32);
+        __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m3), 4)), b32);
+        __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4)), b32);
+        __m256 p1 = _mm256_mul_ps(_mm256_cvtepi32_ps(q1), _mm256_loadu_ps(xb + l));
+        __m256 p2 = _mm256_mul_ps(_mm256_cvtepi32_ps(q2), _mm256_loadu_ps(xb + l + 32));
+        __m256 p3 = _mm256_mul_ps(_mm256_cvtepi32_ps(q3), _mm256_loadu_ps(xb + l + 64));
+        __m256 p4 = _mm256_mul_ps(_mm256_cvtepi32_ps(q4), _mm256_loadu_ps(xb + l + 96));
+        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 0]), p1, blk);
+        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 2]), p2, blk);
+        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 4]), p3, blk);
+        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 6]), p4, blk);
+      }
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), blk, acc);
+    }
+  }
+  return hsum8(acc);
+}
+
+AVX2_FN static float dot_avx2(gt_type_t t, const uint8_t *w, const float *x, int64_t n) {
+  switch (t) {
+    case GT_TYPE_F32: return dot_f32_avx2(w, x, n);
+    case GT_TYPE_F16: return dot_f16_avx2(w, x, n, 0);
+    case GT_TYPE_BF16: return dot_f16_avx2(w, x, n, 1);
+    case GT_TYPE_Q8_0: return dot_q8_0_avx2(w, x, n);
+    case GT_TYPE_Q4_K: return dot_q4_k_avx2(w, x, n);
+    case GT_TYPE_Q5_K: return dot_q5_k_avx2(w, x, n);
+    case GT_TYPE_Q6_K: return dot_q6_k_avx2(w, x, n);
+    default: return NAN;
+  }
+}
+
+static int cpu_has_avx2(void) {
+  __builtin_cpu_init();
+  unsigned a, b, c, d;
+  /* F16C: CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c") */
+  int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+  return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#else
+static int cpu_has_avx2(void) { return 0; }
+#endif
+
+/* ---------------------------------------------------------------- dispatch */
+
+static int g_isa = -1; /* resolved dt_isa_t; -1 = not yet chosen (benign race: same value) */
+
+static int resolve_isa(dt_isa_t want) {
+  if (want == DT_ISA_PORTABLE) return DT_ISA_PORTABLE;
+  return cpu_has_avx2() ? DT_ISA_AVX2 : DT_ISA_PORTABLE;
+}
+
+dt_isa_t dt_set_isa(dt_isa_t isa) {
+  int r = resolve_isa(isa);
+  __atomic_store_n(&g_isa, r, __ATOMIC_RELAXED);
+  return (dt_isa_t)r;
+}
+
+dt_isa_t dt_get_isa(void) {
+  int r = __atomic_load_n(&g_isa, __ATOMIC_RELAXED);
+  if (r < 0) {
+    r = resolve_isa(DT_ISA_AUTO);
+    __atomic_store_n(&g_isa, r, __ATOMIC_RELAXED);
+  }
+  return (dt_isa_t)r;
+}
+
+const char *dt_isa_name(dt_isa_t isa) {
+  switch (isa) {
+    case DT_ISA_PORTABLE: return "portable";
+    case DT_ISA_AVX2: return "avx2";
+    default: return "auto";
+  }
+}
+
+float dt_dot_row(gt_type_t t, const void *w, const float *x, int64_t n) {
+  if (!dt_computable(t) || n < 0 || n % k_types[t].blck) return NAN;
+#if DT_HAVE_X86
+  if (dt_get_isa() == DT_ISA_AVX2) return dot_avx2(t, w, x, n);
+#endif
+  return dot_portable(t, w, x, n);
+}

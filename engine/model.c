@@ -1,0 +1,163 @@
+/* engine/model.c — architecture registry, cache sizing and weight-loading helpers. */
+#include "engine/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const model_arch_t *const arches[] = {&model_arch_qwen3, &model_arch_qwen35};
+
+int model_hp_int(const gguf_t *g, const char *arch, const char *suffix, int def, int required, int *out,
+                 gt_err_t *err) {
+  char key[256];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  int64_t v;
+  int rc = gguf_get_int(g, key, &v);
+  if (rc == GT_ENOTFOUND && !required) {
+    *out = def;
+    return GT_OK;
+  }
+  if (rc == GT_ENOTFOUND) return gt_err_set(err, GT_EFORMAT, "missing metadata key %s", key);
+  if (rc) return gt_err_set(err, GT_EFORMAT, "metadata key %s is not an integer", key);
+  if (v < 0 || v > (1 << 30)) return gt_err_set(err, GT_EFORMAT, "metadata key %s = %lld out of range", key, (long long)v);
+  *out = (int)v;
+  return GT_OK;
+}
+
+int model_hp_float(const gguf_t *g, const char *arch, const char *suffix, float def, int required, float *out,
+                   gt_err_t *err) {
+  char key[256];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  double v;
+  int rc = gguf_get_float(g, key, &v);
+  if (rc == GT_ENOTFOUND && !required) {
+    *out = def;
+    return GT_OK;
+  }
+  if (rc == GT_ENOTFOUND) return gt_err_set(err, GT_EFORMAT, "missing metadata key %s", key);
+  if (rc) return gt_err_set(err, GT_EFORMAT, "metadata key %s is not a number", key);
+  *out = (float)v;
+  return GT_OK;
+}
+
+static int weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
+                  int optional, gt_err_t *err) {
+  memset(w, 0, sizeof *w);
+  const gguf_tensor_t *t = gguf_find_tensor(g, name);
+  if (!t) return optional ? GT_OK : gt_err_set(err, GT_EFORMAT, "missing tensor %s", name);
+  int64_t t_rows = 1;
+  for (uint32_t i = 1; i < t->n_dims; i++) t_rows *= t->ne[i];
+  if (t->ne[0] != cols || t_rows != rows)
+    return gt_err_set(err, GT_EFORMAT, "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
+                      (long long)t_rows, (long long)t->ne[0], (long long)rows, (long long)cols);
+  if (!dt_computable(t->type))
+    return gt_err_set(err, GT_EUNSUPPORTED, "tensor %s has type %s, which gantry cannot compute with", name,
+                      dt_name(t->type));
+  int rc = be_weight_upload(m->be, w, t->type, rows, cols, t->data, err);
+  if (rc) return gt_err_wrap(err, "tensor %s", name);
+  m->weight_bytes += t->nbytes;
+  m->n_params += rows * cols;
+  return GT_OK;
+}
+
+int model_weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
+                 gt_err_t *err) {
+  return weight(m, g, name, rows, cols, w, 0, err);
+}
+
+int model_weight_opt(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
+                     gt_err_t *err) {
+  return weight(m, g, name, rows, cols, w, 1, err);
+}
+
+static int find_arch(const gguf_t *g, const model_arch_t **out, gt_err_t *err) {
+  const char *arch = gguf_arch(g);
+  if (!arch) return gt_err_set(err, GT_EFORMAT, "missing general.architecture");
+  for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++)
+    if (strcmp(arches[i]->name, arch) == 0) {
+      *out = arches[i];
+      return GT_OK;
+    }
+  return gt_err_set(err, GT_EUNSUPPORTED, "unknown architecture '%s' (supported: qwen3, qwen35)", arch);
+}
+
+static void set_names(model_hparams_t *hp, const gguf_t *g) {
+  snprintf(hp->arch, sizeof hp->arch, "%s", gguf_arch(g));
+  const char *name;
+  size_t len;
+  if (gguf_get_str(g, "general.name", &name, &len) == GT_OK)
+    snprintf(hp->name, sizeof hp->name, "%.*s", (int)(len < 127 ? len : 127), name);
+}
+
+int model_read_hparams(const gguf_t *g, model_hparams_t *hp, gt_err_t *err) {
+  const model_arch_t *a;
+  int rc = find_arch(g, &a, err);
+  if (rc) return rc;
+  memset(hp, 0, sizeof *hp);
+  set_names(hp, g);
+  if (a->hparams) return a->hparams(hp, g, err);
+  be_t *be;
+  model_t *m;
+  if ((rc = be_cpu_create(1, &be, err))) return rc;
+  if (!(rc = model_load(g, be, 1, &m, err))) {
+    *hp = m->hp;
+    model_free(m);
+  }
+  be_destroy(be);
+  return rc;
+}
+
+int model_load(const gguf_t *g, be_t *be, int max_tokens, model_t **out, gt_err_t *err) {
+  const model_arch_t *a;
+  int rc = find_arch(g, &a, err);
+  if (rc) return rc;
+  if (max_tokens <= 0) return gt_err_set(err, GT_EINVAL, "max_tokens must be positive");
+  model_t *m = calloc(1, sizeof *m);
+  if (!m) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  m->arch = a;
+  m->be = be;
+  m->max_tokens = max_tokens;
+  m->max_out = max_tokens;
+  set_names(&m->hp, g);
+  rc = a->load(m, g, err);
+  if (rc) {
+    a->free(m);
+    free(m);
+    return rc;
+  }
+  *out = m;
+  return GT_OK;
+}
+
+void model_free(model_t *m) {
+  if (!m) return;
+  m->arch->free(m);
+  free(m);
+}
+
+/* Per-slot state sizes of a GDN layer (hybrid models). */
+static size_t conv_dim(const model_hparams_t *hp) {
+  size_t channels = 2 * (size_t)hp->gdn_n_k * hp->gdn_d_k + (size_t)hp->gdn_n_v * hp->gdn_d_v;
+  return channels * (size_t)(hp->conv_kernel > 0 ? hp->conv_kernel - 1 : 0);
+}
+static size_t ssm_dim(const model_hparams_t *hp) { return (size_t)hp->gdn_n_v * hp->gdn_d_k * hp->gdn_d_v; }
+
+size_t model_kv_bytes_per_token(const model_t *m) {
+  return 2 * sizeof(float) * (size_t)m->hp.n_attn_layers * m->hp.n_head_kv * m->hp.head_dim;
+}
+
+size_t model_state_bytes_per_slot(const model_t *m) {
+  return sizeof(float) * (size_t)m->hp.n_gdn_layers * (conv_dim(&m->hp) + ssm_dim(&m->hp));
+}
+
+int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt_err_t *err) {
+  be_t *be = m->be;
+  int rc = be->ops->kv_init(be, m->hp.n_attn_layers, n_blocks, block_tokens, m->hp.n_head_kv * m->hp.head_dim);
+  if (!rc && m->hp.n_gdn_layers > 0)
+    rc = be->ops->state_init(be, m->hp.n_gdn_layers, n_slots, conv_dim(&m->hp), ssm_dim(&m->hp));
+  if (rc) {
+    be->ops->sync(be);
+    return gt_err_set(err, rc, "%s", be->err.msg);
+  }
+  return GT_OK;
+}

@@ -1,0 +1,198 @@
+/* engine/models/qwen3.c — Qwen3 dense decoder (Qwen3ForCausalLM) over engine/backend.h.
+ *
+ * Per layer: h = rmsnorm(x); q,k,v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ; per-head RMSNorm of q and k; NeoX RoPE;
+ * causal GQA attention over the paged KV cache; x += att·Woᵀ; h = rmsnorm(x);
+ * x += (silu(h·Wgᵀ) * h·Wuᵀ)·Wdᵀ. Head: rmsnorm(x)·Woutᵀ (token_embd when tied). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/model.h"
+
+#define HEAD_CHUNK 64 /* output rows per head matmul + download */
+
+typedef struct {
+  be_weight_t attn_norm;    /* [d] */
+  be_weight_t wq;           /* [H*hd, d] */
+  be_weight_t wk, wv;       /* [Hk*hd, d] */
+  be_weight_t q_norm, k_norm; /* [hd] */
+  be_weight_t wo;           /* [d, H*hd] */
+  be_weight_t ffn_norm;     /* [d] */
+  be_weight_t w_gate, w_up; /* [ff, d] */
+  be_weight_t w_down;       /* [d, ff] */
+} q3_layer_t;
+
+typedef struct {
+  be_weight_t tok_embd;    /* [vocab, d] */
+  be_weight_t output_norm; /* [d] */
+  be_weight_t output;      /* [vocab, d]; data NULL when tied */
+  q3_layer_t *layers;      /* [n_layer] */
+  /* scratch, backend memory; T = max_tokens */
+  float *x;      /* [T, d] residual stream */
+  float *h;      /* [T, d] normed input */
+  float *q;      /* [T, H*hd] */
+  float *k, *v;  /* [T, Hk*hd] */
+  float *att;    /* [T, H*hd] */
+  float *o;      /* [T, d] layer output (delta) */
+  float *gate, *up; /* [T, ff] */
+  float *xo;     /* [T, d] rows whose logits are wanted */
+  float *logits; /* [HEAD_CHUNK, vocab] */
+} q3_t;
+
+static void q3_free(model_t *m) {
+  q3_t *s = m->arch_data;
+  if (!s) return;
+  be_t *be = m->be;
+  be_weight_free(be, &s->tok_embd);
+  be_weight_free(be, &s->output_norm);
+  be_weight_free(be, &s->output);
+  for (int l = 0; s->layers && l < m->hp.n_layer; l++) {
+    q3_layer_t *L = &s->layers[l];
+    be_weight_t *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->q_norm, &L->k_norm,
+                         &L->wo, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be_weight_free(be, ws[i]);
+  }
+  free(s->layers);
+  float *bufs[] = {s->x, s->h, s->q, s->k, s->v, s->att, s->o, s->gate, s->up, s->xo, s->logits};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i]) be->ops->free(be, bufs[i]);
+  free(s);
+  m->arch_data = NULL;
+}
+
+static int q3_hparams(model_hparams_t *hp, const gguf_t *g, gt_err_t *err) {
+  const char *a = hp->arch;
+  int rc = 0;
+  rc = rc ? rc : model_hp_int(g, a, "block_count", 0, 1, &hp->n_layer, err);
+  rc = rc ? rc : model_hp_int(g, a, "embedding_length", 0, 1, &hp->n_embd, err);
+  rc = rc ? rc : model_hp_int(g, a, "attention.head_count", 0, 1, &hp->n_head, err);
+  rc = rc ? rc : model_hp_int(g, a, "attention.head_count_kv", hp->n_head, 0, &hp->n_head_kv, err);
+  rc = rc ? rc : model_hp_int(g, a, "feed_forward_length", 0, 1, &hp->n_ff, err);
+  rc = rc ? rc : model_hp_int(g, a, "context_length", 4096, 0, &hp->n_ctx_train, err);
+  rc = rc ? rc : model_hp_float(g, a, "rope.freq_base", 10000.0f, 0, &hp->rope_theta, err);
+  rc = rc ? rc : model_hp_float(g, a, "attention.layer_norm_rms_epsilon", 1e-6f, 0, &hp->rms_eps, err);
+  if (rc) return rc;
+  if (hp->n_layer <= 0 || hp->n_embd <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0 ||
+      hp->n_head % hp->n_head_kv)
+    return gt_err_set(err, GT_EFORMAT, "inconsistent hyperparameters (layers %d, embd %d, heads %d/%d, ffn %d)",
+                      hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff);
+  rc = model_hp_int(g, a, "attention.key_length", hp->n_embd / hp->n_head, 0, &hp->head_dim, err);
+  rc = rc ? rc : model_hp_int(g, a, "rope.dimension_count", hp->head_dim, 0, &hp->n_rot, err);
+  if (rc) return rc;
+  if (hp->head_dim <= 0 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+    return gt_err_set(err, GT_EFORMAT, "head_dim %d / rope dims %d inconsistent", hp->head_dim, hp->n_rot);
+  const gguf_tensor_t *te = gguf_find_tensor(g, "token_embd.weight");
+  if (!te || te->n_dims != 2) return gt_err_set(err, GT_EFORMAT, "missing or malformed tensor token_embd.weight");
+  hp->n_vocab = (int)te->ne[1];
+  hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
+  hp->n_attn_layers = hp->n_layer;
+  return GT_OK;
+}
+
+static int q3_load(model_t *m, const gguf_t *g, gt_err_t *err) {
+  int rc = q3_hparams(&m->hp, g, err);
+  if (rc) return rc;
+  const model_hparams_t *hp = &m->hp;
+  q3_t *s = calloc(1, sizeof *s);
+  if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  m->arch_data = s;
+  s->layers = calloc((size_t)hp->n_layer, sizeof *s->layers);
+  if (!s->layers) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+  rc = model_weight(m, g, "token_embd.weight", hp->n_vocab, d, &s->tok_embd, err);
+  rc = rc ? rc : model_weight(m, g, "output_norm.weight", 1, d, &s->output_norm, err);
+  if (!rc && !hp->tied_output) rc = model_weight(m, g, "output.weight", hp->n_vocab, d, &s->output, err);
+  for (int l = 0; !rc && l < hp->n_layer; l++) {
+    q3_layer_t *L = &s->layers[l];
+    char n[128];
+#define W(field, suffix, rows, cols)                            \
+  if (!rc) {                                                    \
+    snprintf(n, sizeof n, "blk.%d.%s.weight", l, suffix);       \
+    rc = model_weight(m, g, n, rows, cols, &L->field, err);     \
+  }
+    W(attn_norm, "attn_norm", 1, d);
+    W(wq, "attn_q", qd, d);
+    W(wk, "attn_k", kvd, d);
+    W(wv, "attn_v", kvd, d);
+    W(q_norm, "attn_q_norm", 1, hp->head_dim);
+    W(k_norm, "attn_k_norm", 1, hp->head_dim);
+    W(wo, "attn_output", d, qd);
+    W(ffn_norm, "ffn_norm", 1, d);
+    W(w_gate, "ffn_gate", hp->n_ff, d);
+    W(w_up, "ffn_up", hp->n_ff, d);
+    W(w_down, "ffn_down", d, hp->n_ff);
+#undef W
+  }
+  if (rc) return rc;
+  /* scratch */
+  be_t *be = m->be;
+  const size_t T = (size_t)m->max_tokens;
+  struct { float **p; size_t n; } bufs[] = {
+      {&s->x, T * d},   {&s->h, T * d},   {&s->q, T * qd},  {&s->k, T * kvd},
+      {&s->v, T * kvd}, {&s->att, T * qd}, {&s->o, T * d},  {&s->gate, T * hp->n_ff},
+      {&s->up, T * hp->n_ff}, {&s->xo, T * d}, {&s->logits, (size_t)HEAD_CHUNK * hp->n_vocab},
+  };
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    *bufs[i].p = be->ops->alloc(be, bufs[i].n * sizeof(float));
+    if (!*bufs[i].p) return gt_err_set(err, GT_ENOMEM, "scratch buffers for %zu tokens", T);
+  }
+  return GT_OK;
+}
+
+static int backend_err(be_t *be, gt_err_t *err) {
+  int rc = be->ops->sync(be);
+  return rc ? gt_err_set(err, rc, "%s", be->err.msg) : GT_OK;
+}
+
+static int q3_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *err) {
+  q3_t *s = m->arch_data;
+  be_t *be = m->be;
+  const be_ops_t *o = be->ops;
+  const model_hparams_t *hp = &m->hp;
+  const int T = b->n_tok, d = hp->n_embd, H = hp->n_head, Hk = hp->n_head_kv, hd = hp->head_dim;
+  const float eps = hp->rms_eps;
+  if (T <= 0 || T > m->max_tokens || b->n_out < 0 || b->n_out > T)
+    return gt_err_set(err, GT_EINVAL, "batch of %d tokens / %d outputs (max %d tokens)", T, b->n_out, m->max_tokens);
+  if (o->set_batch(be, b)) return backend_err(be, err);
+
+  o->embed(be, &s->tok_embd, s->x);
+  for (int l = 0; l < hp->n_layer; l++) {
+    const q3_layer_t *L = &s->layers[l];
+    if (l == 0)
+      o->rmsnorm(be, s->x, &L->attn_norm, s->h, T, d, eps);
+    else
+      o->add_rmsnorm(be, s->x, s->o, &L->attn_norm, s->h, T, d, eps); /* x += previous ffn output */
+    o->matmul(be, &L->wq, s->h, s->q, T);
+    o->matmul(be, &L->wk, s->h, s->k, T);
+    o->matmul(be, &L->wv, s->h, s->v, T);
+    o->rmsnorm(be, s->q, &L->q_norm, s->q, T * H, hd, eps);
+    o->rmsnorm(be, s->k, &L->k_norm, s->k, T * Hk, hd, eps);
+    o->rope(be, s->q, H, hd, hp->n_rot, hp->rope_theta);
+    o->rope(be, s->k, Hk, hd, hp->n_rot, hp->rope_theta);
+    o->kv_store(be, l, s->k, s->v);
+    o->attention(be, l, s->q, s->att, H, Hk, hd, 1.0f / sqrtf((float)hd));
+    o->matmul(be, &L->wo, s->att, s->o, T);
+    o->all_reduce(be, s->o, (size_t)T * d);
+    o->add_rmsnorm(be, s->x, s->o, &L->ffn_norm, s->h, T, d, eps); /* x += attention output */
+    o->matmul(be, &L->w_gate, s->h, s->gate, T);
+    o->matmul(be, &L->w_up, s->h, s->up, T);
+    o->swiglu(be, s->gate, s->up, s->gate, (size_t)T * hp->n_ff);
+    o->matmul(be, &L->w_down, s->gate, s->o, T);
+    o->all_reduce(be, s->o, (size_t)T * d);
+  }
+  o->add(be, s->x, s->o, (size_t)T * d);
+  if (b->n_out == 0) return backend_err(be, err);
+  o->gather_out(be, s->x, s->xo, d);
+  o->rmsnorm(be, s->xo, &s->output_norm, s->xo, b->n_out, d, eps);
+  const be_weight_t *head = hp->tied_output ? &s->tok_embd : &s->output;
+  for (int r0 = 0; r0 < b->n_out; r0 += HEAD_CHUNK) {
+    int nr = b->n_out - r0 < HEAD_CHUNK ? b->n_out - r0 : HEAD_CHUNK;
+    o->matmul(be, head, s->xo + (size_t)r0 * d, s->logits, nr);
+    int rc = o->download(be, logits + (size_t)r0 * hp->n_vocab, s->logits, sizeof(float) * (size_t)nr * hp->n_vocab);
+    if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
+  }
+  return backend_err(be, err);
+}
+
+const model_arch_t model_arch_qwen3 = {"qwen3", q3_load, q3_free, q3_forward, q3_hparams};

@@ -1,0 +1,46 @@
+/* engine/sampler.h — token sampling: greedy, temperature, top-k, top-p, min-p, repetition /
+ * presence / frequency penalties; seeded and deterministic (same params, seed and logits ->
+ * same tokens on every run and machine).
+ *
+ * Order (as vLLM): penalties -> temperature -> top-k -> min-p -> top-p -> draw.
+ * repetition_penalty (HF/vLLM semantics: logit > 0 is divided by it, else multiplied) applies to
+ * every token seen in the prompt or the output; presence / frequency penalties (OpenAI
+ * semantics: logit -= presence * [count > 0] + frequency * count) to output tokens only. */
+#ifndef GANTRY_ENGINE_SAMPLER_H
+#define GANTRY_ENGINE_SAMPLER_H
+
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef struct {
+  float temperature;        /* <= 0: greedy (argmax, lowest id on ties) */
+  int top_k;                /* <= 0: off */
+  float top_p;              /* >= 1: off; (0, 1) keeps the smallest set with mass >= top_p */
+  float min_p;              /* <= 0: off; drops tokens with p < min_p * p_max */
+  float repetition_penalty; /* 1: off; must be > 0 */
+  float presence_penalty;   /* 0: off; [-2, 2] */
+  float frequency_penalty;  /* 0: off; [-2, 2] */
+  uint64_t seed;
+} sampler_params_t;
+
+typedef struct sampler sampler_t;
+
+/* Defaults: greedy, no filters, no penalties, seed 0. */
+sampler_params_t sampler_defaults(void);
+/* Validates params (ranges above); GT_EINVAL with the offending field otherwise. */
+int sampler_check(const sampler_params_t *p, gt_err_t *err);
+/* Creates a sampler for a vocabulary of n_vocab; *out owned by the caller (sampler_free). */
+int sampler_create(const sampler_params_t *p, int n_vocab, sampler_t **out, gt_err_t *err);
+void sampler_free(sampler_t *s);
+/* Records a token for the penalties: prompt tokens (is_output = 0) and sampled ones (1). */
+void sampler_accept(sampler_t *s, int32_t tok, int is_output);
+/* Picks the next token from logits[n_vocab] (modified in place: penalties, temperature). */
+int32_t sampler_sample(sampler_t *s, float *logits);
+
+/* log-softmax of logits[n] at id, computed in double (for logprobs). */
+float sampler_logprob(const float *logits, int n, int32_t id);
+/* The top n ids by logit (descending, lowest id first on ties) into ids[n]; returns count. */
+int sampler_top_ids(const float *logits, int n_vocab, int n, int32_t *ids);
+
+#endif

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages gantry builds and tests with (root or sudo).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git
+      libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+      libhiredis-dev redis-server libevent-dev libjansson-dev libpcre2-dev libutf8proc-dev
+      libcurl4-openssl-dev libcmocka-dev nodejs npm)
+missing=()
+for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,33 @@
+/* tests/common/golden_model.h — checks a model file against a golden case of the fixtures'
+ * manifest (see tests/golden/README.md): teacher-forced logits over all_ids compared with the
+ * stored rows by max row relative error, and greedy continuation of prompt_ids compared with
+ * generated_ids up to the first position whose reference top-1 margin is < 1e-3, or whose
+ * generated id is not the argmax of the reference's own logits (then the fixture's generation
+ * and logits disagree, and the check stops there, flagged in fixture_inconsistent). */
+#ifndef GANTRY_TESTS_GOLDEN_MODEL_H
+#define GANTRY_TESTS_GOLDEN_MODEL_H
+
+#include <jansson.h>
+
+typedef struct {
+  double max_rel_err;   /* over stored rows */
+  int rows;             /* rows compared */
+  int top1_agree;       /* rows whose argmax equals the reference's */
+  int greedy_checked;   /* generated positions compared (up to the first small margin) */
+  int greedy_match;     /* 1 if all compared positions matched */
+  int greedy_first_bad; /* first mismatching position, or -1 */
+  int fixture_inconsistent; /* generated_ids[j] != argmax of the reference's own logits row with
+                               a margin >= 1e-3 at the position where the check stopped (the
+                               long cases' generations do not follow their logits) */
+} gm_result_t;
+
+/* Runs one case: `gguf_path` the model, `c` a case object, logits files relative to `dir`
+ * (a path under $GANTRY_GOLDEN). chunk: prefill chunk size for the teacher-forced pass (<= 0:
+ * all at once). Returns 0 or a negative error (message printed). */
+int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm_result_t *res);
+
+/* Set before gm_run_case: the case's reference computed RoPE with bf16-rounded frequencies
+ * (HF transformers running a bf16 checkpoint: the bf16 cases of tests/golden/manifest.json). */
+extern int gm_rope_freq_bf16;
+
+#endif

@@ -1,0 +1,148 @@
+/* tests/common/redis_server.c — see redis_server.h. */
+#define _GNU_SOURCE
+#include "tests/common/redis_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+struct rs {
+  char dir[256];
+  int port;
+  pid_t pid;
+};
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+static int spawn(rs_t *rs) {
+  const char *bin = getenv("GANTRY_REDIS_SERVER");
+  if (!bin) bin = "redis-server";
+  char port[16], log[300];
+  snprintf(port, sizeof port, "%d", rs->port);
+  snprintf(log, sizeof log, "%s/redis.log", rs->dir);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
+           "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
+           (char *)NULL);
+    _exit(127);
+  }
+  rs->pid = pid;
+  return 0;
+}
+
+/* Polls PING until the server answers (it is a separate process we cannot get an event from). */
+static int wait_ready(rs_t *rs) {
+  for (int i = 0; i < 1000; i++) {
+    int st;
+    if (waitpid(rs->pid, &st, WNOHANG) == rs->pid) {
+      rs->pid = 0;
+      return -1; /* exited: port taken or bad binary */
+    }
+    struct timeval tv = {0, 200000};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", rs->port, tv);
+    if (c && !c->err) {
+      redisReply *r = redisCommand(c, "PING");
+      bool ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+      if (r) freeReplyObject(r);
+      redisFree(c);
+      if (ok) return 0;
+    } else if (c) {
+      redisFree(c);
+    }
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static void reap_child(rs_t *rs, int sig) {
+  if (rs->pid <= 0) return;
+  kill(rs->pid, sig);
+  for (int i = 0; i < 500; i++) { /* 5 s, then SIGKILL */
+    if (waitpid(rs->pid, NULL, WNOHANG) == rs->pid) {
+      rs->pid = 0;
+      return;
+    }
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  kill(rs->pid, SIGKILL);
+  waitpid(rs->pid, NULL, 0);
+  rs->pid = 0;
+}
+
+rs_t *rs_start(gt_err_t *err) {
+  rs_t *rs = calloc(1, sizeof *rs);
+  if (!rs) {
+    gt_err_set(err, GT_ENOMEM, "redis_server: out of memory");
+    return NULL;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(rs->dir, sizeof rs->dir, "%s/gantry-redis-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (!mkdtemp(rs->dir)) {
+    gt_err_set(err, GT_EIO, "redis_server: mkdtemp %s: %s", rs->dir, strerror(errno));
+    free(rs);
+    return NULL;
+  }
+  for (int attempt = 0; attempt < 5; attempt++) { /* another process may grab the free port */
+    rs->port = free_port();
+    if (rs->port > 0 && spawn(rs) == 0 && wait_ready(rs) == 0) return rs;
+    reap_child(rs, SIGKILL);
+  }
+  gt_err_set(err, GT_EIO, "redis_server: could not start redis-server (see %s/redis.log)", rs->dir);
+  rs_stop(rs);
+  return NULL;
+}
+
+int rs_port(const rs_t *rs) { return rs->port; }
+
+int rs_kill(rs_t *rs) {
+  if (!rs || rs->pid <= 0) return GT_EIO;
+  reap_child(rs, SIGKILL);
+  return GT_OK;
+}
+
+int rs_restart(rs_t *rs, gt_err_t *err) {
+  if (!rs) return gt_err_set(err, GT_EINVAL, "redis_server: NULL");
+  reap_child(rs, SIGKILL);
+  for (int attempt = 0; attempt < 50; attempt++) { /* the port may linger briefly */
+    if (spawn(rs) == 0 && wait_ready(rs) == 0) return GT_OK;
+    reap_child(rs, SIGKILL);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return gt_err_set(err, GT_EIO, "redis_server: restart on port %d failed", rs->port);
+}
+
+void rs_stop(rs_t *rs) {
+  if (!rs) return;
+  reap_child(rs, SIGTERM);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", rs->dir);
+  if (system(cmd) != 0) { /* leaves a temp dir behind; nothing else to do */
+  }
+  free(rs);
+}

@@ -1,0 +1,22 @@
+/* tests/common/redis_server.h — a real redis-server for one test: started on a free loopback
+ * port in its own temp dir (no persistence), stopped and removed at the end; can be killed and
+ * restarted on the same port (state lost, like a crash without persistence) for fault tests.
+ * Needs the redis-server binary on PATH (or $GANTRY_REDIS_SERVER). */
+#ifndef GANTRY_TESTS_REDIS_SERVER_H
+#define GANTRY_TESTS_REDIS_SERVER_H
+
+#include "common/err.h"
+
+typedef struct rs rs_t;
+
+/* Starts a server and waits (bounded, 10 s) until it answers PING. NULL + err on failure. */
+rs_t *rs_start(gt_err_t *err);
+int rs_port(const rs_t *rs);
+/* kill -9 the server (connections drop, data is lost). GT_OK or GT_EIO. */
+int rs_kill(rs_t *rs);
+/* Starts it again on the same port (after rs_kill, or kills it first) and waits for PING. */
+int rs_restart(rs_t *rs, gt_err_t *err);
+/* Stops the server (SIGTERM, then SIGKILL), removes its directory, frees rs. NULL is a no-op. */
+void rs_stop(rs_t *rs);
+
+#endif

@@ -1,0 +1,314 @@
+/* tests/unit/test_bench_cli.c — the built `gantry` binary against the scripted server:
+ * bench outputs (table, results.csv, results.json, SVG) and what it sends, check (pass and
+ * fail), chat, health, models, limits. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/common/testutil.h"
+#include "tests/sse_server/sse_server.h"
+
+static char tmpdir[64];
+
+static sse_srv_t *start_text(const char *script) {
+  gt_err_t err = {0};
+  sse_srv_t *s = sse_srv_start(script, &err);
+  if (!s) fail_msg("server: %s", err.msg);
+  return s;
+}
+
+static sse_srv_t *start_file(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/sse_server/scripts/%s", getenv("GANTRY_SRC"), name);
+  char *text = tu_read_file(path, NULL);
+  if (!text) fail_msg("cannot read %s", path);
+  sse_srv_t *s = start_text(text);
+  free(text);
+  return s;
+}
+
+/* Runs `gantry --url <server> ARGS`, stdout into *out, stderr into tmpdir/stderr. */
+static int gantry(sse_srv_t *s, const char *args, char **out) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "%s --url http://127.0.0.1:%d %s 2>%s/stderr", tu_bin("gantry"), sse_srv_port(s), args,
+           tmpdir);
+  return tu_run(cmd, out);
+}
+
+static char *read_tmp(const char *name) {
+  char p[256];
+  snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+  char *t = tu_read_file(p, NULL);
+  if (!t) fail_msg("missing %s", p);
+  return t;
+}
+
+static int count_lines(const char *t) {
+  int n = 0;
+  for (; *t; t++) n += *t == '\n';
+  return n;
+}
+
+/* the request body (after the first line) of logged request i */
+static json_t *logged_body(sse_srv_t *s, int i, char *line, size_t cap) {
+  char *r = sse_srv_request(s, i);
+  assert_non_null(r);
+  char *nl = strchr(r, '\n');
+  snprintf(line, cap, "%.*s", (int)(nl - r), r);
+  json_t *j = json_loads(nl + 1, 0, NULL);
+  free(r);
+  return j;
+}
+
+static void test_bench_matrix(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("bench_demo.json");
+  char args[512], *out = NULL;
+  snprintf(args, sizeof args,
+           "bench --contexts 64,256 --concurrency 1,3 --requests-per-user 2 --max-tokens 12 --seed 5 --out %s/b",
+           tmpdir);
+  int rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  /* table: header + 2 contexts x 2 modes x 2 concurrencies */
+  assert_int_equal(count_lines(out), 1 + 8);
+  assert_non_null(strstr(out, "dec_tok/s"));
+  free(out);
+  char *csv = read_tmp("b/results.csv");
+  assert_int_equal(count_lines(csv), 9);
+  assert_non_null(strstr(csv, "ttft_p50_ms,ttft_p90_ms"));
+  free(csv);
+  char *svg = read_tmp("b/decode_vs_concurrency.svg");
+  assert_non_null(strstr(svg, "</svg>"));
+  assert_non_null(strstr(svg, "default ctx=256 warm"));
+  free(svg);
+  svg = read_tmp("b/ttft_vs_context.svg");
+  assert_non_null(strstr(svg, "default cold (c=1)"));
+  free(svg);
+
+  char p[256];
+  snprintf(p, sizeof p, "%s/b/results.json", tmpdir);
+  json_error_t je;
+  json_t *res = json_load_file(p, 0, &je);
+  if (!res) fail_msg("results.json: %s", je.text);
+  assert_string_equal(json_string_value(json_object_get(res, "version")), "0.1.0");
+  assert_non_null(strstr(json_string_value(json_object_get(res, "command_line")), "--requests-per-user 2"));
+  json_t *cells = json_object_get(res, "cells"), *c;
+  assert_int_equal(json_array_size(cells), 8);
+  size_t i;
+  json_array_foreach(cells, i, c) {
+    int warm = !strcmp(json_string_value(json_object_get(c, "mode")), "warm");
+    int conc = (int)json_integer_value(json_object_get(c, "concurrency"));
+    assert_int_equal(json_integer_value(json_object_get(c, "errors")), 0);
+    assert_int_equal(json_integer_value(json_object_get(c, "requests")), conc * 2);
+    /* the server's numbers, exactly: 512 prompt tokens, 496 cached when warm, 4 of 12 reasoning */
+    assert_int_equal(json_integer_value(json_object_get(c, "out_tokens")), 12 * conc * 2);
+    assert_int_equal(json_integer_value(json_object_get(c, "cached_tokens")), warm ? 496 * conc * 2 : 0);
+    assert_true(fabs(json_real_value(json_object_get(c, "prefix_hit_pct")) - (warm ? 96.875 : 0)) < 1e-9);
+    assert_true(fabs(json_real_value(json_object_get(c, "think_pct")) - 100.0 / 3) < 1e-9);
+    /* 12 ms per token in the script (the 2-token chunks take 24 ms) */
+    double itl = json_real_value(json_object_get(c, "itl_p50_ms"));
+    if (fabs(itl - 12) > 2) fail_msg("cell %zu: itl_p50 %.3f ms, script 12 ms", i, itl);
+    assert_true(fabs(json_real_value(json_object_get(c, "decode_tps_per_user")) - 1000 / itl) < 1e-6);
+    double tot = json_real_value(json_object_get(c, "total_tps"));
+    assert_true(fabs(json_real_value(json_object_get(c, "chk")) - 1000 / itl * conc / tot) < 1e-6);
+    /* cold first token at 60 ms, warm at 15 ms in the script */
+    double ttft = json_real_value(json_object_get(c, "ttft_p50_ms"));
+    assert_true(warm ? (ttft >= 14 && ttft < 45) : (ttft >= 59 && ttft < 90));
+  }
+  json_t *reqs = json_object_get(res, "requests");
+  assert_int_equal(json_array_size(reqs), 2 * 2 * (1 + 3) * 2);
+  json_t *r0 = json_array_get(reqs, 0);
+  assert_int_equal(json_array_size(json_object_get(r0, "chunk_ms")), 10);
+  assert_int_equal(json_integer_value(json_object_get(r0, "reasoning_tokens")), 4);
+  json_decref(res);
+
+  /* what went over the wire */
+  int n = sse_srv_n_requests(s), n_tok = 0, n_chat = 0, n_warmup = 0;
+  char firsts[64][48];
+  int n_cold = 0;
+  char warm_prompt[2][4096] = {"", ""};
+  for (int k = 0; k < n; k++) {
+    char line[128];
+    json_t *b = logged_body(s, k, line, sizeof line);
+    if (!strcmp(line, "POST /tokenize")) {
+      n_tok++;
+    } else if (!strcmp(line, "POST /v1/chat/completions")) {
+      n_chat++;
+      assert_true(json_is_true(json_object_get(b, "stream")));
+      assert_true(json_is_true(json_object_get(b, "ignore_eos")));
+      json_t *so = json_object_get(b, "stream_options");
+      assert_true(json_is_true(json_object_get(so, "include_usage")));
+      assert_true(json_is_true(json_object_get(so, "continuous_usage_stats")));
+      assert_string_equal(json_string_value(json_object_get(b, "model")), "demo");
+      const char *content = json_string_value(json_object_get(json_array_get(json_object_get(b, "messages"), 0), "content"));
+      int max_tokens = (int)json_integer_value(json_object_get(b, "max_tokens"));
+      if (max_tokens == 1) n_warmup++;
+      if (content[0] == '[') { /* cold: unique first line */
+        const char *nl = strchr(content, '\n');
+        assert_true(n_cold < 64);
+        snprintf(firsts[n_cold], sizeof firsts[0], "%.*s", (int)(nl - content), content);
+        for (int q = 0; q < n_cold; q++) assert_string_not_equal(firsts[q], firsts[n_cold]);
+        n_cold++;
+      } else { /* warm: the calibrated prompt itself, the same every time for a context */
+        int words = 1;
+        for (const char *t = content; *t; t++) words += *t == ' ' || *t == '\n';
+        int ci = words == 64 ? 0 : words == 256 ? 1 : -1;
+        if (ci < 0) fail_msg("warm prompt of %d words: calibration should give exactly 64 or 256", words);
+        if (!warm_prompt[ci][0]) snprintf(warm_prompt[ci], sizeof warm_prompt[ci], "%s", content);
+        else assert_string_equal(warm_prompt[ci], content);
+      }
+    }
+    json_decref(b);
+  }
+  assert_true(n_tok >= 2);
+  assert_int_equal(n_warmup, 2);
+  assert_int_equal(n_chat, 32 + 2);
+  assert_int_equal(n_cold, 16);
+  sse_srv_stop(s);
+}
+
+static void test_bench_flags(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("bench_demo.json");
+  char args[512], *out = NULL;
+  snprintf(args, sizeof args,
+           "bench --model other --contexts 32 --concurrency 2 --requests-per-user 1 --max-tokens 12 --cold "
+           "--natural-length --no-continuous-usage --api-key sekrit --out %s/f",
+           tmpdir);
+  assert_int_equal(gantry(s, args, &out), 0);
+  assert_int_equal(count_lines(out), 2);
+  free(out);
+  int n = sse_srv_n_requests(s), chats = 0;
+  for (int k = 0; k < n; k++) {
+    char line[128];
+    json_t *b = logged_body(s, k, line, sizeof line);
+    if (!strcmp(line, "POST /v1/chat/completions")) {
+      chats++;
+      assert_null(json_object_get(b, "ignore_eos"));
+      assert_null(json_object_get(json_object_get(b, "stream_options"), "continuous_usage_stats"));
+      assert_string_equal(json_string_value(json_object_get(b, "model")), "other");
+    }
+    assert_string_not_equal(line, "GET /v1/models"); /* --model given: no lookup */
+    json_decref(b);
+  }
+  assert_int_equal(chats, 2); /* --cold only: no warm-up */
+  sse_srv_stop(s);
+}
+
+static void test_check_pass_and_fail(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("check_pass.json");
+  char *out = NULL;
+  int rc = gantry(s, "check", &out);
+  if (rc != 0 || !strstr(out, "ALL_PASS")) fail_msg("check on a good server: exit %d\n%s", rc, out);
+  const char *names[] = {"health", "ready", "models", "stream", "tool_call", "prefix_cache", "determinism", "too_long"};
+  for (int i = 0; i < 8; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "PASS %s", names[i]);
+    if (!strstr(out, want)) fail_msg("missing '%s' in:\n%s", want, out);
+  }
+  free(out);
+  sse_srv_stop(s);
+
+  s = start_file("check_fail.json");
+  rc = gantry(s, "check", &out);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "FAIL ready"));
+  assert_non_null(strstr(out, "FAIL prefix_cache"));
+  assert_non_null(strstr(out, "FAIL too_long"));
+  assert_non_null(strstr(out, "PASS tool_call"));
+  assert_non_null(strstr(out, "FAILED: ready prefix_cache too_long"));
+  assert_null(strstr(out, "ALL_PASS"));
+  free(out);
+  sse_srv_stop(s);
+}
+
+static void test_chat_health_models(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("bench_demo.json");
+  char *out = NULL;
+  assert_int_equal(gantry(s, "chat --max-tokens 12 \"hello there\"", &out), 0);
+  /* not a terminal: content on stdout, reasoning apart on stderr */
+  assert_string_equal(out, " word word word word two words two words\n");
+  free(out);
+  char *err = read_tmp("stderr");
+  assert_non_null(strstr(err, " think think think think"));
+  assert_non_null(strstr(err, "12 tokens (4 reasoning)"));
+  free(err);
+  assert_int_equal(gantry(s, "health", &out), 0);
+  assert_non_null(strstr(out, "health   OK"));
+  assert_non_null(strstr(out, "ready    OK"));
+  free(out);
+  assert_int_equal(gantry(s, "models", &out), 0);
+  assert_string_equal(out, "demo\tmax_model_len=4096\towned_by=gantry\n");
+  free(out);
+  sse_srv_stop(s);
+
+  /* a server without /ready: health fails */
+  s = start_text("{\"routes\":{\"GET /health\":{\"json\":{\"status\":\"ok\"}}}}");
+  assert_int_equal(gantry(s, "health", &out), 1);
+  assert_non_null(strstr(out, "ready    FAIL  HTTP 404"));
+  free(out);
+  sse_srv_stop(s);
+}
+
+static void test_limits(void **st) {
+  (void)st;
+  sse_srv_t *s = start_text(
+      "{\"routes\":{\"GET /admin/limits\":{\"json\":[{\"model\":\"m\",\"max_inflight\":8,\"max_queued\":64,"
+      "\"weight\":1}]},\"PUT /admin/limits\":{\"json\":{\"model\":\"m\",\"tenant\":\"t 1\",\"max_inflight\":4}}}}");
+  char *out = NULL;
+  assert_int_equal(gantry(s, "--admin-key adm limits set --model m --tenant 't 1' --max-inflight 4 --weight 2.5", &out), 0);
+  assert_non_null(strstr(out, "\"max_inflight\": 4"));
+  free(out);
+  assert_int_equal(gantry(s, "limits get --model m --tenant 't 1'", &out), 0);
+  assert_non_null(strstr(out, "\"max_queued\": 64"));
+  free(out);
+  char line[128];
+  json_t *b = logged_body(s, 0, line, sizeof line);
+  assert_string_equal(line, "PUT /admin/limits");
+  assert_string_equal(json_string_value(json_object_get(b, "model")), "m");
+  assert_string_equal(json_string_value(json_object_get(b, "tenant")), "t 1");
+  assert_int_equal(json_integer_value(json_object_get(b, "max_inflight")), 4);
+  assert_true(fabs(json_real_value(json_object_get(b, "weight")) - 2.5) < 1e-12);
+  assert_null(json_object_get(b, "max_queued"));
+  json_decref(b);
+  json_decref(logged_body(s, 1, line, sizeof line));
+  assert_string_equal(line, "GET /admin/limits?model=m&tenant=t%201");
+  /* bad input is refused before anything is sent */
+  assert_int_equal(gantry(s, "limits set --model m --max-inflight -3", &out), 2);
+  free(out);
+  assert_int_equal(gantry(s, "limits set --max-inflight 3", &out), 2);
+  free(out);
+  assert_int_equal(sse_srv_n_requests(s), 2);
+  sse_srv_stop(s);
+}
+
+static int setup(void **st) {
+  (void)st;
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/gantry-bench-cli-XXXXXX");
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **st) {
+  (void)st;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bench_matrix),        cmocka_unit_test(test_bench_flags),
+      cmocka_unit_test(test_check_pass_and_fail), cmocka_unit_test(test_chat_health_models),
+      cmocka_unit_test(test_limits),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,302 @@
+/* tests/unit/test_bench_parse.c — SSE framing, chunk accounting with synthetic timestamps,
+ * statistics and the CSV/SVG writers (no network). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clients/bench_out.h"
+#include "clients/bench_prompt.h"
+#include "clients/bench_stats.h"
+#include "clients/req.h"
+#include "clients/sse.h"
+#include "clients/svg.h"
+#include "tests/common/testutil.h"
+#ifdef GANTRY_HAVE_TOK
+#include "clients/tok_local.h"
+#endif
+
+/* ---- SSE framing ---- */
+typedef struct {
+  char ev[16][128];
+  int n;
+} evs_t;
+
+static int collect(void *ud, const char *d, size_t n) {
+  evs_t *e = ud;
+  assert_true(e->n < 16);
+  assert_int_equal(strlen(d), n);
+  snprintf(e->ev[e->n++], 128, "%s", d);
+  return 0;
+}
+
+static void test_sse_framing_any_split(void **st) {
+  (void)st;
+  const char *stream = ": keep-alive comment\r\n"
+                       "data: {\"a\":1}\r\n\r\n"
+                       "event: message\nid: 7\ndata:{\"b\":2}\n\n"
+                       "data: line1\ndata: line2\n\n"
+                       "retry: 100\n\r"
+                       "data: [DONE]\n\n";
+  size_t len = strlen(stream);
+  /* every split point, and byte by byte, gives the same events */
+  for (size_t cut = 0; cut <= len + 1; cut++) {
+    evs_t e = {0};
+    gc_sse_t p;
+    gc_sse_init(&p, collect, &e);
+    if (cut == len + 1) {
+      for (size_t i = 0; i < len; i++) assert_int_equal(gc_sse_feed(&p, stream + i, 1), 0);
+    } else {
+      assert_int_equal(gc_sse_feed(&p, stream, cut), 0);
+      assert_int_equal(gc_sse_feed(&p, stream + cut, len - cut), 0);
+    }
+    assert_int_equal(gc_sse_finish(&p), 0);
+    gc_sse_free(&p);
+    assert_int_equal(e.n, 4);
+    assert_string_equal(e.ev[0], "{\"a\":1}");
+    assert_string_equal(e.ev[1], "{\"b\":2}");
+    assert_string_equal(e.ev[2], "line1\nline2");
+    assert_string_equal(e.ev[3], "[DONE]");
+  }
+}
+
+static void test_sse_unterminated_last_event(void **st) {
+  (void)st;
+  evs_t e = {0};
+  gc_sse_t p;
+  gc_sse_init(&p, collect, &e);
+  gc_sse_feed(&p, "data: x\n\ndata: tail", 19);
+  assert_int_equal(e.n, 1);
+  gc_sse_finish(&p); /* lenient: the tail still counts */
+  assert_int_equal(e.n, 2);
+  assert_string_equal(e.ev[1], "tail");
+  gc_sse_free(&p);
+}
+
+/* ---- chunk accounting, synthetic times ---- */
+#define MS(x) ((int64_t)((x) * 1000000.0))
+
+static void feed(gc_req_t *r, double t_ms, const char *json) { gc_req_on_event(r, json, strlen(json), MS(t_ms)); }
+
+static void test_req_counts_and_intervals(void **st) {
+  (void)st;
+  gc_req_t r;
+  memset(&r, 0, sizeof r);
+  r.keep_text = 1;
+  gc_req_begin(&r, MS(1000));
+  feed(&r, 1005, "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}");
+  feed(&r, 1100, "{\"choices\":[{\"delta\":{\"reasoning\":\"hm\",\"reasoning_content\":\"hm\"}}]}");
+  feed(&r, 1110, "{\"choices\":[{\"delta\":{\"content\":\"A\"}}]}");
+  feed(&r, 1130, "{\"choices\":[{\"delta\":{\"content\":\"B\"}}]}");
+  feed(&r, 1140, "{\"choices\":[{\"delta\":{\"content\":\"C\"},\"finish_reason\":\"stop\"}]}");
+  feed(&r, 1141, "{\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":8,"
+                 "\"prompt_tokens_details\":{\"cached_tokens\":4}}}");
+  feed(&r, 1142, "[DONE]");
+  gc_req_finish(&r, MS(1143));
+  assert_null(r.error);
+  assert_true(fabs(r.ttft_ms - 100) < 1e-6);
+  assert_true(fabs(r.ttfc_ms - 110) < 1e-6);
+  assert_int_equal(r.out_tokens, 8);
+  /* no reasoning count from the server: 1 of 4 token chunks, estimated and flagged */
+  assert_int_equal(r.reasoning_tokens, 2);
+  assert_true(r.reasoning_estimated);
+  assert_string_equal(r.reasoning, "hm");
+  assert_string_equal(r.content, "ABC");
+  assert_int_equal(r.cached_tokens, 4);
+  /* 8 tokens over 4 chunks: 2 per chunk; intervals 10,20,10 ms -> 5,10,5 per token */
+  assert_int_equal(r.n_ival, 3);
+  assert_true(fabs(r.itl_median_ms - 5) < 1e-6);
+  assert_string_equal(r.finish_reason, "stop");
+  gc_req_free(&r);
+}
+
+static void test_req_bad_json_and_completions_text(void **st) {
+  (void)st;
+  gc_req_t r;
+  memset(&r, 0, sizeof r);
+  gc_req_begin(&r, 0);
+  feed(&r, 10, "{\"choices\":[{\"text\":\"x\"}]}");
+  feed(&r, 20, "{not json");
+  feed(&r, 30, "[DONE]");
+  gc_req_finish(&r, MS(31));
+  assert_non_null(r.error);
+  assert_non_null(strstr(r.error, "bad chunk JSON"));
+  assert_int_equal(r.content_chunks, 1);
+  gc_req_free(&r);
+}
+
+static void test_wmedian_percentile(void **st) {
+  (void)st;
+  double v[] = {10, 15, 12}, w[] = {3, 3, 2};
+  assert_true(fabs(gc_wmedian(v, w, 3) - 12) < 1e-9);
+  double e[] = {4, 1, 3, 2};
+  assert_true(fabs(gc_wmedian(e, NULL, 4) - 2.5) < 1e-9);
+  assert_true(gc_wmedian(e, NULL, 0) < 0);
+  double p[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  assert_true(fabs(gc_percentile(p, 10, 50) - 5.5) < 1e-9);
+  assert_true(fabs(gc_percentile(p, 10, 90) - 9.1) < 1e-9);
+  assert_true(fabs(gc_percentile(p, 1, 90) - 1) < 1e-9);
+}
+
+/* Builds a finished request: ttft, then n tokens d ms apart, cached/prompt/reasoning. */
+static void fake(gc_req_t *r, double t0, double ttft, int n, double d, int prompt, int cached, int reasoning) {
+  memset(r, 0, sizeof *r);
+  gc_req_begin(r, MS(t0));
+  char buf[256];
+  for (int i = 0; i < n; i++) {
+    snprintf(buf, sizeof buf, "{\"choices\":[{\"delta\":{\"%s\":\"t\"}}],\"usage\":{\"prompt_tokens\":%d,"
+             "\"completion_tokens\":%d,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}",
+             i < reasoning ? "reasoning" : "content", prompt, i + 1, cached);
+    feed(r, t0 + ttft + i * d, buf);
+  }
+  feed(r, t0 + ttft + n * d, "[DONE]");
+  gc_req_finish(r, MS(t0 + ttft + n * d));
+}
+
+static void test_cell_math(void **st) {
+  (void)st;
+  gc_req_t r[4];
+  /* 2 users, 2 requests each; decode 10 ms/token; each request 100 ms TTFT + 9 x 10 ms */
+  fake(&r[0], 0, 100, 10, 10, 200, 0, 2);
+  fake(&r[1], 0, 120, 10, 10, 200, 100, 2);
+  fake(&r[2], 190, 100, 10, 10, 200, 200, 2);
+  fake(&r[3], 210, 140, 10, 10, 200, 100, 2);
+  gc_cell_t c = {.concurrency = 2};
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.4), 0);
+  assert_int_equal(c.n_ok, 4);
+  assert_true(fabs(c.itl_p50 - 10) < 1e-6);
+  assert_true(fabs(c.decode_tps - 100) < 1e-6);           /* 1000 / 10 ms, not tokens/total time */
+  assert_true(fabs(c.total_tps - 40 / 0.4) < 1e-6);       /* 40 tokens / 0.4 s */
+  assert_true(fabs(c.chk - 100.0 * 2 / 100.0) < 1e-6);    /* decode x conc / total */
+  assert_true(fabs(c.ttft_p50 - 110) < 1e-6);
+  assert_true(fabs(c.ttft_p90 - 134) < 1e-6);
+  assert_true(fabs(c.prefix_hit_pct - 50) < 1e-6);        /* 400 of 800 */
+  assert_true(fabs(c.think_pct - 20) < 1e-6);             /* 8 of 40 */
+  /* an errored request is counted apart and kept out of the timing */
+  gc_req_free(&r[3]);
+  memset(&r[3], 0, sizeof r[3]);
+  gc_req_begin(&r[3], 0);
+  r[3].http_status = 503;
+  gc_req_finish(&r[3], MS(5));
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.4), 0);
+  assert_int_equal(c.n_err, 1);
+  assert_non_null(strstr(c.first_error, "HTTP 503"));
+  assert_true(fabs(c.total_tps - 30 / 0.4) < 1e-6);
+  for (int i = 0; i < 4; i++) gc_req_free(&r[i]);
+}
+
+static void test_csv_and_svg(void **st) {
+  (void)st;
+  gc_cell_t c[2];
+  memset(c, 0, sizeof c);
+  snprintf(c[0].target, sizeof c[0].target, "A,\"x\"");
+  c[0].context = 512, c[0].concurrency = 4, c[0].n = 8, c[0].n_ok = 8;
+  c[0].ttft_p50 = 12.5, c[0].ttft_p90 = -1, c[0].ttfc_p50 = -1, c[0].e2e_p50 = -1, c[0].itl_p50 = 10;
+  c[0].decode_tps = 100, c[0].total_tps = 350, c[0].chk = 1.143, c[0].prefix_hit_pct = -1, c[0].think_pct = 0;
+  c[0].prompt_tokens_mean = -1;
+  c[1] = c[0];
+  c[1].warm = 1;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  gc_csv_write(f, c, 2);
+  fclose(f);
+  assert_non_null(strstr(buf, "\"A,\"\"x\"\"\",512,4,0,cold,8,8,0,12.500,,,,10.000,100.000,350.000,1.143,,0.00,"));
+  assert_non_null(strstr(buf, ",warm,"));
+  free(buf);
+  gc_series_t s[2];
+  memset(s, 0, sizeof s);
+  snprintf(s[0].name, sizeof s[0].name, "A <ctx=512>");
+  gc_series_add(&s[0], 4, 50);
+  gc_series_add(&s[0], 1, 100);
+  gc_series_add(&s[0], 2, 80);
+  assert_true(s[0].x[0] == 1 && s[0].x[1] == 2 && s[0].x[2] == 4);
+  snprintf(s[1].name, sizeof s[1].name, "B");
+  gc_series_add(&s[1], 1, 90);
+  f = open_memstream(&buf, &len);
+  gc_svg_plot(f, "t", "x", "y", s, 2, 1);
+  fclose(f);
+  assert_non_null(strstr(buf, "<svg"));
+  assert_non_null(strstr(buf, "</svg>"));
+  assert_non_null(strstr(buf, "A &lt;ctx=512&gt;"));
+  int polylines = 0;
+  for (char *p = buf; (p = strstr(p, "<polyline")); p++) polylines++;
+  assert_int_equal(polylines, 2);
+  free(buf);
+}
+
+static void test_prompt_words(void **st) {
+  (void)st;
+  char *a = gc_prompt_words(3, 100), *b = gc_prompt_words(3, 100), *c = gc_prompt_words(4, 100);
+  assert_string_equal(a, b);
+  assert_string_not_equal(a, c);
+  int words = 0;
+  for (char *p = a; *p; p++)
+    if (*p == ' ' || *p == '\n') words++;
+  assert_int_equal(words + 1, 100);
+  free(a), free(b), free(c);
+}
+
+/* calibration against a counter that charges 1 token per 4 characters */
+static int chars4(void *ud, const char *t, int *count, gt_err_t *err) {
+  (void)err;
+  (*(int *)ud)++;
+  *count = (int)((strlen(t) + 3) / 4);
+  return 0;
+}
+
+static void test_prompt_calibrate(void **st) {
+  (void)st;
+  int targets[] = {1, 50, 512, 8192};
+  for (int i = 0; i < 4; i++) {
+    int calls = 0, tokens = 0;
+    char *text = NULL;
+    gt_err_t err = {0};
+    assert_int_equal(gc_prompt_calibrate(chars4, &calls, targets[i], 1, &text, &tokens, &err), 0);
+    int n;
+    chars4(&calls, text, &n, NULL);
+    assert_int_equal(n, tokens);
+    assert_true(tokens <= targets[i]);
+    assert_true(tokens >= targets[i] - 4 || targets[i] < 4); /* one word is at most ~2 tokens here */
+    assert_true(calls < 30);
+    free(text);
+  }
+}
+
+/* --tokenizer M.gguf: calibration with the engine's own tokenizer */
+static void test_prompt_calibrate_local_tokenizer(void **st) {
+  (void)st;
+#ifdef GANTRY_HAVE_TOK
+  gt_err_t err = {0};
+  gc_tok_local_t *t = gc_tok_local_open(tu_golden("qwen3-tiny.bf16.gguf"), &err);
+  if (!t) fail_msg("%s", err.msg);
+  char *text = NULL;
+  int tokens = 0, n = 0;
+  assert_int_equal(gc_prompt_calibrate(gc_tok_local_count, t, 700, 9, &text, &tokens, &err), 0);
+  assert_int_equal(gc_tok_local_count(t, text, &n, &err), 0);
+  assert_int_equal(n, tokens);
+  assert_true(tokens <= 700 && tokens >= 690);
+  free(text);
+  gc_tok_local_free(t);
+  assert_null(gc_tok_local_open("/nonexistent.gguf", &err));
+  assert_true(err.msg[0] != 0);
+#else
+  skip();
+#endif
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sse_framing_any_split),     cmocka_unit_test(test_sse_unterminated_last_event),
+      cmocka_unit_test(test_req_counts_and_intervals),  cmocka_unit_test(test_req_bad_json_and_completions_text),
+      cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
+      cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_prompt_words),
+      cmocka_unit_test(test_prompt_calibrate),          cmocka_unit_test(test_prompt_calibrate_local_tokenizer),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
