@@ -24,6 +24,8 @@ int gc_cmd_limits(gc_cli_t *cli, int argc, char **argv);
 int gc_cmd_health(gc_cli_t *cli, int argc, char **argv);
 int gc_cmd_models(gc_cli_t *cli, int argc, char **argv);
 int gc_cmd_check(gc_cli_t *cli, int argc, char **argv);
+int gc_cmd_tokenize(gc_cli_t *cli, int argc, char **argv);
+int gc_cmd_queues(gc_cli_t *cli, int argc, char **argv);
 
 /* Id of the first model of GET /v1/models into out; GT_ENOTFOUND when the list is empty.
  * *max_len gets its max_model_len when the server says (else -1); max_len may be NULL. */

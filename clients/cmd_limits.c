@@ -1,5 +1,6 @@
-/* clients/cmd_limits.c — `gantry limits get|set`: the router's admin API (/admin/limits),
- * live limits per model and tenant (max_inflight, max_queued, weight). */
+/* clients/cmd_limits.c — the router's admin API: `gantry limits get|set` (/admin/limits, live
+ * limits per model and tenant: max_inflight, max_queued, weight) and `gantry queues`
+ * (/admin/queues). */
 #include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -120,4 +121,25 @@ int gc_cmd_limits(gc_cli_t *cli, int argc, char **argv) {
   print_body(body);
   free(body);
   return 0;
+}
+
+int gc_cmd_queues(gc_cli_t *cli, int argc, char **argv) {
+  (void)argv;
+  if (argc > 1) {
+    fprintf(stderr, "usage: gantry queues\n");
+    return 2;
+  }
+  gc_http_t h = cli->http;
+  if (cli->admin_key) h.api_key = cli->admin_key;
+  long st;
+  char *body = NULL;
+  gt_err_t err = {0};
+  if (gc_http_do(&h, "GET", "/admin/queues", NULL, &st, &body, &err)) {
+    fprintf(stderr, "gantry queues: %s\n", err.msg);
+    return 1;
+  }
+  if (st != 200) fprintf(stderr, "gantry queues: HTTP %ld\n", st);
+  print_body(body);
+  free(body);
+  return st == 200 ? 0 : 1;
 }

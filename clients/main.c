@@ -14,8 +14,10 @@ static void usage(FILE *f) {
           "  bench ...                     telemetry matrix (gantry bench --help)\n"
           "  limits get [--model M] [--tenant T]\n"
           "  limits set --model M [--tenant T] [--max-inflight N] [--max-queued N] [--weight W]\n"
+          "  queues                        /admin/queues (admission queues)\n"
           "  health                        /health and /ready\n"
           "  models                        /v1/models\n"
+          "  tokenize [--model M] \"text\"   the server's /tokenize\n"
           "  check [URL] [--model M]       post-deploy acceptance suite (ALL_PASS or what failed)\n"
           "URL defaults to $GANTRY_URL or http://127.0.0.1:8080; keys to $GANTRY_API_KEY and\n"
           "$GANTRY_ADMIN_KEY.\n",
@@ -71,7 +73,8 @@ int main(int argc, char **argv) {
     const char *name;
     int (*fn)(gc_cli_t *, int, char **);
   } cmds[] = {{"bench", gc_cmd_bench},   {"chat", gc_cmd_chat},     {"limits", gc_cmd_limits},
-              {"health", gc_cmd_health}, {"models", gc_cmd_models}, {"check", gc_cmd_check}};
+              {"health", gc_cmd_health}, {"models", gc_cmd_models}, {"check", gc_cmd_check},
+              {"tokenize", gc_cmd_tokenize}, {"queues", gc_cmd_queues}};
   for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++)
     if (!strcmp(argv[i], cmds[k].name)) {
       curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -36,7 +36,13 @@ static double nice_ceil(double v) {
   if (v <= 0) return 1;
   double p = pow(10, floor(log10(v)));
   double m = v / p;
-  double n = m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10;
+  static const double steps[] = {1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10};
+  double n = 10;
+  for (int i = 0; i < 10; i++)
+    if (m <= steps[i]) {
+      n = steps[i];
+      break;
+    }
   return n * p;
 }
 

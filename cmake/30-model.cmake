@@ -11,7 +11,13 @@ add_library(gantry_model STATIC
 )
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
 
+# the scheduler: continuous batching, paged KV with prefix caching, per-request output
+add_library(gantry_sched STATIC engine/kv.c engine/seqout.c engine/sched.c)
+target_link_libraries(gantry_sched PUBLIC gantry_model gantry_tok gantry_chat gantry_common Threads::Threads)
+
 add_library(gantry_golden STATIC tests/common/golden_model.c)
 target_link_libraries(gantry_golden PUBLIC gantry_model gantry_testutil)
 
 gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOUT 900)
+
+gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_testutil TIMEOUT 300)

@@ -1,13 +1,15 @@
 # qwen35 (Gated DeltaNet hybrid) tests.
 # test_gdn_ops drives the CPU backend's GDN ops directly (engine/backend_cpu_gdn.c compiled in),
-# so it does not depend on the rest of the backend.
+# so it does not depend on the rest of the backend; it also checks the chunked form
+# (engine/gdn_chunked.c) against the sequential scan.
 gt_add_test(test_gdn_ops
-  SOURCES tests/unit/test_gdn_ops.c engine/backend_cpu_gdn.c
+  SOURCES tests/unit/test_gdn_ops.c engine/backend_cpu_gdn.c engine/gdn_chunked.c
   LIBS gantry_common OpenMP::OpenMP_C
   TIMEOUT 120)
 
-# qwen35-tiny (bf16) against the golden logits and generations; chunked / batched / snapshot.
+# qwen35-tiny (bf16) against the golden logits and generations; chunked / batched / snapshot;
+# loader variants written with the GGUF writer (gantry_quant).
 gt_add_test(test_qwen35
   SOURCES tests/unit/test_qwen35.c
-  LIBS gantry_model gantry_testutil
+  LIBS gantry_model gantry_quant gantry_testutil
   TIMEOUT 300)

@@ -13,7 +13,7 @@ if(TARGET gantry_tok)
 endif()
 
 add_executable(gantry clients/main.c clients/cmd_bench.c clients/cmd_chat.c clients/cmd_limits.c
-  clients/cmd_health.c clients/cmd_models.c clients/cmd_check.c)
+  clients/cmd_health.c clients/cmd_models.c clients/cmd_check.c clients/cmd_tokenize.c)
 target_link_libraries(gantry PRIVATE gantry_client)
 target_compile_definitions(gantry PRIVATE GANTRY_VERSION="${PROJECT_VERSION}")
 

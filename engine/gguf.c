@@ -102,8 +102,8 @@ static const char *vt_name(uint32_t t) {
   return t < GGUF_VT_COUNT ? names[t] : "?";
 }
 
-/* Skips (validates) one value of type t. depth guards nested arrays. If sidx is non-NULL and
- * t is an array of strings, the element offsets are written there (caller sized it). */
+/* Skips (validates) one value of type t; depth bounds the recursion of nested arrays. Every
+ * element consumes at least one byte of the file, so the work is linear in the file size. */
 static int skip_value(cur_t *c, uint32_t t, const char *key, int depth);
 
 static int skip_array(cur_t *c, const char *key, int depth, uint32_t *elem_type, uint64_t *n,

@@ -1,5 +1,6 @@
 /* engine/quantize.c — row quantizers (ggml reference algorithms, own code), threaded row
  * conversion, llama.cpp's type mixes (qz_plan_types) and file quantization. */
+#define _GNU_SOURCE /* qsort_r */
 #include "engine/quantize.h"
 
 #include <math.h>
@@ -56,39 +57,40 @@ static void q8_0_row(const float *x, blk_q8_0 *y, int64_t n) {
 
 /* Asymmetric fit x ~ scale * L + min (min <= 0), L in [0, nmax], weighted least squares.
  * Starts from the min/max grid, then tries nstep+1 rescaled grids (rmin + rdelta * is) and
- * keeps the best weighted squared error. Returns scale; *neg_min = -min. L: (n) levels. */
+ * keeps the best weighted squared error. As in ggml, each grid is laid from the best min found
+ * so far (not the data minimum), so an improvement shifts the later grids. Returns scale;
+ * *neg_min = -min. L: (n) levels. */
 static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint8_t *L,
                            float *neg_min, uint8_t *Ltry, float rmin, float rdelta, int nstep) {
-  float lo = x[0], hi = x[0];
+  float min = x[0], max = x[0];
   float sum_w = w[0];
   float sum_x = sum_w * x[0];
   for (int i = 1; i < n; i++) {
-    if (x[i] < lo) lo = x[i];
-    if (x[i] > hi) hi = x[i];
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
     sum_w += w[i];
     sum_x += w[i] * x[i];
   }
-  if (lo > 0) lo = 0;
-  if (hi == lo) {
+  if (min > 0) min = 0;
+  if (max == min) {
     memset(L, 0, (size_t)n);
-    *neg_min = -lo;
+    *neg_min = -min;
     return 0.0f;
   }
-  float iscale = nmax / (hi - lo);
+  float iscale = nmax / (max - min);
   float scale = 1 / iscale;
   float best = 0;
   for (int i = 0; i < n; i++) {
-    int l = round_int(iscale * (x[i] - lo));
+    int l = round_int(iscale * (x[i] - min));
     L[i] = (uint8_t)imax(0, imin(nmax, l));
-    float diff = scale * L[i] + lo - x[i];
+    float diff = scale * L[i] + min - x[i];
     best += w[i] * (diff * diff);
   }
-  float min = lo;
   for (int is = 0; is <= nstep; is++) {
-    iscale = (rmin + rdelta * is + nmax) / (hi - lo);
+    iscale = (rmin + rdelta * is + nmax) / (max - min);
     float sl = 0, sl2 = 0, sxl = 0;
     for (int i = 0; i < n; i++) {
-      int l = round_int(iscale * (x[i] - lo));
+      int l = round_int(iscale * (x[i] - min));
       l = imax(0, imin(nmax, l));
       Ltry[i] = (uint8_t)l;
       sl += w[i] * l;
@@ -516,23 +518,18 @@ static int layer_of(const char *name) {
 }
 
 /* llama.cpp's weight_name_comparer: by layer (non-layer tensors first), then by name. */
-static const qz_tensor_desc_t *g_sort_base;
-static int cmp_llama_order(const void *a, const void *b) {
-  const qz_tensor_desc_t *x = &g_sort_base[*(const int64_t *)a], *y = &g_sort_base[*(const int64_t *)b];
+static int cmp_llama_order(const void *a, const void *b, void *ctx) {
+  const qz_tensor_desc_t *t = ctx;
+  const qz_tensor_desc_t *x = &t[*(const int64_t *)a], *y = &t[*(const int64_t *)b];
   int lx = layer_of(x->name), ly = layer_of(y->name);
   if (lx != ly) return lx < ly ? -1 : 1;
   return strcmp(x->name, y->name);
 }
 
-static pthread_mutex_t g_sort_mu = PTHREAD_MUTEX_INITIALIZER;
-
 /* order[0..n) = indices of t in llama.cpp's order. */
 static void llama_order(const qz_tensor_desc_t *t, int64_t n, int64_t *order) {
   for (int64_t i = 0; i < n; i++) order[i] = i;
-  pthread_mutex_lock(&g_sort_mu);
-  g_sort_base = t;
-  qsort(order, (size_t)n, sizeof *order, cmp_llama_order);
-  pthread_mutex_unlock(&g_sort_mu);
+  qsort_r(order, (size_t)n, sizeof *order, cmp_llama_order, (void *)t);
 }
 
 /* Shape fallback for k-quants (see quantize.h). */

@@ -152,7 +152,8 @@ int tok_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t v) {
   return GT_OK;
 }
 
-/* Heap entry: rank << 32 | left symbol index, so the smallest key is the lowest rank and, on
+/* 4-ary min-heap (half the depth of a binary one, the four children share a cache line) of
+ * entries rank << 32 | left symbol index, so the smallest key is the lowest rank and, on
  * ties, the leftmost pair. An entry is stale when its pair changed since it was pushed; it is
  * then skipped on pop (see bpe_run). */
 struct tok_heap_ent {
@@ -170,7 +171,7 @@ static int heap_push(tok_bpe_work_t *w, size_t *hn, uint64_t key) {
   struct tok_heap_ent *h = w->heap;
   size_t i = (*hn)++;
   while (i > 0) {
-    size_t p = (i - 1) / 2;
+    size_t p = (i - 1) / 4;
     if (h[p].key <= key) break;
     h[i] = h[p];
     i = p;
@@ -184,9 +185,10 @@ static uint64_t heap_pop(tok_bpe_work_t *w, size_t *hn) {
   uint64_t top = h[0].key, last = h[--*hn].key;
   size_t i = 0, n = *hn;
   for (;;) {
-    size_t c = 2 * i + 1;
+    size_t c = 4 * i + 1, e = c + 4 < n ? c + 4 : n;
     if (c >= n) break;
-    if (c + 1 < n && h[c + 1].key < h[c].key) c++;
+    for (size_t k = c + 1; k < e; k++)
+      if (h[k].key < h[c].key) c = k;
     if (h[c].key >= last) break;
     h[i] = h[c];
     i = c;

@@ -50,8 +50,6 @@ struct tok_pretok {
 
 struct tok_pretok_scratch {
   pcre2_match_data *md;
-  pcre2_match_context *mctx;
-  pcre2_jit_stack *stack;
 };
 
 int tok_pretok_new(const char *name, size_t len, tok_pretok_t **out, gt_err_t *err) {
@@ -100,16 +98,9 @@ int tok_pretok_scratch_new(const tok_pretok_t *p, tok_pretok_scratch_t **out, gt
   tok_pretok_scratch_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "pre-tokenizer: out of memory");
   s->md = pcre2_match_data_create_from_pattern(p->code, NULL);
-  s->mctx = pcre2_match_context_create(NULL);
-  if (!s->md || !s->mctx) {
-    tok_pretok_scratch_free(s);
+  if (!s->md) {
+    free(s);
     return gt_err_set(err, GT_ENOMEM, "pre-tokenizer: out of memory");
-  }
-  if (p->jit) {
-    /* A match of these patterns backtracks at most over one run of whitespace or letters;
-     * 1 MiB of JIT stack covers far more than any text will need (failures fall back). */
-    s->stack = pcre2_jit_stack_create(32 * 1024, 1024 * 1024, NULL);
-    if (s->stack) pcre2_jit_stack_assign(s->mctx, NULL, s->stack);
   }
   *out = s;
   return GT_OK;
@@ -117,20 +108,19 @@ int tok_pretok_scratch_new(const tok_pretok_t *p, tok_pretok_scratch_t **out, gt
 
 void tok_pretok_scratch_free(tok_pretok_scratch_t *s) {
   if (!s) return;
-  if (s->stack) pcre2_jit_stack_free(s->stack);
-  pcre2_match_context_free(s->mctx);
   pcre2_match_data_free(s->md);
   free(s);
 }
 
+/* JIT with its default 32 KiB stack (a match of these patterns backtracks at most over one run
+ * of whitespace or letters, and JIT keeps simple repeats off the stack); a match that would
+ * need more runs in the interpreter, which has no such limit. */
 static int match_at(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char *text, size_t len,
                     size_t off) {
   int rc = PCRE2_ERROR_JIT_BADOPTION;
-  if (p->jit && s->stack)
-    rc = pcre2_jit_match(p->code, (PCRE2_SPTR)text, len, off, 0, s->md, s->mctx);
+  if (p->jit) rc = pcre2_jit_match(p->code, (PCRE2_SPTR)text, len, off, 0, s->md, NULL);
   if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_JIT_BADOPTION)
-    rc = pcre2_match(p->code, (PCRE2_SPTR)text, len, off, PCRE2_NO_JIT | PCRE2_NO_UTF_CHECK, s->md,
-                     s->mctx);
+    rc = pcre2_match(p->code, (PCRE2_SPTR)text, len, off, PCRE2_NO_JIT | PCRE2_NO_UTF_CHECK, s->md, NULL);
   return rc;
 }
 

@@ -25,7 +25,7 @@ void tok_pretok_free(tok_pretok_t *p);
 const char *tok_pretok_name(const tok_pretok_t *p);    /* "qwen2" / "qwen35" */
 const char *tok_pretok_pattern(const tok_pretok_t *p); /* the PCRE2 pattern in use */
 
-/* Per-call matching state (PCRE2 match data and JIT stack). One per thread at a time. */
+/* Per-call matching state (PCRE2 match data). One per thread at a time. */
 int tok_pretok_scratch_new(const tok_pretok_t *p, tok_pretok_scratch_t **out, gt_err_t *err);
 void tok_pretok_scratch_free(tok_pretok_scratch_t *s);
 

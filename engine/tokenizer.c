@@ -96,11 +96,7 @@ int tok_build(const tok_spec_t *spec, tok_t **out, gt_err_t *err) {
       rc = gt_err_set(err, GT_EFORMAT, "tokenizer: token %zu is NULL", i);
       goto fail;
     }
-    if (spec->token_lens[i] == 0) {
-      rc = gt_err_set(err, GT_EFORMAT, "tokenizer: token %zu is empty", i);
-      goto fail;
-    }
-    if (memchr(spec->tokens[i], 0, spec->token_lens[i])) {
+    if (spec->token_lens[i] && memchr(spec->tokens[i], 0, spec->token_lens[i])) {
       rc = gt_err_set(err, GT_EFORMAT, "tokenizer: token %zu contains a NUL byte", i);
       goto fail;
     }
@@ -131,17 +127,17 @@ int tok_build(const tok_spec_t *spec, tok_t **out, gt_err_t *err) {
     const char *s = spec->tokens[i];
     size_t n = spec->token_lens[i];
     t->text_off[i] = to;
-    memcpy(t->text + to, s, n);
+    if (n) memcpy(t->text + to, s, n);
     t->text[to + n] = 0;
     to += n + 1;
     t->piece_off[i] = po;
     if (ty == TOK_TYPE_NORMAL || ty == TOK_TYPE_UNDEFINED || ty == TOK_TYPE_BYTE) {
       po += text_to_bytes(s, n, t->piece + po);
     } else {
-      memcpy(t->piece + po, s, n); /* control / user-defined / unknown / unused: text as is */
+      if (n) memcpy(t->piece + po, s, n); /* control / user-defined / unknown / unused: text as is */
       po += n;
     }
-    if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED) && tok_utf8_invalid_at(s, n) == n) n_special++;
+    if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED) && n && tok_utf8_invalid_at(s, n) == n) n_special++;
   }
   t->text_off[nv] = to;
   t->piece_off[nv] = po;
@@ -156,7 +152,7 @@ int tok_build(const tok_spec_t *spec, tok_t **out, gt_err_t *err) {
   for (size_t i = 0; i < nv; i++) {
     const char *s = t->text + t->text_off[i];
     size_t n = tok_text_len(t, (int32_t)i);
-    if ((t->type[i] == TOK_TYPE_CONTROL || t->type[i] == TOK_TYPE_USER_DEFINED) && tok_utf8_invalid_at(s, n) == n)
+    if ((t->type[i] == TOK_TYPE_CONTROL || t->type[i] == TOK_TYPE_USER_DEFINED) && n && tok_utf8_invalid_at(s, n) == n)
       t->special[t->n_special++] = (int32_t)i;
   }
   qsort_r(t->special, t->n_special, sizeof *t->special, special_cmp, t);

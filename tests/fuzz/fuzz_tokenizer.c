@@ -7,6 +7,8 @@
  *   2: the payload made valid UTF-8 (ill-formed parts -> U+FFFD), then modes 0 and 1 on it.
  *   3: the payload as little-endian int32 ids (some out of range): tok_decode, and the streaming
  *      decoder token by token, which must emit only valid UTF-8 equal to the lossy decode.
+ *   4: the payload as a GGUF file: tok_load must fail cleanly (error code and message) or give a
+ *      tokenizer that then encodes, decodes and streams a fixed mixed text.
  * Also linked into test_tokenizer, which replays tests/fuzz/regress/tokenizer/ through it. The
  * vocabulary is $GANTRY_GOLDEN/qwen3-vocab.gguf (default tests/golden/). */
 #include <stdint.h>
@@ -140,12 +142,60 @@ static void check_decode(const tok_t *t, const uint8_t *p, size_t n) {
   free(ids);
 }
 
+/* Tokenizer from untrusted GGUF bytes. */
+static void check_load(const uint8_t *p, size_t n) {
+  gt_err_t err = {0};
+  gguf_t *g = NULL;
+  if (gguf_open_buffer(p, n, &g, &err) != GT_OK) return;
+  tok_t *t = NULL;
+  int rc = tok_load(g, &t, &err);
+  gguf_close(g); /* the tokenizer must not depend on the file any more */
+  if (rc != GT_OK) {
+    CHECK(t == NULL && rc < 0 && err.msg[0]);
+    return;
+  }
+  static const char text[] = "Hello, y'all! <|im_end|> \xE4\xB8\xAD\xE6\x96\x87 e\xCC\x81 \xF0\x9F\xA6\x99\n\n  x";
+  for (unsigned flags = 0; flags <= TOK_SPECIAL; flags += TOK_SPECIAL) {
+    int32_t *ids = NULL;
+    size_t nid = 0;
+    rc = tok_encode(t, text, sizeof text - 1, flags, &ids, &nid, &err);
+    CHECK(rc == GT_OK || (rc < 0 && err.msg[0]));
+    if (rc == GT_OK) {
+      char *dec = NULL;
+      size_t dl = 0;
+      CHECK(tok_decode(t, ids, nid, 0, &dec, &dl, &err) == GT_OK);
+      tok_stream_t s;
+      tok_stream_init(&s, t, TOK_SKIP_CONTROL);
+      for (size_t i = 0; i <= nid; i++) {
+        const char *txt;
+        size_t l;
+        CHECK((i < nid ? tok_stream_push(&s, ids[i], &txt, &l, &err) : tok_stream_flush(&s, &txt, &l, &err)) == GT_OK);
+        CHECK(tok_utf8_invalid_at(txt, l) == l);
+      }
+      tok_stream_free(&s);
+      free(dec);
+    }
+    free(ids);
+  }
+  for (int32_t id = -1; id <= (int32_t)tok_n_vocab(t); id++) {
+    size_t l;
+    const char *tx = tok_text(t, id, &l);
+    CHECK((tx != NULL) == (id >= 0 && (size_t)id < tok_n_vocab(t)));
+    if (tx) CHECK(tok_find(t, tx) >= 0);
+  }
+  tok_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  const tok_t *t = fuzz_tok();
   const char *s = (const char *)data + 1;
   size_t n = size - 1;
-  switch (data[0] % 4) {
+  if (data[0] % 5 == 4) {
+    check_load(data + 1, n);
+    return 0;
+  }
+  const tok_t *t = fuzz_tok();
+  switch (data[0] % 5) {
     case 0: check_encode(t, s, n, 0); break;
     case 1: check_encode(t, s, n, TOK_SPECIAL); break;
     case 2: {

@@ -249,6 +249,9 @@ static void test_chat_health_models(void **st) {
   assert_int_equal(gantry(s, "models", &out), 0);
   assert_string_equal(out, "demo\tmax_model_len=4096\towned_by=gantry\n");
   free(out);
+  assert_int_equal(gantry(s, "tokenize \"one two  three\"", &out), 0);
+  assert_string_equal(out, "count 3\n0 1 2\n");
+  free(out);
   sse_srv_stop(s);
 
   /* a server without /ready: health fails */
@@ -263,7 +266,7 @@ static void test_limits(void **st) {
   (void)st;
   sse_srv_t *s = start_text(
       "{\"routes\":{\"GET /admin/limits\":{\"json\":[{\"model\":\"m\",\"max_inflight\":8,\"max_queued\":64,"
-      "\"weight\":1}]},\"PUT /admin/limits\":{\"json\":{\"model\":\"m\",\"tenant\":\"t 1\",\"max_inflight\":4}}}}");
+      "\"weight\":1}]},\"GET /admin/queues\":{\"json\":{\"m\":{\"queued\":3}}},\"PUT /admin/limits\":{\"json\":{\"model\":\"m\",\"tenant\":\"t 1\",\"max_inflight\":4}}}}");
   char *out = NULL;
   assert_int_equal(gantry(s, "--admin-key adm limits set --model m --tenant 't 1' --max-inflight 4 --weight 2.5", &out), 0);
   assert_non_null(strstr(out, "\"max_inflight\": 4"));
@@ -288,6 +291,9 @@ static void test_limits(void **st) {
   assert_int_equal(gantry(s, "limits set --max-inflight 3", &out), 2);
   free(out);
   assert_int_equal(sse_srv_n_requests(s), 2);
+  assert_int_equal(gantry(s, "queues", &out), 0);
+  assert_non_null(strstr(out, "\"queued\": 3"));
+  free(out);
   sse_srv_stop(s);
 }
 

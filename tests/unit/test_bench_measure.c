@@ -34,15 +34,47 @@ static struct {
 
 /* measured vs played (2 ms), played vs script (sanity); with_connect: the scripted value
  * counts from the request read, the measured one from the client's start. */
+/* Timing misses are recorded, not failed at once: a scenario is run up to ATTEMPTS times and
+ * passes when one run meets every bound (counts are asserted on every run). A systematic error
+ * misses on every attempt; a 2-core machine shared by a parallel build occasionally leaves the
+ * client thread unscheduled for a few ms, which is the OS, not the bench. */
+#define ATTEMPTS 3
+static char timing_miss[512];
+static void miss(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void miss(const char *fmt, ...) {
+  if (timing_miss[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(timing_miss, sizeof timing_miss, fmt, ap);
+  va_end(ap);
+}
 #define CHECK_T(meas, played, script, with_connect)                                                \
   do {                                                                                             \
     double m_ = (meas), p_ = (played), s_ = (script) + ((with_connect) ? P.connect_ms : 0);         \
     assert_true(P.valid);                                                                          \
     if (fabs(m_ - p_) > TOL_MS)                                                                    \
-      fail_msg("%s = %.3f ms, script as played %.3f ms (scripted %.3f, connect %.3f ms)", #meas, m_, \
-               p_, (double)(script), P.connect_ms);                                                \
-    if (fabs(p_ - s_) > PLAY_TOL_MS) fail_msg("server played %s at %.3f ms vs %.3f scripted", #meas, p_, s_); \
+      miss("%s = %.3f ms, script as played %.3f ms (scripted %.3f, connect %.3f ms)", #meas, m_,     \
+           p_, (double)(script), P.connect_ms);                                                    \
+    if (fabs(p_ - s_) > PLAY_TOL_MS) miss("server played %s at %.3f ms vs %.3f scripted", #meas, p_, s_); \
   } while (0)
+#define CHECK_IV(meas, script)                                                                   \
+  do {                                                                                           \
+    if (fabs((meas) - (script)) > TOL_MS + 2 * P.late_ms)                                        \
+      miss("%s = %.3f ms, script %.3f (server lateness up to %.3f ms)", #meas, (meas), (double)(script), P.late_ms); \
+  } while (0)
+
+/* Defines test_NAME running run_NAME until its timings hold (at most ATTEMPTS runs). */
+#define TIMED_TEST(name)                                                                 \
+  static void test_##name(void **st) {                                                   \
+    (void)st;                                                                            \
+    for (int a = 0; a < ATTEMPTS; a++) {                                                 \
+      timing_miss[0] = 0;                                                                \
+      run_##name();                                                                      \
+      if (!timing_miss[0]) return;                                                       \
+      print_message("attempt %d: %s\n", a + 1, timing_miss);                             \
+    }                                                                                    \
+    fail_msg("timing off on all %d attempts: %s", ATTEMPTS, timing_miss);                \
+  }
 #define NEAR_TTFT(r, script) CHECK_T((r).ttft_ms, P.ttft, script, 1)
 #define NEAR_TTFC(r, script) CHECK_T((r).ttfc_ms, P.ttfc, script, 1)
 #define NEAR_ITL(r, script) CHECK_T((r).itl_median_ms, P.itl, script, 0)
@@ -137,8 +169,7 @@ static void run_events(json_t *events, gc_req_t *r, int keep_text) {
 }
 
 
-static void test_single_token_chunks(void **st) {
-  (void)st;
+static void run_single_token_chunks(void) {
   json_t *e = json_array();
   json_array_append_new(e, evt(40, chunk(content("Hello"), NULL, NULL)));
   double d[] = {20, 30, 20, 40, 20};
@@ -152,7 +183,7 @@ static void test_single_token_chunks(void **st) {
   NEAR_TTFC(r, 40);
   NEAR_ITL(r, 20);
   assert_int_equal(r.n_ival, 5);
-  assert_true(fabs(r.ival_ms[3] - 40) <= TOL_MS + 2 * P.late_ms);
+  CHECK_IV(r.ival_ms[3], 40);
   assert_int_equal(r.out_tokens, 6);
   assert_true(r.tokens_from_usage);
   assert_int_equal(r.content_tokens, 6);
@@ -162,10 +193,10 @@ static void test_single_token_chunks(void **st) {
   assert_true(r.done);
   gc_req_free(&r);
 }
+TIMED_TEST(single_token_chunks)
 
 /* Continuous usage (vLLM continuous_usage_stats): chunks carry 1, 3, 3, 2 tokens. */
-static void test_multi_token_continuous(void **st) {
-  (void)st;
+static void run_multi_token_continuous(void) {
   json_t *e = json_array();
   json_array_append_new(e, ev(30, chunk(json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, usage(50, 0, 0, -1))));
   json_array_append_new(e, evt(0, chunk(content("a"), NULL, usage(50, 1, 0, -1))));
@@ -182,16 +213,16 @@ static void test_multi_token_continuous(void **st) {
   NEAR_ITL(r, 12);
   assert_int_equal(r.n_ival, 3);
   assert_int_equal((int)r.ival_w[0], 3);
-  assert_true(fabs(r.ival_ms[0] - 10) <= TOL_MS + 2 * P.late_ms);
-  assert_true(fabs(r.ival_ms[1] - 15) <= TOL_MS + 2 * P.late_ms);
+  CHECK_IV(r.ival_ms[0], 10);
+  CHECK_IV(r.ival_ms[1], 15);
   assert_int_equal(r.out_tokens, 9);
   assert_int_equal(r.usage_chunks, 6);
   gc_req_free(&r);
 }
+TIMED_TEST(multi_token_continuous)
 
 /* Multi-token chunks with only a final usage: tokens spread evenly over the chunks. */
-static void test_multi_token_final_usage(void **st) {
-  (void)st;
+static void run_multi_token_final_usage(void) {
   json_t *e = json_array();
   json_array_append_new(e, evt(50, chunk(content("abc"), NULL, NULL)));
   for (int i = 0; i < 3; i++) json_array_append_new(e, evt(30, chunk(content("def"), NULL, NULL)));
@@ -205,9 +236,9 @@ static void test_multi_token_final_usage(void **st) {
   assert_int_equal(r.out_tokens, 12);
   gc_req_free(&r);
 }
+TIMED_TEST(multi_token_final_usage)
 
-static void test_role_only_first_chunk(void **st) {
-  (void)st;
+static void run_role_only_first_chunk(void) {
   json_t *e = json_array();
   json_array_append_new(e, ev(5, chunk(json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL)));
   json_array_append_new(e, evt(50, chunk(content("x"), NULL, NULL)));
@@ -224,9 +255,9 @@ static void test_role_only_first_chunk(void **st) {
   assert_int_equal(r.out_tokens, 3);
   gc_req_free(&r);
 }
+TIMED_TEST(role_only_first_chunk)
 
-static void test_reasoning_then_content(void **st) {
-  (void)st;
+static void run_reasoning_then_content(void) {
   json_t *e = json_array();
   json_array_append_new(e, evt(30, chunk(json_pack("{s:s}", "reasoning_content", "Let"), NULL, NULL)));
   for (int i = 0; i < 3; i++)
@@ -250,11 +281,11 @@ static void test_reasoning_then_content(void **st) {
   assert_string_equal(r.content, "okokok");
   gc_req_free(&r);
 }
+TIMED_TEST(reasoning_then_content)
 
 /* `reasoning` (new vLLM), `reasoning_content` (DeepSeek/old vLLM) or both with the same text:
  * each piece counts once; reasoning tokens come exactly from continuous usage. */
-static void test_reasoning_field_names(void **st) {
-  (void)st;
+static void run_reasoning_field_names(void) {
   const char *mode[] = {"reasoning", "reasoning_content", "both"};
   for (int m = 0; m < 3; m++) {
     json_t *e = json_array();
@@ -284,9 +315,9 @@ static void test_reasoning_field_names(void **st) {
     (void)mode;
   }
 }
+TIMED_TEST(reasoning_field_names)
 
-static void test_tool_calls(void **st) {
-  (void)st;
+static void run_tool_calls(void) {
   json_t *e = json_array();
   json_array_append_new(e, evt(35, chunk(json_pack("{s:s, s:[{s:i, s:s, s:s, s:{s:s, s:s}}]}", "role", "assistant",
                                                    "tool_calls", "index", 0, "id", "call_1", "type", "function",
@@ -313,9 +344,9 @@ static void test_tool_calls(void **st) {
   assert_int_equal(r.cached_tokens, 16);
   gc_req_free(&r);
 }
+TIMED_TEST(tool_calls)
 
-static void test_final_usage_only_chunk(void **st) {
-  (void)st;
+static void run_final_usage_only_chunk(void) {
   json_t *e = json_array();
   for (int i = 0; i < 4; i++) json_array_append_new(e, evt(i == 0 ? 25 : 20, chunk(content("t"), i == 3 ? "length" : NULL, NULL)));
   json_array_append_new(e, ev(3, json_pack("{s:s, s:s, s:[], s:o}", "id", "c", "object", "chat.completion.chunk",
@@ -334,9 +365,9 @@ static void test_final_usage_only_chunk(void **st) {
   NEAR_ITL(r, 20);
   gc_req_free(&r);
 }
+TIMED_TEST(final_usage_only_chunk)
 
-static void test_error_mid_stream(void **st) {
-  (void)st;
+static void run_error_mid_stream(void) {
   json_t *e = json_array();
   json_array_append_new(e, evt(20, chunk(content("a"), NULL, NULL)));
   json_array_append_new(e, evt(20, chunk(content("b"), NULL, NULL)));
@@ -354,9 +385,9 @@ static void test_error_mid_stream(void **st) {
   NEAR_TTFT(r, 20);
   gc_req_free(&r);
 }
+TIMED_TEST(error_mid_stream)
 
-static void test_close_without_done(void **st) {
-  (void)st;
+static void run_close_without_done(void) {
   json_t *e = json_array();
   json_array_append_new(e, evt(20, chunk(content("a"), NULL, NULL)));
   json_array_append_new(e, evt(20, chunk(content("b"), NULL, NULL)));
@@ -371,9 +402,9 @@ static void test_close_without_done(void **st) {
   NEAR_ITL(r, 20);
   gc_req_free(&r);
 }
+TIMED_TEST(close_without_done)
 
-static void test_slow_first_token(void **st) {
-  (void)st;
+static void run_slow_first_token(void) {
   json_t *e = json_array();
   json_array_append_new(e, ev(5, chunk(json_pack("{s:s}", "role", "assistant"), NULL, NULL)));
   json_array_append_new(e, evt(395, chunk(content("late"), NULL, NULL)));
@@ -387,6 +418,7 @@ static void test_slow_first_token(void **st) {
   NEAR_ITL(r, 15); /* a slow prefill never leaks into the decode interval */
   gc_req_free(&r);
 }
+TIMED_TEST(slow_first_token)
 
 static void test_http_error_body(void **st) {
   (void)st;
@@ -437,6 +469,45 @@ static void test_closed_loop(void **st) {
   for (int i = 0; i < N; i++) gc_req_free(&r[i]);
 }
 
+/* Open loop (--rate): arrivals follow the clock, not completions. */
+static void test_open_loop_rate(void **st) {
+  (void)st;
+  enum { N = 8 };
+  json_t *e = json_array();
+  json_array_append_new(e, ev(30, chunk(content("a"), NULL, NULL)));
+  json_array_append_new(e, ev(30, chunk(content("b"), "stop", usage(3, 2, 0, -1))));
+  json_array_append_new(e, ev_done(1));
+  json_t *resp = json_pack("{s:i, s:o}", "status", 200, "events", e);
+  char *script = json_dumps(resp, JSON_COMPACT);
+  json_decref(resp);
+  gt_err_t err = {0};
+  sse_srv_t *s = sse_srv_start(script, &err);
+  free(script);
+  assert_non_null(s);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", sse_srv_port(s));
+  gc_http_t h = {.base_url = url, .timeout_ms = 20000};
+  gc_req_t r[N];
+  memset(r, 0, sizeof r);
+  /* 1000 req/s: mean gap 1 ms, streams last 60 ms; concurrency 1 must be ignored */
+  gc_run_opts_t o = {.http = &h, .path = "/v1/chat/completions", .concurrency = 1, .rate = 1000, .seed = 3,
+                     .n_total = N, .body = body_fn, .body_ud = "{}"};
+  double wall;
+  assert_int_equal(gc_run(&o, r, &wall, &err), 0);
+  sse_srv_stop(s);
+  int max_inflight = 0;
+  for (int i = 0; i < N; i++) {
+    assert_null(r[i].error);
+    if (i) assert_true(r[i].t_start_ns >= r[i - 1].t_start_ns);
+    int inflight = 1;
+    for (int j = 0; j < i; j++)
+      if (r[j].t_end_ns > r[i].t_start_ns) inflight++;
+    if (inflight > max_inflight) max_inflight = inflight;
+  }
+  assert_true(max_inflight >= 4);
+  for (int i = 0; i < N; i++) gc_req_free(&r[i]);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   const struct CMUnitTest tests[] = {
@@ -446,7 +517,7 @@ int main(void) {
       cmocka_unit_test(test_tool_calls),             cmocka_unit_test(test_final_usage_only_chunk),
       cmocka_unit_test(test_error_mid_stream),       cmocka_unit_test(test_close_without_done),
       cmocka_unit_test(test_slow_first_token),       cmocka_unit_test(test_http_error_body),
-      cmocka_unit_test(test_closed_loop),
+      cmocka_unit_test(test_closed_loop),            cmocka_unit_test(test_open_loop_rate),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();

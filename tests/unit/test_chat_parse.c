@@ -314,19 +314,50 @@ static void test_random_scripts_split_invariant(void **state) {
       "\"s\"", "true", "12", ".5", "\n", "\n\n", " ", "x", "<", "</", "<too", "é", "🙂", "\xff",
       "\xe2\x82", ",", ":", "\\", "\"", "<th", "</tool_cal", "</para", "null"};
   size_t nf = sizeof frags / sizeof *frags;
+  /* Well-formed outputs, mutated below so that most rounds are near misses. */
+  static const char *const bases[] = {
+      "<think>\nr\n</think>\n\nok\n<tool_call>\n{\"name\": \"g\", \"arguments\": {\"a\": [1, \"x\"]}}\n</tool_call>",
+      "r\n</think>\n\n<tool_call>\n<function=f>\n<parameter=a>\nv 1\n</parameter>\n<parameter=b>\n{\"k\": 2}\n"
+      "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=g>\n</function>\n</tool_call>",
+      "<tool_call>{\"arguments\": {}, \"name\": \"h\"}</tool_call>text"};
   uint64_t rng = 99;
   char text[512];
   size_t cuts[512];
+#define RND() (rng = rng * 6364136223846793005ull + 1442695040888963407ull, (size_t)(rng >> 33))
   for (int round = 0; round < 400; round++) {
     size_t len = 0;
-    int nfr = 1 + (int)(round % 24);
-    for (int k = 0; k < nfr; k++) {
-      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-      const char *f = frags[(rng >> 33) % nf];
-      size_t fl = strlen(f);
-      if (len + fl >= sizeof text) break;
-      memcpy(text + len, f, fl);
-      len += fl;
+    if (round % 4 == 0) { /* random fragments */
+      int nfr = 1 + (int)(round % 24);
+      for (int k = 0; k < nfr; k++) {
+        const char *f = frags[RND() % nf];
+        size_t fl = strlen(f);
+        if (len + fl >= sizeof text) break;
+        memcpy(text + len, f, fl);
+        len += fl;
+      }
+    } else { /* a base with 0-2 mutations: delete a range, insert a fragment, truncate */
+      const char *b = bases[RND() % 3];
+      len = strlen(b);
+      memcpy(text, b, len);
+      int nmut = (int)(RND() % 3);
+      for (int k = 0; k < nmut && len > 0; k++) {
+        size_t at = RND() % len, kind = RND() % 3;
+        if (kind == 0) {
+          size_t d = 1 + RND() % 4;
+          if (at + d > len) d = len - at;
+          memmove(text + at, text + at + d, len - at - d);
+          len -= d;
+        } else if (kind == 1) {
+          const char *f = frags[RND() % nf];
+          size_t fl = strlen(f);
+          if (len + fl >= sizeof text) continue;
+          memmove(text + at + fl, text + at, len - at);
+          memcpy(text + at, f, fl);
+          len += fl;
+        } else {
+          len = at;
+        }
+      }
     }
     text[len] = 0;
     const chat_parser_opts_t *o = round % 2 ? &plain : &in_think;
@@ -342,6 +373,7 @@ static void test_random_scripts_split_invariant(void **state) {
     free(whole.s);
     free(bytes.s);
   }
+#undef RND
 }
 
 int main(void) {

@@ -1,7 +1,8 @@
 /* tests/unit/test_gdn_ops.c — the CPU backend's Gated DeltaNet ops against a naive float64
  * implementation written here, on random inputs: multi-sequence batches, sequences that
  * continue across steps (one prefill == chunks of varying sizes == token by token, bitwise),
- * and bad arguments (sticky error, no crash).
+ * bad arguments (sticky error, no crash), and the chunked form (engine/gdn_chunked.c) against
+ * the sequential scan.
  *
  * The ops are driven through a hand-built be_cpu_t (batch arrays + state), so this test does
  * not depend on the rest of the CPU backend. */
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 
 #include "engine/backend_cpu_internal.h"
+#include "engine/gdn_chunked.h"
 
 /* ---- shapes of the synthetic GDN layer ---- */
 enum { NK = 2, NV = 4, DK = 16, DV = 8, KC = 4, NSEQ = 3, NSLOT = 5, NLAYER = 2 };
@@ -352,6 +354,111 @@ static void test_gdn_scan(void **state) {
   }
 }
 
+/* ---- chunked form vs the sequential scan ---- */
+typedef struct {
+  int n;
+  float *q, *k, *v, *g, *b; /* [n, NK*DK] x2, [n, NV*DV], [n, NV] x2 */
+} scan_in_t;
+
+static void scan_in_make(scan_in_t *in, int n, float g_lo, float g_hi) {
+  in->n = n;
+  in->q = malloc(sizeof(float) * n * NK * DK);
+  in->k = malloc(sizeof(float) * n * NK * DK);
+  in->v = malloc(sizeof(float) * n * NV * DV);
+  in->g = malloc(sizeof(float) * n * NV);
+  in->b = malloc(sizeof(float) * n * NV);
+  fill(in->q, (size_t)n * NK * DK, -1, 1);
+  fill(in->k, (size_t)n * NK * DK, -1, 1);
+  unit_rows(in->q, n * NK, DK);
+  unit_rows(in->k, n * NK, DK);
+  for (int i = 0; i < n * NK * DK; i++) in->q[i] *= 0.25f;
+  fill(in->v, (size_t)n * NV * DV, -2, 2);
+  fill(in->g, (size_t)n * NV, g_lo, g_hi);
+  fill(in->b, (size_t)n * NV, 0.05f, 0.99f);
+}
+static void scan_in_free(scan_in_t *in) {
+  free(in->q);
+  free(in->k);
+  free(in->v);
+  free(in->g);
+  free(in->b);
+}
+
+/* Sequential reference through the backend op: one sequence in slot seq_slot[0]. */
+static void seq_scan(harness_t *h, const scan_in_t *in, int t0, int n, float *out) {
+  int sel[1] = {0}, nt[1] = {n};
+  h_batch(h, 1, sel, nt);
+  cpu_gdn_scan(&h->c.base, LAYER, in->q + (size_t)t0 * NK * DK, in->k + (size_t)t0 * NK * DK,
+               in->v + (size_t)t0 * NV * DV, in->g + (size_t)t0 * NV, in->b + (size_t)t0 * NV, out, NK, NV, DK, DV);
+  assert_int_equal(h->c.base.err.code, GT_OK);
+}
+
+static double rel_errf(const float *a, const float *ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    num = fmax(num, fabs((double)a[i] - ref[i]));
+    den = fmax(den, fabs((double)ref[i]));
+  }
+  return den > 0 ? num / den : num;
+}
+
+static void test_chunked_vs_sequential(void **state) {
+  (void)state;
+  static const int chunks[] = {1, 7, 16, 64, 200};
+  static const struct {
+    int n;
+    float g_lo, g_hi;
+  } sets[] = {{150, -1.5f, -0.001f}, {130, -15.0f, -2.0f}, {70, -0.05f, 0.0f}};
+  const size_t ssz = (size_t)NV * DK * DV;
+  double worst = 0;
+  for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+    scan_in_t in;
+    scan_in_make(&in, sets[si].n, sets[si].g_lo, sets[si].g_hi);
+    const int n = in.n, split = n / 3;
+    float *ref = malloc(sizeof(float) * n * NV * DV), *out = malloc(sizeof(float) * n * NV * DV);
+    float *S_ref = malloc(sizeof(float) * ssz), *S = malloc(sizeof(float) * ssz);
+    /* sequential: the first `split` tokens, then the rest (state carried in the slot) */
+    harness_t h;
+    h_init(&h);
+    seq_scan(&h, &in, 0, split, ref);
+    float *S_mid = malloc(sizeof(float) * ssz);
+    memcpy(S_mid, cpu_ssm_state(&h.c, LAYER, seq_slot[0]), sizeof(float) * ssz);
+    seq_scan(&h, &in, split, n - split, ref + (size_t)split * NV * DV);
+    memcpy(S_ref, cpu_ssm_state(&h.c, LAYER, seq_slot[0]), sizeof(float) * ssz);
+    h_free(&h);
+    for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
+      const int chunk = chunks[ci];
+      float *ws = malloc(sizeof(float) * gdn_chunked_ws_floats(chunk, DK, DV));
+      /* from zero state over the first part, then continue from the state it left */
+      memset(S, 0, sizeof(float) * ssz);
+      assert_int_equal(gdn_chunked_seq(in.q, in.k, in.v, in.g, in.b, out, S, split, NK, NV, DK, DV, chunk, ws), 0);
+      double es = rel_errf(S, S_mid, ssz);
+      assert_int_equal(gdn_chunked_seq(in.q + (size_t)split * NK * DK, in.k + (size_t)split * NK * DK,
+                                       in.v + (size_t)split * NV * DV, in.g + (size_t)split * NV,
+                                       in.b + (size_t)split * NV, out + (size_t)split * NV * DV, S, n - split, NK,
+                                       NV, DK, DV, chunk, ws),
+                       0);
+      double eo = rel_errf(out, ref, (size_t)n * NV * DV), ef = rel_errf(S, S_ref, ssz);
+      worst = fmax(worst, fmax(eo, fmax(es, ef)));
+      if (eo > 2e-5 || es > 2e-5 || ef > 2e-5)
+        fail_msg("chunked (chunk %d, set %zu) vs sequential: out %.3g, mid state %.3g, final state %.3g", chunk, si,
+                 eo, es, ef);
+      free(ws);
+    }
+    free(ref);
+    free(out);
+    free(S_ref);
+    free(S);
+    free(S_mid);
+    scan_in_free(&in);
+  }
+  print_message("chunked vs sequential gdn: max rel err %.3g\n", worst);
+  /* bad sizes are refused */
+  float x[4] = {0}, ws[4];
+  assert_int_equal(gdn_chunked_head(x, x, x, x, x, 1, 1, 1, ws, x, 1, 1, 1, GDN_CHUNK_MAX + 1, ws), -1);
+  assert_int_equal(gdn_chunked_seq(x, x, x, x, x, ws, x, 1, 3, 4, 1, 1, 4, ws), -1);
+}
+
 /* ---- pointwise ops ---- */
 static void test_l2norm_gates_rmsnorm_gated(void **state) {
   (void)state;
@@ -480,6 +587,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv1d_silu),
       cmocka_unit_test(test_gdn_scan),
+      cmocka_unit_test(test_chunked_vs_sequential),
       cmocka_unit_test(test_l2norm_gates_rmsnorm_gated),
       cmocka_unit_test(test_errors),
   };

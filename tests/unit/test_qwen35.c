@@ -6,7 +6,10 @@
  * - the same logits when the prompt is fed in chunks of 7 tokens and token by token, and when
  *   two sequences share one batch (with prefill and decode mixed);
  * - state_copy snapshot / restore reproduces a continuation exactly;
- * - a batch without state slots is refused with a clear error.
+ * - a batch without state slots is refused with a clear error;
+ * - loader: MTP (nextn) blocks are loaded and counted without changing the logits; missing
+ *   tensors and inconsistent metadata are refused with messages naming them (variants of the
+ *   tiny file written with engine/gguf_write.h).
  * Prints the max error per case and the CPU decode speed (informational, not asserted). */
 #include <math.h>
 #include <setjmp.h>
@@ -17,11 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "engine/backend.h"
 #include "engine/gguf.h"
+#include "engine/gguf_write.h"
 #include "engine/model.h"
 #include "tests/common/testutil.h"
 
@@ -361,6 +366,177 @@ static void test_state_snapshot(void **state) {
   free(l2);
 }
 
+/* ---- loader: variants of the tiny file ---- */
+typedef struct {
+  char name[96];
+  uint32_t n_dims;
+  int64_t ne[4];
+  gt_type_t type;
+  const void *data; /* NULL: zeros */
+  size_t nbytes;
+} vt_t;
+
+/* Writes the tiny model's arch metadata and tensors to path, plus n_mtp MTP blocks (blk.<n_layer+i>,
+ * a copy of attention layer 3 and zero nextn tensors), leaving out tensor `drop` and setting the
+ * integer key `ovr_key` (if any) to ovr_val. Returns the MTP bytes added. */
+static size_t write_variant(const char *path, int n_mtp, const char *drop, const char *ovr_key, int64_t ovr_val) {
+  gt_err_t err = {0};
+  gw_t *w = NULL;
+  if (gw_create(path, &w, &err)) fail_msg("gw_create: %s", err.msg);
+  const gguf_t *g = F.g;
+  const char *arch = gguf_arch(g);
+  if (gw_kv_str(w, "general.architecture", arch, strlen(arch), &err)) fail_msg("%s", err.msg);
+  for (int64_t i = 0; i < gguf_n_kv(g); i++) {
+    const char *key = gguf_key(g, i);
+    if (strncmp(key, "qwen35.", 7) != 0) continue;
+    gguf_vtype_t t = gguf_kv_type(g, i);
+    int rc;
+    if (ovr_key && strcmp(key, ovr_key) == 0) {
+      rc = gw_kv_u32(w, key, (uint32_t)ovr_val, &err);
+    } else if (t == GGUF_VT_FLOAT32 || t == GGUF_VT_FLOAT64) {
+      double v;
+      assert_int_equal(gguf_get_float(g, key, &v), GT_OK);
+      rc = gw_kv_f32(w, key, (float)v, &err);
+    } else if (t != GGUF_VT_STRING && t != GGUF_VT_ARRAY) {
+      int64_t v;
+      assert_int_equal(gguf_get_int(g, key, &v), GT_OK);
+      rc = gw_kv_u32(w, key, (uint32_t)v, &err);
+    } else {
+      continue;
+    }
+    if (rc) fail_msg("%s", err.msg);
+  }
+  if (n_mtp && gw_kv_u32(w, "qwen35.nextn_predict_layers", (uint32_t)n_mtp, &err)) fail_msg("%s", err.msg);
+  const int64_t nt = gguf_n_tensors(g);
+  vt_t *ts = calloc((size_t)nt + 32 * (size_t)n_mtp, sizeof *ts);
+  int n = 0;
+  for (int64_t i = 0; i < nt; i++) {
+    const gguf_tensor_t *t = gguf_tensor(g, i);
+    ts[n] = (vt_t){.n_dims = t->n_dims, .type = t->type, .data = t->data, .nbytes = t->nbytes};
+    snprintf(ts[n].name, sizeof ts[n].name, "%s", t->name);
+    memcpy(ts[n].ne, t->ne, sizeof ts[n].ne);
+    n++;
+  }
+  static const char *copied[] = {"attn_norm", "post_attention_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                 "attn_q_norm", "attn_k_norm", "ffn_gate", "ffn_up", "ffn_down"};
+  static const char *nextn[] = {"eh_proj", "enorm", "hnorm", "shared_head_norm"};
+  const int64_t d = F.m->hp.n_embd;
+  size_t added = 0;
+  for (int b = 0; b < n_mtp; b++) {
+    const int blk = F.m->hp.n_layer + b;
+    for (size_t j = 0; j < sizeof copied / sizeof copied[0]; j++) {
+      char src[96];
+      snprintf(src, sizeof src, "blk.3.%s.weight", copied[j]);
+      const gguf_tensor_t *t = gguf_find_tensor(g, src);
+      assert_non_null(t);
+      ts[n] = (vt_t){.n_dims = t->n_dims, .type = t->type, .data = t->data, .nbytes = t->nbytes};
+      snprintf(ts[n].name, sizeof ts[n].name, "blk.%d.%s.weight", blk, copied[j]);
+      memcpy(ts[n].ne, t->ne, sizeof ts[n].ne);
+      n++;
+    }
+    for (size_t j = 0; j < sizeof nextn / sizeof nextn[0]; j++) {
+      const int eh = j == 0;
+      ts[n] = (vt_t){.n_dims = eh ? 2 : 1, .ne = {eh ? 2 * d : d, eh ? d : 1, 1, 1}, .type = GT_TYPE_F32,
+                     .nbytes = sizeof(float) * (size_t)(eh ? 2 * d * d : d)};
+      snprintf(ts[n].name, sizeof ts[n].name, "blk.%d.nextn.%s.weight", blk, nextn[j]);
+      n++;
+    }
+  }
+  size_t max_zero = 0;
+  for (int i = 0; i < n; i++) {
+    if (drop && strcmp(ts[i].name, drop) == 0) continue;
+    if (i >= nt) added += ts[i].nbytes;
+    if (!ts[i].data && ts[i].nbytes > max_zero) max_zero = ts[i].nbytes;
+    if (gw_tensor(w, ts[i].name, ts[i].n_dims, ts[i].ne, ts[i].type, &err)) fail_msg("%s", err.msg);
+  }
+  void *zeros = calloc(1, max_zero + 1);
+  if (gw_begin_data(w, &err)) fail_msg("%s", err.msg);
+  for (int i = 0; i < n; i++) {
+    if (drop && strcmp(ts[i].name, drop) == 0) continue;
+    if (gw_write(w, ts[i].data ? ts[i].data : zeros, ts[i].nbytes, &err)) fail_msg("%s", err.msg);
+  }
+  if (gw_finish(w, &err)) fail_msg("gw_finish: %s", err.msg);
+  free(zeros);
+  free(ts);
+  return added;
+}
+
+/* Loads path on a fresh CPU backend; returns the status (message in err). */
+static int load_variant(const char *path, be_t **be, gguf_t **g, model_t **m, gt_err_t *err) {
+  *be = NULL;
+  *g = NULL;
+  *m = NULL;
+  int rc = gguf_open(path, g, err);
+  if (!rc) rc = be_cpu_create(N_THREADS, be, err);
+  if (!rc) rc = model_load(*g, *be, 64, m, err);
+  return rc;
+}
+static void unload_variant(be_t *be, gguf_t *g, model_t *m) {
+  model_free(m);
+  be_destroy(be);
+  gguf_close(g);
+}
+
+static void test_loader_variants(void **state) {
+  (void)state;
+  char path[] = "/tmp/gantry_qwen35_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  gt_err_t err = {0};
+  be_t *be;
+  gguf_t *g;
+  model_t *m;
+
+  /* one MTP block: loaded and counted, logits unchanged */
+  size_t added = write_variant(path, 1, NULL, NULL, 0);
+  if (load_variant(path, &be, &g, &m, &err)) fail_msg("MTP variant: %s", err.msg);
+  assert_int_equal(m->hp.n_nextn, 1);
+  assert_int_equal(m->weight_bytes, F.m->weight_bytes + added);
+  assert_int_equal(m->hp.n_attn_layers, 1);
+  if (model_cache_init(m, 8, BLOCK_TOKENS, 1, &err)) fail_msg("%s", err.msg);
+  const gcase_t *c = &F.cases[0];
+  const int V = F.m->hp.n_vocab, n = c->n_all < 32 ? c->n_all : 32;
+  float *a = malloc(sizeof(float) * (size_t)n * V);
+  {
+    int32_t pos[64], first = 0, nt = n, slot = 0, bt[8], out[64];
+    for (int i = 0; i < n; i++) pos[i] = out[i] = i;
+    for (int i = 0; i < 8; i++) bt[i] = i;
+    be_batch_t b = {.n_tok = n, .n_seq = 1, .tok = c->all, .pos = pos, .seq_first = &first, .seq_ntok = &nt,
+                    .block_table = bt, .max_blocks = 8, .state_slot = &slot, .n_out = n, .out_tok = out};
+    if (model_forward(m, &b, a, &err)) fail_msg("MTP variant forward: %s", err.msg);
+  }
+  assert_memory_equal(a, teacher_forced(0), sizeof(float) * (size_t)n * V);
+  free(a);
+  unload_variant(be, g, m);
+
+  /* refused variants, each with a message naming the problem */
+  static const struct {
+    const char *drop, *key;
+    int64_t val;
+    int code;
+    const char *msg;
+  } bad[] = {
+      {"blk.4.nextn.hnorm.weight", NULL, 0, GT_EFORMAT, "blk.4.nextn.hnorm"},
+      {"blk.1.ssm_conv1d.weight", NULL, 0, GT_EFORMAT, "blk.1.ssm_conv1d"},
+      {NULL, "qwen35.ssm.group_count", 3, GT_EFORMAT, "group_count"},
+      {NULL, "qwen35.ssm.inner_size", 250, GT_EFORMAT, "inner_size"},
+      {NULL, "qwen35.ssm.conv_kernel", 64, GT_EUNSUPPORTED, "conv_kernel"},
+      {NULL, "qwen35.full_attention_interval", 2, GT_EFORMAT, "blk.1.attn_q"},
+      {NULL, "qwen35.full_attention_interval", 0, GT_EFORMAT, "full_attention_interval"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    write_variant(path, bad[i].drop && strstr(bad[i].drop, "nextn") ? 1 : 0, bad[i].drop, bad[i].key, bad[i].val);
+    memset(&err, 0, sizeof err);
+    int rc = load_variant(path, &be, &g, &m, &err);
+    if (rc != bad[i].code || !strstr(err.msg, bad[i].msg))
+      fail_msg("variant %zu: got %s '%s', expected %s naming '%s'", i, gt_err_name(rc), err.msg,
+               gt_err_name(bad[i].code), bad[i].msg);
+    unload_variant(be, g, m);
+  }
+  unlink(path);
+}
+
 static void test_missing_state_slot(void **state) {
   (void)state;
   int32_t tok[1] = {5}, pos[1] = {0}, first[1] = {0}, ntok[1] = {1}, bt[MAX_BLOCKS] = {0};
@@ -380,6 +556,7 @@ int main(void) {
       cmocka_unit_test(test_two_sequences),
       cmocka_unit_test(test_state_snapshot),
       cmocka_unit_test(test_missing_state_slot),
+      cmocka_unit_test(test_loader_variants),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -880,6 +880,15 @@ static void test_fuzz_regressions(void **state) {
     char *buf = tu_read_file(path, &len);
     assert_non_null(buf);
     assert_int_equal(LLVMFuzzerTestOneInput((const uint8_t *)buf, len), 0);
+    if (strncmp(e->d_name, "seed-gguf", 9) == 0) { /* these seeds must reach the tokenizer */
+      gt_err_t err = {0};
+      gguf_t *g;
+      tok_t *t;
+      assert_int_equal(gguf_open_buffer(buf + 1, len - 1, &g, &err), GT_OK);
+      if (tok_load(g, &t, &err) != GT_OK) fail_msg("%s: %s", e->d_name, err.msg);
+      tok_free(t);
+      gguf_close(g);
+    }
     free(buf);
     n++;
   }

@@ -1,0 +1,261 @@
+/* Scheduler tests on the CPU backend with qwen3-tiny (bf16): batch invariance, preemption by
+ * recompute, prefix caching, chunked prefill interleaving with decode, cancellation, errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/gguf.h"
+#include "engine/model.h"
+#include "engine/sched.h"
+#include "engine/tokenizer.h"
+#include "tests/common/testutil.h"
+
+typedef struct {
+  int32_t ids[512];
+  int n;
+  int finals;
+  sched_finish_t finish;
+  sched_usage_t usage;
+  int deltas;
+  int64_t step_of_delta[512]; /* steps counter when each delta arrived */
+} out_t;
+
+typedef struct {
+  gguf_t *g;
+  be_t *be;
+  model_t *m;
+  tok_t *tok;
+} fx_t;
+
+static int64_t g_steps;
+
+static void on_event(void *ud, const sched_event_t *ev) {
+  out_t *o = ud;
+  if (ev->is_final) {
+    o->finals++;
+    o->finish = ev->finish;
+    o->usage = *ev->usage;
+    return;
+  }
+  for (int i = 0; i < ev->delta->n_ids && o->n < 512; i++) o->ids[o->n++] = ev->delta->ids[i];
+  if (o->deltas < 512) o->step_of_delta[o->deltas] = g_steps;
+  o->deltas++;
+}
+
+static int setup(void **state) {
+  fx_t *f = calloc(1, sizeof *f);
+  gt_err_t err = {0};
+  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f->g, &err) || be_cpu_create(2, &f->be, &err) ||
+      model_load(f->g, f->be, 64, &f->m, &err) || tok_load(f->g, &f->tok, &err)) {
+    fprintf(stderr, "setup: %s\n", err.msg);
+    return -1;
+  }
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  tok_free(f->tok);
+  model_free(f->m);
+  be_destroy(f->be);
+  gguf_close(f->g);
+  free(f);
+  return 0;
+}
+
+/* A request of n_prompt deterministic ids (seeded by k), greedy, fixed length. */
+static sched_req_t make_req(int k, int n_prompt, int max_tokens, out_t *o) {
+  sched_req_t r = {0};
+  r.prompt = malloc(sizeof(int32_t) * (size_t)n_prompt);
+  for (int i = 0; i < n_prompt; i++) r.prompt[i] = (int32_t)((k * 131 + i * 17 + 7) % 1000);
+  r.n_prompt = n_prompt;
+  r.sampling = sampler_defaults();
+  r.max_tokens = max_tokens;
+  r.ignore_eos = 1;
+  r.logprobs = -1;
+  r.on_event = on_event;
+  r.ud = o;
+  return r;
+}
+
+static void run_all(sched_t *s) {
+  gt_err_t err = {0};
+  for (int i = 0; i < 100000; i++) {
+    int rc = sched_step(s, &err);
+    assert_true(rc >= 0);
+    if (rc == 0) return;
+    g_steps++;
+  }
+  fail_msg("scheduler did not go idle");
+}
+
+static sched_t *mk(fx_t *f, int max_seqs, int max_batch, int n_blocks) {
+  sched_config_t c = {.max_num_seqs = max_seqs, .max_batch_tokens = max_batch, .n_blocks = n_blocks, .n_ctx = 2048};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
+  return s;
+}
+
+static void test_batch_invariance(void **state) {
+  fx_t *f = *state;
+  static out_t solo, mixed[8];
+  memset(&solo, 0, sizeof solo);
+  memset(mixed, 0, sizeof mixed);
+  gt_err_t err = {0};
+  sched_t *s = mk(f, 8, 64, 0);
+  sched_req_t r = make_req(0, 20, 24, &solo);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  run_all(s);
+  assert_int_equal(solo.finals, 1);
+  assert_int_equal(solo.n, 24);
+  assert_int_equal(solo.finish, SCHED_FINISH_LENGTH);
+  /* the same request among 7 others with other prompts, lengths and sampling */
+  for (int k = 0; k < 8; k++) {
+    sched_req_t q = make_req(k, k == 0 ? 20 : 5 + 9 * k, 24 + k, &mixed[k]);
+    if (k % 2) {
+      q.sampling.temperature = 0.8f;
+      q.sampling.top_p = 0.9f;
+      q.sampling.seed = (uint64_t)k;
+    }
+    assert_true(sched_submit(s, &q, &err) > 0);
+  }
+  run_all(s);
+  for (int k = 0; k < 8; k++) assert_int_equal(mixed[k].finals, 1);
+  assert_int_equal(mixed[0].n, 24);
+  assert_memory_equal(mixed[0].ids, solo.ids, sizeof(int32_t) * 24);
+  sched_free(s);
+}
+
+static void test_preemption(void **state) {
+  fx_t *f = *state;
+  static out_t solo[4], both[4];
+  memset(solo, 0, sizeof solo);
+  memset(both, 0, sizeof both);
+  gt_err_t err = {0};
+  /* 4 requests of 30 + 40 tokens = 5 blocks each; a pool of 12 blocks holds two at a time */
+  sched_t *s = mk(f, 4, 64, 12);
+  for (int k = 0; k < 4; k++) {
+    sched_req_t r = make_req(10 + k, 30, 40, &solo[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    run_all(s);
+  }
+  sched_stats_t st0;
+  sched_stats(s, &st0);
+  for (int k = 0; k < 4; k++) {
+    sched_req_t r = make_req(10 + k, 30, 40, &both[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+  }
+  run_all(s);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  printf("preemptions: %llu\n", (unsigned long long)(st.preemptions - st0.preemptions));
+  assert_true(st.preemptions > st0.preemptions);
+  for (int k = 0; k < 4; k++) {
+    assert_int_equal(both[k].finals, 1);
+    assert_int_equal(both[k].finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(both[k].n, 40);
+    assert_memory_equal(both[k].ids, solo[k].ids, sizeof(int32_t) * 40);
+  }
+  assert_int_equal(st.kv_used, 0);
+  sched_free(s);
+}
+
+static void test_prefix_cache(void **state) {
+  fx_t *f = *state;
+  static out_t a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  gt_err_t err = {0};
+  sched_t *s = mk(f, 4, 64, 0);
+  sched_req_t r = make_req(3, 40, 8, &a);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  run_all(s);
+  r = make_req(3, 40, 8, &b);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  run_all(s);
+  assert_int_equal(a.usage.cached_tokens, 0);
+  assert_int_equal(b.usage.cached_tokens, 32); /* two full blocks; the last token is always computed */
+  assert_memory_equal(a.ids, b.ids, sizeof(int32_t) * 8);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  assert_int_equal(st.prefix_hit_tokens, 32);
+  sched_free(s);
+}
+
+static void test_chunked_prefill_interleaves(void **state) {
+  fx_t *f = *state;
+  static out_t dec, longp;
+  memset(&dec, 0, sizeof dec);
+  memset(&longp, 0, sizeof longp);
+  gt_err_t err = {0};
+  sched_t *s = mk(f, 4, 16, 0); /* 16 tokens per step */
+  sched_req_t r = make_req(5, 4, 30, &dec);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  for (int i = 0; i < 3; i++) {
+    assert_true(sched_step(s, &err) > 0);
+    g_steps++;
+  }
+  r = make_req(6, 200, 4, &longp); /* 200-token prompt: 13+ chunks */
+  assert_true(sched_submit(s, &r, &err) > 0);
+  run_all(s);
+  assert_int_equal(dec.n, 30);
+  /* the running stream got a token in every step while the long prompt was prefilled */
+  for (int i = 1; i < dec.deltas; i++) assert_int_equal(dec.step_of_delta[i] - dec.step_of_delta[i - 1], 1);
+  assert_int_equal(longp.n, 4);
+  sched_free(s);
+}
+
+static void test_cancel_and_errors(void **state) {
+  fx_t *f = *state;
+  static out_t a, w;
+  memset(&a, 0, sizeof a);
+  memset(&w, 0, sizeof w);
+  gt_err_t err = {0};
+  sched_t *s = mk(f, 1, 64, 0);
+  sched_req_t r = make_req(7, 10, 100, &a);
+  int64_t id = sched_submit(s, &r, &err);
+  assert_true(id > 0);
+  r = make_req(8, 10, 100, &w); /* waits: max_num_seqs = 1 */
+  int64_t id2 = sched_submit(s, &r, &err);
+  for (int i = 0; i < 5; i++) assert_true(sched_step(s, &err) > 0);
+  sched_cancel(s, id);
+  sched_cancel(s, id2);
+  sched_step(s, &err);
+  assert_int_equal(a.finals, 1);
+  assert_int_equal(a.finish, SCHED_FINISH_CANCELLED);
+  assert_int_equal(w.finals, 1);
+  assert_int_equal(w.finish, SCHED_FINISH_CANCELLED);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  assert_int_equal(st.running, 0);
+  assert_int_equal(st.kv_used, 0);
+  /* errors: empty prompt, prompt longer than the context, bad sampling */
+  r = make_req(9, 10, 10, &a);
+  r.n_prompt = 0;
+  assert_int_equal(sched_submit(s, &r, &err), GT_EINVAL);
+  r = make_req(9, 2048, 10, &a);
+  assert_int_equal(sched_submit(s, &r, &err), GT_EINVAL);
+  assert_non_null(strstr(err.msg, "2048"));
+  r = make_req(9, 10, 10, &a);
+  r.sampling.top_p = 2;
+  assert_int_equal(sched_submit(s, &r, &err), GT_EINVAL);
+  sched_free(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_batch_invariance),
+      cmocka_unit_test(test_preemption),
+      cmocka_unit_test(test_prefix_cache),
+      cmocka_unit_test(test_chunked_prefill_interleaves),
+      cmocka_unit_test(test_cancel_and_errors),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
