@@ -1,4 +1,5 @@
-# clients/: the `gantry` CLI (chat, bench, limits, health, models, check) and its test server.
+# clients/: the `gantry` CLI (bench, chat, limits, queues, health, models, tokenize, check) and its
+# scripted SSE test server.
 pkg_check_modules(GC_CURL REQUIRED IMPORTED_TARGET libcurl)
 
 add_library(gantry_client STATIC

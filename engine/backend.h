@@ -109,7 +109,7 @@ typedef struct be_ops {
    * last K-1 inputs), then SiLU: out[t, c] = silu(sum_j w[c, j] * x[t-K+1+j, c]).
    * x, out [n_tok, C]; w F32 [C, K]. Updates the conv state. */
   void (*conv1d_silu)(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K);
-  /* x[r] = x[r] / max(||x[r]||, eps) * scale, rows of d */
+  /* x[r] = x[r] * scale / sqrt(||x[r]||^2 + eps), rows of d (HF / fla's l2norm) */
   void (*l2norm)(be_t *be, float *x, int rows, int d, float eps, float scale);
   /* g[t, h] = a[h] * softplus(alpha[t, h] + dt_bias[h]); beta[t, h] = sigmoid(beta_in[t, h])
    * (all [n_tok, n_v]; a, dt_bias F32 [n_v]); g and beta may alias alpha and beta_in */

@@ -415,7 +415,7 @@ int be_cpu_create(int n_threads, be_t **out, gt_err_t *err) {
   c->base.ops = &cpu_ops;
   c->base.rank = 0;
   c->base.n_ranks = 1;
-  c->n_threads = n_threads > 0 ? n_threads : omp_get_num_procs();
+  c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads(); /* honours OMP_NUM_THREADS */
   *out = &c->base;
   return GT_OK;
 }

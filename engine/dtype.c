@@ -313,7 +313,7 @@ typedef struct {
   v4f a0, a1, a2, a3;
 } vacc_t;
 
-static inline v4f ldv(const float *p) {
+static inline v4f ldv(const void *p) {
   v4f v;
   memcpy(&v, p, sizeof v);
   return v;
@@ -334,12 +334,22 @@ static inline float vsum(const vacc_t *acc) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-static float dot_f32_portable(const float *w, const float *x, int64_t n) {
+/* w may be unaligned (a row inside a GGUF): loads go through memcpy. */
+static float dot_f32_portable(const uint8_t *w, const float *x, int64_t n) {
   vacc_t acc = {0};
   int64_t n16 = n & ~(int64_t)15;
-  vdot16(&acc, w, x, n16);
+  for (int64_t i = 0; i < n16; i += 16) {
+    acc.a0 += ldv(w + 4 * i) * ldv(x + i);
+    acc.a1 += ldv(w + 4 * i + 16) * ldv(x + i + 4);
+    acc.a2 += ldv(w + 4 * i + 32) * ldv(x + i + 8);
+    acc.a3 += ldv(w + 4 * i + 48) * ldv(x + i + 12);
+  }
   float s = vsum(&acc);
-  for (int64_t i = n16; i < n; i++) s += w[i] * x[i];
+  for (int64_t i = n16; i < n; i++) {
+    float v;
+    memcpy(&v, w + 4 * i, 4);
+    s += v * x[i];
+  }
   return s;
 }
 
@@ -390,25 +400,7 @@ DEF_KQUANT_PORTABLE(dot_q6_k_portable, deq_q6_k, 210)
 
 static float dot_portable(gt_type_t t, const uint8_t *w, const float *x, int64_t n) {
   switch (t) {
-    case GT_TYPE_F32: {
-      /* w may be unaligned in a hostile/odd file: the vector loads use memcpy */
-      float s;
-      if (((uintptr_t)w & 3) == 0) return dot_f32_portable((const float *)(const void *)w, x, n);
-      vacc_t acc = {0};
-      float tmp[256];
-      int64_t i = 0;
-      for (; i + 256 <= n; i += 256) {
-        memcpy(tmp, w + 4 * i, sizeof tmp);
-        vdot16(&acc, tmp, x + i, 256);
-      }
-      s = vsum(&acc);
-      for (; i < n; i++) {
-        float v;
-        memcpy(&v, w + 4 * i, 4);
-        s += v * x[i];
-      }
-      return s;
-    }
+    case GT_TYPE_F32: return dot_f32_portable(w, x, n);
     case GT_TYPE_F16: return dot_f16_portable(w, x, n, 0);
     case GT_TYPE_BF16: return dot_f16_portable(w, x, n, 1);
     case GT_TYPE_Q8_0: return dot_q8_0_portable(w, x, n);
@@ -522,28 +514,41 @@ AVX2_FN static float dot_q4_k_avx2(const uint8_t *w, const float *x, int64_t n) 
   return hsum8(_mm256_sub_ps(acc, accm));
 }
 
+/* 32 byte lanes of small unsigned q (0..127) times x[0..32): returns the partial sums of q*x
+ * (8 lanes) and writes the partial sums of x to *sx. */
+AVX2_FN static inline __m256 u8x32_dot(__m256i q, const float *x, __m256 *sx) {
+  __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+  __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+  __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), x0);
+  __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(lo, lo))), x1);
+  s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), x2, s0);
+  s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(hi, hi))), x3, s1);
+  *sx = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
+  return _mm256_add_ps(s0, s1);
+}
+
+/* Q5_K: as Q4_K with a fifth bit from qh (bit 2j for sub-block 2j, 2j+1 for 2j+1); the 5-bit
+ * values of 32 lanes are assembled with byte operations, then widened. */
 AVX2_FN static float dot_q5_k_avx2(const uint8_t *w, const float *x, int64_t n) {
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi32(0x0f), one = _mm256_set1_epi32(1);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
   for (int64_t i = 0; i < n / 256; i++, w += 176, x += 256) {
     kscales_t ks;
     k4_decode_scales(w, &ks);
-    const uint8_t *qh = w + 16;
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(w + 16));
     const uint8_t *ql = w + 48;
     const float *xb = x;
     for (int j = 0; j < 4; j++, ql += 32, xb += 64) {
-      __m128i s1 = _mm_cvtsi32_si128(2 * j), s2 = _mm_cvtsi32_si128(2 * j + 1);
-      __m256 sl = _mm256_setzero_ps(), sh = sl, xl = sl, xh = sl;
-      for (int k = 0; k < 32; k += 8) {
-        __m256i b = ldu8x8(ql + k), h = ldu8x8(qh + k);
-        __m256i hl = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, s1), one), 4);
-        __m256i hh = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, s2), one), 4);
-        __m256 x0 = _mm256_loadu_ps(xb + k), x1 = _mm256_loadu_ps(xb + 32 + k);
-        sl = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_and_si256(b, m4), hl)), x0, sl);
-        sh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_or_si256(_mm256_srli_epi32(b, 4), hh)), x1, sh);
-        xl = _mm256_add_ps(xl, x0);
-        xh = _mm256_add_ps(xh, x1);
-      }
+      __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+      /* qh bits 2j and 2j+1 of every byte -> bit 4 (epi16 shifts are safe: masked per byte) */
+      __m256i hl = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
+      __m256i hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);
+      qh = _mm256_srli_epi16(qh, 2);
+      __m256i ql_lo = _mm256_or_si256(_mm256_and_si256(b, m4), hl);
+      __m256i ql_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), hh);
+      __m256 xl, xh;
+      __m256 sl = u8x32_dot(ql_lo, xb, &xl), sh = u8x32_dot(ql_hi, xb + 32, &xh);
       acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, acc);
       acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, acc);
       accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, accm);
@@ -553,38 +558,49 @@ AVX2_FN static float dot_q5_k_avx2(const uint8_t *w, const float *x, int64_t n) 
   return hsum8(_mm256_sub_ps(acc, accm));
 }
 
-/* Q6_K: 16 sub-blocks of 16 with int8 scales; q in [-32, 31]. Each group of 8 lanes lies
- * inside one sub-block, so the scale is applied per 8-lane partial sum. */
+/* 32 int8 lanes -> 4 x 8 floats, multiplied by 32 floats of x (4 partial products). */
+AVX2_FN static inline void i8x32_mul(__m256i q, const float *x, __m256 p[4]) {
+  __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  p[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x));
+  p[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo))), _mm256_loadu_ps(x + 8));
+  p[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16));
+  p[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))), _mm256_loadu_ps(x + 24));
+}
+
+/* Q6_K: 16 sub-blocks of 16 with int8 scales; q in [-32, 31]. The 6-bit values of 32 lanes
+ * are assembled with byte operations (ql nibble | qh 2-bit pair << 4, minus 32), widened 8 at
+ * a time, and each 16-lane half is scaled by its sub-block scale. */
 AVX2_FN static float dot_q6_k_avx2(const uint8_t *w, const float *x, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi32(0x0f), m3 = _mm256_set1_epi32(3), b32 = _mm256_set1_epi32(32);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3), b32 = _mm256_set1_epi8(32);
   for (int64_t i = 0; i < n / 256; i++, w += 210, x += 256) {
     const uint8_t *ql = w, *qh = w + 128;
     const int8_t *sc = (const int8_t *)(w + 192);
     float d = h2f(ld16(w + 208));
     const float *xb = x;
+    __m256 blk0 = _mm256_setzero_ps(), blk1 = _mm256_setzero_ps();
     for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, xb += 128) {
-      __m256 blk = _mm256_setzero_ps();
-      for (int l = 0; l < 32; l += 8) {
-        int is = l / 16;
-        __m256i a = ldu8x8(ql + l), b = ldu8x8(ql + l + 32), h = ldu8x8(qh + l);
-        __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m3), 4)), b32);
-        __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m3), 4)), b32);
-        __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m3), 4)), b32);
-        __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4)), b32);
-        __m256 p1 = _mm256_mul_ps(_mm256_cvtepi32_ps(q1), _mm256_loadu_ps(xb + l));
-        __m256 p2 = _mm256_mul_ps(_mm256_cvtepi32_ps(q2), _mm256_loadu_ps(xb + l + 32));
-        __m256 p3 = _mm256_mul_ps(_mm256_cvtepi32_ps(q3), _mm256_loadu_ps(xb + l + 64));
-        __m256 p4 = _mm256_mul_ps(_mm256_cvtepi32_ps(q4), _mm256_loadu_ps(xb + l + 96));
-        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 0]), p1, blk);
-        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 2]), p2, blk);
-        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 4]), p3, blk);
-        blk = _mm256_fmadd_ps(_mm256_set1_ps((float)sc[is + 6]), p4, blk);
+      __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+      __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 32));
+      __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)qh);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+      for (int k = 0; k < 4; k++) {
+        __m256 p[4];
+        i8x32_mul(_mm256_sub_epi8(q[k], b32), xb + 32 * k, p);
+        __m256 s0 = _mm256_set1_ps((float)sc[2 * k]), s1 = _mm256_set1_ps((float)sc[2 * k + 1]);
+        blk0 = _mm256_fmadd_ps(s0, _mm256_add_ps(p[0], p[1]), blk0);
+        blk1 = _mm256_fmadd_ps(s1, _mm256_add_ps(p[2], p[3]), blk1);
       }
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d), blk, acc);
     }
+    __m256 dv = _mm256_set1_ps(d);
+    acc0 = _mm256_fmadd_ps(dv, blk0, acc0);
+    acc1 = _mm256_fmadd_ps(dv, blk1, acc1);
   }
-  return hsum8(acc);
+  return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 AVX2_FN static float dot_avx2(gt_type_t t, const uint8_t *w, const float *x, int64_t n) {

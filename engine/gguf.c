@@ -228,7 +228,7 @@ static const char *t_name(const gguf_t *g, int64_t i) { return g->tensors[i].nam
 static int copy_name(cur_t *c, const char *what, int64_t idx, char **out) {
   size_t at = c->pos, off;
   uint64_t n;
-  int rc = rd_str(c, &off, &n, what);
+  int rc = rd_str(c, &off, &n, "name");
   if (rc) return gt_err_wrap(c->err, "%s %lld", what, (long long)idx);
   if (n == 0 || n > MAX_NAME_LEN)
     return gt_err_set(c->err, GT_EFORMAT, "%s %lld at offset %zu: bad name length %llu", what,
@@ -535,6 +535,10 @@ int gguf_open(const char *path, gguf_t **out, gt_err_t *err) {
     close(fd);
     return gt_err_set(err, GT_EFORMAT, "%s: file of %lld bytes is too small for a GGUF header",
                       path, (long long)st.st_size);
+  }
+  if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX) {
+    close(fd);
+    return gt_err_set(err, GT_EUNSUPPORTED, "%s: file too large to map", path);
   }
   size_t size = (size_t)st.st_size;
   void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -8,9 +8,10 @@
  * the reference tokenizer). Otherwise each such content string is replaced by a unique sentinel
  * before rendering; the rendering is split at the sentinels, the template pieces are encoded
  * with TOK_SPECIAL and the content pieces as plain text.
- * Scope of the plain-text rule: message content of system, user and tool messages and of
- * assistant messages without a "</think>" split (the template parses that one itself);
- * tool definitions, tool-call arguments and reasoning_content are rendered as markup. */
+ * Scope of the plain-text rule: the content of system, user and tool messages (a user message
+ * that is a whole "<tool_response>...</tool_response>" block is left to the template, which
+ * treats it as a tool result). Assistant turns (the template parses their <think> blocks), tool
+ * definitions and tool-call arguments are rendered as markup. */
 #ifndef GANTRY_ENGINE_PROMPT_H
 #define GANTRY_ENGINE_PROMPT_H
 

@@ -3,7 +3,7 @@
  * BPE works on ids, not strings: a word starts as one token per byte (t->byte_id) and the
  * merge table maps an adjacent pair (left id, right id) to (rank, merged id) in O(1). The
  * lowest rank merges first, the leftmost pair on ties (HF tokenizers' order). Short words use
- * a plain scan; long ones (a run of CJK text is one word) a binary heap with lazy deletion, so a
+ * a plain scan; long ones (a run of CJK text is one word) a min segment tree over positions, so a
  * word of n bytes costs O(n log n). */
 #include <stdlib.h>
 #include <string.h>
@@ -152,63 +152,37 @@ int tok_ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t v) {
   return GT_OK;
 }
 
-/* 4-ary min-heap (half the depth of a binary one, the four children share a cache line) of
- * entries rank << 32 | left symbol index, so the smallest key is the lowest rank and, on
- * ties, the leftmost pair. An entry is stale when its pair changed since it was pushed; it is
- * then skipped on pop (see bpe_run). */
-struct tok_heap_ent {
-  uint64_t key;
-};
+/* Long words: a min segment tree over pair positions. Leaf i holds the key of the pair that
+ * starts at symbol i, rank << 32 | i (TREE_NONE when there is none), so the root is the lowest
+ * rank and, on ties, the leftmost pair. A merge rewrites three leaves (the merged pair's, its
+ * left neighbour's and the dead right symbol's) and their ancestors up to where the minimum
+ * stops changing: O(log n) per merge, with no stale entries, and since consecutive merges lie
+ * close together the paths they touch stay in cache. Iterative layout: node k has children 2k
+ * and 2k+1, leaves at n + i, root at 1 (valid for any n >= 2). */
+#define TREE_NONE UINT64_MAX
 
-static int heap_push(tok_bpe_work_t *w, size_t *hn, uint64_t key) {
-  if (*hn == w->heap_cap) {
-    size_t nc = w->heap_cap ? w->heap_cap * 2 : 256;
-    struct tok_heap_ent *nh = realloc(w->heap, nc * sizeof *nh);
-    if (!nh) return GT_ENOMEM;
-    w->heap = nh;
-    w->heap_cap = nc;
-  }
-  struct tok_heap_ent *h = w->heap;
-  size_t i = (*hn)++;
-  while (i > 0) {
-    size_t p = (i - 1) / 4;
-    if (h[p].key <= key) break;
-    h[i] = h[p];
-    i = p;
-  }
-  h[i].key = key;
-  return GT_OK;
-}
-
-static uint64_t heap_pop(tok_bpe_work_t *w, size_t *hn) {
-  struct tok_heap_ent *h = w->heap;
-  uint64_t top = h[0].key, last = h[--*hn].key;
-  size_t i = 0, n = *hn;
-  for (;;) {
-    size_t c = 4 * i + 1, e = c + 4 < n ? c + 4 : n;
-    if (c >= n) break;
-    for (size_t k = c + 1; k < e; k++)
-      if (h[k].key < h[c].key) c = k;
-    if (h[c].key >= last) break;
-    h[i] = h[c];
-    i = c;
-  }
-  if (n) h[i].key = last;
-  return top;
-}
-
-static int push_pair(const tok_t *t, tok_bpe_work_t *w, size_t *hn, int32_t l) {
-  if (l < 0) return GT_OK;
+static uint64_t pair_key_at(const tok_t *t, const tok_bpe_work_t *w, int32_t l) {
+  if (l < 0) return TREE_NONE;
   int32_t r = w->next[l];
-  if (r < 0) return GT_OK;
+  if (r < 0) return TREE_NONE;
   const tok_merge_t *m = merge_find(t, w->id[l], w->id[r]);
-  if (!m) return GT_OK;
-  return heap_push(w, hn, (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)l);
+  return m ? (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)l : TREE_NONE;
+}
+
+static void tree_set(uint64_t *tree, size_t n, size_t i, uint64_t key) {
+  size_t k = n + i;
+  tree[k] = key;
+  for (k >>= 1; k >= 1; k >>= 1) {
+    uint64_t a = tree[2 * k], b = tree[2 * k + 1], v = a < b ? a : b;
+    if (tree[k] == v) break;
+    tree[k] = v;
+  }
 }
 
 #define BPE_SCAN_MAX 24 /* words up to this many bytes use the quadratic scan */
 
-/* BPE of word[0..n) (n >= 1) into w->id / w->next; returns the first symbol index (0). */
+/* BPE of word[0..n) (n >= 1): afterwards the tokens are w->id[i] along i = 0, w->next[i], ...
+ * Returns GT_OK or GT_ENOMEM. */
 static int bpe_run(const tok_t *t, tok_bpe_work_t *w, const unsigned char *word, size_t n) {
   if (n > w->cap) {
     size_t nc = n < 64 ? 64 : n;
@@ -247,25 +221,25 @@ static int bpe_run(const tok_t *t, tok_bpe_work_t *w, const unsigned char *word,
     }
     return GT_OK;
   }
-  size_t hn = 0;
-  for (int32_t i = 0; i + 1 < (int32_t)n; i++)
-    if (push_pair(t, w, &hn, i) != GT_OK) return GT_ENOMEM;
-  while (hn) {
-    uint64_t key = heap_pop(w, &hn);
-    int32_t l = (int32_t)(uint32_t)key, rank = (int32_t)(key >> 32);
-    /* Stale entries: l died, or its pair changed and no longer has this rank. If the pair at l
-     * changed but still has this rank, merging it now is right all the same: it is a pending
-     * pair of the lowest rank in the heap and the leftmost such (the order of keys). */
-    if (w->id[l] < 0) continue;
-    int32_t r = w->next[l];
-    if (r < 0) continue;
+  if (2 * n > w->tree_cap) {
+    uint64_t *nt = realloc(w->tree, 2 * n * sizeof *nt);
+    if (!nt) return GT_ENOMEM;
+    w->tree = nt;
+    w->tree_cap = 2 * n;
+  }
+  uint64_t *tree = w->tree;
+  for (size_t i = 0; i < n; i++) tree[n + i] = pair_key_at(t, w, (int32_t)i);
+  for (size_t k = n - 1; k >= 1; k--) tree[k] = tree[2 * k] < tree[2 * k + 1] ? tree[2 * k] : tree[2 * k + 1];
+  while (tree[1] != TREE_NONE) {
+    int32_t l = (int32_t)(uint32_t)tree[1], r = w->next[l];
     const tok_merge_t *m = merge_find(t, w->id[l], w->id[r]);
-    if (!m || m->rank != rank) continue;
     w->id[l] = m->result;
     w->id[r] = -1; /* dead */
     w->next[l] = w->next[r];
     if (w->next[r] >= 0) w->prev[w->next[r]] = l;
-    if (push_pair(t, w, &hn, w->prev[l]) != GT_OK || push_pair(t, w, &hn, l) != GT_OK) return GT_ENOMEM;
+    tree_set(tree, n, (size_t)r, TREE_NONE);
+    tree_set(tree, n, (size_t)l, pair_key_at(t, w, l));
+    if (w->prev[l] >= 0) tree_set(tree, n, (size_t)w->prev[l], pair_key_at(t, w, w->prev[l]));
   }
   return GT_OK;
 }
@@ -316,6 +290,6 @@ void tok_bpe_work_free(tok_bpe_work_t *w) {
   free(w->id);
   free(w->next);
   free(w->prev);
-  free(w->heap);
+  free(w->tree);
   memset(w, 0, sizeof *w);
 }

@@ -67,8 +67,8 @@ uint64_t tok_hash(const void *p, size_t n);
 typedef struct {
   int32_t *id, *next, *prev; /* per symbol */
   size_t cap;
-  struct tok_heap_ent *heap;
-  size_t heap_cap;
+  uint64_t *tree;            /* long words: min segment tree, 2 * n keys */
+  size_t tree_cap;
 } tok_bpe_work_t;
 
 /* Builds the vocab and merge hash tables of t (text, type and n_vocab already set). */

@@ -160,6 +160,8 @@ int tok_nfc_is_inert(unsigned cp) {
   return cp < 0x300                       /* Latin-1, Latin Extended-A/B, IPA, modifiers */
          || (cp >= 0x400 && cp <= 0x482)  /* Cyrillic (before the combining titlo etc.) */
          || (cp >= 0x48A && cp <= 0x52F)  /* Cyrillic, Cyrillic Supplement */
+         || (cp >= 0x2010 && cp <= 0x2027) /* dashes, quotes, bullets, ellipsis (not U+2000/2001) */
+         || (cp >= 0x2030 && cp <= 0x205E) /* per mille, primes, ... */
          || (cp >= 0x3000 && cp <= 0x3029) /* CJK symbols and punctuation (before the tone marks) */
          || (cp >= 0x3030 && cp <= 0x303F)
          || (cp >= 0x3040 && cp <= 0x3098) /* Hiragana (before the voicing marks) */

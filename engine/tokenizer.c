@@ -239,31 +239,29 @@ static int encode_segment(enc_t *e, tok_pretok_scratch_t *ps, const char *s, siz
   return rc;
 }
 
-int tok_encode(const tok_t *t, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n,
-               gt_err_t *err) {
-  *ids = NULL;
-  *n = 0;
-  if (!text && len) return gt_err_set(err, GT_EINVAL, "tok_encode: NULL text of length %zu", len);
-  if (len == 0) return GT_OK;
-  size_t bad = tok_utf8_invalid_at(text, len);
-  if (bad != len)
-    return gt_err_set(err, GT_EINVAL, "tok_encode: text is not valid UTF-8 at byte %zu (0x%02x)", bad,
-                      (unsigned char)text[bad]);
+typedef struct {
+  size_t start, end;
+} range_t;
+
+/* Encodes valid UTF-8 text[0..len), recognising special tokens only wholly inside the sorted,
+ * disjoint byte ranges trusted[0..nt). */
+static int encode_core(const tok_t *t, const char *text, size_t len, const range_t *trusted, size_t nt,
+                       int32_t **ids, size_t *n, gt_err_t *err) {
   enc_t e = {.t = t, .err = err};
   tok_pretok_scratch_t *ps = NULL;
   int rc = tok_pretok_scratch_new(t->pre, &ps, err);
   if (rc != GT_OK) return rc;
-  size_t seg = 0;
-  if ((flags & TOK_SPECIAL) && t->n_special) {
-    const unsigned char *p = (const unsigned char *)text;
-    size_t i = 0;
-    while (i < len) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t seg = 0; /* start of the text not yet encoded */
+  for (size_t r = 0; r < nt && t->n_special; r++) {
+    size_t i = trusted[r].start, end = trusted[r].end;
+    while (i < end) {
       uint32_t lo = t->special_at[p[i]], hi = t->special_at[p[i] + 1];
       int32_t hit = -1;
       for (uint32_t k = lo; k < hi; k++) { /* longest first */
         int32_t id = t->special[k];
         size_t sl = tok_text_len(t, id);
-        if (sl <= len - i && memcmp(text + i, t->text + t->text_off[id], sl) == 0) {
+        if (sl <= end - i && memcmp(text + i, t->text + t->text_off[id], sl) == 0) {
           hit = id;
           break;
         }
@@ -292,6 +290,62 @@ done:
   *ids = e.ids;
   *n = e.n;
   return GT_OK;
+}
+
+#define TOK_MAX_TEXT ((size_t)INT32_MAX / 2)
+
+int tok_encode(const tok_t *t, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n,
+               gt_err_t *err) {
+  tok_span_t sp = {text, len, flags};
+  return tok_encode_spans(t, &sp, 1, ids, n, err);
+}
+
+int tok_encode_spans(const tok_t *t, const tok_span_t *spans, size_t n_spans, int32_t **ids, size_t *n,
+                     gt_err_t *err) {
+  *ids = NULL;
+  *n = 0;
+  size_t total = 0, nt = 0;
+  for (size_t s = 0; s < n_spans; s++) {
+    const tok_span_t *sp = &spans[s];
+    if (!sp->text && sp->len) return gt_err_set(err, GT_EINVAL, "tok_encode: span %zu: NULL text of length %zu", s, sp->len);
+    if (sp->len > TOK_MAX_TEXT - total)
+      return gt_err_set(err, GT_ERANGE, "tok_encode: text is too long (max %zu bytes)", TOK_MAX_TEXT);
+    size_t bad = tok_utf8_invalid_at(sp->text, sp->len);
+    if (bad != sp->len) {
+      if (n_spans == 1)
+        return gt_err_set(err, GT_EINVAL, "tok_encode: text is not valid UTF-8 at byte %zu (0x%02x)", bad,
+                          (unsigned char)sp->text[bad]);
+      return gt_err_set(err, GT_EINVAL, "tok_encode: span %zu is not valid UTF-8 at byte %zu (0x%02x)", s, bad,
+                        (unsigned char)sp->text[bad]);
+    }
+    total += sp->len;
+    nt += (sp->flags & TOK_SPECIAL) && sp->len;
+  }
+  if (total == 0) return GT_OK;
+  range_t one, *trusted = nt <= 1 ? &one : malloc(nt * sizeof *trusted);
+  if (!trusted) return gt_err_set(err, GT_ENOMEM, "tok_encode: out of memory");
+  const char *text = NULL;
+  char *owned = NULL;
+  if (n_spans == 1) {
+    text = spans[0].text;
+  } else {
+    owned = malloc(total);
+    if (!owned) {
+      if (trusted != &one) free(trusted);
+      return gt_err_set(err, GT_ENOMEM, "tok_encode: out of memory (%zu bytes)", total);
+    }
+    text = owned;
+  }
+  size_t off = 0, k = 0;
+  for (size_t s = 0; s < n_spans; s++) {
+    if (owned && spans[s].len) memcpy(owned + off, spans[s].text, spans[s].len);
+    if ((spans[s].flags & TOK_SPECIAL) && spans[s].len) trusted[k++] = (range_t){off, off + spans[s].len};
+    off += spans[s].len;
+  }
+  int rc = encode_core(t, text, total, trusted, nt, ids, n, err);
+  free(owned);
+  if (trusted != &one) free(trusted);
+  return rc;
 }
 
 /* ---- decoding ---- */

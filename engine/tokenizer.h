@@ -86,11 +86,27 @@ const char *tok_piece(const tok_t *t, int32_t id, size_t *len);
  * user-defined tokens first; -1 if none. For looking up special tokens such as "<|im_end|>". */
 int32_t tok_find(const tok_t *t, const char *text);
 
-/* Encodes text[0..len) (must be valid UTF-8: otherwise GT_EINVAL naming the byte offset).
+/* Encodes text[0..len) (must be valid UTF-8: otherwise GT_EINVAL naming the byte offset; at
+ * most 1 GiB: otherwise GT_ERANGE).
  * flags: TOK_SPECIAL or 0. On success *ids is a malloc'd array of *n ids (NULL when *n == 0)
  * that the caller frees with free(). On error *ids = NULL, *n = 0. */
 int tok_encode(const tok_t *t, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n,
                gt_err_t *err);
+
+/* A piece of text to encode and whether special tokens inside it are recognised. */
+typedef struct {
+  const char *text;
+  size_t len;
+  unsigned flags; /* TOK_SPECIAL or 0 */
+} tok_span_t;
+
+/* Encodes the concatenation of spans[0..n_spans) exactly as tok_encode would encode it as one
+ * text (pre-tokenization and BPE run across span boundaries), except that special tokens are
+ * recognised only wholly inside spans flagged TOK_SPECIAL. For prompts that mix trusted
+ * template text with untrusted user content. Each span must be valid UTF-8 (GT_EINVAL naming
+ * the span and byte). Ownership of *ids as for tok_encode. */
+int tok_encode_spans(const tok_t *t, const tok_span_t *spans, size_t n_spans, int32_t **ids, size_t *n,
+                     gt_err_t *err);
 
 /* Decodes ids[0..n) to bytes: the concatenation of their pieces (TOK_SKIP_CONTROL drops control
  * tokens). The bytes are exactly what the tokens hold, so they may end in (or, for arbitrary

@@ -394,7 +394,9 @@ static void on_blpop_retry(evutil_socket_t fd, short what, void *arg) {
 }
 
 static void on_rcb_state(void *arg, bool up) {
-  if (up) blpop_send(arg);
+  adm_t *adm = arg;
+  evtimer_del(adm->blpop_retry_ev); /* keep exactly one BLPOP outstanding */
+  if (up) blpop_send(adm);
 }
 
 /* ---------------- heartbeat, reaper, reconnect ---------------- */
@@ -417,7 +419,10 @@ static void on_heartbeat_reply(void *arg, redisReply *r, const char *err) {
   for (size_t i = 0; i < ids->elements; i++) {
     if (ids->element[i]->type != REDIS_REPLY_STRING) continue;
     ent_t *e = find(adm, parse_id(adm, ids->element[i]->str));
-    if (e && (e->state == S_ENQUEUING || e->state == S_WAITING)) on_admitted(e);
+    if (e && (e->state == S_ENQUEUING || e->state == S_WAITING)) {
+      adm->st.late_tickets++;
+      on_admitted(e);
+    }
   }
 }
 
@@ -443,7 +448,7 @@ static void heartbeat(adm_t *adm, ent_t **v, size_t n) {
   const char **av = malloc((1 + 6 * HB_CHUNK) * sizeof *av);
   if (!av) return;
   int64_t now = gt_now_ns();
-  for (size_t i = 0; i < n; i += HB_CHUNK) {
+  for (size_t i = 0; i == 0 || i < n; i += HB_CHUNK) { /* one call even with no entries: liveness */
     int k = 0;
     av[k++] = adm->inst;
     for (size_t j = i; j < n && j < i + HB_CHUNK; j++) {
@@ -491,8 +496,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
   adm_t *adm = arg;
   (void)fd, (void)what;
   if (!rc_connected(adm->rc)) return;
+  /* Not S_ENQUEUING: the enqueue may still reject it (queue full), and a heartbeat executed
+   * after that rejection would re-create an entry nobody owns. */
   size_t n;
-  ent_t **v = collect(adm, (1u << S_ENQUEUING) | (1u << S_WAITING) | (1u << S_ADMITTED), &n);
+  ent_t **v = collect(adm, (1u << S_WAITING) | (1u << S_ADMITTED), &n);
   if (v) heartbeat(adm, v, n);
   free(v);
   reap(adm);
@@ -511,9 +518,9 @@ static void on_rc_state(void *arg, bool up) {
   adm->st.redis_up = up;
   if (!up) return;
   if (rc_connects(adm->rc) > 1) adm->st.redis_reconnects++;
-  size_t n;
-  ent_t **v = collect(adm, (1u << S_ENQUEUING) | (1u << S_WAITING) | (1u << S_ADMITTED), &n);
-  if (v && n) heartbeat(adm, v, n);
+  size_t n; /* (no S_ENQUEUING here: the dropped connection turned those into S_WAITING) */
+  ent_t **v = collect(adm, (1u << S_WAITING) | (1u << S_ADMITTED), &n);
+  if (v) heartbeat(adm, v, n);
   free(v);
   v = collect(adm, 1u << S_DROP, &n);
   for (size_t i = 0; v && i < n; i++) drop(v[i]);

@@ -72,6 +72,7 @@ typedef struct adm_stats {
   uint64_t restored_leases, restored_waiting; /* re-registered after Redis lost them */
   uint64_t redis_reconnects;  /* connects after the first, on the command connection */
   uint64_t stale_tickets;     /* wake-ups for requests no longer waiting */
+  uint64_t late_tickets;      /* admissions found by a heartbeat before their ticket came */
   uint64_t wait_count;        /* admissions with a measured wait */
   double wait_ms_sum, wait_ms_max;
   uint64_t wait_hist[ADM_WAIT_BUCKETS]; /* admissions with wait <= adm_wait_bucket_ms[i] (not cumulative) */

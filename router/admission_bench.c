@@ -123,7 +123,9 @@ int main(int argc, char **argv) {
     if (!st.releasing_now) break;
     event_base_loop(b.base, EVLOOP_ONCE);
   }
-  printf("adm-bench: cycles=%ld conc=%d cap=%d tenants=%d bad=%d\n", b.cycles, conc, cap, b.tenants, b.bad);
+  printf("adm-bench: cycles=%ld conc=%d cap=%d tenants=%d bad=%d late_tickets=%llu stale_tickets=%llu\n",
+         b.cycles, conc, cap, b.tenants, b.bad, (unsigned long long)st.late_tickets,
+         (unsigned long long)st.stale_tickets);
   printf("adm-bench: %.0f admissions/s (request+admit+release cycles), mean wait %.3f ms, max wait %.3f ms\n",
          (double)b.cycles / s, st.wait_ms_sum / (double)(st.wait_count ? st.wait_count : 1), st.wait_ms_max);
   adm_destroy(b.adm);

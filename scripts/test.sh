@@ -7,6 +7,6 @@ status=0
 for type in ${GANTRY_TEST_BUILDS:-Release Asan}; do
   dir=$(scripts/build.sh "$type" | tail -n 1)
   echo "== ctest ($type) =="
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "$@" || status=1
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "$@" || status=1
 done
 exit $status

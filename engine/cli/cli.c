@@ -20,7 +20,7 @@ int cli_open_model(const char *path, int threads, int max_tokens, cli_model_t *o
   gt_err_t err = {0};
   memset(out, 0, sizeof *out);
   if (!path) return cli_fail("--model is required");
-  if (gguf_open(path, &out->gguf, &err)) return cli_fail("%s: %s", path, err.msg);
+  if (gguf_open(path, &out->gguf, &err)) return cli_fail("%s", err.msg); /* names the file */
   if (be_cpu_create(threads, &out->be, &err) || model_load(out->gguf, out->be, max_tokens, &out->model, &err)) {
     cli_close_model(out);
     return cli_fail("%s: %s", path, err.msg);

@@ -16,7 +16,7 @@ typedef struct {
   model_t *model;
 } cli_model_t;
 
-/* Opens path on the CPU backend (threads <= 0: every core) with scratch for max_tokens tokens.
+/* Opens path on the CPU backend (threads <= 0: OMP_NUM_THREADS or every core) with scratch for max_tokens tokens.
  * Prints the error and returns non-zero on failure. */
 int cli_open_model(const char *path, int threads, int max_tokens, cli_model_t *out);
 void cli_close_model(cli_model_t *m);

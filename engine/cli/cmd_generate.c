@@ -7,7 +7,7 @@
 
 #include "common/clock.h"
 #include "engine/cli/cli.h"
-#include "engine/cli/prompt.h"
+#include "engine/prompt.h"
 #include "engine/gen.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"

@@ -18,7 +18,7 @@ int cmd_info(int argc, char **argv) {
   if (!path) return cli_fail("--model is required"), 2;
   gt_err_t err = {0};
   gguf_t *g = NULL;
-  if (gguf_open(path, &g, &err)) return cli_fail("%s: %s", path, err.msg);
+  if (gguf_open(path, &g, &err)) return cli_fail("%s", err.msg);
   model_hparams_t hp;
   if (model_read_hparams(g, &hp, &err)) {
     gguf_close(g);

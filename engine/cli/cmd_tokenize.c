@@ -11,7 +11,7 @@
 static int open_tok(const char *path, gguf_t **g, tok_t **tok) {
   gt_err_t err = {0};
   if (!path) return cli_fail("--model is required");
-  if (gguf_open(path, g, &err)) return cli_fail("%s: %s", path, err.msg);
+  if (gguf_open(path, g, &err)) return cli_fail("%s", err.msg);
   if (tok_load(*g, tok, &err)) {
     gguf_close(*g);
     return cli_fail("%s: tokenizer: %s", path, err.msg);

@@ -18,7 +18,8 @@
  * per value head S = S*exp(g); S += k ⊗ beta (v - Sᵀk); o = Sᵀq; o = rmsnorm(o)·ssm_norm *
  * silu(h·Wzᵀ) per head; x += o·Woutᵀ. Each sequence keeps its conv and S state in its slot.
  *
- * MTP (nextn) blocks, when the file has them, are loaded and counted (hp.n_nextn), not run. */
+ * MTP (nextn) blocks, when the file has them ({arch}.nextn_predict_layers > 0, blocks right after
+ * the main stack, counted in block_count or not), are loaded and counted (hp.n_nextn), not run. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,7 +147,8 @@ static int read_hparams(model_t *m, const gguf_t *g, gt_err_t *err) {
   if (hp->head_dim <= 0 || hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
     return gt_err_set(err, GT_EFORMAT, "head_dim %d / rope dims %d inconsistent", hp->head_dim, hp->n_rot);
   int vlen = hp->head_dim;
-  if (model_hp_int(g, a, "attention.value_length", hp->head_dim, 0, &vlen, err)) return GT_EFORMAT;
+  rc = model_hp_int(g, a, "attention.value_length", hp->head_dim, 0, &vlen, err);
+  if (rc) return rc;
   if (vlen != hp->head_dim)
     return gt_err_set(err, GT_EUNSUPPORTED, "attention value_length %d != key_length %d", vlen, hp->head_dim);
   if (hp->full_attn_interval <= 0)
@@ -162,7 +164,24 @@ static int read_hparams(model_t *m, const gguf_t *g, gt_err_t *err) {
   hp->gdn_d_v = inner / hp->gdn_n_v;
   if (hp->gdn_d_v > Q35_MAX_DV)
     return gt_err_set(err, GT_EUNSUPPORTED, "GDN value head dim %d > %d", hp->gdn_d_v, Q35_MAX_DV);
-  if (hp->n_nextn < 0 || hp->n_nextn > 16) return gt_err_set(err, GT_EFORMAT, "nextn_predict_layers = %d", hp->n_nextn);
+  if (hp->n_nextn < 0 || hp->n_nextn > 16 || hp->n_nextn >= hp->n_layer)
+    return gt_err_set(err, GT_EFORMAT, "%s.nextn_predict_layers = %d out of range", a, hp->n_nextn);
+  if (hp->n_nextn > 0) {
+    /* MTP blocks follow the main stack; block_count may or may not include them */
+    char n1[64], n2[64];
+    snprintf(n1, sizeof n1, "blk.%d.nextn.eh_proj.weight", hp->n_layer);
+    snprintf(n2, sizeof n2, "blk.%d.nextn.eh_proj.weight", hp->n_layer - hp->n_nextn);
+    if (!gguf_find_tensor(g, n1)) {
+      if (!gguf_find_tensor(g, n2))
+        return gt_err_set(err, GT_EFORMAT, "%s.nextn_predict_layers = %d but neither %s nor %s exists", a,
+                          hp->n_nextn, n1, n2);
+      hp->n_layer -= hp->n_nextn;
+    }
+  }
+  char last[64];
+  snprintf(last, sizeof last, "blk.%d.attn_norm.weight", hp->n_layer - 1);
+  if (!gguf_find_tensor(g, last))
+    return gt_err_set(err, GT_EFORMAT, "%s.block_count = %d but tensor %s is missing", a, hp->n_layer, last);
   hp->n_attn_layers = hp->n_gdn_layers = 0;
   for (int l = 0; l < hp->n_layer; l++) {
     if ((l + 1) % hp->full_attn_interval == 0)
@@ -236,7 +255,7 @@ static int load_gdn(model_t *m, const gguf_t *g, int b, q35_layer_t *L, gt_err_t
   return GT_OK;
 }
 
-/* MTP blocks follow the main stack (blk.<n_layer + i>), as llama.cpp's qwen35 converter writes. */
+/* MTP blocks follow the main stack: blk.<n_layer + i> (n_layer already excludes them). */
 static int load_mtp(model_t *m, const gguf_t *g, q35_t *s, gt_err_t *err) {
   const model_hparams_t *hp = &m->hp;
   if (hp->n_nextn == 0) return GT_OK;

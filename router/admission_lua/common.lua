@@ -118,11 +118,20 @@ local function drop_any(id)
   return 2, e[2]
 end
 
+-- Router liveness: heartbeats keep P routers (instance -> deadline) fresh. An instance whose
+-- deadline passed is dead; an instance not listed yet (no heartbeat so far) counts as alive.
+local DEAD_DROPPED = 0
+local function router_dead(r)
+  local d = redis.call('ZSCORE', P .. 'routers', r)
+  return d and tonumber(d) < NOW
+end
+
 -- Admits as many waiting entries of pool m as the caps allow (at most MAX_ADMIT): interactive
 -- class (0) before batch (1); within a class the eligible tenant (below its max_inflight) with
 -- the smallest pass wins and its pass advances by 1/weight (stride scheduling); FIFO within a
 -- tenant and class. Each admitted entry becomes a lease and its id is pushed to its router's
--- ticket list, except skip_id (the caller learns about it from the reply). Returns the count.
+-- ticket list, except skip_id (the caller learns about it from the reply). A head entry whose
+-- router is dead is dropped instead (counted in DEAD_DROPPED). Returns the count admitted.
 local function admit(m, skip_id)
   if hold_left() > 0 then return 0 end
   local pinf = pool_limits(m)
@@ -153,28 +162,31 @@ local function admit(m, skip_id)
     if not pick_t then break end
     local q = qkey(m, pick_t, pick_p)
     local id = redis.call('ZRANGE', q, 0, 0)[1]
-    redis.call('ZREM', q, id)
-    redis.call('ZREM', P .. 'wq:' .. m, id)
-    add_lease(id, m, pick_t)
-    if id ~= skip_id then
-      local r = redis.call('HGET', P .. 'e:' .. id, 'r')
-      if r then
+    local r = redis.call('HGET', P .. 'e:' .. id, 'r')
+    if r and router_dead(r) then
+      drop_waiting(id, m, pick_t, pick_p)
+      DEAD_DROPPED = DEAD_DROPPED + 1
+    else
+      redis.call('ZREM', q, id)
+      redis.call('ZREM', P .. 'wq:' .. m, id)
+      add_lease(id, m, pick_t)
+      if id ~= skip_id and r then
         redis.call('RPUSH', P .. 'tk:' .. r, id)
         redis.call('PEXPIRE', P .. 'tk:' .. r, TTL * 10)
       end
+      local act = P .. 'act:' .. m .. ':' .. pick_p
+      redis.call('SET', P .. 'vt:' .. m .. ':' .. pick_p, tostring(pick_pass))
+      local np = pick_pass + 1 / pick_w
+      if redis.call('ZCARD', q) > 0 then
+        redis.call('ZADD', act, np, pick_t)
+      else
+        redis.call('HSET', P .. 'pass:' .. m .. ':' .. pick_p, pick_t, tostring(np))
+        redis.call('ZREM', act, pick_t)
+      end
+      tin[pick_t] = tin[pick_t] + 1
+      inflight = inflight + 1
+      n = n + 1
     end
-    local act = P .. 'act:' .. m .. ':' .. pick_p
-    redis.call('SET', P .. 'vt:' .. m .. ':' .. pick_p, tostring(pick_pass))
-    local np = pick_pass + 1 / pick_w
-    if redis.call('ZCARD', q) > 0 then
-      redis.call('ZADD', act, np, pick_t)
-    else
-      redis.call('HSET', P .. 'pass:' .. m .. ':' .. pick_p, pick_t, tostring(np))
-      redis.call('ZREM', act, pick_t)
-    end
-    tin[pick_t] = tin[pick_t] + 1
-    inflight = inflight + 1
-    n = n + 1
   end
   return n
 end

@@ -1,10 +1,11 @@
--- heartbeat.lua: ARGV[7] router instance, then groups of 6: id, local state ('W' waiting or
+-- heartbeat.lua: ARGV[7] router instance (marked alive until now + TTL), then groups of 6: id, local state ('W' waiting or
 -- 'L' leased), model, tenant, class, request id. Renews the deadline of each entry Redis knows;
 -- re-creates the ones it lost (Redis restarted without data, or reaped while this router
 -- stalled): a lease is re-registered as a lease (it is really running), a waiting entry is
 -- queued again at the tail. Returns {renewed, restored_leases, restored_waiting, admitted,
 -- {ids the router thinks waiting that Redis has admitted (their ticket is late or was lost)}}.
 local r = ARGV[7]
+redis.call('ZADD', P .. 'routers', NOW + TTL, r)
 local renewed, rl, rw, admitted = 0, 0, 0, 0
 local pools = {}
 local admitted_ids = {}

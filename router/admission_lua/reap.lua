@@ -1,6 +1,7 @@
 -- reap.lua: ARGV[7] max entries reclaimed per pool and kind. For every pool, removes leases and
 -- waiting entries whose deadline passed (their router stopped renewing them: it died), then
--- admits what the caps allow (this also ends the hold after a fresh Redis).
+-- admits what the caps allow (this also ends the hold after a fresh Redis; waiting entries of
+-- dead routers met on the way are dropped and counted as reaped).
 -- Returns {leases_reaped, waiting_reaped, admitted, hold_left_ms}.
 local lim = tonumber(ARGV[7])
 local nl, nw, na = 0, 0, 0
@@ -23,4 +24,5 @@ for _, m in ipairs(redis.call('SMEMBERS', P .. 'pools')) do
   end
   na = na + admit(m, nil)
 end
-return {nl, nw, na, hold_left()}
+redis.call('ZREMRANGEBYSCORE', P .. 'routers', '-inf', NOW - 10 * TTL)
+return {nl, nw + DEAD_DROPPED, na, hold_left()}

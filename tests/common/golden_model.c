@@ -12,6 +12,7 @@
 #include "tests/common/testutil.h"
 
 int gm_rope_freq_bf16 = 0;
+be_t *(*gm_backend_factory)(void) = NULL;
 
 static int32_t *ids_of(json_t *arr, int *n) {
   *n = (int)json_array_size(arr);
@@ -40,6 +41,12 @@ static int argmax(const float *row, int n) {
   return best;
 }
 
+static int make_backend(be_t **be, gt_err_t *err) {
+  if (!gm_backend_factory) return be_cpu_create(0, be, err);
+  *be = gm_backend_factory();
+  return *be ? 0 : gt_err_set(err, GT_EINTERNAL, "backend factory returned no backend");
+}
+
 int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm_result_t *res) {
   memset(res, 0, sizeof *res);
   res->greedy_first_bad = -1;
@@ -65,7 +72,7 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
     fprintf(stderr, "cannot read %s (or wrong size)\n", rel);
     goto done;
   }
-  if ((rc = gguf_open(gguf_path, &g, &err)) || (rc = be_cpu_create(0, &be, &err)) ||
+  if ((rc = gguf_open(gguf_path, &g, &err)) || (rc = make_backend(&be, &err)) ||
       (rc = model_load(g, be, chunk > 0 ? chunk : n_all, &m, &err)) || (rc = gen_create(m, n_all, &gen, &err))) {
     fprintf(stderr, "%s: %s\n", gguf_path, err.msg);
     goto done;

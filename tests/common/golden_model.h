@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include "engine/backend.h"
+
 typedef struct {
   double max_rel_err;   /* over stored rows */
   int rows;             /* rows compared */
@@ -29,5 +31,9 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
 /* Set before gm_run_case: the case's reference computed RoPE with bf16-rounded frequencies
  * (HF transformers running a bf16 checkpoint: the bf16 cases of tests/golden/manifest.json). */
 extern int gm_rope_freq_bf16;
+
+/* Optional: when set, gm_run_case runs on the backend this returns (NULL: the case fails);
+ * gm_run_case destroys it. Unset (the default): the CPU backend. */
+extern be_t *(*gm_backend_factory)(void);
 
 #endif

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +46,14 @@ static int spawn(rs_t *rs) {
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
+    /* Dies with the test process (even when it is killed), and keeps off its stdout. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int nul = open("/dev/null", O_RDWR);
+    if (nul >= 0) {
+      dup2(nul, 0);
+      dup2(nul, 1);
+      dup2(nul, 2);
+    }
     execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
            "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
            (char *)NULL);

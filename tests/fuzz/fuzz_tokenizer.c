@@ -4,7 +4,8 @@
  *   0: encode the payload as plain text; when it is valid UTF-8, decode(encode(x)) must equal
  *      NFC(x) exactly (byte-level BPE loses nothing).
  *   1: encode with TOK_SPECIAL; every id must be in range and decode must succeed.
- *   2: the payload made valid UTF-8 (ill-formed parts -> U+FFFD), then modes 0 and 1 on it.
+ *   2: the payload made valid UTF-8 (ill-formed parts -> U+FFFD), then modes 0 and 1 on it, and
+ *      tok_encode_spans over three pieces of it (untrusted: same ids as tok_encode).
  *   3: the payload as little-endian int32 ids (some out of range): tok_decode, and the streaming
  *      decoder token by token, which must emit only valid UTF-8 equal to the lossy decode.
  *   4: the payload as a GGUF file: tok_load must fail cleanly (error code and message) or give a
@@ -94,6 +95,34 @@ static void check_encode(const tok_t *t, const char *s, size_t n, unsigned flags
   }
   free(dec);
   free(ids);
+}
+
+/* Valid text cut into three spans at character boundaries: with no span trusted the ids equal
+ * tok_encode's of the whole text; with all trusted, tok_encode's with TOK_SPECIAL unless a
+ * special token straddles a cut (then only fewer specials may be found: check it still works). */
+static void check_spans(const tok_t *t, const char *s, size_t n) {
+  size_t cut[2] = {n / 3, 2 * n / 3};
+  for (int c = 0; c < 2; c++)
+    while (cut[c] > 0 && cut[c] < n && ((unsigned char)s[cut[c]] & 0xC0) == 0x80) cut[c]--;
+  if (cut[1] < cut[0]) cut[1] = cut[0];
+  gt_err_t err = {0};
+  for (unsigned flags = 0; flags <= TOK_SPECIAL; flags += TOK_SPECIAL) {
+    tok_span_t sp[3] = {{s, cut[0], flags}, {s + cut[0], cut[1] - cut[0], flags}, {s + cut[1], n - cut[1], flags}};
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    CHECK(tok_encode_spans(t, sp, 3, &a, &na, &err) == GT_OK);
+    CHECK(tok_encode(t, s, n, flags, &b, &nb, &err) == GT_OK);
+    if (flags == 0) CHECK(na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0));
+    char *da, *db;
+    size_t la, lb;
+    CHECK(tok_decode(t, a, na, 0, &da, &la, &err) == GT_OK);
+    CHECK(tok_decode(t, b, nb, 0, &db, &lb, &err) == GT_OK);
+    if (flags == 0) CHECK(la == lb && memcmp(da, db, la) == 0);
+    free(da);
+    free(db);
+    free(a);
+    free(b);
+  }
 }
 
 static void check_decode(const tok_t *t, const uint8_t *p, size_t n) {
@@ -203,6 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       char *v = lossy(s, n, &ln);
       check_encode(t, v, ln, 0);
       check_encode(t, v, ln, TOK_SPECIAL);
+      check_spans(t, v, ln);
       free(v);
       break;
     }

@@ -426,12 +426,44 @@ static void test_limits_api(void **state) {
   h_free(h);
 }
 
+/* A script that Redis refuses (here: out of memory) gives ERROR, and the router keeps working
+ * once Redis accepts writes again. */
+static void test_script_error(void **state) {
+  h_t *h = h_new();
+  adm_config_t c = h_cfg(h, "r1", TTL, 20000);
+  adm_t *a = h_adm(h, &c);
+  h_limits(h, a, NULL, 4, -1, -1);
+  redisReply *rr = redisCommand(h->sync, "CONFIG SET maxmemory 1");
+  assert_non_null(rr);
+  freeReplyObject(rr);
+  run_t *run = run_new(h, 2);
+  submit(run, a, 0, 0, ADM_PRIO_INTERACTIVE);
+  want_t w = {run, 1};
+  assert_true(h_run_until(h, cb_at_least, &w, 5000));
+  assert_int_equal(run->reqs[0].status, ADM_ERROR);
+  rr = redisCommand(h->sync, "CONFIG SET maxmemory 0");
+  assert_non_null(rr);
+  freeReplyObject(rr);
+  run->release_now = true;
+  submit(run, a, 1, 0, ADM_PRIO_INTERACTIVE);
+  w.n = 2;
+  assert_true(h_run_until(h, cb_at_least, &w, 5000));
+  assert_int_equal(run->reqs[1].status, ADM_ADMITTED);
+  adm_stats_t s;
+  adm_stats(a, &s);
+  assert_int_equal(s.errors, 1);
+  adm_destroy(a);
+  run_free(run);
+  h_free(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_limits_api),    cmocka_unit_test(test_caps),
       cmocka_unit_test(test_weights),       cmocka_unit_test(test_fifo_priority),
       cmocka_unit_test(test_live_limit_change), cmocka_unit_test(test_queue_full),
       cmocka_unit_test(test_queue_timeout), cmocka_unit_test(test_release_idempotent),
+      cmocka_unit_test(test_script_error),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,7 +106,8 @@ static void test_router_death(void **state) {
   fr_submit(a1, 2, "A");
   fr_submit(a2, 3, "A");
   fr_submit(a2, 4, "B");
-  qsnap_t q = h_queues(h, a2);
+  qsnap_t q = h_queues(h, a1); /* sync point for both routers' enqueues */
+  q = h_queues(h, a2);
   assert_int_equal(q.inflight, 2);
   assert_int_equal(q.queued, 3);
   h_run_for(h, 2 * TTL); /* heartbeats keep router 1's leases alive past their TTL */
@@ -233,6 +235,7 @@ static void test_router_kill9(void **state) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
     close(pfd[0]);
     child_main(rs_port(h->rs), TTL, pfd[1]);
   }
@@ -320,7 +323,7 @@ static void test_redis_down_at_start(void **state) {
   adm_stats(a, &s);
   assert_int_equal(s.restored_leases, 2);
   assert_int_equal(s.held_now, 2);
-  assert_true(s.redis_reconnects >= 2);
+  assert_int_equal(s.redis_reconnects, 1); /* the first connect is no reconnect */
   fr_release(&FR->r[1]);
   fr_release(&FR->r[2]);
   assert_true(h_run_until(h, nothing_releasing, a, 10000));

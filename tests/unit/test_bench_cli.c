@@ -199,6 +199,13 @@ static void test_bench_flags(void **st) {
     json_decref(b);
   }
   assert_int_equal(chats, 2); /* --cold only: no warm-up */
+  /* open loop: Poisson arrivals, --requests per cell */
+  snprintf(args, sizeof args, "bench --contexts 32 --rate 50,200 --requests 5 --max-tokens 12 --warm --out %s/r", tmpdir);
+  assert_int_equal(gantry(s, args, &out), 0);
+  assert_int_equal(count_lines(out), 3);
+  assert_non_null(strstr(out, "50r/s warm     5    0"));
+  assert_non_null(strstr(out, "200r/s warm     5    0"));
+  free(out);
   sse_srv_stop(s);
 }
 

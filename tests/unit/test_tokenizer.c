@@ -152,6 +152,31 @@ static void test_qwen3_vocab_cases(void **state) {
   assert_int_equal(bad, 0);
 }
 
+/* Rendered chat prompts (tools, tool calls, <think>, Chinese) with their ids: the control
+ * tokens and the user-defined ones (<think>, <tool_call>, ...) parsed whole. */
+static void test_qwen3_chat_template_ids(void **state) {
+  (void)state;
+  tok_t *t = load_tok("qwen3-vocab.gguf", NULL);
+  json_t *cases = tu_json("qwen3-chat-template-cases.json");
+  size_t bad = 0;
+  assert_true(json_array_size(cases) >= 6);
+  for (size_t i = 0; i < json_array_size(cases); i++) {
+    json_t *c = json_array_get(cases, i);
+    json_t *jr = json_object_get(c, "rendered");
+    size_t nw;
+    int32_t *want = json_ids(json_object_get(c, "rendered_ids"), &nw);
+    if (!check_case(t, json_string_value(jr), json_string_length(jr), TOK_SPECIAL, want, nw, json_string_value(jr),
+                    json_string_length(jr))) {
+      fprintf(stderr, "  (chat case %zu)\n", i);
+      bad++;
+    }
+    free(want);
+  }
+  json_decref(cases);
+  tok_free(t);
+  assert_int_equal(bad, 0);
+}
+
 /* ------------------------------------------------------------ golden: tiny models, demo model */
 
 static void check_manifest_model(const char *gguf_rel, json_t *model_cases, const char *label) {
@@ -200,7 +225,7 @@ static void test_tiny_models_manifest(void **state) {
     n_models++;
   }
   assert_int_equal(n_models, 2);
-  assert_true(n_lists >= 2);
+  assert_int_equal(n_lists, 5); /* qwen3-tiny: bf16, Q8_0, Q4_K_M, Q6_K; qwen35-tiny: bf16 */
   json_decref(m);
 }
 
@@ -258,6 +283,52 @@ static void test_special_tokens_plain_text(void **state) {
   free(out);
   free(sp);
   free(pl);
+  tok_free(t);
+}
+
+/* Trusted template text around untrusted user content: specials only in the trusted spans, and
+ * BPE / pre-tokenization across span boundaries as for the concatenated text. */
+static void test_encode_spans(void **state) {
+  (void)state;
+  tok_t *t = load_tok("qwen3-vocab.gguf", NULL);
+  gt_err_t err = {0};
+  const char *user = "hi <|im_end|> there";
+  tok_span_t sp[] = {{"<|im_start|>user\n", 17, TOK_SPECIAL}, {user, strlen(user), 0}, {"<|im_end|>\n", 11, TOK_SPECIAL}};
+  int32_t *ids, *mid, *nl;
+  size_t n, nmid, nnl;
+  assert_int_equal(tok_encode_spans(t, sp, 3, &ids, &n, &err), GT_OK);
+  /* expected: <|im_start|>, plain("user\nhi <|im_end|> there") (one segment across the span
+   * boundary), <|im_end|>, "\n" */
+  char buf[64];
+  snprintf(buf, sizeof buf, "user\n%s", user);
+  assert_int_equal(tok_encode(t, buf, strlen(buf), 0, &mid, &nmid, &err), GT_OK);
+  assert_int_equal(tok_encode(t, "\n", 1, 0, &nl, &nnl, &err), GT_OK);
+  assert_int_equal(n, 1 + nmid + 1 + nnl);
+  assert_int_equal(ids[0], 151644);
+  assert_memory_equal(ids + 1, mid, nmid * sizeof *ids);
+  assert_int_equal(ids[1 + nmid], 151645);
+  assert_memory_equal(ids + 2 + nmid, nl, nnl * sizeof *ids);
+  for (size_t i = 1; i <= nmid; i++) assert_int_equal(tok_type(t, ids[i]), TOK_TYPE_NORMAL);
+  free(ids);
+  free(mid);
+  free(nl);
+  /* a word split over two spans is one word: " Hel" + "lo" == " Hello" */
+  tok_span_t w[] = {{" Hel", 4, 0}, {"lo", 2, TOK_SPECIAL}};
+  assert_int_equal(tok_encode_spans(t, w, 2, &ids, &n, &err), GT_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(ids[0], 21927);
+  free(ids);
+  /* a special token cut by a span boundary is not recognised */
+  tok_span_t cut[] = {{"<|im_", 5, TOK_SPECIAL}, {"end|>", 5, TOK_SPECIAL}};
+  assert_int_equal(tok_encode_spans(t, cut, 2, &ids, &n, &err), GT_OK);
+  for (size_t i = 0; i < n; i++) assert_int_equal(tok_type(t, ids[i]), TOK_TYPE_NORMAL);
+  free(ids);
+  /* each span must be valid UTF-8 on its own */
+  tok_span_t bad[] = {{"ok", 2, 0}, {"\xE4\xB8", 2, 0}, {"\xAD", 1, 0}};
+  assert_int_equal(tok_encode_spans(t, bad, 3, &ids, &n, &err), GT_EINVAL);
+  assert_non_null(strstr(err.msg, "span 1"));
+  assert_int_equal(tok_encode_spans(t, NULL, 0, &ids, &n, &err), GT_OK);
+  assert_int_equal(n, 0);
   tok_free(t);
 }
 
@@ -698,6 +769,26 @@ static void test_errors(void **state) {
   tok_free(t);
   t = NULL;
 
+  /* tok_build validation */
+  const char *few[] = {"a", "b"};
+  size_t few_l[] = {1, 1};
+  int32_t few_ty[] = {1, 9};
+  tok_spec_t sp = {.model = "gpt2", .model_len = 4, .pre = "qwen2", .pre_len = 5, .n_vocab = 2, .tokens = few,
+                   .token_lens = few_l, .bos = -1, .eos = -1, .eot = -1, .pad = -1};
+  assert_int_equal(tok_build(&sp, &t, &err), GT_EFORMAT); /* no token for most bytes */
+  assert_non_null(strstr(err.msg, "no token for byte 0x00"));
+  assert_null(t);
+  sp.types = few_ty;
+  assert_int_equal(tok_build(&sp, &t, &err), GT_EFORMAT);
+  assert_non_null(strstr(err.msg, "unknown type 9"));
+  sp.types = NULL;
+  sp.eos = 2;
+  assert_int_equal(tok_build(&sp, &t, &err), GT_EFORMAT);
+  assert_non_null(strstr(err.msg, "eos token id 2"));
+  sp.eos = -1;
+  sp.n_vocab = 0;
+  assert_int_equal(tok_build(&sp, &t, &err), GT_EFORMAT);
+
   assert_int_equal(load_buf("llama", "qwen2", 1, &t, &err), GT_EUNSUPPORTED);
   assert_null(t);
   assert_non_null(strstr(err.msg, "\"llama\""));
@@ -898,8 +989,8 @@ static void test_fuzz_regressions(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_qwen3_vocab_cases),    cmocka_unit_test(test_tiny_models_manifest),
-      cmocka_unit_test(test_demo_model_prompts),   cmocka_unit_test(test_special_tokens_plain_text),
+      cmocka_unit_test(test_qwen3_vocab_cases),    cmocka_unit_test(test_qwen3_chat_template_ids),    cmocka_unit_test(test_tiny_models_manifest),
+      cmocka_unit_test(test_demo_model_prompts),   cmocka_unit_test(test_encode_spans),   cmocka_unit_test(test_special_tokens_plain_text),
       cmocka_unit_test(test_stream_multibyte),     cmocka_unit_test(test_stream_invalid_bytes),
       cmocka_unit_test(test_qwen35_pretokenizer),  cmocka_unit_test(test_qwen35_encode),
       cmocka_unit_test(test_nfc),                  cmocka_unit_test(test_errors),

@@ -1,0 +1,32 @@
+# gantry-router: OpenAI HTTP gateway + gRPC front over Redis admission and an engine pool.
+#   gantry_sha256      : common/sha256.c (API keys are stored as SHA-256 digests)
+#   gantry_router_core : OpenAI JSON <-> engine proto (no I/O)
+add_library(gantry_sha256 STATIC common/sha256.c)
+gt_add_test(test_router_sha256 SOURCES tests/unit/test_router_sha256.c LIBS gantry_sha256 TIMEOUT 60)
+
+add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c)
+target_link_libraries(gantry_router_core PUBLIC gantry_proto gantry_common PkgConfig::JANSSON)
+
+gt_protoc_c(GANTRY_ROUTER_PROTO_SRCS protos/gantry/v1/router.proto)
+add_library(gantry_router_proto STATIC ${GANTRY_ROUTER_PROTO_SRCS})
+target_include_directories(gantry_router_proto PUBLIC ${GANTRY_PROTO_GEN_DIR})
+target_link_libraries(gantry_router_proto PUBLIC gantry_proto)
+target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
+
+add_library(gantry_router_rt STATIC router/mailbox.c router/dispatch.c router/rq.c router/auth.c
+  router/metrics.c router/config.c router/http.c router/grpc_front.c)
+target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
+  gantry_grpc gantry_sha256 PkgConfig::LIBEVENT)
+
+add_executable(gantry-router router/main.c)
+target_link_libraries(gantry-router PRIVATE gantry_router_rt)
+
+# Integration tests: real redis-server, the gantry-router binary, scripted fake engines.
+pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
+add_library(gantry_router_harness STATIC tests/integration/router_harness.c)
+target_link_libraries(gantry_router_harness PUBLIC gantry_grpc PkgConfig::CURL)
+gt_add_test(test_router_http SOURCES tests/integration/test_router_http.c
+  LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
+add_dependencies(test_router_http gantry-router)
+add_executable(gantry-fake-engine tests/integration/fake_engine_main.c)
+target_link_libraries(gantry-fake-engine PRIVATE gantry_router_harness)

@@ -1,0 +1,42 @@
+# CUDA backend (kernels/*.cu + engine/backend_cuda.c) and its GPU tests.
+# Enabled only when a CUDA compiler is found. Targets that link gantry_cuda get the compile
+# definition GANTRY_HAVE_CUDA. Architectures: GANTRY_CUDA_ARCHS (default 90 = H100/H200).
+include(CheckLanguage)
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  set(GANTRY_CUDA_ARCHS "90" CACHE STRING "CUDA architectures to build kernels for (list)")
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES ${GANTRY_CUDA_ARCHS})
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+
+  file(GLOB GANTRY_CUDA_KERNELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/*.cu)
+  add_library(gantry_cuda STATIC engine/backend_cuda.c ${GANTRY_CUDA_KERNELS})
+  # the directory-wide gcc warning flags are not nvcc options: restate them per language
+  set_property(TARGET gantry_cuda PROPERTY COMPILE_OPTIONS "")
+  target_compile_options(gantry_cuda PRIVATE
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers>
+    $<$<AND:$<COMPILE_LANGUAGE:C>,$<BOOL:${GANTRY_WERROR}>>:-Werror>
+    $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xcompiler=-Wall,-Wno-unused-parameter -lineinfo>)
+  set_target_properties(gantry_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Static POSITION_INDEPENDENT_CODE ON)
+  target_compile_definitions(gantry_cuda PUBLIC GANTRY_HAVE_CUDA=1)
+  target_link_libraries(gantry_cuda PUBLIC gantry_common CUDA::cudart_static CUDA::cublas)
+
+  # GPU tests: skip (cmocka skip with a message) when no device is visible
+  gt_add_test(test_cuda_ops SOURCES tests/gpu/test_cuda_ops.c
+    LIBS gantry_cuda gantry_model gantry_quant gantry_testutil TIMEOUT 300)
+  gt_add_test(test_cuda_golden SOURCES tests/gpu/test_cuda_golden.c
+    LIBS gantry_cuda gantry_golden TIMEOUT 600)
+  set_tests_properties(test_cuda_ops test_cuda_golden PROPERTIES LABELS gpu)
+endif()
+
+if(CMAKE_CUDA_COMPILER)
+  # benchmarks (print numbers; never a pass/fail test)
+  add_executable(bench_decode kernels/bench/bench_decode.cu)
+  set_property(TARGET bench_decode PROPERTY COMPILE_OPTIONS "")
+  set_target_properties(bench_decode PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+  target_link_libraries(bench_decode PRIVATE gantry_cuda gantry_model)
+endif()

@@ -1,0 +1,269 @@
+/* gantry-engine serve — the long-running gRPC Engine service (engine/server.h) with a
+ * Prometheus /metrics listener. SIGTERM / SIGINT drain: new Generate calls get UNAVAILABLE,
+ * running streams finish (up to --drain-timeout), then exit 0. Exit codes: 0 clean shutdown,
+ * 1 runtime failure, 2 bad options or not enough memory for the weights plus a minimal KV pool. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "engine/cli/cli.h"
+
+int cmd_serve(int argc, char **argv); /* dispatched by engine/cli/main.c */
+#include "engine/dtype.h"
+#include "engine/server.h"
+#include "engine/tokenizer.h"
+
+#ifndef GANTRY_VERSION
+#define GANTRY_VERSION "0.1.0"
+#endif
+
+static volatile sig_atomic_t g_signal;
+static int g_sigpipe[2] = {-1, -1};
+
+static void on_signal(int sig) {
+  g_signal = sig;
+  if (g_sigpipe[1] >= 0) {
+    ssize_t w = write(g_sigpipe[1], "s", 1);
+    (void)w;
+  }
+}
+
+static void usage(void) {
+  fputs("usage: gantry-engine serve --model M.gguf [options]\n"
+        "  --listen HOST:PORT      gRPC address (default 0.0.0.0:50051)\n"
+        "  --metrics-port N        Prometheus /metrics port (default 9090; 0 = any free port, -1 = off)\n"
+        "  --metrics-host H        metrics bind address (default 0.0.0.0)\n"
+        "  --max-num-seqs N        sequences running at once (default 32)\n"
+        "  --max-batch-tokens N    tokens per step, decode + prefill chunks (default 512)\n"
+        "  --max-waiting N         waiting queue bound; more -> RESOURCE_EXHAUSTED (default 256)\n"
+        "  --kv-memory SIZE        KV pool: bytes with K/M/G suffix, or a fraction (0.5) of free memory\n"
+        "  --max-model-len N       context per sequence (default: the model's)\n"
+        "  --threads N             CPU threads (default: every core)\n"
+        "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
+        stdout);
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or 0 when unknown. */
+static uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb * 1024;
+}
+
+/* "123", "64M", "2G", "1.5G" -> bytes; "0.5" (a number < 1) -> fraction of free memory. */
+static int parse_size(const char *v, double *bytes, double *fraction) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || x <= 0) return -1;
+  *bytes = 0;
+  *fraction = 0;
+  if (!*end && x < 1) {
+    *fraction = x;
+    return 0;
+  }
+  double mul = 1;
+  if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+  else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
+  else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
+  if (*end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) return -1;
+  *bytes = x * mul;
+  return 0;
+}
+
+static const char *fmt_bytes(double b, char *buf, size_t n) {
+  if (b >= 1024.0 * 1024 * 1024) snprintf(buf, n, "%.2fGiB", b / (1024.0 * 1024 * 1024));
+  else snprintf(buf, n, "%.1fMiB", b / (1024.0 * 1024));
+  return buf;
+}
+
+int cmd_serve(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", 1, 0, 'm'},        {"listen", 1, 0, 'l'},        {"metrics-port", 1, 0, 'p'},
+      {"metrics-host", 1, 0, 'H'}, {"max-num-seqs", 1, 0, 's'},  {"max-batch-tokens", 1, 0, 'b'},
+      {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
+      {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"help", 0, 0, 'h'},
+      {0, 0, 0, 0}};
+  const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL;
+  long metrics_port = 9090, max_seqs = 32, max_batch = 512, max_waiting = 256, threads = 0, max_len = 0;
+  double drain_s = 30;
+  optind = 1;
+  for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    switch (c) {
+      case 'm': model = optarg; break;
+      case 'l': listen = optarg; break;
+      case 'H': mhost = optarg; break;
+      case 'k': kvmem = optarg; break;
+      case 'p': if (cli_int("--metrics-port", optarg, -1, 65535, &metrics_port)) return 2; break;
+      case 's': if (cli_int("--max-num-seqs", optarg, 1, 4096, &max_seqs)) return 2; break;
+      case 'b': if (cli_int("--max-batch-tokens", optarg, 1, 1 << 20, &max_batch)) return 2; break;
+      case 'w': if (cli_int("--max-waiting", optarg, 1, 1 << 20, &max_waiting)) return 2; break;
+      case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+      case 'c': if (cli_int("--max-model-len", optarg, 16, 1 << 24, &max_len)) return 2; break;
+      case 'd': if (cli_float("--drain-timeout", optarg, 0, 86400, &drain_s)) return 2; break;
+      case 'h': usage(); return 0;
+      default: return 2;
+    }
+  }
+  if (!model) return cli_fail("--model is required"), 2;
+  double kv_bytes = 0, kv_frac = 0;
+  if (kvmem && parse_size(kvmem, &kv_bytes, &kv_frac))
+    return cli_fail("--kv-memory expects bytes with an optional K/M/G suffix or a fraction in (0, 1), got '%s'", kvmem), 2;
+
+  if (pipe(g_sigpipe)) return cli_fail("pipe: cannot create"), 1;
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  gt_err_t err = {0};
+  gt_metrics_t *reg = gt_metrics_create();
+  gt_metrics_http_t *http = NULL;
+  srv_t *srv = NULL;
+  gguf_t *g = NULL;
+  be_t *be = NULL;
+  model_t *m = NULL;
+  tok_t *tok = NULL;
+  int rc = 1, port = 0, mport = 0, idle = 0;
+  if (!reg) return cli_fail("out of memory"), 1;
+  if (srv_create(&(srv_opts_t){.listen = listen, .metrics = reg}, &srv, &port, &err)) {
+    cli_fail("listen %s: %s", listen, err.msg);
+    goto out;
+  }
+  if (metrics_port >= 0 && gt_metrics_http_start(reg, mhost, (int)metrics_port, &mport, &http, &err)) {
+    cli_fail("%s", err.msg);
+    goto out;
+  }
+  /* ---- load ---- */
+  double t0 = gt_now_ms();
+  if (gguf_open(model, &g, &err)) {
+    cli_fail("%s: %s", model, err.msg);
+    goto out;
+  }
+  uint64_t tensor_bytes = 0;
+  int n_type[GT_TYPE_COUNT] = {0};
+  for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+    const gguf_tensor_t *t = gguf_tensor(g, i);
+    tensor_bytes += t->nbytes;
+    if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
+  }
+  uint64_t avail = mem_available();
+  if (avail && tensor_bytes > avail) {
+    char a[32], b[32];
+    cli_fail("not enough memory: the weights need %s, %s is available", fmt_bytes((double)tensor_bytes, a, sizeof a),
+             fmt_bytes((double)avail, b, sizeof b));
+    rc = 2;
+    goto out;
+  }
+  if (be_cpu_create((int)threads, &be, &err) || model_load(g, be, (int)max_batch, &m, &err)) {
+    cli_fail("%s: %s", model, err.msg);
+    rc = err.code == GT_ENOMEM ? 2 : 1;
+    goto out;
+  }
+  if (tok_load(g, &tok, &err)) {
+    cli_fail("%s: tokenizer: %s", model, err.msg);
+    goto out;
+  }
+  int n_ctx = max_len > 0 && max_len < m->hp.n_ctx_train ? (int)max_len : m->hp.n_ctx_train;
+  const int bt = 16;
+  size_t per_tok = model_kv_bytes_per_token(m), per_slot = model_state_bytes_per_slot(m);
+  int hybrid = m->hp.n_gdn_layers > 0;
+  /* minimal pool: one sequence at full context (+ its state slot) */
+  int min_blocks = (n_ctx + bt - 1) / bt;
+  double min_bytes = (double)min_blocks * bt * (double)per_tok + (hybrid ? (double)per_slot : 0);
+  avail = mem_available();
+  double budget = kv_frac > 0 ? kv_frac * (double)avail : kv_bytes;
+  int n_blocks = 0;
+  int n_slots = hybrid ? (int)max_seqs * 3 : 0; /* running + snapshots (sched default 2 per seq) */
+  if (budget > 0) {
+    double for_kv = budget - (double)n_slots * (double)per_slot;
+    n_blocks = per_tok ? (int)(for_kv / ((double)bt * (double)per_tok)) : 0;
+  } else {
+    int per_seq = ((n_ctx < 4096 ? n_ctx : 4096) + bt - 1) / bt;
+    n_blocks = (int)max_seqs * per_seq;
+    double need = (double)n_blocks * bt * (double)per_tok + (double)n_slots * (double)per_slot;
+    if (avail && need > 0.9 * (double)avail) /* shrink the default to fit */
+      n_blocks = (int)((0.9 * (double)avail - (double)n_slots * (double)per_slot) / ((double)bt * (double)per_tok));
+  }
+  if (n_blocks < min_blocks || (avail && min_bytes > (double)avail)) {
+    char a[32], b[32], c2[32];
+    cli_fail("not enough memory: weights %s + minimal KV pool %s (one sequence of %d tokens) do not fit; "
+             "%s available, KV budget %d blocks (need %d); lower --max-model-len or raise --kv-memory",
+             fmt_bytes((double)m->weight_bytes, a, sizeof a), fmt_bytes(min_bytes, b, sizeof b), n_ctx,
+             fmt_bytes((double)avail, c2, sizeof c2), n_blocks > 0 ? n_blocks : 0, min_blocks);
+    rc = 2;
+    goto out;
+  }
+  char wtbuf[256] = "";
+  const char *wt[GT_TYPE_COUNT];
+  int n_wt = 0;
+  for (int t = 0; t < GT_TYPE_COUNT; t++)
+    if (n_type[t]) {
+      wt[n_wt++] = dt_name((gt_type_t)t);
+      snprintf(wtbuf + strlen(wtbuf), sizeof wtbuf - strlen(wtbuf), "%s%s", n_wt > 1 ? "," : "", dt_name((gt_type_t)t));
+    }
+  sched_config_t cfg = {.max_num_seqs = (int)max_seqs, .max_batch_tokens = (int)max_batch, .max_waiting = (int)max_waiting,
+                        .n_blocks = n_blocks, .block_tokens = bt, .n_ctx = n_ctx};
+  srv_model_info_t info = {.model_name = m->hp.name, .architecture = m->hp.arch, .version = GANTRY_VERSION,
+                           .weight_types = wt, .n_weight_types = n_wt};
+  if (srv_attach(srv, g, m, tok, &cfg, &info, &err)) {
+    cli_fail("%s", err.msg);
+    rc = err.code == GT_ENOMEM ? 2 : 1;
+    goto out;
+  }
+  double kv_total = (double)n_blocks * bt * (double)per_tok + (double)n_slots * (double)per_slot;
+  char b1[32], b2[32], b3[32];
+  GT_LOG_INFO("model=%s name=\"%s\"", model, m->hp.name);
+  GT_LOG_INFO("architecture=%s layers=%d context=%d hybrid=%d", m->hp.arch, m->hp.n_layer, m->hp.n_ctx_train, hybrid);
+  GT_LOG_INFO("weight_types=%s", wtbuf);
+  GT_LOG_INFO("parameters=%lld", (long long)m->n_params);
+  GT_LOG_INFO("kv_pool_tokens=%lld kv_blocks=%d block_tokens=%d kv_bytes_per_token=%zu state_slots=%d", (long long)n_blocks * bt,
+              n_blocks, bt, per_tok, n_slots);
+  GT_LOG_INFO("max_concurrency_full_context=%.2f max_model_len=%d", (double)n_blocks * bt / n_ctx, n_ctx);
+  GT_LOG_INFO("memory_used=%s weights=%s kv_cache=%s", fmt_bytes((double)m->weight_bytes + kv_total, b1, sizeof b1),
+              fmt_bytes((double)m->weight_bytes, b2, sizeof b2), fmt_bytes(kv_total, b3, sizeof b3));
+  GT_LOG_INFO("max_num_seqs=%ld max_batch_tokens=%ld max_waiting=%ld", max_seqs, max_batch, max_waiting);
+  GT_LOG_INFO("listening grpc=%s port=%d metrics=%s:%d load_ms=%.0f", listen, port, metrics_port >= 0 ? mhost : "off", mport,
+              gt_now_ms() - t0);
+  /* machine-readable line for tests and scripts */
+  printf("ready grpc_port=%d metrics_port=%d\n", port, mport);
+  fflush(stdout);
+
+  /* ---- run until a signal ---- */
+  for (;;) {
+    char ch;
+    ssize_t k = read(g_sigpipe[0], &ch, 1);
+    if (k == 1 || g_signal) break;
+  }
+  GT_LOG_INFO("signal=%d draining running=%d drain_timeout_s=%.0f", (int)g_signal, srv_live(srv), drain_s);
+  srv_drain(srv);
+  idle = srv_wait_idle(srv, (int64_t)(drain_s * 1000));
+  GT_LOG_INFO("drained=%d left=%d", idle, srv_live(srv));
+  rc = 0;
+out:
+  gt_metrics_http_stop(http);
+  /* finished streams still have their last messages and status in flight: give gRPC a
+   * moment to deliver them; anything still running after the drain is cancelled */
+  srv_free(srv, rc == 0 && idle ? 5000 : 0);
+  tok_free(tok);
+  model_free(m);
+  be_destroy(be);
+  gguf_close(g);
+  gt_metrics_free(reg);
+  if (g_sigpipe[0] >= 0) close(g_sigpipe[0]), close(g_sigpipe[1]);
+  if (rc == 0) GT_LOG_INFO("shutdown complete");
+  return rc;
+}

@@ -1,0 +1,117 @@
+/* kernels/common.cuh — what every CUDA op shares.
+ *
+ * The top part is plain C (host code in engine/backend_cuda.c includes it): the batch view the
+ * kernels read, the device error flags, the launcher linkage and the one checking macro family
+ * (KC_CUDA / KC_CUBLAS) that records the failing expression, file and line in a gt_err_t.
+ * The part under __CUDACC__ holds device helpers (warp/block reductions, half conversions). */
+#ifndef GANTRY_KERNELS_COMMON_CUH
+#define GANTRY_KERNELS_COMMON_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common/err.h"
+
+#ifdef __cplusplus
+#define KC_API extern "C"
+#else
+#define KC_API
+#endif
+
+/* Device error flags (bits of one int in device memory), raised by kernels on bad input and
+ * turned into a gt_err_t by the backend at sync. */
+enum {
+  KC_EFLAG_TOKEN = 1,     /* embed: token id outside the vocabulary */
+  KC_EFLAG_OUT_TOK = 2,   /* gather_out: index outside the batch */
+  KC_EFLAG_KV_SLOT = 4,   /* kv_store / attention: position outside the sequence's blocks */
+  KC_EFLAG_STATE = 8,     /* GDN: state slot out of range */
+};
+
+/* The current batch, device memory (copied by be_set_batch). Passed to kernels by value. */
+typedef struct {
+  int n_tok, n_seq, n_out, max_blocks;
+  const int32_t *tok;         /* [n_tok] */
+  const int32_t *pos;         /* [n_tok] */
+  const int32_t *seq_of_tok;  /* [n_tok] */
+  const int32_t *seq_first;   /* [n_seq] */
+  const int32_t *seq_ntok;    /* [n_seq] */
+  const int32_t *state_slot;  /* [n_seq] (zeros for non-hybrid models) */
+  const int32_t *block_table; /* [n_seq * max_blocks] */
+  const int32_t *out_tok;     /* [n_out] */
+  int *eflag;                 /* device error flags (KC_EFLAG_*) */
+} kc_batch_t;
+
+/* One attention layer's paged pools: k, v [n_blocks, block_tokens, kv_dim] fp32. */
+typedef struct {
+  float *k, *v;
+  int n_blocks, block_tokens, kv_dim;
+} kc_kv_t;
+
+/* Records a failed CUDA runtime call (code != 0) in *e unless an error is already recorded;
+ * returns GT_OK or GT_EINTERNAL. */
+static inline int kc_check_cuda(int code, const char *expr, const char *file, int line, gt_err_t *e) {
+  if (code == 0) return GT_OK;
+  if (e && e->code == GT_OK)
+    gt_err_set(e, GT_EINTERNAL, "cuda: %s (%s) at %s:%d: %s", cudaGetErrorName((cudaError_t)code),
+               cudaGetErrorString((cudaError_t)code), file, line, expr);
+  return GT_EINTERNAL;
+}
+/* Same for cuBLAS status codes (0 = CUBLAS_STATUS_SUCCESS). */
+static inline int kc_check_cublas(int status, const char *expr, const char *file, int line, gt_err_t *e) {
+  if (status == 0) return GT_OK;
+  if (e && e->code == GT_OK) gt_err_set(e, GT_EINTERNAL, "cublas: status %d at %s:%d: %s", status, file, line, expr);
+  return GT_EINTERNAL;
+}
+#define KC_CUDA(e, expr) kc_check_cuda((int)(expr), #expr, __FILE__, __LINE__, (e))
+#define KC_CUBLAS(e, expr) kc_check_cublas((int)(expr), #expr, __FILE__, __LINE__, (e))
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define KC_FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ float kc_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(KC_FULL_MASK, v, o);
+  return v;
+}
+__device__ __forceinline__ float kc_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(KC_FULL_MASK, v, o));
+  return v;
+}
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+ * Uses 33 floats of static shared memory; call from all threads. */
+__device__ __forceinline__ float kc_block_sum(float v) {
+  __shared__ float part[33];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = kc_warp_sum(v);
+  __syncthreads(); /* part may still be read by a previous call */
+  if (lane == 0) part[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    float s = lane < nw ? part[lane] : 0.0f;
+    s = kc_warp_sum(s);
+    if (lane == 0) part[32] = s;
+  }
+  __syncthreads();
+  return part[32];
+}
+__device__ __forceinline__ float kc_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float kc_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+/* fp32 -> bf16 -> fp32, round to nearest even (as dt_f32_to_bf16) */
+__device__ __forceinline__ float kc_round_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return f;
+  return __uint_as_float(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
+}
+__device__ __forceinline__ float kc_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float kc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+#define KC_GRID(n, b) ((unsigned)(((n) + (b) - 1) / (b)))
+#endif
+
+#endif

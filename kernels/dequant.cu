@@ -1,0 +1,28 @@
+/* kernels/dequant.cu — see dequant.cuh. One thread per 8-element chunk. */
+#include "kernels/dequant.cuh"
+#include "kernels/quant.cuh"
+
+template <int T>
+__global__ void dequant_kernel(const uint8_t *__restrict__ w, size_t row_bytes, int64_t row0, int64_t nrows,
+                               int64_t cols, float *__restrict__ dst) {
+  const int64_t nch = cols >> 3;
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nrows * nch) return;
+  const int64_t r = i / nch, c = i % nch;
+  float y[8];
+  kc_deq<T>::chunk(w + (size_t)(row0 + r) * row_bytes, c, y);
+  float4 *d = (float4 *)(dst + r * cols + c * 8);
+  d[0] = make_float4(y[0], y[1], y[2], y[3]);
+  d[1] = make_float4(y[4], y[5], y[6], y[7]);
+}
+
+KC_API int kc_dequant_rows(cudaStream_t st, int type, const void *w, size_t row_bytes, int64_t row0, int64_t nrows,
+                           int64_t cols, float *dst) {
+  if (cols % 8 != 0 || ((uintptr_t)dst & 15) != 0) return (int)cudaErrorInvalidValue;
+  const int64_t n = nrows * (cols >> 3);
+  if (n == 0) return 0;
+#define DQ_CASE(T) dequant_kernel<T><<<KC_GRID(n, 256), 256, 0, st>>>((const uint8_t *)w, row_bytes, row0, nrows, cols, dst)
+  KC_TYPE_SWITCH(type, DQ_CASE)
+#undef DQ_CASE
+  return (int)cudaGetLastError();
+}

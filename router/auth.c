@@ -1,0 +1,122 @@
+/* router/auth.c — API keys: Redis hash <prefix>apikeys maps SHA-256(key) (hex) -> tenant.
+ * With no keys configured (the hash is empty or missing) every request is tenant "default".
+ * Admin routes need the admin key (--admin-key); without one they are open only while no API
+ * keys exist. Keys are never stored or logged in clear. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/sha256.h"
+#include "router/router.h"
+
+struct auth {
+  rc_t *rc;
+  char hash_key[96];
+  char admin_sha[65]; /* "" = no admin key */
+};
+
+typedef struct op {
+  auth_t *a;
+  bool admin;
+  bool admin_ok;      /* admin key matched */
+  char sha[65];
+  auth_cb cb;
+  void *arg;
+} op_t;
+
+auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, gt_err_t *err) {
+  auth_t *a = calloc(1, sizeof *a);
+  if (!a) {
+    gt_err_set(err, GT_ENOMEM, "auth: out of memory");
+    return NULL;
+  }
+  a->rc = rc;
+  snprintf(a->hash_key, sizeof a->hash_key, "%sapikeys", key_prefix);
+  if (admin_key && admin_key[0]) gt_sha256_hex(admin_key, strlen(admin_key), a->admin_sha);
+  return a;
+}
+
+void auth_destroy(auth_t *a) { free(a); }
+
+const char *auth_bearer(const char *h) {
+  if (!h) return NULL;
+  while (*h == ' ') h++;
+  if (!strncasecmp(h, "Bearer ", 7)) h += 7;
+  while (*h == ' ') h++;
+  return *h ? h : NULL;
+}
+
+static int ct_equal(const char *a, const char *b) {
+  unsigned d = 0;
+  for (int i = 0; i < 64; i++) d |= (unsigned)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+static void on_hlen(void *arg, redisReply *r, const char *err) {
+  op_t *o = arg;
+  if (!r || r->type != REDIS_REPLY_INTEGER) {
+    o->cb(o->arg, AUTH_UNAVAILABLE, NULL);
+  } else if (r->integer == 0) {
+    /* no keys configured: open tenant (admin open too unless an admin key is set) */
+    if (o->admin && o->a->admin_sha[0]) o->cb(o->arg, AUTH_DENIED, NULL);
+    else o->cb(o->arg, AUTH_OK, "default");
+  } else {
+    o->cb(o->arg, AUTH_DENIED, NULL);
+  }
+  (void)err;
+  free(o);
+}
+
+static void on_hget(void *arg, redisReply *r, const char *err) {
+  op_t *o = arg;
+  (void)err;
+  if (!r || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+    o->cb(o->arg, AUTH_UNAVAILABLE, NULL);
+    free(o);
+    return;
+  }
+  if (r->type == REDIS_REPLY_STRING && !o->admin) {
+    char tenant[ADM_NAME_MAX + 1];
+    snprintf(tenant, sizeof tenant, "%.*s", (int)r->len, r->str);
+    o->cb(o->arg, AUTH_OK, tenant);
+    free(o);
+    return;
+  }
+  /* unknown key (or an API key on an admin route): denied unless no keys exist at all */
+  const char *argv[] = {"HLEN", o->a->hash_key};
+  if (rc_command(o->a->rc, 2, argv, NULL, on_hlen, o) != GT_OK) {
+    o->cb(o->arg, AUTH_UNAVAILABLE, NULL);
+    free(o);
+  }
+}
+
+void auth_check(auth_t *a, const char *key, bool admin, auth_cb cb, void *arg) {
+  op_t *o = calloc(1, sizeof *o);
+  if (!o) {
+    cb(arg, AUTH_UNAVAILABLE, NULL);
+    return;
+  }
+  o->a = a;
+  o->admin = admin;
+  o->cb = cb;
+  o->arg = arg;
+  if (key && key[0]) gt_sha256_hex(key, strlen(key), o->sha);
+  if (admin && key && a->admin_sha[0] && ct_equal(o->sha, a->admin_sha)) {
+    free(o);
+    cb(arg, AUTH_OK, "admin");
+    return;
+  }
+  int rc;
+  if (key && key[0] && !admin) {
+    const char *argv[] = {"HGET", a->hash_key, o->sha};
+    rc = rc_command(a->rc, 3, argv, NULL, on_hget, o);
+  } else {
+    const char *argv[] = {"HLEN", a->hash_key};
+    rc = rc_command(a->rc, 2, argv, NULL, on_hlen, o);
+  }
+  if (rc != GT_OK) {
+    free(o);
+    cb(arg, AUTH_UNAVAILABLE, NULL);
+  }
+}

@@ -1,0 +1,125 @@
+/* router/config.c — command line of gantry-router. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router/router.h"
+
+const char *rt_usage(void) {
+  return "usage: gantry-router [--http HOST:PORT] [--grpc HOST:PORT] [--redis redis://HOST:PORT]\n"
+         "                     --engine MODEL=HOST:PORT [--engine ...] [--admin-key K]\n"
+         "                     [--reasoning-field both|reasoning|reasoning_content]\n"
+         "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
+         "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
+         "                     [--admission-hold-ms MS]\n"
+         "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
+         "  --http 127.0.0.1:8080 (OpenAI API, /health, /ready, /metrics, /admin/*), --grpc off unless given.\n"
+         "  The admin key also comes from $GANTRY_ADMIN_KEY. API keys: Redis hash <prefix>apikeys,\n"
+         "  field sha256hex(key) -> tenant; with none, every request is tenant 'default'.\n";
+}
+
+void rt_config_defaults(rt_config_t *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->http_addr, sizeof c->http_addr, "127.0.0.1:8080");
+  snprintf(c->redis_host, sizeof c->redis_host, "127.0.0.1");
+  c->redis_port = 6379;
+  snprintf(c->key_prefix, sizeof c->key_prefix, "gantry:");
+  c->reasoning_field = OA_REASONING_BOTH;
+  c->max_body_bytes = 8L << 20;
+  c->http_timeout_s = 30;
+  c->health_ms = 1000;
+  c->request_timeout_ms = 600000;
+  const char *ak = getenv("GANTRY_ADMIN_KEY");
+  if (ak) snprintf(c->admin_key, sizeof c->admin_key, "%s", ak);
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_redis(rt_config_t *c, const char *url, gt_err_t *err) {
+  const char *p = url;
+  if (!strncmp(p, "redis://", 8)) p += 8;
+  const char *colon = strrchr(p, ':');
+  char host[128];
+  long port = 6379;
+  if (colon) {
+    snprintf(host, sizeof host, "%.*s", (int)(colon - p), p);
+    char ps[16];
+    snprintf(ps, sizeof ps, "%s", colon + 1);
+    char *slash = strchr(ps, '/');
+    if (slash) *slash = '\0';
+    if (parse_long(ps, 1, 65535, &port)) return gt_err_set(err, GT_EINVAL, "--redis %s: bad port", url);
+  } else {
+    snprintf(host, sizeof host, "%s", p);
+  }
+  if (!host[0]) return gt_err_set(err, GT_EINVAL, "--redis %s: no host", url);
+  snprintf(c->redis_host, sizeof c->redis_host, "%s", host);
+  c->redis_port = (int)port;
+  return GT_OK;
+}
+
+int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t *err) {
+  *help = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      *help = true;
+      return GT_OK;
+    }
+    if (i + 1 >= argc) return gt_err_set(err, GT_EINVAL, "%s needs a value", a);
+    const char *v = argv[++i];
+    long n;
+    if (!strcmp(a, "--http")) snprintf(c->http_addr, sizeof c->http_addr, "%s", v);
+    else if (!strcmp(a, "--grpc")) snprintf(c->grpc_addr, sizeof c->grpc_addr, "%s", v);
+    else if (!strcmp(a, "--redis")) {
+      if (parse_redis(c, v, err)) return GT_EINVAL;
+    } else if (!strcmp(a, "--engine")) {
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1]) return gt_err_set(err, GT_EINVAL, "--engine %s: expected MODEL=HOST:PORT", v);
+      if (c->n_engines >= RT_MAX_ENGINES) return gt_err_set(err, GT_EINVAL, "too many --engine (max %d)", RT_MAX_ENGINES);
+      if ((size_t)(eq - v) > ADM_NAME_MAX) return gt_err_set(err, GT_EINVAL, "--engine %s: model name too long", v);
+      snprintf(c->engines[c->n_engines].model, sizeof c->engines[0].model, "%.*s", (int)(eq - v), v);
+      snprintf(c->engines[c->n_engines].target, sizeof c->engines[0].target, "%s", eq + 1);
+      if (strpbrk(c->engines[c->n_engines].model, ": *"))
+        return gt_err_set(err, GT_EINVAL, "--engine %s: model names may not contain ':', '*' or spaces", v);
+      c->n_engines++;
+    } else if (!strcmp(a, "--admin-key")) snprintf(c->admin_key, sizeof c->admin_key, "%s", v);
+    else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
+    else if (!strcmp(a, "--reasoning-field")) {
+      if (!strcmp(v, "both")) c->reasoning_field = OA_REASONING_BOTH;
+      else if (!strcmp(v, "reasoning")) c->reasoning_field = OA_REASONING_ONLY;
+      else if (!strcmp(v, "reasoning_content")) c->reasoning_field = OA_REASONING_CONTENT_ONLY;
+      else return gt_err_set(err, GT_EINVAL, "--reasoning-field %s: expected both, reasoning or reasoning_content", v);
+    } else {
+      struct { const char *name; long lo, hi; void *dst; int is_long; } nums[] = {
+          {"--max-body-bytes", 1024, 1L << 30, &c->max_body_bytes, 1},
+          {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},
+          {"--health-ms", 50, 600000, &c->health_ms, 0},
+          {"--request-timeout-s", 1, 86400, &c->request_timeout_ms, 0},
+          {"--lease-ttl-ms", 300, 3600000, &c->lease_ttl_ms, 0},
+          {"--queue-timeout-ms", 1, 3600000, &c->queue_timeout_ms, 0},
+          {"--admission-hold-ms", 1, 3600000, &c->hold_ms, 0},
+          {"--default-max-inflight", 0, 1000000, &c->default_max_inflight, 0},
+          {"--default-max-queued", 0, 10000000, &c->default_max_queued, 0},
+      };
+      int found = 0;
+      for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
+        if (strcmp(a, nums[k].name)) continue;
+        found = 1;
+        if (parse_long(v, nums[k].lo, nums[k].hi, &n))
+          return gt_err_set(err, GT_EINVAL, "%s %s: expected an integer in [%ld, %ld]", a, v, nums[k].lo, nums[k].hi);
+        if (nums[k].is_long) *(long *)nums[k].dst = n;
+        else *(int *)nums[k].dst = (int)n;
+        if (!strcmp(a, "--request-timeout-s")) c->request_timeout_ms = (int)n * 1000;
+      }
+      if (!found) return gt_err_set(err, GT_EINVAL, "unknown option %s", a);
+    }
+  }
+  if (c->n_engines == 0) return gt_err_set(err, GT_EINVAL, "at least one --engine MODEL=HOST:PORT is required");
+  return GT_OK;
+}

@@ -1,0 +1,207 @@
+/* router/dispatch.c — the engine pool: engines per model (--engine MODEL=HOST:PORT), checked
+ * with application-level Health (and Info until it answered once) RPCs on a timer. An engine is
+ * marked down after two consecutive failed checks and up again after one success. Requests go
+ * to the ready engine of their model with the fewest streams in flight. */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "router/router.h"
+
+struct pool {
+  router_t *rt;
+  mbox_t *mb;
+  struct event *timer;
+  int health_ms;
+  pool_engine_t *e[RT_MAX_ENGINES];
+  int n;
+};
+
+typedef struct check {
+  pool_t *p;
+  int idx;
+  bool info;
+  gt_rpc_stream_t *s;
+  ProtobufCMessage *resp; /* set on the client thread before done */
+} check_t;
+
+/* ---- check results (loop thread) ---- */
+static void check_done_loop(void *a, void *b, intptr_t code) {
+  check_t *c = a;
+  (void)b;
+  pool_engine_t *e = c->p->e[c->idx];
+  bool ok = false;
+  if (code == GT_RPC_OK && c->resp) {
+    if (c->info) {
+      Gantry__V1__InfoResponse *in = (Gantry__V1__InfoResponse *)c->resp;
+      e->context_length = in->context_length;
+      ok = true;
+      GT_LOG_INFO("engine info model=%s target=%s engine_model=%s context=%u", e->model, e->target,
+                  in->model_name, in->context_length);
+    } else {
+      Gantry__V1__HealthResponse *h = (Gantry__V1__HealthResponse *)c->resp;
+      ok = h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY;
+    }
+  }
+  if (c->resp) protobuf_c_message_free_unpacked(c->resp, NULL);
+  e->checking = false;
+  if (ok) {
+    e->checks_ok++;
+    e->fails = 0;
+    if (!e->up) GT_LOG_INFO("engine up model=%s target=%s", e->model, e->target);
+    e->up = true;
+    e->ever_up = true;
+  } else {
+    e->checks_failed++;
+    e->fails++;
+    if (e->up && e->fails >= 2) {
+      e->up = false;
+      GT_LOG_WARN("engine down model=%s target=%s consecutive_failures=%d", e->model, e->target, e->fails);
+    }
+  }
+  free(c);
+}
+
+static void on_check_msg(void *user, gt_rpc_stream_t *s, ProtobufCMessage *msg) {
+  check_t *c = user;
+  (void)s;
+  if (c->resp) protobuf_c_message_free_unpacked(c->resp, NULL);
+  c->resp = msg;
+}
+
+static void on_check_done(void *user, gt_rpc_stream_t *s, const gt_rpc_status_t *st) {
+  check_t *c = user;
+  gt_rpc_stream_release(s);
+  if (mbox_post(c->p->mb, check_done_loop, c, NULL, st->code)) {
+    if (c->resp) protobuf_c_message_free_unpacked(c->resp, NULL);
+    free(c);
+  }
+}
+
+static void start_check(pool_t *p, int i) {
+  pool_engine_t *e = p->e[i];
+  if (e->checking) return;
+  check_t *c = calloc(1, sizeof *c);
+  if (!c) return;
+  c->p = p;
+  c->idx = i;
+  c->info = e->context_length == 0;
+  Gantry__V1__InfoRequest ireq = GANTRY__V1__INFO_REQUEST__INIT;
+  Gantry__V1__HealthRequest hreq = GANTRY__V1__HEALTH_REQUEST__INIT;
+  gt_rpc_stream_args_t a = {
+      .method = c->info ? EC_METHOD_INFO : EC_METHOD_HEALTH,
+      .request = c->info ? &ireq.base : &hreq.base,
+      .response = c->info ? &gantry__v1__info_response__descriptor : &gantry__v1__health_response__descriptor,
+      .timeout_ms = p->health_ms > 500 ? p->health_ms : 500,
+      .on_msg = on_check_msg,
+      .on_done = on_check_done,
+      .user = c,
+  };
+  gt_err_t err;
+  e->checking = true;
+  if (gt_rpc_client_stream(ec_rpc(e->ec), &a, &c->s, &err)) {
+    e->checking = false;
+    free(c);
+    GT_LOG_WARN("engine check start failed target=%s: %s", e->target, err.msg);
+  }
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  pool_t *p = arg;
+  for (int i = 0; i < p->n; i++) start_check(p, i);
+}
+
+pool_t *pool_create(router_t *rt, struct event_base *base, mbox_t *mb, int health_ms, gt_err_t *err) {
+  pool_t *p = calloc(1, sizeof *p);
+  if (!p) {
+    gt_err_set(err, GT_ENOMEM, "pool: out of memory");
+    return NULL;
+  }
+  p->rt = rt;
+  p->mb = mb;
+  p->health_ms = health_ms > 0 ? health_ms : 1000;
+  p->timer = event_new(base, -1, EV_PERSIST, on_timer, p);
+  struct timeval tv = {p->health_ms / 1000, (p->health_ms % 1000) * 1000};
+  if (!p->timer || event_add(p->timer, &tv)) {
+    pool_destroy(p);
+    gt_err_set(err, GT_EIO, "pool: timer failed");
+    return NULL;
+  }
+  return p;
+}
+
+int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err) {
+  if (p->n >= RT_MAX_ENGINES) return gt_err_set(err, GT_EINVAL, "too many engines (max %d)", RT_MAX_ENGINES);
+  pool_engine_t *e = calloc(1, sizeof *e);
+  if (!e) return gt_err_set(err, GT_ENOMEM, "pool: out of memory");
+  snprintf(e->model, sizeof e->model, "%s", model);
+  snprintf(e->target, sizeof e->target, "%s", target);
+  gt_rpc_client_opts_t o = {.own_thread = 1};
+  int rc = ec_open(target, &o, &e->ec, err);
+  if (rc) {
+    free(e);
+    return rc;
+  }
+  p->e[p->n++] = e;
+  start_check(p, p->n - 1); /* first check at once: ready as soon as the engine answers */
+  GT_LOG_INFO("engine added model=%s target=%s", model, target);
+  return GT_OK;
+}
+
+void pool_destroy(pool_t *p) {
+  if (!p) return;
+  if (p->timer) event_free(p->timer);
+  for (int i = 0; i < p->n; i++) ec_close(p->e[i]->ec); /* posts the last check results */
+  mbox_drain(p->mb);
+  for (int i = 0; i < p->n; i++) free(p->e[i]);
+  free(p);
+}
+
+pool_engine_t *pool_pick(pool_t *p, const char *model, const pool_engine_t *avoid) {
+  pool_engine_t *best = NULL;
+  for (int i = 0; i < p->n; i++) {
+    pool_engine_t *e = p->e[i];
+    if (!e->up || e == avoid || strcmp(e->model, model)) continue;
+    if (!best || e->inflight < best->inflight) best = e;
+  }
+  return best;
+}
+
+bool pool_has_model(const pool_t *p, const char *model) {
+  for (int i = 0; i < p->n; i++)
+    if (!strcmp(p->e[i]->model, model)) return true;
+  return false;
+}
+
+bool pool_model_ready(const pool_t *p, const char *model) {
+  for (int i = 0; i < p->n; i++)
+    if (!strcmp(p->e[i]->model, model) && p->e[i]->up) return true;
+  return false;
+}
+
+bool pool_all_ready(const pool_t *p, char *why, size_t n) {
+  if (p->n == 0) {
+    snprintf(why, n, "no engines configured");
+    return false;
+  }
+  for (int i = 0; i < p->n; i++)
+    if (!pool_model_ready(p, p->e[i]->model)) {
+      snprintf(why, n, "no ready engine for model %s", p->e[i]->model);
+      return false;
+    }
+  return true;
+}
+
+int pool_count(const pool_t *p) { return p->n; }
+pool_engine_t *pool_at(pool_t *p, int i) { return i >= 0 && i < p->n ? p->e[i] : NULL; }
+
+uint32_t pool_context(const pool_t *p, const char *model) {
+  uint32_t c = 0;
+  for (int i = 0; i < p->n; i++)
+    if (!strcmp(p->e[i]->model, model) && p->e[i]->context_length > c) c = p->e[i]->context_length;
+  return c;
+}

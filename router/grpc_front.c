@@ -1,0 +1,391 @@
+/* router/grpc_front.c — gantry.v1.Router (Generate, ListModels) and gantry.v1.Admin over the
+ * gRPC server glue. Handlers run on the server's cq thread and only post the call to the loop;
+ * everything else (auth, admission, engine streams) happens on the loop, like HTTP requests.
+ * Tenant: metadata "authorization: Bearer K" or "x-api-key: K". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/grpc_delta.h"
+#include "common/grpc_server.h"
+#include "common/log.h"
+#include "gantry/v1/router.pb-c.h"
+#include "router/router.h"
+
+#define M_GENERATE "/gantry.v1.Router/Generate"
+#define M_MODELS "/gantry.v1.Router/ListModels"
+#define M_GETLIM "/gantry.v1.Admin/GetLimits"
+#define M_SETLIM "/gantry.v1.Admin/SetLimits"
+#define M_QUEUES "/gantry.v1.Admin/ListQueues"
+
+typedef struct gctx {
+  struct grpc_front *g;
+  gt_rpc_call_t *call;
+  uint64_t call_id;
+  rq_t *rq;
+  char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
+  struct gctx *prev, *next;
+} gctx_t;
+
+struct grpc_front {
+  router_t *rt;
+  gt_rpc_server_t *srv;
+  gctx_t *live; /* Generate calls in progress (loop thread) */
+};
+
+static gt_rpc_code_t code_of_status(int http) {
+  switch (http) {
+    case 400: case 413: return GT_RPC_INVALID_ARGUMENT;
+    case 401: return GT_RPC_UNAUTHENTICATED;
+    case 403: return GT_RPC_PERMISSION_DENIED;
+    case 404: return GT_RPC_NOT_FOUND;
+    case 429: return GT_RPC_RESOURCE_EXHAUSTED;
+    case 504: return GT_RPC_DEADLINE_EXCEEDED;
+    case 503: return GT_RPC_UNAVAILABLE;
+    default: return GT_RPC_INTERNAL;
+  }
+}
+
+static void gctx_done(gctx_t *c, gt_rpc_code_t code, const char *msg) {
+  if (c->call) gt_rpc_call_finish(c->call, code, msg);
+  c->call = NULL;
+  if (c->prev) c->prev->next = c->next;
+  else c->g->live = c->next;
+  if (c->next) c->next->prev = c->prev;
+  free(c);
+}
+
+static void on_gen_event(void *sink, const rq_event_t *ev) {
+  gctx_t *c = sink;
+  if (ev->kind == RQ_EV_ERROR) {
+    c->rq = NULL;
+    if (ev->started) {
+      gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR, ev->err.message);
+      if (f) gt_rpc_call_send(c->call, &f->base, GT_RPC_SEND_NO_MERGE);
+      gctx_done(c, GT_RPC_OK, NULL);
+    } else {
+      char msg[600];
+      if (ev->retry_after_s > 0) snprintf(msg, sizeof msg, "%s (retry-after: %d)", ev->err.message, ev->retry_after_s);
+      else snprintf(msg, sizeof msg, "%s", ev->err.message);
+      gctx_done(c, code_of_status(ev->err.status), msg);
+    }
+    return;
+  }
+  *ev->taken = true;
+  gt_rpc_call_send(c->call, &ev->msg->base, ev->final ? GT_RPC_SEND_NO_MERGE : 0);
+  if (ev->final) {
+    c->rq = NULL;
+    gctx_done(c, GT_RPC_OK, NULL);
+  }
+}
+
+static const char *md_key(gt_rpc_call_t *call) {
+  const char *k = auth_bearer(gt_rpc_call_metadata(call, "authorization"));
+  return k ? k : gt_rpc_call_metadata(call, "x-api-key");
+}
+
+/* ---- Generate ---- */
+static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
+  gctx_t *c = arg;
+  router_t *rt = c->g->rt;
+  if (st != AUTH_OK) {
+    gctx_done(c, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
+              st == AUTH_DENIED ? "invalid or missing API key" : "cannot check the API key: Redis is unreachable");
+    return;
+  }
+  if (gt_rpc_call_is_cancelled(c->call)) {
+    gctx_done(c, GT_RPC_CANCELLED, NULL);
+    return;
+  }
+  snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
+  const Gantry__V1__RouterGenerateRequest *in = (const Gantry__V1__RouterGenerateRequest *)gt_rpc_call_request(c->call);
+  if (!in->model || !in->model[0] || !in->request || in->request->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT__NOT_SET) {
+    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "model and request (with chat, prompt or tokens input) are required");
+    return;
+  }
+  if (in->request->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT && in->request->chat->n_messages == 0) {
+    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "chat.messages must not be empty");
+    return;
+  }
+  if (in->request->max_tokens_opt_case && in->request->max_tokens == 0) {
+    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "max_tokens must be at least 1");
+    return;
+  }
+  /* own copy of the engine request (the rq keeps it for a retry) */
+  size_t n = protobuf_c_message_get_packed_size(&in->request->base);
+  uint8_t *buf = malloc(n ? n : 1);
+  Gantry__V1__GenerateRequest *gen = NULL;
+  if (buf) {
+    protobuf_c_message_pack(&in->request->base, buf);
+    gen = gantry__v1__generate_request__unpack(NULL, n, buf);
+    free(buf);
+  }
+  if (!gen) {
+    gctx_done(c, GT_RPC_INTERNAL, "out of memory");
+    return;
+  }
+  gen->parse_special_tokens = false; /* user content is text, never control tokens */
+  char id[40];
+  const char *rid = gt_rpc_call_metadata(c->call, "x-request-id");
+  if (rid && rid[0] && strlen(rid) < sizeof id && !strpbrk(rid, " :*")) snprintf(id, sizeof id, "%s", rid);
+  else rt_request_id(rt, id);
+  oa_error_t e;
+  snprintf(c->model, sizeof c->model, "%s", in->model);
+  c->rq = rq_start(rt, c->model, c->tenant, id, gen, on_gen_event, c, &e);
+  metrics_request(rt->metrics, "grpc:Generate", c->rq ? 200 : e.status);
+  if (!c->rq) gctx_done(c, code_of_status(e.status), e.message);
+}
+
+static void gen_loop(void *a, void *b, intptr_t x) {
+  struct grpc_front *g = a;
+  gt_rpc_call_t *call = b;
+  (void)x;
+  gctx_t *c = calloc(1, sizeof *c);
+  if (!c) {
+    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  c->g = g;
+  c->call = call;
+  c->call_id = gt_rpc_call_id(call);
+  c->next = g->live;
+  if (g->live) g->live->prev = c;
+  g->live = c;
+  auth_check(g->rt->auth, md_key(call), false, gen_auth, c);
+}
+
+static void cancel_loop(void *a, void *b, intptr_t id) {
+  struct grpc_front *g = a;
+  (void)b;
+  for (gctx_t *c = g->live; c; c = c->next)
+    if (c->call_id == (uint64_t)id && c->rq) {
+      rq_t *q = c->rq;
+      c->rq = NULL;
+      rq_cancel(q);
+      gctx_done(c, GT_RPC_CANCELLED, NULL);
+      return;
+    }
+}
+
+static void on_generate(void *user, gt_rpc_call_t *call) {
+  struct grpc_front *g = user;
+  if (mbox_post(g->rt->mb, gen_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
+  struct grpc_front *g = user;
+  (void)code;
+  mbox_post(g->rt->mb, cancel_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
+}
+
+/* ---- ListModels ---- */
+static void models_loop(void *a, void *b, intptr_t x) {
+  struct grpc_front *g = a;
+  gt_rpc_call_t *call = b;
+  (void)x;
+  pool_t *p = g->rt->pool;
+  Gantry__V1__ListModelsResponse *r = malloc(sizeof *r);
+  if (!r) {
+    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  gantry__v1__list_models_response__init(r);
+  r->models = calloc((size_t)pool_count(p) + 1, sizeof *r->models);
+  for (int i = 0; r->models && i < pool_count(p); i++) {
+    pool_engine_t *e = pool_at(p, i);
+    Gantry__V1__ModelEntry *m = NULL;
+    for (size_t k = 0; k < r->n_models; k++)
+      if (!strcmp(r->models[k]->id, e->model)) m = r->models[k];
+    if (!m) {
+      m = malloc(sizeof *m);
+      if (!m) break;
+      gantry__v1__model_entry__init(m);
+      m->id = strdup(e->model);
+      r->models[r->n_models++] = m;
+    }
+    m->engines_total++;
+    if (e->up) m->engines_ready++;
+    if (e->context_length > m->context_length) m->context_length = e->context_length;
+  }
+  metrics_request(g->rt->metrics, "grpc:ListModels", 200);
+  gt_rpc_call_reply(call, &r->base);
+}
+
+static void on_models(void *user, gt_rpc_call_t *call) {
+  struct grpc_front *g = user;
+  if (mbox_post(g->rt->mb, models_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* ---- Admin ---- */
+typedef struct actx {
+  struct grpc_front *g;
+  gt_rpc_call_t *call;
+  char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
+} actx_t;
+
+static void admin_fail(actx_t *c, gt_rpc_code_t code, const char *msg) {
+  gt_rpc_call_finish(c->call, code, msg);
+  free(c);
+}
+
+static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t *l) {
+  actx_t *c = arg;
+  if (status != GT_OK || !l) {
+    admin_fail(c, gt_rpc_code_from_err(status ? status : GT_EIO), msg ? msg : "limits unavailable");
+    return;
+  }
+  Gantry__V1__Limits *r = malloc(sizeof *r);
+  if (!r) {
+    admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  gantry__v1__limits__init(r);
+  r->model = strdup(c->model);
+  r->tenant = strdup(c->tenant);
+  r->max_inflight = l->max_inflight;
+  r->max_queued = l->max_queued;
+  r->weight = l->weight;
+  gt_rpc_call_reply(c->call, &r->base);
+  free(c);
+}
+
+static void set_done(void *arg, int status, const char *msg) {
+  actx_t *c = arg;
+  gt_err_t err;
+  if (status != GT_OK) {
+    admin_fail(c, gt_rpc_code_from_err(status), msg);
+    return;
+  }
+  GT_LOG_INFO("limits changed via gRPC model=%s tenant=%s", c->model, c->tenant[0] ? c->tenant : "-");
+  if (adm_limits_get(c->g->rt->adm, c->model, c->tenant, lim_reply, c, &err)) admin_fail(c, gt_rpc_code_from_err(err.code), err.msg);
+}
+
+static void queues_reply(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
+  actx_t *c = arg;
+  if (status != GT_OK) {
+    admin_fail(c, gt_rpc_code_from_err(status), msg);
+    return;
+  }
+  Gantry__V1__ListQueuesResponse *r = malloc(sizeof *r);
+  if (!r) {
+    admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  gantry__v1__list_queues_response__init(r);
+  r->rows = calloc((size_t)n + 1, sizeof *r->rows);
+  for (int i = 0; r->rows && i < n; i++) {
+    Gantry__V1__QueueRow *q = malloc(sizeof *q);
+    if (!q) break;
+    gantry__v1__queue_row__init(q);
+    q->model = strdup(rows[i].model);
+    q->tenant = strdup(rows[i].tenant);
+    q->queued = rows[i].queued;
+    q->inflight = rows[i].inflight;
+    q->max_inflight = rows[i].max_inflight;
+    q->max_queued = rows[i].max_queued;
+    q->weight = rows[i].weight;
+    r->rows[r->n_rows++] = q;
+  }
+  gt_rpc_call_reply(c->call, &r->base);
+  free(c);
+}
+
+static void admin_auth(void *arg, auth_status_t st, const char *tenant) {
+  actx_t *c = arg;
+  (void)tenant;
+  gt_err_t err = {0};
+  if (st != AUTH_OK) {
+    admin_fail(c, st == AUTH_DENIED ? GT_RPC_PERMISSION_DENIED : GT_RPC_UNAVAILABLE,
+               st == AUTH_DENIED ? "admin calls need the admin key" : "Redis is unreachable");
+    return;
+  }
+  const char *m = gt_rpc_call_method(c->call);
+  adm_t *adm = c->g->rt->adm;
+  int rc;
+  if (!strcmp(m, M_GETLIM)) {
+    const Gantry__V1__GetLimitsRequest *r = (const void *)gt_rpc_call_request(c->call);
+    snprintf(c->model, sizeof c->model, "%s", r->model);
+    snprintf(c->tenant, sizeof c->tenant, "%s", r->tenant);
+    rc = adm_limits_get(adm, c->model, c->tenant, lim_reply, c, &err);
+  } else if (!strcmp(m, M_SETLIM)) {
+    const Gantry__V1__SetLimitsRequest *r = (const void *)gt_rpc_call_request(c->call);
+    snprintf(c->model, sizeof c->model, "%s", r->model);
+    snprintf(c->tenant, sizeof c->tenant, "%s", r->tenant);
+    adm_limits_t l = {0};
+    if (r->max_inflight_opt_case) { l.has_max_inflight = true; l.max_inflight = r->max_inflight; }
+    if (r->max_queued_opt_case) { l.has_max_queued = true; l.max_queued = r->max_queued; }
+    if (r->weight_opt_case) { l.has_weight = true; l.weight = r->weight; }
+    rc = adm_limits_set(adm, c->model, c->tenant, &l, set_done, c, &err);
+  } else {
+    const Gantry__V1__ListQueuesRequest *r = (const void *)gt_rpc_call_request(c->call);
+    rc = adm_queues_list(adm, r->model, queues_reply, c, &err);
+  }
+  if (rc) admin_fail(c, gt_rpc_code_from_err(rc), err.msg);
+}
+
+static void admin_loop(void *a, void *b, intptr_t x) {
+  struct grpc_front *g = a;
+  gt_rpc_call_t *call = b;
+  (void)x;
+  actx_t *c = calloc(1, sizeof *c);
+  if (!c) {
+    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  c->g = g;
+  c->call = call;
+  metrics_request(g->rt->metrics, gt_rpc_call_method(call), 200);
+  auth_check(g->rt->auth, md_key(call), true, admin_auth, c);
+}
+
+static void on_admin(void *user, gt_rpc_call_t *call) {
+  struct grpc_front *g = user;
+  if (mbox_post(g->rt->mb, admin_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+struct grpc_front *grpc_front_start(router_t *rt, gt_err_t *err) {
+  struct grpc_front *g = calloc(1, sizeof *g);
+  if (!g) {
+    gt_err_set(err, GT_ENOMEM, "grpc: out of memory");
+    return NULL;
+  }
+  g->rt = rt;
+  if (gt_rpc_server_create(NULL, &g->srv, err)) {
+    free(g);
+    return NULL;
+  }
+  gt_rpc_method_t ms[] = {
+      {M_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__router_generate_request__descriptor, on_generate, on_gen_cancel,
+       gt_delta_merge, g},
+      {M_MODELS, GT_RPC_UNARY, &gantry__v1__list_models_request__descriptor, on_models, NULL, NULL, g},
+      {M_GETLIM, GT_RPC_UNARY, &gantry__v1__get_limits_request__descriptor, on_admin, NULL, NULL, g},
+      {M_SETLIM, GT_RPC_UNARY, &gantry__v1__set_limits_request__descriptor, on_admin, NULL, NULL, g},
+      {M_QUEUES, GT_RPC_UNARY, &gantry__v1__list_queues_request__descriptor, on_admin, NULL, NULL, g},
+  };
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+    if (gt_rpc_server_add_method(g->srv, &ms[i], err)) goto fail;
+  if (gt_rpc_server_start(g->srv, rt->cfg.grpc_addr, &rt->grpc_port, err)) goto fail;
+  return g;
+fail:
+  gt_rpc_server_destroy(g->srv);
+  free(g);
+  return NULL;
+}
+
+/* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
+ * finished, and calls are finished on this thread: so cancel our requests and finish their
+ * calls first, then shut down with no grace. */
+void grpc_front_stop(struct grpc_front *g) {
+  if (!g) return;
+  while (g->live) {
+    gctx_t *c = g->live;
+    if (c->rq) {
+      rq_t *q = c->rq;
+      c->rq = NULL;
+      rq_cancel(q);
+    }
+    gctx_done(c, GT_RPC_UNAVAILABLE, "router shutting down");
+  }
+  gt_rpc_server_destroy(g->srv);
+  free(g);
+}

@@ -1,0 +1,581 @@
+/* router/http.c — the HTTP front (libevent evhttp on the router's loop): OpenAI routes, health,
+ * metrics and the admin API. Every error is an OpenAI-style JSON body with the right status. */
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "router/router.h"
+
+struct http_front {
+  router_t *rt;
+  struct evhttp *http;
+};
+
+enum { R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_HEALTH, R_READY, R_METRICS, R_LIMITS, R_QUEUES, R_OTHER };
+static const char *route_names[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize",
+                                    "/health", "/ready", "/metrics", "/admin/limits", "/admin/queues", "other"};
+
+typedef struct hreq {
+  router_t *rt;
+  struct evhttp_request *req;
+  struct evhttp_connection *conn;
+  int route;
+  bool gone;        /* the client connection closed */
+  bool streaming;   /* reply_start was sent */
+  bool done;        /* the reply is complete */
+  char id[40];
+  char tenant[ADM_NAME_MAX + 1];
+  char *body;
+  size_t body_len;
+  oa_req_t oa;
+  oa_resp_t *resp;
+  rq_t *rq;
+  double t0;
+  /* admin */
+  char model[ADM_NAME_MAX + 1], atenant[ADM_NAME_MAX + 1];
+  adm_limits_t lim;
+} hreq_t;
+
+static void hreq_free(hreq_t *h) {
+  oa_req_free(&h->oa);
+  oa_resp_free(h->resp);
+  free(h->body);
+  free(h);
+}
+
+static void on_conn_close(struct evhttp_connection *c, void *arg) {
+  hreq_t *h = arg;
+  (void)c;
+  h->gone = true;
+  h->conn = NULL;
+  GT_LOG_INFO("rid=%s client disconnected route=%s", h->id, route_names[h->route]);
+  if (h->rq) {
+    rq_t *q = h->rq;
+    h->rq = NULL;
+    rq_cancel(q);
+    /* the request object is no longer tied to the connection; finishing it frees it */
+    if (h->streaming) evhttp_send_reply_end(h->req);
+    else evhttp_send_reply(h->req, 499, "Client Closed Request", NULL);
+    metrics_request(h->rt->metrics, route_names[h->route], 499);
+    hreq_free(h);
+  }
+}
+
+/* Detaches from the connection and frees h (the reply has been handed to libevent). */
+static void finish(hreq_t *h, int status) {
+  if (h->conn) evhttp_connection_set_closecb(h->conn, NULL, NULL);
+  metrics_request(h->rt->metrics, route_names[h->route], status);
+  GT_LOG_DEBUG("rid=%s route=%s status=%d ms=%.1f", h->id, route_names[h->route], status, gt_now_ms() - h->t0);
+  hreq_free(h);
+}
+
+static void reply_json(hreq_t *h, int status, const char *json) {
+  struct evbuffer *b = evbuffer_new();
+  evbuffer_add(b, json, strlen(json));
+  struct evkeyvalq *hd = evhttp_request_get_output_headers(h->req);
+  evhttp_add_header(hd, "Content-Type", "application/json");
+  evhttp_add_header(hd, "X-Request-Id", h->id);
+  evhttp_send_reply(h->req, status, NULL, b);
+  evbuffer_free(b);
+  finish(h, status);
+}
+
+static void reply_text(hreq_t *h, int status, const char *ctype, const char *text) {
+  struct evbuffer *b = evbuffer_new();
+  evbuffer_add(b, text, strlen(text));
+  evhttp_add_header(evhttp_request_get_output_headers(h->req), "Content-Type", ctype);
+  evhttp_send_reply(h->req, status, NULL, b);
+  evbuffer_free(b);
+  finish(h, status);
+}
+
+static void reply_error(hreq_t *h, const oa_error_t *e, int retry_after) {
+  char *s = oa_error_json(e);
+  if (retry_after > 0) {
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", retry_after);
+    evhttp_add_header(evhttp_request_get_output_headers(h->req), "Retry-After", ra);
+  }
+  if (e->status >= 500) GT_LOG_WARN("rid=%s status=%d %s", h->id, e->status, e->message);
+  else GT_LOG_INFO("rid=%s status=%d %s", h->id, e->status, e->message);
+  reply_json(h, e->status, s ? s : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+  free(s);
+}
+
+static void reply_errf(hreq_t *h, int status, const char *type, const char *code, const char *msg) {
+  oa_error_t e;
+  oa_err(&e, status, type, NULL, code, "%s", msg);
+  reply_error(h, &e, 0);
+}
+
+static void reply_jobj(hreq_t *h, int status, json_t *o) {
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  reply_json(h, status, s ? s : "{}");
+  free(s);
+}
+
+/* ---- generation ---- */
+static void send_sse(hreq_t *h, const oa_sb_t *sb) {
+  if (!sb->len) return;
+  struct evbuffer *b = evbuffer_new();
+  evbuffer_add(b, sb->p, sb->len);
+  evhttp_send_reply_chunk(h->req, b);
+  evbuffer_free(b);
+}
+
+static void start_stream_reply(hreq_t *h) {
+  struct evkeyvalq *hd = evhttp_request_get_output_headers(h->req);
+  evhttp_add_header(hd, "Content-Type", "text/event-stream");
+  evhttp_add_header(hd, "Cache-Control", "no-cache");
+  evhttp_add_header(hd, "X-Request-Id", h->id);
+  evhttp_send_reply_start(h->req, 200, "OK");
+  h->streaming = true;
+}
+
+static void on_rq_event(void *sink, const rq_event_t *ev) {
+  hreq_t *h = sink;
+  if (ev->kind == RQ_EV_ERROR) {
+    h->rq = NULL;
+    if (h->streaming) {
+      oa_sb_t sb = {0};
+      oa_resp_error_sse(h->resp, &ev->err, &sb);
+      send_sse(h, &sb);
+      oa_sb_free(&sb);
+      evhttp_send_reply_end(h->req);
+      finish(h, 200);
+    } else {
+      reply_error(h, &ev->err, ev->retry_after_s);
+    }
+    return;
+  }
+  Gantry__V1__GenerateResponse *r = ev->msg;
+  if (h->oa.stream) {
+    if (!h->streaming) start_stream_reply(h);
+    oa_sb_t sb = {0};
+    if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) oa_resp_delta(h->resp, r->delta, &sb);
+    else if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL) oa_resp_final_sse(h->resp, r->final, &sb);
+    send_sse(h, &sb);
+    oa_sb_free(&sb);
+    if (ev->final) {
+      h->rq = NULL;
+      evhttp_send_reply_end(h->req);
+      finish(h, 200);
+    }
+    return;
+  }
+  if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) {
+    oa_resp_delta(h->resp, r->delta, NULL);
+  } else if (ev->final) {
+    h->rq = NULL;
+    if (r->final->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR) {
+      reply_errf(h, 500, "server_error", "engine_error", r->final->error && r->final->error[0] ? r->final->error : "generation failed");
+      return;
+    }
+    char *s = oa_resp_body(h->resp, r->final);
+    reply_json(h, 200, s ? s : "{}");
+    free(s);
+  }
+}
+
+static void gen_after_auth(hreq_t *h) {
+  oa_error_t e;
+  if (oa_parse_request(h->route == R_CHAT ? OA_CHAT : OA_COMPLETION, h->body, h->body_len, &h->oa, &e)) {
+    metrics_reject(h->rt->metrics, "bad_request");
+    reply_error(h, &e, 0);
+    return;
+  }
+  h->resp = oa_resp_new(&h->oa, h->id, (int64_t)time(NULL), h->rt->cfg.reasoning_field);
+  if (!h->resp) {
+    reply_errf(h, 500, "server_error", NULL, "out of memory");
+    return;
+  }
+  Gantry__V1__GenerateRequest *gen = h->oa.gen;
+  h->oa.gen = NULL;
+  h->rq = rq_start(h->rt, h->oa.model, h->tenant, h->id, gen, on_rq_event, h, &e);
+  if (!h->rq) reply_error(h, &e, 0);
+}
+
+/* ---- tokenize ---- */
+typedef struct tok_op {
+  hreq_t *h;
+  ProtobufCMessage *resp;
+  uint32_t ctx;
+} tok_op_t;
+
+static void tok_loop(void *a, void *b, intptr_t code) {
+  tok_op_t *t = a;
+  gt_rpc_status_t *st = b;
+  hreq_t *h = t->h;
+  if (code == GT_RPC_OK && t->resp) {
+    Gantry__V1__TokenizeResponse *r = (Gantry__V1__TokenizeResponse *)t->resp;
+    json_t *ids = json_array();
+    for (size_t i = 0; i < r->n_ids; i++) json_array_append_new(ids, json_integer(r->ids[i]));
+    reply_jobj(h, 200, json_pack("{s:i,s:i,s:o}", "count", (int)r->n_ids, "max_model_len", (int)t->ctx, "tokens", ids));
+  } else if (code == GT_RPC_INVALID_ARGUMENT) {
+    reply_errf(h, 400, "invalid_request_error", NULL, st->message);
+  } else {
+    reply_errf(h, 503, "server_error", "engine_unavailable", st->message);
+  }
+  if (t->resp) protobuf_c_message_free_unpacked(t->resp, NULL);
+  free(st);
+  free(t);
+}
+
+static void tok_msg(void *user, gt_rpc_stream_t *s, ProtobufCMessage *msg) {
+  (void)s;
+  tok_op_t *t = user;
+  if (t->resp) protobuf_c_message_free_unpacked(t->resp, NULL);
+  t->resp = msg;
+}
+
+static void tok_done(void *user, gt_rpc_stream_t *s, const gt_rpc_status_t *st) {
+  tok_op_t *t = user;
+  gt_rpc_stream_release(s);
+  gt_rpc_status_t *c = malloc(sizeof *c);
+  if (c) *c = *st;
+  if (!c || mbox_post(t->h->rt->mb, tok_loop, t, c, st->code)) free(c); /* OOM: the reply never comes */
+}
+
+static void tokenize_after_auth(hreq_t *h) {
+  oa_error_t e;
+  /* accept both shapes: {"model","prompt"} and {"model","messages"} */
+  json_error_t je;
+  json_t *b = h->body_len ? json_loadb(h->body, h->body_len, 0, &je) : NULL;
+  if (!b || !json_is_object(b)) {
+    json_decref(b);
+    reply_errf(h, 400, "invalid_request_error", "invalid_json", "body must be a JSON object {\"model\", \"prompt\"|\"messages\"}");
+    return;
+  }
+  bool chat = json_object_get(b, "messages") != NULL;
+  if (!json_object_get(b, "max_tokens")) json_object_set_new(b, "max_tokens", json_integer(1));
+  char *s = json_dumps(b, JSON_COMPACT);
+  json_decref(b);
+  oa_req_t oa;
+  int rc = oa_parse_request(chat ? OA_CHAT : OA_COMPLETION, s ? s : "", s ? strlen(s) : 0, &oa, &e);
+  free(s);
+  if (rc) {
+    reply_error(h, &e, 0);
+    return;
+  }
+  if (!pool_has_model(h->rt->pool, oa.model)) {
+    oa_err(&e, 404, "invalid_request_error", "model", "model_not_found", "The model '%s' does not exist", oa.model);
+    oa_req_free(&oa);
+    reply_error(h, &e, 0);
+    return;
+  }
+  pool_engine_t *eng = pool_pick(h->rt->pool, oa.model, NULL);
+  if (!eng) {
+    oa_req_free(&oa);
+    reply_errf(h, 503, "server_error", "engine_unavailable", "no ready engine for this model");
+    return;
+  }
+  Gantry__V1__TokenizeRequest tr = GANTRY__V1__TOKENIZE_REQUEST__INIT;
+  if (chat) {
+    tr.input_case = GANTRY__V1__TOKENIZE_REQUEST__INPUT_CHAT;
+    tr.chat = oa.gen->chat;
+    tr.add_generation_prompt = true;
+  } else if (oa.gen->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) {
+    tr.input_case = GANTRY__V1__TOKENIZE_REQUEST__INPUT_TEXT;
+    tr.text = oa.gen->prompt;
+  } else {
+    json_t *ids = json_array();
+    for (size_t i = 0; i < oa.gen->tokens->n_ids; i++) json_array_append_new(ids, json_integer(oa.gen->tokens->ids[i]));
+    reply_jobj(h, 200, json_pack("{s:i,s:i,s:o}", "count", (int)oa.gen->tokens->n_ids, "max_model_len",
+                                 (int)eng->context_length, "tokens", ids));
+    oa_req_free(&oa);
+    return;
+  }
+  tok_op_t *t = calloc(1, sizeof *t);
+  gt_rpc_stream_t *st = NULL;
+  gt_err_t err;
+  gt_rpc_stream_args_t a = {.method = EC_METHOD_TOKENIZE, .request = &tr.base,
+                            .response = &gantry__v1__tokenize_response__descriptor, .timeout_ms = 30000,
+                            .on_msg = tok_msg, .on_done = tok_done, .user = t};
+  if (t) {
+    t->h = h;
+    t->ctx = eng->context_length;
+  }
+  if (!t || gt_rpc_client_stream(ec_rpc(eng->ec), &a, &st, &err)) {
+    free(t);
+    reply_errf(h, 503, "server_error", "engine_unavailable", "tokenize call failed");
+  }
+  oa_req_free(&oa);
+}
+
+/* ---- admin ---- */
+static json_t *limits_obj(const char *model, const char *tenant, const adm_limits_t *l) {
+  json_t *o = json_pack("{s:s,s:s?}", "model", model, "tenant", tenant && tenant[0] ? tenant : NULL);
+  json_object_set_new(o, "max_inflight", json_integer(l->max_inflight));
+  json_object_set_new(o, "max_queued", json_integer(l->max_queued));
+  if (tenant && tenant[0]) json_object_set_new(o, "weight", json_real(l->weight));
+  return o;
+}
+
+static void on_limits_get(void *arg, int status, const char *msg, const adm_limits_t *lim) {
+  hreq_t *h = arg;
+  if (status != GT_OK || !lim) {
+    reply_errf(h, status == GT_EINVAL ? 400 : 503, status == GT_EINVAL ? "invalid_request_error" : "server_error",
+               NULL, msg ? msg : "limits unavailable");
+    return;
+  }
+  reply_jobj(h, 200, limits_obj(h->model, h->atenant, lim));
+}
+
+static void on_limits_set(void *arg, int status, const char *msg) {
+  hreq_t *h = arg;
+  if (status != GT_OK) {
+    reply_errf(h, status == GT_EINVAL ? 400 : 503, status == GT_EINVAL ? "invalid_request_error" : "server_error",
+               NULL, msg ? msg : "limits update failed");
+    return;
+  }
+  GT_LOG_INFO("rid=%s limits changed model=%s tenant=%s", h->id, h->model, h->atenant[0] ? h->atenant : "-");
+  gt_err_t err;
+  if (adm_limits_get(h->rt->adm, h->model, h->atenant, on_limits_get, h, &err))
+    reply_errf(h, 503, "server_error", NULL, err.msg);
+}
+
+static void on_queues(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
+  hreq_t *h = arg;
+  if (status != GT_OK) {
+    reply_errf(h, 503, "server_error", NULL, msg ? msg : "queues unavailable");
+    return;
+  }
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++) {
+    json_t *o = json_pack("{s:s,s:s?,s:I,s:I,s:I,s:I}", "model", rows[i].model, "tenant",
+                          rows[i].tenant[0] ? rows[i].tenant : NULL, "queued", (json_int_t)rows[i].queued,
+                          "inflight", (json_int_t)rows[i].inflight, "max_inflight", (json_int_t)rows[i].max_inflight,
+                          "max_queued", (json_int_t)rows[i].max_queued);
+    if (rows[i].tenant[0]) json_object_set_new(o, "weight", json_real(rows[i].weight));
+    json_array_append_new(a, o);
+  }
+  reply_jobj(h, 200, json_pack("{s:o}", "queues", a));
+}
+
+static void query_param(struct evhttp_request *req, const char *key, char *out, size_t n) {
+  out[0] = '\0';
+  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+  const char *q = u ? evhttp_uri_get_query(u) : NULL;
+  if (!q) return;
+  struct evkeyvalq kv;
+  if (evhttp_parse_query_str(q, &kv)) return;
+  const char *v = evhttp_find_header(&kv, key);
+  if (v) snprintf(out, n, "%s", v);
+  evhttp_clear_headers(&kv);
+}
+
+static void admin_after_auth(hreq_t *h) {
+  gt_err_t err;
+  enum evhttp_cmd_type m = evhttp_request_get_command(h->req);
+  if (h->route == R_QUEUES) {
+    char model[ADM_NAME_MAX + 1];
+    query_param(h->req, "model", model, sizeof model);
+    if (adm_queues_list(h->rt->adm, model, on_queues, h, &err)) reply_errf(h, 503, "server_error", NULL, err.msg);
+    return;
+  }
+  if (m == EVHTTP_REQ_GET) {
+    query_param(h->req, "model", h->model, sizeof h->model);
+    query_param(h->req, "tenant", h->atenant, sizeof h->atenant);
+    if (!h->model[0]) {
+      /* all pools: the queues listing carries the limits of every pool and tenant */
+      if (adm_queues_list(h->rt->adm, NULL, on_queues, h, &err)) reply_errf(h, 503, "server_error", NULL, err.msg);
+      return;
+    }
+    if (adm_limits_get(h->rt->adm, h->model, h->atenant, on_limits_get, h, &err))
+      reply_errf(h, err.code == GT_EINVAL ? 400 : 503, err.code == GT_EINVAL ? "invalid_request_error" : "server_error",
+                 NULL, err.msg);
+    return;
+  }
+  /* PUT */
+  char *body = strndup(h->body ? h->body : "", h->body_len);
+  int rc = body ? adm_limits_parse_json(body, h->model, h->atenant, &h->lim, &err) : GT_ENOMEM;
+  free(body);
+  if (rc) {
+    reply_errf(h, 400, "invalid_request_error", "invalid_limits", err.msg);
+    return;
+  }
+  if (adm_limits_set(h->rt->adm, h->model, h->atenant, &h->lim, on_limits_set, h, &err))
+    reply_errf(h, err.code == GT_EINVAL ? 400 : 503, err.code == GT_EINVAL ? "invalid_request_error" : "server_error",
+               NULL, err.msg);
+}
+
+/* ---- dispatch ---- */
+static void on_auth(void *arg, auth_status_t st, const char *tenant) {
+  hreq_t *h = arg;
+  if (h->gone) { /* the client left while its key was checked */
+    reply_errf(h, 499, "invalid_request_error", "client_closed", "client closed the connection");
+    return;
+  }
+  if (st == AUTH_UNAVAILABLE) {
+    metrics_reject(h->rt->metrics, "auth_unavailable");
+    reply_errf(h, 503, "server_error", "auth_unavailable", "cannot check the API key: Redis is unreachable");
+    return;
+  }
+  if (st == AUTH_DENIED) {
+    metrics_reject(h->rt->metrics, "unauthorized");
+    bool admin = h->route == R_LIMITS || h->route == R_QUEUES;
+    reply_errf(h, 401, "authentication_error", "invalid_api_key",
+               admin ? "admin routes need the admin key (Authorization: Bearer <admin key>)"
+                     : "Incorrect or missing API key (Authorization: Bearer <key>)");
+    return;
+  }
+  snprintf(h->tenant, sizeof h->tenant, "%s", tenant);
+  switch (h->route) {
+    case R_CHAT:
+    case R_COMPL: gen_after_auth(h); break;
+    case R_TOKENIZE: tokenize_after_auth(h); break;
+    default: admin_after_auth(h); break;
+  }
+}
+
+static void models(hreq_t *h) {
+  json_t *data = json_array();
+  pool_t *p = h->rt->pool;
+  for (int i = 0; i < pool_count(p); i++) {
+    pool_engine_t *e = pool_at(p, i);
+    bool seen = false;
+    for (int k = 0; k < i; k++)
+      if (!strcmp(pool_at(p, k)->model, e->model)) seen = true;
+    if (seen) continue;
+    json_t *m = json_pack("{s:s,s:s,s:i,s:s}", "id", e->model, "object", "model", "created", 0, "owned_by", "gantry");
+    uint32_t ctx = pool_context(p, e->model);
+    if (ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
+    json_array_append_new(data, m);
+  }
+  reply_jobj(h, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+}
+
+static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
+  hreq_t *h = arg;
+  (void)msg;
+  adm_stats_t as;
+  adm_stats(h->rt->adm, &as);
+  char *t = metrics_render(h->rt->metrics, &as, h->rt->pool, status == GT_OK ? rows : NULL, status == GT_OK ? n : 0);
+  reply_text(h, 200, "text/plain; version=0.0.4", t ? t : "");
+  free(t);
+}
+
+static int route_of(const char *path) {
+  for (int i = 0; i < R_OTHER; i++)
+    if (!strcmp(path, route_names[i])) return i;
+  return R_OTHER;
+}
+
+static void on_request(struct evhttp_request *req, void *arg) {
+  struct http_front *hf = arg;
+  hreq_t *h = calloc(1, sizeof *h);
+  if (!h) {
+    evhttp_send_error(req, 500, "out of memory");
+    return;
+  }
+  h->rt = hf->rt;
+  h->req = req;
+  h->t0 = gt_now_ms();
+  const char *rid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+  if (rid && rid[0] && strlen(rid) < sizeof h->id && !strpbrk(rid, " :*\r\n")) snprintf(h->id, sizeof h->id, "%s", rid);
+  else rt_request_id(hf->rt, h->id);
+  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+  const char *path = u ? evhttp_uri_get_path(u) : NULL;
+  h->route = route_of(path ? path : "");
+  enum evhttp_cmd_type m = evhttp_request_get_command(req);
+  h->conn = evhttp_request_get_connection(req);
+
+  switch (h->route) {
+    case R_HEALTH: reply_jobj(h, 200, json_pack("{s:s}", "status", "ok")); return;
+    case R_READY: {
+      char why[256] = "";
+      adm_stats_t as;
+      adm_stats(hf->rt->adm, &as);
+      if (!as.redis_up) snprintf(why, sizeof why, "redis unreachable");
+      bool ok = as.redis_up && pool_all_ready(hf->rt->pool, why, sizeof why);
+      reply_jobj(h, ok ? 200 : 503, json_pack("{s:s,s:s?}", "status", ok ? "ready" : "not_ready", "reason", ok ? NULL : why));
+      return;
+    }
+    case R_MODELS: models(h); return;
+    case R_METRICS: {
+      gt_err_t err;
+      if (adm_queues_list(hf->rt->adm, NULL, metrics_cb, h, &err)) metrics_cb(h, GT_EIO, err.msg, NULL, 0);
+      return;
+    }
+    case R_OTHER: {
+      char msg[300];
+      snprintf(msg, sizeof msg, "no route %.200s", path ? path : "?");
+      reply_errf(h, 404, "invalid_request_error", "not_found", msg);
+      return;
+    }
+    default: break;
+  }
+  bool admin = h->route == R_LIMITS || h->route == R_QUEUES;
+  bool ok_method = admin ? (m == EVHTTP_REQ_GET || (h->route == R_LIMITS && m == EVHTTP_REQ_PUT)) : m == EVHTTP_REQ_POST;
+  if (!ok_method) {
+    reply_errf(h, 405, "invalid_request_error", "method_not_allowed", "method not allowed on this route");
+    return;
+  }
+  struct evbuffer *in = evhttp_request_get_input_buffer(req);
+  h->body_len = evbuffer_get_length(in);
+  h->body = malloc(h->body_len + 1);
+  if (!h->body) {
+    reply_errf(h, 500, "server_error", NULL, "out of memory");
+    return;
+  }
+  evbuffer_copyout(in, h->body, h->body_len);
+  h->body[h->body_len] = '\0';
+  if (h->conn) evhttp_connection_set_closecb(h->conn, on_conn_close, h);
+  const char *key = auth_bearer(evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
+  if (!key) key = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Api-Key");
+  auth_check(hf->rt->auth, key, admin, on_auth, h);
+}
+
+struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
+  struct http_front *hf = calloc(1, sizeof *hf);
+  if (!hf) {
+    gt_err_set(err, GT_ENOMEM, "http: out of memory");
+    return NULL;
+  }
+  hf->rt = rt;
+  hf->http = evhttp_new(rt->base);
+  char host[128];
+  snprintf(host, sizeof host, "%s", rt->cfg.http_addr);
+  char *colon = strrchr(host, ':');
+  if (!hf->http || !colon) {
+    http_front_stop(hf);
+    gt_err_set(err, GT_EINVAL, "--http %s: expected HOST:PORT", rt->cfg.http_addr);
+    return NULL;
+  }
+  *colon = '\0';
+  int port = atoi(colon + 1);
+  evhttp_set_max_body_size(hf->http, rt->cfg.max_body_bytes);
+  evhttp_set_timeout(hf->http, rt->cfg.http_timeout_s);
+  evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
+  evhttp_set_gencb(hf->http, on_request, hf);
+  struct evhttp_bound_socket *s = evhttp_bind_socket_with_handle(hf->http, host, (ev_uint16_t)port);
+  if (!s) {
+    http_front_stop(hf);
+    gt_err_set(err, GT_EIO, "--http %s: cannot listen", rt->cfg.http_addr);
+    return NULL;
+  }
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(evhttp_bound_socket_get_fd(s), (struct sockaddr *)&ss, &sl) == 0) {
+    if (ss.ss_family == AF_INET) rt->http_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    else if (ss.ss_family == AF_INET6) rt->http_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+  }
+  return hf;
+}
+
+void http_front_stop(struct http_front *hf) {
+  if (!hf) return;
+  if (hf->http) evhttp_free(hf->http);
+  free(hf);
+}

@@ -1,0 +1,111 @@
+/* router/metrics.c — gantry_router_* in the Prometheus text format. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router/router.h"
+
+#define MAX_SERIES 128
+
+typedef struct series {
+  char route[32];
+  int status;
+  uint64_t n;
+} series_t;
+
+typedef struct reason {
+  char name[32];
+  uint64_t n;
+} reason_t;
+
+struct metrics {
+  series_t req[MAX_SERIES];
+  int nreq;
+  reason_t rej[32];
+  int nrej;
+};
+
+metrics_t *metrics_create(void) { return calloc(1, sizeof(metrics_t)); }
+void metrics_destroy(metrics_t *m) { free(m); }
+
+void metrics_request(metrics_t *m, const char *route, int status) {
+  for (int i = 0; i < m->nreq; i++)
+    if (m->req[i].status == status && !strcmp(m->req[i].route, route)) {
+      m->req[i].n++;
+      return;
+    }
+  if (m->nreq == MAX_SERIES) return;
+  series_t *s = &m->req[m->nreq++];
+  snprintf(s->route, sizeof s->route, "%s", route);
+  s->status = status;
+  s->n = 1;
+}
+
+void metrics_reject(metrics_t *m, const char *reason) {
+  for (int i = 0; i < m->nrej; i++)
+    if (!strcmp(m->rej[i].name, reason)) {
+      m->rej[i].n++;
+      return;
+    }
+  if (m->nrej == 32) return;
+  snprintf(m->rej[m->nrej].name, sizeof m->rej[0].name, "%s", reason);
+  m->rej[m->nrej++].n = 1;
+}
+
+char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_queue_row_t *rows, int nrows) {
+  oa_sb_t b = {0};
+  char line[640];
+#define OUT(...)                                          \
+  do {                                                    \
+    int n_ = snprintf(line, sizeof line, __VA_ARGS__);    \
+    if (n_ > 0) oa_sb_append(&b, line, (size_t)n_ < sizeof line ? (size_t)n_ : sizeof line - 1); \
+  } while (0)
+  OUT("# HELP gantry_router_requests_total HTTP and gRPC requests by route and status.\n");
+  OUT("# TYPE gantry_router_requests_total counter\n");
+  for (int i = 0; i < m->nreq; i++)
+    OUT("gantry_router_requests_total{route=\"%s\",status=\"%d\"} %llu\n", m->req[i].route, m->req[i].status,
+        (unsigned long long)m->req[i].n);
+  OUT("# HELP gantry_router_rejections_total Requests refused before reaching an engine, by reason.\n");
+  OUT("# TYPE gantry_router_rejections_total counter\n");
+  for (int i = 0; i < m->nrej; i++)
+    OUT("gantry_router_rejections_total{reason=\"%s\"} %llu\n", m->rej[i].name, (unsigned long long)m->rej[i].n);
+  OUT("# HELP gantry_router_admission_wait_ms Time from arrival to admission.\n");
+  OUT("# TYPE gantry_router_admission_wait_ms histogram\n");
+  uint64_t cum = 0;
+  for (int i = 0; i < ADM_WAIT_BUCKETS; i++) {
+    cum += as->wait_hist[i];
+    if (i == ADM_WAIT_BUCKETS - 1) OUT("gantry_router_admission_wait_ms_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    else OUT("gantry_router_admission_wait_ms_bucket{le=\"%g\"} %llu\n", adm_wait_bucket_ms[i], (unsigned long long)cum);
+  }
+  OUT("gantry_router_admission_wait_ms_sum %.3f\n", as->wait_ms_sum);
+  OUT("gantry_router_admission_wait_ms_count %llu\n", (unsigned long long)as->wait_count);
+  OUT("# TYPE gantry_router_admitted_total counter\ngantry_router_admitted_total %llu\n", (unsigned long long)as->admitted);
+  OUT("# TYPE gantry_router_leases_reaped_total counter\ngantry_router_leases_reaped_total %llu\n",
+      (unsigned long long)as->reaped_leases);
+  OUT("# TYPE gantry_router_waiting gauge\ngantry_router_waiting %u\n", as->waiting_now);
+  OUT("# TYPE gantry_router_leases_held gauge\ngantry_router_leases_held %u\n", as->held_now);
+  OUT("# TYPE gantry_router_redis_up gauge\ngantry_router_redis_up %d\n", as->redis_up ? 1 : 0);
+  OUT("# HELP gantry_router_queue_depth Requests queued in Redis per pool (tenant=\"\") and tenant.\n");
+  OUT("# TYPE gantry_router_queue_depth gauge\n");
+  for (int i = 0; i < nrows; i++)
+    OUT("gantry_router_queue_depth{model=\"%s\",tenant=\"%s\"} %lld\n", rows[i].model, rows[i].tenant,
+        (long long)rows[i].queued);
+  OUT("# TYPE gantry_router_inflight gauge\n");
+  for (int i = 0; i < nrows; i++)
+    OUT("gantry_router_inflight{model=\"%s\",tenant=\"%s\"} %lld\n", rows[i].model, rows[i].tenant,
+        (long long)rows[i].inflight);
+  OUT("# HELP gantry_router_engine_up Engine health as the router sees it (1 ready).\n");
+  OUT("# TYPE gantry_router_engine_up gauge\n");
+  for (int i = 0; i < pool_count(p); i++) {
+    pool_engine_t *e = pool_at(p, i);
+    OUT("gantry_router_engine_up{model=\"%s\",engine=\"%s\"} %d\n", e->model, e->target, e->up ? 1 : 0);
+  }
+  OUT("# TYPE gantry_router_engine_inflight gauge\n");
+  for (int i = 0; i < pool_count(p); i++) {
+    pool_engine_t *e = pool_at(p, i);
+    OUT("gantry_router_engine_inflight{model=\"%s\",engine=\"%s\"} %d\n", e->model, e->target, e->inflight);
+  }
+#undef OUT
+  if (!b.p) oa_sb_append(&b, "", 0);
+  return b.p;
+}

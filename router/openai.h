@@ -1,0 +1,88 @@
+/* router/openai.h — the OpenAI wire format: request JSON -> gantry.v1.GenerateRequest (with
+ * validation: every bad input is an oa_error_t with the HTTP status, never a crash), engine
+ * GenerateResponse messages -> chat.completion(.chunk) / text_completion objects and SSE
+ * events, and OpenAI-style error bodies. No I/O: pure functions over buffers, so every case is
+ * unit-tested without a network. */
+#ifndef GANTRY_ROUTER_OPENAI_H
+#define GANTRY_ROUTER_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gantry/v1/engine.pb-c.h"
+
+typedef enum { OA_CHAT = 0, OA_COMPLETION = 1 } oa_kind_t;
+
+/* Which field carries reasoning text (--reasoning-field). */
+typedef enum { OA_REASONING_BOTH = 0, OA_REASONING_ONLY = 1, OA_REASONING_CONTENT_ONLY = 2 } oa_reasoning_field_t;
+
+/* An OpenAI error: {"error": {"message", "type", "param", "code"}} with an HTTP status. */
+typedef struct oa_error {
+  int status;          /* 400, 401, 404, 413, 429, 503, ... */
+  char type[40];       /* invalid_request_error, authentication_error, server_error, ... */
+  char param[64];      /* "" -> null */
+  char code[48];       /* "" -> null */
+  char message[512];
+} oa_error_t;
+
+/* Fills e and returns -1 (for `return oa_err(...)`). */
+int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,
+           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* Error body as JSON text (malloc'd; NULL only when out of memory). */
+char *oa_error_json(const oa_error_t *e);
+
+/* A parsed request. */
+typedef struct oa_req {
+  oa_kind_t kind;
+  char model[256];
+  bool stream;
+  bool include_usage;       /* stream_options.include_usage */
+  bool continuous_usage;    /* stream_options.continuous_usage_stats (vLLM) */
+  bool logprobs;            /* logprobs requested (chat: logprobs true; completions: logprobs n) */
+  bool has_tools;
+  Gantry__V1__GenerateRequest *gen; /* owned: what goes to the engine (free with oa_req_free) */
+} oa_req_t;
+
+/* Parses and validates body[0..len) (need not be NUL-terminated) as a /v1/chat/completions
+ * (OA_CHAT) or /v1/completions (OA_COMPLETION) request. On success returns 0 and fills *out
+ * (release with oa_req_free). On bad input returns -1 with e filled (status 400 and the
+ * offending param); out needs no freeing then. Checks: valid UTF-8, JSON object, types, model,
+ * non-empty messages / prompt, max_tokens > 0, n == 1, ranges of the sampling values. */
+int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out, oa_error_t *e);
+void oa_req_free(oa_req_t *r);
+
+/* 1 if s[0..n) is valid UTF-8 (no overlongs, no surrogates). */
+int oa_utf8_valid(const char *s, size_t n);
+
+/* A growable byte buffer. */
+typedef struct oa_sb {
+  char *p;
+  size_t len, cap;
+} oa_sb_t;
+int oa_sb_append(oa_sb_t *b, const char *s, size_t n);
+void oa_sb_free(oa_sb_t *b);
+
+/* Response state of one request: turns the engine's messages into OpenAI objects. */
+typedef struct oa_resp oa_resp_t;
+
+/* id: the response id without prefix (request id); created: unix seconds. Returns NULL on OOM. */
+oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created,
+                       oa_reasoning_field_t rf);
+void oa_resp_free(oa_resp_t *r);
+
+/* Streaming: appends the SSE events ("data: {...}\n\n") for one Delta to out. Also
+ * accumulates for the non-streaming body. Returns 0 or -1 on OOM. */
+int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out);
+/* Streaming end: the chunk with finish_reason, the usage chunk (include_usage) and
+ * "data: [DONE]". A Final with finish_reason ERROR gives an error event then [DONE]. */
+int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out);
+/* Streaming failure after the stream started (engine died): error event + [DONE]. */
+int oa_resp_error_sse(oa_resp_t *r, const oa_error_t *e, oa_sb_t *out);
+/* Non-streaming: the whole chat.completion / text_completion JSON (malloc'd). */
+char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f);
+/* Tokens seen so far (sum of token_ids over deltas). */
+uint32_t oa_resp_tokens(const oa_resp_t *r);
+
+#endif

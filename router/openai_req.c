@@ -1,0 +1,578 @@
+/* router/openai_req.c — OpenAI request JSON -> gantry.v1.GenerateRequest, with validation. */
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router/openai.h"
+
+#define MAX_STOP 16
+#define MAX_LOGPROBS 20
+
+int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,
+           const char *fmt, ...) {
+  if (!e) return -1;
+  e->status = status;
+  snprintf(e->type, sizeof e->type, "%s", type ? type : "invalid_request_error");
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+char *oa_error_json(const oa_error_t *e) {
+  json_t *o = json_object();
+  json_t *in = json_object();
+  if (!o || !in) {
+    json_decref(o);
+    json_decref(in);
+    return NULL;
+  }
+  json_object_set_new(in, "message", json_string(e->message));
+  json_object_set_new(in, "type", json_string(e->type));
+  json_object_set_new(in, "param", e->param[0] ? json_string(e->param) : json_null());
+  json_object_set_new(in, "code", e->code[0] ? json_string(e->code) : json_null());
+  json_object_set_new(o, "error", in);
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return s;
+}
+
+int oa_utf8_valid(const char *str, size_t n) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    int len;
+    unsigned cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return 0;
+    }
+    if (i + (size_t)len > n) return 0;
+    for (int k = 1; k < len; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return 0;
+      cp = cp << 6 | (s[i + k] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return 0;
+    i += (size_t)len;
+  }
+  return 1;
+}
+
+static char *xstrdup(const char *s) { return strdup(s ? s : ""); }
+
+/* ---- small typed getters: absent/null -> default; wrong type -> error -------------------- */
+
+static int get_bool(json_t *o, const char *k, bool *out, oa_error_t *e) {
+  json_t *v = json_object_get(o, k);
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_boolean(v)) return oa_err(e, 400, NULL, k, "invalid_type", "'%s' must be a boolean", k);
+  *out = json_is_true(v);
+  return 1;
+}
+
+static int get_num(json_t *o, const char *k, double lo, double hi, double *out, oa_error_t *e) {
+  json_t *v = json_object_get(o, k);
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_number(v)) return oa_err(e, 400, NULL, k, "invalid_type", "'%s' must be a number", k);
+  double d = json_number_value(v);
+  if (!isfinite(d) || d < lo || d > hi)
+    return oa_err(e, 400, NULL, k, "invalid_value", "'%s' must be between %g and %g, got %g", k, lo, hi, d);
+  *out = d;
+  return 1;
+}
+
+static int get_int(json_t *o, const char *k, long long lo, long long hi, long long *out,
+                   oa_error_t *e) {
+  json_t *v = json_object_get(o, k);
+  if (!v || json_is_null(v)) return 0;
+  if (!json_is_integer(v)) return oa_err(e, 400, NULL, k, "invalid_type", "'%s' must be an integer", k);
+  long long x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return oa_err(e, 400, NULL, k, "invalid_value", "'%s' must be between %lld and %lld, got %lld", k, lo,
+                  hi, x);
+  *out = x;
+  return 1;
+}
+
+/* ---- chat messages ------------------------------------------------------------------------ */
+
+/* content: string | null | [{"type":"text","text":...}, ...] -> malloc'd text. */
+static int content_text(json_t *c, int idx, char **out, oa_error_t *e) {
+  char param[48];
+  snprintf(param, sizeof param, "messages[%d].content", idx);
+  if (!c || json_is_null(c)) {
+    *out = xstrdup("");
+    return *out ? 0 : oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  if (json_is_string(c)) {
+    *out = strndup(json_string_value(c), json_string_length(c));
+    return *out ? 0 : oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  if (!json_is_array(c))
+    return oa_err(e, 400, NULL, param, "invalid_type", "'%s' must be a string or an array of parts", param);
+  oa_sb_t sb = {0};
+  size_t i;
+  json_t *part;
+  json_array_foreach(c, i, part) {
+    json_t *ty = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+    if (!json_is_object(part) || !json_is_string(ty)) {
+      oa_sb_free(&sb);
+      return oa_err(e, 400, NULL, param, "invalid_type", "'%s[%zu]' must be an object with a 'type'", param, i);
+    }
+    if (strcmp(json_string_value(ty), "text") != 0) {
+      oa_sb_free(&sb);
+      return oa_err(e, 400, NULL, param, "unsupported_content",
+                    "'%s[%zu]': content type '%s' is not supported (text only)", param, i,
+                    json_string_value(ty));
+    }
+    if (!json_is_string(tx)) {
+      oa_sb_free(&sb);
+      return oa_err(e, 400, NULL, param, "invalid_type", "'%s[%zu].text' must be a string", param, i);
+    }
+    if (oa_sb_append(&sb, json_string_value(tx), json_string_length(tx))) {
+      oa_sb_free(&sb);
+      return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+  }
+  if (oa_sb_append(&sb, "", 0)) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  *out = sb.p ? sb.p : xstrdup("");
+  return 0;
+}
+
+static int parse_tool_calls(json_t *tc, int idx, Gantry__V1__ChatMessage *m, oa_error_t *e) {
+  char param[48];
+  snprintf(param, sizeof param, "messages[%d].tool_calls", idx);
+  if (!json_is_array(tc)) return oa_err(e, 400, NULL, param, "invalid_type", "'%s' must be an array", param);
+  size_t n = json_array_size(tc);
+  if (n == 0) return 0;
+  m->tool_calls = calloc(n, sizeof *m->tool_calls);
+  if (!m->tool_calls) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *c = json_array_get(tc, i), *fn = json_object_get(c, "function");
+    json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+    json_t *id = json_object_get(c, "id");
+    if (!json_is_object(c) || !json_is_object(fn) || !json_is_string(name))
+      return oa_err(e, 400, NULL, param, "invalid_type", "'%s[%zu]' needs function.name", param, i);
+    if (args && !json_is_string(args) && !json_is_null(args))
+      return oa_err(e, 400, NULL, param, "invalid_type", "'%s[%zu].function.arguments' must be a string", param, i);
+    Gantry__V1__ToolCall *t = malloc(sizeof *t);
+    if (!t) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    gantry__v1__tool_call__init(t);
+    m->tool_calls[m->n_tool_calls++] = t;
+    t->id = xstrdup(json_is_string(id) ? json_string_value(id) : "");
+    t->name = xstrdup(json_string_value(name));
+    t->arguments = xstrdup(json_is_string(args) ? json_string_value(args) : "{}");
+    if (!t->id || !t->name || !t->arguments) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  return 0;
+}
+
+static int parse_messages(json_t *body, Gantry__V1__ChatInput *chat, oa_error_t *e) {
+  json_t *msgs = json_object_get(body, "messages");
+  if (!msgs || json_is_null(msgs))
+    return oa_err(e, 400, NULL, "messages", "missing_required_parameter", "'messages' is required");
+  if (!json_is_array(msgs)) return oa_err(e, 400, NULL, "messages", "invalid_type", "'messages' must be an array");
+  size_t n = json_array_size(msgs);
+  if (n == 0) return oa_err(e, 400, NULL, "messages", "empty_array", "'messages' must not be empty");
+  chat->messages = calloc(n, sizeof *chat->messages);
+  if (!chat->messages) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *mj = json_array_get(msgs, i);
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if (!json_is_object(mj)) return oa_err(e, 400, NULL, param, "invalid_type", "'%s' must be an object", param);
+    json_t *role = json_object_get(mj, "role");
+    if (!json_is_string(role))
+      return oa_err(e, 400, NULL, param, "invalid_type", "'%s.role' must be a string", param);
+    const char *r = json_string_value(role);
+    if (!strcmp(r, "developer")) r = "system";
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
+      return oa_err(e, 400, NULL, param, "invalid_value",
+                    "'%s.role' must be one of system, developer, user, assistant, tool (got '%s')",
+                    param, r);
+    Gantry__V1__ChatMessage *m = malloc(sizeof *m);
+    if (!m) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    gantry__v1__chat_message__init(m);
+    chat->messages[chat->n_messages++] = m;
+    m->role = xstrdup(r);
+    if (!m->role) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    json_t *content = json_object_get(mj, "content");
+    if (!content && strcmp(r, "assistant"))
+      return oa_err(e, 400, NULL, param, "missing_required_parameter", "'%s.content' is required", param);
+    char *text = NULL;
+    if (content_text(content, (int)i, &text, e)) return -1;
+    m->content = text;
+    json_t *rc = json_object_get(mj, "reasoning_content");
+    if (!rc || json_is_null(rc)) rc = json_object_get(mj, "reasoning");
+    if (rc && !json_is_null(rc)) {
+      if (!json_is_string(rc))
+        return oa_err(e, 400, NULL, param, "invalid_type", "'%s.reasoning_content' must be a string", param);
+      m->reasoning_content = xstrdup(json_string_value(rc));
+    }
+    json_t *tc = json_object_get(mj, "tool_calls");
+    if (tc && !json_is_null(tc) && parse_tool_calls(tc, (int)i, m, e)) return -1;
+    json_t *tcid = json_object_get(mj, "tool_call_id");
+    if (tcid && json_is_string(tcid)) m->tool_call_id = xstrdup(json_string_value(tcid));
+    json_t *name = json_object_get(mj, "name");
+    if (name && json_is_string(name)) m->name = xstrdup(json_string_value(name));
+  }
+  return 0;
+}
+
+static int parse_tools(json_t *body, Gantry__V1__ChatInput *chat, bool *has_tools, oa_error_t *e) {
+  json_t *tools = json_object_get(body, "tools");
+  json_t *choice = json_object_get(body, "tool_choice");
+  if (!tools || json_is_null(tools)) return 0;
+  if (!json_is_array(tools)) return oa_err(e, 400, NULL, "tools", "invalid_type", "'tools' must be an array");
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    json_t *fn = json_object_get(t, "function");
+    if (!json_is_object(t) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+      return oa_err(e, 400, NULL, "tools", "invalid_type", "'tools[%zu]' must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+  }
+  json_t *use = tools;
+  json_t *filtered = NULL;
+  if (choice && json_is_string(choice)) {
+    const char *c = json_string_value(choice);
+    if (!strcmp(c, "none")) return 0;
+    if (strcmp(c, "auto") && strcmp(c, "required"))
+      return oa_err(e, 400, NULL, "tool_choice", "invalid_value", "'tool_choice' must be none, auto, required or an object");
+  } else if (choice && json_is_object(choice)) {
+    /* a named function: offer only that one */
+    const char *want = json_string_value(json_object_get(json_object_get(choice, "function"), "name"));
+    if (!want) return oa_err(e, 400, NULL, "tool_choice", "invalid_value", "'tool_choice.function.name' is required");
+    filtered = json_array();
+    json_array_foreach(tools, i, t) {
+      if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")), want))
+        json_array_append(filtered, t);
+    }
+    if (json_array_size(filtered) == 0) {
+      json_decref(filtered);
+      return oa_err(e, 400, NULL, "tool_choice", "invalid_value", "'tool_choice' names '%s', which is not in 'tools'", want);
+    }
+    use = filtered;
+  } else if (choice && !json_is_null(choice)) {
+    return oa_err(e, 400, NULL, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
+  }
+  if (json_array_size(use) == 0) {
+    json_decref(filtered);
+    return 0;
+  }
+  char *s = json_dumps(use, JSON_COMPACT);
+  json_decref(filtered);
+  if (!s) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  chat->tools_json = s;
+  *has_tools = true;
+  return 0;
+}
+
+static int parse_prompt(json_t *body, Gantry__V1__GenerateRequest *g, oa_error_t *e) {
+  json_t *p = json_object_get(body, "prompt");
+  if (!p || json_is_null(p)) return oa_err(e, 400, NULL, "prompt", "missing_required_parameter", "'prompt' is required");
+  if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+    p = json_array_get(p, 0);
+  if (json_is_string(p)) {
+    if (json_string_length(p) == 0) return oa_err(e, 400, NULL, "prompt", "empty_prompt", "'prompt' must not be empty");
+    g->input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
+    g->prompt = strndup(json_string_value(p), json_string_length(p));
+    return g->prompt ? 0 : oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  }
+  if (json_is_array(p)) {
+    size_t n = json_array_size(p);
+    if (n == 0) return oa_err(e, 400, NULL, "prompt", "empty_prompt", "'prompt' must not be empty");
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v) {
+      if (!json_is_integer(v)) {
+        if (json_is_string(v))
+          return oa_err(e, 400, NULL, "prompt", "unsupported_value", "a batch of prompts is not supported: send one prompt per request");
+        return oa_err(e, 400, NULL, "prompt", "invalid_type", "'prompt' must be a string or an array of token ids");
+      }
+      long long x = json_integer_value(v);
+      if (x < 0 || x > INT32_MAX) return oa_err(e, 400, NULL, "prompt", "invalid_value", "'prompt[%zu]' is not a token id", i);
+    }
+    Gantry__V1__TokenIds *t = malloc(sizeof *t);
+    if (!t) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    gantry__v1__token_ids__init(t);
+    g->input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS;
+    g->tokens = t;
+    t->ids = malloc(n * sizeof *t->ids);
+    if (!t->ids) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    json_array_foreach(p, i, v) t->ids[t->n_ids++] = (int32_t)json_integer_value(v);
+    return 0;
+  }
+  return oa_err(e, 400, NULL, "prompt", "invalid_type", "'prompt' must be a string or an array of token ids");
+}
+
+static int parse_stop(json_t *body, Gantry__V1__GenerateRequest *g, oa_error_t *e) {
+  json_t *s = json_object_get(body, "stop");
+  if (!s || json_is_null(s)) return 0;
+  if (json_is_string(s)) {
+    if (json_string_length(s) == 0) return 0;
+    g->stop = calloc(1, sizeof *g->stop);
+    if (!g->stop || !(g->stop[0] = xstrdup(json_string_value(s))))
+      return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    g->n_stop = 1;
+    return 0;
+  }
+  if (!json_is_array(s)) return oa_err(e, 400, NULL, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+  size_t n = json_array_size(s);
+  if (n > MAX_STOP) return oa_err(e, 400, NULL, "stop", "invalid_value", "'stop' has %zu entries (at most %d)", n, MAX_STOP);
+  if (n == 0) return 0;
+  g->stop = calloc(n, sizeof *g->stop);
+  if (!g->stop) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_array_get(s, i);
+    if (!json_is_string(v)) return oa_err(e, 400, NULL, "stop", "invalid_type", "'stop[%zu]' must be a string", i);
+    if (json_string_length(v) == 0) continue;
+    if (!(g->stop[g->n_stop] = xstrdup(json_string_value(v)))) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    g->n_stop++;
+  }
+  return 0;
+}
+
+static int parse_sampling(json_t *b, Gantry__V1__SamplingParams *sp, oa_error_t *e) {
+  double d;
+  long long x;
+  int r;
+  if ((r = get_num(b, "temperature", 0, 2, &d, e)) < 0) return -1;
+  if (r) { sp->temperature_opt_case = GANTRY__V1__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE; sp->temperature = (float)d; }
+  if ((r = get_num(b, "top_p", 0, 1, &d, e)) < 0) return -1;
+  if (r) {
+    if (d <= 0) return oa_err(e, 400, NULL, "top_p", "invalid_value", "'top_p' must be > 0 and <= 1");
+    sp->top_p_opt_case = GANTRY__V1__SAMPLING_PARAMS__TOP_P_OPT_TOP_P; sp->top_p = (float)d;
+  }
+  if ((r = get_int(b, "top_k", -1, 1 << 20, &x, e)) < 0) return -1;
+  if (r) { sp->top_k_opt_case = GANTRY__V1__SAMPLING_PARAMS__TOP_K_OPT_TOP_K; sp->top_k = (int32_t)x; }
+  if ((r = get_num(b, "min_p", 0, 1, &d, e)) < 0) return -1;
+  if (r) { sp->min_p_opt_case = GANTRY__V1__SAMPLING_PARAMS__MIN_P_OPT_MIN_P; sp->min_p = (float)d; }
+  if ((r = get_num(b, "repetition_penalty", 0, 10, &d, e)) < 0) return -1;
+  if (r) {
+    if (d <= 0) return oa_err(e, 400, NULL, "repetition_penalty", "invalid_value", "'repetition_penalty' must be > 0");
+    sp->repetition_penalty_opt_case = GANTRY__V1__SAMPLING_PARAMS__REPETITION_PENALTY_OPT_REPETITION_PENALTY;
+    sp->repetition_penalty = (float)d;
+  }
+  if ((r = get_num(b, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
+  if (r) { sp->presence_penalty_opt_case = GANTRY__V1__SAMPLING_PARAMS__PRESENCE_PENALTY_OPT_PRESENCE_PENALTY; sp->presence_penalty = (float)d; }
+  if ((r = get_num(b, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
+  if (r) { sp->frequency_penalty_opt_case = GANTRY__V1__SAMPLING_PARAMS__FREQUENCY_PENALTY_OPT_FREQUENCY_PENALTY; sp->frequency_penalty = (float)d; }
+  if ((r = get_int(b, "seed", INT64_MIN, INT64_MAX, &x, e)) < 0) return -1;
+  if (r) { sp->seed_opt_case = GANTRY__V1__SAMPLING_PARAMS__SEED_OPT_SEED; sp->seed = (uint64_t)x; }
+  return 0;
+}
+
+/* Fields we refuse rather than silently ignore (they would change the result). */
+static int reject_unsupported(json_t *b, oa_kind_t kind, oa_error_t *e) {
+  bool v = false;
+  if (kind == OA_COMPLETION) {
+    if (get_bool(b, "echo", &v, e) < 0) return -1;
+    if (v) return oa_err(e, 400, NULL, "echo", "unsupported_value", "'echo' is not supported");
+    json_t *s = json_object_get(b, "suffix");
+    if (s && !json_is_null(s)) return oa_err(e, 400, NULL, "suffix", "unsupported_value", "'suffix' is not supported");
+    long long bo = 1;
+    if (get_int(b, "best_of", 1, 1, &bo, e) < 0) {
+      if (e) snprintf(e->message, sizeof e->message, "'best_of' must be 1 (one completion per request)");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out, oa_error_t *e) {
+  memset(out, 0, sizeof *out);
+  out->kind = kind;
+  if (len == 0) return oa_err(e, 400, NULL, NULL, "invalid_json", "request body is empty: expected a JSON object");
+  if (!oa_utf8_valid(body, len))
+    return oa_err(e, 400, NULL, NULL, "invalid_utf8", "request body is not valid UTF-8");
+  json_error_t je;
+  json_t *b = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  if (!b)
+    return oa_err(e, 400, NULL, NULL, "invalid_json", "malformed JSON at line %d column %d: %s", je.line,
+                  je.column, je.text);
+  Gantry__V1__GenerateRequest *g = NULL;
+  Gantry__V1__SamplingParams *sp = NULL;
+  if (!json_is_object(b)) {
+    oa_err(e, 400, NULL, NULL, "invalid_json", "request body must be a JSON object");
+    goto fail;
+  }
+  json_t *model = json_object_get(b, "model");
+  if (!model || json_is_null(model)) {
+    oa_err(e, 400, NULL, "model", "missing_required_parameter", "'model' is required");
+    goto fail;
+  }
+  if (!json_is_string(model) || json_string_length(model) == 0 || json_string_length(model) >= sizeof out->model) {
+    oa_err(e, 400, NULL, "model", "invalid_type", "'model' must be a non-empty string of at most %zu bytes",
+           sizeof out->model - 1);
+    goto fail;
+  }
+  snprintf(out->model, sizeof out->model, "%s", json_string_value(model));
+
+  long long n = 1;
+  if (get_int(b, "n", LLONG_MIN, LLONG_MAX, &n, e) < 0) goto fail;
+  if (n != 1) {
+    oa_err(e, 400, NULL, "n", "invalid_value", "'n' must be 1 (got %lld): one choice per request", n);
+    goto fail;
+  }
+  if (get_bool(b, "stream", &out->stream, e) < 0) goto fail;
+  json_t *so = json_object_get(b, "stream_options");
+  if (so && !json_is_null(so)) {
+    if (!json_is_object(so)) {
+      oa_err(e, 400, NULL, "stream_options", "invalid_type", "'stream_options' must be an object");
+      goto fail;
+    }
+    if (get_bool(so, "include_usage", &out->include_usage, e) < 0) goto fail;
+    if (get_bool(so, "continuous_usage_stats", &out->continuous_usage, e) < 0) goto fail;
+  }
+  if (reject_unsupported(b, kind, e)) goto fail;
+
+  g = malloc(sizeof *g);
+  sp = malloc(sizeof *sp);
+  if (!g || !sp) {
+    free(g);
+    free(sp);
+    g = NULL;
+    oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    goto fail;
+  }
+  gantry__v1__generate_request__init(g);
+  gantry__v1__sampling_params__init(sp);
+  g->sampling = sp;
+
+  /* max_tokens (max_completion_tokens wins when both are given) */
+  long long mt = 0;
+  int r1 = get_int(b, "max_tokens", LLONG_MIN, LLONG_MAX, &mt, e);
+  if (r1 < 0) goto fail;
+  long long mct = 0;
+  int r2 = get_int(b, "max_completion_tokens", LLONG_MIN, LLONG_MAX, &mct, e);
+  if (r2 < 0) goto fail;
+  if (r2) mt = mct;
+  if (r1 || r2) {
+    const char *p = r2 ? "max_completion_tokens" : "max_tokens";
+    if (mt <= 0) {
+      oa_err(e, 400, NULL, p, "invalid_value", "'%s' must be at least 1, got %lld", p, mt);
+      goto fail;
+    }
+    if (mt > UINT32_MAX) mt = UINT32_MAX;
+    g->max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
+    g->max_tokens = (uint32_t)mt;
+  }
+  if (parse_sampling(b, sp, e)) goto fail;
+  if (parse_stop(b, g, e)) goto fail;
+  long long mint = 0;
+  if (get_int(b, "min_tokens", 0, UINT32_MAX, &mint, e) < 0) goto fail;
+  g->min_tokens = (uint32_t)mint;
+  bool ie = false;
+  if (get_bool(b, "ignore_eos", &ie, e) < 0) goto fail;
+  g->ignore_eos = ie;
+  long long prio = 0;
+  if (get_int(b, "priority", -1000000, 1000000, &prio, e) < 0) goto fail;
+  g->priority = (int32_t)prio;
+
+  /* logprobs: chat has logprobs (bool) + top_logprobs (int); completions has logprobs (int) */
+  long long tl = 0;
+  if (kind == OA_CHAT) {
+    bool lp = false;
+    if (get_bool(b, "logprobs", &lp, e) < 0) goto fail;
+    int r = get_int(b, "top_logprobs", 0, MAX_LOGPROBS, &tl, e);
+    if (r < 0) goto fail;
+    if (r && tl > 0 && !lp) {
+      oa_err(e, 400, NULL, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+      goto fail;
+    }
+    out->logprobs = lp;
+  } else {
+    int r = get_int(b, "logprobs", 0, MAX_LOGPROBS, &tl, e);
+    if (r < 0) goto fail;
+    out->logprobs = r > 0;
+  }
+  if (out->logprobs) {
+    g->top_logprobs_opt_case = GANTRY__V1__GENERATE_REQUEST__TOP_LOGPROBS_OPT_TOP_LOGPROBS;
+    g->top_logprobs = (uint32_t)tl;
+  }
+
+  if (kind == OA_CHAT) {
+    Gantry__V1__ChatInput *chat = malloc(sizeof *chat);
+    if (!chat) {
+      oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+      goto fail;
+    }
+    gantry__v1__chat_input__init(chat);
+    g->input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT;
+    g->chat = chat;
+    if (parse_messages(b, chat, e)) goto fail;
+    if (parse_tools(b, chat, &out->has_tools, e)) goto fail;
+    json_t *kw = json_object_get(b, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+      if (!json_is_object(kw)) {
+        oa_err(e, 400, NULL, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+        goto fail;
+      }
+      bool th = false;
+      int r = get_bool(kw, "enable_thinking", &th, e);
+      if (r < 0) goto fail;
+      if (r) {
+        chat->enable_thinking_opt_case = GANTRY__V1__CHAT_INPUT__ENABLE_THINKING_OPT_ENABLE_THINKING;
+        chat->enable_thinking = th;
+      }
+    }
+  } else {
+    if (parse_prompt(b, g, e)) goto fail;
+  }
+  json_decref(b);
+  out->gen = g;
+  return 0;
+fail:
+  if (g) protobuf_c_message_free_unpacked(&g->base, NULL);
+  json_decref(b);
+  return -1;
+}
+
+void oa_req_free(oa_req_t *r) {
+  if (r && r->gen) protobuf_c_message_free_unpacked(&r->gen->base, NULL);
+  if (r) r->gen = NULL;
+}
+
+int oa_sb_append(oa_sb_t *b, const char *s, size_t n) {
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = cap;
+  }
+  if (n) memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+  return 0;
+}
+
+void oa_sb_free(oa_sb_t *b) {
+  free(b->p);
+  b->p = NULL;
+  b->len = b->cap = 0;
+}

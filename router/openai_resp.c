@@ -1,0 +1,390 @@
+/* router/openai_resp.c — engine GenerateResponse messages -> OpenAI response objects and SSE. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "router/openai.h"
+
+#define MAX_TOOLS 64
+
+typedef struct tool_acc {
+  char *id, *name;
+  oa_sb_t args;
+  bool announced; /* streamed the id/type/name header */
+} tool_acc_t;
+
+struct oa_resp {
+  oa_kind_t kind;
+  bool stream, include_usage, continuous_usage, logprobs;
+  oa_reasoning_field_t rf;
+  char id[160];
+  char model[256];
+  int64_t created;
+  bool role_sent;
+  uint32_t tokens;
+  oa_sb_t content, reasoning;
+  tool_acc_t tools[MAX_TOOLS];
+  int ntools;
+  json_t *lp_content; /* chat: logprobs.content entries; completions: built at the end */
+  json_t *lp_tokens, *lp_token_lps, *lp_tops, *lp_offsets;
+  size_t text_offset;
+};
+
+oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_reasoning_field_t rf) {
+  oa_resp_t *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->kind = req->kind;
+  r->stream = req->stream;
+  r->include_usage = req->include_usage;
+  r->continuous_usage = req->continuous_usage;
+  r->logprobs = req->logprobs;
+  r->rf = rf;
+  snprintf(r->id, sizeof r->id, "%s-%s", req->kind == OA_CHAT ? "chatcmpl" : "cmpl", id);
+  snprintf(r->model, sizeof r->model, "%s", req->model);
+  r->created = created;
+  if (r->logprobs) {
+    r->lp_content = json_array();
+    r->lp_tokens = json_array();
+    r->lp_token_lps = json_array();
+    r->lp_tops = json_array();
+    r->lp_offsets = json_array();
+  }
+  return r;
+}
+
+void oa_resp_free(oa_resp_t *r) {
+  if (!r) return;
+  oa_sb_free(&r->content);
+  oa_sb_free(&r->reasoning);
+  for (int i = 0; i < r->ntools; i++) {
+    free(r->tools[i].id);
+    free(r->tools[i].name);
+    oa_sb_free(&r->tools[i].args);
+  }
+  json_decref(r->lp_content);
+  json_decref(r->lp_tokens);
+  json_decref(r->lp_token_lps);
+  json_decref(r->lp_tops);
+  json_decref(r->lp_offsets);
+  free(r);
+}
+
+uint32_t oa_resp_tokens(const oa_resp_t *r) { return r->tokens; }
+
+/* Token bytes may be a partial UTF-8 sequence: invalid bytes become U+FFFD. */
+static json_t *json_bytes_text(const uint8_t *p, size_t n) {
+  if (oa_utf8_valid((const char *)p, n)) return json_stringn((const char *)p, n);
+  oa_sb_t sb = {0};
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] < 0x80) {
+      if (oa_sb_append(&sb, (const char *)p + i, 1)) break;
+    } else {
+      size_t k = 1;
+      while (k <= 4 && i + k <= n && !oa_utf8_valid((const char *)p + i, k)) k++;
+      if (k <= 4 && i + k <= n) {
+        if (oa_sb_append(&sb, (const char *)p + i, k)) break;
+        i += k - 1;
+      } else if (oa_sb_append(&sb, "\xef\xbf\xbd", 3)) {
+        break;
+      }
+    }
+  }
+  json_t *s = json_stringn(sb.p ? sb.p : "", sb.len);
+  oa_sb_free(&sb);
+  return s;
+}
+
+static json_t *json_byte_array(const uint8_t *p, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(p[i]));
+  return a;
+}
+
+static json_t *lp_entry(const Gantry__V1__TokenLogprob *t) {
+  json_t *o = json_object();
+  json_object_set_new(o, "token", json_bytes_text(t->token.data, t->token.len));
+  json_object_set_new(o, "logprob", json_real(t->logprob));
+  json_object_set_new(o, "bytes", json_byte_array(t->token.data, t->token.len));
+  json_t *tops = json_array();
+  for (size_t i = 0; i < t->n_top; i++) {
+    json_t *x = json_object();
+    json_object_set_new(x, "token", json_bytes_text(t->top[i]->token.data, t->top[i]->token.len));
+    json_object_set_new(x, "logprob", json_real(t->top[i]->logprob));
+    json_object_set_new(x, "bytes", json_byte_array(t->top[i]->token.data, t->top[i]->token.len));
+    json_array_append_new(tops, x);
+  }
+  json_object_set_new(o, "top_logprobs", tops);
+  return o;
+}
+
+/* Completions-style logprobs of one delta's tokens (appended to the accumulators and returned
+ * as a fresh object for the chunk). */
+static json_t *completion_lp(oa_resp_t *r, const Gantry__V1__Delta *d) {
+  json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+  for (size_t i = 0; i < d->n_logprobs; i++) {
+    const Gantry__V1__TokenLogprob *t = d->logprobs[i];
+    json_t *tok = json_bytes_text(t->token.data, t->token.len);
+    json_t *top = json_object();
+    for (size_t k = 0; k < t->n_top; k++) {
+      json_t *tt = json_bytes_text(t->top[k]->token.data, t->top[k]->token.len);
+      json_object_set_new(top, json_string_value(tt), json_real(t->top[k]->logprob));
+      json_decref(tt);
+    }
+    json_array_append(toks, tok);
+    json_array_append(r->lp_tokens, tok);
+    json_array_append_new(lps, json_real(t->logprob));
+    json_array_append_new(r->lp_token_lps, json_real(t->logprob));
+    json_array_append(tops, top);
+    json_array_append(r->lp_tops, top);
+    json_array_append_new(offs, json_integer((json_int_t)r->text_offset));
+    json_array_append_new(r->lp_offsets, json_integer((json_int_t)r->text_offset));
+    r->text_offset += t->token.len;
+    json_decref(tok);
+    json_decref(top);
+  }
+  return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                   "text_offset", offs);
+}
+
+static json_t *chunk_base(oa_resp_t *r) {
+  return json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
+                   r->kind == OA_CHAT ? "chat.completion.chunk" : "text_completion", "created",
+                   (json_int_t)r->created, "model", r->model);
+}
+
+static int emit(oa_sb_t *out, json_t *obj) {
+  char *s = json_dumps(obj, JSON_COMPACT);
+  json_decref(obj);
+  if (!s) return -1;
+  int rc = oa_sb_append(out, "data: ", 6) || oa_sb_append(out, s, strlen(s)) || oa_sb_append(out, "\n\n", 2);
+  free(s);
+  return rc ? -1 : 0;
+}
+
+static void set_reasoning(oa_resp_t *r, json_t *obj, const char *text, size_t n) {
+  if (r->rf != OA_REASONING_CONTENT_ONLY) json_object_set_new(obj, "reasoning", json_stringn(text, n));
+  if (r->rf != OA_REASONING_ONLY) json_object_set_new(obj, "reasoning_content", json_stringn(text, n));
+}
+
+static json_t *usage_json(const oa_resp_t *r, const Gantry__V1__Usage *u, uint32_t completion) {
+  uint32_t pt = u ? u->prompt_tokens : 0, ct = u ? u->completion_tokens : completion;
+  json_t *o = json_pack("{s:i,s:i,s:i}", "prompt_tokens", (int)pt, "completion_tokens", (int)ct,
+                        "total_tokens", (int)(pt + ct));
+  if (u) {
+    json_object_set_new(o, "prompt_tokens_details",
+                        json_pack("{s:i}", "cached_tokens", (int)u->cached_prompt_tokens));
+    json_object_set_new(o, "completion_tokens_details",
+                        json_pack("{s:i}", "reasoning_tokens", (int)u->reasoning_tokens));
+  }
+  (void)r;
+  return o;
+}
+
+static tool_acc_t *tool_at(oa_resp_t *r, uint32_t index) {
+  for (int i = 0; i < r->ntools; i++)
+    if ((uint32_t)(i) == index) return &r->tools[i];
+  while ((uint32_t)r->ntools <= index && r->ntools < MAX_TOOLS) {
+    memset(&r->tools[r->ntools], 0, sizeof r->tools[0]);
+    r->ntools++;
+  }
+  return index < MAX_TOOLS ? &r->tools[index] : NULL;
+}
+
+int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
+  r->tokens += (uint32_t)d->n_token_ids;
+  size_t tl = d->text ? strlen(d->text) : 0, rl = d->reasoning_text ? strlen(d->reasoning_text) : 0;
+  if (tl && oa_sb_append(&r->content, d->text, tl)) return -1;
+  if (rl && oa_sb_append(&r->reasoning, d->reasoning_text, rl)) return -1;
+
+  if (r->kind == OA_COMPLETION) {
+    json_t *lp = r->logprobs ? completion_lp(r, d) : NULL;
+    if (!r->stream) {
+      json_decref(lp);
+      return 0;
+    }
+    if (tl == 0 && d->n_token_ids == 0) {
+      json_decref(lp);
+      return 0;
+    }
+    json_t *c = chunk_base(r);
+    json_t *ch = json_pack("{s:i,s:s%,s:o,s:n}", "index", 0, "text", tl ? d->text : "", tl,
+                           "logprobs", lp ? lp : json_null(), "finish_reason");
+    json_object_set_new(c, "choices", json_pack("[o]", ch));
+    if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, NULL, r->tokens));
+    return emit(out, c);
+  }
+
+  /* chat */
+  json_t *lpc = NULL;
+  if (r->logprobs && d->n_logprobs) {
+    lpc = json_array();
+    for (size_t i = 0; i < d->n_logprobs; i++) {
+      json_t *x = lp_entry(d->logprobs[i]);
+      json_array_append(r->lp_content, x);
+      json_array_append_new(lpc, x);
+    }
+  }
+  /* tool calls: accumulate; stream the header (id, type, name) first, then fragments */
+  json_t *tc_header = NULL, *tc_args = NULL;
+  for (size_t i = 0; i < d->n_tool_calls; i++) {
+    const Gantry__V1__ToolCallDelta *t = d->tool_calls[i];
+    tool_acc_t *a = tool_at(r, t->index);
+    if (!a) continue;
+    if (t->id && t->id[0] && !a->id) a->id = strdup(t->id);
+    if (t->name && t->name[0] && !a->name) a->name = strdup(t->name);
+    if (!a->id) {
+      char buf[200];
+      snprintf(buf, sizeof buf, "call_%s_%u", r->id, t->index);
+      a->id = strdup(buf);
+    }
+    size_t al = t->arguments ? strlen(t->arguments) : 0;
+    if (al && oa_sb_append(&a->args, t->arguments, al)) {
+      json_decref(lpc);
+      json_decref(tc_header);
+      json_decref(tc_args);
+      return -1;
+    }
+    if (!r->stream) continue;
+    if (!a->announced && a->name) {
+      if (!tc_header) tc_header = json_array();
+      json_array_append_new(tc_header,
+                            json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", (int)t->index, "id", a->id,
+                                      "type", "function", "function", "name", a->name, "arguments", ""));
+      a->announced = true;
+    }
+    if (al) {
+      if (!tc_args) tc_args = json_array();
+      json_array_append_new(tc_args, json_pack("{s:i,s:{s:s}}", "index", (int)t->index, "function",
+                                               "arguments", t->arguments));
+    }
+  }
+  if (!r->stream) {
+    json_decref(lpc);
+    return 0;
+  }
+  int rc = 0;
+  if (tl || rl || lpc || (!tc_header && !tc_args && d->n_token_ids && !r->role_sent)) {
+    json_t *delta = json_object();
+    if (!r->role_sent) {
+      json_object_set_new(delta, "role", json_string("assistant"));
+      r->role_sent = true;
+    }
+    if (rl) set_reasoning(r, delta, d->reasoning_text, rl);
+    if (tl || !rl) json_object_set_new(delta, "content", json_stringn(d->text ? d->text : "", tl));
+    json_t *c = chunk_base(r);
+    json_t *ch = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "delta", delta, "logprobs",
+                           lpc ? json_pack("{s:o}", "content", lpc) : json_null(), "finish_reason");
+    lpc = NULL;
+    json_object_set_new(c, "choices", json_pack("[o]", ch));
+    if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, NULL, r->tokens));
+    rc |= emit(out, c);
+  }
+  json_decref(lpc);
+  json_t *parts[2] = {tc_header, tc_args};
+  for (int k = 0; k < 2; k++) {
+    if (!parts[k]) continue;
+    json_t *delta = json_object();
+    if (!r->role_sent) {
+      json_object_set_new(delta, "role", json_string("assistant"));
+      r->role_sent = true;
+    }
+    json_object_set_new(delta, "tool_calls", parts[k]);
+    json_t *c = chunk_base(r);
+    json_object_set_new(c, "choices",
+                        json_pack("[{s:i,s:o,s:n,s:n}]", "index", 0, "delta", delta, "logprobs", "finish_reason"));
+    if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, NULL, r->tokens));
+    rc |= emit(out, c);
+  }
+  return rc ? -1 : 0;
+}
+
+static const char *finish_str(const oa_resp_t *r, Gantry__V1__FinishReason f) {
+  switch (f) {
+    case GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH: return "length";
+    case GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS: return "tool_calls";
+    default: return r->ntools > 0 && r->kind == OA_CHAT ? "tool_calls" : "stop";
+  }
+}
+
+int oa_resp_error_sse(oa_resp_t *r, const oa_error_t *e, oa_sb_t *out) {
+  (void)r;
+  char *s = oa_error_json(e);
+  if (!s) return -1;
+  int rc = oa_sb_append(out, "data: ", 6) || oa_sb_append(out, s, strlen(s)) ||
+           oa_sb_append(out, "\n\ndata: [DONE]\n\n", 16);
+  free(s);
+  return rc ? -1 : 0;
+}
+
+int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out) {
+  if (f->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR ||
+      f->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_CANCELLED) {
+    oa_error_t e;
+    oa_err(&e, 500, "server_error", NULL, "engine_error", "engine error: %s",
+           f->error && f->error[0] ? f->error : "generation failed");
+    return oa_resp_error_sse(r, &e, out);
+  }
+  json_t *c = chunk_base(r);
+  if (r->kind == OA_CHAT) {
+    json_t *delta = json_object();
+    if (!r->role_sent) {
+      json_object_set_new(delta, "role", json_string("assistant"));
+      json_object_set_new(delta, "content", json_string(""));
+      r->role_sent = true;
+    }
+    json_object_set_new(c, "choices", json_pack("[{s:i,s:o,s:n,s:s}]", "index", 0, "delta", delta,
+                                                 "logprobs", "finish_reason", finish_str(r, f->finish_reason)));
+  } else {
+    json_object_set_new(c, "choices", json_pack("[{s:i,s:s,s:n,s:s}]", "index", 0, "text", "", "logprobs",
+                                                "finish_reason", finish_str(r, f->finish_reason)));
+  }
+  if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, f->usage, r->tokens));
+  if (emit(out, c)) return -1;
+  if (r->include_usage) {
+    json_t *u = chunk_base(r);
+    json_object_set_new(u, "choices", json_array());
+    json_object_set_new(u, "usage", usage_json(r, f->usage, r->tokens));
+    if (emit(out, u)) return -1;
+  }
+  return oa_sb_append(out, "data: [DONE]\n\n", 14);
+}
+
+char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
+  json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
+                        r->kind == OA_CHAT ? "chat.completion" : "text_completion", "created",
+                        (json_int_t)r->created, "model", r->model);
+  json_t *choice = json_pack("{s:i}", "index", 0);
+  const char *text = r->content.p ? r->content.p : "";
+  if (r->kind == OA_CHAT) {
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    json_object_set_new(msg, "content", r->ntools && !r->content.len ? json_null() : json_string(text));
+    if (r->reasoning.len) set_reasoning(r, msg, r->reasoning.p, r->reasoning.len);
+    if (r->ntools) {
+      json_t *tcs = json_array();
+      for (int i = 0; i < r->ntools; i++) {
+        tool_acc_t *a = &r->tools[i];
+        json_array_append_new(tcs, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", a->id ? a->id : "", "type",
+                                             "function", "function", "name", a->name ? a->name : "",
+                                             "arguments", a->args.p ? a->args.p : ""));
+      }
+      json_object_set_new(msg, "tool_calls", tcs);
+    }
+    json_object_set_new(choice, "message", msg);
+    json_object_set_new(choice, "logprobs",
+                        r->logprobs ? json_pack("{s:O}", "content", r->lp_content) : json_null());
+  } else {
+    json_object_set_new(choice, "text", json_string(text));
+    json_object_set_new(choice, "logprobs",
+                        r->logprobs ? json_pack("{s:O,s:O,s:O,s:O}", "tokens", r->lp_tokens, "token_logprobs",
+                                                r->lp_token_lps, "top_logprobs", r->lp_tops, "text_offset",
+                                                r->lp_offsets)
+                                    : json_null());
+  }
+  json_object_set_new(choice, "finish_reason", json_string(finish_str(r, f->finish_reason)));
+  json_object_set_new(o, "choices", json_pack("[o]", choice));
+  json_object_set_new(o, "usage", usage_json(r, f->usage, r->tokens));
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return s;
+}

@@ -1,0 +1,252 @@
+/* router/rq.c — one generation request on the loop thread: admission (Redis) -> engine choice ->
+ * engine stream -> deltas to the sink. The lease is released on every exit path (final, error,
+ * client gone, engine failure, deadline); a failure before the first token is retried once on
+ * another engine. Engine stream callbacks run on the engine client's thread and are handed to
+ * the loop through the mailbox; the rq is freed only after its stream's on_done reached the loop,
+ * so mailbox items never point at freed memory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "router/router.h"
+
+struct rq {
+  router_t *rt;
+  char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1], id[64];
+  Gantry__V1__GenerateRequest *gen;
+  rq_cb cb;
+  void *sink;
+  uint64_t ticket;
+  char lease[160];
+  bool have_lease, waiting, cancelled, terminal, started, retried;
+  pool_engine_t *engine;   /* engine of the open stream */
+  ec_stream_t *stream;     /* open stream (NULL when none) */
+  int attempt;
+  rq_t *prev, *next;       /* router's list of live requests */
+};
+
+static void release_lease(rq_t *q) {
+  if (q->have_lease) {
+    adm_release(q->rt->adm, q->lease);
+    q->have_lease = false;
+  }
+}
+
+static void maybe_free(rq_t *q) {
+  if ((q->terminal || q->cancelled) && !q->stream && !q->waiting) {
+    release_lease(q);
+    if (q->gen) protobuf_c_message_free_unpacked(&q->gen->base, NULL);
+    if (q->prev) q->prev->next = q->next;
+    else q->rt->rqs = q->next;
+    if (q->next) q->next->prev = q->prev;
+    q->rt->n_rqs--;
+    free(q);
+  }
+}
+
+static void fail(rq_t *q, int status, const char *type, const char *code, int retry_after, const char *fmt,
+                 const char *detail) {
+  release_lease(q);
+  if (q->terminal || q->cancelled) return;
+  q->terminal = true;
+  rq_event_t ev = {.kind = RQ_EV_ERROR, .retry_after_s = retry_after, .started = q->started};
+  oa_err(&ev.err, status, type, NULL, code, fmt, detail ? detail : "");
+  q->cb(q->sink, &ev);
+}
+
+static void on_resp(void *user, ec_stream_t *s, Gantry__V1__GenerateResponse *r);
+static void on_done(void *user, ec_stream_t *s, const gt_rpc_status_t *st);
+
+static int start_stream(rq_t *q, const pool_engine_t *avoid) {
+  pool_engine_t *e = pool_pick(q->rt->pool, q->model, avoid);
+  if (!e) return -1;
+  ec_call_opts_t o = {.timeout_ms = q->rt->cfg.request_timeout_ms, .request_id = q->id};
+  gt_err_t err;
+  q->attempt++;
+  if (ec_generate(e->ec, q->gen, &o, on_resp, on_done, q, &q->stream, &err)) {
+    GT_LOG_WARN("rid=%s generate start failed target=%s: %s", q->id, e->target, err.msg);
+    q->stream = NULL;
+    return -1;
+  }
+  q->engine = e;
+  e->inflight++;
+  GT_LOG_DEBUG("rid=%s engine=%s attempt=%d", q->id, e->target, q->attempt);
+  return 0;
+}
+
+/* ---- engine callbacks -> loop ---- */
+static void resp_loop(void *a, void *b, intptr_t c) {
+  rq_t *q = a;
+  Gantry__V1__GenerateResponse *r = b;
+  (void)c;
+  if (q->cancelled || q->terminal) {
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    return;
+  }
+  bool final = r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL;
+  if (!final) {
+    q->started = true;
+    if (q->have_lease) adm_touch(q->rt->adm, q->lease);
+  } else {
+    q->terminal = true;
+    release_lease(q); /* the slot frees as soon as the answer is complete */
+  }
+  bool taken = false;
+  rq_event_t ev = {.kind = RQ_EV_MSG, .msg = r, .taken = &taken, .final = final, .started = q->started};
+  q->cb(q->sink, &ev);
+  if (!taken) protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+static void done_loop(void *a, void *b, intptr_t c) {
+  rq_t *q = a;
+  gt_rpc_status_t *st = b;
+  (void)c;
+  pool_engine_t *e = q->engine;
+  if (e) e->inflight--;
+  if (q->stream) ec_stream_release(q->stream);
+  q->stream = NULL;
+  q->engine = NULL;
+  if (!q->terminal && !q->cancelled) {
+    if (st->code == GT_RPC_OK) {
+      fail(q, 502, "server_error", "engine_error", 0, "engine stream ended without a final message%s", "");
+    } else if (st->code == GT_RPC_INVALID_ARGUMENT || st->code == GT_RPC_OUT_OF_RANGE) {
+      fail(q, 400, "invalid_request_error", st->code == GT_RPC_OUT_OF_RANGE ? "context_length_exceeded" : "invalid_request",
+           0, "%s", st->message);
+    } else if (st->code == GT_RPC_DEADLINE_EXCEEDED) {
+      fail(q, 504, "server_error", "timeout", 0, "request timed out: %s", st->message);
+    } else if (!q->started && !q->retried) {
+      q->retried = true;
+      GT_LOG_WARN("rid=%s engine failed before first token target=%s code=%s: %s; retrying", q->id,
+                  e ? e->target : "?", gt_rpc_code_name(st->code), st->message);
+      if (start_stream(q, e) != 0)
+        fail(q, 503, "server_error", "engine_unavailable", 0, "engine failed and no other engine is ready: %s",
+             st->message);
+    } else {
+      GT_LOG_WARN("rid=%s engine failed target=%s code=%s started=%d: %s", q->id, e ? e->target : "?",
+                  gt_rpc_code_name(st->code), q->started, st->message);
+      fail(q, 503, "server_error", "engine_failure", 0, "engine failed: %s", st->message);
+    }
+  }
+  free(st);
+  maybe_free(q);
+}
+
+static void on_resp(void *user, ec_stream_t *s, Gantry__V1__GenerateResponse *r) {
+  (void)s;
+  rq_t *q = user;
+  if (mbox_post(q->rt->mb, resp_loop, q, r, 0)) protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+static void on_done(void *user, ec_stream_t *s, const gt_rpc_status_t *st) {
+  (void)s;
+  rq_t *q = user;
+  gt_rpc_status_t *c = malloc(sizeof *c);
+  if (!c) return; /* out of memory: the request leaks rather than crashes */
+  *c = *st;
+  if (mbox_post(q->rt->mb, done_loop, q, c, 0)) free(c);
+}
+
+/* ---- admission ---- */
+static void on_admit(void *arg, const adm_result_t *res) {
+  rq_t *q = arg;
+  q->waiting = false;
+  if (q->cancelled) { /* cancel raced the admission: give the slot back */
+    if (res->status == ADM_ADMITTED) adm_release(q->rt->adm, res->lease_id);
+    maybe_free(q);
+    return;
+  }
+  switch (res->status) {
+    case ADM_ADMITTED:
+      snprintf(q->lease, sizeof q->lease, "%s", res->lease_id);
+      q->have_lease = true;
+      if (start_stream(q, NULL) != 0) {
+        metrics_reject(q->rt->metrics, "no_engine");
+        fail(q, 503, "server_error", "engine_unavailable", 0, "no ready engine for model %s", q->model);
+      }
+      break;
+    case ADM_REJECTED_FULL:
+      metrics_reject(q->rt->metrics, "queue_full");
+      fail(q, 429, "rate_limit_error", "queue_full", res->retry_after_s > 0 ? res->retry_after_s : 1,
+           "the queue for this model is full (%s); retry later", res->msg ? res->msg : "");
+      break;
+    case ADM_TIMEOUT:
+      metrics_reject(q->rt->metrics, "queue_timeout");
+      fail(q, 503, "server_error", "queue_timeout", 0, "timed out waiting for a slot (%s)", res->msg ? res->msg : "");
+      break;
+    default:
+      metrics_reject(q->rt->metrics, "admission_error");
+      fail(q, 503, "server_error", "admission_unavailable", 0, "admission failed: %s", res->msg ? res->msg : "");
+      break;
+  }
+  maybe_free(q);
+}
+
+rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *request_id,
+               Gantry__V1__GenerateRequest *gen, rq_cb cb, void *sink, oa_error_t *e) {
+  if (!pool_has_model(rt->pool, model)) {
+    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    metrics_reject(rt->metrics, "unknown_model");
+    oa_err(e, 404, "invalid_request_error", "model", "model_not_found", "The model '%s' does not exist", model);
+    return NULL;
+  }
+  rq_t *q = calloc(1, sizeof *q);
+  if (!q) {
+    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    return NULL;
+  }
+  q->rt = rt;
+  snprintf(q->model, sizeof q->model, "%s", model);
+  snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
+  snprintf(q->id, sizeof q->id, "%s", request_id);
+  q->gen = gen;
+  q->next = rt->rqs;
+  if (rt->rqs) rt->rqs->prev = q;
+  rt->rqs = q;
+  rt->n_rqs++;
+  q->cb = cb;
+  q->sink = sink;
+  /* the engine sees the tenant and request id (logs, metrics) */
+  free(gen->tenant == protobuf_c_empty_string ? NULL : gen->tenant);
+  gen->tenant = strdup(tenant);
+  if (gen->request_id != protobuf_c_empty_string) free(gen->request_id);
+  gen->request_id = strdup(request_id);
+  if (!gen->tenant || !gen->request_id) {
+    if (!gen->tenant) gen->tenant = (char *)protobuf_c_empty_string;
+    if (!gen->request_id) gen->request_id = (char *)protobuf_c_empty_string;
+  }
+  gt_err_t err;
+  q->waiting = true;
+  q->ticket = adm_request(rt->adm, model, tenant,
+                          gen->priority < 0 ? ADM_PRIO_BATCH : ADM_PRIO_INTERACTIVE, request_id, on_admit, q, &err);
+  if (!q->ticket) {
+    q->waiting = false;
+    q->cancelled = true;
+    maybe_free(q);
+    oa_err(e, 400, "invalid_request_error", "model", "invalid_name", "%s", err.msg);
+    return NULL;
+  }
+  return q;
+}
+
+void rq_cancel(rq_t *q) {
+  if (!q || q->cancelled) return;
+  q->cancelled = true;
+  if (q->waiting) {
+    if (adm_cancel(q->rt->adm, q->ticket) == GT_OK) q->waiting = false;
+  }
+  release_lease(q);
+  if (q->stream) ec_stream_cancel(q->stream); /* engine frees the sequence; done_loop frees q */
+  maybe_free(q);
+}
+
+void rq_cancel_all(router_t *rt) {
+  rq_t *q = rt->rqs;
+  while (q) {
+    rq_t *next = q->next; /* q may be freed by rq_cancel */
+    rq_cancel(q);
+    q = next;
+  }
+}

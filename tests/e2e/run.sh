@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# tests/e2e/run.sh ENGINE_KIND [node test files...] — starts redis-server (free port), an engine
+# (ENGINE_KIND=real: `gantry-engine serve` on the CPU with tests/golden/qwen3-tiny.bf16.gguf;
+# fake: the scripted gantry-fake-engine) and gantry-router, then runs the node tests against
+# them (the official `openai` package and @grpc/grpc-js). Exit 77 = skipped (no node, no
+# node_modules and no network, no `serve` command), which ctest reports as "Skipped".
+set -u
+KIND=${1:-fake}; shift || true
+SRC=${GANTRY_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+BIN=${GANTRY_BIN:-$SRC/build}
+E2E=$SRC/tests/e2e
+skip() { echo "SKIP: $*"; exit 77; }
+
+command -v node >/dev/null || skip "node not installed"
+command -v redis-server >/dev/null || skip "redis-server not installed"
+if [ ! -d "$E2E/node_modules/openai" ] || [ ! -d "$E2E/node_modules/@grpc/grpc-js" ]; then
+  command -v npm >/dev/null || skip "npm not installed"
+  (cd "$E2E" && { [ -f package-lock.json ] && timeout 240 npm ci --no-audit --no-fund >/dev/null 2>&1 ||
+                  timeout 240 npm install --no-audit --no-fund >/dev/null 2>&1; }) || skip "npm install failed (offline?)"
+fi
+[ -x "$BIN/gantry-router" ] || { echo "missing $BIN/gantry-router"; exit 1; }
+
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# waits until FILE contains a line matching REGEX (bounded); prints the match
+wait_line() {
+  local file=$1 re=$2 n=0
+  while [ $n -lt 600 ]; do
+    if grep -Eo "$re" "$file" 2>/dev/null | head -1 | grep -q .; then grep -Eo "$re" "$file" | head -1; return 0; fi
+    sleep 0.1; n=$((n + 1))
+  done
+  return 1
+}
+
+# redis on a free port (retry on collision)
+for i in 1 2 3 4 5; do
+  RPORT=$((20000 + RANDOM % 40000))
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+  RPID=$!
+  for j in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  if redis-cli -p "$RPORT" ping >/dev/null 2>&1; then PIDS+=("$RPID"); break; fi
+  kill "$RPID" 2>/dev/null; RPORT=
+done
+[ -n "$RPORT" ] || { echo "cannot start redis-server"; exit 1; }
+
+MODEL=tiny
+if [ "$KIND" = real ]; then
+  "$BIN/gantry-engine" serve --help >/dev/null 2>&1 || skip "gantry-engine has no serve command yet"
+  GGUF=${GANTRY_E2E_MODEL:-$SRC/tests/golden/qwen3-tiny.bf16.gguf}
+  for i in 1 2 3 4 5; do
+    EPORT=$((20000 + RANDOM % 40000)); MPORT=$((20000 + RANDOM % 40000))
+    "$BIN/gantry-engine" serve --model "$GGUF" --listen "127.0.0.1:$EPORT" --metrics-port "$MPORT" >"$TMP/engine.log" 2>&1 &
+    EPID=$!
+    sleep 0.5
+    if kill -0 "$EPID" 2>/dev/null; then PIDS+=("$EPID"); break; fi
+    EPORT=
+  done
+  [ -n "$EPORT" ] || { echo "engine did not start:"; cat "$TMP/engine.log"; exit 1; }
+else
+  "$BIN/gantry-fake-engine" B >"$TMP/engine.log" 2>&1 &
+  PIDS+=("$!")
+  EPORT=$(wait_line "$TMP/engine.log" 'port [0-9]+' | awk '{print $2}') || { echo "fake engine did not start"; exit 1; }
+fi
+
+"$BIN/gantry-router" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --redis "redis://127.0.0.1:$RPORT" \
+  --engine "$MODEL=127.0.0.1:$EPORT" --health-ms 200 --admission-hold-ms 1 >"$TMP/router.out" 2>"$TMP/router.log" &
+PIDS+=("$!")
+LINE=$(wait_line "$TMP/router.out" 'listening http_port=[0-9]+ grpc_port=[0-9]+') || { echo "router did not start:"; cat "$TMP/router.log"; exit 1; }
+HPORT=$(echo "$LINE" | sed -E 's/.*http_port=([0-9]+).*/\1/')
+GPORT=$(echo "$LINE" | sed -E 's/.*grpc_port=([0-9]+).*/\1/')
+for i in $(seq 600); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready")" = 200 ] && break
+  sleep 0.1
+done
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready")" = 200 ] || {
+  echo "router not ready"; tail -20 "$TMP/router.log"; tail -20 "$TMP/engine.log"; exit 1; }
+
+export GANTRY_URL="http://127.0.0.1:$HPORT" GANTRY_GRPC="127.0.0.1:$GPORT" GANTRY_MODEL=$MODEL \
+       GANTRY_ENGINE_KIND=$KIND GANTRY_PROTOS="$SRC/protos"
+FILES=("$@")
+[ ${#FILES[@]} -gt 0 ] || FILES=("$E2E"/*.test.mjs)
+cd "$E2E" && node --test "${FILES[@]}"
+RC=$?
+if [ $RC -ne 0 ]; then echo "--- router log"; tail -40 "$TMP/router.log"; echo "--- engine log"; tail -20 "$TMP/engine.log"; fi
+exit $RC

@@ -1,0 +1,93 @@
+/* Golden fixtures on the CUDA backend (tests/golden/README.md, GPU tolerances): qwen3-tiny in
+ * every weight type, qwen35-tiny, and the trained demo model. The backend keeps fp32
+ * activations, so the bar is 10x the CPU tolerance (1e-2 max row relative error; the demo's
+ * tighter fp16/fp32 bar is the same 1e-2), top-1 agreement on >= 99 % of rows and greedy
+ * generation up to the first small reference margin. Skips (with a message) without a GPU.
+ * GANTRY_GOLDEN_ONLY=<substring of the label> runs only the matching tests (memcheck runs). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/backend_cuda.h"
+#include "tests/common/golden_model.h"
+#include "tests/common/testutil.h"
+
+#define GPU_TOL 1e-2
+
+static be_t *cuda_factory(void) {
+  be_t *be = NULL;
+  gt_err_t err = {0};
+  if (be_cuda_create(0, &be, &err)) {
+    fprintf(stderr, "be_cuda_create: %s\n", err.msg);
+    return NULL;
+  }
+  return be;
+}
+
+static void run_cases(const char *model_file, json_t *cases, const char *dir, int chunk, const char *label) {
+  if (!be_cuda_available()) {
+    print_message("%s: no CUDA device, skipped\n", label);
+    skip();
+  }
+  const char *only = getenv("GANTRY_GOLDEN_ONLY"); /* e.g. "qwen35": one model (memcheck runs) */
+  if (only && !strstr(label, only)) skip();
+  gm_backend_factory = cuda_factory;
+  char path[4096];
+  snprintf(path, sizeof path, "%s", tu_golden(model_file));
+  assert_true(json_array_size(cases) > 0);
+  for (size_t i = 0; i < json_array_size(cases); i++) {
+    gm_result_t r;
+    assert_int_equal(gm_run_case(path, json_array_get(cases, i), dir, chunk, &r), 0);
+    printf("cuda %-20s case %zu chunk %4d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s%s\n", label, i, chunk,
+           r.max_rel_err, r.top1_agree, r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH",
+           r.fixture_inconsistent ? " (stopped: reference generation disagrees with its own logits)" : "");
+    assert_true(r.max_rel_err <= GPU_TOL);
+    assert_true(r.top1_agree * 100 >= r.rows * 99);
+    assert_true(r.greedy_match);
+    assert_true(r.greedy_checked > 0 || r.fixture_inconsistent);
+  }
+}
+
+static void tiny(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16) {
+  json_t *man = tu_json("manifest.json");
+  json_t *mdl = json_object_get(json_object_get(man, "models"), model);
+  const char *file = json_string_value(json_object_get(json_object_get(mdl, "gguf"), type));
+  assert_non_null(file);
+  char label[64];
+  snprintf(label, sizeof label, "%s %s", model, type);
+  gm_rope_freq_bf16 = rope_bf16;
+  run_cases(file, json_object_get(mdl, cases_key), "", chunk, label);
+  json_decref(man);
+}
+
+static void test_qwen3_bf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1); }
+static void test_qwen3_bf16_chunked(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1); }
+static void test_qwen3_q8_0(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0); }
+static void test_qwen3_q4_k_m(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0); }
+static void test_qwen3_q6_k(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0); }
+static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 0); }
+static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 0); }
+
+static void test_demo(void **st) {
+  json_t *man = tu_json("demo/manifest.json");
+  char file[256];
+  snprintf(file, sizeof file, "demo/%s", json_string_value(json_object_get(man, "model")));
+  gm_rope_freq_bf16 = 0; /* the demo reference ran an fp32 model */
+  run_cases(file, json_object_get(man, "cases"), "demo", 0, "demo Q4_K_M");
+  json_decref(man);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_qwen3_bf16),   cmocka_unit_test(test_qwen3_bf16_chunked),
+      cmocka_unit_test(test_qwen3_q8_0),   cmocka_unit_test(test_qwen3_q4_k_m),
+      cmocka_unit_test(test_qwen3_q6_k),   cmocka_unit_test(test_qwen35_bf16),
+      cmocka_unit_test(test_qwen35_bf16_chunked), cmocka_unit_test(test_demo),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,538 @@
+/* Every op of the CUDA backend against the CPU reference backend on fresh random inputs
+ * (ggml's test-backend-ops style): the same host inputs go to both, and each output is compared
+ * by normalized error ||gpu - cpu|| / ||cpu||, printed per op. Bounds: 1e-5 for everything
+ * computed in fp32 (reassociation only), 0 for pure copies. Batches mix prefill chunks and
+ * decode tokens over several sequences, long contexts (split attention), shuffled KV blocks and
+ * recurrent-state slots. Skips (with a message) when no CUDA device is visible. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/backend.h"
+#include "engine/backend_cuda.h"
+#include "engine/quantize.h"
+
+#define TOL 1e-5
+
+static be_t *CPU_BE, *GPU_BE;
+static unsigned g_seed = 12345;
+
+static float frand(void) { /* uniform in [-1, 1) */
+  g_seed = g_seed * 1664525u + 1013904223u;
+  return (float)((g_seed >> 8) & 0xffffff) / (float)(1 << 23) - 1.0f;
+}
+static float *rnd(size_t n, float scale) {
+  float *p = malloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+  return p;
+}
+
+/* the same host bytes in both backends' memory */
+typedef struct {
+  void *c, *g;
+  size_t bytes;
+} buf_t;
+
+static buf_t put(const void *host, size_t bytes) {
+  buf_t b = {CPU_BE->ops->alloc(CPU_BE, bytes), GPU_BE->ops->alloc(GPU_BE, bytes), bytes};
+  assert_non_null(b.c);
+  assert_non_null(b.g);
+  if (host) {
+    assert_int_equal(CPU_BE->ops->upload(CPU_BE, b.c, host, bytes), 0);
+    assert_int_equal(GPU_BE->ops->upload(GPU_BE, b.g, host, bytes), 0);
+  }
+  return b;
+}
+static buf_t putf(const float *host, size_t n) { return put(host, n * sizeof(float)); }
+static void drop(buf_t *b) {
+  CPU_BE->ops->free(CPU_BE, b->c);
+  GPU_BE->ops->free(GPU_BE, b->g);
+}
+
+/* Compares n floats of buffer b (cpu vs gpu) after both backends finish the step. */
+static double cmp(const char *what, buf_t b, size_t n, double tol) {
+  assert_int_equal(CPU_BE->ops->sync(CPU_BE), 0);
+  float *g = malloc(sizeof(float) * (n ? n : 1));
+  int rc = GPU_BE->ops->download(GPU_BE, g, b.g, n * sizeof(float));
+  if (rc) fail_msg("%s: gpu error %d: %s", what, rc, GPU_BE->err.msg);
+  const float *c = b.c;
+  double num = 0, den = 0;
+  int bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(g[i])) bad = 1;
+    double d = (double)g[i] - c[i];
+    num += d * d;
+    den += (double)c[i] * c[i];
+  }
+  double e = den > 0 ? sqrt(num / den) : sqrt(num);
+  print_message("  %-40s n=%-8zu err %.3e%s\n", what, n, e, bad || e > tol ? "  FAIL" : "");
+  free(g);
+  assert_false(bad);
+  assert_true(e <= tol);
+  return e;
+}
+
+typedef struct {
+  be_weight_t c, g;
+} wpair_t;
+
+static wpair_t weight(gt_type_t t, int64_t rows, int64_t cols, float scale) {
+  size_t rb = dt_row_bytes(t, cols);
+  assert_true(rb > 0);
+  uint8_t *q = malloc(rb * (size_t)rows);
+  float *src = rnd((size_t)cols, scale);
+  for (int64_t r = 0; r < rows; r++) {
+    for (int64_t i = 0; i < cols; i++) src[i] = frand() * scale;
+    assert_int_equal(qz_quantize_row(t, src, q + rb * (size_t)r, cols), 0);
+  }
+  wpair_t w;
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(CPU_BE, &w.c, t, rows, cols, q, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &w.g, t, rows, cols, q, &err), 0);
+  free(q);
+  free(src);
+  return w;
+}
+static void wdrop(wpair_t *w) {
+  be_weight_free(CPU_BE, &w->c);
+  be_weight_free(GPU_BE, &w->g);
+}
+
+static void both_batch(const be_batch_t *b) {
+  assert_int_equal(CPU_BE->ops->set_batch(CPU_BE, b), 0);
+  int rc = GPU_BE->ops->set_batch(GPU_BE, b);
+  if (rc) fail_msg("gpu set_batch: %s", GPU_BE->err.msg);
+}
+
+/* A batch of n_seq sequences: seq s has ntok[s] tokens from position start[s], slot s, and
+ * blocks[s * max_blocks + i] its physical blocks (caller-owned arrays of the right sizes). */
+typedef struct {
+  be_batch_t b;
+  int32_t tok[4096], pos[4096], first[8], ntok[8], slot[8], out[4096];
+  int32_t *table;
+} tbatch_t;
+
+static void mk_batch(tbatch_t *tb, int n_seq, const int *start, const int *ntok, const int *slots, int32_t *table,
+                     int max_blocks, int vocab) {
+  int t = 0;
+  for (int s = 0; s < n_seq; s++) {
+    tb->first[s] = t;
+    tb->ntok[s] = ntok[s];
+    tb->slot[s] = slots ? slots[s] : s;
+    for (int i = 0; i < ntok[s]; i++, t++) {
+      tb->pos[t] = start[s] + i;
+      tb->tok[t] = (int32_t)((frand() + 1.0f) * 0.5f * (float)vocab) % (vocab > 0 ? vocab : 1);
+      tb->out[t] = t;
+    }
+  }
+  tb->b = (be_batch_t){.n_tok = t, .n_seq = n_seq, .tok = tb->tok, .pos = tb->pos, .seq_first = tb->first,
+                       .seq_ntok = tb->ntok, .block_table = table, .max_blocks = max_blocks,
+                       .state_slot = tb->slot, .n_out = t, .out_tok = tb->out};
+}
+
+static int setup(void **state) {
+  gt_err_t err = {0};
+  if (!be_cuda_available()) {
+    print_message("no CUDA device visible: skipping the CUDA op tests\n");
+    return 0;
+  }
+  if (be_cuda_create(0, &GPU_BE, &err)) {
+    print_message("be_cuda_create: %s\n", err.msg);
+    return -1;
+  }
+  if (be_cpu_create(0, &CPU_BE, &err)) return -1;
+  return 0;
+}
+static int teardown(void **state) {
+  be_destroy(GPU_BE);
+  be_destroy(CPU_BE);
+  return 0;
+}
+#define NEED_GPU() \
+  do {             \
+    if (!GPU_BE) skip(); \
+  } while (0)
+
+/* ---- matmul: every weight type, decode (matvec) and prefill (GEMM) row counts ---- */
+static void test_matmul(void **st) {
+  NEED_GPU();
+  const gt_type_t types[] = {GT_TYPE_F32, GT_TYPE_F16, GT_TYPE_BF16, GT_TYPE_Q8_0, GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K};
+  const int rows_list[] = {1, 2, 3, 5, 8, 13, 16, 31, 32, 33, 70};
+  const int64_t n_out = 300, cols = 1024;
+  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+    wpair_t w = weight(types[ti], n_out, cols, 0.5f);
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+      const int rows = rows_list[ri];
+      float *x = rnd((size_t)rows * cols, 1.0f);
+      buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, (size_t)rows * n_out);
+      CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
+      GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
+      char what[64];
+      snprintf(what, sizeof what, "matmul %s rows %d", dt_name(types[ti]), rows);
+      cmp(what, bo, (size_t)rows * n_out, TOL);
+      drop(&bx);
+      drop(&bo);
+      free(x);
+    }
+    wdrop(&w);
+  }
+}
+
+/* ---- embed / gather_out ---- */
+static void test_embed_gather(void **st) {
+  NEED_GPU();
+  const int vocab = 500, d = 256;
+  const gt_type_t types[] = {GT_TYPE_BF16, GT_TYPE_F16, GT_TYPE_Q8_0, GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_F32};
+  tbatch_t tb;
+  int start[2] = {0, 0}, ntok[2] = {9, 4};
+  int32_t table[2] = {0, 1};
+  mk_batch(&tb, 2, start, ntok, NULL, table, 1, vocab);
+  tb.b.n_out = 3;
+  tb.out[0] = 8, tb.out[1] = 12, tb.out[2] = 0;
+  both_batch(&tb.b);
+  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+    wpair_t w = weight(types[ti], vocab, d, 1.0f);
+    buf_t bo = putf(NULL, (size_t)tb.b.n_tok * d), bg = putf(NULL, 3 * (size_t)d);
+    CPU_BE->ops->embed(CPU_BE, &w.c, bo.c);
+    GPU_BE->ops->embed(GPU_BE, &w.g, bo.g);
+    CPU_BE->ops->gather_out(CPU_BE, bo.c, bg.c, d);
+    GPU_BE->ops->gather_out(GPU_BE, bo.g, bg.g, d);
+    char what[64];
+    snprintf(what, sizeof what, "embed %s", dt_name(types[ti]));
+    cmp(what, bo, (size_t)tb.b.n_tok * d, 0.0);
+    snprintf(what, sizeof what, "gather_out after embed %s", dt_name(types[ti]));
+    cmp(what, bg, 3 * (size_t)d, 0.0);
+    drop(&bo);
+    drop(&bg);
+    wdrop(&w);
+  }
+  /* a token id outside the vocabulary is an error of the step, not a crash */
+  tb.tok[3] = vocab + 5;
+  both_batch(&tb.b);
+  wpair_t w = weight(GT_TYPE_BF16, vocab, d, 1.0f);
+  buf_t bo = putf(NULL, (size_t)tb.b.n_tok * d);
+  GPU_BE->ops->embed(GPU_BE, &w.g, bo.g);
+  assert_int_equal(GPU_BE->ops->sync(GPU_BE), GT_EINVAL);
+  print_message("  embed with a bad id -> %s\n", GPU_BE->err.msg);
+  assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0); /* cleared */
+  drop(&bo);
+  wdrop(&w);
+}
+
+/* ---- norms and element-wise ops ---- */
+static void test_dense(void **st) {
+  NEED_GPU();
+  tbatch_t tb;
+  int start[3] = {0, 40, 7}, ntok[3] = {17, 1, 3};
+  int32_t table[3 * 8];
+  for (int i = 0; i < 24; i++) table[i] = i;
+  mk_batch(&tb, 3, start, ntok, NULL, table, 8, 100);
+  both_batch(&tb.b);
+  const int n = tb.b.n_tok;
+  const int dims[] = {64, 256, 1000, 4096};
+  for (size_t di = 0; di < 4; di++) {
+    const int d = dims[di];
+    const size_t m = (size_t)n * d;
+    float *x = rnd(m, 2.0f), *dl = rnd(m, 1.0f), *wv = rnd((size_t)d, 1.0f), *z = rnd(m, 3.0f);
+    wpair_t w;
+    gt_err_t err = {0};
+    assert_int_equal(be_weight_upload(CPU_BE, &w.c, GT_TYPE_F32, 1, d, wv, &err), 0);
+    assert_int_equal(be_weight_upload(GPU_BE, &w.g, GT_TYPE_F32, 1, d, wv, &err), 0);
+    buf_t bx = putf(x, m), bd = putf(dl, m), bo = putf(NULL, m), bz = putf(z, m);
+    char what[64];
+    CPU_BE->ops->rmsnorm(CPU_BE, bx.c, &w.c, bo.c, n, d, 1e-6f);
+    GPU_BE->ops->rmsnorm(GPU_BE, bx.g, &w.g, bo.g, n, d, 1e-6f);
+    snprintf(what, sizeof what, "rmsnorm d=%d", d);
+    cmp(what, bo, m, TOL);
+    CPU_BE->ops->add_rmsnorm(CPU_BE, bx.c, bd.c, &w.c, bo.c, n, d, 1e-6f);
+    GPU_BE->ops->add_rmsnorm(GPU_BE, bx.g, bd.g, &w.g, bo.g, n, d, 1e-6f);
+    snprintf(what, sizeof what, "add_rmsnorm d=%d (out)", d);
+    cmp(what, bo, m, TOL);
+    snprintf(what, sizeof what, "add_rmsnorm d=%d (residual)", d);
+    cmp(what, bx, m, TOL);
+    CPU_BE->ops->rmsnorm(CPU_BE, bx.c, &w.c, bx.c, n, d, 1e-6f); /* in place */
+    GPU_BE->ops->rmsnorm(GPU_BE, bx.g, &w.g, bx.g, n, d, 1e-6f);
+    snprintf(what, sizeof what, "rmsnorm in place d=%d", d);
+    cmp(what, bx, m, TOL);
+    CPU_BE->ops->rmsnorm_gated(CPU_BE, bx.c, &w.c, bz.c, bo.c, n, d, 1e-6f);
+    GPU_BE->ops->rmsnorm_gated(GPU_BE, bx.g, &w.g, bz.g, bo.g, n, d, 1e-6f);
+    snprintf(what, sizeof what, "rmsnorm_gated d=%d", d);
+    cmp(what, bo, m, TOL);
+    CPU_BE->ops->l2norm(CPU_BE, bz.c, n, d, 1e-6f, 0.125f);
+    GPU_BE->ops->l2norm(GPU_BE, bz.g, n, d, 1e-6f, 0.125f);
+    snprintf(what, sizeof what, "l2norm d=%d", d);
+    cmp(what, bz, m, TOL);
+    CPU_BE->ops->swiglu(CPU_BE, bx.c, bd.c, bo.c, m);
+    GPU_BE->ops->swiglu(GPU_BE, bx.g, bd.g, bo.g, m);
+    snprintf(what, sizeof what, "swiglu n=%zu", m);
+    cmp(what, bo, m, TOL);
+    CPU_BE->ops->mul_sigmoid(CPU_BE, bo.c, bd.c, m);
+    GPU_BE->ops->mul_sigmoid(GPU_BE, bo.g, bd.g, m);
+    snprintf(what, sizeof what, "mul_sigmoid n=%zu", m);
+    cmp(what, bo, m, TOL);
+    CPU_BE->ops->add(CPU_BE, bo.c, bd.c, m);
+    GPU_BE->ops->add(GPU_BE, bo.g, bd.g, m);
+    snprintf(what, sizeof what, "add n=%zu", m);
+    cmp(what, bo, m, TOL);
+    /* copy2d: a column block of dl into a strided slot of o (o reset to x on both first) */
+    assert_int_equal(CPU_BE->ops->upload(CPU_BE, bo.c, x, m * sizeof(float)), 0);
+    assert_int_equal(GPU_BE->ops->upload(GPU_BE, bo.g, x, m * sizeof(float)), 0);
+    CPU_BE->ops->copy2d(CPU_BE, (float *)bo.c + 3, d, (float *)bd.c + 1, d, n, d / 2);
+    GPU_BE->ops->copy2d(GPU_BE, (float *)bo.g + 3, d, (float *)bd.g + 1, d, n, d / 2);
+    snprintf(what, sizeof what, "copy2d cols=%d", d / 2);
+    cmp(what, bo, m, 0.0);
+    drop(&bx), drop(&bd), drop(&bo), drop(&bz);
+    wdrop(&w);
+    free(x), free(dl), free(wv), free(z);
+  }
+}
+
+static void test_rope(void **st) {
+  NEED_GPU();
+  tbatch_t tb;
+  int start[3] = {0, 5000, 131000}, ntok[3] = {20, 1, 4};
+  int32_t table[3] = {0, 1, 2};
+  mk_batch(&tb, 3, start, ntok, NULL, table, 1, 100);
+  both_batch(&tb.b);
+  const int n = tb.b.n_tok, n_head = 6, hd = 128;
+  const int rots[] = {128, 32};
+  for (int bf = 0; bf < 2; bf++) {
+    for (int ri = 0; ri < 2; ri++) {
+      float *x = rnd((size_t)n * n_head * hd, 1.0f);
+      buf_t bx = putf(x, (size_t)n * n_head * hd);
+      CPU_BE->rope_freq_bf16 = GPU_BE->rope_freq_bf16 = bf;
+      CPU_BE->ops->rope(CPU_BE, bx.c, n_head, hd, rots[ri], 1e6f);
+      GPU_BE->ops->rope(GPU_BE, bx.g, n_head, hd, rots[ri], 1e6f);
+      char what[64];
+      snprintf(what, sizeof what, "rope n_rot=%d freq_bf16=%d", rots[ri], bf);
+      cmp(what, bx, (size_t)n * n_head * hd, TOL);
+      drop(&bx);
+      free(x);
+    }
+  }
+  CPU_BE->rope_freq_bf16 = GPU_BE->rope_freq_bf16 = 0;
+}
+
+/* ---- paged KV: store + attention over prefill, mixed and long-context decode steps ---- */
+static void attn_step(tbatch_t *tb, int layer, int n_head, int n_kv, int hd, const char *label) {
+  both_batch(&tb->b);
+  const int n = tb->b.n_tok, kvd = n_kv * hd;
+  float *k = rnd((size_t)n * kvd, 1.0f), *v = rnd((size_t)n * kvd, 1.0f), *q = rnd((size_t)n * n_head * hd, 1.0f);
+  buf_t bk = putf(k, (size_t)n * kvd), bv = putf(v, (size_t)n * kvd), bq = putf(q, (size_t)n * n_head * hd),
+        bo = putf(NULL, (size_t)n * n_head * hd);
+  CPU_BE->ops->kv_store(CPU_BE, layer, bk.c, bv.c);
+  GPU_BE->ops->kv_store(GPU_BE, layer, bk.g, bv.g);
+  const float scale = 1.0f / sqrtf((float)hd);
+  CPU_BE->ops->attention(CPU_BE, layer, bq.c, bo.c, n_head, n_kv, hd, scale);
+  GPU_BE->ops->attention(GPU_BE, layer, bq.g, bo.g, n_head, n_kv, hd, scale);
+  cmp(label, bo, (size_t)n * n_head * hd, TOL);
+  drop(&bk), drop(&bv), drop(&bq), drop(&bo);
+  free(k), free(v), free(q);
+}
+
+static void test_attention(void **st) {
+  NEED_GPU();
+  const int hds[] = {64, 128};
+  for (int hi = 0; hi < 2; hi++) {
+    const int n_head = 8, n_kv = 2, hd = hds[hi], bt = 16, max_blocks = 160, n_blocks = 3 * max_blocks;
+    assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 2, n_blocks, bt, n_kv * hd), 0);
+    assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 2, n_blocks, bt, n_kv * hd), 0);
+    /* shuffled physical blocks for 3 sequences */
+    int32_t *table = malloc(sizeof(int32_t) * 3 * max_blocks);
+    for (int i = 0; i < n_blocks; i++) table[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+      int j = (int)((unsigned)((frand() + 1.0f) * 0.5f * (float)i));
+      int32_t t = table[i];
+      table[i] = table[j];
+      table[j] = t;
+    }
+    tbatch_t *tb = malloc(sizeof *tb);
+    char label[96];
+    { /* prefill: seq0 700 tokens, seq1 300 tokens */
+      int start[2] = {0, 0}, ntok[2] = {700, 300};
+      mk_batch(tb, 2, start, ntok, NULL, table, max_blocks, 100);
+      snprintf(label, sizeof label, "attention hd=%d prefill 700+300", hd);
+      attn_step(tb, 1, n_head, n_kv, hd, label);
+    }
+    { /* mixed: seq0 decodes at 700, seq1 continues with 3 tokens, seq2 starts with 4 */
+      int start[3] = {700, 300, 0}, ntok[3] = {1, 3, 4};
+      mk_batch(tb, 3, start, ntok, NULL, table, max_blocks, 100);
+      snprintf(label, sizeof label, "attention hd=%d mixed decode+prefill", hd);
+      attn_step(tb, 1, n_head, n_kv, hd, label);
+    }
+    { /* long context decode at batch 1 (split over the sequence) */
+      int start[1] = {701}, ntok[1] = {1};
+      mk_batch(tb, 1, start, ntok, NULL, table, max_blocks, 100);
+      snprintf(label, sizeof label, "attention hd=%d decode ctx 702 (split)", hd);
+      attn_step(tb, 1, n_head, n_kv, hd, label);
+    }
+    { /* fill to 2000 tokens and decode there */
+      int start[1] = {702}, ntok[1] = {1298};
+      mk_batch(tb, 1, start, ntok, NULL, table, max_blocks, 100);
+      snprintf(label, sizeof label, "attention hd=%d prefill chunk to 2000", hd);
+      attn_step(tb, 1, n_head, n_kv, hd, label);
+      int s2[1] = {2000}, n2[1] = {1};
+      mk_batch(tb, 1, s2, n2, NULL, table, max_blocks, 100);
+      snprintf(label, sizeof label, "attention hd=%d decode ctx 2001 (split)", hd);
+      attn_step(tb, 1, n_head, n_kv, hd, label);
+    }
+    free(tb);
+    free(table);
+  }
+}
+
+/* ---- Gated DeltaNet: conv1d, gates, scan with state across steps, state copy/zero ---- */
+static void gdn_step(tbatch_t *tb, wpair_t *cw, wpair_t *a, wpair_t *dtb, int C, int K, int n_k, int n_v, int dk,
+                     int dv, const char *label) {
+  both_batch(&tb->b);
+  const int n = tb->b.n_tok;
+  char what[128];
+  float *x = rnd((size_t)n * C, 1.0f);
+  buf_t bx = putf(x, (size_t)n * C), bo = putf(NULL, (size_t)n * C);
+  CPU_BE->ops->conv1d_silu(CPU_BE, 0, bx.c, bo.c, &cw->c, C, K);
+  GPU_BE->ops->conv1d_silu(GPU_BE, 0, bx.g, bo.g, &cw->g, C, K);
+  snprintf(what, sizeof what, "conv1d_silu %s", label);
+  cmp(what, bo, (size_t)n * C, TOL);
+  float *al = rnd((size_t)n * n_v, 2.0f), *be = rnd((size_t)n * n_v, 2.0f);
+  buf_t bal = putf(al, (size_t)n * n_v), bbe = putf(be, (size_t)n * n_v);
+  CPU_BE->ops->gdn_gates(CPU_BE, bal.c, bbe.c, &a->c, &dtb->c, bal.c, bbe.c, n_v);
+  GPU_BE->ops->gdn_gates(GPU_BE, bal.g, bbe.g, &a->g, &dtb->g, bal.g, bbe.g, n_v);
+  snprintf(what, sizeof what, "gdn_gates g %s", label);
+  cmp(what, bal, (size_t)n * n_v, TOL);
+  snprintf(what, sizeof what, "gdn_gates beta %s", label);
+  cmp(what, bbe, (size_t)n * n_v, TOL);
+  float *q = rnd((size_t)n * n_k * dk, 1.0f), *k = rnd((size_t)n * n_k * dk, 1.0f), *v = rnd((size_t)n * n_v * dv, 1.0f);
+  buf_t bq = putf(q, (size_t)n * n_k * dk), bk = putf(k, (size_t)n * n_k * dk), bv = putf(v, (size_t)n * n_v * dv),
+        bso = putf(NULL, (size_t)n * n_v * dv);
+  CPU_BE->ops->l2norm(CPU_BE, bq.c, n * n_k, dk, 1e-6f, 1.0f / sqrtf((float)dk));
+  GPU_BE->ops->l2norm(GPU_BE, bq.g, n * n_k, dk, 1e-6f, 1.0f / sqrtf((float)dk));
+  CPU_BE->ops->l2norm(CPU_BE, bk.c, n * n_k, dk, 1e-6f, 1.0f);
+  GPU_BE->ops->l2norm(GPU_BE, bk.g, n * n_k, dk, 1e-6f, 1.0f);
+  CPU_BE->ops->gdn_scan(CPU_BE, 0, bq.c, bk.c, bv.c, bal.c, bbe.c, bso.c, n_k, n_v, dk, dv);
+  GPU_BE->ops->gdn_scan(GPU_BE, 0, bq.g, bk.g, bv.g, bal.g, bbe.g, bso.g, n_k, n_v, dk, dv);
+  snprintf(what, sizeof what, "gdn_scan %s", label);
+  cmp(what, bso, (size_t)n * n_v * dv, TOL);
+  drop(&bx), drop(&bo), drop(&bal), drop(&bbe), drop(&bq), drop(&bk), drop(&bv), drop(&bso);
+  free(x), free(al), free(be), free(q), free(k), free(v);
+}
+
+static void test_gdn(void **st) {
+  NEED_GPU();
+  const int n_k = 2, n_v = 4, dk = 128, dv = 128, K = 4, C = 2 * n_k * dk + n_v * dv, n_slots = 4;
+  assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  wpair_t cw = weight(GT_TYPE_F32, C, K, 0.5f), a = weight(GT_TYPE_F32, 1, n_v, 1.0f), dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
+  int32_t table[4] = {0, 1, 2, 3};
+  tbatch_t *tb = malloc(sizeof *tb);
+  {
+    int start[2] = {0, 0}, ntok[2] = {37, 5}, slots[2] = {1, 3};
+    mk_batch(tb, 2, start, ntok, slots, table, 1, 100);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, "prefill 37+5");
+  }
+  {
+    int start[2] = {37, 5}, ntok[2] = {1, 2}, slots[2] = {1, 3};
+    mk_batch(tb, 2, start, ntok, slots, table, 1, 100);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, "decode 1+2 from state");
+  }
+  assert_int_equal(CPU_BE->ops->state_copy(CPU_BE, 0, 1), 0);
+  assert_int_equal(GPU_BE->ops->state_copy(GPU_BE, 0, 1), 0);
+  {
+    int start[3] = {38, 38, 0}, ntok[3] = {1, 1, 3}, slots[3] = {0, 1, 2};
+    mk_batch(tb, 3, start, ntok, slots, table, 1, 100);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, "copied slot + restart at pos 0");
+  }
+  assert_int_equal(CPU_BE->ops->state_zero(CPU_BE, 1), 0);
+  assert_int_equal(GPU_BE->ops->state_zero(GPU_BE, 1), 0);
+  {
+    int start[1] = {39}, ntok[1] = {1}, slots[1] = {1};
+    mk_batch(tb, 1, start, ntok, slots, table, 1, 100);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, "zeroed slot");
+  }
+  free(tb);
+  wdrop(&cw), wdrop(&a), wdrop(&dtb);
+}
+
+/* ---- decode steps through CUDA graphs: fixed buffers, repeated steps of several batch sizes;
+ * every step equals the CPU, and steady steps replay a graph (no eager decode step) ---- */
+static void test_decode_graphs(void **st) {
+  NEED_GPU();
+  const int n_head = 8, n_kv = 2, hd = 64, bt = 16, max_blocks = 8, d = 256, kvd = n_kv * hd;
+  assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
+  assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
+  int32_t table[4 * 8];
+  for (int i = 0; i < 32; i++) table[i] = 31 - i;
+  wpair_t wq = weight(GT_TYPE_Q4_K, n_head * hd, d, 0.5f), wk = weight(GT_TYPE_BF16, kvd, d, 0.5f),
+          wv = weight(GT_TYPE_Q8_0, kvd, d, 0.5f), wo = weight(GT_TYPE_Q6_K, d, n_head * hd, 0.5f);
+  float *wn = rnd((size_t)d, 1.0f);
+  wpair_t nrm;
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(CPU_BE, &nrm.c, GT_TYPE_F32, 1, d, wn, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &nrm.g, GT_TYPE_F32, 1, d, wn, &err), 0);
+  const int maxb = 4;
+  buf_t bx = putf(NULL, (size_t)maxb * d), bh = putf(NULL, (size_t)maxb * d), bq = putf(NULL, (size_t)maxb * n_head * hd),
+        bk = putf(NULL, (size_t)maxb * kvd), bv = putf(NULL, (size_t)maxb * kvd),
+        ba = putf(NULL, (size_t)maxb * n_head * hd), bo = putf(NULL, (size_t)maxb * d);
+  be_cuda_stats_t s0, s1;
+  be_cuda_get_stats(GPU_BE, &s0);
+  tbatch_t *tb = malloc(sizeof *tb);
+  int pos[4] = {0, 0, 0, 0};
+  for (int step = 0; step < 24; step++) {
+    const int nb = step < 8 ? 3 : step < 16 ? 1 : 4; /* batch sizes 3, 1, 4 */
+    int start[4], ntok[4] = {1, 1, 1, 1};
+    for (int s = 0; s < nb; s++) start[s] = pos[s]++;
+    mk_batch(tb, nb, start, ntok, NULL, table, max_blocks, 100);
+    float *x = rnd((size_t)nb * d, 1.0f);
+    assert_int_equal(CPU_BE->ops->upload(CPU_BE, bx.c, x, sizeof(float) * nb * d), 0);
+    assert_int_equal(GPU_BE->ops->upload(GPU_BE, bx.g, x, sizeof(float) * nb * d), 0);
+    free(x);
+    be_t *bes[2] = {CPU_BE, GPU_BE};
+    for (int i = 0; i < 2; i++) {
+      be_t *be = bes[i];
+      const be_ops_t *o = be->ops;
+      void *X = i ? bx.g : bx.c, *H = i ? bh.g : bh.c, *Q = i ? bq.g : bq.c, *K = i ? bk.g : bk.c, *V = i ? bv.g : bv.c,
+           *A = i ? ba.g : ba.c, *O = i ? bo.g : bo.c;
+      assert_int_equal(o->set_batch(be, &tb->b), 0);
+      o->rmsnorm(be, X, i ? &nrm.g : &nrm.c, H, nb, d, 1e-6f);
+      o->matmul(be, i ? &wq.g : &wq.c, H, Q, nb);
+      o->matmul(be, i ? &wk.g : &wk.c, H, K, nb);
+      o->matmul(be, i ? &wv.g : &wv.c, H, V, nb);
+      o->rope(be, Q, n_head, hd, hd, 1e4f);
+      o->rope(be, K, n_kv, hd, hd, 1e4f);
+      o->kv_store(be, 0, K, V);
+      o->attention(be, 0, Q, A, n_head, n_kv, hd, 0.125f);
+      o->matmul(be, i ? &wo.g : &wo.c, A, O, nb);
+      o->add(be, O, X, (size_t)nb * d);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "decode graph step %d batch %d", step, nb);
+    cmp(what, bo, (size_t)nb * d, TOL);
+  }
+  be_cuda_get_stats(GPU_BE, &s1);
+  print_message("  graphs: %ld graph steps, %ld eager steps, %ld captures, sizes mask 0x%llx\n",
+                s1.graph_steps - s0.graph_steps, s1.eager_steps - s0.eager_steps, s1.captures - s0.captures,
+                (unsigned long long)s1.captured_sizes);
+  if (!getenv("GANTRY_CUDA_GRAPHS") || strcmp(getenv("GANTRY_CUDA_GRAPHS"), "0")) {
+    assert_int_equal(s1.eager_steps - s0.eager_steps, 0);
+    assert_int_equal(s1.graph_steps - s0.graph_steps, 24);
+    assert_true(s1.captures - s0.captures <= 6); /* first step of each size (+ a recapture) */
+  }
+  free(tb);
+  drop(&bx), drop(&bh), drop(&bq), drop(&bk), drop(&bv), drop(&ba), drop(&bo);
+  wdrop(&wq), wdrop(&wk), wdrop(&wv), wdrop(&wo), wdrop(&nrm);
+  free(wn);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matmul),    cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_dense),
+      cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_gdn),
+      cmocka_unit_test(test_decode_graphs),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,414 @@
+/* tests/integration/router_harness.c — see router_harness.h. */
+#define _GNU_SOURCE
+#include "tests/integration/router_harness.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/grpc_delta.h"
+#include "common/grpc_server.h"
+#include "common/engine_client.h"
+
+struct fe {
+  char name[32];
+  gt_rpc_server_t *srv;
+  int port;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool ready;
+  int generates, cancelled, active;
+  Gantry__V1__GenerateRequest *last;
+  char seen[64][256];
+  int nseen;
+};
+
+typedef struct job {
+  fe_t *f;
+  gt_rpc_call_t *call;
+  char text[4096];
+  int max_tokens;
+} job_t;
+
+static void note(fe_t *f, int dgen, int dcancel, int dactive) {
+  pthread_mutex_lock(&f->mu);
+  f->generates += dgen;
+  f->cancelled += dcancel;
+  f->active += dactive;
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+static int send_tok(gt_rpc_call_t *c, int id, const char *text, const char *reasoning) {
+  gt_genresp_t *r = gt_delta_new();
+  gt_delta_add_token(r, id, text, reasoning);
+  return gt_rpc_call_send(c, &r->base, 0);
+}
+
+static void final(gt_rpc_call_t *c, Gantry__V1__FinishReason fr, uint32_t pt, uint32_t ct, uint32_t rt, uint32_t cached) {
+  gt_genresp_t *f = gt_final_new(fr, NULL);
+  f->final->usage->prompt_tokens = pt;
+  f->final->usage->completion_tokens = ct;
+  f->final->usage->reasoning_tokens = rt;
+  f->final->usage->cached_prompt_tokens = cached;
+  gt_rpc_call_send(c, &f->base, GT_RPC_SEND_NO_MERGE);
+  gt_rpc_call_finish(c, GT_RPC_OK, NULL);
+}
+
+static bool cancelled(job_t *j) {
+  if (!gt_rpc_call_is_cancelled(j->call)) return false;
+  gt_rpc_call_finish(j->call, GT_RPC_CANCELLED, "cancelled");
+  note(j->f, 0, 1, 0);
+  return true;
+}
+
+static void *run_job(void *arg) {
+  job_t *j = arg;
+  fe_t *f = j->f;
+  gt_rpc_call_t *c = j->call;
+  uint32_t pt = (uint32_t)strlen(j->text) / 4 + 1;
+  if (strstr(j->text, "TOOLONG")) {
+    gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "prompt has 5000 tokens but the context length is 4096");
+  } else if (strstr(j->text, "FAILFIRST") && f->name[0] == 'A') {
+    gt_rpc_call_finish(c, GT_RPC_UNAVAILABLE, "engine A failed before the first token");
+  } else if (strstr(j->text, "DIE")) {
+    send_tok(c, 7, "partial", NULL);
+    usleep(30000);
+    gt_rpc_call_finish(c, GT_RPC_UNAVAILABLE, "engine crashed");
+  } else if (strstr(j->text, "TOOL")) {
+    gt_genresp_t *r = gt_delta_new();
+    gt_delta_add_tool_call(r, 0, "call_abc", "get_weather", "{\"city\":");
+    r->delta->n_token_ids = 0;
+    gt_rpc_call_send(c, &r->base, GT_RPC_SEND_NO_MERGE);
+    usleep(5000);
+    r = gt_delta_new();
+    gt_delta_add_tool_call(r, 0, NULL, NULL, "\"Paris\"}");
+    gt_rpc_call_send(c, &r->base, GT_RPC_SEND_NO_MERGE);
+    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS, pt, 6, 0, 0);
+  } else if (strstr(j->text, "THINK")) {
+    send_tok(c, 1, NULL, "let me");
+    send_tok(c, 2, NULL, " think");
+    send_tok(c, 3, "42", NULL);
+    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 3, 2, 0);
+  } else if (strstr(j->text, "SLOW")) {
+    int n = j->max_tokens > 0 ? j->max_tokens : 50;
+    for (int i = 0; i < n; i++) {
+      if (cancelled(j)) goto out;
+      send_tok(c, 100 + i, "x", NULL);
+      usleep(20000);
+    }
+    if (cancelled(j)) goto out;
+    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, pt, (uint32_t)n, 0, 0);
+  } else {
+    uint32_t cached = 0;
+    pthread_mutex_lock(&f->mu);
+    for (int i = 0; i < f->nseen; i++)
+      if (!strncmp(f->seen[i], j->text, 255)) cached = pt - 1;
+    if (!cached && f->nseen < 64) snprintf(f->seen[f->nseen++], 256, "%.255s", j->text);
+    pthread_mutex_unlock(&f->mu);
+    send_tok(c, 10, "Hello", NULL);
+    send_tok(c, 11, " world", NULL);
+    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 2, 0, cached);
+  }
+out:
+  note(f, 0, 0, -1);
+  free(j);
+  return NULL;
+}
+
+static void on_gen(void *user, gt_rpc_call_t *call) {
+  fe_t *f = user;
+  const Gantry__V1__GenerateRequest *req = (const void *)gt_rpc_call_request(call);
+  job_t *j = calloc(1, sizeof *j);
+  j->f = f;
+  j->call = call;
+  j->max_tokens = req->max_tokens_opt_case ? (int)req->max_tokens : 0;
+  if (req->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) snprintf(j->text, sizeof j->text, "%s", req->prompt);
+  else if (req->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT && req->chat->n_messages)
+    snprintf(j->text, sizeof j->text, "%s", req->chat->messages[req->chat->n_messages - 1]->content);
+  size_t n = protobuf_c_message_get_packed_size(&req->base);
+  uint8_t *buf = malloc(n + 1);
+  protobuf_c_message_pack(&req->base, buf);
+  Gantry__V1__GenerateRequest *copy = gantry__v1__generate_request__unpack(NULL, n, buf);
+  free(buf);
+  pthread_mutex_lock(&f->mu);
+  if (f->last) protobuf_c_message_free_unpacked(&f->last->base, NULL);
+  f->last = copy;
+  pthread_mutex_unlock(&f->mu);
+  note(f, 1, 0, 1);
+  pthread_t t;
+  pthread_create(&t, NULL, run_job, j);
+  pthread_detach(t);
+}
+
+static void on_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
+  (void)user;
+  (void)call;
+  (void)code; /* the job thread notices gt_rpc_call_is_cancelled */
+}
+
+static void on_health(void *user, gt_rpc_call_t *call) {
+  fe_t *f = user;
+  Gantry__V1__HealthResponse *r = malloc(sizeof *r);
+  gantry__v1__health_response__init(r);
+  pthread_mutex_lock(&f->mu);
+  r->status = f->ready ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING;
+  r->running = (uint32_t)f->active;
+  pthread_mutex_unlock(&f->mu);
+  gt_rpc_call_reply(call, &r->base);
+}
+
+static void on_info(void *user, gt_rpc_call_t *call) {
+  fe_t *f = user;
+  Gantry__V1__InfoResponse *r = malloc(sizeof *r);
+  gantry__v1__info_response__init(r);
+  r->model_name = strdup(f->name);
+  r->context_length = 4096;
+  r->max_num_seqs = 64;
+  gt_rpc_call_reply(call, &r->base);
+}
+
+static void on_tokenize(void *user, gt_rpc_call_t *call) {
+  (void)user;
+  const Gantry__V1__TokenizeRequest *req = (const void *)gt_rpc_call_request(call);
+  Gantry__V1__TokenizeResponse *r = malloc(sizeof *r);
+  gantry__v1__tokenize_response__init(r);
+  size_t n = req->input_case == GANTRY__V1__TOKENIZE_REQUEST__INPUT_TEXT ? strlen(req->text) : 7;
+  r->ids = malloc((n + 1) * sizeof *r->ids);
+  for (size_t i = 0; i < n; i++) r->ids[i] = (int32_t)i;
+  r->n_ids = n;
+  r->count = (uint32_t)n;
+  gt_rpc_call_reply(call, &r->base);
+}
+
+fe_t *fe_start(const char *name) {
+  fe_t *f = calloc(1, sizeof *f);
+  snprintf(f->name, sizeof f->name, "%s", name);
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_cond_init(&f->cv, NULL);
+  f->ready = true;
+  gt_err_t err;
+  if (gt_rpc_server_create(NULL, &f->srv, &err)) return NULL;
+  gt_rpc_method_t ms[] = {
+      {EC_METHOD_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__generate_request__descriptor, on_gen, on_cancel,
+       gt_delta_merge, f},
+      {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, on_health, NULL, NULL, f},
+      {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, on_info, NULL, NULL, f},
+      {EC_METHOD_TOKENIZE, GT_RPC_UNARY, &gantry__v1__tokenize_request__descriptor, on_tokenize, NULL, NULL, f},
+  };
+  for (size_t i = 0; i < 4; i++)
+    if (gt_rpc_server_add_method(f->srv, &ms[i], &err)) return NULL;
+  if (gt_rpc_server_start(f->srv, "127.0.0.1:0", &f->port, &err)) return NULL;
+  return f;
+}
+
+int fe_port(const fe_t *f) { return f->port; }
+void fe_set_ready(fe_t *f, bool ready) {
+  pthread_mutex_lock(&f->mu);
+  f->ready = ready;
+  pthread_mutex_unlock(&f->mu);
+}
+int fe_generates(fe_t *f) { pthread_mutex_lock(&f->mu); int v = f->generates; pthread_mutex_unlock(&f->mu); return v; }
+int fe_cancelled(fe_t *f) { pthread_mutex_lock(&f->mu); int v = f->cancelled; pthread_mutex_unlock(&f->mu); return v; }
+int fe_active(fe_t *f) { pthread_mutex_lock(&f->mu); int v = f->active; pthread_mutex_unlock(&f->mu); return v; }
+
+int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms) {
+  double end = gt_now_ms() + ms;
+  while (!pred(f)) {
+    if (gt_now_ms() > end) return 0;
+    pthread_mutex_lock(&f->mu);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+    pthread_mutex_unlock(&f->mu);
+  }
+  return 1;
+}
+
+Gantry__V1__GenerateRequest *fe_last_request(fe_t *f) {
+  pthread_mutex_lock(&f->mu);
+  Gantry__V1__GenerateRequest *r = NULL;
+  if (f->last) {
+    size_t n = protobuf_c_message_get_packed_size(&f->last->base);
+    uint8_t *buf = malloc(n + 1);
+    protobuf_c_message_pack(&f->last->base, buf);
+    r = gantry__v1__generate_request__unpack(NULL, n, buf);
+    free(buf);
+  }
+  pthread_mutex_unlock(&f->mu);
+  return r;
+}
+
+static int no_active(fe_t *f) { return fe_active(f) == 0; }
+
+void fe_stop(fe_t *f) {
+  if (!f) return;
+  fe_wait(f, no_active, 10000);
+  gt_rpc_server_destroy(f->srv);
+  if (f->last) protobuf_c_message_free_unpacked(&f->last->base, NULL);
+  free(f);
+}
+
+/* ---- router process ---- */
+int free_tcp_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+int rp_start(rp_t *r, const char *const *args) {
+  memset(r, 0, sizeof *r);
+  int pfd[2];
+  if (pipe(pfd)) return -1;
+  const char *binenv = getenv("GANTRY_BIN");
+  char bin[512];
+  snprintf(bin, sizeof bin, "%s/gantry-router", binenv ? binenv : ".");
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = bin;
+  argv[n++] = "--http";
+  argv[n++] = "127.0.0.1:0";
+  for (int i = 0; args[i] && n < 62; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(pfd[1]);
+  r->pid = pid;
+  r->out_fd = pfd[0];
+  char line[256];
+  size_t len = 0;
+  double end = gt_now_ms() + 20000;
+  while (gt_now_ms() < end) {
+    struct pollfd p = {.fd = r->out_fd, .events = POLLIN};
+    if (poll(&p, 1, 200) <= 0) continue;
+    ssize_t k = read(r->out_fd, line + len, 1);
+    if (k <= 0) break;
+    if (line[len] == '\n') {
+      line[len] = '\0';
+      if (sscanf(line, "listening http_port=%d grpc_port=%d", &r->http_port, &r->grpc_port) >= 1) return 0;
+      len = 0;
+    } else if (len < sizeof line - 2) {
+      len++;
+    }
+  }
+  rp_kill9(r);
+  return -1;
+}
+
+int rp_wait_ready(rp_t *r, int ms) {
+  double end = gt_now_ms() + ms;
+  while (gt_now_ms() < end) {
+    char *b = NULL;
+    long st = http_req(r->http_port, "GET", "/ready", NULL, NULL, 0, &b, NULL);
+    free(b);
+    if (st == 200) return 1;
+    usleep(20000); /* polling the router's own readiness endpoint: nothing to wait on */
+  }
+  return 0;
+}
+
+int rp_stop(rp_t *r) {
+  if (r->pid <= 0) return -1;
+  kill(r->pid, SIGTERM);
+  int st = 0;
+  double end = gt_now_ms() + 20000;
+  while (waitpid(r->pid, &st, WNOHANG) == 0) {
+    if (gt_now_ms() > end) {
+      kill(r->pid, SIGKILL);
+      waitpid(r->pid, &st, 0);
+      break;
+    }
+    usleep(10000);
+  }
+  close(r->out_fd);
+  r->pid = 0;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void rp_kill9(rp_t *r) {
+  if (r->pid <= 0) return;
+  kill(r->pid, SIGKILL);
+  waitpid(r->pid, NULL, 0);
+  close(r->out_fd);
+  r->pid = 0;
+}
+
+/* ---- HTTP ---- */
+typedef struct buf {
+  char *p;
+  size_t n;
+} buf_t;
+
+static size_t on_data(char *d, size_t sz, size_t nm, void *u) {
+  buf_t *b = u;
+  size_t k = sz * nm;
+  char *p = realloc(b->p, b->n + k + 1);
+  if (!p) return 0;
+  memcpy(p + b->n, d, k);
+  b->p = p;
+  b->n += k;
+  b->p[b->n] = '\0';
+  return k;
+}
+
+long http_req(int port, const char *method, const char *path, const char *const *hdrs, const char *data,
+              size_t data_len, char **body, char **hdr_out) {
+  CURL *c = curl_easy_init();
+  char url[512];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+  buf_t b = {0}, h = {0};
+  struct curl_slist *sl = NULL;
+  for (int i = 0; hdrs && hdrs[i]; i++) sl = curl_slist_append(sl, hdrs[i]);
+  sl = curl_slist_append(sl, "Expect:");
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, sl);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_data);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  if (data) {
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, data);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)data_len);
+  }
+  long st = -1;
+  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+  curl_slist_free_all(sl);
+  curl_easy_cleanup(c);
+  if (body) *body = b.p ? b.p : strdup("");
+  else free(b.p);
+  if (hdr_out) *hdr_out = h.p ? h.p : strdup("");
+  else free(h.p);
+  return st;
+}

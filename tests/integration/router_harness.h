@@ -1,0 +1,58 @@
+/* tests/integration/router_harness.h — what the router tests need: a scripted fake Engine
+ * (real gRPC server in the test process), the gantry-router binary as a child process, and a
+ * small libcurl HTTP client. The fake engine's behaviour is picked by words in the prompt:
+ *   TOOL      one tool call get_weather({"city":"Paris"}) in two argument fragments
+ *   THINK     reasoning "let me think" (2 tokens) then content "42"
+ *   SLOW      max_tokens (default 50) tokens, one per 20 ms
+ *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
+ *   FAILFIRST fails before the first token on engines whose name starts with 'A'
+ *   TOOLONG   INVALID_ARGUMENT "prompt has 5000 tokens but the context length is 4096"
+ *   otherwise "Hello" + " world" (2 tokens); a repeated prompt reports cached tokens. */
+#ifndef GANTRY_TESTS_ROUTER_HARNESS_H
+#define GANTRY_TESTS_ROUTER_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "gantry/v1/engine.pb-c.h"
+
+typedef struct fe fe_t;
+fe_t *fe_start(const char *name);
+int fe_port(const fe_t *f);
+void fe_set_ready(fe_t *f, bool ready);
+/* Counters: Generate calls received, calls that ended cancelled, streams open now. */
+int fe_generates(fe_t *f);
+int fe_cancelled(fe_t *f);
+int fe_active(fe_t *f);
+/* Waits (up to ms) until pred(f) holds; returns 1 if it did. */
+int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms);
+/* Copy of the last GenerateRequest (free with protobuf_c_message_free_unpacked) or NULL. */
+Gantry__V1__GenerateRequest *fe_last_request(fe_t *f);
+void fe_stop(fe_t *f);
+
+typedef struct rp {
+  pid_t pid;
+  int http_port, grpc_port;
+  int out_fd; /* router stdout */
+} rp_t;
+/* Starts $GANTRY_BIN/gantry-router with the arguments (NULL-terminated array) plus
+ * --http 127.0.0.1:0; waits for its "listening" line. 0 or -1. */
+int rp_start(rp_t *r, const char *const *args);
+/* Waits until GET /ready is 200 (up to ms). 1 if ready. */
+int rp_wait_ready(rp_t *r, int ms);
+/* SIGTERM and wait; returns the exit status (or -1). */
+int rp_stop(rp_t *r);
+/* SIGKILL and reap. */
+void rp_kill9(rp_t *r);
+
+/* HTTP request to 127.0.0.1:port. hdrs: NULL-terminated "Name: value" list (may be NULL).
+ * *body (malloc'd) gets the response body, *hdr_out (optional) the response headers. Returns
+ * the status, or -1 on a transport error. */
+long http_req(int port, const char *method, const char *path, const char *const *hdrs, const char *data,
+              size_t data_len, char **body, char **hdr_out);
+
+/* A free loopback TCP port. */
+int free_tcp_port(void);
+
+#endif
