@@ -24,3 +24,9 @@ gt_add_test(test_server_convert SOURCES tests/unit/test_server_convert.c
 gt_add_test(test_engine_sigterm SOURCES tests/integration/test_engine_sigterm.c
   LIBS gantry_engine_fixture TIMEOUT 300)
 add_dependencies(test_engine_sigterm gantry-engine-serve)
+gt_add_test(test_engine_models SOURCES tests/integration/test_engine_models.c
+  LIBS gantry_engine_fixture TIMEOUT 300)
+
+# benchmark (prints numbers; not a test)
+add_executable(engine-bench tests/bench/engine_bench.c)
+target_link_libraries(engine-bench PRIVATE gantry_server)

@@ -30,3 +30,24 @@ gt_add_test(test_router_http SOURCES tests/integration/test_router_http.c
 add_dependencies(test_router_http gantry-router)
 add_executable(gantry-fake-engine tests/integration/fake_engine_main.c)
 target_link_libraries(gantry-fake-engine PRIVATE gantry_router_harness)
+
+# End to end with the official `openai` npm client and @grpc/grpc-js (tests/e2e/run.sh installs
+# tests/e2e/node_modules when missing; exit 77 = skipped: no node, offline, or no `serve`).
+#   test_router_e2e_fake : router + the scripted fake engine (tool calls, reasoning, failures)
+#   test_router_e2e      : router + `gantry-engine serve` on the CPU (tests/golden/qwen3-tiny)
+foreach(kind fake real)
+  if(kind STREQUAL "fake")
+    set(tname test_router_e2e_fake)
+  else()
+    set(tname test_router_e2e)
+  endif()
+  add_test(NAME ${tname} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh ${kind})
+  set_tests_properties(${tname} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
+    ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR}")
+endforeach()
+gt_add_test(test_router_caps SOURCES tests/integration/test_router_caps.c
+  LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
+add_dependencies(test_router_caps gantry-router)
+gt_add_test(test_router_fault SOURCES tests/fault/test_router_fault.c
+  LIBS gantry_router_harness gantry_test_redis PkgConfig::HIREDIS TIMEOUT 180)
+add_dependencies(test_router_fault gantry-router gantry-fake-engine)

@@ -161,3 +161,37 @@ int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt
   }
   return GT_OK;
 }
+
+int model_backend_err(be_t *be, gt_err_t *err) {
+  int rc = be->ops->sync(be);
+  return rc ? gt_err_set(err, rc, "%s", be->err.msg) : GT_OK;
+}
+
+void model_swiglu_ffn(model_t *m, const be_weight_t *w_gate, const be_weight_t *w_up, const be_weight_t *w_down,
+                      const float *h, float *gate, float *up, float *out, int T) {
+  be_t *be = m->be;
+  const be_ops_t *o = be->ops;
+  o->matmul(be, w_gate, h, gate, T);
+  o->matmul(be, w_up, h, up, T);
+  o->swiglu(be, gate, up, gate, (size_t)T * w_gate->rows);
+  o->matmul(be, w_down, gate, out, T);
+  o->all_reduce(be, out, (size_t)T * w_down->rows);
+}
+
+int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
+               const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err) {
+  be_t *be = m->be;
+  const be_ops_t *o = be->ops;
+  const int d = m->hp.n_embd, V = m->hp.n_vocab;
+  o->add(be, x, delta, (size_t)b->n_tok * d);
+  if (b->n_out == 0) return model_backend_err(be, err);
+  o->gather_out(be, x, xo, d);
+  o->rmsnorm(be, xo, norm, xo, b->n_out, d, m->hp.rms_eps);
+  for (int r0 = 0; r0 < b->n_out; r0 += MODEL_HEAD_CHUNK) {
+    int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
+    o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
+    int rc = o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);
+    if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
+  }
+  return model_backend_err(be, err);
+}

@@ -90,6 +90,22 @@ int model_hp_int(const gguf_t *g, const char *arch, const char *suffix, int def,
 int model_hp_float(const gguf_t *g, const char *arch, const char *suffix, float def, int required,
                    float *out, gt_err_t *err);
 
+/* Rows of logits per head matmul + download: architectures size their logits scratch
+ * [MODEL_HEAD_CHUNK, n_vocab]. */
+#define MODEL_HEAD_CHUNK 64
+
+/* Returns the backend's step error (GT_OK if none) copied into err. */
+int model_backend_err(be_t *be, gt_err_t *err);
+/* SwiGLU feed-forward of T rows: out = (silu(h·Wgᵀ) * h·Wuᵀ)·Wdᵀ, all-reduced over ranks.
+ * h [T, d]; gate, up scratch [T, ff] (gate is overwritten); out [T, d]. */
+void model_swiglu_ffn(model_t *m, const be_weight_t *w_gate, const be_weight_t *w_up, const be_weight_t *w_down,
+                      const float *h, float *gate, float *up, float *out, int T);
+/* Finishes a forward: x [T, d] += delta (the last layer's output); for the batch's out_tok rows,
+ * logits = rmsnorm(x)·headᵀ, downloaded to host logits[n_out, n_vocab] in MODEL_HEAD_CHUNK row
+ * pieces through dev_logits [MODEL_HEAD_CHUNK, n_vocab]; xo [n_out, d] is scratch. */
+int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
+               const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err);
+
 extern const model_arch_t model_arch_qwen3;
 extern const model_arch_t model_arch_qwen35;
 

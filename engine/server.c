@@ -158,6 +158,7 @@ static srv_state_t get_state(srv_t *s) {
 
 static void on_generate(void *user, gt_rpc_call_t *call) {
   srv_t *s = user;
+  double t_arrival = gt_now_ms();
   const Gantry__V1__GenerateRequest *r = (const Gantry__V1__GenerateRequest *)gt_rpc_call_request(call);
   srv_state_t st = get_state(s);
   if (st != SRV_READY) {
@@ -196,7 +197,7 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
   l->srv = s;
   l->call = call;
   l->call_id = gt_rpc_call_id(call);
-  l->t_arrival = gt_now_ms();
+  l->t_arrival = t_arrival;
   const char *rid = gt_rpc_call_metadata(call, "x-request-id");
   snprintf(l->rid, sizeof l->rid, "%s", rid && *rid ? rid : r->request_id[0] ? r->request_id : "-");
   q.prompt = ids;

@@ -17,7 +17,9 @@ __global__ void __launch_bounds__(MV_WARPS * 32) matvec_kernel(const uint8_t *__
 #pragma unroll
   for (int r = 0; r < NR; r++) acc[r] = 0.0f;
   const int64_t nch = cols >> 3;
-#pragma unroll 4 /* several independent weight loads in flight per lane */
+  /* small batches: unroll so several independent weight loads are in flight per lane (larger
+   * ones have enough independent x loads; unrolling them too only bloats the binary) */
+#pragma unroll(NR <= 4 ? 4 : 1)
   for (int64_t c = lane; c < nch; c += 32) {
     float wv[8];
     kc_deq<T>::chunk(wr, c, wv);

@@ -80,7 +80,8 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
       if (parse_redis(c, v, err)) return GT_EINVAL;
     } else if (!strcmp(a, "--engine")) {
       const char *eq = strchr(v, '=');
-      if (!eq || eq == v || !eq[1]) return gt_err_set(err, GT_EINVAL, "--engine %s: expected MODEL=HOST:PORT", v);
+      const char *pc = eq ? strrchr(eq, ':') : NULL;
+      if (!eq || eq == v || !eq[1] || !pc || pc == eq + 1 || !pc[1]) return gt_err_set(err, GT_EINVAL, "--engine %s: expected MODEL=HOST:PORT", v);
       if (c->n_engines >= RT_MAX_ENGINES) return gt_err_set(err, GT_EINVAL, "too many --engine (max %d)", RT_MAX_ENGINES);
       if ((size_t)(eq - v) > ADM_NAME_MAX) return gt_err_set(err, GT_EINVAL, "--engine %s: model name too long", v);
       snprintf(c->engines[c->n_engines].model, sizeof c->engines[0].model, "%.*s", (int)(eq - v), v);

@@ -10,7 +10,6 @@
 
 #include "engine/model.h"
 
-#define HEAD_CHUNK 64 /* output rows per head matmul + download */
 
 typedef struct {
   be_weight_t attn_norm;    /* [d] */
@@ -37,7 +36,7 @@ typedef struct {
   float *o;      /* [T, d] layer output (delta) */
   float *gate, *up; /* [T, ff] */
   float *xo;     /* [T, d] rows whose logits are wanted */
-  float *logits; /* [HEAD_CHUNK, vocab] */
+  float *logits; /* [MODEL_HEAD_CHUNK, vocab] */
 } q3_t;
 
 static void q3_free(model_t *m) {
@@ -131,7 +130,7 @@ static int q3_load(model_t *m, const gguf_t *g, gt_err_t *err) {
   struct { float **p; size_t n; } bufs[] = {
       {&s->x, T * d},   {&s->h, T * d},   {&s->q, T * qd},  {&s->k, T * kvd},
       {&s->v, T * kvd}, {&s->att, T * qd}, {&s->o, T * d},  {&s->gate, T * hp->n_ff},
-      {&s->up, T * hp->n_ff}, {&s->xo, T * d}, {&s->logits, (size_t)HEAD_CHUNK * hp->n_vocab},
+      {&s->up, T * hp->n_ff}, {&s->xo, T * d}, {&s->logits, (size_t)MODEL_HEAD_CHUNK * hp->n_vocab},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     *bufs[i].p = be->ops->alloc(be, bufs[i].n * sizeof(float));
@@ -140,10 +139,6 @@ static int q3_load(model_t *m, const gguf_t *g, gt_err_t *err) {
   return GT_OK;
 }
 
-static int backend_err(be_t *be, gt_err_t *err) {
-  int rc = be->ops->sync(be);
-  return rc ? gt_err_set(err, rc, "%s", be->err.msg) : GT_OK;
-}
 
 static int q3_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *err) {
   q3_t *s = m->arch_data;
@@ -154,7 +149,7 @@ static int q3_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *
   const float eps = hp->rms_eps;
   if (T <= 0 || T > m->max_tokens || b->n_out < 0 || b->n_out > T)
     return gt_err_set(err, GT_EINVAL, "batch of %d tokens / %d outputs (max %d tokens)", T, b->n_out, m->max_tokens);
-  if (o->set_batch(be, b)) return backend_err(be, err);
+  if (o->set_batch(be, b)) return model_backend_err(be, err);
 
   o->embed(be, &s->tok_embd, s->x);
   for (int l = 0; l < hp->n_layer; l++) {
@@ -175,24 +170,10 @@ static int q3_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *
     o->matmul(be, &L->wo, s->att, s->o, T);
     o->all_reduce(be, s->o, (size_t)T * d);
     o->add_rmsnorm(be, s->x, s->o, &L->ffn_norm, s->h, T, d, eps); /* x += attention output */
-    o->matmul(be, &L->w_gate, s->h, s->gate, T);
-    o->matmul(be, &L->w_up, s->h, s->up, T);
-    o->swiglu(be, s->gate, s->up, s->gate, (size_t)T * hp->n_ff);
-    o->matmul(be, &L->w_down, s->gate, s->o, T);
-    o->all_reduce(be, s->o, (size_t)T * d);
+    model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   }
-  o->add(be, s->x, s->o, (size_t)T * d);
-  if (b->n_out == 0) return backend_err(be, err);
-  o->gather_out(be, s->x, s->xo, d);
-  o->rmsnorm(be, s->xo, &s->output_norm, s->xo, b->n_out, d, eps);
-  const be_weight_t *head = hp->tied_output ? &s->tok_embd : &s->output;
-  for (int r0 = 0; r0 < b->n_out; r0 += HEAD_CHUNK) {
-    int nr = b->n_out - r0 < HEAD_CHUNK ? b->n_out - r0 : HEAD_CHUNK;
-    o->matmul(be, head, s->xo + (size_t)r0 * d, s->logits, nr);
-    int rc = o->download(be, logits + (size_t)r0 * hp->n_vocab, s->logits, sizeof(float) * (size_t)nr * hp->n_vocab);
-    if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
-  }
-  return backend_err(be, err);
+  return model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, hp->tied_output ? &s->tok_embd : &s->output,
+                    logits, err);
 }
 
 const model_arch_t model_arch_qwen3 = {"qwen3", q3_load, q3_free, q3_forward, q3_hparams};

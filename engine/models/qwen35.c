@@ -27,7 +27,6 @@
 
 #include "engine/model.h"
 
-#define HEAD_CHUNK 64      /* output rows per head matmul + download */
 #define Q35_MAX_KERNEL 16  /* limits of the CPU GDN ops (engine/backend_cpu_gdn.c) */
 #define Q35_MAX_DV 1024
 
@@ -81,7 +80,7 @@ typedef struct {
   float *gv, *gz, *go;     /* [T, n_v*d_v] value, z gate, scan output */
   float *galpha, *gbeta;   /* [T, n_v] -> g, beta (in place) */
   float *xo;               /* [n_out, d] rows whose logits are wanted */
-  float *logits;           /* [HEAD_CHUNK, vocab] */
+  float *logits;           /* [MODEL_HEAD_CHUNK, vocab] */
 } q35_t;
 
 static void free_layer(be_t *be, q35_layer_t *L) {
@@ -320,7 +319,7 @@ static int q35_load(model_t *m, const gguf_t *g, gt_err_t *err) {
       {&s->k, A * T * kvd},    {&s->v, A * T * kvd},     {&s->att, A * T * qd},  {&s->mixed, G * T * C},
       {&s->conv, G * T * C},   {&s->gq, G * T * kd},     {&s->gk, G * T * kd},   {&s->gv, G * T * vd},
       {&s->gz, G * T * vd},    {&s->go, G * T * vd},     {&s->galpha, G * T * hp->gdn_n_v},
-      {&s->gbeta, G * T * hp->gdn_n_v}, {&s->xo, T * d}, {&s->logits, (size_t)HEAD_CHUNK * hp->n_vocab},
+      {&s->gbeta, G * T * hp->gdn_n_v}, {&s->xo, T * d}, {&s->logits, (size_t)MODEL_HEAD_CHUNK * hp->n_vocab},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     if (bufs[i].n == 0) continue;
@@ -330,10 +329,6 @@ static int q35_load(model_t *m, const gguf_t *g, gt_err_t *err) {
   return GT_OK;
 }
 
-static int backend_err(be_t *be, gt_err_t *err) {
-  int rc = be->ops->sync(be);
-  return rc ? gt_err_set(err, rc, "%s", be->err.msg) : GT_OK;
-}
 
 /* h [T, d] -> s->o [T, d]: gated attention of layer L (before the all-reduce). */
 static void attn_mixer(model_t *m, const q35_layer_t *L, int T) {
@@ -395,7 +390,7 @@ static int q35_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t 
   if (hp->n_gdn_layers > 0 && !b->state_slot)
     return gt_err_set(err, GT_EINVAL, "qwen35 is a hybrid model: the batch needs a state slot per sequence");
   if (b->n_out > 0 && !logits) return gt_err_set(err, GT_EINVAL, "logits buffer is NULL with %d outputs", b->n_out);
-  if (o->set_batch(be, b)) return backend_err(be, err);
+  if (o->set_batch(be, b)) return model_backend_err(be, err);
 
   o->embed(be, &s->tok_embd, s->x);
   for (int l = 0; l < hp->n_layer; l++) {
@@ -410,24 +405,10 @@ static int q35_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t 
       gdn_mixer(m, L, T);
     o->all_reduce(be, s->o, (size_t)T * d);
     o->add_rmsnorm(be, s->x, s->o, &L->post_norm, s->h, T, d, eps); /* x += mixer output */
-    o->matmul(be, &L->w_gate, s->h, s->gate, T);
-    o->matmul(be, &L->w_up, s->h, s->up, T);
-    o->swiglu(be, s->gate, s->up, s->gate, (size_t)T * hp->n_ff);
-    o->matmul(be, &L->w_down, s->gate, s->o, T);
-    o->all_reduce(be, s->o, (size_t)T * d);
+    model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   }
-  o->add(be, s->x, s->o, (size_t)T * d);
-  if (b->n_out == 0) return backend_err(be, err);
-  o->gather_out(be, s->x, s->xo, d);
-  o->rmsnorm(be, s->xo, &s->output_norm, s->xo, b->n_out, d, eps);
-  const be_weight_t *head = hp->tied_output ? &s->tok_embd : &s->output;
-  for (int r0 = 0; r0 < b->n_out; r0 += HEAD_CHUNK) {
-    int nr = b->n_out - r0 < HEAD_CHUNK ? b->n_out - r0 : HEAD_CHUNK;
-    o->matmul(be, head, s->xo + (size_t)r0 * d, s->logits, nr);
-    int rc = o->download(be, logits + (size_t)r0 * hp->n_vocab, s->logits, sizeof(float) * (size_t)nr * hp->n_vocab);
-    if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
-  }
-  return backend_err(be, err);
+  return model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, hp->tied_output ? &s->tok_embd : &s->output,
+                    logits, err);
 }
 
 const model_arch_t model_arch_qwen35 = {"qwen35", q35_load, q35_free, q35_forward};

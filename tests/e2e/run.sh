@@ -64,6 +64,7 @@ if [ "$KIND" = real ]; then
   done
   [ -n "$EPORT" ] || { echo "engine did not start:"; cat "$TMP/engine.log"; exit 1; }
 else
+  [ -x "$BIN/gantry-fake-engine" ] || { echo "missing $BIN/gantry-fake-engine"; exit 1; }
   "$BIN/gantry-fake-engine" B >"$TMP/engine.log" 2>&1 &
   PIDS+=("$!")
   EPORT=$(wait_line "$TMP/engine.log" 'port [0-9]+' | awk '{print $2}') || { echo "fake engine did not start"; exit 1; }

@@ -29,13 +29,17 @@ static be_t *cuda_factory(void) {
   return be;
 }
 
-static void run_cases(const char *model_file, json_t *cases, const char *dir, int chunk, const char *label) {
+/* Skips (before anything is allocated) without a GPU or when GANTRY_GOLDEN_ONLY excludes it. */
+static void need(const char *label) {
   if (!be_cuda_available()) {
-    print_message("%s: no CUDA device, skipped\n", label);
+    print_message("%s: no CUDA device visible, skipped\n", label);
     skip();
   }
   const char *only = getenv("GANTRY_GOLDEN_ONLY"); /* e.g. "qwen35": one model (memcheck runs) */
   if (only && !strstr(label, only)) skip();
+}
+
+static void run_cases(const char *model_file, json_t *cases, const char *dir, int chunk, const char *label) {
   gm_backend_factory = cuda_factory;
   char path[4096];
   snprintf(path, sizeof path, "%s", tu_golden(model_file));
@@ -54,12 +58,13 @@ static void run_cases(const char *model_file, json_t *cases, const char *dir, in
 }
 
 static void tiny(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16) {
+  char label[64];
+  snprintf(label, sizeof label, "%s %s", model, type);
+  need(label);
   json_t *man = tu_json("manifest.json");
   json_t *mdl = json_object_get(json_object_get(man, "models"), model);
   const char *file = json_string_value(json_object_get(json_object_get(mdl, "gguf"), type));
   assert_non_null(file);
-  char label[64];
-  snprintf(label, sizeof label, "%s %s", model, type);
   gm_rope_freq_bf16 = rope_bf16;
   run_cases(file, json_object_get(mdl, cases_key), "", chunk, label);
   json_decref(man);
@@ -74,6 +79,7 @@ static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0
 static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 0); }
 
 static void test_demo(void **st) {
+  need("demo Q4_K_M");
   json_t *man = tu_json("demo/manifest.json");
   char file[256];
   snprintf(file, sizeof file, "demo/%s", json_string_value(json_object_get(man, "model")));

@@ -36,7 +36,7 @@ int efx_start(efx_t *f, const char *model_rel, const sched_config_t *cfg) {
 
 void efx_stop(efx_t *f) {
   ec_close(f->ec);
-  srv_free(f->srv, 0);
+  srv_free(f->srv, 2000); /* returns as soon as every call is released */
   tok_free(f->tok);
   model_free(f->m);
   be_destroy(f->be);

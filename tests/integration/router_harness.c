@@ -35,23 +35,36 @@ struct fe {
   Gantry__V1__GenerateRequest *last;
   char seen[64][256];
   int nseen;
+  int max_active;
+  char tenants[8][32];
+  int t_active[8], t_max[8], ntenants;
+  char arrivals[1024][32];
+  int narrivals;
 };
 
 typedef struct job {
   fe_t *f;
   gt_rpc_call_t *call;
+  int tenant_idx;
   char text[4096];
   int max_tokens;
 } job_t;
 
-static void note(fe_t *f, int dgen, int dcancel, int dactive) {
+static void note_t(fe_t *f, int dgen, int dcancel, int dactive, int tidx) {
   pthread_mutex_lock(&f->mu);
   f->generates += dgen;
   f->cancelled += dcancel;
   f->active += dactive;
+  if (f->active > f->max_active) f->max_active = f->active;
+  if (tidx >= 0) {
+    f->t_active[tidx] += dactive;
+    if (f->t_active[tidx] > f->t_max[tidx]) f->t_max[tidx] = f->t_active[tidx];
+  }
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
 }
+
+static void note(fe_t *f, int dgen, int dcancel, int dactive) { note_t(f, dgen, dcancel, dactive, -1); }
 
 static int send_tok(gt_rpc_call_t *c, int id, const char *text, const char *reasoning) {
   gt_genresp_t *r = gt_delta_new();
@@ -125,7 +138,7 @@ static void *run_job(void *arg) {
     final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 2, 0, cached);
   }
 out:
-  note(f, 0, 0, -1);
+  note_t(f, 0, 0, -1, j->tenant_idx);
   free(j);
   return NULL;
 }
@@ -148,8 +161,16 @@ static void on_gen(void *user, gt_rpc_call_t *call) {
   pthread_mutex_lock(&f->mu);
   if (f->last) protobuf_c_message_free_unpacked(&f->last->base, NULL);
   f->last = copy;
+  j->tenant_idx = -1;
+  for (int i = 0; i < f->ntenants; i++)
+    if (!strcmp(f->tenants[i], req->tenant)) j->tenant_idx = i;
+  if (j->tenant_idx < 0 && f->ntenants < 8) {
+    snprintf(f->tenants[f->ntenants], 32, "%.31s", req->tenant);
+    j->tenant_idx = f->ntenants++;
+  }
+  if (f->narrivals < 1024) snprintf(f->arrivals[f->narrivals++], 32, "%.31s", req->tenant);
   pthread_mutex_unlock(&f->mu);
-  note(f, 1, 0, 1);
+  note_t(f, 1, 0, 1, j->tenant_idx);
   pthread_t t;
   pthread_create(&t, NULL, run_job, j);
   pthread_detach(t);
@@ -225,6 +246,30 @@ void fe_set_ready(fe_t *f, bool ready) {
 int fe_generates(fe_t *f) { pthread_mutex_lock(&f->mu); int v = f->generates; pthread_mutex_unlock(&f->mu); return v; }
 int fe_cancelled(fe_t *f) { pthread_mutex_lock(&f->mu); int v = f->cancelled; pthread_mutex_unlock(&f->mu); return v; }
 int fe_active(fe_t *f) { pthread_mutex_lock(&f->mu); int v = f->active; pthread_mutex_unlock(&f->mu); return v; }
+
+int fe_max_active(fe_t *f) { pthread_mutex_lock(&f->mu); int v = f->max_active; pthread_mutex_unlock(&f->mu); return v; }
+int fe_tenant_max_active(fe_t *f, const char *tenant) {
+  int v = 0;
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < f->ntenants; i++)
+    if (!strcmp(f->tenants[i], tenant)) v = f->t_max[i];
+  pthread_mutex_unlock(&f->mu);
+  return v;
+}
+void fe_reset_max(fe_t *f) {
+  pthread_mutex_lock(&f->mu);
+  f->max_active = f->active;
+  for (int i = 0; i < f->ntenants; i++) f->t_max[i] = f->t_active[i];
+  f->narrivals = 0;
+  pthread_mutex_unlock(&f->mu);
+}
+int fe_arrivals(fe_t *f, char (*out)[32], int max) {
+  pthread_mutex_lock(&f->mu);
+  int n = f->narrivals < max ? f->narrivals : max;
+  for (int i = 0; i < n; i++) memcpy(out[i], f->arrivals[i], 32);
+  pthread_mutex_unlock(&f->mu);
+  return n;
+}
 
 int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms) {
   double end = gt_now_ms() + ms;

@@ -25,6 +25,12 @@ void fe_set_ready(fe_t *f, bool ready);
 int fe_generates(fe_t *f);
 int fe_cancelled(fe_t *f);
 int fe_active(fe_t *f);
+/* Most streams open at once since start / the last fe_reset_max (all tenants, and per tenant). */
+int fe_max_active(fe_t *f);
+int fe_tenant_max_active(fe_t *f, const char *tenant);
+void fe_reset_max(fe_t *f);
+/* Tenants of the Generate calls in arrival order (up to max; returns the count). */
+int fe_arrivals(fe_t *f, char (*out)[32], int max);
 /* Waits (up to ms) until pred(f) holds; returns 1 if it did. */
 int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms);
 /* Copy of the last GenerateRequest (free with protobuf_c_message_free_unpacked) or NULL. */

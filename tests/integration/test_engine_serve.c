@@ -461,8 +461,37 @@ static void test_unary_and_metrics(void **state) {
   efx_stop(&f);
 }
 
+/* Before the model is attached: LOADING, and Generate / Info answer UNAVAILABLE. */
+static void test_loading(void **state) {
+  (void)state;
+  srv_t *srv = NULL;
+  int port = 0;
+  gt_err_t err = {0};
+  assert_int_equal(srv_create(&(srv_opts_t){.listen = "127.0.0.1:0"}, &srv, &port, &err), GT_OK);
+  efx_t f = {0};
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
+  Gantry__V1__HealthResponse *h = NULL;
+  assert_int_equal(ec_health(f.ec, NULL, &h, NULL), GT_RPC_OK);
+  assert_int_equal(h->status, GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING);
+  protobuf_c_message_free_unpacked(&h->base, NULL);
+  Gantry__V1__InfoResponse *info = NULL;
+  assert_int_equal(ec_info(f.ec, NULL, &info, NULL), GT_RPC_UNAVAILABLE);
+  int32_t ids[4] = {1, 2, 3, 4};
+  reqb_t b;
+  reqb_tokens(&b, ids, 4, 2);
+  char msg[512];
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_UNAVAILABLE);
+  assert_non_null(strstr(msg, "loading"));
+  assert_int_equal(srv_state(srv), SRV_LOADING);
+  ec_close(f.ec);
+  srv_free(srv, 1000);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_loading),
       cmocka_unit_test(test_stream_order_usage),
       cmocka_unit_test(test_concurrent_batch_invariance),
       cmocka_unit_test(test_cancel_frees_kv),

@@ -105,7 +105,7 @@ static int wait_exit(pid_t pid) {
 static void test_sigterm_drains(void **state) {
   (void)state;
   proc_t p;
-  const char *extra[] = {"--metrics-port", "0", "--max-model-len", "4096", "--max-num-seqs", "4", "--drain-timeout", "60", NULL};
+  const char *extra[] = {"--metrics-port", "0", "--max-model-len", "1024", "--max-num-seqs", "4", "--drain-timeout", "60", NULL};
   spawn_serve(&p, extra);
   wait_ready(&p);
   char *body = efx_http_get(p.metrics_port, "/metrics");
@@ -120,11 +120,11 @@ static void test_sigterm_drains(void **state) {
   assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
   Gantry__V1__InfoResponse *info = NULL;
   assert_int_equal(ec_info(f.ec, NULL, &info, NULL), GT_RPC_OK);
-  assert_int_equal(info->context_length, 4096);
+  assert_int_equal(info->context_length, 1024);
   assert_true(info->n_weight_types >= 1);
   protobuf_c_message_free_unpacked(&info->base, NULL);
 
-  enum { GEN = 3000 };
+  enum { GEN = 600 };
   int32_t ids[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   reqb_t b;
   reqb_tokens(&b, ids, 12, GEN);

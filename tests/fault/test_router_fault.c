@@ -1,0 +1,271 @@
+/* tests/fault/test_router_fault.c — failures around gantry-router, with real processes:
+ *   kill -9 of a router holding a lease  -> another router sees the slot reclaimed within the TTL
+ *   kill -9 of an engine mid-stream       -> the client gets an error event, no slot leaks
+ *   Redis killed and restarted under load -> requests recover, the cap is never exceeded
+ * (client disconnects are in tests/integration/test_router_http.c). */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/clock.h"
+#include "tests/common/redis_server.h"
+#include "tests/integration/router_harness.h"
+
+static long pool_inflight(int port) {
+  char *b;
+  long s = http_req(port, "GET", "/admin/queues?model=tiny", NULL, NULL, 0, &b, NULL);
+  long v = -1;
+  if (s == 200) {
+    json_t *j = json_loads(b, 0, NULL);
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(j, "queues"), i, r) {
+      if (json_is_null(json_object_get(r, "tenant")) || !json_object_get(r, "tenant"))
+        v = (long)json_integer_value(json_object_get(r, "inflight"));
+    }
+    json_decref(j);
+  }
+  free(b);
+  return v;
+}
+
+/* Opens a streaming SLOW request on a raw socket and returns once its first bytes arrived. */
+static int open_stream(int port, int tokens) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char body[256], req[512];
+  snprintf(body, sizeof body, "{\"model\":\"tiny\",\"stream\":true,\"max_tokens\":%d,\"messages\":[{\"role\":\"user\",\"content\":\"SLOW\"}]}", tokens);
+  snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+           strlen(body), body);
+  assert_true(write(fd, req, strlen(req)) > 0);
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  assert_int_equal(poll(&p, 1, 15000), 1);
+  return fd;
+}
+
+/* Reads the rest of a stream into a malloc'd string (until close or max_ms). */
+static char *read_all(int fd, int max_ms) {
+  char *out = calloc(1, 1);
+  size_t n = 0;
+  double end = gt_now_ms() + max_ms;
+  char buf[4096];
+  while (gt_now_ms() < end) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 100) <= 0) continue;
+    ssize_t k = read(fd, buf, sizeof buf);
+    if (k <= 0) break;
+    out = realloc(out, n + (size_t)k + 1);
+    memcpy(out + n, buf, (size_t)k);
+    n += (size_t)k;
+    out[n] = '\0';
+    if (strstr(out, "data: [DONE]")) break;
+  }
+  return out;
+}
+
+static void test_kill9_router_lease_reclaimed(void **st) {
+  (void)st;
+  gt_err_t err;
+  rs_t *rs = rs_start(&err);
+  assert_non_null(rs);
+  fe_t *e = fe_start("E");
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(e));
+  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "100", "--admission-hold-ms", "1",
+                        "--lease-ttl-ms", "1000", NULL};
+  rp_t r1, r2;
+  assert_int_equal(rp_start(&r1, args), 0);
+  assert_true(rp_wait_ready(&r1, 20000));
+  assert_int_equal(rp_start(&r2, args), 0);
+  assert_true(rp_wait_ready(&r2, 20000));
+  int fd = open_stream(r1.http_port, 2000);
+  assert_int_equal(pool_inflight(r2.http_port), 1);
+  rp_kill9(&r1);
+  double t0 = gt_now_ms();
+  while (pool_inflight(r2.http_port) != 0 && gt_now_ms() - t0 < 10000) usleep(20000);
+  double ms = gt_now_ms() - t0;
+  printf("lease of the killed router reclaimed after %.0f ms (TTL 1000 ms)\n", ms);
+  assert_int_equal(pool_inflight(r2.http_port), 0);
+  assert_true(ms < 3000); /* within the TTL plus one reaper period */
+  close(fd);
+  assert_int_equal(rp_stop(&r2), 0);
+  fe_stop(e); /* waits for the orphaned stream: the engine saw the router's connection die */
+  rs_stop(rs);
+}
+
+static void test_kill9_engine_mid_stream(void **st) {
+  (void)st;
+  gt_err_t err;
+  rs_t *rs = rs_start(&err);
+  assert_non_null(rs);
+  /* the fake engine as its own process, so it can be killed */
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  pid_t epid = fork();
+  if (epid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/gantry-fake-engine", getenv("GANTRY_BIN") ? getenv("GANTRY_BIN") : ".");
+    execl(bin, bin, "E", (char *)NULL);
+    _exit(127);
+  }
+  close(pfd[1]);
+  char line[64] = "";
+  size_t n = 0;
+  while (n < sizeof line - 1 && read(pfd[0], line + n, 1) == 1 && line[n] != '\n') n++;
+  int eport = 0;
+  assert_int_equal(sscanf(line, "port %d", &eport), 1);
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", eport);
+  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "100", "--admission-hold-ms", "1", NULL};
+  rp_t r;
+  assert_int_equal(rp_start(&r, args), 0);
+  assert_true(rp_wait_ready(&r, 20000));
+  int fd = open_stream(r.http_port, 2000);
+  kill(epid, SIGKILL);
+  waitpid(epid, NULL, 0);
+  close(pfd[0]);
+  char *s = read_all(fd, 10000);
+  close(fd);
+  assert_non_null(strstr(s, "\"error\""));
+  assert_non_null(strstr(s, "data: [DONE]"));
+  free(s);
+  double t0 = gt_now_ms();
+  while (pool_inflight(r.http_port) != 0 && gt_now_ms() - t0 < 5000) usleep(20000);
+  assert_int_equal(pool_inflight(r.http_port), 0);
+  /* the engine is marked down after two failed checks: /ready turns 503 */
+  t0 = gt_now_ms();
+  char *b = NULL;
+  long code = 0;
+  while (gt_now_ms() - t0 < 5000) {
+    code = http_req(r.http_port, "GET", "/ready", NULL, NULL, 0, &b, NULL);
+    free(b);
+    if (code == 503) break;
+    usleep(20000);
+  }
+  assert_int_equal(code, 503);
+  assert_int_equal(rp_stop(&r), 0);
+  rs_stop(rs);
+}
+
+typedef struct batch {
+  int port, n, ok, unavailable, other;
+} batch_t;
+
+static size_t drop(char *d, size_t sz, size_t nm, void *u) { (void)d; (void)u; return sz * nm; }
+
+static void *run_batch(void *arg) {
+  batch_t *b = arg;
+  CURLM *m = curl_multi_init();
+  CURL **cs = calloc((size_t)b->n, sizeof *cs);
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", b->port);
+  struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+  const char *body = "{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"SLOW\"}]}";
+  for (int i = 0; i < b->n; i++) {
+    cs[i] = curl_easy_init();
+    curl_easy_setopt(cs[i], CURLOPT_URL, url);
+    curl_easy_setopt(cs[i], CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(cs[i], CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(cs[i], CURLOPT_WRITEFUNCTION, drop);
+    curl_easy_setopt(cs[i], CURLOPT_TIMEOUT, 50L);
+    curl_easy_setopt(cs[i], CURLOPT_NOSIGNAL, 1L);
+    curl_multi_add_handle(m, cs[i]);
+  }
+  int running = 1;
+  while (running) {
+    curl_multi_perform(m, &running);
+    if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+  }
+  for (int i = 0; i < b->n; i++) {
+    long st = 0;
+    curl_easy_getinfo(cs[i], CURLINFO_RESPONSE_CODE, &st);
+    if (st == 200) b->ok++;
+    else if (st == 503) b->unavailable++;
+    else b->other++;
+    curl_multi_remove_handle(m, cs[i]);
+    curl_easy_cleanup(cs[i]);
+  }
+  curl_slist_free_all(h);
+  free(cs);
+  curl_multi_cleanup(m);
+  return NULL;
+}
+
+static int started_some(fe_t *f) { return fe_generates(f) >= 8; }
+
+static void test_redis_restart_under_load(void **st) {
+  (void)st;
+  gt_err_t err;
+  rs_t *rs = rs_start(&err);
+  assert_non_null(rs);
+  fe_t *e = fe_start("E");
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(e));
+  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "100", "--lease-ttl-ms", "1000",
+                        "--admission-hold-ms", "1000", "--default-max-inflight", "4", "--queue-timeout-ms", "20000", NULL};
+  rp_t r;
+  assert_int_equal(rp_start(&r, args), 0);
+  assert_true(rp_wait_ready(&r, 20000));
+  /* warm-up admission so the hold after the first connect is over */
+  char *b;
+  const char *h[] = {"Content-Type: application/json", NULL};
+  const char *one = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  assert_int_equal(http_req(r.http_port, "POST", "/v1/chat/completions", h, one, strlen(one), &b, NULL), 200);
+  free(b);
+  fe_reset_max(e);
+  batch_t bt = {.port = r.http_port, .n = 60};
+  pthread_t th;
+  pthread_create(&th, NULL, run_batch, &bt);
+  assert_true(fe_wait(e, started_some, 20000));
+  assert_int_equal(rs_kill(rs), GT_OK);
+  usleep(300000); /* Redis stays down for a while (the outage being tested) */
+  assert_int_equal(rs_restart(rs, &err), GT_OK);
+  pthread_join(th, NULL);
+  printf("redis restart under load: ok %d, 503 %d, other %d; engine max in flight %d (cap 4)\n", bt.ok, bt.unavailable,
+         bt.other, fe_max_active(e));
+  assert_int_equal(bt.ok + bt.unavailable, 60);
+  assert_int_equal(bt.other, 0);
+  assert_true(bt.ok >= 50);
+  assert_true(fe_max_active(e) <= 4); /* no over-admission across the restart */
+  double t0 = gt_now_ms();
+  while (pool_inflight(r.http_port) != 0 && gt_now_ms() - t0 < 5000) usleep(20000);
+  assert_int_equal(pool_inflight(r.http_port), 0);
+  assert_int_equal(rp_stop(&r), 0);
+  fe_stop(e);
+  rs_stop(rs);
+}
+
+int main(void) {
+  curl_global_init(CURL_GLOBAL_ALL);
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill9_router_lease_reclaimed),
+                                     cmocka_unit_test(test_kill9_engine_mid_stream),
+                                     cmocka_unit_test(test_redis_restart_under_load)};
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  curl_global_cleanup();
+  return rc;
+}
