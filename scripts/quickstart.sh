@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+echo "== building (Release) =="
 GANTRY_WERROR=OFF scripts/build.sh Release >/dev/null
 model=tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf
 ./build/gantry-engine info --model "$model"

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
 for type in ${GANTRY_TEST_BUILDS:-Release Asan}; do
-  dir=$(scripts/build.sh "$type" | tail -n 1)
+  dir=$(scripts/build.sh "$type")
   echo "== ctest ($type) =="
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "$@" || status=1
 done
