@@ -11,9 +11,6 @@ target_link_libraries(gantry_metrics PUBLIC gantry_common Threads::Threads)
 add_library(gantry_server STATIC engine/server.c engine/server_convert.c engine/server_metrics.c)
 target_link_libraries(gantry_server PUBLIC gantry_sched gantry_prompt gantry_grpc gantry_metrics gantry_common)
 
-# `gantry-engine serve` as a standalone program (same code as the subcommand)
-add_executable(gantry-engine-serve engine/server_main.c engine/cli/cmd_serve.c engine/cli/cli.c)
-target_link_libraries(gantry-engine-serve PRIVATE gantry_server gantry_prompt gantry_model gantry_tok gantry_common)
 
 add_library(gantry_engine_fixture STATIC tests/integration/engine_fixture.c)
 target_link_libraries(gantry_engine_fixture PUBLIC gantry_server gantry_testutil)
@@ -23,7 +20,7 @@ gt_add_test(test_server_convert SOURCES tests/unit/test_server_convert.c
   LIBS gantry_server gantry_testutil TIMEOUT 60)
 gt_add_test(test_engine_sigterm SOURCES tests/integration/test_engine_sigterm.c
   LIBS gantry_engine_fixture TIMEOUT 300)
-add_dependencies(test_engine_sigterm gantry-engine-serve)
+add_dependencies(test_engine_sigterm gantry-engine)
 gt_add_test(test_engine_models SOURCES tests/integration/test_engine_models.c
   LIBS gantry_engine_fixture TIMEOUT 300)
 

@@ -6,6 +6,8 @@ gt_add_test(test_router_sha256 SOURCES tests/unit/test_router_sha256.c LIBS gant
 
 add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c)
 target_link_libraries(gantry_router_core PUBLIC gantry_proto gantry_common PkgConfig::JANSSON)
+gt_add_test(test_router_openai SOURCES tests/unit/test_router_openai.c
+  LIBS gantry_router_core gantry_grpc TIMEOUT 60)
 
 gt_protoc_c(GANTRY_ROUTER_PROTO_SRCS protos/gantry/v1/router.proto)
 add_library(gantry_router_proto STATIC ${GANTRY_ROUTER_PROTO_SRCS})
@@ -14,7 +16,8 @@ target_link_libraries(gantry_router_proto PUBLIC gantry_proto)
 target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
 
 add_library(gantry_router_rt STATIC router/mailbox.c router/dispatch.c router/rq.c router/auth.c
-  router/metrics.c router/config.c router/http.c router/grpc_front.c)
+  router/metrics.c router/config.c router/http.c router/grpc_front.c router/registry.c
+  router/register_cmd.c)
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
   gantry_grpc gantry_sha256 PkgConfig::LIBEVENT)
 
@@ -51,3 +54,7 @@ add_dependencies(test_router_caps gantry-router)
 gt_add_test(test_router_fault SOURCES tests/fault/test_router_fault.c
   LIBS gantry_router_harness gantry_test_redis PkgConfig::HIREDIS TIMEOUT 180)
 add_dependencies(test_router_fault gantry-router gantry-fake-engine)
+
+# Benchmark (prints numbers; not a test): router-bench [--engine HOST:PORT]
+add_executable(router-bench tests/bench/router_bench.c)
+target_link_libraries(router-bench PRIVATE gantry_router_harness gantry_test_redis)

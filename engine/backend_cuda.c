@@ -10,6 +10,7 @@
  * error of a step is sticky (be->err) and returned by sync / download; ops do nothing after it. */
 #include "engine/backend_cuda.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,10 +33,16 @@
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rmsnorm_gated.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/split_bf16.cuh"
 #include "kernels/swiglu.cuh"
 
 /* floats of fp32 scratch a prefill GEMM tile may take (128 MiB) */
 #define CU_TILE_FLOATS ((size_t)32 << 20)
+#define CU_ROPE_TABLES 8
+#define CU_BLAS_WS_BYTES ((size_t)32 << 20)
+/* BF16 weights with at least this many rows of x: tensor-core GEMM on x split into two bf16
+ * halves (x = hi + lo), which keeps ~2^-17 relative accuracy on x and reads W once */
+#define CU_BF16_GEMM_MIN_ROWS 4
 
 struct op_rec;
 typedef struct {
@@ -80,6 +87,14 @@ typedef struct {
   cu_graph_t graphs[KC_MATVEC_MAX_ROWS + 1]; /* by batch size */
   long graph_steps, eager_steps, captures;
   uint64_t captured_mask;
+  /* RoPE inverse-frequency tables (device, double [n_rot/2]), made once per configuration */
+  struct {
+    float theta;
+    int n_rot, bf16;
+    double *d;
+  } rope_tab[CU_ROPE_TABLES];
+  /* cuBLAS workspace (set explicitly so GEMMs can be captured into graphs) */
+  void *blas_ws;
 } be_cuda_t;
 
 #define CU(be) ((be_cuda_t *)(be))
@@ -358,11 +373,36 @@ static void do_gather_out(be_t *be, const float *x, float *out, int d) {
   KC_CUDA(ERR(be), kc_gather_out(c->stream, c->kb, x, out, d));
 }
 
+/* Scratch floats the bf16 split GEMM needs for w and rows, or 0 when w does not take it. */
+static size_t bf16_gemm_floats(const be_weight_t *w, int rows) {
+  if (w->type != GT_TYPE_BF16 || rows < CU_BF16_GEMM_MIN_ROWS || w->cols > (1 << 30) || w->rows > (1 << 30)) return 0;
+  const size_t c2 = ((size_t)2 * rows * w->rows + 63) / 64 * 64, xs = ((size_t)rows * w->cols + 63) / 64 * 64;
+  const size_t n = c2 + xs; /* xs: 2 rows * cols bf16 = rows * cols floats */
+  return n <= 4 * CU_TILE_FLOATS ? n : 0;
+}
+
 static void do_matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows) {
   be_cuda_t *c = CU(be);
   if (failed(be) || rows <= 0) return;
   if (!dense_ok(w)) {
     fail(be, GT_EUNSUPPORTED, "matmul", "weight type or width not supported");
+    return;
+  }
+  const size_t gemm_floats = bf16_gemm_floats(w, rows);
+  if (gemm_floats) {
+    /* c2[2 rows, n_out] = [hi; lo] · Wᵀ (bf16 tensor cores, fp32 accumulation), out = c2[:rows] + c2[rows:] */
+    float *sc = scratch(be, gemm_floats);
+    if (!sc) return;
+    const int64_t n_out = w->rows, k = w->cols;
+    float *c2 = sc;
+    void *xs = sc + ((size_t)2 * rows * n_out + 63) / 64 * 64;
+    const float one = 1.0f, zero = 0.0f;
+    if (KC_CUDA(ERR(be), kc_split_bf16(c->stream, x, rows, k, xs)) ||
+        KC_CUBLAS(ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, 2 * rows, (int)k, &one, w->data,
+                                        CUDA_R_16BF, (int)k, xs, CUDA_R_16BF, (int)k, &zero, c2, CUDA_R_32F, (int)n_out,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+      return;
+    KC_CUDA(ERR(be), kc_join_halves(c->stream, c2, out, rows, n_out));
     return;
   }
   if (rows <= KC_MATVEC_MAX_ROWS && ((uintptr_t)x & 15) == 0) {
@@ -417,6 +457,47 @@ static void do_add(be_t *be, float *y, const float *x, size_t n) {
   KC_CUDA(ERR(be), kc_add(CU(be)->stream, y, x, n));
 }
 
+/* The inverse frequencies of (theta, n_rot, bf16), computed on the host exactly as the CPU
+ * backend does, uploaded once; NULL on failure (error set). Not callable while capturing. */
+static const double *rope_table(be_t *be, float theta, int n_rot, int bf16) {
+  be_cuda_t *c = CU(be);
+  int k = 0;
+  for (; k < CU_ROPE_TABLES && c->rope_tab[k].d; k++)
+    if (c->rope_tab[k].theta == theta && c->rope_tab[k].n_rot == n_rot && c->rope_tab[k].bf16 == bf16)
+      return c->rope_tab[k].d;
+  if (k == CU_ROPE_TABLES) { /* full (tests): drop them all; graphs holding them are invalidated */
+    KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream));
+    for (k = 0; k < CU_ROPE_TABLES; k++) {
+      cudaFree(c->rope_tab[k].d);
+      c->rope_tab[k].d = NULL;
+    }
+    c->buf_gen++;
+    k = 0;
+  }
+  const int half = n_rot / 2;
+  double *h = malloc(sizeof(double) * (size_t)half);
+  if (!h) {
+    fail(be, GT_ENOMEM, "rope", "frequency table");
+    return NULL;
+  }
+  for (int i = 0; i < half; i++)
+    h[i] = bf16 ? (double)dt_bf16_to_f32(dt_f32_to_bf16((float)(1.0 / pow((double)theta, 2.0 * i / n_rot))))
+                : pow((double)theta, -2.0 * i / n_rot);
+  double *d = NULL;
+  if (KC_CUDA(ERR(be), cudaMalloc((void **)&d, sizeof(double) * (size_t)half)) ||
+      KC_CUDA(ERR(be), cudaMemcpy(d, h, sizeof(double) * (size_t)half, cudaMemcpyHostToDevice))) {
+    free(h);
+    cudaFree(d);
+    return NULL;
+  }
+  free(h);
+  c->rope_tab[k].theta = theta;
+  c->rope_tab[k].n_rot = n_rot;
+  c->rope_tab[k].bf16 = bf16;
+  c->rope_tab[k].d = d;
+  return d;
+}
+
 static void do_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta) {
   be_cuda_t *c = CU(be);
   if (failed(be)) return;
@@ -424,7 +505,10 @@ static void do_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, flo
     fail(be, GT_EINVAL, "rope", "n_rot must be even and <= head_dim");
     return;
   }
-  KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, x, n_head, head_dim, n_rot, theta, be->rope_freq_bf16));
+  const int bf16 = be->rope_freq_bf16 != 0;
+  const double *tab = rope_table(be, theta, n_rot, bf16);
+  if (!tab) return;
+  KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, x, n_head, head_dim, n_rot, tab, bf16));
 }
 
 static void do_swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n) {
@@ -439,6 +523,11 @@ static void do_mul_sigmoid(be_t *be, float *x, const float *g, size_t n) {
 
 static void do_copy2d(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols) {
   if (failed(be) || rows <= 0 || cols <= 0) return;
+  if (dst_ld == (size_t)cols && src_ld == (size_t)cols) { /* contiguous: one plain copy */
+    KC_CUDA(ERR(be), cudaMemcpyAsync(dst, src, (size_t)rows * cols * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     CU(be)->stream));
+    return;
+  }
   KC_CUDA(ERR(be), cudaMemcpy2DAsync(dst, dst_ld * sizeof(float), src, src_ld * sizeof(float), (size_t)cols * sizeof(float),
                                      (size_t)rows, cudaMemcpyDeviceToDevice, CU(be)->stream));
 }
@@ -655,8 +744,16 @@ static int prepare_capture(be_t *be) {
       size_t n = kc_attention_part_floats(c->b.n_tok, (int)r->i[1], (int)r->i[3],
                                           kc_attention_splits(c->b.n_tok, (int)r->i[1], 1 << 30));
       if (n > need) need = n;
-    } else if (r->op == OP_MATMUL && (((uintptr_t)r->p[0] & 15) != 0 || r->i[0] > KC_MATVEC_MAX_ROWS)) {
-      return -1; /* would take the cuBLAS path */
+    } else if (r->op == OP_ROPE) {
+      if (!rope_table(be, (float)r->f[0], (int)r->i[2], r->i[3] != 0)) return -1;
+    } else if (r->op == OP_MATMUL) {
+      const be_weight_t w = rec_get_w(r, 0);
+      const size_t n = bf16_gemm_floats(&w, (int)r->i[0]);
+      if (n) {
+        if (n > need) need = n;
+      } else if (((uintptr_t)r->p[0] & 15) != 0 || r->i[0] > KC_MATVEC_MAX_ROWS) {
+        return -1; /* would take the dequantize + SGEMM path */
+      }
     }
   }
   if (need > c->scratch_cap) {
@@ -861,6 +958,8 @@ static void cu_destroy(be_t *be) {
     free(c->graphs[i].rec);
   }
   free(c->rec);
+  for (int i = 0; i < CU_ROPE_TABLES; i++) cudaFree(c->rope_tab[i].d);
+  cudaFree(c->blas_ws);
   cudaFree(c->kv_pool);
   cudaFree(c->conv);
   cudaFree(c->ssm);
@@ -936,7 +1035,9 @@ int be_cuda_create(int device, be_t **out, gt_err_t *err) {
       KC_CUDA(err, cudaMalloc((void **)&c->d_eflag, sizeof(int))) || KC_CUDA(err, cudaMemset(c->d_eflag, 0, sizeof(int))) ||
       KC_CUDA(err, cudaDeviceSynchronize()) ||
       KC_CUBLAS(err, cublasCreate(&c->blas)) || KC_CUBLAS(err, cublasSetStream(c->blas, c->stream)) ||
-      KC_CUBLAS(err, cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH))) {
+      KC_CUBLAS(err, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH)) || /* SGEMM stays fp32: no TF32 */
+      KC_CUDA(err, cudaMalloc(&c->blas_ws, CU_BLAS_WS_BYTES)) ||
+      KC_CUBLAS(err, cublasSetWorkspace(c->blas, c->blas_ws, CU_BLAS_WS_BYTES))) {
     cu_destroy(&c->base);
     return GT_EINTERNAL;
   }

@@ -58,6 +58,7 @@ struct sched {
   req_t *incoming, *incoming_tail;
   int64_t *cancels; int n_cancels, cap_cancels;
   int n_incoming, stop, draining;
+  int n_waiting_seen; /* n_waiting as last published by the scheduler thread (under mu) */
   int64_t next_id;
   uint64_t arrivals;
   sched_stats_t st; /* guarded by mu for readers */
@@ -314,7 +315,7 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
     pthread_mutex_lock(&s->mu);
     if (s->draining || s->stop) {
       rc = gt_err_set(err, GT_ECANCELLED, "the engine is draining and accepts no new requests");
-    } else if (s->n_incoming + s->n_waiting >= s->cfg.max_waiting) {
+    } else if (s->n_incoming + s->n_waiting_seen >= s->cfg.max_waiting) {
       rc = gt_err_set(err, GT_EBUSY, "the waiting queue is full (%d requests)", s->cfg.max_waiting);
     } else {
       q->id = s->next_id++;
@@ -389,6 +390,7 @@ static void take_inbox(sched_t *s) {
     else n_c = 0;
     s->n_cancels = 0;
   }
+  for (req_t *q = in; q; q = q->next) s->n_waiting_seen++; /* moving to waiting[] below */
   pthread_mutex_unlock(&s->mu);
   for (req_t *q = in, *n; q; q = n) {
     n = q->next;
@@ -537,6 +539,7 @@ static void publish_stats(sched_t *s) {
   pthread_mutex_lock(&s->mu);
   s->st.running = s->n_running;
   s->st.waiting = s->n_waiting + s->n_incoming;
+  s->n_waiting_seen = s->n_waiting;
   s->st.kv_used = kv_n_used(s->kv);
   pthread_mutex_unlock(&s->mu);
 }

@@ -53,9 +53,23 @@ struct srv {
   uint64_t kicks;
   int stop;
   uint64_t seed_counter;
+  /* Generate calls waiting for the prep thread (validation, rendering, tokenization, submit),
+   * so that long prompts never hold up the completion-queue thread */
+  struct prep *prep_head, *prep_tail;
+  int n_prep;             /* queued or being prepared */
+  int prep_stop;
+  pthread_cond_t prep_cv;
+  pthread_t prep_th;
+  int prep_started;
   /* scheduler thread only */
   int iter_tokens;
 };
+
+typedef struct prep {
+  gt_rpc_call_t *call;
+  double t_arrival;
+  struct prep *next;
+} prep_t;
 
 static live_t *find_live(srv_t *s, uint64_t call_id) {
   for (live_t *l = s->live; l; l = l->next)
@@ -156,14 +170,39 @@ static srv_state_t get_state(srv_t *s) {
   return st;
 }
 
+/* Generate handler (cq thread): refuses at once when not READY, else queues the call for the
+ * prep thread. */
 static void on_generate(void *user, gt_rpc_call_t *call) {
   srv_t *s = user;
   double t_arrival = gt_now_ms();
-  const Gantry__V1__GenerateRequest *r = (const Gantry__V1__GenerateRequest *)gt_rpc_call_request(call);
   srv_state_t st = get_state(s);
   if (st != SRV_READY) {
     gt_metric_inc(s->met.rejected_unavailable, 1);
     gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, st == SRV_LOADING ? "the engine is loading its model" : "the engine is draining");
+    return;
+  }
+  prep_t *p = malloc(sizeof *p);
+  if (!p) {
+    gt_rpc_call_finish(call, GT_RPC_INTERNAL, "out of memory");
+    return;
+  }
+  p->call = call;
+  p->t_arrival = t_arrival;
+  p->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->prep_tail) s->prep_tail->next = p; else s->prep_head = p;
+  s->prep_tail = p;
+  s->n_prep++;
+  pthread_cond_signal(&s->prep_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Validates, renders and tokenizes one Generate call and submits it (prep thread). Finishes
+ * the call itself unless the scheduler took the request. */
+static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
+  const Gantry__V1__GenerateRequest *r = (const Gantry__V1__GenerateRequest *)gt_rpc_call_request(call);
+  if (gt_rpc_call_is_cancelled(call)) { /* gone while queued */
+    gt_rpc_call_finish(call, GT_RPC_CANCELLED, "cancelled");
     return;
   }
   gt_err_t err = {0};
@@ -233,11 +272,34 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
   live_t *still = find_live(s, gt_rpc_call_id(call));
   if (still) {
     still->sched_id = id;
-    if (still->cancel_pending) sched_cancel(s->sched, id);
+    /* a cancel before this point found no sched id: apply it now */
+    if (still->cancel_pending || gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
   }
   s->kicks++;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+}
+
+static void *prep_main(void *arg) {
+  srv_t *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->prep_head && !s->prep_stop) pthread_cond_wait(&s->prep_cv, &s->mu);
+    prep_t *p = s->prep_head;
+    if (p) {
+      s->prep_head = p->next;
+      if (!s->prep_head) s->prep_tail = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!p) break; /* stopping and nothing queued */
+    prepare(s, p->call, p->t_arrival);
+    free(p);
+    pthread_mutex_lock(&s->mu);
+    s->n_prep--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  return NULL;
 }
 
 static void on_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
@@ -374,7 +436,13 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  pthread_cond_init(&s->prep_cv, NULL);
   s->state = SRV_LOADING;
+  if (pthread_create(&s->prep_th, NULL, prep_main, s)) {
+    srv_free(s, 0);
+    return gt_err_set(err, GT_EINTERNAL, "cannot start the request preparation thread");
+  }
+  s->prep_started = 1;
   srv_metrics_init(&s->met, o->metrics);
   int rc = gt_rpc_server_create(NULL, &s->rpc, err);
   const gt_rpc_method_t methods[] = {
@@ -451,7 +519,7 @@ void srv_drain(srv_t *s) {
 
 int srv_live(srv_t *s) {
   pthread_mutex_lock(&s->mu);
-  int n = s->n_live;
+  int n = s->n_live + s->n_prep;
   pthread_mutex_unlock(&s->mu);
   return n;
 }
@@ -459,7 +527,7 @@ int srv_live(srv_t *s) {
 int srv_wait_idle(srv_t *s, int64_t timeout_ms) {
   int64_t deadline = gt_now_ns() + timeout_ms * 1000000LL;
   pthread_mutex_lock(&s->mu);
-  while (s->n_live > 0) {
+  while (s->n_live + s->n_prep > 0) {
     int64_t left = deadline - gt_now_ns();
     if (left <= 0) break;
     if (left > 100000000LL) left = 100000000LL;
@@ -469,7 +537,7 @@ int srv_wait_idle(srv_t *s, int64_t timeout_ms) {
     while (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
   }
-  int idle = s->n_live == 0;
+  int idle = s->n_live + s->n_prep == 0;
   pthread_mutex_unlock(&s->mu);
   return idle;
 }
@@ -482,6 +550,13 @@ void srv_free(srv_t *s, int64_t grace_ms) {
     gt_rpc_server_destroy(s->rpc);
   }
   if (s->met.reg) gt_metrics_on_collect(s->met.reg, NULL, NULL);
+  if (s->prep_started) { /* every call is finished by now: the queue is empty */
+    pthread_mutex_lock(&s->mu);
+    s->prep_stop = 1;
+    pthread_cond_broadcast(&s->prep_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->prep_th, NULL);
+  }
   if (s->th_started) {
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
@@ -497,5 +572,6 @@ void srv_free(srv_t *s, int64_t grace_ms) {
   free(s->wtypes);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
+  pthread_cond_destroy(&s->prep_cv);
   free(s);
 }

@@ -6,12 +6,14 @@
  * go on; srv_wait_idle waits for them; srv_free shuts the gRPC server down (cancelling what is
  * left: each stream then ends CANCELLED and its sequence is freed) and frees everything.
  *
- * Threads: gRPC's completion-queue thread runs the handlers (validation, tokenization,
- * sched_submit) and on_cancel (sched_cancel); the scheduler thread (owned here) runs the steps
- * and sends deltas and Finals directly (the glue's sends are thread-safe). A table of live
- * requests keyed by call id, under one lock, is what both threads share; every call is
- * finished exactly once: by the handler when the request never reached the scheduler, or by
- * the scheduler's final event. */
+ * Threads: gRPC's completion-queue thread runs the handlers (Generate only queues the call;
+ * Tokenize, Info, Health answer inline) and on_cancel (sched_cancel); a prep thread (owned
+ * here) validates, renders and tokenizes each Generate request and submits it, so a long
+ * prompt never holds up the completion queue; the scheduler thread (owned here) runs the
+ * steps and sends deltas and Finals directly (the glue's sends are thread-safe). A table of
+ * live requests keyed by call id, under one lock, is what they share; every call is finished
+ * exactly once: by the prep thread when the request never reached the scheduler, or by the
+ * scheduler's final event. */
 #ifndef GANTRY_ENGINE_SERVER_H
 #define GANTRY_ENGINE_SERVER_H
 
@@ -58,7 +60,7 @@ void srv_stats(srv_t *s, sched_stats_t *out);
 void srv_drain(srv_t *s);
 /* Waits until no request is live or timeout_ms passes; returns 1 when idle. */
 int srv_wait_idle(srv_t *s, int64_t timeout_ms);
-/* Live requests (submitted to the scheduler and not yet finished). */
+/* Live Generate calls (queued for preparation, or submitted and not yet finished). */
 int srv_live(srv_t *s);
 
 /* Shuts down gRPC (grace_ms for running calls, then cancel), stops the scheduler thread and

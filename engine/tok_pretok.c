@@ -112,15 +112,65 @@ void tok_pretok_scratch_free(tok_pretok_scratch_t *s) {
   free(s);
 }
 
-/* JIT with its default 32 KiB stack (a match of these patterns backtracks at most over one run
- * of whitespace or letters, and JIT keeps simple repeats off the stack); a match that would
- * need more runs in the interpreter, which has no such limit. */
-static int match_at(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char *text, size_t len,
-                    size_t off) {
+static int is_ws(uint32_t c) { /* the WS class above */
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* The match of the last three alternatives at a whitespace character text[off], computed
+ * directly (declared in the header for its test). The splitter uses it when the regex engine
+ * runs out of backtracking room, which only [WS]*[\r\n]+ can do, on a long run of whitespace
+ * (PCRE2 stops at its match limit there, on runs of several million characters, also in JIT
+ * code). The alternatives before
+ * it cannot have matched then: the engine tries them first. With the run = text[off..q)
+ * (maximal):
+ *   [WS]*[\r\n]+      if the run holds \r or \n: up to and including the last of them;
+ *   [WS]+(?![^WS])     else the whole run at the end of the text, or all of it but its last
+ *                      character when that leaves at least one;
+ *   [WS]+              else the run (one character).
+ * Returns the end offset. */
+size_t tok_pretok_ws_end(const char *text, size_t len, size_t off) {
+  const unsigned char *p = (const unsigned char *)text;
+  size_t q = off, last_nl = SIZE_MAX, last_start = off;
+  while (q < len) {
+    uint32_t cp;
+    size_t adv;
+    int l = tok_utf8_next(p + q, len - q, &cp, &adv);
+    if (l <= 0 || !is_ws(cp)) break;
+    if (cp == '\r' || cp == '\n') last_nl = q;
+    last_start = q;
+    q += (size_t)l;
+  }
+  if (last_nl != SIZE_MAX) return last_nl + 1;
+  if (q == len || last_start > off) return q == len ? q : last_start;
+  return q;
+}
+
+/* JIT with its default 32 KiB stack, else the interpreter. Returns the PCRE2 result; for a
+ * run of whitespace that exhausts the engine's limits, the match computed by tok_pretok_ws_end
+ * (*end set, returns 1). */
+static int match_at(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char *text, size_t len, size_t off,
+                    size_t *start, size_t *end) {
   int rc = PCRE2_ERROR_JIT_BADOPTION;
   if (p->jit) rc = pcre2_jit_match(p->code, (PCRE2_SPTR)text, len, off, 0, s->md, NULL);
-  if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_JIT_BADOPTION)
+  if (rc == PCRE2_ERROR_JIT_BADOPTION)
     rc = pcre2_match(p->code, (PCRE2_SPTR)text, len, off, PCRE2_NO_JIT | PCRE2_NO_UTF_CHECK, s->md, NULL);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT || rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT ||
+      rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_NOMEMORY) {
+    uint32_t cp;
+    size_t adv;
+    if (tok_utf8_next((const unsigned char *)text + off, len - off, &cp, &adv) > 0 && is_ws(cp)) {
+      *start = off;
+      *end = tok_pretok_ws_end(text, len, off);
+      return 1;
+    }
+    return rc;
+  }
+  if (rc > 0) {
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
+    *start = ov[0];
+    *end = ov[1];
+  }
   return rc;
 }
 
@@ -128,7 +178,8 @@ int tok_pretok_split(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char 
                      tok_piece_fn fn, void *ud, gt_err_t *err) {
   size_t off = 0;
   while (off < len) {
-    int rc = match_at(p, s, text, len, off);
+    size_t b = 0, e = 0;
+    int rc = match_at(p, s, text, len, off, &b, &e);
     if (rc == PCRE2_ERROR_NOMATCH) return fn(text + off, len - off, ud); /* trailing gap */
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
@@ -136,8 +187,6 @@ int tok_pretok_split(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char 
       return gt_err_set(err, GT_EINTERNAL, "pre-tokenizer %s: match failed at byte %zu: %s", p->name,
                         off, (const char *)msg);
     }
-    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-    size_t b = ov[0], e = ov[1];
     if (b < off || e < b || e > len)
       return gt_err_set(err, GT_EINTERNAL, "pre-tokenizer %s: bad match [%zu,%zu) at %zu", p->name, b, e, off);
     int r;

@@ -37,6 +37,12 @@ typedef int (*tok_piece_fn)(const char *piece, size_t len, void *ud);
 int tok_pretok_split(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char *text, size_t len,
                      tok_piece_fn fn, void *ud, gt_err_t *err);
 
+/* End offset of the regex match at text[off], a whitespace character where none of the
+ * alternatives before the whitespace ones matches: what the regex gives there, computed without
+ * it (the splitter's fallback when PCRE2 exhausts its backtracking limits on a long run of
+ * whitespace). Exposed for its test. */
+size_t tok_pretok_ws_end(const char *text, size_t len, size_t off);
+
 /* NFC of valid UTF-8 text[0..len). When the text is already NFC (checked cheaply for the common
  * scripts) *out = text and *owned = NULL; otherwise *out = *owned is a malloc'd buffer the
  * caller frees. Returns GT_OK, GT_ENOMEM or GT_EINTERNAL (utf8proc failure, message says). */

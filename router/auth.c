@@ -39,6 +39,10 @@ auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, gt_
 
 void auth_destroy(auth_t *a) { free(a); }
 
+void auth_detach(auth_t *a) {
+  if (a) a->rc = NULL;
+}
+
 const char *auth_bearer(const char *h) {
   if (!h) return NULL;
   while (*h == ' ') h++;
@@ -85,7 +89,7 @@ static void on_hget(void *arg, redisReply *r, const char *err) {
   }
   /* unknown key (or an API key on an admin route): denied unless no keys exist at all */
   const char *argv[] = {"HLEN", o->a->hash_key};
-  if (rc_command(o->a->rc, 2, argv, NULL, on_hlen, o) != GT_OK) {
+  if (!o->a->rc || rc_command(o->a->rc, 2, argv, NULL, on_hlen, o) != GT_OK) {
     o->cb(o->arg, AUTH_UNAVAILABLE, NULL);
     free(o);
   }
@@ -101,6 +105,11 @@ void auth_check(auth_t *a, const char *key, bool admin, auth_cb cb, void *arg) {
   o->admin = admin;
   o->cb = cb;
   o->arg = arg;
+  if (!a->rc) { /* shutting down */
+    free(o);
+    cb(arg, AUTH_UNAVAILABLE, NULL);
+    return;
+  }
   if (key && key[0]) gt_sha256_hex(key, strlen(key), o->sha);
   if (admin && key && a->admin_sha[0] && ct_equal(o->sha, a->admin_sha)) {
     free(o);

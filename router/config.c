@@ -11,9 +11,13 @@ const char *rt_usage(void) {
          "                     [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
-         "                     [--admission-hold-ms MS]\n"
+         "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
+         "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
+         "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
          "  --http 127.0.0.1:8080 (OpenAI API, /health, /ready, /metrics, /admin/*), --grpc off unless given.\n"
+         "  Engines come from --engine and/or the Redis hash <prefix>engines (MODEL=HOST:PORT -> unix ms of\n"
+         "  the last heartbeat); a registered engine without a heartbeat for --engine-stale-ms is skipped.\n"
          "  The admin key also comes from $GANTRY_ADMIN_KEY. API keys: Redis hash <prefix>apikeys,\n"
          "  field sha256hex(key) -> tenant; with none, every request is tenant 'default'.\n";
 }
@@ -29,6 +33,7 @@ void rt_config_defaults(rt_config_t *c) {
   c->http_timeout_s = 30;
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
+  c->engine_stale_ms = 10000;
   const char *ak = getenv("GANTRY_ADMIN_KEY");
   if (ak) snprintf(c->admin_key, sizeof c->admin_key, "%s", ak);
 }
@@ -105,6 +110,7 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
           {"--lease-ttl-ms", 300, 3600000, &c->lease_ttl_ms, 0},
           {"--queue-timeout-ms", 1, 3600000, &c->queue_timeout_ms, 0},
           {"--admission-hold-ms", 1, 3600000, &c->hold_ms, 0},
+          {"--engine-stale-ms", 100, 3600000, &c->engine_stale_ms, 0},
           {"--default-max-inflight", 0, 1000000, &c->default_max_inflight, 0},
           {"--default-max-queued", 0, 10000000, &c->default_max_queued, 0},
       };
@@ -121,6 +127,5 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
       if (!found) return gt_err_set(err, GT_EINVAL, "unknown option %s", a);
     }
   }
-  if (c->n_engines == 0) return gt_err_set(err, GT_EINVAL, "at least one --engine MODEL=HOST:PORT is required");
   return GT_OK;
 }

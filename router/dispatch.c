@@ -10,6 +10,8 @@
 #include "common/log.h"
 #include "router/router.h"
 
+#define POOL_AFFINITY_SLACK 2 /* extra in-flight streams accepted to keep a prefix on its engine */
+
 struct pool {
   router_t *rt;
   mbox_t *mb;
@@ -161,12 +163,47 @@ void pool_destroy(pool_t *p) {
   free(p);
 }
 
-pool_engine_t *pool_pick(pool_t *p, const char *model, const pool_engine_t *avoid) {
-  pool_engine_t *best = NULL;
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static uint64_t str_hash(const char *s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+  return h;
+}
+
+pool_engine_t *pool_pick(pool_t *p, const char *model, const pool_engine_t *avoid, uint64_t affinity) {
+  int min_inflight = -1;
   for (int i = 0; i < p->n; i++) {
     pool_engine_t *e = p->e[i];
-    if (!e->up || e == avoid || strcmp(e->model, model)) continue;
-    if (!best || e->inflight < best->inflight) best = e;
+    if (!e->up || e->stale || e == avoid || strcmp(e->model, model)) continue;
+    if (min_inflight < 0 || e->inflight < min_inflight) min_inflight = e->inflight;
+  }
+  if (min_inflight < 0) return NULL;
+  /* candidates: within POOL_AFFINITY_SLACK of the least loaded; among them the prefix's
+   * rendezvous-hash winner (same prompt start -> same engine -> prefix-cache hits), or the least
+   * loaded when there is no affinity key */
+  pool_engine_t *best = NULL;
+  uint64_t best_score = 0;
+  for (int i = 0; i < p->n; i++) {
+    pool_engine_t *e = p->e[i];
+    if (!e->up || e->stale || e == avoid || strcmp(e->model, model)) continue;
+    if (!affinity) {
+      if (!best || e->inflight < best->inflight) best = e;
+      continue;
+    }
+    if (e->inflight > min_inflight + POOL_AFFINITY_SLACK) continue;
+    uint64_t score = mix64(affinity ^ str_hash(e->target));
+    if (!best || score > best_score) {
+      best = e;
+      best_score = score;
+    }
   }
   return best;
 }
@@ -179,7 +216,7 @@ bool pool_has_model(const pool_t *p, const char *model) {
 
 bool pool_model_ready(const pool_t *p, const char *model) {
   for (int i = 0; i < p->n; i++)
-    if (!strcmp(p->e[i]->model, model) && p->e[i]->up) return true;
+    if (!strcmp(p->e[i]->model, model) && p->e[i]->up && !p->e[i]->stale) return true;
   return false;
 }
 
@@ -189,7 +226,7 @@ bool pool_all_ready(const pool_t *p, char *why, size_t n) {
     return false;
   }
   for (int i = 0; i < p->n; i++)
-    if (!pool_model_ready(p, p->e[i]->model)) {
+    if (!p->e[i]->registered && !pool_model_ready(p, p->e[i]->model)) {
       snprintf(why, n, "no ready engine for model %s", p->e[i]->model);
       return false;
     }
@@ -197,6 +234,12 @@ bool pool_all_ready(const pool_t *p, char *why, size_t n) {
 }
 
 int pool_count(const pool_t *p) { return p->n; }
+
+pool_engine_t *pool_find(pool_t *p, const char *model, const char *target) {
+  for (int i = 0; i < p->n; i++)
+    if (!strcmp(p->e[i]->model, model) && !strcmp(p->e[i]->target, target)) return p->e[i];
+  return NULL;
+}
 pool_engine_t *pool_at(pool_t *p, int i) { return i >= 0 && i < p->n ? p->e[i] : NULL; }
 
 uint32_t pool_context(const pool_t *p, const char *model) {
@@ -204,4 +247,24 @@ uint32_t pool_context(const pool_t *p, const char *model) {
   for (int i = 0; i < p->n; i++)
     if (!strcmp(p->e[i]->model, model) && p->e[i]->context_length > c) c = p->e[i]->context_length;
   return c;
+}
+
+#define AFFINITY_BYTES 512 /* about the first hundred tokens: system prompt + start of the turn */
+
+uint64_t pool_affinity(const Gantry__V1__GenerateRequest *g) {
+  uint64_t h = 1469598103934665603ULL;
+  size_t left = AFFINITY_BYTES;
+  if (g->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) {
+    for (const char *s = g->prompt; *s && left; s++, left--) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+  } else if (g->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT) {
+    for (size_t i = 0; i < g->chat->n_messages && left; i++) {
+      const Gantry__V1__ChatMessage *m = g->chat->messages[i];
+      for (const char *s = m->role; *s && left; s++, left--) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+      for (const char *s = m->content; *s && left; s++, left--) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    }
+  } else if (g->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS) {
+    for (size_t i = 0; i < g->tokens->n_ids && i < AFFINITY_BYTES / 4; i++)
+      h = (h ^ (uint32_t)g->tokens->ids[i]) * 1099511628211ULL;
+  }
+  return h ? h : 1;
 }

@@ -274,7 +274,7 @@ static void tokenize_after_auth(hreq_t *h) {
     reply_error(h, &e, 0);
     return;
   }
-  pool_engine_t *eng = pool_pick(h->rt->pool, oa.model, NULL);
+  pool_engine_t *eng = pool_pick(h->rt->pool, oa.model, NULL, 0);
   if (!eng) {
     oa_req_free(&oa);
     reply_errf(h, 503, "server_error", "engine_unavailable", "no ready engine for this model");

@@ -54,6 +54,7 @@ static void key_check_timer(evutil_socket_t fd, short what, void *arg) {
 int main(int argc, char **argv) {
   gt_log_init_from_env();
   signal(SIGPIPE, SIG_IGN);
+  if (argc > 1 && !strcmp(argv[1], "register")) return registry_sidecar(argc, argv);
   router_t *rt = calloc(1, sizeof *rt);
   gt_err_t err = {0};
   bool help;
@@ -85,6 +86,7 @@ int main(int argc, char **argv) {
   if (!(rt->pool = pool_create(rt, rt->base, rt->mb, rt->cfg.health_ms, &err))) goto out;
   for (int i = 0; i < rt->cfg.n_engines; i++)
     if (pool_add(rt->pool, rt->cfg.engines[i].model, rt->cfg.engines[i].target, &err)) goto out;
+  if (!(rt->registry = registry_start(rt, rt->cfg.health_ms, rt->cfg.engine_stale_ms, &err))) goto out;
   if (rt->cfg.http_addr[0] && !(rt->http = http_front_start(rt, &err))) goto out;
   if (rt->cfg.grpc_addr[0] && !(rt->grpc = grpc_front_start(rt, &err))) goto out;
   struct event *sigint = evsignal_new(rt->base, SIGINT, on_signal, rt);
@@ -108,6 +110,12 @@ int main(int argc, char **argv) {
   rc = 0;
 out:
   if (rc) fprintf(stderr, "gantry-router: %s\n", err.msg);
+  /* Redis auth connection first: auth checks still pending are answered (503) while the fronts
+   * that wait for them still exist; then the fronts; then live requests are cancelled. */
+  registry_stop(rt->registry);
+  auth_detach(rt->auth);
+  if (rt->rc) rc_destroy(rt->rc);
+  rt->rc = NULL;
   grpc_front_stop(rt->grpc);
   http_front_stop(rt->http);
   if (rt->base) {
@@ -119,10 +127,10 @@ out:
       event_base_dispatch(rt->base);
     }
   }
+  if (rt->adm) adm_destroy(rt->adm);
+  registry_free(rt->registry);
   pool_destroy(rt->pool);
   auth_destroy(rt->auth);
-  if (rt->adm) adm_destroy(rt->adm);
-  if (rt->rc) rc_destroy(rt->rc);
   mbox_destroy(rt->mb);
   metrics_destroy(rt->metrics);
   if (rt->base) event_base_free(rt->base);

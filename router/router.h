@@ -38,6 +38,7 @@ typedef struct rt_config {
   int http_timeout_s;    /* header/body read timeout; default 30 */
   int health_ms;         /* health check period; default 1000 */
   int request_timeout_ms;/* engine stream deadline; default 600000 */
+  int engine_stale_ms;   /* registered engine without heartbeat for this long: not routable */
   int lease_ttl_ms, queue_timeout_ms, hold_ms, default_max_inflight, default_max_queued;
 } rt_config_t;
 
@@ -70,19 +71,26 @@ typedef struct pool_engine {
   bool checking;
   uint32_t context_length;
   uint64_t checks_ok, checks_failed;
+  bool registered;    /* came from the Redis registry (needs heartbeats) */
+  bool stale;         /* registered and its heartbeat is too old: not routable */
 } pool_engine_t;
 
 typedef struct pool pool_t;
 pool_t *pool_create(router_t *rt, struct event_base *base, mbox_t *mb, int health_ms, gt_err_t *err);
 int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err);
 void pool_destroy(pool_t *p);
-/* Ready engine of model with the fewest in-flight streams, skipping `avoid`; NULL if none. */
-pool_engine_t *pool_pick(pool_t *p, const char *model, const pool_engine_t *avoid);
+/* A ready engine of model, skipping `avoid`; NULL if none. affinity 0: the fewest in-flight
+ * streams. Otherwise (a hash of the prompt's start) the rendezvous-hash choice among the engines
+ * within 2 streams of the least loaded, so requests sharing a prefix reuse one engine's cache. */
+pool_engine_t *pool_pick(pool_t *p, const char *model, const pool_engine_t *avoid, uint64_t affinity);
+/* Affinity key of a request: hash of the first bytes (or token ids) of its input; never 0. */
+uint64_t pool_affinity(const Gantry__V1__GenerateRequest *g);
 bool pool_has_model(const pool_t *p, const char *model);
 bool pool_model_ready(const pool_t *p, const char *model);
 /* Every model has a ready engine. */
 bool pool_all_ready(const pool_t *p, char *why, size_t n);
 int pool_count(const pool_t *p);
+pool_engine_t *pool_find(pool_t *p, const char *model, const char *target);
 pool_engine_t *pool_at(pool_t *p, int i);
 /* Largest known context length of model's engines (0 if unknown). */
 uint32_t pool_context(const pool_t *p, const char *model);
@@ -118,6 +126,8 @@ typedef enum { AUTH_OK = 0, AUTH_DENIED, AUTH_UNAVAILABLE } auth_status_t;
 typedef void (*auth_cb)(void *arg, auth_status_t st, const char *tenant);
 auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, gt_err_t *err);
 void auth_destroy(auth_t *a);
+/* Shutdown: the Redis connection is going away; later checks answer AUTH_UNAVAILABLE. */
+void auth_detach(auth_t *a);
 /* Resolves an API key (NULL/"" = none) to a tenant; cb fires later on the loop. */
 void auth_check(auth_t *a, const char *key, bool admin, auth_cb cb, void *arg);
 /* Extracts the key from "Bearer K" (or the raw value); NULL if none. */
@@ -132,6 +142,14 @@ void metrics_reject(metrics_t *m, const char *reason);
 /* Prometheus text (malloc'd) of counters + admission stats + engines + queue rows. */
 char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_queue_row_t *rows, int nrows);
 
+/* ---- engine registry in Redis (router/registry.c) ---- */
+typedef struct registry registry_t;
+registry_t *registry_start(router_t *rt, int period_ms, int stale_ms, gt_err_t *err);
+void registry_stop(registry_t *g);  /* stops polling */
+void registry_free(registry_t *g);  /* after rc_destroy */
+/* `gantry-router register ...`: heartbeat sidecar (blocking; main only). Returns an exit code. */
+int registry_sidecar(int argc, char **argv);
+
 /* ---- the router ---- */
 struct router {
   rt_config_t cfg;
@@ -144,6 +162,7 @@ struct router {
   metrics_t *metrics;
   struct http_front *http;
   struct grpc_front *grpc;
+  registry_t *registry;
   uint64_t next_id;
   rq_t *rqs;      /* live requests */
   int n_rqs;

@@ -60,7 +60,7 @@ static void on_resp(void *user, ec_stream_t *s, Gantry__V1__GenerateResponse *r)
 static void on_done(void *user, ec_stream_t *s, const gt_rpc_status_t *st);
 
 static int start_stream(rq_t *q, const pool_engine_t *avoid) {
-  pool_engine_t *e = pool_pick(q->rt->pool, q->model, avoid);
+  pool_engine_t *e = pool_pick(q->rt->pool, q->model, avoid, pool_affinity(q->gen));
   if (!e) return -1;
   ec_call_opts_t o = {.timeout_ms = q->rt->cfg.request_timeout_ms, .request_id = q->id};
   gt_err_t err;

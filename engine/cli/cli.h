@@ -35,5 +35,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

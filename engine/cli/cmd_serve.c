@@ -14,7 +14,6 @@
 #include "common/metrics.h"
 #include "engine/cli/cli.h"
 
-int cmd_serve(int argc, char **argv); /* dispatched by engine/cli/main.c */
 #include "engine/dtype.h"
 #include "engine/server.h"
 #include "engine/tokenizer.h"

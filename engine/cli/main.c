@@ -1,4 +1,4 @@
-/* gantry-engine — one model on the CPU (now) or GPUs (later): generate, eval, info, tokenize. */
+/* gantry-engine — one model on the CPU (now) or GPUs (later): generate, eval, info, tokenize, serve. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +13,7 @@ static void usage(FILE *f) {
         "  info       --model M.gguf\n"
         "  tokenize   --model M.gguf --text T [--special]\n"
         "  detokenize --model M.gguf --ids 1,2,3\n"
+        "  serve      --model M.gguf --listen HOST:PORT --metrics-port N [--max-num-seqs N] [--kv-memory SIZE]\n"
         "run 'gantry-engine <command> --help' for a command's options\n",
         f);
 }
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return cmd_info(argc, argv);
   if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
   if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc, argv);
+  if (!strcmp(cmd, "serve")) return cmd_serve(argc, argv);
   cli_fail("unknown command '%s'", cmd);
   usage(stderr);
   return 2;

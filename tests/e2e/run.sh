@@ -2,7 +2,8 @@
 # tests/e2e/run.sh ENGINE_KIND [node test files...] — starts redis-server (free port), an engine
 # (ENGINE_KIND=real: `gantry-engine serve` on the CPU with tests/golden/qwen3-tiny.bf16.gguf;
 # fake: the scripted gantry-fake-engine) and gantry-router, then runs the node tests against
-# them (the official `openai` package and @grpc/grpc-js). Exit 77 = skipped (no node, no
+# them (the official `openai` package and @grpc/grpc-js). $GANTRY_ENGINE_SERVE overrides the
+# engine program (e.g. a Release engine with an ASan router). Exit 77 = skipped (no node, no
 # node_modules and no network, no `serve` command), which ctest reports as "Skipped".
 set -u
 KIND=${1:-fake}; shift || true
@@ -52,13 +53,16 @@ done
 
 MODEL=tiny
 if [ "$KIND" = real ]; then
-  "$BIN/gantry-engine" serve --help >/dev/null 2>&1 || skip "gantry-engine has no serve command yet"
+  if [ -n "${GANTRY_ENGINE_SERVE:-}" ]; then SERVE=("$GANTRY_ENGINE_SERVE")
+  elif "$BIN/gantry-engine" serve --help >/dev/null 2>&1; then SERVE=("$BIN/gantry-engine" serve)
+  elif [ -x "$BIN/gantry-engine-serve" ]; then SERVE=("$BIN/gantry-engine-serve")
+  else skip "gantry-engine has no serve command yet"; fi
   GGUF=${GANTRY_E2E_MODEL:-$SRC/tests/golden/qwen3-tiny.bf16.gguf}
   for i in 1 2 3 4 5; do
     EPORT=$((20000 + RANDOM % 40000)); MPORT=$((20000 + RANDOM % 40000))
-    "$BIN/gantry-engine" serve --model "$GGUF" --listen "127.0.0.1:$EPORT" --metrics-port "$MPORT" >"$TMP/engine.log" 2>&1 &
+    "${SERVE[@]}" --model "$GGUF" --listen "127.0.0.1:$EPORT" --metrics-port "$MPORT" >"$TMP/engine.log" 2>&1 &
     EPID=$!
-    sleep 0.5
+    sleep 1
     if kill -0 "$EPID" 2>/dev/null; then PIDS+=("$EPID"); break; fi
     EPORT=
   done

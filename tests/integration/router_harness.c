@@ -32,7 +32,6 @@ struct fe {
   pthread_cond_t cv;
   bool ready;
   int generates, cancelled, active;
-  Gantry__V1__GenerateRequest *last;
   char seen[64][256];
   int nseen;
   int max_active;
@@ -42,10 +41,16 @@ struct fe {
   int narrivals;
 };
 
+static int g_failfirst; /* FAILFIRST: every other such call (process-wide) fails */
+static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
+static Gantry__V1__GenerateRequest *g_last; /* last request over every fake engine */
+static int g_live_fe;                       /* fake engines started and not stopped */
+
 typedef struct job {
   fe_t *f;
   gt_rpc_call_t *call;
   int tenant_idx;
+  bool ended; /* counted out of the active streams */
   char text[4096];
   int max_tokens;
 } job_t;
@@ -66,24 +71,34 @@ static void note_t(fe_t *f, int dgen, int dcancel, int dactive, int tidx) {
 
 static void note(fe_t *f, int dgen, int dcancel, int dactive) { note_t(f, dgen, dcancel, dactive, -1); }
 
+/* The stream stops counting as active just before its last message/status goes out: the router
+ * may admit the next request as soon as it sees that message. */
+static void end_active(job_t *j) {
+  if (j->ended) return;
+  j->ended = true;
+  note_t(j->f, 0, 0, -1, j->tenant_idx);
+}
+
 static int send_tok(gt_rpc_call_t *c, int id, const char *text, const char *reasoning) {
   gt_genresp_t *r = gt_delta_new();
   gt_delta_add_token(r, id, text, reasoning);
   return gt_rpc_call_send(c, &r->base, 0);
 }
 
-static void final(gt_rpc_call_t *c, Gantry__V1__FinishReason fr, uint32_t pt, uint32_t ct, uint32_t rt, uint32_t cached) {
+static void final(job_t *j, gt_rpc_call_t *c, Gantry__V1__FinishReason fr, uint32_t pt, uint32_t ct, uint32_t rt, uint32_t cached) {
   gt_genresp_t *f = gt_final_new(fr, NULL);
   f->final->usage->prompt_tokens = pt;
   f->final->usage->completion_tokens = ct;
   f->final->usage->reasoning_tokens = rt;
   f->final->usage->cached_prompt_tokens = cached;
+  end_active(j);
   gt_rpc_call_send(c, &f->base, GT_RPC_SEND_NO_MERGE);
   gt_rpc_call_finish(c, GT_RPC_OK, NULL);
 }
 
 static bool cancelled(job_t *j) {
   if (!gt_rpc_call_is_cancelled(j->call)) return false;
+  end_active(j);
   gt_rpc_call_finish(j->call, GT_RPC_CANCELLED, "cancelled");
   note(j->f, 0, 1, 0);
   return true;
@@ -95,12 +110,15 @@ static void *run_job(void *arg) {
   gt_rpc_call_t *c = j->call;
   uint32_t pt = (uint32_t)strlen(j->text) / 4 + 1;
   if (strstr(j->text, "TOOLONG")) {
+    end_active(j);
     gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "prompt has 5000 tokens but the context length is 4096");
-  } else if (strstr(j->text, "FAILFIRST") && f->name[0] == 'A') {
-    gt_rpc_call_finish(c, GT_RPC_UNAVAILABLE, "engine A failed before the first token");
+  } else if (strstr(j->text, "FAILFIRST") && __atomic_fetch_add(&g_failfirst, 1, __ATOMIC_SEQ_CST) % 2 == 0) {
+    end_active(j);
+    gt_rpc_call_finish(c, GT_RPC_UNAVAILABLE, "engine failed before the first token");
   } else if (strstr(j->text, "DIE")) {
     send_tok(c, 7, "partial", NULL);
     usleep(30000);
+    end_active(j);
     gt_rpc_call_finish(c, GT_RPC_UNAVAILABLE, "engine crashed");
   } else if (strstr(j->text, "TOOL")) {
     gt_genresp_t *r = gt_delta_new();
@@ -111,12 +129,12 @@ static void *run_job(void *arg) {
     r = gt_delta_new();
     gt_delta_add_tool_call(r, 0, NULL, NULL, "\"Paris\"}");
     gt_rpc_call_send(c, &r->base, GT_RPC_SEND_NO_MERGE);
-    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS, pt, 6, 0, 0);
+    final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS, pt, 6, 0, 0);
   } else if (strstr(j->text, "THINK")) {
     send_tok(c, 1, NULL, "let me");
     send_tok(c, 2, NULL, " think");
     send_tok(c, 3, "42", NULL);
-    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 3, 2, 0);
+    final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 3, 2, 0);
   } else if (strstr(j->text, "SLOW")) {
     int n = j->max_tokens > 0 ? j->max_tokens : 50;
     for (int i = 0; i < n; i++) {
@@ -125,7 +143,7 @@ static void *run_job(void *arg) {
       usleep(20000);
     }
     if (cancelled(j)) goto out;
-    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, pt, (uint32_t)n, 0, 0);
+    final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, pt, (uint32_t)n, 0, 0);
   } else {
     uint32_t cached = 0;
     pthread_mutex_lock(&f->mu);
@@ -135,10 +153,10 @@ static void *run_job(void *arg) {
     pthread_mutex_unlock(&f->mu);
     send_tok(c, 10, "Hello", NULL);
     send_tok(c, 11, " world", NULL);
-    final(c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 2, 0, cached);
+    final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 2, 0, cached);
   }
 out:
-  note_t(f, 0, 0, -1, j->tenant_idx);
+  end_active(j);
   free(j);
   return NULL;
 }
@@ -158,9 +176,11 @@ static void on_gen(void *user, gt_rpc_call_t *call) {
   protobuf_c_message_pack(&req->base, buf);
   Gantry__V1__GenerateRequest *copy = gantry__v1__generate_request__unpack(NULL, n, buf);
   free(buf);
+  pthread_mutex_lock(&g_last_mu);
+  if (g_last) protobuf_c_message_free_unpacked(&g_last->base, NULL);
+  g_last = copy;
+  pthread_mutex_unlock(&g_last_mu);
   pthread_mutex_lock(&f->mu);
-  if (f->last) protobuf_c_message_free_unpacked(&f->last->base, NULL);
-  f->last = copy;
   j->tenant_idx = -1;
   for (int i = 0; i < f->ntenants; i++)
     if (!strcmp(f->tenants[i], req->tenant)) j->tenant_idx = i;
@@ -222,6 +242,9 @@ fe_t *fe_start(const char *name) {
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
   f->ready = true;
+  pthread_mutex_lock(&g_last_mu);
+  g_live_fe++;
+  pthread_mutex_unlock(&g_last_mu);
   gt_err_t err;
   if (gt_rpc_server_create(NULL, &f->srv, &err)) return NULL;
   gt_rpc_method_t ms[] = {
@@ -287,16 +310,17 @@ int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms) {
 }
 
 Gantry__V1__GenerateRequest *fe_last_request(fe_t *f) {
-  pthread_mutex_lock(&f->mu);
+  (void)f;
+  pthread_mutex_lock(&g_last_mu);
   Gantry__V1__GenerateRequest *r = NULL;
-  if (f->last) {
-    size_t n = protobuf_c_message_get_packed_size(&f->last->base);
+  if (g_last) {
+    size_t n = protobuf_c_message_get_packed_size(&g_last->base);
     uint8_t *buf = malloc(n + 1);
-    protobuf_c_message_pack(&f->last->base, buf);
+    protobuf_c_message_pack(&g_last->base, buf);
     r = gantry__v1__generate_request__unpack(NULL, n, buf);
     free(buf);
   }
-  pthread_mutex_unlock(&f->mu);
+  pthread_mutex_unlock(&g_last_mu);
   return r;
 }
 
@@ -306,8 +330,13 @@ void fe_stop(fe_t *f) {
   if (!f) return;
   fe_wait(f, no_active, 10000);
   gt_rpc_server_destroy(f->srv);
-  if (f->last) protobuf_c_message_free_unpacked(&f->last->base, NULL);
   free(f);
+  pthread_mutex_lock(&g_last_mu); /* the last engine to stop frees the shared copy */
+  if (g_last && --g_live_fe == 0) {
+    protobuf_c_message_free_unpacked(&g_last->base, NULL);
+    g_last = NULL;
+  }
+  pthread_mutex_unlock(&g_last_mu);
 }
 
 /* ---- router process ---- */

@@ -5,7 +5,7 @@
  *   THINK     reasoning "let me think" (2 tokens) then content "42"
  *   SLOW      max_tokens (default 50) tokens, one per 20 ms
  *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
- *   FAILFIRST fails before the first token on engines whose name starts with 'A'
+ *   FAILFIRST every other such call (process-wide, the 1st, 3rd, ...) fails before the first token
  *   TOOLONG   INVALID_ARGUMENT "prompt has 5000 tokens but the context length is 4096"
  *   otherwise "Hello" + " world" (2 tokens); a repeated prompt reports cached tokens. */
 #ifndef GANTRY_TESTS_ROUTER_HARNESS_H
@@ -33,7 +33,8 @@ void fe_reset_max(fe_t *f);
 int fe_arrivals(fe_t *f, char (*out)[32], int max);
 /* Waits (up to ms) until pred(f) holds; returns 1 if it did. */
 int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms);
-/* Copy of the last GenerateRequest (free with protobuf_c_message_free_unpacked) or NULL. */
+/* Copy of the last GenerateRequest any fake engine of this process received (free with
+ * protobuf_c_message_free_unpacked) or NULL. */
 Gantry__V1__GenerateRequest *fe_last_request(fe_t *f);
 void fe_stop(fe_t *f);
 

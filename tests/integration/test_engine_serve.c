@@ -211,11 +211,13 @@ static void test_chunked_prefill_interleaves(void **state) {
   int after = coll_tokens(&ca);
   assert_int_equal(cb.st.code, GT_RPC_OK);
   assert_int_equal(cb.n_ids, 1);
-  /* the long prompt needs >= LONG / (CHUNK - 1) steps (one decode token shares each step);
-   * A must have advanced by about that many tokens, not stalled */
+  /* the long prompt needs >= LONG / (CHUNK - 1) steps (A's decode token shares each step), so
+   * A gains about one token per chunk; without interleaving it would gain at most one or two.
+   * Half of the steps leaves room for A's deltas still in flight (merged) when B's Final
+   * arrives. */
   int steps = LONG / CHUNK;
-  print_message("decode tokens of A during the %d-token prefill of B: %d (>= %d steps)\n", LONG, after - before, steps);
-  assert_true(after - before >= steps - 2);
+  print_message("decode tokens of A during the %d-token prefill of B: %d (%d chunks)\n", LONG, after - before, steps);
+  assert_true(after - before >= steps / 2);
   assert_true(cb.timings.prefill_ms > 0);
   ec_stream_cancel(ca.s);
   assert_true(coll_wait_done(&ca, WAIT_MS));
@@ -284,11 +286,11 @@ static gt_rpc_code_t run_status(efx_t *f, const Gantry__V1__GenerateRequest *req
 static void test_status_codes(void **state) {
   (void)state;
   efx_t f;
-  sched_config_t cfg = {.max_num_seqs = 1, .max_batch_tokens = 256, .n_ctx = 256, .max_waiting = 1};
+  sched_config_t cfg = {.max_num_seqs = 1, .max_batch_tokens = 256, .n_ctx = 1024, .max_waiting = 1};
   assert_int_equal(efx_start(&f, MODEL, &cfg), 0);
   char msg[512];
-  int32_t ids[300];
-  prompt_ids(ids, 300, 9);
+  int32_t ids[1100];
+  prompt_ids(ids, 1100, 9);
   reqb_t b;
 
   reqb_tokens(&b, ids, 10, 4);
@@ -302,10 +304,10 @@ static void test_status_codes(void **state) {
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "top_p"));
 
-  reqb_tokens(&b, ids, 300, 4);
+  reqb_tokens(&b, ids, 1100, 4);
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
-  assert_non_null(strstr(msg, "300"));
-  assert_non_null(strstr(msg, "256"));
+  assert_non_null(strstr(msg, "1100"));
+  assert_non_null(strstr(msg, "1024"));
 
   reqb_tokens(&b, ids, 0, 4);
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
@@ -331,7 +333,7 @@ static void test_status_codes(void **state) {
 
   /* queue full: one running, one waiting, the third is refused */
   reqb_t r1, r2, r3;
-  reqb_tokens(&r1, ids, 10, 200);
+  reqb_tokens(&r1, ids, 10, 1000);
   reqb_tokens(&r2, ids + 20, 10, 4);
   reqb_tokens(&r3, ids + 40, 10, 4);
   coll_t c1, c2;
@@ -346,11 +348,13 @@ static void test_status_codes(void **state) {
     assert_int_equal(ec_health(f.ec, NULL, &h, NULL), GT_RPC_OK);
     int queued = h->waiting >= 1;
     protobuf_c_message_free_unpacked(&h->base, NULL);
-    if (queued || coll_tokens(&c1) >= 200) break;
+    if (queued || c1.done) break;
   }
-  if (coll_tokens(&c1) < 200) {
+  if (!c1.done) {
     assert_int_equal(run_status(&f, &r3.req, msg, sizeof msg), GT_RPC_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(msg, "queue"));
+  } else {
+    print_message("the long request finished before the queue check: RESOURCE_EXHAUSTED not checked\n");
   }
   ec_stream_cancel(c1.s);
   assert_true(coll_wait_done(&c1, WAIT_MS));

@@ -31,11 +31,12 @@ typedef struct {
 
 /* Spawns the serve binary with extra args; stdout / stderr to pipes. */
 static void spawn_serve(proc_t *p, const char *const *extra) {
-  const char *bin = tu_bin("gantry-engine-serve");
+  const char *bin = tu_bin("gantry-engine");
   char model[1024];
   snprintf(model, sizeof model, "%s", tu_golden("qwen3-tiny.bf16.gguf"));
-  const char *argv[32] = {bin, "--model", model, "--listen", "127.0.0.1:0", "--metrics-host", "127.0.0.1", "--threads", "1"};
-  int n = 9;
+  const char *argv[32] = {bin, "serve", "--model", model, "--listen", "127.0.0.1:0", "--metrics-host", "127.0.0.1",
+                          "--threads", "1"};
+  int n = 10;
   for (int i = 0; extra[i]; i++) argv[n++] = extra[i];
   argv[n] = NULL;
   int out[2], err[2];

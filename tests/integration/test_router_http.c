@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -439,9 +440,34 @@ static void test_engine_fails_before_first_token_retried(void **st) {
                       "Hello world");
   json_decref(j);
   free(b);
-  assert_int_equal(fe_generates(g_a) - a0, 1);
+  assert_int_equal(fe_generates(g_a) - a0, 1); /* one failed, the retry went to the other engine */
   assert_int_equal(fe_generates(g_b) - b0, 1);
   assert_true(wait_inflight_zero(5000));
+}
+
+/* Requests sharing a prompt start go to one engine (prefix affinity); different ones spread. */
+static void test_prefix_affinity(void **st) {
+  (void)st;
+  int a0 = fe_generates(g_a), b0 = fe_generates(g_b);
+  char *b;
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(post("/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"shared system prompt, then a question\"}", &b), 200);
+    free(b);
+  }
+  int da = fe_generates(g_a) - a0, db = fe_generates(g_b) - b0;
+  assert_int_equal(da + db, 4);
+  assert_true(da == 4 || db == 4);
+  int hit_a = 0, hit_b = 0;
+  for (int i = 0; i < 16; i++) {
+    char body[128];
+    snprintf(body, sizeof body, "{\"model\":\"tiny\",\"prompt\":\"prompt number %d\"}", i);
+    a0 = fe_generates(g_a);
+    assert_int_equal(post("/v1/completions", body, &b), 200);
+    free(b);
+    if (fe_generates(g_a) > a0) hit_a++;
+    else hit_b++;
+  }
+  assert_true(hit_a > 0 && hit_b > 0);
 }
 
 static void test_engine_dies_mid_stream(void **st) {
@@ -538,6 +564,54 @@ static void test_queue_full_429(void **st) {
   free(b);
 }
 
+/* ---- engines registered in Redis with heartbeats ---- */
+static int64_t unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static long post_reg(char **b) {
+  return post("/v1/chat/completions", "{\"model\":\"reg\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", b);
+}
+
+static void test_registered_engine(void **st) {
+  (void)st;
+  redisContext *rc = redisConnect("127.0.0.1", rs_port(g_rs));
+  assert_false(rc->err);
+  char field[64];
+  snprintf(field, sizeof field, "reg=127.0.0.1:%d", fe_port(g_b));
+  freeReplyObject(redisCommand(rc, "HSET gantry:engines %s %lld", field, (long long)unix_ms()));
+  char *b = NULL;
+  long s = 0;
+  double t0 = gt_now_ms();
+  while (gt_now_ms() - t0 < 10000) { /* picked up within a few health periods (100 ms) */
+    s = post_reg(&b);
+    free(b);
+    if (s == 200) break;
+    usleep(50000);
+  }
+  assert_int_equal(s, 200);
+  /* the heartbeat stops: after --engine-stale-ms (default 10 s; here the entry is made old) */
+  freeReplyObject(redisCommand(rc, "HSET gantry:engines %s %lld", field, (long long)unix_ms() - 60000));
+  t0 = gt_now_ms();
+  while (gt_now_ms() - t0 < 10000) {
+    s = post_reg(&b);
+    if (s == 503) break;
+    free(b);
+    b = NULL;
+    usleep(50000);
+  }
+  assert_int_equal(s, 503);
+  assert_error(b, "engine_unavailable");
+  free(b);
+  freeReplyObject(redisCommand(rc, "HDEL gantry:engines %s", field));
+  redisFree(rc);
+  /* /ready only needs the command-line engines */
+  assert_int_equal(http_req(g_rp.http_port, "GET", "/ready", NULL, NULL, 0, &b, NULL), 200);
+  free(b);
+}
+
 /* ---- auth (last: it turns keys on) ---- */
 static void test_api_keys(void **st) {
   (void)st;
@@ -586,10 +660,12 @@ int main(void) {
       cmocka_unit_test(test_special_tokens_as_text),
       cmocka_unit_test(test_slow_client_header_timeout),
       cmocka_unit_test(test_engine_fails_before_first_token_retried),
+      cmocka_unit_test(test_prefix_affinity),
       cmocka_unit_test(test_engine_dies_mid_stream),
       cmocka_unit_test(test_client_disconnect_releases),
       cmocka_unit_test(test_admin_limits),
       cmocka_unit_test(test_queue_full_429),
+      cmocka_unit_test(test_registered_engine),
       cmocka_unit_test(test_api_keys),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

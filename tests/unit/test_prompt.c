@@ -166,12 +166,65 @@ static void test_prompt_build(void **state) {
   free(ids);
 }
 
+/* The same plain-text rule on the tiny models' own templates (qwen35-tiny: the Qwen3.5 family,
+ * which trims message content): decoding the ids gives back the reference rendering. */
+static void check_family(const tok_t *tok, const chat_family_t *fam, const char *rel) {
+  gt_err_t err = {0};
+  print_message("%s: chat family %s\n", rel, chat_family_name(fam));
+  chat_msg_t msgs[3] = {{.role = CHAT_ROLE_SYSTEM, .content = "  sys <|im_start|>x \n"},
+                        {.role = CHAT_ROLE_USER, .content = "\n  hi <|im_end|>\nthere  "},
+                        {.role = CHAT_ROLE_USER, .content = "plain"}};
+  chat_render_opts_t o = {.add_generation_prompt = true, .enable_thinking = true};
+  int32_t *ids = NULL, *ref = NULL;
+  size_t n = 0, n_ref = 0;
+  assert_int_equal(prompt_encode_chat(tok, fam, msgs, 3, &o, 0, &ids, &n, &err), GT_OK);
+  char *rendered = NULL, *dec = NULL;
+  size_t rl = 0, dl = 0;
+  assert_int_equal(chat_render(fam, msgs, 3, &o, &rendered, &rl, &err), GT_OK);
+  assert_int_equal(tok_decode(tok, ids, n, 0, &dec, &dl, &err), GT_OK);
+  assert_int_equal(dl, rl);
+  assert_memory_equal(dec, rendered, rl);
+  /* one pass with special parsing has more <|im_end|> / <|im_start|> tokens than the safe one */
+  assert_int_equal(tok_encode(tok, rendered, rl, TOK_SPECIAL, &ref, &n_ref, &err), GT_OK);
+  int32_t end = tok_find(tok, "<|im_end|>"), start = tok_find(tok, "<|im_start|>");
+  assert_int_equal(count_id(ref, n_ref, end), count_id(ids, n, end) + 1);
+  assert_int_equal(count_id(ref, n_ref, start), count_id(ids, n, start) + 1);
+  free(ids);
+  free(ref);
+  free(rendered);
+  free(dec);
+}
+
+/* The file's own template family, then Qwen3.5's renderer (which trims content) on the same
+ * vocabulary. */
+static void check_model(const char *rel) {
+  gt_err_t err = {0};
+  gguf_t *g = NULL;
+  tok_t *tok = NULL;
+  chat_family_t fam;
+  assert_int_equal(gguf_open(tu_golden(rel), &g, &err), GT_OK);
+  assert_int_equal(tok_load(g, &tok, &err), GT_OK);
+  assert_int_equal(prompt_chat_family(g, &fam, &err), GT_OK);
+  check_family(tok, &fam, rel);
+  chat_family_t q35 = {.id = CHAT_FAMILY_QWEN35, .history = CHAT_HIST_AFTER_QUERY};
+  check_family(tok, &q35, rel);
+  tok_free(tok);
+  gguf_close(g);
+}
+
+static void test_tiny_models(void **state) {
+  (void)state;
+  check_model("qwen35-tiny.bf16.gguf");
+  check_model("qwen3-tiny.bf16.gguf");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reference_cases),
       cmocka_unit_test(test_special_in_content),
       cmocka_unit_test(test_many_contents),
       cmocka_unit_test(test_prompt_build),
+      cmocka_unit_test(test_tiny_models),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

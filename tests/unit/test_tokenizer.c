@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <utf8proc.h>
 
 #include "engine/gguf.h"
@@ -547,6 +549,118 @@ static void test_qwen35_pretokenizer(void **state) {
   expect_split("qwen2", "!\xE1\xA0\x8E", 1, "!\xE1\xA0\x8E");
 }
 
+typedef struct {
+  const char *base;
+  size_t *ends, n;
+} ends_t;
+
+static int collect_end(const char *piece, size_t len, void *ud) {
+  ends_t *e = ud;
+  e->ends[e->n++] = (size_t)(piece - e->base) + len;
+  return 0;
+}
+
+/* Long whitespace runs exhaust PCRE2's backtracking limits (its match limit, 10 million steps
+ * by default) in [\s]*[\r\n]+; the splitter
+ * then computes the whitespace alternatives itself (tok_pretok_ws_end). Reference: PCRE2's
+ * interpreter on the same pattern with its limits lifted. */
+static void test_pretok_whitespace_fallback(void **state) {
+  (void)state;
+  static const char *alpha[] = {" ", "\n", "\r", "\t", "\xC2\xA0", "\xE3\x80\x80", "\xE2\x80\xA8", "\xC2\x85",
+                                "\x0B", "a", "1", "!", "\xCC\x81", "\xE1\xA0\x8E"};
+  for (int pi = 0; pi < 2; pi++) {
+    const char *pre = pi ? "qwen35" : "qwen2";
+    tok_pretok_t *p;
+    tok_pretok_scratch_t *sc;
+    gt_err_t err = {0};
+    assert_int_equal(tok_pretok_new(pre, strlen(pre), &p, &err), GT_OK);
+    assert_int_equal(tok_pretok_scratch_new(p, &sc, &err), GT_OK);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *ref =
+        pcre2_compile((PCRE2_SPTR)tok_pretok_pattern(p), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
+    assert_non_null(ref);
+    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    pcre2_set_match_limit(mc, UINT32_MAX);
+    pcre2_set_depth_limit(mc, UINT32_MAX);
+    pcre2_set_heap_limit(mc, UINT32_MAX);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(ref, NULL);
+    /* 1. tok_pretok_ws_end == the regex wherever the regex's match is all whitespace */
+    uint64_t r = 99;
+    int compared = 0;
+    for (int it = 0; it < 20000; it++) {
+      char text[128];
+      size_t n = 0;
+      int len = 1 + it % 20;
+      for (int i = 0; i < len; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        const char *a = alpha[(r >> 33) % (it % 3 ? 9 : 14)]; /* mostly whitespace */
+        memcpy(text + n, a, strlen(a));
+        n += strlen(a);
+      }
+      size_t off = 0;
+      while (off < n) {
+        assert_true(pcre2_match(ref, (PCRE2_SPTR)text, n, off, PCRE2_NO_JIT, md, mc) > 0);
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t e = ov[1];
+        int all_ws = 1;
+        for (size_t k = off; k < e;) {
+          uint32_t cp;
+          size_t adv;
+          int l = tok_utf8_next((const unsigned char *)text + k, e - k, &cp, &adv);
+          all_ws &= l > 0 && ((cp >= 9 && cp <= 13) || cp == ' ' || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+                              (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+                              cp == 0x205F || cp == 0x3000);
+          k += l > 0 ? (size_t)l : 1;
+        }
+        if (all_ws) {
+          if (tok_pretok_ws_end(text, n, off) != e) fail_msg("%s: ws_end differs at %zu in iteration %d", pre, off, it);
+          compared++;
+        }
+        off = e;
+      }
+    }
+    assert_true(compared > 10000);
+    /* 2. end to end on runs long enough for the JIT to give up (16 MB) */
+    static const char *units[] = {" ", "\t ", "\n", " \t\n\r "}; /* no newline: [\s]* backtracks all */
+    int gave_up = 0;
+    for (size_t u = 0; u < 4; u++) {
+      size_t ul = strlen(units[u]), n = 0, cap = 16u << 20;
+      char *text = malloc(cap + 8);
+      text[n++] = 'a';
+      while (n + ul < cap) {
+        memcpy(text + n, units[u], ul);
+        n += ul;
+      }
+      text[n++] = 'x';
+      pcre2_code *jit = pcre2_code_copy(ref);
+      if (pcre2_jit_compile(jit, PCRE2_JIT_COMPLETE) == 0) { /* does the fallback run here? */
+        int jrc = pcre2_jit_match(jit, (PCRE2_SPTR)text, n, 1, 0, md, NULL);
+        gave_up += jrc == PCRE2_ERROR_MATCHLIMIT || jrc == PCRE2_ERROR_JIT_STACKLIMIT;
+      } else {
+        gave_up++; /* no JIT: the interpreter's match limit is the same */
+      }
+      pcre2_code_free(jit);
+      size_t *got = malloc(8 * sizeof *got);
+      ends_t gw = {text, got, 0};
+      /* pieces: "a", the run up to its last newline (or all but its last space), the rest */
+      assert_int_equal(tok_pretok_split(p, sc, text, n, collect_end, &gw, &err), GT_OK);
+      assert_true(gw.n >= 3 && gw.n <= 4);
+      assert_int_equal(got[0], 1);
+      assert_int_equal(got[1], tok_pretok_ws_end(text, n, 1));
+      assert_int_equal(got[gw.n - 1], n);
+      free(got);
+      free(text);
+    }
+    assert_true(gave_up >= 2);
+    pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
+    pcre2_code_free(ref);
+    tok_pretok_scratch_free(sc);
+    tok_pretok_free(p);
+  }
+}
+
 /* A tokenizer over the 256 byte tokens plus merges that join "q" with U+0301 (bytes CC 81):
  * the ids then show where the pre-tokenizer cut. */
 static tok_t *mark_vocab(const char *pre, gt_err_t *err, int *rc) {
@@ -992,7 +1106,7 @@ int main(void) {
       cmocka_unit_test(test_qwen3_vocab_cases),    cmocka_unit_test(test_qwen3_chat_template_ids),    cmocka_unit_test(test_tiny_models_manifest),
       cmocka_unit_test(test_demo_model_prompts),   cmocka_unit_test(test_encode_spans),   cmocka_unit_test(test_special_tokens_plain_text),
       cmocka_unit_test(test_stream_multibyte),     cmocka_unit_test(test_stream_invalid_bytes),
-      cmocka_unit_test(test_qwen35_pretokenizer),  cmocka_unit_test(test_qwen35_encode),
+      cmocka_unit_test(test_qwen35_pretokenizer),  cmocka_unit_test(test_pretok_whitespace_fallback),  cmocka_unit_test(test_qwen35_encode),
       cmocka_unit_test(test_nfc),                  cmocka_unit_test(test_errors),
       cmocka_unit_test(test_bpe_long_words_match_reference), cmocka_unit_test(test_threads_share_tokenizer), cmocka_unit_test(test_fuzz_regressions),
   };

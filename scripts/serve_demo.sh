@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# scripts/serve_demo.sh [BUILD_DIR] — the serving stack end to end on one machine: starts
+# redis-server (free port), `gantry-engine serve` on the CPU with the demo model, gantry-router,
+# waits for /ready, streams one completion through the router with curl, prints the streamed
+# text, and stops everything. Needs redis-server and curl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-${GANTRY_BIN:-build}}
+MODEL_FILE=${GANTRY_DEMO_MODEL:-tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf}
+PROMPT=${GANTRY_DEMO_PROMPT:-'def fibonacci(n):\n'}
+TMP=$(mktemp -d)
+PIDS=()
+stop_all() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap stop_all EXIT
+die() { echo "serve_demo: $*" >&2; for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done; exit 1; }
+free_port() { # a port nothing listens on (best effort)
+  local p
+  while :; do p=$((20000 + RANDOM % 40000)); (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }; done
+}
+if "$BIN/gantry-engine" serve --help >/dev/null 2>&1; then SERVE=("$BIN/gantry-engine" serve)
+elif [ -x "$BIN/gantry-engine-serve" ]; then SERVE=("$BIN/gantry-engine-serve")
+else die "no gantry-engine serve in $BIN (build it first)"; fi
+[ -x "$BIN/gantry-router" ] || die "no $BIN/gantry-router (build it first)"
+
+RPORT=$(free_port)
+redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+PIDS+=("$!")
+EPORT=$(free_port)
+"${SERVE[@]}" --model "$MODEL_FILE" --listen "127.0.0.1:$EPORT" --metrics-port 0 >"$TMP/engine.log" 2>&1 &
+PIDS+=("$!")
+HPORT=$(free_port)
+"$BIN/gantry-router" --http "127.0.0.1:$HPORT" --redis "redis://127.0.0.1:$RPORT" \
+  --engine "demo=127.0.0.1:$EPORT" --admission-hold-ms 1 >"$TMP/router.out" 2>"$TMP/router.log" &
+PIDS+=("$!")
+echo "== redis :$RPORT, engine :$EPORT ($MODEL_FILE), router http://127.0.0.1:$HPORT"
+for i in $(seq 300); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready" || true)" = 200 ] && break
+  sleep 0.2
+done
+[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready" || true)" = 200 ] || die "router not ready"
+echo "== POST /v1/completions (stream) through the router"
+printf '%b' "$PROMPT"
+BODY=$(printf '{"model":"demo","prompt":"%s","max_tokens":120,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' "$PROMPT")
+# print each chunk's text as it arrives (JSON escapes \n \t \" \\ decoded by printf %b)
+curl -sN -H 'Content-Type: application/json' -d "$BODY" "http://127.0.0.1:$HPORT/v1/completions" |
+while IFS= read -r line; do
+  case "$line" in
+    'data: [DONE]') echo; break ;;
+    data:*'"usage":{'*'"choices":[]'* | data:*'"choices":[]'*'"usage"'*)
+      echo; echo "== usage: $(printf '%s' "$line" | sed -E 's/.*"usage":(\{.*\})\}$/\1/')" ;;
+    data:*'"error"'*) echo; die "stream error: $line" ;;
+    data:*'"text":"'*)
+      t=$(printf '%s' "$line" | sed -E 's/.*"text":"(([^"\\]|\\.)*)".*/\1/')
+      t=${t//\\\"/\"}; t=${t//\\\//\/}
+      printf '%b' "$t" ;;
+  esac
+done
+echo "== done"

@@ -1,0 +1,249 @@
+/* tests/unit/test_router_openai.c — router/openai: request parsing and validation, response and
+ * SSE mapping, without a network. */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "common/grpc_delta.h"
+#include "router/openai.h"
+
+static int parse(oa_kind_t k, const char *body, oa_req_t *r, oa_error_t *e) {
+  return oa_parse_request(k, body, strlen(body), r, e);
+}
+
+static void expect_err(oa_kind_t k, const char *body, int status, const char *code, const char *param) {
+  oa_req_t r;
+  oa_error_t e;
+  if (parse(k, body, &r, &e) == 0) fail_msg("accepted: %s", body);
+  assert_int_equal(e.status, status);
+  if (strcmp(e.code, code)) fail_msg("code %s want %s (%s) for %s", e.code, code, e.message, body);
+  if (param) assert_string_equal(e.param, param);
+  char *j = oa_error_json(&e);
+  json_t *o = json_loads(j, 0, NULL);
+  assert_non_null(json_object_get(json_object_get(o, "error"), "message"));
+  json_decref(o);
+  free(j);
+}
+
+static void test_chat_full_mapping(void **st) {
+  (void)st;
+  oa_req_t r;
+  oa_error_t e;
+  const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
+                  "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]},"
+                  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                  "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"ok\"}],"
+                  "\"max_completion_tokens\":7,\"max_tokens\":99,\"temperature\":0,\"top_p\":0.9,\"top_k\":20,\"min_p\":0.05,"
+                  "\"repetition_penalty\":1.1,\"seed\":5,\"stop\":[\"x\",\"\",\"y\"],\"min_tokens\":2,\"ignore_eos\":true,"
+                  "\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                  "\"chat_template_kwargs\":{\"enable_thinking\":false},"
+                  "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],"
+                  "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}";
+  assert_int_equal(parse(OA_CHAT, b, &r, &e), 0);
+  Gantry__V1__GenerateRequest *g = r.gen;
+  assert_true(r.stream && r.include_usage && r.logprobs && r.has_tools);
+  assert_int_equal(g->max_tokens, 7);
+  assert_int_equal(g->sampling->temperature_opt_case, GANTRY__V1__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE);
+  assert_true(g->sampling->temperature == 0.0f);
+  assert_int_equal(g->sampling->top_k, 20);
+  assert_int_equal(g->sampling->seed, 5);
+  assert_int_equal(g->n_stop, 2);
+  assert_string_equal(g->stop[1], "y");
+  assert_int_equal(g->min_tokens, 2);
+  assert_true(g->ignore_eos);
+  assert_int_equal(g->top_logprobs, 3);
+  assert_false(g->parse_special_tokens);
+  Gantry__V1__ChatInput *c = g->chat;
+  assert_int_equal(c->n_messages, 4);
+  assert_string_equal(c->messages[0]->role, "system");
+  assert_string_equal(c->messages[1]->content, "ab");
+  assert_string_equal(c->messages[2]->tool_calls[0]->name, "f");
+  assert_string_equal(c->messages[3]->tool_call_id, "c1");
+  assert_int_equal(c->enable_thinking_opt_case, GANTRY__V1__CHAT_INPUT__ENABLE_THINKING_OPT_ENABLE_THINKING);
+  assert_false(c->enable_thinking);
+  assert_non_null(strstr(c->tools_json, "\"g\""));
+  assert_null(strstr(c->tools_json, "\"f\"")); /* tool_choice names g: only g is offered */
+  /* the request packs (every field is valid for the wire) */
+  assert_true(protobuf_c_message_get_packed_size(&g->base) > 0);
+  oa_req_free(&r);
+}
+
+static void test_completion_prompt_forms(void **st) {
+  (void)st;
+  oa_req_t r;
+  oa_error_t e;
+  assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"only one\"],\"logprobs\":2}", &r, &e), 0);
+  assert_string_equal(r.gen->prompt, "only one");
+  assert_true(r.logprobs);
+  assert_int_equal(r.gen->top_logprobs, 2);
+  assert_int_equal(r.gen->max_tokens_opt_case, GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT__NOT_SET);
+  oa_req_free(&r);
+  assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2,3]}", &r, &e), 0);
+  assert_int_equal(r.gen->input_case, GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS);
+  assert_int_equal(r.gen->tokens->n_ids, 3);
+  oa_req_free(&r);
+}
+
+static void test_bad_requests(void **st) {
+  (void)st;
+  expect_err(OA_CHAT, "", 400, "invalid_json", NULL);
+  expect_err(OA_CHAT, "[1,2]", 400, "invalid_json", NULL);
+  expect_err(OA_CHAT, "{\"model\":\"m\",", 400, "invalid_json", NULL);
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"model\":\"n\",\"messages\":[]}", 400, "invalid_json", NULL);
+  expect_err(OA_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 400, "missing_required_parameter", "model");
+  expect_err(OA_CHAT, "{\"model\":\"m\"}", 400, "missing_required_parameter", "messages");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[]}", 400, "empty_array", "messages");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[3]}", 400, "invalid_type", "messages[0]");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", 400, "invalid_value", NULL);
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\"}]}", 400, "missing_required_parameter", NULL);
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400,
+             "unsupported_content", NULL);
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", 400, "invalid_value", "max_tokens");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.5}", 400, "invalid_type", "max_tokens");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", 400, "invalid_value", "n");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":9}", 400, "invalid_value", "temperature");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":0}", 400, "invalid_value", "top_p");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":\"yes\"}", 400, "invalid_type", "stream");
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "invalid_value", NULL);
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\",\"tools\":[]}", 400, "invalid_value", NULL);
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\"}", 400, "empty_prompt", "prompt");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", 400, "unsupported_value", "prompt");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", 400, "unsupported_value", "echo");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"caf\xc3\"}", 400, "invalid_utf8", NULL);
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}", 400, "invalid_utf8", NULL); /* surrogate */
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\xc0\xaf\"}", 400, "invalid_utf8", NULL);     /* overlong */
+}
+
+static void test_utf8_validator(void **st) {
+  (void)st;
+  assert_true(oa_utf8_valid("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15));
+  assert_false(oa_utf8_valid("\xff", 1));
+  assert_false(oa_utf8_valid("\xe2\x82", 2));
+  assert_false(oa_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
+}
+
+/* ---- responses ---- */
+static char *sse_of(oa_resp_t *r, gt_genresp_t *m) {
+  oa_sb_t sb = {0};
+  if (m->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) assert_int_equal(oa_resp_delta(r, m->delta, &sb), 0);
+  else assert_int_equal(oa_resp_final_sse(r, m->final, &sb), 0);
+  gt_genresp_free(m);
+  return sb.p ? sb.p : strdup("");
+}
+
+static json_t *first_event(const char *sse) {
+  const char *p = strstr(sse, "data: ");
+  assert_non_null(p);
+  const char *end = strstr(p, "\n\n");
+  char *s = strndup(p + 6, (size_t)(end - p - 6));
+  json_t *j = json_loads(s, 0, NULL);
+  free(s);
+  assert_non_null(j);
+  return j;
+}
+
+static void test_chat_stream_logprobs_and_reasoning_field(void **st) {
+  (void)st;
+  oa_req_t q;
+  oa_error_t e;
+  assert_int_equal(parse(OA_CHAT, "{\"model\":\"m\",\"stream\":true,\"logprobs\":true,\"top_logprobs\":1,"
+                                  "\"stream_options\":{\"continuous_usage_stats\":true},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                   &q, &e), 0);
+  oa_resp_t *r = oa_resp_new(&q, "rid", 1700000000, OA_REASONING_CONTENT_ONLY);
+  gt_genresp_t *m = gt_delta_new();
+  gt_delta_add_token(m, 5, NULL, "hmm");
+  char *s = sse_of(r, m);
+  json_t *j = first_event(s);
+  json_t *d = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+  assert_string_equal(json_string_value(json_object_get(d, "reasoning_content")), "hmm");
+  assert_null(json_object_get(d, "reasoning"));
+  assert_string_equal(json_string_value(json_object_get(j, "id")), "chatcmpl-rid");
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 1);
+  json_decref(j);
+  free(s);
+  /* a token with logprobs; its bytes are a partial UTF-8 sequence -> U+FFFD in "token" */
+  m = gt_delta_new();
+  gt_delta_add_token(m, 6, "\xe2\x82", NULL);
+  Gantry__V1__TokenLogprob *lp = malloc(sizeof *lp);
+  gantry__v1__token_logprob__init(lp);
+  lp->id = 6;
+  lp->logprob = -0.5f;
+  lp->token.len = 2;
+  lp->token.data = malloc(2);
+  memcpy(lp->token.data, "\xe2\x82", 2);
+  m->delta->logprobs = malloc(sizeof *m->delta->logprobs);
+  m->delta->logprobs[0] = lp;
+  m->delta->n_logprobs = 1;
+  oa_sb_t sb = {0};
+  assert_int_equal(oa_resp_delta(r, m->delta, &sb), 0);
+  gt_genresp_free(m);
+  j = first_event(sb.p);
+  json_t *c0 = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs"), "content"), 0);
+  assert_string_equal(json_string_value(json_object_get(c0, "token")), "\xef\xbf\xbd\xef\xbf\xbd");
+  assert_int_equal(json_array_size(json_object_get(c0, "bytes")), 2);
+  assert_true(json_real_value(json_object_get(c0, "logprob")) == -0.5);
+  json_decref(j);
+  oa_sb_free(&sb);
+  oa_resp_free(r);
+  oa_req_free(&q);
+}
+
+static void test_final_error_and_body(void **st) {
+  (void)st;
+  oa_req_t q;
+  oa_error_t e;
+  assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"stream\":true}", &q, &e), 0);
+  oa_resp_t *r = oa_resp_new(&q, "1", 1, OA_REASONING_BOTH);
+  char *s = sse_of(r, gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR, "out of KV blocks"));
+  assert_non_null(strstr(s, "\"error\""));
+  assert_non_null(strstr(s, "out of KV blocks"));
+  assert_non_null(strstr(s, "data: [DONE]"));
+  free(s);
+  oa_resp_free(r);
+  oa_req_free(&q);
+  /* non-streamed chat with a tool call and no text: content null, finish tool_calls */
+  assert_int_equal(parse(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &q, &e), 0);
+  r = oa_resp_new(&q, "2", 1, OA_REASONING_BOTH);
+  gt_genresp_t *m = gt_delta_new();
+  gt_delta_add_tool_call(m, 0, NULL, "f", "{\"a\":");
+  gt_delta_add_tool_call(m, 0, NULL, NULL, "1}");
+  assert_int_equal(oa_resp_delta(r, m->delta, NULL), 0);
+  gt_genresp_free(m);
+  gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, NULL);
+  f->final->usage->prompt_tokens = 3;
+  f->final->usage->completion_tokens = 4;
+  f->final->usage->cached_prompt_tokens = 2;
+  char *body = oa_resp_body(r, f->final);
+  gt_genresp_free(f);
+  json_t *j = json_loads(body, 0, NULL);
+  json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+  assert_string_equal(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
+  json_t *msg = json_object_get(c0, "message");
+  assert_true(json_is_null(json_object_get(msg, "content")));
+  json_t *tc = json_array_get(json_object_get(msg, "tool_calls"), 0);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(tc, "function"), "arguments")), "{\"a\":1}");
+  assert_non_null(strstr(json_string_value(json_object_get(tc, "id")), "call_"));
+  json_t *u = json_object_get(j, "usage");
+  assert_int_equal(json_integer_value(json_object_get(u, "total_tokens")), 7);
+  assert_int_equal(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
+  json_decref(j);
+  free(body);
+  oa_resp_free(r);
+  oa_req_free(&q);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_completion_prompt_forms),
+      cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_utf8_validator),
+      cmocka_unit_test(test_chat_stream_logprobs_and_reasoning_field), cmocka_unit_test(test_final_error_and_body),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
