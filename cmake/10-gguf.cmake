@@ -3,6 +3,7 @@ add_library(gantry_gguf STATIC engine/dtype.c engine/gguf.c)
 target_link_libraries(gantry_gguf PUBLIC gantry_common m)
 gt_add_test(test_dtype SOURCES tests/unit/test_dtype.c LIBS gantry_gguf gantry_testutil TIMEOUT 120)
 gt_add_test(test_gguf SOURCES tests/unit/test_gguf.c LIBS gantry_gguf gantry_testutil TIMEOUT 120)
+gt_add_test(test_dtype_rows SOURCES tests/unit/test_dtype_rows.c LIBS gantry_gguf gantry_testutil TIMEOUT 120)
 
 # Throughput of dt_dot_row per type (a bench, not a test: prints numbers).
 add_executable(dtype-bench engine/gguf_dtype_bench.c)

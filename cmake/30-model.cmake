@@ -16,7 +16,7 @@ add_library(gantry_sched STATIC engine/kv.c engine/seqout.c engine/sched.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_tok gantry_chat gantry_common Threads::Threads)
 
 add_library(gantry_golden STATIC tests/common/golden_model.c)
-target_link_libraries(gantry_golden PUBLIC gantry_model gantry_testutil)
+target_link_libraries(gantry_golden PUBLIC gantry_model gantry_quant gantry_testutil)
 
 gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOUT 900)
 

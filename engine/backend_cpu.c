@@ -188,14 +188,33 @@ static void cpu_gather_out(be_t *be, const float *x, float *out, int d) {
   }
 }
 
+/* Tiling of matmul: a task is up to MM_OTILE consecutive output features (fewer when that
+ * leaves threads idle); inside it, x is walked in chunks of MM_RCHUNK rows and dt_dot_rows
+ * decodes each weight block once per chunk. Tiles and chunks only change the order in which
+ * out[r, o] are produced, never how one is computed. */
+#define MM_OTILE 16
+#define MM_RCHUNK 16
+
 static void cpu_matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows) {
   be_cpu_t *c = CPU(be);
   const int64_t n_out = w->rows, k = w->cols;
-  /* each out[r, o] is one dt_dot_row call: identical whatever `rows` is (batch invariance) */
-#pragma omp parallel for num_threads(c->n_threads) schedule(static)
-  for (int64_t o = 0; o < n_out; o++) {
-    const void *wr = (const char *)w->data + (size_t)o * w->row_bytes;
-    for (int r = 0; r < rows; r++) out[(size_t)r * n_out + o] = dt_dot_row(w->type, wr, x + (size_t)r * k, k);
+  const int nt = c->n_threads > 0 ? c->n_threads : 1;
+  int64_t otile = (n_out + nt - 1) / nt;
+  if (otile > MM_OTILE) otile = MM_OTILE;
+  if (otile < 1) otile = 1;
+  const int64_t n_tiles = (n_out + otile - 1) / otile;
+  /* each out[r, o] is dt_dot_row(W[o], x[r]) bit for bit (dt_dot_rows guarantees it), whatever
+   * `rows` is (batch invariance) */
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (n_tiles > 1 && nt > 1)
+  for (int64_t tile = 0; tile < n_tiles; tile++) {
+    const int64_t o0 = tile * otile, o1 = o0 + otile < n_out ? o0 + otile : n_out;
+    for (int r0 = 0; r0 < rows; r0 += MM_RCHUNK) {
+      int nr = rows - r0 < MM_RCHUNK ? rows - r0 : MM_RCHUNK;
+      const float *xr = x + (size_t)r0 * k;
+      for (int64_t o = o0; o < o1; o++)
+        dt_dot_rows(w->type, (const char *)w->data + (size_t)o * w->row_bytes, xr, (size_t)k, nr, k,
+                    out + (size_t)r0 * n_out + o, (size_t)n_out);
+    }
   }
 }
 

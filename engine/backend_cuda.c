@@ -2,9 +2,11 @@
  * (kernels/, one op per .cu) on one stream of one GPU.
  *
  * Activations, the paged KV pools and the recurrent states are fp32 in device memory; weights
- * stay in their GGUF type. Decode products (<= 32 rows) run a matvec that reads each weight
- * row once for all rows; larger products dequantize row tiles of W to fp32 scratch and run a
- * cuBLAS SGEMM (no TF32), so prefill keeps fp32 accuracy. Errors: shape problems are caught on
+ * stay in their GGUF type. Products with BF16 weights and >= 4 rows run a bf16 tensor-core GEMM
+ * on x split into two bf16 halves (~2^-17 relative on x, W read once); other products of <= 32
+ * rows run a matvec that reads each weight row once for all rows; larger ones dequantize row
+ * tiles of W to fp32 scratch and run a cuBLAS SGEMM (no TF32). Decode steps replay CUDA graphs
+ * (see "decode steps as CUDA graphs" below). Errors: shape problems are caught on
  * the host before launch; bad ids / positions / slots are flagged by the kernels in a device
  * word read at sync; CUDA and cuBLAS failures are recorded with KC_CUDA / KC_CUBLAS. The first
  * error of a step is sticky (be->err) and returned by sync / download; ops do nothing after it. */

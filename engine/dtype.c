@@ -411,6 +411,100 @@ static float dot_portable(gt_type_t t, const uint8_t *w, const float *x, int64_t
   }
 }
 
+/* ---------------------------------------------------------------- portable multi-row kernels
+ * Each mirrors its single-row kernel above: a weight block is decoded once and then dotted with
+ * every x row, each row keeping its own accumulators and doing the same operations in the same
+ * order as dt_dot_row would (so results are bit-identical per row). Rows come in chunks of at
+ * most ROWS_CHUNK. */
+
+#define ROWS_CHUNK 16
+
+static void rows_f32_portable(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                              size_t os) {
+  vacc_t acc[ROWS_CHUNK];
+  memset(acc, 0, sizeof(vacc_t) * (size_t)rows);
+  int64_t n16 = n & ~(int64_t)15;
+  for (int64_t i = 0; i < n16; i += 16) {
+    v4f w0 = ldv(w + 4 * i), w1 = ldv(w + 4 * i + 16), w2 = ldv(w + 4 * i + 32), w3 = ldv(w + 4 * i + 48);
+    for (int r = 0; r < rows; r++) {
+      const float *xr = x + (size_t)r * ld;
+      acc[r].a0 += w0 * ldv(xr + i);
+      acc[r].a1 += w1 * ldv(xr + i + 4);
+      acc[r].a2 += w2 * ldv(xr + i + 8);
+      acc[r].a3 += w3 * ldv(xr + i + 12);
+    }
+  }
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * ld;
+    float s = vsum(&acc[r]);
+    for (int64_t i = n16; i < n; i++) {
+      float v;
+      memcpy(&v, w + 4 * i, 4);
+      s += v * xr[i];
+    }
+    out[(size_t)r * os] = s;
+  }
+}
+
+static void rows_f16_portable(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                              size_t os, int bf16) {
+  float tmp[256] __attribute__((aligned(32)));
+  vacc_t acc[ROWS_CHUNK];
+  memset(acc, 0, sizeof(vacc_t) * (size_t)rows);
+  int64_t i = 0;
+  for (; i + 256 <= n; i += 256) {
+    const uint8_t *p = w + 2 * i;
+    if (bf16)
+      bf16_to_f32_n(p, tmp, 256);
+    else
+      f16_to_f32_n(p, tmp, 256);
+    for (int r = 0; r < rows; r++) vdot16(&acc[r], tmp, x + (size_t)r * ld + i, 256);
+  }
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * ld;
+    float s = vsum(&acc[r]);
+    for (int64_t j = i; j < n; j++) {
+      uint16_t h = ld16(w + 2 * j);
+      s += (bf16 ? bits_f32((uint32_t)h << 16) : h2f(h)) * xr[j];
+    }
+    out[(size_t)r * os] = s;
+  }
+}
+
+/* Block-quantized types: decode block i into tmp (BLK floats), dot it with every row. */
+#define DEF_ROWS_PORTABLE(NAME, DEQ, BYTES, BLK)                                            \
+  static void NAME(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out, \
+                   size_t os) {                                                             \
+    float tmp[BLK] __attribute__((aligned(32)));                                            \
+    vacc_t acc[ROWS_CHUNK];                                                                 \
+    memset(acc, 0, sizeof(vacc_t) * (size_t)rows);                                          \
+    for (int64_t i = 0; i < n / (BLK); i++) {                                               \
+      DEQ(w + (BYTES) * i, tmp);                                                            \
+      for (int r = 0; r < rows; r++) vdot16(&acc[r], tmp, x + (size_t)r * ld + (BLK) * i, (BLK)); \
+    }                                                                                       \
+    for (int r = 0; r < rows; r++) out[(size_t)r * os] = vsum(&acc[r]);                     \
+  }
+DEF_ROWS_PORTABLE(rows_q8_0_portable, deq_q8_0, 34, 32)
+DEF_ROWS_PORTABLE(rows_q4_k_portable, deq_q4_k, 144, 256)
+DEF_ROWS_PORTABLE(rows_q5_k_portable, deq_q5_k, 176, 256)
+DEF_ROWS_PORTABLE(rows_q6_k_portable, deq_q6_k, 210, 256)
+
+/* rows <= ROWS_CHUNK */
+static void rows_portable(gt_type_t t, const uint8_t *w, const float *x, size_t ld, int rows, int64_t n,
+                          float *out, size_t os) {
+  switch (t) {
+    case GT_TYPE_F32: rows_f32_portable(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_F16: rows_f16_portable(w, x, ld, rows, n, out, os, 0); break;
+    case GT_TYPE_BF16: rows_f16_portable(w, x, ld, rows, n, out, os, 1); break;
+    case GT_TYPE_Q8_0: rows_q8_0_portable(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_Q4_K: rows_q4_k_portable(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_Q5_K: rows_q5_k_portable(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_Q6_K: rows_q6_k_portable(w, x, ld, rows, n, out, os); break;
+    default:
+      for (int r = 0; r < rows; r++) out[(size_t)r * os] = NAN;
+  }
+}
+
 /* ---------------------------------------------------------------- AVX2 + FMA + F16C kernels */
 #if DT_HAVE_X86
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
@@ -603,6 +697,263 @@ AVX2_FN static float dot_q6_k_avx2(const uint8_t *w, const float *x, int64_t n) 
   return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
+/* ---------------------------------------------------------------- AVX2 multi-row kernels
+ * Mirrors of the AVX2 single-row kernels: integer-to-float conversion of a block's quants is
+ * exact, so it is done once per block into a small table of vectors; every row then runs the
+ * single-row kernel's FMA/add sequence on those vectors, in the same order. */
+
+AVX2_FN static void rows_f32_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                                  size_t os) {
+  __m256 a[ROWS_CHUNK][4];
+  for (int r = 0; r < rows; r++) a[r][0] = a[r][1] = a[r][2] = a[r][3] = _mm256_setzero_ps();
+  const float *wf = (const float *)(const void *)w;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256 w0 = _mm256_loadu_ps(wf + i), w1 = _mm256_loadu_ps(wf + i + 8);
+    __m256 w2 = _mm256_loadu_ps(wf + i + 16), w3 = _mm256_loadu_ps(wf + i + 24);
+    for (int r = 0; r < rows; r++) {
+      const float *xr = x + (size_t)r * ld;
+      a[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr + i), a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + i + 8), a[r][1]);
+      a[r][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + i + 16), a[r][2]);
+      a[r][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + i + 24), a[r][3]);
+    }
+  }
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * ld;
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a[r][0], a[r][1]), _mm256_add_ps(a[r][2], a[r][3])));
+    for (int64_t j = i; j < n; j++) {
+      float v;
+      memcpy(&v, w + 4 * j, 4);
+      s += v * xr[j];
+    }
+    out[(size_t)r * os] = s;
+  }
+}
+
+AVX2_FN static void rows_f16_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                                  size_t os, int bf16) {
+  __m256 a[ROWS_CHUNK][2];
+  for (int r = 0; r < rows; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 f0, f1;
+    if (bf16) {
+      __m256i h0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
+      __m256i h1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+      f0 = _mm256_castsi256_ps(_mm256_slli_epi32(h0, 16));
+      f1 = _mm256_castsi256_ps(_mm256_slli_epi32(h1, 16));
+    } else {
+      f0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
+      f1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+    }
+    for (int r = 0; r < rows; r++) {
+      const float *xr = x + (size_t)r * ld;
+      a[r][0] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(xr + i), a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xr + i + 8), a[r][1]);
+    }
+  }
+  for (int r = 0; r < rows; r++) {
+    const float *xr = x + (size_t)r * ld;
+    float s = hsum8(_mm256_add_ps(a[r][0], a[r][1]));
+    for (int64_t j = i; j < n; j++) {
+      uint16_t h = ld16(w + 2 * j);
+      s += (bf16 ? bits_f32((uint32_t)h << 16) : h2f(h)) * xr[j];
+    }
+    out[(size_t)r * os] = s;
+  }
+}
+
+/* 8 int8 at p -> 8 floats (exact) */
+AVX2_FN static inline __m256 i8x8_f(const uint8_t *p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+
+AVX2_FN static void rows_q8_0_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                                   size_t os) {
+  __m256 acc[ROWS_CHUNK];
+  for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / 32; i++, w += 34) {
+    const uint8_t *q = w + 2;
+    __m256 q0 = i8x8_f(q), q1 = i8x8_f(q + 8), q2 = i8x8_f(q + 16), q3 = i8x8_f(q + 24);
+    __m256 dv = _mm256_set1_ps(h2f(ld16(w)));
+    for (int r = 0; r < rows; r++) {
+      const float *xr = x + (size_t)r * ld + 32 * i;
+      __m256 s0 = _mm256_mul_ps(q0, _mm256_loadu_ps(xr));
+      __m256 s1 = _mm256_mul_ps(q1, _mm256_loadu_ps(xr + 8));
+      s0 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xr + 16), s0);
+      s1 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xr + 24), s1);
+      acc[r] = _mm256_fmadd_ps(dv, _mm256_add_ps(s0, s1), acc[r]);
+    }
+  }
+  for (int r = 0; r < rows; r++) out[(size_t)r * os] = hsum8(acc[r]);
+}
+
+AVX2_FN static void rows_q4_k_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                                   size_t os) {
+  __m256 acc[ROWS_CHUNK], accm[ROWS_CHUNK];
+  for (int r = 0; r < rows; r++) acc[r] = accm[r] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi32(0x0f);
+  __m256 ql[4][4], qh[4][4]; /* [sub-block pair j][8-lane group]: low / high nibbles as floats */
+  for (int64_t i = 0; i < n / 256; i++, w += 144) {
+    kscales_t ks;
+    k4_decode_scales(w, &ks);
+    const uint8_t *q = w + 16;
+    for (int j = 0; j < 4; j++, q += 32)
+      for (int k = 0; k < 4; k++) {
+        __m256i b = ldu8x8(q + 8 * k);
+        ql[j][k] = _mm256_cvtepi32_ps(_mm256_and_si256(b, m4));
+        qh[j][k] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+      }
+    for (int r = 0; r < rows; r++) {
+      const float *xb = x + (size_t)r * ld + 256 * i;
+      __m256 a = acc[r], am = accm[r];
+      for (int j = 0; j < 4; j++, xb += 64) {
+        __m256 sl = _mm256_setzero_ps(), sh = sl, xl = sl, xh = sl;
+        for (int k = 0; k < 4; k++) {
+          __m256 x0 = _mm256_loadu_ps(xb + 8 * k), x1 = _mm256_loadu_ps(xb + 32 + 8 * k);
+          sl = _mm256_fmadd_ps(ql[j][k], x0, sl);
+          sh = _mm256_fmadd_ps(qh[j][k], x1, sh);
+          xl = _mm256_add_ps(xl, x0);
+          xh = _mm256_add_ps(xh, x1);
+        }
+        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, a);
+        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, a);
+        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, am);
+        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, am);
+      }
+      acc[r] = a;
+      accm[r] = am;
+    }
+  }
+  for (int r = 0; r < rows; r++) out[(size_t)r * os] = hsum8(_mm256_sub_ps(acc[r], accm[r]));
+}
+
+/* u8x32_dot on pre-converted lanes q[0..4) (8 floats each): same operations, same order. */
+AVX2_FN static inline __m256 f32x32_dot(const __m256 q[4], const float *x, __m256 *sx) {
+  __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+  __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+  __m256 s0 = _mm256_mul_ps(q[0], x0);
+  __m256 s1 = _mm256_mul_ps(q[1], x1);
+  s0 = _mm256_fmadd_ps(q[2], x2, s0);
+  s1 = _mm256_fmadd_ps(q[3], x3, s1);
+  *sx = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));
+  return _mm256_add_ps(s0, s1);
+}
+
+/* 32 byte lanes -> 4 x 8 floats, zero-extended (u8) or sign-extended (i8), as u8x32_dot /
+ * i8x32_mul order them. */
+AVX2_FN static inline void u8x32_f(__m256i q, __m256 f[4]) {
+  __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  f[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+  f[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(lo, lo)));
+  f[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+  f[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(hi, hi)));
+}
+AVX2_FN static inline void i8x32_f(__m256i q, __m256 f[4]) {
+  __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  f[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  f[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)));
+  f[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  f[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)));
+}
+
+AVX2_FN static void rows_q5_k_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                                   size_t os) {
+  __m256 acc[ROWS_CHUNK], accm[ROWS_CHUNK];
+  for (int r = 0; r < rows; r++) acc[r] = accm[r] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+  __m256 fl[4][4], fh[4][4];
+  for (int64_t i = 0; i < n / 256; i++, w += 176) {
+    kscales_t ks;
+    k4_decode_scales(w, &ks);
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(w + 16));
+    const uint8_t *ql = w + 48;
+    for (int j = 0; j < 4; j++, ql += 32) {
+      __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+      __m256i hl = _mm256_slli_epi16(_mm256_and_si256(qh, one), 4);
+      __m256i hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 1), one), 4);
+      qh = _mm256_srli_epi16(qh, 2);
+      u8x32_f(_mm256_or_si256(_mm256_and_si256(b, m4), hl), fl[j]);
+      u8x32_f(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), hh), fh[j]);
+    }
+    for (int r = 0; r < rows; r++) {
+      const float *xb = x + (size_t)r * ld + 256 * i;
+      __m256 a = acc[r], am = accm[r];
+      for (int j = 0; j < 4; j++, xb += 64) {
+        __m256 xl, xh;
+        __m256 sl = f32x32_dot(fl[j], xb, &xl), sh = f32x32_dot(fh[j], xb + 32, &xh);
+        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, a);
+        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, a);
+        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, am);
+        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, am);
+      }
+      acc[r] = a;
+      accm[r] = am;
+    }
+  }
+  for (int r = 0; r < rows; r++) out[(size_t)r * os] = hsum8(_mm256_sub_ps(acc[r], accm[r]));
+}
+
+AVX2_FN static void rows_q6_k_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
+                                   size_t os) {
+  __m256 acc0[ROWS_CHUNK], acc1[ROWS_CHUNK];
+  for (int r = 0; r < rows; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(3), b32 = _mm256_set1_epi8(32);
+  __m256 qf[2][4][4], scf[2][8]; /* [half][k][8-lane group] quants, [half][2k+g] scales */
+  for (int64_t i = 0; i < n / 256; i++, w += 210) {
+    const uint8_t *ql = w, *qh = w + 128;
+    const int8_t *sc = (const int8_t *)(w + 192);
+    float d = h2f(ld16(w + 208));
+    for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8) {
+      __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)ql);
+      __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 32));
+      __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)qh);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(h, m3), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m3), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m3), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m3), 4));
+      for (int k = 0; k < 4; k++) i8x32_f(_mm256_sub_epi8(q[k], b32), qf[half][k]);
+      for (int s = 0; s < 8; s++) scf[half][s] = _mm256_set1_ps((float)sc[s]);
+    }
+    __m256 dv = _mm256_set1_ps(d);
+    for (int r = 0; r < rows; r++) {
+      const float *xb = x + (size_t)r * ld + 256 * i;
+      __m256 blk0 = _mm256_setzero_ps(), blk1 = _mm256_setzero_ps();
+      for (int half = 0; half < 2; half++, xb += 128)
+        for (int k = 0; k < 4; k++) {
+          const float *xk = xb + 32 * k;
+          __m256 p0 = _mm256_mul_ps(qf[half][k][0], _mm256_loadu_ps(xk));
+          __m256 p1 = _mm256_mul_ps(qf[half][k][1], _mm256_loadu_ps(xk + 8));
+          __m256 p2 = _mm256_mul_ps(qf[half][k][2], _mm256_loadu_ps(xk + 16));
+          __m256 p3 = _mm256_mul_ps(qf[half][k][3], _mm256_loadu_ps(xk + 24));
+          blk0 = _mm256_fmadd_ps(scf[half][2 * k], _mm256_add_ps(p0, p1), blk0);
+          blk1 = _mm256_fmadd_ps(scf[half][2 * k + 1], _mm256_add_ps(p2, p3), blk1);
+        }
+      acc0[r] = _mm256_fmadd_ps(dv, blk0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(dv, blk1, acc1[r]);
+    }
+  }
+  for (int r = 0; r < rows; r++) out[(size_t)r * os] = hsum8(_mm256_add_ps(acc0[r], acc1[r]));
+}
+
+/* rows <= ROWS_CHUNK */
+AVX2_FN static void rows_avx2(gt_type_t t, const uint8_t *w, const float *x, size_t ld, int rows, int64_t n,
+                              float *out, size_t os) {
+  switch (t) {
+    case GT_TYPE_F32: rows_f32_avx2(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_F16: rows_f16_avx2(w, x, ld, rows, n, out, os, 0); break;
+    case GT_TYPE_BF16: rows_f16_avx2(w, x, ld, rows, n, out, os, 1); break;
+    case GT_TYPE_Q8_0: rows_q8_0_avx2(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_Q4_K: rows_q4_k_avx2(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_Q5_K: rows_q5_k_avx2(w, x, ld, rows, n, out, os); break;
+    case GT_TYPE_Q6_K: rows_q6_k_avx2(w, x, ld, rows, n, out, os); break;
+    default:
+      for (int r = 0; r < rows; r++) out[(size_t)r * os] = NAN;
+  }
+}
+
 AVX2_FN static float dot_avx2(gt_type_t t, const uint8_t *w, const float *x, int64_t n) {
   switch (t) {
     case GT_TYPE_F32: return dot_f32_avx2(w, x, n);
@@ -665,4 +1016,29 @@ float dt_dot_row(gt_type_t t, const void *w, const float *x, int64_t n) {
   if (dt_get_isa() == DT_ISA_AVX2) return dot_avx2(t, w, x, n);
 #endif
   return dot_portable(t, w, x, n);
+}
+
+void dt_dot_rows(gt_type_t t, const void *w, const float *x, size_t x_ld, int rows, int64_t n, float *out,
+                 size_t out_stride) {
+  if (rows <= 0) return;
+  int ok = dt_computable(t) && n >= 0 && n % k_types[t].blck == 0;
+#if DT_HAVE_X86
+  int avx2 = dt_get_isa() == DT_ISA_AVX2;
+#endif
+  for (int r0 = 0; r0 < rows; r0 += ROWS_CHUNK) {
+    int nr = rows - r0 < ROWS_CHUNK ? rows - r0 : ROWS_CHUNK;
+    const float *xr = x + (size_t)r0 * x_ld;
+    float *o = out + (size_t)r0 * out_stride;
+    if (!ok) {
+      for (int r = 0; r < nr; r++) o[(size_t)r * out_stride] = NAN;
+      continue;
+    }
+#if DT_HAVE_X86
+    if (avx2) {
+      rows_avx2(t, w, xr, x_ld, nr, n, o, out_stride);
+      continue;
+    }
+#endif
+    rows_portable(t, w, xr, x_ld, nr, n, o, out_stride);
+  }
 }

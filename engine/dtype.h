@@ -77,6 +77,15 @@ int dt_dequant_row(gt_type_t t, const void *src, float *dst, int64_t n);
  * block size). Must equal dequant-then-dot up to fp32 reassociation. */
 float dt_dot_row(gt_type_t t, const void *w, const float *x, int64_t n);
 
+/* Multi-row dot: out[r * out_stride] = dt_dot_row(t, w, x + r * x_ld, n) for r in [0, rows),
+ * bit-identical to calling dt_dot_row row by row with the same kernel set (same operations in
+ * the same order per row), but each weight block (scales, quants) is decoded once per chunk of
+ * up to 16 rows instead of once per row. x: rows of n floats, x_ld floats apart; out: rows
+ * floats, out_stride floats apart. rows <= 0 writes nothing; a non-computable type or a bad n
+ * writes NAN to every output (as dt_dot_row returns). */
+void dt_dot_rows(gt_type_t t, const void *w, const float *x, size_t x_ld, int rows, int64_t n, float *out,
+                 size_t out_stride);
+
 /* Kernel set used by dt_dot_row. DT_ISA_AUTO (the default) picks AVX2+FMA+F16C when the CPU has
  * them, else the portable kernels. Tests and benches force DT_ISA_PORTABLE to check/measure
  * the portable path. dt_set_isa returns the set actually selected (AVX2 is refused on CPUs

@@ -267,8 +267,9 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
   if (r->n_prompt <= 0 || !r->prompt) {
     rc = gt_err_set(err, GT_EINVAL, "the prompt is empty");
   } else if (r->n_prompt >= s->cfg.n_ctx) {
-    rc = gt_err_set(err, GT_EINVAL, "the prompt has %d tokens; this model's context is %d tokens (%d left to generate)",
-                    r->n_prompt, s->cfg.n_ctx, s->cfg.n_ctx - r->n_prompt);
+    rc = gt_err_set(err, GT_EINVAL,
+                    "the prompt has %d tokens; this model's context is %d tokens, which leaves no room to generate",
+                    r->n_prompt, s->cfg.n_ctx);
   } else if (r->max_tokens <= 0) {
     rc = gt_err_set(err, GT_EINVAL, "max_tokens must be at least 1, got %d", r->max_tokens);
   } else if (r->min_tokens < 0 || r->min_tokens > r->max_tokens) {

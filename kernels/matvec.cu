@@ -23,14 +23,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32) matvec_kernel(const uint8_t *__
     const int64_t nch = cols >> 3;
     /* small batches: unroll so several independent weight loads are in flight per lane (larger
      * ones have enough independent x loads; unrolling them too only bloats the binary) */
-    /* quantized blocks: a lane takes CPL consecutive chunks (a Q8_0 block, a K-quant sub-block
-     * of 32), so its scale decoding is shared and each warp step covers 4 blocks */
-    constexpr int CPL = (T == GT_TYPE_F32 || T == GT_TYPE_F16 || T == GT_TYPE_BF16) ? 1 : 4;
 #pragma unroll(NR <= 4 ? 4 : 1)
-    for (int64_t c4 = (int64_t)part * 32 + lane; c4 * CPL < nch; c4 += 32 * S)
-#pragma unroll
-     for (int u = 0; u < CPL; u++) {
-      const int64_t c = c4 * CPL + u;
+    for (int64_t c = (int64_t)part * 32 + lane; c < nch; c += 32 * S) {
       float wv[8];
       kc_deq<T>::chunk(wr, c, wv);
 #pragma unroll

@@ -1,6 +1,8 @@
 /* router/http.c — the HTTP front (libevent evhttp on the router's loop): OpenAI routes, health,
  * metrics and the admin API. Every error is an OpenAI-style JSON body with the right status. */
+#include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -44,9 +46,16 @@ typedef struct hreq {
   /* admin */
   char model[ADM_NAME_MAX + 1], atenant[ADM_NAME_MAX + 1];
   adm_limits_t lim;
+  struct event *watch; /* EOF on the client socket while we owe it an answer */
 } hreq_t;
 
+static void stop_watch(hreq_t *h) {
+  if (h->watch) event_free(h->watch);
+  h->watch = NULL;
+}
+
 static void hreq_free(hreq_t *h) {
+  stop_watch(h);
   oa_req_free(&h->oa);
   oa_resp_free(h->resp);
   free(h->body);
@@ -56,6 +65,7 @@ static void hreq_free(hreq_t *h) {
 static void on_conn_close(struct evhttp_connection *c, void *arg) {
   hreq_t *h = arg;
   (void)c;
+  stop_watch(h); /* the socket is about to be closed */
   h->gone = true;
   h->conn = NULL;
   GT_LOG_INFO("rid=%s client disconnected route=%s", h->id, route_names[h->route]);
@@ -69,6 +79,42 @@ static void on_conn_close(struct evhttp_connection *c, void *arg) {
     metrics_request(h->rt->metrics, route_names[h->route], 499);
     hreq_free(h);
   }
+}
+
+/* libevent does not read from a connection while its request is being answered, so it would
+ * notice a client that left only at the next write (for a queued request: after admission).
+ * This watcher peeks at the socket: EOF or an error means the client is gone -> cancel now
+ * (admission wait or engine stream) and answer, which lets libevent close the connection. */
+static void on_client_readable(evutil_socket_t fd, short what, void *arg) {
+  hreq_t *h = arg;
+  (void)what;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) { /* a pipelined request: cannot watch further without consuming it */
+    stop_watch(h);
+    return;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  stop_watch(h);
+  h->gone = true;
+  GT_LOG_INFO("rid=%s client disconnected route=%s", h->id, route_names[h->route]);
+  if (!h->rq) return; /* auth / admin / tokenize in progress: their callback answers (499) */
+  rq_t *q = h->rq;
+  h->rq = NULL;
+  rq_cancel(q);
+  if (h->conn) evhttp_connection_set_closecb(h->conn, NULL, NULL);
+  if (h->streaming) evhttp_send_reply_end(h->req);
+  else evhttp_send_reply(h->req, 499, "Client Closed Request", NULL);
+  metrics_request(h->rt->metrics, route_names[h->route], 499);
+  hreq_free(h);
+}
+
+static void start_watch(hreq_t *h) {
+  struct bufferevent *bev = h->conn ? evhttp_connection_get_bufferevent(h->conn) : NULL;
+  evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+  if (fd < 0) return;
+  h->watch = event_new(h->rt->base, fd, EV_READ | EV_PERSIST, on_client_readable, h);
+  if (h->watch && event_add(h->watch, NULL)) stop_watch(h);
 }
 
 /* Detaches from the connection and frees h (the reply has been handed to libevent). */
@@ -532,6 +578,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   evbuffer_copyout(in, h->body, h->body_len);
   h->body[h->body_len] = '\0';
   if (h->conn) evhttp_connection_set_closecb(h->conn, on_conn_close, h);
+  start_watch(h);
   const char *key = auth_bearer(evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
   if (!key) key = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Api-Key");
   auth_check(hf->rt->auth, key, admin, on_auth, h);

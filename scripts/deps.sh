@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
       libhiredis-dev redis-server libevent-dev libjansson-dev libpcre2-dev libutf8proc-dev
-      libcurl4-openssl-dev libcmocka-dev nodejs npm)
+      libcurl4-openssl-dev libcmocka-dev nodejs npm curl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

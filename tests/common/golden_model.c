@@ -7,6 +7,7 @@
 
 #include "engine/gen.h"
 #include "engine/gguf.h"
+#include "engine/gguf_write.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "tests/common/testutil.h"
@@ -132,5 +133,63 @@ done:
   free(all);
   free(prompt);
   free(want);
+  return rc;
+}
+
+int gm_write_bf16_copy(const char *src, const char *dst) {
+  gt_err_t err = {0};
+  gguf_t *g = NULL;
+  gw_t *w = NULL;
+  float *row = NULL;
+  uint16_t *out = NULL;
+  int rc = gguf_open(src, &g, &err);
+  if (!rc) rc = gw_create(dst, &w, &err);
+  const char *arch = g ? gguf_arch(g) : NULL;
+  if (!rc && arch) rc = gw_kv_str(w, "general.architecture", arch, strlen(arch), &err);
+  /* the architecture's scalar hyperparameters, by their value type */
+  for (int64_t i = 0; !rc && arch && i < gguf_n_kv(g); i++) {
+    const char *k = gguf_key(g, i);
+    if (strncmp(k, arch, strlen(arch)) || k[strlen(arch)] != '.') continue;
+    int64_t iv = 0;
+    double fv = 0;
+    switch (gguf_kv_type(g, i)) {
+      case GGUF_VT_UINT32: gguf_get_int(g, k, &iv); rc = gw_kv_u32(w, k, (uint32_t)iv, &err); break;
+      case GGUF_VT_INT32: gguf_get_int(g, k, &iv); rc = gw_kv_i32(w, k, (int32_t)iv, &err); break;
+      case GGUF_VT_UINT64: gguf_get_int(g, k, &iv); rc = gw_kv_u64(w, k, (uint64_t)iv, &err); break;
+      case GGUF_VT_FLOAT32: gguf_get_float(g, k, &fv); rc = gw_kv_f32(w, k, (float)fv, &err); break;
+      case GGUF_VT_FLOAT64: gguf_get_float(g, k, &fv); rc = gw_kv_f64(w, k, fv, &err); break;
+      case GGUF_VT_BOOL: gguf_get_int(g, k, &iv); rc = gw_kv_bool(w, k, (int)iv, &err); break;
+      default: break; /* arrays and strings are not needed by the model */
+    }
+  }
+  for (int64_t i = 0; !rc && i < gguf_n_tensors(g); i++) {
+    const gguf_tensor_t *t = gguf_tensor(g, i);
+    rc = gw_tensor(w, t->name, t->n_dims, t->ne, t->n_dims >= 2 ? GT_TYPE_BF16 : t->type, &err);
+  }
+  if (!rc) rc = gw_begin_data(w, &err);
+  for (int64_t i = 0; !rc && i < gguf_n_tensors(g); i++) {
+    const gguf_tensor_t *t = gguf_tensor(g, i);
+    if (t->n_dims < 2) {
+      rc = gw_write(w, t->data, t->nbytes, &err);
+      continue;
+    }
+    int64_t n = t->ne[0], rows = (int64_t)(t->nbytes / dt_row_bytes(t->type, n));
+    row = realloc(row, sizeof(float) * (size_t)n);
+    out = realloc(out, sizeof(uint16_t) * (size_t)n);
+    for (int64_t r = 0; !rc && r < rows; r++) {
+      rc = dt_dequant_row(t->type, (const char *)t->data + (size_t)r * dt_row_bytes(t->type, n), row, n);
+      for (int64_t j = 0; !rc && j < n; j++) out[j] = dt_f32_to_bf16(row[j]);
+      if (!rc) rc = gw_write(w, out, sizeof(uint16_t) * (size_t)n, &err);
+    }
+  }
+  if (!rc) {
+    rc = gw_finish(w, &err);
+    w = NULL;
+  }
+  if (rc) fprintf(stderr, "bf16 copy of %s: %s\n", src, err.msg);
+  gw_free(w);
+  gguf_close(g);
+  free(row);
+  free(out);
   return rc;
 }

@@ -28,6 +28,12 @@ typedef struct {
  * all at once). Returns 0 or a negative error (message printed). */
 int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm_result_t *res);
 
+/* Writes to dst a copy of the model file src whose matrices (every tensor of 2+ dimensions) are
+ * dequantized and rounded to BF16 (1-D tensors stay as they are), keeping the architecture's
+ * metadata (no tokenizer). The demo fixture's cases 1 and 2 were computed by transformers on
+ * such bf16-rounded weights (and bf16-rounded RoPE frequencies). Returns 0 or prints and < 0. */
+int gm_write_bf16_copy(const char *src, const char *dst);
+
 /* Set before gm_run_case: the case's reference computed RoPE with bf16-rounded frequencies
  * (HF transformers running a bf16 checkpoint: the bf16 cases of tests/golden/manifest.json). */
 extern int gm_rope_freq_bf16;

@@ -83,4 +83,24 @@ test('Admin.GetLimits / SetLimits', async () => {
   admin.close();
 });
 
+async function poolInflight() {
+  const r = await fetch(`${process.env.GANTRY_URL}/admin/queues?model=${MODEL}`);
+  const j = await r.json();
+  return j.queues.find((q) => q.tenant === null)?.inflight ?? 0;
+}
+
+test('a cancelled Router.Generate releases its slot', { skip: !FAKE && 'needs a slow scripted stream' }, async () => {
+  const call = router.Generate({ model: MODEL, request: { prompt: 'SLOW', max_tokens: 500 } });
+  await new Promise((resolve, reject) => {
+    call.once('data', resolve);
+    call.once('error', reject);
+  });
+  assert.equal(await poolInflight(), 1);
+  call.on('error', () => {}); // CANCELLED, expected
+  call.cancel();
+  const t0 = Date.now();
+  while ((await poolInflight()) !== 0 && Date.now() - t0 < 5000) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(await poolInflight(), 0);
+});
+
 test.after(() => router.close());

@@ -506,6 +506,52 @@ static void test_client_disconnect_releases(void **st) {
   assert_true(wait_inflight_zero(5000));             /* and the slot is free */
 }
 
+static long pool_queued(void) {
+  char *b;
+  const char *h[] = {"Authorization: Bearer sekrit", NULL};
+  assert_int_equal(http_req(g_rp.http_port, "GET", "/admin/queues?model=tiny", h, NULL, 0, &b, NULL), 200);
+  json_t *j = jparse(b);
+  long q = -1;
+  size_t i;
+  json_t *r;
+  json_array_foreach(json_object_get(j, "queues"), i, r) {
+    if (json_is_null(json_object_get(r, "tenant"))) q = (long)json_integer_value(json_object_get(r, "queued"));
+  }
+  json_decref(j);
+  free(b);
+  return q;
+}
+
+static long put_limits(const char *body, char **out);
+
+/* A client that leaves while its request waits in the queue: the queue entry goes away and no
+ * engine ever sees the request. */
+static void test_client_disconnect_while_queued(void **st) {
+  (void)st;
+  char *b;
+  assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":0,\"max_queued\":10}", &b), 200);
+  free(b);
+  int g0 = fe_generates(g_a) + fe_generates(g_b);
+  int fd = connect_router();
+  const char *body = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"queued\"}]}";
+  char req[512];
+  snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+           strlen(body), body);
+  assert_true(write(fd, req, strlen(req)) > 0);
+  double t0 = gt_now_ms();
+  while (pool_queued() != 1 && gt_now_ms() - t0 < 5000) usleep(20000);
+  assert_int_equal(pool_queued(), 1);
+  close(fd);
+  t0 = gt_now_ms();
+  while (pool_queued() != 0 && gt_now_ms() - t0 < 5000) usleep(20000);
+  double ms = gt_now_ms() - t0;
+  assert_int_equal(pool_queued(), 0);
+  assert_true(ms < 1000); /* dequeued because the client left, not by the 1500 ms queue timeout */
+  assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":64,\"max_queued\":1024}", &b), 200);
+  free(b);
+  assert_int_equal(fe_generates(g_a) + fe_generates(g_b), g0);
+}
+
 /* ---- admin + admission answers ---- */
 static long put_limits(const char *body, char **out) {
   const char *h[] = {"Content-Type: application/json", "Authorization: Bearer sekrit", NULL};
@@ -664,6 +710,7 @@ int main(void) {
       cmocka_unit_test(test_engine_dies_mid_stream),
       cmocka_unit_test(test_client_disconnect_releases),
       cmocka_unit_test(test_admin_limits),
+      cmocka_unit_test(test_client_disconnect_while_queued),
       cmocka_unit_test(test_queue_full_429),
       cmocka_unit_test(test_registered_engine),
       cmocka_unit_test(test_api_keys),
