@@ -35,3 +35,9 @@ gt_add_test(test_bench_real SOURCES tests/integration/test_bench_real.c
   LIBS gantry_testutil LABELS integration TIMEOUT 600)
 add_dependencies(test_bench_real gantry)
 set_tests_properties(test_bench_real PROPERTIES SKIP_RETURN_CODE 77)
+
+# the same test against a live stack (redis + gantry-engine serve with the demo model + router)
+add_test(NAME test_bench_real_stack
+  COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/serve_demo.sh ${CMAKE_BINARY_DIR} -- $<TARGET_FILE:test_bench_real>)
+set_tests_properties(test_bench_real_stack PROPERTIES TIMEOUT 600 LABELS integration
+  ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};OMP_WAIT_POLICY=passive")

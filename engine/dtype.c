@@ -1035,10 +1035,16 @@ void dt_dot_rows(gt_type_t t, const void *w, const float *x, size_t x_ld, int ro
     }
 #if DT_HAVE_X86
     if (avx2) {
-      rows_avx2(t, w, xr, x_ld, nr, n, o, out_stride);
+      if (nr == 1) /* nothing to share: the single-row kernel itself */
+        o[0] = dot_avx2(t, w, xr, n);
+      else
+        rows_avx2(t, w, xr, x_ld, nr, n, o, out_stride);
       continue;
     }
 #endif
-    rows_portable(t, w, xr, x_ld, nr, n, o, out_stride);
+    if (nr == 1)
+      o[0] = dot_portable(t, w, xr, n);
+    else
+      rows_portable(t, w, xr, x_ld, nr, n, o, out_stride);
   }
 }

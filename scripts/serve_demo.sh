@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# scripts/serve_demo.sh [BUILD_DIR] — the serving stack end to end on one machine: starts
-# redis-server (free port), `gantry-engine serve` on the CPU with the demo model, gantry-router,
-# waits for /ready, streams one completion through the router with curl, prints the streamed
-# text, and stops everything. Needs redis-server and curl.
+# scripts/serve_demo.sh [BUILD_DIR] [-- CMD ARGS...] — the serving stack end to end on one
+# machine: starts redis-server (free port), `gantry-engine serve` on the CPU with the demo model
+# ($GANTRY_DEMO_MODEL to use another), gantry-router, waits for /ready, streams one completion
+# through the router with curl, prints the streamed text, and stops everything. With `-- CMD`,
+# runs CMD instead of the demo request, with GANTRY_ROUTER_URL and GANTRY_MODEL exported, and
+# exits with its status (used by tests that need a live stack). Needs redis-server and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${1:-${GANTRY_BIN:-build}}
+BIN=build
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then BIN=$1; shift; fi
+[ $# -gt 0 ] && [ "$1" = "--" ] && shift
+CMD=("$@")
 MODEL_FILE=${GANTRY_DEMO_MODEL:-tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf}
 PROMPT=${GANTRY_DEMO_PROMPT:-'def fibonacci(n):\n'}
 TMP=$(mktemp -d)
@@ -21,9 +26,8 @@ free_port() { # a port nothing listens on (best effort)
   local p
   while :; do p=$((20000 + RANDOM % 40000)); (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }; done
 }
-if "$BIN/gantry-engine" serve --help >/dev/null 2>&1; then SERVE=("$BIN/gantry-engine" serve)
-elif [ -x "$BIN/gantry-engine-serve" ]; then SERVE=("$BIN/gantry-engine-serve")
-else die "no gantry-engine serve in $BIN (build it first)"; fi
+"$BIN/gantry-engine" serve --help >/dev/null 2>&1 || die "no gantry-engine in $BIN (build it first)"
+SERVE=("$BIN/gantry-engine" serve)
 [ -x "$BIN/gantry-router" ] || die "no $BIN/gantry-router (build it first)"
 
 RPORT=$(free_port)
@@ -42,6 +46,12 @@ for i in $(seq 300); do
   sleep 0.2
 done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready" || true)" = 200 ] || die "router not ready"
+if [ ${#CMD[@]} -gt 0 ]; then
+  export GANTRY_ROUTER_URL="http://127.0.0.1:$HPORT" GANTRY_MODEL=demo
+  status=0
+  "${CMD[@]}" || status=$?
+  exit $status
+fi
 echo "== POST /v1/completions (stream) through the router"
 printf '%b' "$PROMPT"
 BODY=$(printf '{"model":"demo","prompt":"%s","max_tokens":120,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' "$PROMPT")
