@@ -40,3 +40,10 @@ if(CMAKE_CUDA_COMPILER)
   set_target_properties(bench_decode PROPERTIES CUDA_RUNTIME_LIBRARY Static)
   target_link_libraries(bench_decode PRIVATE gantry_cuda gantry_model)
 endif()
+
+if(TARGET gantry_cuda)
+  # gantry-engine --device cuda (GANTRY_HAVE_CUDA comes with the library)
+  target_link_libraries(gantry-engine PRIVATE gantry_cuda)
+  set_target_properties(gantry-engine PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
+                                                 CUDA_RUNTIME_LIBRARY Static)
+endif()

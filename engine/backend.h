@@ -126,6 +126,10 @@ typedef struct be_ops {
 
   /* ---- ranks ---- */
   void (*all_reduce)(be_t *be, float *x, size_t n);
+
+  /* ---- optional (NULL when not applicable) ---- */
+  /* decode steps that ran without a captured graph (CUDA); steady decode must keep it at 0 */
+  long (*eager_steps)(be_t *be);
 } be_ops_t;
 
 struct be {

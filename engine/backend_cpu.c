@@ -249,15 +249,30 @@ static void cpu_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, fl
   be_cpu_t *c = CPU(be);
   int half = n_rot / 2;
   int n = c->b.n_tok;
+  /* per-dimension frequencies, computed once per call with the same expressions as before
+   * (they depend on i only): freq[i] = theta^(-2i/n_rot), inv_bf[i] = HF's bf16 inv_freq */
+  double freq_s[64];
+  float inv_s[64];
+  double *freq = half <= 64 ? freq_s : malloc(sizeof(double) * (size_t)half);
+  float *inv_bf = half <= 64 ? inv_s : malloc(sizeof(float) * (size_t)half);
+  if (!freq || !inv_bf) {
+    if (freq != freq_s) free(freq);
+    if (inv_bf != inv_s) free(inv_bf);
+    set_err(be, GT_ENOMEM, "rope: out of memory");
+    return;
+  }
+  for (int i = 0; i < half; i++) {
+    freq[i] = pow((double)theta, -2.0 * i / n_rot);
+    if (be->rope_freq_bf16)
+      inv_bf[i] = dt_bf16_to_f32(dt_f32_to_bf16((float)(1.0 / pow((double)theta, 2.0 * i / n_rot))));
+  }
 #pragma omp parallel for num_threads(c->n_threads) if (n > 16)
   for (int t = 0; t < n; t++) {
     double p = c->pos[t];
     for (int i = 0; i < half; i++) {
-      double ang = p * pow((double)theta, -2.0 * i / n_rot);
-      if (be->rope_freq_bf16) { /* HF: inv_freq (bf16) . float() * pos in fp32 */
-        float inv = dt_bf16_to_f32(dt_f32_to_bf16((float)(1.0 / pow((double)theta, 2.0 * i / n_rot))));
-        ang = (double)((float)p * inv);
-      }
+      double ang = p * freq[i];
+      if (be->rope_freq_bf16) /* HF: inv_freq (bf16) . float() * pos in fp32 */
+        ang = (double)((float)p * inv_bf[i]);
       float cs = (float)cos(ang), sn = (float)sin(ang);
       for (int h = 0; h < n_head; h++) {
         float *v = x + ((size_t)t * n_head + h) * head_dim;
@@ -267,6 +282,8 @@ static void cpu_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, fl
       }
     }
   }
+  if (freq != freq_s) free(freq);
+  if (inv_bf != inv_s) free(inv_bf);
 }
 
 static void cpu_swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n) {
@@ -312,6 +329,60 @@ static void cpu_kv_store(be_t *be, int layer, const float *k, const float *v) {
   }
 }
 
+/* sc[p] = (q . K[slots[p]]) * scale for p < ctx, K rows k_ld floats apart from kbase. Each dot
+ * is the plain sequential sum d += q[i] * k[i] (i = 0..d-1); four positions are summed side by
+ * side only to overlap their dependency chains, so every sc[p] has the bits of the one-position
+ * loop. */
+static void att_scores(const float *restrict q, const float *kbase, size_t k_ld, const long *slots, int ctx, int d,
+                       float scale, float *restrict sc) {
+  int p = 0;
+  for (; p + 4 <= ctx; p += 4) {
+    const float *k0 = kbase + (size_t)slots[p] * k_ld, *k1 = kbase + (size_t)slots[p + 1] * k_ld;
+    const float *k2 = kbase + (size_t)slots[p + 2] * k_ld, *k3 = kbase + (size_t)slots[p + 3] * k_ld;
+    float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (int i = 0; i < d; i++) {
+      d0 += q[i] * k0[i];
+      d1 += q[i] * k1[i];
+      d2 += q[i] * k2[i];
+      d3 += q[i] * k3[i];
+    }
+    sc[p] = d0 * scale;
+    sc[p + 1] = d1 * scale;
+    sc[p + 2] = d2 * scale;
+    sc[p + 3] = d3 * scale;
+  }
+  for (; p < ctx; p++) {
+    const float *kp = kbase + (size_t)slots[p] * k_ld;
+    float dd = 0;
+    for (int i = 0; i < d; i++) dd += q[i] * kp[i];
+    sc[p] = dd * scale;
+  }
+}
+
+/* out[i] = sum_p (sc[p] * inv) * V[slots[p]][i], summed over p in order for each i (lanes over i
+ * are independent, so the 4-wide form has the bits of the scalar one). acc: d floats of scratch
+ * (distinct from V, so the compiler may keep it in vectors). */
+static void att_values(const float *vbase, size_t v_ld, const long *slots, const float *sc, float inv, int ctx,
+                       int d, float *restrict acc, float *out) {
+  typedef float v4 __attribute__((vector_size(16)));
+  for (int i = 0; i < d; i++) acc[i] = 0;
+  const int d4 = d & ~3;
+  for (int p = 0; p < ctx; p++) {
+    const float *restrict vp = vbase + (size_t)slots[p] * v_ld;
+    const float wgt = sc[p] * inv;
+    const v4 wv = {wgt, wgt, wgt, wgt};
+    for (int i = 0; i < d4; i += 4) {
+      v4 a, v;
+      memcpy(&a, acc + i, sizeof a);
+      memcpy(&v, vp + i, sizeof v);
+      a += wv * v;
+      memcpy(acc + i, &a, sizeof a);
+    }
+    for (int i = d4; i < d; i++) acc[i] += wgt * vp[i];
+  }
+  memcpy(out, acc, sizeof(float) * (size_t)d);
+}
+
 static void cpu_attention(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head, int head_dim,
                           float scale) {
   be_cpu_t *c = CPU(be);
@@ -328,11 +399,12 @@ static void cpu_attention(be_t *be, int layer, const float *q, float *out, int n
   {
     float *sc = malloc(sizeof(float) * (size_t)(max_ctx > 0 ? max_ctx : 1));
     long *slots = malloc(sizeof(long) * (size_t)(max_ctx > 0 ? max_ctx : 1));
+    float *acc = malloc(sizeof(float) * (size_t)(head_dim > 0 ? head_dim : 1));
     int last_t = -1;
 #pragma omp for schedule(dynamic, 1) collapse(2)
     for (int t = 0; t < n; t++) {
       for (int h = 0; h < n_head; h++) {
-        if (!sc || !slots) {
+        if (!sc || !slots || !acc) {
           bad = 1;
           continue;
         }
@@ -346,14 +418,11 @@ static void cpu_attention(be_t *be, int layer, const float *q, float *out, int n
         }
         if (bad) continue;
         const float *qh = q + ((size_t)t * n_head + h) * head_dim;
+        const float *kbase = c->k[layer] + (size_t)kvh * head_dim;
+        att_scores(qh, kbase, (size_t)c->kv_dim, slots, ctx, head_dim, scale, sc);
         float mx = -INFINITY;
-        for (int p = 0; p < ctx; p++) {
-          const float *kp = c->k[layer] + (size_t)slots[p] * c->kv_dim + (size_t)kvh * head_dim;
-          float d = 0;
-          for (int i = 0; i < head_dim; i++) d += qh[i] * kp[i];
-          sc[p] = d * scale;
+        for (int p = 0; p < ctx; p++)
           if (sc[p] > mx) mx = sc[p];
-        }
         double sum = 0;
         for (int p = 0; p < ctx; p++) {
           sc[p] = expf(sc[p] - mx);
@@ -361,16 +430,12 @@ static void cpu_attention(be_t *be, int layer, const float *q, float *out, int n
         }
         float inv = (float)(1.0 / sum);
         float *oh = out + ((size_t)t * n_head + h) * head_dim;
-        for (int i = 0; i < head_dim; i++) oh[i] = 0;
-        for (int p = 0; p < ctx; p++) {
-          const float *vp = c->v[layer] + (size_t)slots[p] * c->kv_dim + (size_t)kvh * head_dim;
-          float wgt = sc[p] * inv;
-          for (int i = 0; i < head_dim; i++) oh[i] += wgt * vp[i];
-        }
+        att_values(c->v[layer] + (size_t)kvh * head_dim, (size_t)c->kv_dim, slots, sc, inv, ctx, head_dim, acc, oh);
       }
     }
     free(sc);
     free(slots);
+    free(acc);
   }
   if (bad) set_err(be, GT_EINVAL, "attention: position outside the sequence's blocks (or out of memory)");
 }

@@ -974,6 +974,12 @@ static void cu_destroy(be_t *be) {
   free(c);
 }
 
+static long cu_eager_steps(be_t *be) {
+  be_cuda_stats_t st;
+  be_cuda_get_stats(be, &st);
+  return st.eager_steps;
+}
+
 static const be_ops_t cuda_ops = {
     .name = "cuda",
     .destroy = cu_destroy,
@@ -1005,6 +1011,7 @@ static const be_ops_t cuda_ops = {
     .gdn_scan = cu_gdn_scan,
     .rmsnorm_gated = cu_rmsnorm_gated,
     .all_reduce = cu_all_reduce,
+    .eager_steps = cu_eager_steps,
 };
 
 int be_cuda_available(void) {

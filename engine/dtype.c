@@ -702,27 +702,35 @@ AVX2_FN static float dot_q6_k_avx2(const uint8_t *w, const float *x, int64_t n) 
  * exact, so it is done once per block into a small table of vectors; every row then runs the
  * single-row kernel's FMA/add sequence on those vectors, in the same order. */
 
+/* F32/F16/BF16: the row is walked in spans of ROWS_SPAN elements; a span of weights is converted
+ * to floats once (exact), then each row runs the single-row kernel's loop over the span with
+ * its accumulators in registers. */
+#define ROWS_SPAN 256
+
 AVX2_FN static void rows_f32_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
                                   size_t os) {
   __m256 a[ROWS_CHUNK][4];
   for (int r = 0; r < rows; r++) a[r][0] = a[r][1] = a[r][2] = a[r][3] = _mm256_setzero_ps();
   const float *wf = (const float *)(const void *)w;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256 w0 = _mm256_loadu_ps(wf + i), w1 = _mm256_loadu_ps(wf + i + 8);
-    __m256 w2 = _mm256_loadu_ps(wf + i + 16), w3 = _mm256_loadu_ps(wf + i + 24);
+  const int64_t n32 = n & ~(int64_t)31; /* the single-row kernel's vector part */
+  for (int64_t i0 = 0; i0 < n32; i0 += ROWS_SPAN) {
+    const int64_t i1 = i0 + ROWS_SPAN < n32 ? i0 + ROWS_SPAN : n32;
     for (int r = 0; r < rows; r++) {
       const float *xr = x + (size_t)r * ld;
-      a[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr + i), a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr + i + 8), a[r][1]);
-      a[r][2] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xr + i + 16), a[r][2]);
-      a[r][3] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xr + i + 24), a[r][3]);
+      __m256 a0 = a[r][0], a1 = a[r][1], a2 = a[r][2], a3 = a[r][3];
+      for (int64_t i = i0; i < i1; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i), _mm256_loadu_ps(xr + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 8), _mm256_loadu_ps(xr + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 16), _mm256_loadu_ps(xr + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wf + i + 24), _mm256_loadu_ps(xr + i + 24), a3);
+      }
+      a[r][0] = a0, a[r][1] = a1, a[r][2] = a2, a[r][3] = a3;
     }
   }
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * ld;
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(a[r][0], a[r][1]), _mm256_add_ps(a[r][2], a[r][3])));
-    for (int64_t j = i; j < n; j++) {
+    for (int64_t j = n32; j < n; j++) {
       float v;
       memcpy(&v, w + 4 * j, 4);
       s += v * xr[j];
@@ -733,30 +741,31 @@ AVX2_FN static void rows_f32_avx2(const uint8_t *w, const float *x, size_t ld, i
 
 AVX2_FN static void rows_f16_avx2(const uint8_t *w, const float *x, size_t ld, int rows, int64_t n, float *out,
                                   size_t os, int bf16) {
+  float tmp[ROWS_SPAN] __attribute__((aligned(32)));
   __m256 a[ROWS_CHUNK][2];
   for (int r = 0; r < rows; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m256 f0, f1;
-    if (bf16) {
-      __m256i h0 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
-      __m256i h1 = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
-      f0 = _mm256_castsi256_ps(_mm256_slli_epi32(h0, 16));
-      f1 = _mm256_castsi256_ps(_mm256_slli_epi32(h1, 16));
-    } else {
-      f0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i)));
-      f1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(w + 2 * i + 16)));
+  const int64_t n16 = n & ~(int64_t)15; /* the single-row kernel's vector part */
+  for (int64_t i0 = 0; i0 < n16; i0 += ROWS_SPAN) {
+    const int64_t len = i0 + ROWS_SPAN < n16 ? ROWS_SPAN : n16 - i0;
+    for (int64_t i = 0; i < len; i += 8) {
+      const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(w + 2 * (i0 + i)));
+      __m256 f = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+      _mm256_store_ps(tmp + i, f);
     }
     for (int r = 0; r < rows; r++) {
-      const float *xr = x + (size_t)r * ld;
-      a[r][0] = _mm256_fmadd_ps(f0, _mm256_loadu_ps(xr + i), a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xr + i + 8), a[r][1]);
+      const float *xr = x + (size_t)r * ld + i0;
+      __m256 a0 = a[r][0], a1 = a[r][1];
+      for (int64_t i = 0; i < len; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_load_ps(tmp + i), _mm256_loadu_ps(xr + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_load_ps(tmp + i + 8), _mm256_loadu_ps(xr + i + 8), a1);
+      }
+      a[r][0] = a0, a[r][1] = a1;
     }
   }
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * ld;
     float s = hsum8(_mm256_add_ps(a[r][0], a[r][1]));
-    for (int64_t j = i; j < n; j++) {
+    for (int64_t j = n16; j < n; j++) {
       uint16_t h = ld16(w + 2 * j);
       s += (bf16 ? bits_f32((uint32_t)h << 16) : h2f(h)) * xr[j];
     }

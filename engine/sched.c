@@ -541,6 +541,7 @@ static void publish_stats(sched_t *s) {
   s->st.running = s->n_running;
   s->st.waiting = s->n_waiting + s->n_incoming;
   s->n_waiting_seen = s->n_waiting;
+  if (s->m->be->ops->eager_steps) s->st.eager_steps = (uint64_t)s->m->be->ops->eager_steps(s->m->be);
   s->st.kv_used = kv_n_used(s->kv);
   pthread_mutex_unlock(&s->mu);
 }

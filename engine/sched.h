@@ -110,6 +110,7 @@ typedef struct {
   uint64_t prefix_queried_tokens, prefix_hit_tokens;
   uint64_t prompt_tokens, generation_tokens;
   uint64_t preemptions, steps;
+  uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
   uint64_t finished[6];         /* by sched_finish_t */
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);

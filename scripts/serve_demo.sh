@@ -3,7 +3,7 @@
 # machine: starts redis-server (free port), `gantry-engine serve` on the CPU with the demo model
 # ($GANTRY_DEMO_MODEL to use another), gantry-router, waits for /ready, streams one completion
 # through the router with curl, prints the streamed text, and stops everything. With `-- CMD`,
-# runs CMD instead of the demo request, with GANTRY_ROUTER_URL and GANTRY_MODEL exported, and
+# runs CMD instead of the demo request, with GANTRY_ROUTER_URL (= GANTRY_URL) and GANTRY_MODEL exported, and
 # exits with its status (used by tests that need a live stack). Needs redis-server and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +47,7 @@ for i in $(seq 300); do
 done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready" || true)" = 200 ] || die "router not ready"
 if [ ${#CMD[@]} -gt 0 ]; then
-  export GANTRY_ROUTER_URL="http://127.0.0.1:$HPORT" GANTRY_MODEL=demo
+  export GANTRY_ROUTER_URL="http://127.0.0.1:$HPORT" GANTRY_URL="http://127.0.0.1:$HPORT" GANTRY_MODEL=demo
   status=0
   "${CMD[@]}" || status=$?
   exit $status

@@ -1,5 +1,9 @@
 #include "engine/cli/cli.h"
 
+#ifdef GANTRY_HAVE_CUDA
+#include "engine/backend_cuda.h"
+#endif
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,12 +20,35 @@ int cli_fail(const char *fmt, ...) {
   return 1;
 }
 
-int cli_open_model(const char *path, int threads, int max_tokens, cli_model_t *out) {
+int cli_create_backend(const char *device, int threads, be_t **out) {
+  gt_err_t err = {0};
+  if (!device || !strcmp(device, "cpu")) {
+    if (be_cpu_create(threads, out, &err)) return cli_fail("cpu backend: %s", err.msg);
+    return 0;
+  }
+  if (!strncmp(device, "cuda", 4) && (device[4] == 0 || device[4] == ':')) {
+    long n = 0;
+    if (device[4] == ':' && cli_int("--device cuda:N", device + 5, 0, 63, &n)) return 1;
+#ifdef GANTRY_HAVE_CUDA
+    if (be_cuda_create((int)n, out, &err)) return cli_fail("%s: %s", device, err.msg);
+    return 0;
+#else
+    return cli_fail("%s: this build has no CUDA backend (build where nvcc is installed)", device);
+#endif
+  }
+  return cli_fail("--device must be cpu, cuda or cuda:N, got '%s'", device);
+}
+
+int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out) {
   gt_err_t err = {0};
   memset(out, 0, sizeof *out);
   if (!path) return cli_fail("--model is required");
   if (gguf_open(path, &out->gguf, &err)) return cli_fail("%s", err.msg); /* names the file */
-  if (be_cpu_create(threads, &out->be, &err) || model_load(out->gguf, out->be, max_tokens, &out->model, &err)) {
+  if (cli_create_backend(device, threads, &out->be)) {
+    cli_close_model(out);
+    return 1;
+  }
+  if (model_load(out->gguf, out->be, max_tokens, &out->model, &err)) {
     cli_close_model(out);
     return cli_fail("%s: %s", path, err.msg);
   }

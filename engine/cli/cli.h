@@ -16,9 +16,12 @@ typedef struct {
   model_t *model;
 } cli_model_t;
 
-/* Opens path on the CPU backend (threads <= 0: OMP_NUM_THREADS or every core) with scratch for max_tokens tokens.
- * Prints the error and returns non-zero on failure. */
-int cli_open_model(const char *path, int threads, int max_tokens, cli_model_t *out);
+/* Creates the backend named by device: "cpu" (threads <= 0: OMP_NUM_THREADS or every core),
+ * "cuda" or "cuda:N" (builds with the CUDA backend). Prints the error, returns non-zero. */
+int cli_create_backend(const char *device, int threads, be_t **out);
+/* Opens path on that backend with scratch for max_tokens tokens. Prints the error and returns
+ * non-zero on failure. */
+int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out);
 void cli_close_model(cli_model_t *m);
 
 /* Prints "gantry-engine: error: <fmt>" and returns exit code 1. */

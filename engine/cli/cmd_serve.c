@@ -44,6 +44,7 @@ static void usage(void) {
         "  --kv-memory SIZE        KV pool: bytes with K/M/G suffix, or a fraction (0.5) of free memory\n"
         "  --max-model-len N       context per sequence (default: the model's)\n"
         "  --threads N             CPU threads (default: every core)\n"
+        "  --device D              cpu (default), cuda or cuda:N\n"
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
         stdout);
 }
@@ -93,9 +94,10 @@ int cmd_serve(int argc, char **argv) {
       {"model", 1, 0, 'm'},        {"listen", 1, 0, 'l'},        {"metrics-port", 1, 0, 'p'},
       {"metrics-host", 1, 0, 'H'}, {"max-num-seqs", 1, 0, 's'},  {"max-batch-tokens", 1, 0, 'b'},
       {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
-      {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"help", 0, 0, 'h'},
+      {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"device", 1, 0, 'D'},
+      {"help", 0, 0, 'h'},
       {0, 0, 0, 0}};
-  const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL;
+  const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
   long metrics_port = 9090, max_seqs = 32, max_batch = 512, max_waiting = 256, threads = 0, max_len = 0;
   double drain_s = 30;
   optind = 1;
@@ -105,6 +107,7 @@ int cmd_serve(int argc, char **argv) {
       case 'l': listen = optarg; break;
       case 'H': mhost = optarg; break;
       case 'k': kvmem = optarg; break;
+      case 'D': device = optarg; break;
       case 'p': if (cli_int("--metrics-port", optarg, -1, 65535, &metrics_port)) return 2; break;
       case 's': if (cli_int("--max-num-seqs", optarg, 1, 4096, &max_seqs)) return 2; break;
       case 'b': if (cli_int("--max-batch-tokens", optarg, 1, 1 << 20, &max_batch)) return 2; break;
@@ -160,14 +163,15 @@ int cmd_serve(int argc, char **argv) {
     if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
   }
   uint64_t avail = mem_available();
-  if (avail && tensor_bytes > avail) {
+  if (!strcmp(device, "cpu") && avail && tensor_bytes > avail) { /* CUDA: checked by its allocator */
     char a[32], b[32];
     cli_fail("not enough memory: the weights need %s, %s is available", fmt_bytes((double)tensor_bytes, a, sizeof a),
              fmt_bytes((double)avail, b, sizeof b));
     rc = 2;
     goto out;
   }
-  if (be_cpu_create((int)threads, &be, &err) || model_load(g, be, (int)max_batch, &m, &err)) {
+  if (cli_create_backend(device, (int)threads, &be)) goto out;
+  if (model_load(g, be, (int)max_batch, &m, &err)) {
     cli_fail("%s: %s", model, err.msg);
     rc = err.code == GT_ENOMEM ? 2 : 1;
     goto out;

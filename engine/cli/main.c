@@ -1,5 +1,6 @@
 /* gantry-engine — one model on the CPU (now) or GPUs (later): generate, eval, info, tokenize, serve. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -19,6 +20,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  /* OpenMP threads that spin while waiting collapse throughput (100x measured) as soon as
+   * another process wants the cores; sleeping waits cost little. Set before any parallel region. */
+  setenv("OMP_WAIT_POLICY", "passive", 0);
   gt_log_init_from_env();
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/gen.h"
 #include "engine/gguf.h"
@@ -192,4 +193,34 @@ int gm_write_bf16_copy(const char *src, const char *dst) {
   free(row);
   free(out);
   return rc;
+}
+
+static char demo_bf16_path[64];
+
+static void remove_demo_bf16(void) {
+  if (demo_bf16_path[0]) unlink(demo_bf16_path);
+}
+
+const char *gm_demo_model_for_case(int case_index) {
+  static char orig[4096];
+  json_t *man = tu_json("demo/manifest.json");
+  char rel[512];
+  snprintf(rel, sizeof rel, "demo/%s", json_string_value(json_object_get(man, "model")));
+  json_decref(man);
+  snprintf(orig, sizeof orig, "%s", tu_golden(rel));
+  gm_rope_freq_bf16 = case_index > 0;
+  if (case_index == 0) return orig;
+  if (!demo_bf16_path[0]) {
+    snprintf(demo_bf16_path, sizeof demo_bf16_path, "/tmp/gantry-demo-bf16-XXXXXX");
+    int fd = mkstemp(demo_bf16_path);
+    if (fd < 0) return NULL;
+    close(fd);
+    atexit(remove_demo_bf16);
+    if (gm_write_bf16_copy(orig, demo_bf16_path)) {
+      unlink(demo_bf16_path);
+      demo_bf16_path[0] = 0;
+      return NULL;
+    }
+  }
+  return demo_bf16_path;
 }

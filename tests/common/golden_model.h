@@ -34,6 +34,15 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
  * such bf16-rounded weights (and bf16-rounded RoPE frequencies). Returns 0 or prints and < 0. */
 int gm_write_bf16_copy(const char *src, const char *dst);
 
+/* The model file a demo case's reference ran on, and its RoPE mode (sets gm_rope_freq_bf16):
+ * case 0 the fixture's Q4_K_M file as it is; cases 1 and 2 a bf16-rounded copy (written to a
+ * temporary file on first use, removed at exit) with bf16 RoPE frequencies — the fixture
+ * generator converted its model in place to bf16 for its noise-floor runs before computing them
+ * (a float64 forward on the exact weights agrees with the engine to ~1e-6 on all three cases
+ * and is 4-5e-3 from the stored rows of cases 1-2; on the bf16-rounded weights and frequencies
+ * it is ~1e-6 from them). Returns the path, or NULL (message printed). */
+const char *gm_demo_model_for_case(int case_index);
+
 /* Set before gm_run_case: the case's reference computed RoPE with bf16-rounded frequencies
  * (HF transformers running a bf16 checkpoint: the bf16 cases of tests/golden/manifest.json). */
 extern int gm_rope_freq_bf16;

@@ -75,16 +75,28 @@ static void test_qwen3_bf16_chunked(void **st) { tiny("qwen3-tiny", "bf16", "cas
 static void test_qwen3_q8_0(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0); }
 static void test_qwen3_q4_k_m(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0); }
 static void test_qwen3_q6_k(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0); }
-static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 0); }
-static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 0); }
+/* the qwen35 reference, like qwen3's bf16 one, used bf16-rounded RoPE frequencies */
+static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1); }
+static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1); }
 
+/* each case on the weights its reference ran on (gm_demo_model_for_case) */
 static void test_demo(void **st) {
   need("demo Q4_K_M");
+  gm_backend_factory = cuda_factory;
   json_t *man = tu_json("demo/manifest.json");
-  char file[256];
-  snprintf(file, sizeof file, "demo/%s", json_string_value(json_object_get(man, "model")));
-  gm_rope_freq_bf16 = 0; /* the demo reference ran an fp32 model */
-  run_cases(file, json_object_get(man, "cases"), "demo", 0, "demo Q4_K_M");
+  json_t *cases = json_object_get(man, "cases");
+  for (int i = 0; i < (int)json_array_size(cases); i++) {
+    const char *path = gm_demo_model_for_case(i);
+    assert_non_null(path);
+    gm_result_t r;
+    assert_int_equal(gm_run_case(path, json_array_get(cases, (size_t)i), "demo", 0, &r), 0);
+    printf("cuda demo%-15s case %d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s\n", i ? " (bf16-rounded)" : "", i,
+           r.max_rel_err, r.top1_agree, r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH");
+    assert_true(r.max_rel_err <= GPU_TOL);
+    assert_true(r.top1_agree == r.rows); /* trained model: every row's top-1 (margins >= 0.05) */
+    assert_true(r.greedy_match && r.greedy_checked > 0);
+  }
+  gm_rope_freq_bf16 = 0;
   json_decref(man);
 }
 
