@@ -21,3 +21,4 @@ target_link_libraries(gantry_golden PUBLIC gantry_model gantry_quant gantry_test
 gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOUT 900)
 
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_testutil TIMEOUT 300)
+gt_add_test(test_sampler SOURCES tests/unit/test_sampler.c LIBS gantry_model TIMEOUT 60)
