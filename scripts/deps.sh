@@ -4,7 +4,10 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
       libhiredis-dev redis-server libevent-dev libjansson-dev libpcre2-dev libutf8proc-dev
-      libcurl4-openssl-dev libcmocka-dev nodejs npm curl)
+      libcurl4-openssl-dev libcmocka-dev curl)
+# node + npm for the e2e tests (the official openai npm client); a machine may already have a
+# Node.js that bundles npm (nodesource), which Debian's npm package conflicts with
+command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
