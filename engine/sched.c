@@ -149,6 +149,14 @@ static void insert_waiting(sched_t *s, req_t *q) {
   s->n_waiting++;
 }
 
+/* Publishes n_waiting for sched_submit's queue bound (read under mu by other threads). Called
+ * after every change of waiting[] that a submitter could observe before the step ends. */
+static void waiting_changed(sched_t *s) {
+  pthread_mutex_lock(&s->mu);
+  s->n_waiting_seen = s->n_waiting;
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- snapshots (hybrid prefix caching) ---- */
 
 static void on_snapshot_evict(void *ud, int snapshot_id) {
@@ -415,6 +423,7 @@ static void take_inbox(sched_t *s) {
       }
   }
   free(cancels);
+  waiting_changed(s);
 }
 
 /* Admits waiting requests while there is room; looks up their cached prefix. */
@@ -451,6 +460,7 @@ static void admit(sched_t *s) {
     q->running = 1;
     s->running[s->n_running++] = q;
   }
+  waiting_changed(s);
 }
 
 /* Preempts the running request to sacrifice for `keep` (lowest priority, latest arrival);
@@ -470,6 +480,7 @@ static int preempt_one(sched_t *s, const req_t *keep) {
   q->running = 0;
   insert_waiting(s, q);
   pthread_mutex_lock(&s->mu);
+  s->n_waiting_seen = s->n_waiting;
   s->st.preemptions++;
   pthread_mutex_unlock(&s->mu);
   GT_LOG_DEBUG("sched preempt id=%lld tokens=%d", (long long)q->id, q->n_tokens);
