@@ -318,15 +318,8 @@ static void q6_k_row(const float *x, blk_q6_k *y, int64_t n) {
 
 /* ---------------------------------------------------------------- public row API */
 
-int qz_can_quantize(gt_type_t t) {
-  switch (t) {
-    case GT_TYPE_F32: case GT_TYPE_F16: case GT_TYPE_BF16: case GT_TYPE_Q8_0:
-    case GT_TYPE_Q4_K: case GT_TYPE_Q5_K: case GT_TYPE_Q6_K:
-      return 1;
-    default:
-      return 0;
-  }
-}
+/* gantry quantizes to exactly the types it computes with */
+int qz_can_quantize(gt_type_t t) { return dt_computable(t); }
 
 int qz_quantize_row(gt_type_t t, const float *src, void *dst, int64_t n) {
   if (!qz_can_quantize(t)) return GT_EUNSUPPORTED;
