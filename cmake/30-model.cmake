@@ -8,6 +8,7 @@ add_library(gantry_model STATIC
   engine/models/qwen35.c
   engine/sampler.c
   engine/gen.c
+  engine/bench.c
 )
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
 

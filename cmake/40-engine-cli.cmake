@@ -7,6 +7,7 @@ add_executable(gantry-engine
   engine/cli/cmd_info.c
   engine/cli/cmd_tokenize.c
   engine/cli/cmd_serve.c
+  engine/cli/cmd_bench.c
 )
 target_link_libraries(gantry-engine PRIVATE gantry_server gantry_prompt gantry_model gantry_tok gantry_common)
 

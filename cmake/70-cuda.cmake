@@ -35,9 +35,9 @@ endif()
 
 if(CMAKE_CUDA_COMPILER)
   # benchmarks (print numbers; never a pass/fail test)
-  add_executable(bench_decode kernels/bench/bench_decode.cu)
-  set_property(TARGET bench_decode PROPERTY COMPILE_OPTIONS "")
-  set_target_properties(bench_decode PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+  add_executable(bench_decode kernels/bench/bench_decode.c)
+  set_target_properties(bench_decode PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
+                                                CUDA_RUNTIME_LIBRARY Static)
   target_link_libraries(bench_decode PRIVATE gantry_cuda gantry_model)
 endif()
 

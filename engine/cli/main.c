@@ -15,6 +15,7 @@ static void usage(FILE *f) {
         "  tokenize   --model M.gguf --text T [--special]\n"
         "  detokenize --model M.gguf --ids 1,2,3\n"
         "  serve      --model M.gguf --listen HOST:PORT --metrics-port N [--max-num-seqs N] [--kv-memory SIZE]\n"
+        "  bench      --model M.gguf [--device cpu|cuda] [--batch 1,8,32] [--prompt 512] [--gen 256]\n"
         "run 'gantry-engine <command> --help' for a command's options\n",
         f);
 }
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
   if (!strcmp(cmd, "detokenize")) return cmd_detokenize(argc, argv);
   if (!strcmp(cmd, "serve")) return cmd_serve(argc, argv);
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
   cli_fail("unknown command '%s'", cmd);
   usage(stderr);
   return 2;

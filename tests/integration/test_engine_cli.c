@@ -97,6 +97,23 @@ static void test_eval_matches_golden(void **st) {
   json_decref(man);
 }
 
+/* the decode benchmark runs on the CPU and prints one table row per batch size */
+static void test_bench(void **st) {
+  char *out = NULL;
+  int rc = run(&out, "%s bench --model %s --batch 1,3 --prompt 16 --gen 4 --threads 1 2>&1", tu_bin("gantry-engine"),
+               tu_golden("qwen3-tiny.Q8_0.gguf"));
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "| batch | prefill tok/s"));
+  assert_non_null(strstr(out, "\n| 1 | "));
+  assert_non_null(strstr(out, "\n| 3 | "));
+  free(out);
+  rc = run(&out, "%s bench --model %s --batch 0 2>&1", tu_bin("gantry-engine"), tu_golden("qwen3-tiny.Q8_0.gguf"));
+  assert_true(rc != 0);
+  assert_non_null(strstr(out, "--batch"));
+  free(out);
+}
+
 static void expect_error_lines(const char *args, const char *needle, int one_line) {
   char *out = NULL;
   int rc = run(&out, "%s %s 2>&1", tu_bin("gantry-engine"), args);
@@ -129,7 +146,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mkmodel_qwen3_tiny), cmocka_unit_test(test_mkmodel_qwen35_tiny),
       cmocka_unit_test(test_demo_writes_python), cmocka_unit_test(test_eval_matches_golden),
-      cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_errors), cmocka_unit_test(test_bench),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,30 @@
+/* engine/bench.h — the engine's decode benchmark on any backend (`gantry-engine bench`,
+ * kernels/bench/bench_decode.c on GPU machines): per batch size, prefill tok/s (each
+ * sequence's prompt in one step), decode ms per step (median), tok/s per sequence and in total,
+ * bytes streamed per step (the weights a step reads + the KV its attention reads + the logits
+ * written), the backend's measured copy bandwidth (read + write) and the fraction of that
+ * roofline; with a backend that counts them (CUDA), decode steps replayed from graphs vs eager.
+ * Prints a markdown table to out. Token ids are pseudo-random (fixed seed). */
+#ifndef GANTRY_ENGINE_BENCH_H
+#define GANTRY_ENGINE_BENCH_H
+
+#include <stdio.h>
+
+#include "engine/gguf.h"
+#include "engine/model.h"
+
+typedef struct {
+  const int *batches; /* batch sizes, each >= 1 */
+  int n_batches;
+  int prompt;         /* prompt tokens per sequence (>= 1; the model's max_tokens must allow it) */
+  int gen;            /* decode steps (>= 2) */
+  size_t copy_bytes;  /* buffer size of the copy-bandwidth measurement */
+} eb_opts_t;
+
+/* m must have been loaded with max_tokens >= prompt; its cache is (re)initialised here. */
+int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t *err);
+
+/* Parses "1,8,32" into b[cap]; returns the count or -1 on a bad list. */
+int eb_parse_batches(const char *s, int *b, int cap);
+
+#endif

@@ -1,0 +1,44 @@
+/* gantry-engine bench — decode benchmark of a model on a backend (engine/bench.h). */
+#include <getopt.h>
+#include <stdio.h>
+
+#include "engine/bench.h"
+#include "engine/cli/cli.h"
+
+int cmd_bench(int argc, char **argv) {
+  static const struct option opts[] = {{"model", 1, 0, 'm'}, {"device", 1, 0, 'D'}, {"batch", 1, 0, 'b'},
+                                       {"prompt", 1, 0, 'p'}, {"gen", 1, 0, 'g'},   {"threads", 1, 0, 'j'},
+                                       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  const char *model = NULL, *device = "cpu", *batches = "1,8,32";
+  long prompt = 512, gen = 256, threads = 0;
+  optind = 1;
+  for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    switch (c) {
+      case 'm': model = optarg; break;
+      case 'D': device = optarg; break;
+      case 'b': batches = optarg; break;
+      case 'p': if (cli_int("--prompt", optarg, 1, 1 << 20, &prompt)) return 2; break;
+      case 'g': if (cli_int("--gen", optarg, 2, 1 << 20, &gen)) return 2; break;
+      case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
+      case 'h':
+        puts("usage: gantry-engine bench --model M.gguf [--device cpu|cuda] [--batch 1,8,32] [--prompt 512] "
+             "[--gen 256] [--threads N]");
+        return 0;
+      default: return 2;
+    }
+  }
+  int b[64];
+  int nb = eb_parse_batches(batches, b, 64);
+  if (nb <= 0) return cli_fail("--batch expects sizes like 1,8,32, got '%s'", batches), 2;
+  int maxb = 1;
+  for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
+  cli_model_t cm;
+  if (cli_open_model(model, device, (int)threads, (int)(prompt > maxb ? prompt : maxb), &cm)) return 1;
+  eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = (int)prompt, .gen = (int)gen,
+                 .copy_bytes = (size_t)(device && device[0] == 'c' && device[1] == 'u' ? 2048u : 256u) << 20};
+  gt_err_t err = {0};
+  int rc = eb_run(cm.model, cm.gguf, &o, stdout, &err);
+  if (rc) cli_fail("%s", err.msg);
+  cli_close_model(&cm);
+  return rc ? 1 : 0;
+}
