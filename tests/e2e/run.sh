@@ -14,11 +14,17 @@ skip() { echo "SKIP: $*"; exit 77; }
 
 command -v node >/dev/null || skip "node not installed"
 command -v redis-server >/dev/null || skip "redis-server not installed"
-if [ ! -d "$E2E/node_modules/openai" ] || [ ! -d "$E2E/node_modules/@grpc/grpc-js" ]; then
+# one install at a time (ctest runs the e2e tests in parallel; both use this node_modules): the
+# marker is written only after a complete install
+exec 9>"$E2E/.npm-install.lock"
+flock 9
+if [ ! -f "$E2E/node_modules/.gantry-complete" ]; then
   command -v npm >/dev/null || skip "npm not installed"
   (cd "$E2E" && { [ -f package-lock.json ] && timeout 240 npm ci --no-audit --no-fund >/dev/null 2>&1 ||
                   timeout 240 npm install --no-audit --no-fund >/dev/null 2>&1; }) || skip "npm install failed (offline?)"
+  touch "$E2E/node_modules/.gantry-complete"
 fi
+flock -u 9
 [ -x "$BIN/gantry-router" ] || { echo "missing $BIN/gantry-router"; exit 1; }
 
 TMP=$(mktemp -d)
