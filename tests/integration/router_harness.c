@@ -476,8 +476,12 @@ long http_req(int port, const char *method, const char *path, const char *const 
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, data);
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)data_len);
   }
-  long st = -1;
-  if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+  long st = -1, code = 0;
+  CURLcode rc = curl_easy_perform(c);
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+  /* a server may answer early and close while the body is still being sent (413): the status
+   * then arrived even though the transfer failed */
+  if (rc == CURLE_OK || code > 0) st = code;
   curl_slist_free_all(sl);
   curl_easy_cleanup(c);
   if (body) *body = b.p ? b.p : strdup("");
