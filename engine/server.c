@@ -199,6 +199,15 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
 
 /* Validates, renders and tokenizes one Generate call and submits it (prep thread). Finishes
  * the call itself unless the scheduler took the request. */
+/* gRPC status of a rejected Generate: the shared mapping (gt_rpc_code_from_err), except that a
+ * draining scheduler (GT_ECANCELLED) is UNAVAILABLE and input this model cannot take (no chat
+ * template: GT_ENOTFOUND / GT_EUNSUPPORTED) is the client's INVALID_ARGUMENT. */
+static gt_rpc_code_t request_status(int rc) {
+  if (rc == GT_ECANCELLED) return GT_RPC_UNAVAILABLE;
+  if (rc == GT_ENOTFOUND || rc == GT_EUNSUPPORTED) return GT_RPC_INVALID_ARGUMENT;
+  return gt_rpc_code_from_err(rc);
+}
+
 static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   const Gantry__V1__GenerateRequest *r = (const Gantry__V1__GenerateRequest *)gt_rpc_call_request(call);
   if (gt_rpc_call_is_cancelled(call)) { /* gone while queued */
@@ -227,9 +236,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     free(ids);
     free(stop_buf);
     gt_metric_inc(s->met.rejected_invalid, 1);
-    gt_rpc_code_t code = rc == GT_EINVAL || rc == GT_ERANGE || rc == GT_EFORMAT || rc == GT_EUNSUPPORTED || rc == GT_ENOTFOUND
-                             ? GT_RPC_INVALID_ARGUMENT
-                             : GT_RPC_INTERNAL;
+    gt_rpc_code_t code = request_status(rc);
     GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", r->request_id, (int)code, err.msg);
     gt_rpc_call_finish(call, code, err.msg);
     return;
@@ -256,10 +263,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     pthread_mutex_lock(&s->mu);
     unlink_live(s, l);
     pthread_mutex_unlock(&s->mu);
-    gt_rpc_code_t code = id == GT_EBUSY ? GT_RPC_RESOURCE_EXHAUSTED
-                         : id == GT_ECANCELLED ? GT_RPC_UNAVAILABLE
-                         : id == GT_EINVAL || id == GT_ERANGE ? GT_RPC_INVALID_ARGUMENT
-                                                              : GT_RPC_INTERNAL;
+    gt_rpc_code_t code = request_status((int)id);
     if (code == GT_RPC_RESOURCE_EXHAUSTED) gt_metric_inc(s->met.rejected_full, 1);
     else if (code == GT_RPC_UNAVAILABLE) gt_metric_inc(s->met.rejected_unavailable, 1);
     else gt_metric_inc(s->met.rejected_invalid, 1);
