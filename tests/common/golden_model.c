@@ -1,5 +1,11 @@
 #include "tests/common/golden_model.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,4 +229,44 @@ const char *gm_demo_model_for_case(int case_index) {
     }
   }
   return demo_bf16_path;
+}
+
+gm_result_t gm_check_case(const char *path, json_t *c, const char *dir, int chunk, const char *label, double tol,
+                          int min_top1_pct) {
+  gm_result_t r;
+  assert_int_equal(gm_run_case(path, c, dir, chunk, &r), 0);
+  printf("%-24s chunk %4d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s%s\n", label, chunk, r.max_rel_err, r.top1_agree,
+         r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH",
+         r.fixture_inconsistent ? " (stopped: reference generation disagrees with its own logits)" : "");
+  assert_true(r.max_rel_err <= tol);
+  assert_true(r.top1_agree * 100 >= r.rows * min_top1_pct);
+  assert_true(r.greedy_match);
+  assert_true(r.greedy_checked > 0 || r.fixture_inconsistent);
+  return r;
+}
+
+void gm_check_cases(const char *path, json_t *cases, const char *dir, int chunk, const char *label, double tol,
+                    int min_top1_pct) {
+  assert_true(json_array_size(cases) > 0);
+  for (size_t i = 0; i < json_array_size(cases); i++) {
+    char l[128];
+    snprintf(l, sizeof l, "%s case %zu", label, i);
+    gm_check_case(path, json_array_get(cases, i), dir, chunk, l, tol, min_top1_pct);
+  }
+}
+
+void gm_check_demo(const char *label, double tol, int min_top1_pct) {
+  json_t *man = tu_json("demo/manifest.json");
+  json_t *cases = json_object_get(man, "cases");
+  assert_int_equal(json_array_size(cases), 3);
+  for (int i = 0; i < 3; i++) {
+    const char *path = gm_demo_model_for_case(i);
+    assert_non_null(path);
+    char l[128];
+    snprintf(l, sizeof l, "%s%s case %d", label, i ? " (bf16-rounded)" : "", i);
+    gm_result_t r = gm_check_case(path, json_array_get(cases, (size_t)i), "demo", 0, l, tol, min_top1_pct);
+    assert_false(r.fixture_inconsistent);
+  }
+  gm_rope_freq_bf16 = 0;
+  json_decref(man);
 }

@@ -43,6 +43,19 @@ int gm_write_bf16_copy(const char *src, const char *dst);
  * it is ~1e-6 from them). Returns the path, or NULL (message printed). */
 const char *gm_demo_model_for_case(int case_index);
 
+/* Runs case c (gm_run_case), prints one line and asserts (cmocka): max row relative error <= tol,
+ * top-1 agreement on at least min_top1_pct % of the stored rows, greedy continuation equal up
+ * to where the check stops (and at least one position checked unless the fixture's generation
+ * is inconsistent). Returns the result. */
+gm_result_t gm_check_case(const char *path, json_t *c, const char *dir, int chunk, const char *label, double tol,
+                          int min_top1_pct);
+/* gm_check_case over every case of the array (at least one). */
+void gm_check_cases(const char *path, json_t *cases, const char *dir, int chunk, const char *label, double tol,
+                    int min_top1_pct);
+/* The demo model's three cases, each on the weights its reference ran on (gm_demo_model_for_case);
+ * its generations must be consistent with its logits. Leaves gm_rope_freq_bf16 at 0. */
+void gm_check_demo(const char *label, double tol, int min_top1_pct);
+
 /* Set before gm_run_case: the case's reference computed RoPE with bf16-rounded frequencies
  * (HF transformers running a bf16 checkpoint: the bf16 cases of tests/golden/manifest.json). */
 extern int gm_rope_freq_bf16;

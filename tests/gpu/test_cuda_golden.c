@@ -39,24 +39,6 @@ static void need(const char *label) {
   if (only && !strstr(label, only)) skip();
 }
 
-static void run_cases(const char *model_file, json_t *cases, const char *dir, int chunk, const char *label) {
-  gm_backend_factory = cuda_factory;
-  char path[4096];
-  snprintf(path, sizeof path, "%s", tu_golden(model_file));
-  assert_true(json_array_size(cases) > 0);
-  for (size_t i = 0; i < json_array_size(cases); i++) {
-    gm_result_t r;
-    assert_int_equal(gm_run_case(path, json_array_get(cases, i), dir, chunk, &r), 0);
-    printf("cuda %-20s case %zu chunk %4d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s%s\n", label, i, chunk,
-           r.max_rel_err, r.top1_agree, r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH",
-           r.fixture_inconsistent ? " (stopped: reference generation disagrees with its own logits)" : "");
-    assert_true(r.max_rel_err <= GPU_TOL);
-    assert_true(r.top1_agree * 100 >= r.rows * 99);
-    assert_true(r.greedy_match);
-    assert_true(r.greedy_checked > 0 || r.fixture_inconsistent);
-  }
-}
-
 static void tiny(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16) {
   char label[64];
   snprintf(label, sizeof label, "%s %s", model, type);
@@ -66,7 +48,11 @@ static void tiny(const char *model, const char *type, const char *cases_key, int
   const char *file = json_string_value(json_object_get(json_object_get(mdl, "gguf"), type));
   assert_non_null(file);
   gm_rope_freq_bf16 = rope_bf16;
-  run_cases(file, json_object_get(mdl, cases_key), "", chunk, label);
+  gm_backend_factory = cuda_factory;
+  char path[4096], l[96];
+  snprintf(path, sizeof path, "%s", tu_golden(file));
+  snprintf(l, sizeof l, "cuda %s", label);
+  gm_check_cases(path, json_object_get(mdl, cases_key), "", chunk, l, GPU_TOL, 99);
   json_decref(man);
 }
 
@@ -79,25 +65,12 @@ static void test_qwen3_q6_k(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K"
 static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1); }
 static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1); }
 
-/* each case on the weights its reference ran on (gm_demo_model_for_case) */
+/* each case on the weights its reference ran on (gm_demo_model_for_case); a trained model:
+ * top-1 on every row (all reference margins >= 0.05) */
 static void test_demo(void **st) {
   need("demo Q4_K_M");
   gm_backend_factory = cuda_factory;
-  json_t *man = tu_json("demo/manifest.json");
-  json_t *cases = json_object_get(man, "cases");
-  for (int i = 0; i < (int)json_array_size(cases); i++) {
-    const char *path = gm_demo_model_for_case(i);
-    assert_non_null(path);
-    gm_result_t r;
-    assert_int_equal(gm_run_case(path, json_array_get(cases, (size_t)i), "demo", 0, &r), 0);
-    printf("cuda demo%-15s case %d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s\n", i ? " (bf16-rounded)" : "", i,
-           r.max_rel_err, r.top1_agree, r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH");
-    assert_true(r.max_rel_err <= GPU_TOL);
-    assert_true(r.top1_agree == r.rows); /* trained model: every row's top-1 (margins >= 0.05) */
-    assert_true(r.greedy_match && r.greedy_checked > 0);
-  }
-  gm_rope_freq_bf16 = 0;
-  json_decref(man);
+  gm_check_demo("cuda demo", GPU_TOL, 100);
 }
 
 int main(void) {

@@ -15,22 +15,6 @@
 
 #define CPU_TOL 1e-3
 
-static void run_cases(const char *model_file, json_t *cases, const char *dir, int chunk, const char *label) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s", tu_golden(model_file));
-  assert_true(json_array_size(cases) > 0);
-  for (size_t i = 0; i < json_array_size(cases); i++) {
-    gm_result_t r;
-    assert_int_equal(gm_run_case(path, json_array_get(cases, i), dir, chunk, &r), 0);
-    printf("%-22s case %zu chunk %4d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s%s\n", label, i, chunk,
-           r.max_rel_err, r.top1_agree, r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH",
-           r.fixture_inconsistent ? " (stopped: reference generation disagrees with its own logits)" : "");
-    assert_true(r.max_rel_err <= CPU_TOL);
-    assert_true(r.greedy_match);
-    assert_true(r.greedy_checked > 0 || r.fixture_inconsistent);
-  }
-}
-
 static void tiny(const char *type, const char *cases_key, int chunk) {
   json_t *man = tu_json("manifest.json");
   json_t *mdl = json_object_get(json_object_get(man, "models"), "qwen3-tiny");
@@ -41,7 +25,9 @@ static void tiny(const char *type, const char *cases_key, int chunk) {
   /* the bf16 references were computed by transformers on the bf16 checkpoint, whose rotary
    * frequencies are bf16-rounded (the quantized ones ran an fp32 model: exact frequencies) */
   gm_rope_freq_bf16 = !strcmp(type, "bf16");
-  run_cases(file, json_object_get(mdl, cases_key), "", chunk, label);
+  char path[4096];
+  snprintf(path, sizeof path, "%s", tu_golden(file));
+  gm_check_cases(path, json_object_get(mdl, cases_key), "", chunk, label, CPU_TOL, 0);
   json_decref(man);
 }
 
@@ -54,23 +40,7 @@ static void test_tiny_bf16_chunked(void **st) { tiny("bf16", "cases", 7); }
 
 /* The demo model's three cases, each on the weights its reference ran on (see
  * gm_demo_model_for_case: cases 1 and 2 were computed on bf16-rounded weights). */
-static void test_demo(void **st) {
-  json_t *man = tu_json("demo/manifest.json");
-  json_t *cases = json_object_get(man, "cases");
-  assert_int_equal(json_array_size(cases), 3);
-  for (int i = 0; i < 3; i++) {
-    const char *path = gm_demo_model_for_case(i);
-    assert_non_null(path);
-    gm_result_t r;
-    assert_int_equal(gm_run_case(path, json_array_get(cases, (size_t)i), "demo", 0, &r), 0);
-    printf("%-22s case %d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s\n", i ? "demo (bf16-rounded)" : "demo Q4_K_M", i,
-           r.max_rel_err, r.top1_agree, r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH");
-    assert_true(r.max_rel_err <= CPU_TOL);
-    assert_true(r.greedy_match && r.greedy_checked > 0);
-  }
-  gm_rope_freq_bf16 = 0;
-  json_decref(man);
-}
+static void test_demo(void **st) { gm_check_demo("demo", CPU_TOL, 0); }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
