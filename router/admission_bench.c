@@ -9,6 +9,7 @@
 
 #include <event2/event.h>
 
+#include "common/evbase.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "router/admission.h"
@@ -93,7 +94,7 @@ int main(int argc, char **argv) {
     }
     port = rs_port(rs);
   }
-  b.base = event_base_new();
+  b.base = gt_event_base_new();
   adm_config_t cfg = {.redis_host = host, .redis_port = port, .router_id = "bench", .lease_ttl_ms = 5000,
                       .queue_timeout_ms = 60000, .hold_ms = 1, .default_max_queued = 100000};
   b.adm = adm_create(b.base, &cfg, &err);

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/evbase.h"
 #include "common/log.h"
 #include "router/router.h"
 
@@ -68,7 +69,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   int rc = 1;
-  rt->base = event_base_new();
+  rt->base = gt_event_base_new();
   rt->metrics = metrics_create();
   if (!rt->base || !rt->metrics || !(rt->mb = mbox_create(rt->base, &err))) goto out;
   adm_config_t ac = {.redis_host = rt->cfg.redis_host, .redis_port = rt->cfg.redis_port, .router_id = "router",

@@ -2,6 +2,7 @@
  * holding leases and waiting entries (its adm_t destroyed without releasing: the same state a
  * kill -9 leaves) is reclaimed by another router's reaper; Redis killed and restarted (data lost)
  * under load: routers reconnect, re-register held leases, never over-admit, all requests end. */
+#include "common/evbase.h"
 #include "test_admission_harness.c"
 
 #include <poll.h>
@@ -208,7 +209,7 @@ static void child_cb(void *arg, const adm_result_t *res) {
 /* Child process: a router holding 2 leases and 1 waiting request, until it is killed. */
 static void child_main(int port, int ttl, int wfd) {
   child_t c = {.wfd = wfd};
-  c.base = event_base_new();
+  c.base = gt_event_base_new();
   adm_config_t cfg = {.redis_host = "127.0.0.1", .redis_port = port, .router_id = "doomed",
                       .lease_ttl_ms = ttl, .queue_timeout_ms = 60000};
   gt_err_t err;

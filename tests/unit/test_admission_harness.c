@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
+#include "common/evbase.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "router/admission.h"
@@ -32,7 +33,7 @@ static h_t *h_new(void) {
   if (!getenv("GANTRY_LOG")) gt_log_level = GT_LEVEL_WARN;
   h_t *h = calloc(1, sizeof *h);
   assert_non_null(h);
-  h->base = event_base_new();
+  h->base = gt_event_base_new();
   assert_non_null(h->base);
   gt_err_t err = {0};
   h->rs = rs_start(&err);
