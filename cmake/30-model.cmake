@@ -20,6 +20,10 @@ add_library(gantry_golden STATIC tests/common/golden_model.c)
 target_link_libraries(gantry_golden PUBLIC gantry_model gantry_quant gantry_testutil)
 
 gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOUT 900)
+# the CPU backend's fused ops (matmul_multi, ffn_swiglu, attn_qk_prep) == the unfused op sequences, bitwise
+gt_add_test(test_backend_fused SOURCES tests/unit/test_backend_fused.c LIBS gantry_model gantry_quant gantry_testutil
+  TIMEOUT 120)
 
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_testutil TIMEOUT 300)
 gt_add_test(test_sampler SOURCES tests/unit/test_sampler.c LIBS gantry_model TIMEOUT 60)
+gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched gantry_testutil TIMEOUT 300)

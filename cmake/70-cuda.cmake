@@ -31,6 +31,9 @@ if(CMAKE_CUDA_COMPILER)
   gt_add_test(test_cuda_golden SOURCES tests/gpu/test_cuda_golden.c
     LIBS gantry_cuda gantry_golden TIMEOUT 600)
   set_tests_properties(test_cuda_ops test_cuda_golden PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  gt_add_test(test_cuda_sample SOURCES tests/gpu/test_cuda_sample.c
+    LIBS gantry_cuda gantry_model gantry_testutil TIMEOUT 300)
+  set_tests_properties(test_cuda_sample PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
 
 if(CMAKE_CUDA_COMPILER)
@@ -39,6 +42,16 @@ if(CMAKE_CUDA_COMPILER)
   set_target_properties(bench_decode PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
                                                 CUDA_RUNTIME_LIBRARY Static)
   target_link_libraries(bench_decode PRIVATE gantry_cuda gantry_model)
+  # GDN scan kernels at qwen35-9b head sizes (decode and chunked prefill), CPU check included
+  add_executable(bench_gdn_scan kernels/bench/bench_gdn_scan.c engine/gdn_chunked.c)
+  set_target_properties(bench_gdn_scan PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+  target_link_libraries(bench_gdn_scan PRIVATE gantry_cuda m)
+  # decode matvec (kc_matvec / multi / swiglu) at qwen3-8b shapes, host check included
+  add_executable(bench_matvec kernels/bench/bench_matvec.cu)
+  set_target_properties(bench_matvec PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+  set_property(TARGET bench_matvec PROPERTY COMPILE_OPTIONS "") # gcc warning flags are not nvcc options
+  target_compile_options(bench_matvec PRIVATE -O3 -Xcompiler=-Wall,-Wno-unused-parameter)
+  target_link_libraries(bench_matvec PRIVATE gantry_cuda gantry_quant m)
 endif()
 
 if(TARGET gantry_cuda)

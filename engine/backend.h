@@ -53,6 +53,16 @@ typedef struct {
   const int32_t *out_tok;     /* [n_out] batch token indices whose logits are wanted */
 } be_batch_t;
 
+/* Sampling parameters of one logits row for the optional `sample` op (no penalties: those need
+ * the host-side history). As sampler_pick_t, plus the row's uniform draw. */
+typedef struct be_sample_row {
+  float temperature; /* <= 0: greedy (argmax, lowest id on ties) */
+  int top_k;         /* <= 0: off; 1: greedy */
+  float top_p;       /* >= 1: off */
+  float min_p;       /* <= 0: off */
+  double u;          /* uniform in [0, 1), a multiple of 2^-53 (sampler_next_u) */
+} be_sample_row_t;
+
 typedef struct be_ops {
   const char *name;
   void (*destroy)(be_t *be);
@@ -130,7 +140,35 @@ typedef struct be_ops {
   /* ---- optional (NULL when not applicable) ---- */
   /* decode steps that ran without a captured graph (CUDA); steady decode must keep it at 0 */
   long (*eager_steps)(be_t *be);
+  /* decode batch sizes that have a captured graph: bit n = n sequences (CUDA) */
+  uint64_t (*graph_sizes)(be_t *be);
+  /* Samples one token per row of logits (backend memory [n_rows, n_vocab]) into host ids[n_rows]
+   * with host rows[n_rows] (be_sample_row_t); semantics of sampler_pick (engine/sampler.h). Ends
+   * and waits for the step like download; returns the step's error. NULL: not supported. */
+  int (*sample)(be_t *be, const float *logits, int n_rows, int n_vocab, const struct be_sample_row *rows,
+                int32_t *ids);
+
+  /* ---- optional fused ops (NULL: model code runs the unfused sequence through the helpers
+   * model_matmul_multi / model_swiglu_ffn / model_attn_qk_prep of engine/model.h). Each gives
+   * what its unfused sequence gives (bit for bit on the CPU backend) ---- */
+  /* out[i][rows, w[i]->rows] = x[rows, cols] · w[i]ᵀ for i < n, 1 <= n <= BE_MATMUL_MULTI_MAX,
+   * every w[i]->cols == cols; outputs distinct and not aliasing x (= n matmul calls) */
+  void (*matmul_multi)(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int rows);
+  /* gate[rows, ff] = silu(x · wgᵀ) * (x · wuᵀ), wg and wu [ff, cols]; up [rows, ff] is scratch
+   * the backend may use (contents undefined after) (= matmul wg, matmul wu, swiglu) */
+  void (*ffn_swiglu)(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate, float *up,
+                     int rows);
+  /* per-head rmsnorm in place of q [n_tok, n_head*head_dim] and k [n_tok, n_kv_head*head_dim]
+   * (q_norm, k_norm F32 [head_dim]), NeoX rope on both (as the rope op, honouring
+   * rope_freq_bf16), then kv_store(layer, k, v); n_kv_head*head_dim must be the pool's kv_dim
+   * (= rmsnorm q, rmsnorm k, rope q, rope k, kv_store) */
+  void (*attn_qk_prep)(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                       const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
+                       float eps);
 } be_ops_t;
+
+/* most weights one matmul_multi call takes */
+#define BE_MATMUL_MULTI_MAX 4
 
 struct be {
   const be_ops_t *ops;

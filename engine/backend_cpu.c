@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/backend_cpu_internal.h"
+#include "engine/sampler.h"
 
 #define CPU(be) ((be_cpu_t *)(be))
 
@@ -40,6 +41,29 @@ static int cpu_sync(be_t *be) {
 
 static int cpu_download(be_t *be, void *dst, const void *src, size_t bytes) {
   memcpy(dst, src, bytes);
+  return cpu_sync(be);
+}
+
+/* sampler_pick on a copy of each row: bit-identical to sampling the downloaded logits on the host */
+static int cpu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
+                      int32_t *ids) {
+  float *row = malloc(sizeof(float) * (size_t)n_vocab);
+  int32_t *idx = malloc(sizeof(int32_t) * (size_t)n_vocab);
+  if (!row || !idx) {
+    free(row);
+    free(idx);
+    if (be->err.code == GT_OK) gt_err_set(&be->err, GT_ENOMEM, "cpu sample: out of memory");
+    return cpu_sync(be);
+  }
+  for (int r = 0; r < n_rows; r++) {
+    const be_sample_row_t *q = &rows[r];
+    sampler_pick_t pk = {.temperature = q->temperature, .top_k = q->top_k, .top_p = q->top_p, .min_p = q->min_p,
+                         .idx = idx};
+    memcpy(row, logits + (size_t)r * n_vocab, sizeof(float) * (size_t)n_vocab);
+    ids[r] = sampler_pick(&pk, row, n_vocab, q->u);
+  }
+  free(row);
+  free(idx);
   return cpu_sync(be);
 }
 
@@ -440,6 +464,50 @@ static void cpu_attention(be_t *be, int layer, const float *q, float *out, int n
   if (bad) set_err(be, GT_EINVAL, "attention: position outside the sequence's blocks (or out of memory)");
 }
 
+/* ---- fused ops: the unfused op sequences, so results are bit for bit those of the ops ---- */
+
+static void cpu_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[],
+                             int rows) {
+  if (n < 1 || n > BE_MATMUL_MULTI_MAX) {
+    set_err(be, GT_EINVAL, "matmul_multi: weight count out of [1, BE_MATMUL_MULTI_MAX]");
+    return;
+  }
+  for (int i = 1; i < n; i++)
+    if (w[i]->cols != w[0]->cols) {
+      set_err(be, GT_EINVAL, "matmul_multi: weights differ in cols");
+      return;
+    }
+  for (int i = 0; i < n; i++) cpu_matmul(be, w[i], x, out[i], rows);
+}
+
+static void cpu_ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate,
+                           float *up, int rows) {
+  if (wg->rows != wu->rows || wg->cols != wu->cols) {
+    set_err(be, GT_EINVAL, "ffn_swiglu: gate and up weights differ in shape");
+    return;
+  }
+  cpu_matmul(be, wg, x, gate, rows);
+  cpu_matmul(be, wu, x, up, rows);
+  cpu_swiglu(be, gate, up, gate, (size_t)rows * (size_t)wg->rows);
+}
+
+static void cpu_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                             const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot,
+                             float theta, float eps) {
+  be_cpu_t *c = CPU(be);
+  if (layer < 0 || layer >= c->kv_layers || n_kv_head * head_dim != c->kv_dim || n_head <= 0 || n_rot <= 0 ||
+      n_rot > head_dim || n_rot % 2) {
+    set_err(be, GT_EINVAL, "attn_qk_prep: layer, head shape or n_rot does not match the KV pool");
+    return;
+  }
+  const int n = c->b.n_tok;
+  cpu_rmsnorm(be, q, q_norm, q, n * n_head, head_dim, eps);
+  cpu_rmsnorm(be, k, k_norm, k, n * n_kv_head, head_dim, eps);
+  cpu_rope(be, q, n_head, head_dim, n_rot, theta);
+  cpu_rope(be, k, n_kv_head, head_dim, n_rot, theta);
+  cpu_kv_store(be, layer, k, v);
+}
+
 /* ---- ranks ---- */
 
 static void cpu_all_reduce(be_t *be, float *x, size_t n) { /* one rank: nothing to do */ }
@@ -491,6 +559,10 @@ static const be_ops_t cpu_ops = {
     .gdn_scan = cpu_gdn_scan,
     .rmsnorm_gated = cpu_rmsnorm_gated,
     .all_reduce = cpu_all_reduce,
+    .matmul_multi = cpu_matmul_multi,
+    .ffn_swiglu = cpu_ffn_swiglu,
+    .attn_qk_prep = cpu_attn_qk_prep,
+    .sample = cpu_sample,
 };
 
 int be_cpu_create(int n_threads, be_t **out, gt_err_t *err) {

@@ -12,7 +12,10 @@
  * error of a step is sticky (be->err) and returned by sync / download; ops do nothing after it. */
 #include "engine/backend_cuda.h"
 
+#include <limits.h>
 #include <math.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,11 +24,13 @@
 
 #include "kernels/add.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/attn_prep.cuh"
 #include "kernels/common.cuh"
 #include "kernels/conv1d.cuh"
 #include "kernels/dequant.cuh"
 #include "kernels/embed.cuh"
 #include "kernels/gather_out.cuh"
+#include "kernels/gdn_chunked.cuh"
 #include "kernels/gdn_gates.cuh"
 #include "kernels/gdn_scan.cuh"
 #include "kernels/kv_store.cuh"
@@ -35,8 +40,11 @@
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rmsnorm_gated.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/sample.cuh"
 #include "kernels/split_bf16.cuh"
 #include "kernels/swiglu.cuh"
+
+#include "common/clock.h"
 
 /* floats of fp32 scratch a prefill GEMM tile may take (128 MiB) */
 #define CU_TILE_FLOATS ((size_t)32 << 20)
@@ -89,6 +97,14 @@ typedef struct {
   cu_graph_t graphs[KC_MATVEC_MAX_ROWS + 1]; /* by batch size */
   long graph_steps, eager_steps, captures;
   uint64_t captured_mask;
+  /* per-op profile (be_cuda_profile_arm / be_cuda_profile_get) */
+  int prof_state;          /* CU_PROF_OFF / ARMED (next decode step) / GRAPH (timing replays) */
+  be_cuda_prof_t *prof_rows; /* [n_prof_rows] by label, most time first */
+  int n_prof_rows;
+  be_cuda_prof_sum_t prof_sum;
+  cudaEvent_t prof_gev[2]; /* around a timed graph launch */
+  int prof_g_pending;      /* prof_gev recorded, not yet read */
+  long prof_steps;
   /* RoPE inverse-frequency tables (device, double [n_rot/2]), made once per configuration */
   struct {
     float theta;
@@ -97,6 +113,12 @@ typedef struct {
   } rope_tab[CU_ROPE_TABLES];
   /* cuBLAS workspace (set explicitly so GEMMs can be captured into graphs) */
   void *blas_ws;
+  /* sampling (cu_sample): rows and ids staged in pinned host memory, probability scratch */
+  int smp_cap;             /* rows the buffers hold */
+  size_t smp_prob_cap;     /* floats of d_smp_prob */
+  kc_sample_row_t *h_smp_rows, *d_smp_rows;
+  int32_t *h_smp_ids, *d_smp_ids;
+  float *d_smp_prob;
 } be_cuda_t;
 
 #define CU(be) ((be_cuda_t *)(be))
@@ -109,6 +131,8 @@ static int fail(be_t *be, int code, const char *op, const char *what) {
 static int failed(be_t *be) { return be->err.code != GT_OK; }
 static void flush_eager(be_t *be);
 static void finish_step(be_t *be);
+static void prof_collect_graph(be_t *be);
+enum { CU_PROF_OFF, CU_PROF_ARMED, CU_PROF_GRAPH };
 
 /* ---- memory ---- */
 
@@ -149,6 +173,7 @@ static int cu_sync(be_t *be) {
   finish_step(be);
   KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream));
   KC_CUDA(ERR(be), cudaGetLastError());
+  prof_collect_graph(be);
   int flags = 0;
   if (c->d_eflag && cudaMemcpyAsync(&flags, c->d_eflag, sizeof flags, cudaMemcpyDeviceToHost, c->stream) == cudaSuccess &&
       cudaStreamSynchronize(c->stream) == cudaSuccess && flags) {
@@ -168,6 +193,64 @@ static int cu_download(be_t *be, void *dst, const void *src, size_t bytes) {
   finish_step(be);
   KC_CUDA(ERR(be), cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CU(be)->stream));
   return cu_sync(be);
+}
+
+_Static_assert(sizeof(kc_sample_row_t) == sizeof(be_sample_row_t) &&
+                   offsetof(kc_sample_row_t, top_k) == offsetof(be_sample_row_t, top_k) &&
+                   offsetof(kc_sample_row_t, top_p) == offsetof(be_sample_row_t, top_p) &&
+                   offsetof(kc_sample_row_t, min_p) == offsetof(be_sample_row_t, min_p) &&
+                   offsetof(kc_sample_row_t, u) == offsetof(be_sample_row_t, u),
+               "kc_sample_row_t must mirror be_sample_row_t");
+
+/* Grows the sampling buffers to n_rows rows of n_vocab (after the stream drains); GT_OK or an
+ * error recorded in be->err. */
+static int sample_bufs(be_t *be, int n_rows, int n_vocab) {
+  be_cuda_t *c = CU(be);
+  const size_t nf = kc_sample_scratch_floats(n_rows, n_vocab);
+  if (n_rows <= c->smp_cap && nf <= c->smp_prob_cap) return GT_OK;
+  if (KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream))) return GT_EINTERNAL;
+  if (n_rows > c->smp_cap) {
+    cudaFreeHost(c->h_smp_rows);
+    cudaFreeHost(c->h_smp_ids);
+    cudaFree(c->d_smp_rows);
+    cudaFree(c->d_smp_ids);
+    c->h_smp_rows = c->d_smp_rows = NULL;
+    c->h_smp_ids = c->d_smp_ids = NULL;
+    c->smp_cap = 0;
+    if (KC_CUDA(ERR(be), cudaMallocHost((void **)&c->h_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows)) ||
+        KC_CUDA(ERR(be), cudaMallocHost((void **)&c->h_smp_ids, sizeof(int32_t) * (size_t)n_rows)) ||
+        KC_CUDA(ERR(be), cudaMalloc((void **)&c->d_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows)) ||
+        KC_CUDA(ERR(be), cudaMalloc((void **)&c->d_smp_ids, sizeof(int32_t) * (size_t)n_rows)))
+      return GT_EINTERNAL;
+    c->smp_cap = n_rows;
+  }
+  if (nf > c->smp_prob_cap) {
+    cudaFree(c->d_smp_prob);
+    c->d_smp_prob = NULL;
+    c->smp_prob_cap = 0;
+    if (KC_CUDA(ERR(be), cudaMalloc((void **)&c->d_smp_prob, sizeof(float) * nf))) return GT_EINTERNAL;
+    c->smp_prob_cap = nf;
+  }
+  return GT_OK;
+}
+
+/* Ends the step (its graph runs first, as for download), samples eagerly on the stream and
+ * copies back only the ids. */
+static int cu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
+                     int32_t *ids) {
+  be_cuda_t *c = CU(be);
+  finish_step(be);
+  if (n_rows > 0 && !failed(be) && sample_bufs(be, n_rows, n_vocab) == GT_OK) {
+    memcpy(c->h_smp_rows, rows, sizeof(kc_sample_row_t) * (size_t)n_rows);
+    (void)(KC_CUDA(ERR(be), cudaMemcpyAsync(c->d_smp_rows, c->h_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows,
+                                            cudaMemcpyHostToDevice, c->stream)) ||
+           KC_CUDA(ERR(be), kc_sample(c->stream, logits, n_rows, n_vocab, c->d_smp_rows, c->d_smp_prob, c->d_smp_ids)) ||
+           KC_CUDA(ERR(be), cudaMemcpyAsync(c->h_smp_ids, c->d_smp_ids, sizeof(int32_t) * (size_t)n_rows,
+                                            cudaMemcpyDeviceToHost, c->stream)));
+  }
+  int rc = cu_sync(be);
+  if (rc == GT_OK && n_rows > 0) memcpy(ids, c->h_smp_ids, sizeof(int32_t) * (size_t)n_rows);
+  return rc;
 }
 
 /* Returns scratch of at least n floats (grown after the stream drains), or NULL (error set). */
@@ -328,6 +411,8 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
                        .eflag = c->d_eflag};
   c->b = *b;
   c->b.state_slot = b->state_slot ? ss : NULL;
+  c->b.seq_first = sf; /* host copies, valid until the next set_batch (do_gdn_scan reads sn) */
+  c->b.seq_ntok = sn;
 
   /* a sequence starting at position 0 starts from zero recurrent state */
   if (b->state_slot && c->st_slots > 0) {
@@ -344,7 +429,7 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   int decode = nt > 0 && nt == ns && nt <= KC_MATVEC_MAX_ROWS && no <= nt;
   for (int s = 0; s < ns && decode; s++) decode = sn[s] == 1;
   c->decode_batch = decode;
-  if (decode && c->graphs_on) {
+  if (decode && (c->graphs_on || c->prof_state == CU_PROF_ARMED)) {
     c->recording = 1;
     c->n_rec = 0;
   }
@@ -433,6 +518,70 @@ static void do_matmul(be_t *be, const be_weight_t *w, const float *x, float *out
                                        (int)k, &zero, out + r0, (int)n_out)))
       return;
   }
+}
+
+/* 1 when do_matmul takes the matvec path for w and rows of x. */
+static int takes_matvec(const be_weight_t *w, const float *x, int rows) {
+  return dense_ok(w) && rows > 0 && rows <= KC_MATVEC_MAX_ROWS && ((uintptr_t)x & 15) == 0 && !bf16_gemm_floats(w, rows);
+}
+
+/* n products of one x: runs of consecutive weights of one type on the matvec path go to one
+ * kc_matvec_multi launch (each output equals kc_matvec's); any other weight is do_matmul. */
+static void do_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[],
+                            int rows) {
+  be_cuda_t *c = CU(be);
+  if (failed(be) || rows <= 0) return;
+  if (n < 1 || n > BE_MATMUL_MULTI_MAX) {
+    fail(be, GT_EINVAL, "matmul_multi", "weight count out of [1, BE_MATMUL_MULTI_MAX]");
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    if (!w[i] || w[i]->cols != w[0]->cols) {
+      fail(be, GT_EINVAL, "matmul_multi", "weights differ in cols");
+      return;
+    }
+  for (int i = 0; i < n && !failed(be);) {
+    if (!takes_matvec(w[i], x, rows)) {
+      do_matmul(be, w[i], x, out[i], rows);
+      i++;
+      continue;
+    }
+    kc_mv_seg_t segs[BE_MATMUL_MULTI_MAX];
+    int ns = 0;
+    for (int j = i; j < n && ns < KC_MATVEC_MAX_SEGS && w[j]->type == w[i]->type && takes_matvec(w[j], x, rows); j++)
+      segs[ns++] = (kc_mv_seg_t){.w = w[j]->data, .out = out[j], .n_out = w[j]->rows, .row_bytes = w[j]->row_bytes};
+    if (ns == 1)
+      KC_CUDA(ERR(be), kc_matvec(c->stream, (int)w[i]->type, w[i]->data, w[i]->rows, w[i]->cols, w[i]->row_bytes, x,
+                                 out[i], rows));
+    else
+      KC_CUDA(ERR(be), kc_matvec_multi(c->stream, (int)w[i]->type, ns, segs, w[i]->cols, x, rows));
+    i += ns;
+  }
+}
+
+static void do_swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n);
+
+/* gate = silu(x·wgᵀ) * (x·wuᵀ): one kc_matvec_swiglu launch when both weights take the matvec
+ * path with one type, else two do_matmul (gate, up) and kc_swiglu. */
+static void do_ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate,
+                          float *up, int rows) {
+  be_cuda_t *c = CU(be);
+  if (failed(be) || rows <= 0) return;
+  if (!wg || !wu || wg->rows != wu->rows || wg->cols != wu->cols) {
+    fail(be, GT_EINVAL, "ffn_swiglu", "gate and up weights differ in shape");
+    return;
+  }
+  if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && takes_matvec(wg, x, rows) && takes_matvec(wu, x, rows)) {
+    const int rc = kc_matvec_swiglu(c->stream, (int)wg->type, wg->data, wu->data, wg->rows, wg->cols, wg->row_bytes, x,
+                                    gate, rows);
+    if (rc != (int)cudaErrorNotSupported) {
+      KC_CUDA(ERR(be), rc);
+      return;
+    } /* cudaErrorNotSupported: nothing was launched; the unfused path below */
+  }
+  do_matmul(be, wg, x, gate, rows);
+  do_matmul(be, wu, x, up, rows);
+  do_swiglu(be, gate, up, gate, (size_t)rows * (size_t)wg->rows);
 }
 
 static int norm_weight_ok(be_t *be, const be_weight_t *w, int d, const char *op) {
@@ -567,6 +716,36 @@ static void do_attention(be_t *be, int layer, const float *q, float *out, int n_
                                 part));
 }
 
+/* rmsnorm q, rmsnorm k, rope q, rope k, kv_store in one kc_attn_qk_prep launch (the unfused
+ * kernels when a head row is too wide for it); bf16: the rope_freq_bf16 it was recorded with. */
+static void do_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *qn,
+                            const be_weight_t *kn, int n_head, int n_kv_head, int hd, int n_rot, float theta, float eps,
+                            int bf16) {
+  be_cuda_t *c = CU(be);
+  static const char op[] = "attn_qk_prep";
+  if (failed(be)) return;
+  if (layer < 0 || layer >= c->kv_layers || n_head <= 0 || n_kv_head <= 0 || hd <= 0 ||
+      (int64_t)n_kv_head * hd != c->kv_dim || n_rot <= 0 || n_rot > hd || n_rot % 2) {
+    fail(be, GT_EINVAL, op, "layer, head shape or n_rot does not match the KV pool");
+    return;
+  }
+  if (!norm_weight_ok(be, qn, hd, op) || !norm_weight_ok(be, kn, hd, op)) return;
+  const double *tab = rope_table(be, theta, n_rot, bf16);
+  if (!tab || c->b.n_tok <= 0) return;
+  const int n = c->b.n_tok;
+  if (hd <= KC_ATTN_PREP_MAX_HD && n_head + n_kv_head <= 65535) {
+    KC_CUDA(ERR(be), kc_attn_qk_prep(c->stream, c->kb, kv_of(c, layer), q, k, v, qn->data, kn->data, n_head, n_kv_head,
+                                     hd, n_rot, tab, bf16, eps));
+    return;
+  }
+  if (KC_CUDA(ERR(be), kc_rmsnorm(c->stream, q, qn->data, q, n * n_head, hd, eps)) ||
+      KC_CUDA(ERR(be), kc_rmsnorm(c->stream, k, kn->data, k, n * n_kv_head, hd, eps)) ||
+      KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, q, n_head, hd, n_rot, tab, bf16)) ||
+      KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, k, n_kv_head, hd, n_rot, tab, bf16)))
+    return;
+  KC_CUDA(ERR(be), kc_kv_store(c->stream, c->kb, kv_of(c, layer), k, v));
+}
+
 /* ---- Gated DeltaNet ---- */
 
 static int check_state(be_t *be, const char *op, int layer) {
@@ -621,6 +800,9 @@ static void do_gdn_gates(be_t *be, const float *alpha, const float *beta_in, con
   KC_CUDA(ERR(be), kc_gdn_gates(c->stream, alpha, beta_in, a->data, dt_bias->data, g, beta, c->b.n_tok, n_v));
 }
 
+/* tokens a sequence must bring to a step for the chunked GDN scan (kernels/gdn_chunked.cu) */
+#define CU_GDN_CHUNK_MIN_TOK 16
+
 static void do_gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v, const float *g,
                         const float *beta, float *out, int n_k, int n_v, int d_k, int d_v) {
   be_cuda_t *c = CU(be);
@@ -635,8 +817,22 @@ static void do_gdn_scan(be_t *be, int layer, const float *q, const float *k, con
     fail(be, GT_EINVAL, op, "ssm state size != n_v * d_k * d_v");
     return;
   }
-  KC_CUDA(ERR(be), kc_gdn_scan(c->stream, c->kb, ssm_state(c, layer, 0), c->st_slots, q, k, v, g, beta, out, n_k, n_v,
-                               d_k, d_v));
+  /* sequences bringing >= CU_GDN_CHUNK_MIN_TOK tokens take the chunked kernel, the others the
+   * sequential one (decode batches never reach the threshold: their graphs hold only the
+   * latter, which needs no scratch) */
+  int n_long = 0;
+  for (int s = 0; s < c->b.n_seq; s++) n_long += c->b.seq_ntok[s] >= CU_GDN_CHUNK_MIN_TOK;
+  float *ssm = ssm_state(c, layer, 0);
+  int skip_from = INT_MAX;
+  if (n_long > 0 && kc_gdn_chunked_ok(d_k, d_v)) {
+    skip_from = CU_GDN_CHUNK_MIN_TOK;
+    if (KC_CUDA(ERR(be), kc_gdn_chunked(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
+                                        CU_GDN_CHUNK_MIN_TOK)))
+      return;
+    if (n_long == c->b.n_seq) return;
+  }
+  KC_CUDA(ERR(be), kc_gdn_scan(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
+                               skip_from));
 }
 
 static void do_rmsnorm_gated(be_t *be, const float *x, const be_weight_t *w, const float *z, float *out, int rows,
@@ -658,7 +854,8 @@ static void do_rmsnorm_gated(be_t *be, const float *x, const be_weight_t *w, con
  * that touches the stream first runs the recorded ops eagerly (counted as an eager step). */
 enum {
   OP_EMBED, OP_GATHER, OP_MATMUL, OP_RMSNORM, OP_ADD_RMSNORM, OP_ADD, OP_ROPE, OP_SWIGLU, OP_MUL_SIGMOID,
-  OP_COPY2D, OP_KV_STORE, OP_ATTENTION, OP_CONV1D, OP_L2NORM, OP_GDN_GATES, OP_GDN_SCAN, OP_RMSNORM_GATED
+  OP_COPY2D, OP_KV_STORE, OP_ATTENTION, OP_CONV1D, OP_L2NORM, OP_GDN_GATES, OP_GDN_SCAN, OP_RMSNORM_GATED,
+  OP_MATMUL_MULTI, OP_FFN_SWIGLU, OP_ATTN_QK_PREP
 };
 
 typedef struct op_rec {
@@ -666,9 +863,11 @@ typedef struct op_rec {
   const void *p[6];
   int64_t i[8];
   double f[2];
-  int64_t wi[2][4]; /* weights: type, rows, cols, row_bytes */
-  const void *wp[2];
+  int64_t wi[4][4]; /* weights: type, rows, cols, row_bytes (unused slots zero) */
+  const void *wp[4];
 } op_rec_t;
+/* OP_MATMUL_MULTI keeps its n weights in wi/wp[0..n) and x, out[0..n) in p[0], p[1..n] */
+_Static_assert(BE_MATMUL_MULTI_MAX <= 4, "op_rec_t has 4 weight slots and 5 pointers for matmul_multi");
 
 static op_rec_t *rec_new(be_t *be, int op) {
   be_cuda_t *c = CU(be);
@@ -722,6 +921,24 @@ static void run_rec(be_t *be, const op_rec_t *r) {
     do_gdn_scan(be, (int)i[0], p0, p1, p2, p3, p4, p5, (int)i[1], (int)i[2], (int)i[3], (int)i[4]);
     break;
   case OP_RMSNORM_GATED: do_rmsnorm_gated(be, p0, &w0, p1, p2, (int)i[0], (int)i[1], (float)r->f[0]); break;
+  case OP_MATMUL_MULTI: {
+    be_weight_t wm[BE_MATMUL_MULTI_MAX];
+    const be_weight_t *wl[BE_MATMUL_MULTI_MAX];
+    float *outs[BE_MATMUL_MULTI_MAX];
+    const int n = (int)i[1];
+    for (int k = 0; k < n; k++) {
+      wm[k] = rec_get_w(r, k);
+      wl[k] = &wm[k];
+      outs[k] = (float *)r->p[1 + k];
+    }
+    do_matmul_multi(be, n, wl, p0, outs, (int)i[0]);
+    break;
+  }
+  case OP_FFN_SWIGLU: do_ffn_swiglu(be, &w0, &w1, p0, p1, p2, (int)i[0]); break;
+  case OP_ATTN_QK_PREP:
+    do_attn_qk_prep(be, (int)i[0], p0, p1, p2, &w0, &w1, (int)i[1], (int)i[2], (int)i[3], (int)i[4], (float)r->f[0],
+                    (float)r->f[1], (int)i[5]);
+    break;
   }
 }
 
@@ -748,6 +965,19 @@ static int prepare_capture(be_t *be) {
       if (n > need) need = n;
     } else if (r->op == OP_ROPE) {
       if (!rope_table(be, (float)r->f[0], (int)r->i[2], r->i[3] != 0)) return -1;
+    } else if (r->op == OP_ATTN_QK_PREP) {
+      if (!rope_table(be, (float)r->f[0], (int)r->i[4], r->i[5] != 0)) return -1;
+    } else if (r->op == OP_MATMUL_MULTI || r->op == OP_FFN_SWIGLU) {
+      const int n_w = r->op == OP_FFN_SWIGLU ? 2 : (int)r->i[1];
+      for (int k = 0; k < n_w; k++) { /* each product as OP_MATMUL */
+        const be_weight_t w = rec_get_w(r, k);
+        const size_t n = bf16_gemm_floats(&w, (int)r->i[0]);
+        if (n) {
+          if (n > need) need = n;
+        } else if (((uintptr_t)r->p[0] & 15) != 0 || r->i[0] > KC_MATVEC_MAX_ROWS) {
+          return -1;
+        }
+      }
     } else if (r->op == OP_MATMUL) {
       const be_weight_t w = rec_get_w(r, 0);
       const size_t n = bf16_gemm_floats(&w, (int)r->i[0]);
@@ -765,10 +995,198 @@ static int prepare_capture(be_t *be) {
   return 0;
 }
 
-/* Ends a recorded decode step: replays, updates or captures the graph of its batch size. */
+/* ---- per-op profile of one decode step (be_cuda_profile_arm / _get, backend_cuda.h) ---- */
+#define CU_PROF_CHUNK 16     /* ops queued behind one host gate: far below the launch queue depth */
+#define CU_PROF_GATE_MS 2000 /* a gate opens by itself after this long, so a stuck host never hangs */
+#define CU_PROF_MAX_ROWS 128 /* distinct labels; the rest are summed into "(other ops)" */
+
+/* Labels by OP_* id. An id without a name prints as "op#N": new ops only need a line here. */
+static const char *const op_names[] = {
+    [OP_EMBED] = "embed",         [OP_GATHER] = "gather_out",       [OP_MATMUL] = "matmul",
+    [OP_RMSNORM] = "rmsnorm",     [OP_ADD_RMSNORM] = "add_rmsnorm", [OP_ADD] = "add",
+    [OP_ROPE] = "rope",           [OP_SWIGLU] = "swiglu",           [OP_MUL_SIGMOID] = "mul_sigmoid",
+    [OP_COPY2D] = "copy2d",       [OP_KV_STORE] = "kv_store",       [OP_ATTENTION] = "attention",
+    [OP_CONV1D] = "conv1d_silu",  [OP_L2NORM] = "l2norm",           [OP_GDN_GATES] = "gdn_gates",
+    [OP_GDN_SCAN] = "gdn_scan",   [OP_RMSNORM_GATED] = "rmsnorm_gated",
+    [OP_MATMUL_MULTI] = "matmul_multi", [OP_FFN_SWIGLU] = "ffn_swiglu", [OP_ATTN_QK_PREP] = "attn_qk_prep",
+};
+
+/* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ gemm]]": weight matrices (not vectors)
+ * of the record with the batch rows; "gemm" when the first takes the bf16 tensor-core path. */
+static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
+  const int op = (int)r->op;
+  const int named = op >= 0 && (size_t)op < sizeof op_names / sizeof op_names[0] && op_names[op];
+  size_t len = (size_t)(named ? snprintf(buf, n, "%s", op_names[op]) : snprintf(buf, n, "op#%d", op));
+  int n_mat = 0;
+  int64_t prev_type = -1;
+  for (int k = 0; k < 4 && len < n; k++) {
+    if (!r->wp[k] || r->wi[k][1] <= 1 || r->wi[k][2] <= 1) continue;
+    const int64_t t = r->wi[k][0];
+    len += (size_t)snprintf(buf + len, n - len, "%s%s%s%lldx%lld", n_mat ? "+" : " ",
+                            t != prev_type ? dt_name((gt_type_t)t) : "", t != prev_type ? " " : "",
+                            (long long)r->wi[k][2], (long long)r->wi[k][1]);
+    prev_type = t;
+    n_mat++;
+  }
+  if (n_mat && len < n) {
+    const be_weight_t w = rec_get_w(r, 0);
+    snprintf(buf + len, n - len, " x%d%s", rows, bf16_gemm_floats(&w, rows) ? " gemm" : "");
+  }
+}
+
+static void prof_add(be_cuda_t *c, const char *label, double us) {
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < c->n_prof_rows; i++)
+      if (!strcmp(c->prof_rows[i].label, label)) {
+        c->prof_rows[i].calls++;
+        c->prof_rows[i].us += us;
+        return;
+      }
+    if (c->n_prof_rows < CU_PROF_MAX_ROWS - 1 || (pass == 1 && c->n_prof_rows < CU_PROF_MAX_ROWS)) {
+      be_cuda_prof_t *p = &c->prof_rows[c->n_prof_rows++];
+      snprintf(p->label, sizeof p->label, "%s", label);
+      p->calls = 1;
+      p->us = us;
+      return;
+    }
+    label = "(other ops)";
+  }
+}
+
+static int prof_cmp(const void *a, const void *b) {
+  const double x = ((const be_cuda_prof_t *)a)->us, y = ((const be_cuda_prof_t *)b)->us;
+  return x > y ? -1 : x < y;
+}
+
+/* Host function holding the stream until the host has queued the gate's chunk of ops. */
+static void CUDART_CB prof_gate(void *p) {
+  const int *open = p;
+  const double t0 = gt_now_ms();
+  while (!__atomic_load_n(open, __ATOMIC_ACQUIRE) && gt_now_ms() - t0 < CU_PROF_GATE_MS) sched_yield();
+}
+
+/* Runs the recorded decode step eagerly with an event pair around each op, waits for it and
+ * keeps the sums per label (c->prof_rows, c->prof_sum); then times graph replays. Gating needs
+ * prepare_capture to succeed: it guarantees no op of the step synchronizes the stream (which
+ * would wait on a closed gate). Without events (creation failed) the ops just run. */
+static void profile_step(be_t *be) {
+  be_cuda_t *c = CU(be);
+  const int n = c->n_rec, rows = c->b.n_tok;
+  c->recording = 0;
+  c->prof_state = CU_PROF_OFF;
+  c->prof_steps++;
+  int gated = !failed(be) && prepare_capture(be) == 0;
+  cudaEvent_t *ev = calloc((size_t)2 * n + 1, sizeof *ev);
+  int *gate = calloc((size_t)n / CU_PROF_CHUNK + 1, sizeof *gate);
+  if (!c->prof_rows) c->prof_rows = malloc(sizeof(be_cuda_prof_t) * CU_PROF_MAX_ROWS);
+  int n_ev = 0;
+  if (ev && gate && c->prof_rows)
+    while (n_ev < 2 * n && cudaEventCreate(&ev[n_ev]) == cudaSuccess) n_ev++;
+  if (n_ev < 2 * n) (void)cudaGetLastError(); /* no events: the ops just run */
+  const int timed = n_ev == 2 * n;
+  gated = gated && timed;
+  for (int k = 0; k < n; k++) {
+    int *g = gate + k / CU_PROF_CHUNK;
+    if (gated && k % CU_PROF_CHUNK == 0 && cudaLaunchHostFunc(c->stream, prof_gate, g) != cudaSuccess) {
+      (void)cudaGetLastError();
+      gated = 0;
+    }
+    if (timed && cudaEventRecord(ev[2 * k], c->stream) != cudaSuccess) (void)cudaGetLastError();
+    run_rec(be, &c->rec[k]);
+    if (timed && cudaEventRecord(ev[2 * k + 1], c->stream) != cudaSuccess) (void)cudaGetLastError();
+    if (gated && (k % CU_PROF_CHUNK == CU_PROF_CHUNK - 1 || k == n - 1)) __atomic_store_n(g, 1, __ATOMIC_RELEASE);
+  }
+  const cudaError_t se = cudaStreamSynchronize(c->stream);
+  KC_CUDA(ERR(be), se);
+  c->n_prof_rows = 0;
+  double total = 0;
+  for (int k = 0; timed && k < n; k++) {
+    float ms = 0;
+    if (se != cudaSuccess || cudaEventElapsedTime(&ms, ev[2 * k], ev[2 * k + 1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ms = 0;
+    }
+    char label[sizeof c->prof_rows[0].label];
+    op_label(&c->rec[k], rows, label, sizeof label);
+    prof_add(c, label, ms * 1e3);
+    total += ms * 1e3;
+  }
+  for (int k = 0; k < n_ev; k++) cudaEventDestroy(ev[k]);
+  free(ev);
+  if (se == cudaSuccess) free(gate); /* else a pending host function may still read it: kept */
+  if (c->n_prof_rows > 1) qsort(c->prof_rows, (size_t)c->n_prof_rows, sizeof c->prof_rows[0], prof_cmp);
+  c->prof_sum = (be_cuda_prof_sum_t){.batch = rows, .n_ops = n, .ops_us = total, .gated = gated};
+  c->n_rec = 0;
+  if (!c->prof_gev[0] && (cudaEventCreate(&c->prof_gev[0]) != cudaSuccess ||
+                          cudaEventCreate(&c->prof_gev[1]) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    return;
+  }
+  c->prof_state = CU_PROF_GRAPH;
+}
+
+/* Launches g, timed with prof_gev when graph replays of the profiled batch size are timed. */
+static int graph_launch(be_t *be, cu_graph_t *g, int n) {
+  be_cuda_t *c = CU(be);
+  int timed = c->prof_state == CU_PROF_GRAPH && n == c->prof_sum.batch && !c->prof_g_pending;
+  if (timed && cudaEventRecord(c->prof_gev[0], c->stream) != cudaSuccess) {
+    (void)cudaGetLastError(); /* a profiling failure never fails the step */
+    timed = 0;
+  }
+  if (KC_CUDA(ERR(be), cudaGraphLaunch(g->exec, c->stream))) return -1;
+  if (timed && !(c->prof_g_pending = cudaEventRecord(c->prof_gev[1], c->stream) == cudaSuccess))
+    (void)cudaGetLastError();
+  c->graph_steps++;
+  return 0;
+}
+
+/* After the stream drained: adds a timed graph launch to the mean. */
+static void prof_collect_graph(be_t *be) {
+  be_cuda_t *c = CU(be);
+  if (!c->prof_g_pending) return;
+  c->prof_g_pending = 0;
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, c->prof_gev[0], c->prof_gev[1]) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  be_cuda_prof_sum_t *s = &c->prof_sum;
+  s->graph_us = (s->graph_us * s->graph_steps + ms * 1e3) / (s->graph_steps + 1);
+  s->graph_steps++;
+}
+
+void be_cuda_profile_arm(be_t *be) {
+  be_cuda_t *c = CU(be);
+  c->prof_state = CU_PROF_ARMED;
+  c->n_prof_rows = 0;
+  c->prof_g_pending = 0;
+  c->prof_sum = (be_cuda_prof_sum_t){0};
+}
+
+int be_cuda_profile_get(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum_t *sum) {
+  be_cuda_t *c = CU(be);
+  if (c->prof_g_pending) {
+    if (cudaEventSynchronize(c->prof_gev[1]) != cudaSuccess) (void)cudaGetLastError();
+    prof_collect_graph(be);
+  }
+  const int armed = c->prof_state == CU_PROF_ARMED;
+  c->prof_state = CU_PROF_OFF;
+  if (sum) *sum = c->prof_sum;
+  if (armed || !c->prof_rows) return 0;
+  const int n = c->n_prof_rows < max ? c->n_prof_rows : max;
+  if (n > 0) memcpy(out, c->prof_rows, sizeof *out * (size_t)n);
+  return n;
+}
+
+/* Ends a recorded decode step: replays, updates or captures the graph of its batch size (or
+ * profiles it: be_cuda_profile_arm). */
 static void finish_step(be_t *be) {
   be_cuda_t *c = CU(be);
   if (!c->recording) return;
+  if (c->prof_state == CU_PROF_ARMED) {
+    profile_step(be);
+    return;
+  }
   const int n = c->b.n_tok;
   cu_graph_t *g = &c->graphs[n];
   if (failed(be) || prepare_capture(be)) {
@@ -779,8 +1197,7 @@ static void finish_step(be_t *be) {
       !memcmp(g->rec, c->rec, sizeof(op_rec_t) * (size_t)c->n_rec)) {
     c->recording = 0;
     c->n_rec = 0;
-    if (KC_CUDA(ERR(be), cudaGraphLaunch(g->exec, c->stream))) return;
-    c->graph_steps++;
+    graph_launch(be, g, n);
     return;
   }
   /* capture the recorded ops */
@@ -830,8 +1247,7 @@ static void finish_step(be_t *be) {
   c->n_rec = 0;
   c->captures++;
   c->captured_mask |= 1ull << n;
-  if (KC_CUDA(ERR(be), cudaGraphLaunch(g->exec, c->stream))) return;
-  c->graph_steps++;
+  graph_launch(be, g, n);
 }
 
 #define RECORD(op_id)                            \
@@ -940,12 +1356,47 @@ static void cu_rmsnorm_gated(be_t *be, const float *x, const be_weight_t *w, con
   }
   do_rmsnorm_gated(be, x, w, z, out, rows, d, eps);
 }
+static void cu_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[],
+                            int rows) {
+  if (n < 1 || n > BE_MATMUL_MULTI_MAX) { /* before recording: the record holds at most that many */
+    fail(be, GT_EINVAL, "matmul_multi", "weight count out of [1, BE_MATMUL_MULTI_MAX]");
+    return;
+  }
+  RECORD(OP_MATMUL_MULTI) {
+    for (int k = 0; k < n; k++) {
+      rec_w(r, k, w[k]);
+      r->p[1 + k] = out[k];
+    }
+    r->p[0] = x; r->i[0] = rows; r->i[1] = n;
+    return;
+  }
+  do_matmul_multi(be, n, w, x, out, rows);
+}
+static void cu_ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate,
+                          float *up, int rows) {
+  RECORD(OP_FFN_SWIGLU) { rec_w(r, 0, wg); rec_w(r, 1, wu); r->p[0] = x; r->p[1] = gate; r->p[2] = up; r->i[0] = rows; return; }
+  do_ffn_swiglu(be, wg, wu, x, gate, up, rows);
+}
+static void cu_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                            const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
+                            float eps) {
+  const int bf16 = be->rope_freq_bf16 != 0;
+  RECORD(OP_ATTN_QK_PREP) {
+    rec_w(r, 0, q_norm); rec_w(r, 1, k_norm); r->p[0] = q; r->p[1] = k; r->p[2] = v; r->i[0] = layer;
+    r->i[1] = n_head; r->i[2] = n_kv_head; r->i[3] = head_dim; r->i[4] = n_rot; r->i[5] = bf16;
+    r->f[0] = theta; r->f[1] = eps;
+    return;
+  }
+  do_attn_qk_prep(be, layer, q, k, v, q_norm, k_norm, n_head, n_kv_head, head_dim, n_rot, theta, eps, bf16);
+}
 
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st) {
   be_cuda_t *c = CU(be);
   *st = (be_cuda_stats_t){.graph_steps = c->graph_steps, .eager_steps = c->eager_steps, .captures = c->captures,
-                          .captured_sizes = c->captured_mask};
+                          .captured_sizes = c->captured_mask, .profiled_steps = c->prof_steps};
 }
+
+static uint64_t cu_graph_sizes(be_t *be) { return CU(be)->captured_mask; }
 
 /* ---- ranks ---- */
 
@@ -960,8 +1411,16 @@ static void cu_destroy(be_t *be) {
     free(c->graphs[i].rec);
   }
   free(c->rec);
+  free(c->prof_rows);
+  for (int i = 0; i < 2; i++)
+    if (c->prof_gev[i]) cudaEventDestroy(c->prof_gev[i]);
   for (int i = 0; i < CU_ROPE_TABLES; i++) cudaFree(c->rope_tab[i].d);
   cudaFree(c->blas_ws);
+  cudaFreeHost(c->h_smp_rows);
+  cudaFreeHost(c->h_smp_ids);
+  cudaFree(c->d_smp_rows);
+  cudaFree(c->d_smp_ids);
+  cudaFree(c->d_smp_prob);
   cudaFree(c->kv_pool);
   cudaFree(c->conv);
   cudaFree(c->ssm);
@@ -1012,6 +1471,11 @@ static const be_ops_t cuda_ops = {
     .rmsnorm_gated = cu_rmsnorm_gated,
     .all_reduce = cu_all_reduce,
     .eager_steps = cu_eager_steps,
+    .sample = cu_sample,
+    .graph_sizes = cu_graph_sizes,
+    .matmul_multi = cu_matmul_multi,
+    .ffn_swiglu = cu_ffn_swiglu,
+    .attn_qk_prep = cu_attn_qk_prep,
 };
 
 int be_cuda_available(void) {

@@ -6,6 +6,9 @@
 
 #include "common/clock.h"
 
+#define EB_PROF_ROWS 64
+#define EB_PROF_GRAPH_STEPS 4 /* graph replays timed after the profiled step */
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -44,6 +47,101 @@ int eb_parse_batches(const char *s, int *b, int cap) {
   return n;
 }
 
+/* Host arrays of the bench's steps: sequence s uses block-table row s (mb blocks) and state
+ * slot s, the same layout in the warm-up, the timed steps and the profile. */
+typedef struct {
+  int32_t *tok, *pos, *first, *ntok, *slot, *outt, *table;
+  float *logits;
+  int mb, V;
+  unsigned seed;
+} eb_buf_t;
+
+static int32_t next_tok(eb_buf_t *x) {
+  x->seed = x->seed * 1664525u + 1013904223u;
+  return (int32_t)((x->seed >> 8) % (unsigned)x->V);
+}
+
+/* Prefill of sequence s: n tokens at positions 0..n-1 in one step, the last row's logits. */
+static int eb_prefill(model_t *m, eb_buf_t *x, int s, int n, gt_err_t *err) {
+  for (int i = 0; i < n; i++) {
+    x->tok[i] = next_tok(x);
+    x->pos[i] = i;
+  }
+  int32_t f0 = 0, n0 = n, sl = s, o0 = n - 1;
+  be_batch_t b = {.n_tok = n, .n_seq = 1, .tok = x->tok, .pos = x->pos, .seq_first = &f0, .seq_ntok = &n0,
+                  .block_table = x->table + (size_t)s * x->mb, .max_blocks = x->mb, .state_slot = &sl, .n_out = 1,
+                  .out_tok = &o0};
+  return model_forward(m, &b, x->logits, err);
+}
+
+/* One decode step of sequences 0..B-1, each one token at position pos. */
+static int eb_decode(model_t *m, eb_buf_t *x, int B, int pos, gt_err_t *err) {
+  for (int s = 0; s < B; s++) {
+    x->tok[s] = next_tok(x);
+    x->pos[s] = pos;
+    x->first[s] = s;
+    x->ntok[s] = 1;
+    x->slot[s] = s;
+    x->outt[s] = s;
+  }
+  be_batch_t b = {.n_tok = B, .n_seq = B, .tok = x->tok, .pos = x->pos, .seq_first = x->first, .seq_ntok = x->ntok,
+                  .block_table = x->table, .max_blocks = x->mb, .state_slot = x->slot, .n_out = B, .out_tok = x->outt};
+  return model_forward(m, &b, x->logits, err);
+}
+
+/* "1-4,8,32": the set bits of mask */
+static const char *fmt_sizes(uint64_t mask, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < 64 && len < n; i++) {
+    if (!(mask >> i & 1)) continue;
+    int j = i;
+    while (j + 1 < 64 && (mask >> (j + 1) & 1)) j++;
+    len += (size_t)(j > i ? snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", i, j)
+                          : snprintf(buf + len, n - len, "%s%d", len ? "," : "", i));
+    i = j;
+  }
+  return len ? buf : "none";
+}
+
+/* The profile of one batch size (printed after the main table). */
+typedef struct {
+  int B, n;
+  double wall_us; /* median decode step, wall */
+  be_cuda_prof_sum_t sum;
+  be_cuda_prof_t rows[EB_PROF_ROWS];
+} eb_prof_t;
+
+static void print_profile(const eb_prof_t *p, FILE *out) {
+  const be_cuda_prof_sum_t *s = &p->sum;
+  if (p->n == 0) {
+    fprintf(out, "\nbatch %d: no decode step was profiled\n", p->B);
+    return;
+  }
+  const double step = s->graph_steps ? s->graph_us : p->wall_us;
+  fprintf(out, "\nbatch %d, one decode step per op (%d ops, eager with an event pair per op%s); %% of %s %.1f us:\n", p->B,
+          s->n_ops, s->gated ? "" : ", NOT gated: host launch gaps are inside the op times",
+          s->graph_steps ? "the GPU time of its graph replay" : "the median step wall time", step);
+  fprintf(out, "| op | calls | us | %% of step |\n|---|---|---|---|\n");
+  double shown = 0;
+  for (int i = 0; i < p->n; i++) {
+    fprintf(out, "| %s | %d | %.1f | %.1f %% |\n", p->rows[i].label, p->rows[i].calls, p->rows[i].us,
+            100.0 * p->rows[i].us / step);
+    shown += p->rows[i].us;
+  }
+  if (s->ops_us - shown > 0.05)
+    fprintf(out, "| (labels not shown) | | %.1f | %.1f %% |\n", s->ops_us - shown, 100.0 * (s->ops_us - shown) / step);
+  fprintf(out, "| launch / idle gap (step - sum of ops) | | %.1f | %.1f %% |\n", step - s->ops_us,
+          100.0 * (step - s->ops_us) / step);
+  if (s->graph_steps)
+    fprintf(out, "sum of ops %.1f us vs graph replay %.1f us GPU (mean of %d): gap %.1f us = launch / idle inside the "
+                 "graph; decode step wall %.1f us (median): %.1f us more = host (batch upload, logits copy, sync)\n",
+            s->ops_us, s->graph_us, s->graph_steps, s->graph_us - s->ops_us, p->wall_us, p->wall_us - s->graph_us);
+  else
+    fprintf(out, "sum of ops %.1f us vs decode step wall %.1f us (median; no graph replay was timed): gap %.1f us\n",
+            s->ops_us, p->wall_us, p->wall_us - s->ops_us);
+}
+
 int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t *err) {
   be_t *be = m->be;
   int maxb = 1;
@@ -51,6 +149,7 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   if (o->prompt < 1 || o->prompt > m->max_tokens || o->gen < 2 || maxb > m->max_tokens)
     return gt_err_set(err, GT_EINVAL, "prompt %d (1..%d), gen %d (>= 2), batch %d (<= %d)", o->prompt, m->max_tokens,
                       o->gen, maxb, m->max_tokens);
+  /* blocks for prompt + gen tokens and at least one more block: the profile's steps follow */
   const int bt = 16, mb = (o->prompt + o->gen + bt - 1) / bt + 1, V = m->hp.n_vocab;
   int rc = model_cache_init(m, maxb * mb, bt, maxb, err);
   if (rc) return rc;
@@ -66,51 +165,51 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
           o->copy_bytes / 1e9);
 
   size_t nt = (size_t)(o->prompt > maxb ? o->prompt : maxb);
-  int32_t *tok = malloc(sizeof(int32_t) * nt), *pos = malloc(sizeof(int32_t) * nt);
-  int32_t *first = malloc(sizeof(int32_t) * (size_t)maxb), *ntok = malloc(sizeof(int32_t) * (size_t)maxb);
-  int32_t *slot = malloc(sizeof(int32_t) * (size_t)maxb), *outt = malloc(sizeof(int32_t) * (size_t)maxb);
-  int32_t *table = malloc(sizeof(int32_t) * (size_t)maxb * mb);
-  float *logits = malloc(sizeof(float) * (size_t)maxb * V);
+  eb_buf_t x = {.mb = mb, .V = V, .seed = 7};
+  x.tok = malloc(sizeof(int32_t) * nt);
+  x.pos = malloc(sizeof(int32_t) * nt);
+  x.first = malloc(sizeof(int32_t) * (size_t)maxb);
+  x.ntok = malloc(sizeof(int32_t) * (size_t)maxb);
+  x.slot = malloc(sizeof(int32_t) * (size_t)maxb);
+  x.outt = malloc(sizeof(int32_t) * (size_t)maxb);
+  x.table = malloc(sizeof(int32_t) * (size_t)maxb * mb);
+  x.logits = malloc(sizeof(float) * (size_t)maxb * V);
   double *steps = malloc(sizeof(double) * (size_t)o->gen);
-  if (!tok || !pos || !first || !ntok || !slot || !outt || !table || !logits || !steps) {
+  eb_prof_t *prof = o->prof_arm && o->prof_get ? calloc((size_t)o->n_batches, sizeof *prof) : NULL;
+  if (!x.tok || !x.pos || !x.first || !x.ntok || !x.slot || !x.outt || !x.table || !x.logits || !steps ||
+      (o->prof_arm && o->prof_get && !prof)) {
     rc = gt_err_set(err, GT_ENOMEM, "bench buffers");
     goto done;
   }
-  unsigned seed = 7;
+  for (int s = 0; s < maxb; s++)
+    for (int i = 0; i < mb; i++) x.table[s * mb + i] = s * mb + i;
+  /* warm-up (untimed, its own token stream): the largest steps first (buffers reach their
+   * final size before any graph is captured), then one decode step per batch size */
+  {
+    const unsigned seed = x.seed;
+    const double tw = gt_now_ms();
+    rc = eb_prefill(m, &x, 0, o->prompt, err);
+    if (!rc) rc = eb_decode(m, &x, maxb, 0, err);
+    for (int bi = 0; bi < o->n_batches && !rc; bi++) rc = eb_decode(m, &x, o->batches[bi], 0, err);
+    x.seed = seed;
+    if (rc) goto done;
+    char sz[256];
+    fprintf(out, "warm-up: a prefill of %d tokens and a decode step per batch size in %.0f ms", o->prompt,
+            gt_now_ms() - tw);
+    if (be->ops->graph_sizes) fprintf(out, "; decode graphs captured: %s", fmt_sizes(be->ops->graph_sizes(be), sz, sizeof sz));
+    fprintf(out, "\n");
+  }
   fprintf(out, "\n| batch | prefill tok/s | decode ms/step | tok/s/seq | tok/s total | GB/step | GB/token | "
                "roofline ms | %% of roofline | graph/eager steps |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int bi = 0; bi < o->n_batches && !rc; bi++) {
     const int B = o->batches[bi];
-    for (int s = 0; s < B; s++)
-      for (int i = 0; i < mb; i++) table[s * mb + i] = s * mb + i;
     double tp = gt_now_ms();
-    for (int s = 0; s < B && !rc; s++) { /* prefill: one step per sequence */
-      for (int i = 0; i < o->prompt; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        tok[i] = (int32_t)((seed >> 8) % (unsigned)V);
-        pos[i] = i;
-      }
-      int32_t f0 = 0, n0 = o->prompt, sl = s, o0 = o->prompt - 1;
-      be_batch_t b = {.n_tok = o->prompt, .n_seq = 1, .tok = tok, .pos = pos, .seq_first = &f0, .seq_ntok = &n0,
-                      .block_table = table + s * mb, .max_blocks = mb, .state_slot = &sl, .n_out = 1, .out_tok = &o0};
-      rc = model_forward(m, &b, logits, err);
-    }
+    for (int s = 0; s < B && !rc; s++) rc = eb_prefill(m, &x, s, o->prompt, err); /* one step per sequence */
     double prefill_s = (gt_now_ms() - tp) / 1e3;
     long e0 = be->ops->eager_steps ? be->ops->eager_steps(be) : 0;
     for (int j = 0; j < o->gen && !rc; j++) {
-      for (int s = 0; s < B; s++) {
-        seed = seed * 1664525u + 1013904223u;
-        tok[s] = (int32_t)((seed >> 8) % (unsigned)V);
-        pos[s] = o->prompt + j;
-        first[s] = s;
-        ntok[s] = 1;
-        slot[s] = s;
-        outt[s] = s;
-      }
-      be_batch_t b = {.n_tok = B, .n_seq = B, .tok = tok, .pos = pos, .seq_first = first, .seq_ntok = ntok,
-                      .block_table = table, .max_blocks = mb, .state_slot = slot, .n_out = B, .out_tok = outt};
       double ts = gt_now_ms();
-      rc = model_forward(m, &b, logits, err);
+      rc = eb_decode(m, &x, B, o->prompt + j, err);
       steps[j] = (gt_now_ms() - ts) / 1e3;
     }
     if (rc) break;
@@ -123,16 +222,26 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     fprintf(out, "| %d | %.0f | %.3f | %.1f | %.1f | %.3f | %.4f | %.3f | %.1f %% | %s |\n", B, B * o->prompt / prefill_s,
             med * 1e3, 1.0 / med, B / med, bytes / 1e9, bytes / B / 1e9, roof * 1e3, 100.0 * roof / med, ge);
     fflush(out);
+    if (prof) { /* one profiled step, then graph replays of the same step timed */
+      eb_prof_t *p = &prof[bi];
+      p->B = B;
+      p->wall_us = med * 1e6;
+      o->prof_arm(be);
+      for (int k = 0; k <= EB_PROF_GRAPH_STEPS && !rc; k++) rc = eb_decode(m, &x, B, o->prompt + o->gen + k, err);
+      p->n = o->prof_get(be, p->rows, EB_PROF_ROWS, &p->sum);
+    }
   }
+  for (int bi = 0; bi < o->n_batches && prof && !rc; bi++) print_profile(&prof[bi], out);
 done:
-  free(tok);
-  free(pos);
-  free(first);
-  free(ntok);
-  free(slot);
-  free(outt);
-  free(table);
-  free(logits);
+  free(x.tok);
+  free(x.pos);
+  free(x.first);
+  free(x.ntok);
+  free(x.slot);
+  free(x.outt);
+  free(x.table);
+  free(x.logits);
   free(steps);
+  free(prof);
   return rc;
 }

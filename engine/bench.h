@@ -4,12 +4,18 @@
  * bytes streamed per step (the weights a step reads + the KV its attention reads + the logits
  * written), the backend's measured copy bandwidth (read + write) and the fraction of that
  * roofline; with a backend that counts them (CUDA), decode steps replayed from graphs vs eager.
- * Prints a markdown table to out. Token ids are pseudo-random (fixed seed). */
+ * Prints a markdown table to out. Token ids are pseudo-random (fixed seed).
+ * Before timing, a warm-up runs one prefill and one decode step per batch size with the real
+ * steps' layout (a graph backend captures its decode graphs there; the captured sizes are
+ * printed). With the profile hooks set, one more decode step per batch size is profiled per op
+ * and a table "op | calls | us | % of step" follows, with the sum of op times against the GPU
+ * time of a graph replay of the same step: the gap is launch / idle time inside the graph. */
 #ifndef GANTRY_ENGINE_BENCH_H
 #define GANTRY_ENGINE_BENCH_H
 
 #include <stdio.h>
 
+#include "engine/backend_cuda.h" /* be_cuda_prof_t (plain C; nothing is linked from it here) */
 #include "engine/gguf.h"
 #include "engine/model.h"
 
@@ -19,6 +25,10 @@ typedef struct {
   int prompt;         /* prompt tokens per sequence (>= 1; the model's max_tokens must allow it) */
   int gen;            /* decode steps (>= 2) */
   size_t copy_bytes;  /* buffer size of the copy-bandwidth measurement */
+  /* optional per-op profile of one decode step per batch size: be_cuda_profile_arm /
+   * be_cuda_profile_get on CUDA; NULL: no profile */
+  void (*prof_arm)(be_t *be);
+  int (*prof_get)(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum_t *sum);
 } eb_opts_t;
 
 /* m must have been loaded with max_tokens >= prompt; its cache is (re)initialised here. */

@@ -24,5 +24,10 @@ void gen_reset(gen_t *g);
  * last_logits (optional): [n_vocab] logits after the last one.
  * GT_ERANGE when the sequence would exceed n_ctx (nothing is fed then). */
 int gen_feed(gen_t *g, const int32_t *ids, int n, int chunk, float *all_logits, float *last_logits, gt_err_t *err);
+/* Feeds ids[n] as gen_feed, then samples the next token on the backend (model_forward_sample)
+ * with row into *out_id: only the id crosses to the host. GT_EUNSUPPORTED when the backend has no
+ * `sample` op. */
+int gen_feed_sample(gen_t *g, const int32_t *ids, int n, int chunk, const be_sample_row_t *row, int32_t *out_id,
+                    gt_err_t *err);
 
 #endif

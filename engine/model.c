@@ -171,11 +171,49 @@ void model_swiglu_ffn(model_t *m, const be_weight_t *w_gate, const be_weight_t *
                       const float *h, float *gate, float *up, float *out, int T) {
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
-  o->matmul(be, w_gate, h, gate, T);
-  o->matmul(be, w_up, h, up, T);
-  o->swiglu(be, gate, up, gate, (size_t)T * w_gate->rows);
+  if (o->ffn_swiglu) {
+    o->ffn_swiglu(be, w_gate, w_up, h, gate, up, T);
+  } else {
+    o->matmul(be, w_gate, h, gate, T);
+    o->matmul(be, w_up, h, up, T);
+    o->swiglu(be, gate, up, gate, (size_t)T * w_gate->rows);
+  }
   o->matmul(be, w_down, gate, out, T);
   o->all_reduce(be, out, (size_t)T * w_down->rows);
+}
+
+void model_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int T) {
+  const be_ops_t *o = be->ops;
+  if (o->matmul_multi) {
+    o->matmul_multi(be, n, w, x, out, T);
+    return;
+  }
+  for (int i = 0; i < n; i++) o->matmul(be, w[i], x, out[i], T);
+}
+
+void model_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                        const be_weight_t *k_norm, int n_head, int n_kv_head, int hd, int n_rot, float theta,
+                        float eps, int T) {
+  const be_ops_t *o = be->ops;
+  if (o->attn_qk_prep) {
+    o->attn_qk_prep(be, layer, q, k, v, q_norm, k_norm, n_head, n_kv_head, hd, n_rot, theta, eps);
+    return;
+  }
+  o->rmsnorm(be, q, q_norm, q, T * n_head, hd, eps);
+  o->rmsnorm(be, k, k_norm, k, T * n_kv_head, hd, eps);
+  o->rope(be, q, n_head, hd, n_rot, theta);
+  o->rope(be, k, n_kv_head, hd, n_rot, theta);
+  o->kv_store(be, layer, k, v);
+}
+
+int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
+  if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
+  m->head_rows = rows;
+  m->head_ids = ids;
+  int rc = m->arch->forward(m, b, NULL, err);
+  m->head_rows = NULL;
+  m->head_ids = NULL;
+  return rc;
 }
 
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
@@ -190,7 +228,9 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
   for (int r0 = 0; r0 < b->n_out; r0 += MODEL_HEAD_CHUNK) {
     int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
     o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
-    int rc = o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);
+    int rc = m->head_rows
+                 ? o->sample(be, dev_logits, nr, V, m->head_rows + r0, m->head_ids + r0)
+                 : o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);
     if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
   }
   return model_backend_err(be, err);

@@ -57,6 +57,10 @@ struct model {
   int64_t n_params;      /* parameters (all ranks) */
   int max_tokens;        /* largest n_tok a forward may get (scratch sizing) */
   int max_out;           /* largest n_out */
+  /* set only during model_forward_sample: model_head samples into head_ids instead of
+   * downloading logits */
+  const be_sample_row_t *head_rows;
+  int32_t *head_ids;
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -75,6 +79,10 @@ size_t model_state_bytes_per_slot(const model_t *m);
 static inline int model_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *err) {
   return m->arch->forward(m, b, logits, err);
 }
+/* model_forward with sampling on the backend (its `sample` op; GT_EUNSUPPORTED when NULL): the
+ * out_tok rows' logits stay in backend memory and only ids[n_out] (host) come back, row i sampled
+ * with rows[i] (host, [n_out]). Penalties and logprobs need the host path (model_forward). */
+int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err);
 
 /* ---- helpers for architecture code (engine/model.c) ---- */
 /* Uploads tensor `name` as a weight; checks it exists, is computable and has shape
@@ -100,9 +108,20 @@ int model_backend_err(be_t *be, gt_err_t *err);
  * h [T, d]; gate, up scratch [T, ff] (gate is overwritten); out [T, d]. */
 void model_swiglu_ffn(model_t *m, const be_weight_t *w_gate, const be_weight_t *w_up, const be_weight_t *w_down,
                       const float *h, float *gate, float *up, float *out, int T);
+/* out[i][T, w[i]->rows] = x[T, cols] · w[i]ᵀ for i < n (<= BE_MATMUL_MULTI_MAX): the backend's
+ * matmul_multi, or n matmul calls when it has none. */
+void model_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int T);
+/* Attention input prep of the current batch (T tokens): per-head rmsnorm of q [T, n_head*hd]
+ * and k [T, n_kv_head*hd], rope on both, kv_store(layer, k, v): the backend's attn_qk_prep,
+ * or that op sequence when it has none. */
+void model_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                        const be_weight_t *k_norm, int n_head, int n_kv_head, int hd, int n_rot, float theta,
+                        float eps, int T);
 /* Finishes a forward: x [T, d] += delta (the last layer's output); for the batch's out_tok rows,
  * logits = rmsnorm(x)·headᵀ, downloaded to host logits[n_out, n_vocab] in MODEL_HEAD_CHUNK row
- * pieces through dev_logits [MODEL_HEAD_CHUNK, n_vocab]; xo [n_out, d] is scratch. */
+ * pieces through dev_logits [MODEL_HEAD_CHUNK, n_vocab]; xo [n_out, d] is scratch. Under
+ * model_forward_sample (m->head_rows set) each piece is sampled on the backend into m->head_ids
+ * instead and logits is not used. */
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
                const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err);
 

@@ -129,54 +129,33 @@ static void apply_penalties(sampler_t *s, float *logits) {
 }
 
 /* descending by prob, ascending id on ties */
-static const float *cmp_prob;
+static _Thread_local const float *cmp_prob; /* qsort has no context argument */
 static int cmp_desc(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   if (cmp_prob[x] != cmp_prob[y]) return cmp_prob[x] > cmp_prob[y] ? -1 : 1;
   return x < y ? -1 : 1;
 }
 
-/* Sorts the ids whose prob >= thr into s->idx (descending); returns their count. */
-static int collect_sorted(sampler_t *s, float thr) {
+/* Sorts the ids whose prob[i] >= thr into idx (descending); returns their count. */
+static int collect_sorted(const float *prob, int n_vocab, int32_t *idx, float thr) {
   int n = 0;
-  for (int i = 0; i < s->n_vocab; i++)
-    if (s->prob[i] >= thr) s->idx[n++] = i;
-  cmp_prob = s->prob; /* qsort has no context argument; the sampler is used by one thread */
-  qsort(s->idx, (size_t)n, sizeof(int32_t), cmp_desc);
+  for (int i = 0; i < n_vocab; i++)
+    if (prob[i] >= thr) idx[n++] = i;
+  cmp_prob = prob;
+  qsort(idx, (size_t)n, sizeof(int32_t), cmp_desc);
   return n;
 }
 
-int32_t sampler_sample(sampler_t *s, float *logits) {
-  const sampler_params_t *p = &s->p;
-  apply_penalties(s, logits);
-  if (p->temperature <= 0 || p->top_k == 1) return argmax(logits, s->n_vocab);
-
-  /* softmax at temperature */
-  float mx = logits[argmax(logits, s->n_vocab)];
-  double sum = 0;
-  for (int i = 0; i < s->n_vocab; i++) {
-    s->prob[i] = expf((logits[i] - mx) / p->temperature);
-    sum += s->prob[i];
-  }
-  float pmax = (float)(1.0 / sum); /* prob of the argmax before normalising = 1 */
-  for (int i = 0; i < s->n_vocab; i++) s->prob[i] = (float)(s->prob[i] / sum);
-
-  if (p->top_k <= 0 && p->top_p >= 1 && p->min_p <= 0) { /* plain temperature: no ordering needed */
-    double r = next_unit(s), c = 0;
-    for (int i = 0; i < s->n_vocab; i++) {
-      c += s->prob[i];
-      if (r < c) return i;
-    }
-    return argmax(logits, s->n_vocab);
-  }
-
+/* top-k -> min-p -> top-p -> draw over prob[n_vocab] (normalised); pmax = prob of the argmax. */
+static int32_t pick_filtered(const sampler_pick_t *p, const float *prob, int n_vocab, float pmax, double u,
+                             int32_t *idx) {
   /* candidates: sort only the head of the distribution when that provably suffices */
   float thr = p->min_p > 0 ? p->min_p * pmax : pmax * 1e-4f;
   int n;
   for (;;) {
-    n = collect_sorted(s, thr);
+    n = collect_sorted(prob, n_vocab, idx, thr);
     double mass = 0;
-    for (int i = 0; i < n; i++) mass += s->prob[s->idx[i]];
+    for (int i = 0; i < n; i++) mass += prob[idx[i]];
     int enough_k = p->top_k > 0 && n >= p->top_k;
     int enough_p = p->top_p < 1 && mass >= p->top_p;
     if (p->min_p > 0 || enough_k || enough_p || thr <= 0) break;
@@ -187,19 +166,66 @@ int32_t sampler_sample(sampler_t *s, float *logits) {
     double c = 0;
     int keep = 0;
     while (keep < n) {
-      c += s->prob[s->idx[keep++]];
+      c += prob[idx[keep++]];
       if (c >= p->top_p) break;
     }
     n = keep;
   }
   double total = 0;
-  for (int i = 0; i < n; i++) total += s->prob[s->idx[i]];
-  double r = next_unit(s) * total, c = 0;
+  for (int i = 0; i < n; i++) total += prob[idx[i]];
+  double r = u * total, c = 0;
   for (int i = 0; i < n; i++) {
-    c += s->prob[s->idx[i]];
-    if (r < c) return s->idx[i];
+    c += prob[idx[i]];
+    if (r < c) return idx[i];
   }
-  return s->idx[n - 1];
+  return idx[n - 1];
+}
+
+int32_t sampler_pick(const sampler_pick_t *p, float *logits, int n_vocab, double u) {
+  const int32_t best = argmax(logits, n_vocab);
+  if (p->temperature <= 0 || p->top_k == 1) return best;
+
+  /* softmax at temperature, in place */
+  float *prob = logits;
+  const float mx = logits[best];
+  double sum = 0;
+  for (int i = 0; i < n_vocab; i++) {
+    prob[i] = expf((logits[i] - mx) / p->temperature);
+    sum += prob[i];
+  }
+  float pmax = (float)(1.0 / sum); /* prob of the argmax before normalising = 1 */
+  for (int i = 0; i < n_vocab; i++) prob[i] = (float)(prob[i] / sum);
+
+  if (p->top_k <= 0 && p->top_p >= 1 && p->min_p <= 0) { /* plain temperature: no ordering needed */
+    double r = u, c = 0;
+    for (int i = 0; i < n_vocab; i++) {
+      c += prob[i];
+      if (r < c) return i;
+    }
+    return best;
+  }
+  int32_t *idx = p->idx ? p->idx : malloc(sizeof(int32_t) * (size_t)n_vocab);
+  if (!idx) return -1;
+  int32_t t = pick_filtered(p, prob, n_vocab, pmax, u, idx);
+  if (!p->idx) free(idx);
+  return t;
+}
+
+double sampler_next_u(sampler_t *s) { return next_unit(s); }
+
+int sampler_has_penalties(const sampler_params_t *p) {
+  return p->repetition_penalty != 1 || p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
+int32_t sampler_sample(sampler_t *s, float *logits) {
+  const sampler_params_t *p = &s->p;
+  apply_penalties(s, logits);
+  const double u = next_unit(s);
+  sampler_pick_t pk = {.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
+                       .idx = s->idx};
+  if (pk.temperature <= 0 || pk.top_k == 1) return sampler_pick(&pk, logits, s->n_vocab, u); /* greedy: no write */
+  memcpy(s->prob, logits, sizeof(float) * (size_t)s->n_vocab); /* the caller's logits stay as they were */
+  return sampler_pick(&pk, s->prob, s->n_vocab, u);
 }
 
 float sampler_logprob(const float *logits, int n, int32_t id) {

@@ -35,8 +35,28 @@ int sampler_create(const sampler_params_t *p, int n_vocab, sampler_t **out, gt_e
 void sampler_free(sampler_t *s);
 /* Records a token for the penalties: prompt tokens (is_output = 0) and sampled ones (1). */
 void sampler_accept(sampler_t *s, int32_t tok, int is_output);
-/* Picks the next token from logits[n_vocab] (modified in place: penalties, temperature). */
+/* Picks the next token from logits[n_vocab] (modified in place by the penalties only). Equals
+ * the penalties, then sampler_pick(params, logits, n_vocab, sampler_next_u(s)): the RNG advances
+ * exactly once per call, greedy or not. */
 int32_t sampler_sample(sampler_t *s, float *logits);
+/* The sampler's next uniform draw in [0, 1) (53 bits: a multiple of 2^-53); advances its RNG. */
+double sampler_next_u(sampler_t *s);
+/* 1 if p has a repetition, presence or frequency penalty (they need the host-side history). */
+int sampler_has_penalties(const sampler_params_t *p);
+
+/* The penalty-free part of sampling, as a pure function (also the CPU backend's `sample` op). */
+typedef struct {
+  float temperature; /* <= 0: greedy */
+  int top_k;         /* <= 0: off; 1: greedy */
+  float top_p;       /* >= 1: off */
+  float min_p;       /* <= 0: off */
+  int32_t *idx;      /* scratch [n_vocab] ids owned by the caller, or NULL (allocated per call) */
+} sampler_pick_t;
+/* Picks a token from logits[n_vocab] with the uniform draw u in [0, 1): greedy (argmax, lowest id
+ * on ties) when temperature <= 0 or top_k == 1, else softmax at temperature -> top-k -> min-p ->
+ * top-p -> the draw. Non-greedy picks overwrite logits with the probabilities. Returns -1 only
+ * when idx is NULL and its allocation fails. */
+int32_t sampler_pick(const sampler_pick_t *p, float *logits, int n_vocab, double u);
 
 /* log-softmax of logits[n] at id, computed in double (for logprobs). */
 float sampler_logprob(const float *logits, int n, int32_t id);

@@ -7,6 +7,7 @@
 #include "engine/sched.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,8 @@ struct sched {
   /* step buffers */
   int32_t *b_tok, *b_pos, *b_first, *b_ntok, *b_bt, *b_slot, *b_out;
   req_t **b_req;
+  be_sample_row_t *b_rows; /* [max_num_seqs] device sampling: one row per output */
+  int32_t *b_ids;          /* [max_num_seqs] its sampled ids */
   float *logits, *raw;
 };
 
@@ -212,8 +215,11 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_bt = malloc(sizeof(int32_t) * (size_t)S * s->max_blocks);
   s->logits = malloc(sizeof(float) * (size_t)S * s->V);
   s->raw = malloc(sizeof(float) * (size_t)s->V);
+  s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)S);
+  s->b_ids = malloc(sizeof(int32_t) * (size_t)S);
   if (!s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
-      !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw) {
+      !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
+      !s->b_rows || !s->b_ids) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
     goto fail;
   }
@@ -262,6 +268,8 @@ void sched_free(sched_t *s) {
   free(s->b_bt);
   free(s->logits);
   free(s->raw);
+  free(s->b_rows);
+  free(s->b_ids);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);
@@ -518,15 +526,16 @@ static int is_eos(const sched_t *s, int32_t id) {
   return 0;
 }
 
-/* Samples q's next token from logits row lg; returns 1 if q finished (and was freed). */
-static int take_token(sched_t *s, req_t *q, float *lg) {
+/* Takes q's next token: sampled here from logits row lg, or (lg NULL) the id the backend sampled
+ * with a draw from q's sampler (see device_rows). Returns 1 + sched_finish_t if q is done, else 0. */
+static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   gt_err_t err = {0};
-  if (q->r.logprobs >= 0) memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
-  int32_t t = sampler_sample(q->smp, lg);
+  if (lg && q->r.logprobs >= 0) memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
+  int32_t t = lg ? sampler_sample(q->smp, lg) : sampled;
   sampler_accept(q->smp, t, 1);
   q->n_generated++;
   if (q->t_first == 0) q->t_first = now_ms();
-  if (q->r.logprobs >= 0) {
+  if (lg && q->r.logprobs >= 0) {
     seqout_logprob_t lp = {.id = t, .logprob = sampler_logprob(s->raw, s->V, t)};
     lp.n_top = sampler_top_ids(s->raw, s->V, q->r.logprobs, lp.top_ids);
     for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = sampler_logprob(s->raw, s->V, lp.top_ids[i]);
@@ -545,6 +554,27 @@ static int take_token(sched_t *s, req_t *q, float *lg) {
   if (rc == 1) return 1 + SCHED_FINISH_STOP;
   if (q->n_generated >= q->r.max_tokens) return 1 + SCHED_FINISH_LENGTH;
   return 0;
+}
+
+/* Device sampling for this step's n_out output rows: possible when the backend has `sample` and
+ * no output row's request needs penalties or logprobs. Then fills b_rows (drawing each request's
+ * uniform now: its RNG advances once per token on either path) and returns 1; else 0. */
+static int device_rows(sched_t *s, int n_seq, int n_out) {
+  if (!s->m->be->ops->sample || n_out == 0) return 0;
+  for (int i = 0; i < n_seq; i++) {
+    const req_t *q = s->b_req[i];
+    if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
+    if (q->r.logprobs >= 0 || sampler_has_penalties(&q->r.sampling)) return 0;
+  }
+  int o = 0;
+  for (int i = 0; i < n_seq; i++) {
+    req_t *q = s->b_req[i];
+    if (q->n_computed + q->chunk < q->n_tokens) continue;
+    const sampler_params_t *p = &q->r.sampling;
+    s->b_rows[o++] = (be_sample_row_t){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p,
+                                       .min_p = p->min_p, .u = sampler_next_u(q->smp)};
+  }
+  return 1;
 }
 
 static void publish_stats(sched_t *s) {
@@ -606,9 +636,10 @@ static int step(sched_t *s, gt_err_t *err) {
     }
   }
   if (n_seq == 0) return 0;
-  int maxb = 1;
-  for (int i = 0; i < n_seq; i++)
-    if (s->b_req[i]->n_blocks > maxb) maxb = s->b_req[i]->n_blocks;
+  /* the block table always has max_blocks columns: every decode step of n sequences then has
+   * the same batch layout, so the backend replays its decode graph of that size (captured by
+   * sched_warmup) instead of capturing it again whenever a context grows by a block */
+  const int maxb = s->max_blocks;
   for (int i = 0; i < n_seq; i++) {
     memcpy(s->b_bt + (size_t)i * maxb, s->b_req[i]->blocks, sizeof(int32_t) * (size_t)s->b_req[i]->n_blocks);
     for (int k = s->b_req[i]->n_blocks; k < maxb; k++) s->b_bt[(size_t)i * maxb + k] = -1;
@@ -616,7 +647,8 @@ static int step(sched_t *s, gt_err_t *err) {
   be_batch_t b = {.n_tok = n_tok, .n_seq = n_seq, .tok = s->b_tok, .pos = s->b_pos, .seq_first = s->b_first,
                   .seq_ntok = s->b_ntok, .block_table = s->b_bt, .max_blocks = maxb,
                   .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = n_out, .out_tok = s->b_out};
-  int rc = model_forward(s->m, &b, s->logits, err);
+  const int on_dev = device_rows(s, n_seq, n_out);
+  int rc = on_dev ? model_forward_sample(s->m, &b, s->b_rows, s->b_ids, err) : model_forward(s->m, &b, s->logits, err);
   pthread_mutex_lock(&s->mu);
   s->st.steps++;
   pthread_mutex_unlock(&s->mu);
@@ -641,7 +673,8 @@ static int step(sched_t *s, gt_err_t *err) {
     }
     if (q->n_computed < q->n_tokens) continue; /* mid-prompt chunk: no token yet */
     if (q->t_prefill_done == 0) q->t_prefill_done = now_ms();
-    int done = take_token(s, q, s->logits + (size_t)(o++) * s->V);
+    int done = on_dev ? take_token(s, q, NULL, s->b_ids[o]) : take_token(s, q, s->logits + (size_t)o * s->V, -1);
+    o++;
     if (!done && q->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
     if (done) {
       for (int k = 0; k < s->n_running; k++)
@@ -652,6 +685,100 @@ static int step(sched_t *s, gt_err_t *err) {
     }
   }
   return 1;
+}
+
+/* ---- warm-up (sched.h) ---- */
+
+/* "1-32", "1-4,8": the set bits of mask as ranges, into buf[n]. */
+static const char *fmt_sizes(uint64_t mask, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < 64 && len < n; i++) {
+    if (!(mask >> i & 1)) continue;
+    int j = i;
+    while (j + 1 < 64 && (mask >> (j + 1) & 1)) j++;
+    len += (size_t)(j > i ? snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", i, j)
+                          : snprintf(buf + len, n - len, "%s%d", len ? "," : "", i));
+    i = j;
+  }
+  return len ? buf : "none";
+}
+
+/* One warm-up step: the same model entry real steps take (device sampling when the backend
+ * has it, greedy rows), so the backend records the same op sequence. */
+static int warm_forward(sched_t *s, const be_batch_t *b, gt_err_t *err) {
+  if (!s->m->be->ops->sample || b->n_out == 0) return model_forward(s->m, b, s->logits, err);
+  for (int i = 0; i < b->n_out; i++) s->b_rows[i] = (be_sample_row_t){.temperature = 0, .top_p = 1, .u = 0.5};
+  return model_forward_sample(s->m, b, s->b_rows, s->b_ids, err);
+}
+
+int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err) {
+  pthread_mutex_lock(&s->mu);
+  const int fresh = s->st.steps == 0 && !s->incoming && s->arrivals == 0;
+  pthread_mutex_unlock(&s->mu);
+  if (!fresh || s->n_running || s->n_waiting)
+    return gt_err_set(err, GT_EINVAL, "the warm-up runs only before the first request");
+  be_t *be = s->m->be;
+  const int S = s->cfg.max_num_seqs, T = s->cfg.max_batch_tokens, mb = s->max_blocks, bt = s->cfg.block_tokens;
+  const int n_blocks = s->cfg.n_blocks, n_ctx = s->cfg.n_ctx;
+  const double t0 = now_ms();
+  const long e0 = be->ops->eager_steps ? be->ops->eager_steps(be) : 0;
+  /* 1. the largest step: nt tokens over ns sequences (each at most n_ctx tokens), an output
+   * row each; its blocks are taken round-robin from the whole pool */
+  const int ns = S < T ? S : T;
+  const int nt = (int64_t)ns * n_ctx < T ? ns * n_ctx : T;
+  int next_block = 0, first = 0;
+  for (int i = 0; i < ns; i++) {
+    const int len = nt / ns + (i < nt % ns);
+    s->b_first[i] = first;
+    s->b_ntok[i] = len;
+    s->b_slot[i] = i;
+    s->b_out[i] = first + len - 1;
+    for (int k = 0; k < len; k++) {
+      s->b_tok[first + k] = (int32_t)(((int64_t)k * 31 + i) % s->V);
+      s->b_pos[first + k] = k;
+    }
+    for (int k = 0; k < mb; k++) s->b_bt[(size_t)i * mb + k] = k * bt < len ? (next_block++) % n_blocks : -1;
+    first += len;
+  }
+  be_batch_t b = {.n_tok = nt, .n_seq = ns, .tok = s->b_tok, .pos = s->b_pos, .seq_first = s->b_first,
+                  .seq_ntok = s->b_ntok, .block_table = s->b_bt, .max_blocks = mb,
+                  .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = ns, .out_tok = s->b_out};
+  int rc = warm_forward(s, &b, err);
+  /* 2. one decode step per batch size, one token at position 0 per sequence */
+  int sizes = ns < SCHED_WARMUP_MAX_SEQS ? ns : SCHED_WARMUP_MAX_SEQS;
+  for (int n = 1; n <= sizes && !rc; n++) {
+    for (int i = 0; i < n; i++) {
+      s->b_tok[i] = (int32_t)(i % s->V);
+      s->b_pos[i] = 0;
+      s->b_first[i] = i;
+      s->b_ntok[i] = 1;
+      s->b_slot[i] = i;
+      s->b_out[i] = i;
+      s->b_bt[(size_t)i * mb] = i % n_blocks;
+      for (int k = 1; k < mb; k++) s->b_bt[(size_t)i * mb + k] = -1;
+    }
+    b.n_tok = b.n_seq = b.n_out = n;
+    rc = warm_forward(s, &b, err);
+  }
+  /* the running slots start from zero state again (admit zeroes them too) */
+  for (int i = 0; i < S && s->hybrid && !rc; i++) rc = be->ops->state_zero(be, i);
+  if (!rc) rc = model_backend_err(be, err);
+  if (rc) return rc;
+  sched_warmup_t w = {.prefill_tokens = nt, .decode_sizes = sizes, .ms = now_ms() - t0,
+                      .eager_steps = be->ops->eager_steps ? be->ops->eager_steps(be) - e0 : 0,
+                      .graph_sizes = be->ops->graph_sizes ? be->ops->graph_sizes(be) : 0};
+  char buf[256];
+  if (be->ops->graph_sizes)
+    GT_LOG_INFO("%s graphs: captured %d decode sizes (%s) in %.0f ms (warm-up: a step of %d tokens, decode sizes 1-%d, "
+                "eager_steps=%ld)",
+                be->ops->name, __builtin_popcountll(w.graph_sizes), fmt_sizes(w.graph_sizes, buf, sizeof buf), w.ms, nt,
+                sizes, w.eager_steps);
+  else
+    GT_LOG_INFO("warm-up: a step of %d tokens, decode sizes 1-%d in %.0f ms (the %s backend keeps no graphs)", nt, sizes,
+                w.ms, be->ops->name);
+  if (out) *out = w;
+  return GT_OK;
 }
 
 void sched_run(sched_t *s) {

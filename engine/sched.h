@@ -94,6 +94,29 @@ int64_t sched_submit(sched_t *s, sched_req_t *req, gt_err_t *err);
  * runs. Unknown ids are ignored. */
 void sched_cancel(sched_t *s, int64_t id);
 
+/* Largest decode batch sched_warmup runs: the CUDA backend captures graphs up to 32 sequences. */
+#define SCHED_WARMUP_MAX_SEQS 32
+
+typedef struct {
+  int prefill_tokens;   /* tokens of the warm-up's largest step */
+  int decode_sizes;     /* decode steps of 1..decode_sizes sequences were run */
+  double ms;
+  long eager_steps;     /* backend decode steps that ran without a graph during the warm-up */
+  uint64_t graph_sizes; /* the backend's captured decode sizes afterwards (bit n; 0: no graphs) */
+} sched_warmup_t;
+
+/* Warm-up before the first request, on the caller's thread (before sched_run): runs the
+ * largest step the configuration allows (max_batch_tokens tokens over up to max_num_seqs
+ * sequences), then one decode step for each batch size 1..min(max_num_seqs, max_batch_tokens,
+ * SCHED_WARMUP_MAX_SEQS), all with the batch layout real steps use, at position 0 in KV blocks
+ * no request holds yet (the KV manager and prefix cache are not involved; recurrent-state
+ * slots used are zeroed afterwards). A backend with graphs (CUDA) sizes its buffers and
+ * captures one decode graph per size here, so real decode steps replay from the first one.
+ * Counters, cache and outputs of later requests are unchanged (tests/unit/test_sched.c).
+ * Logs one line with the captured sizes. GT_EINVAL once a request was submitted or a step
+ * ran; a backend error otherwise. out may be NULL. */
+int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err);
+
 /* Runs one step; returns 1 if it did work, 0 if idle, negative on a backend error (running
  * requests are then finished with ERROR). */
 int sched_step(sched_t *s, gt_err_t *err);

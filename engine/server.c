@@ -495,6 +495,12 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
     for (int i = 0; s->wtypes && i < info->n_weight_types; i++) s->wtypes[i] = strdup(info->weight_types[i]);
     if (s->wtypes) s->n_wtypes = info->n_weight_types;
   }
+  /* a backend with decode graphs (CUDA) captures them now, before the first request */
+  if (m->be->ops->graph_sizes && (rc = sched_warmup(s->sched, NULL, err))) {
+    sched_free(s->sched);
+    s->sched = NULL;
+    return rc;
+  }
   if (s->met.reg) gt_metrics_on_collect(s->met.reg, metrics_collect, s);
   if (pthread_create(&s->th, NULL, sched_main, s)) {
     sched_free(s->sched);

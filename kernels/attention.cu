@@ -1,81 +1,125 @@
 /* kernels/attention.cu — see attention.cuh.
- * Pass 1: block (split, head, token) of 4 warps; each warp walks every 4th position of the
- * split with an online softmax, lane i holding dims i, i+32, ...; the warps merge in shared
- * memory and write (max, sum, acc[head_dim]) for the split. Pass 2 merges the splits. */
+ * Pass 1: block (split, head, token) of AT_WARPS warps. The token's context is cut into chunks
+ * of AT_CHUNK positions; split sp takes chunks sp, sp + n_split, ... For each chunk:
+ *   scores — warp w takes positions w, w + AT_WARPS, ... (AT_PPW of them, their K rows loaded
+ *            together), lane i holding dims i, i + 32, ...; a warp sum per position;
+ *   softmax — every thread computes the chunk max from shared memory (block-uniform), rescales
+ *            the running (max, sum, accumulator) once per chunk;
+ *   values — thread (g, j) adds the probability-weighted V of positions g, g + n_grp, ... for
+ *            dims 4j..4j+3 (float4 loads, all of a thread's positions loaded together).
+ * The groups' accumulators are summed in order and (max, sum, acc[head_dim]) written for the
+ * split. Pass 2 merges the splits. Positions whose KV slot is invalid raise KC_EFLAG_KV_SLOT and
+ * are left out. */
 #include "kernels/attention.cuh"
 #include "kernels/kv_store.cuh"
 
-#define AT_WARPS 4
+#define AT_WARPS 8
+#define AT_THREADS (AT_WARPS * 32)
 #define AT_MAXD (KC_ATTN_MAX_HEAD_DIM / 32)
-#define AT_SPLIT_MIN 256 /* positions per split at least */
+#define AT_CHUNK 64                      /* positions per chunk */
+#define AT_PPW (AT_CHUNK / AT_WARPS)     /* positions a warp scores per chunk */
+#define AT_MAX_SPLIT 32
 
-__global__ void __launch_bounds__(AT_WARPS * 32)
+__global__ void __launch_bounds__(AT_THREADS)
     attn_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
                         int group, int head_dim, float scale, int n_split) {
   const int sp = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
-  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nd = head_dim >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, wi = tid >> 5, nd = head_dim >> 5;
   const int ctx = b.pos[t] + 1, s = b.seq_of_tok[t], kvh = h / group;
-  const int per = (ctx + n_split - 1) / n_split;
-  const int p0 = sp * per, p1 = min(ctx, p0 + per);
-  __shared__ float sm_m[AT_WARPS], sm_l[AT_WARPS];
-  __shared__ float sm_acc[AT_WARPS][KC_ATTN_MAX_HEAD_DIM];
+  const int n_chunks = (ctx + AT_CHUNK - 1) / AT_CHUNK;
+  /* value phase: head_dim / 4 threads per position group */
+  const int tpg = head_dim >> 2, n_grp = AT_THREADS / tpg, g = tid / tpg, j4 = (tid % tpg) * 4;
+  const bool vthr = g < n_grp; /* threads past the last whole group (head_dim 96, ...) idle */
+  __shared__ float sc[AT_CHUNK];
+  __shared__ int64_t sslot[AT_CHUNK];
+  __shared__ __align__(16) float sacc[AT_THREADS * 4];
 
-  float qr[AT_MAXD], acc[AT_MAXD];
+  float qr[AT_MAXD];
   const float *qh = q + ((size_t)t * n_head + h) * head_dim;
 #pragma unroll
-  for (int i = 0; i < AT_MAXD; i++) {
-    qr[i] = i < nd ? qh[lane + 32 * i] : 0.0f;
-    acc[i] = 0.0f;
-  }
+  for (int i = 0; i < AT_MAXD; i++) qr[i] = i < nd ? qh[lane + 32 * i] : 0.0f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   float m = -INFINITY, l = 0.0f;
-  int bad = 0;
-  for (int p = p0 + wi; p < p1; p += AT_WARPS) {
-    const int64_t slot = kc_kv_slot(b, kv, s, p);
-    if (slot < 0) {
-      bad = 1;
-      continue;
+  const size_t koff = (size_t)kvh * head_dim;
+
+  for (int c = sp; c < n_chunks; c += n_split) {
+    const int p0 = c * AT_CHUNK, np = min(AT_CHUNK, ctx - p0);
+    if (tid < np) {
+      const int64_t slot = kc_kv_slot(b, kv, s, p0 + tid);
+      if (slot < 0) atomicOr(b.eflag, KC_EFLAG_KV_SLOT);
+      sslot[tid] = slot;
     }
-    const float *kp = kv.k + slot * kv.kv_dim + (size_t)kvh * head_dim;
-    const float *vp = kv.v + slot * kv.kv_dim + (size_t)kvh * head_dim;
-    float d = 0.0f;
+    __syncthreads();
+    /* scores of this warp's positions: loads first, then the sums */
+    float d[AT_PPW];
 #pragma unroll
-    for (int i = 0; i < AT_MAXD; i++)
-      if (i < nd) d += qr[i] * kp[lane + 32 * i];
-    d = kc_warp_sum(d) * scale;
-    const float mn = fmaxf(m, d);
-    const float corr = expf(m - mn), e = expf(d - mn);
-    l = l * corr + e;
+    for (int k = 0; k < AT_PPW; k++) {
+      const int pi = wi + k * AT_WARPS;
+      d[k] = 0.0f;
+      const int64_t slot = pi < np ? sslot[pi] : -1;
+      if (slot >= 0) {
+        const float *kp = kv.k + slot * kv.kv_dim + koff;
 #pragma unroll
-    for (int i = 0; i < AT_MAXD; i++)
-      if (i < nd) acc[i] = acc[i] * corr + e * vp[lane + 32 * i];
-    m = mn;
+        for (int i = 0; i < AT_MAXD; i++)
+          if (i < nd) d[k] = fmaf(qr[i], __ldg(kp + lane + 32 * i), d[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < AT_PPW; k++) d[k] = kc_warp_sum(d[k]) * scale;
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < AT_PPW; k++) {
+        const int pi = wi + k * AT_WARPS;
+        if (pi < np) sc[pi] = sslot[pi] >= 0 ? d[k] : -INFINITY;
+      }
+    }
+    __syncthreads();
+    /* chunk max and the rescale of the running state (same values in every thread) */
+    float mc = m;
+    for (int p = 0; p < np; p++) mc = fmaxf(mc, sc[p]);
+    if (mc != -INFINITY) {
+      const float corr = expf(m - mc); /* m = -inf -> 0 */
+      l *= corr;
+      acc.x *= corr; acc.y *= corr; acc.z *= corr; acc.w *= corr;
+      float e[AT_CHUNK / 4 > 0 ? AT_CHUNK / 4 : 1];
+      float4 vv[AT_CHUNK / 4 > 0 ? AT_CHUNK / 4 : 1];
+      /* values: this thread's positions g, g + n_grp, ... (at most AT_CHUNK / n_grp of them) */
+#pragma unroll
+      for (int k = 0; k < AT_CHUNK / 4; k++) {
+        const int pi = g + k * n_grp;
+        e[k] = 0.0f;
+        vv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (vthr && pi < np && sc[pi] != -INFINITY) {
+          e[k] = expf(sc[pi] - mc);
+          vv[k] = __ldg((const float4 *)(kv.v + sslot[pi] * kv.kv_dim + koff + j4));
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < AT_CHUNK / 4; k++) {
+        acc.x = fmaf(e[k], vv[k].x, acc.x);
+        acc.y = fmaf(e[k], vv[k].y, acc.y);
+        acc.z = fmaf(e[k], vv[k].z, acc.z);
+        acc.w = fmaf(e[k], vv[k].w, acc.w);
+      }
+      for (int p = 0; p < np; p++)
+        if (sc[p] != -INFINITY) l += expf(sc[p] - mc);
+      m = mc;
+    }
+    __syncthreads(); /* sc / sslot are rewritten by the next chunk */
   }
-  if (bad && lane == 0) atomicOr(b.eflag, KC_EFLAG_KV_SLOT);
-  if (lane == 0) {
-    sm_m[wi] = m;
-    sm_l[wi] = l;
-  }
-#pragma unroll
-  for (int i = 0; i < AT_MAXD; i++)
-    if (i < nd) sm_acc[wi][lane + 32 * i] = acc[i];
+  /* sum the position groups in order */
+  *(float4 *)&sacc[4 * tid] = acc;
   __syncthreads();
-  float M = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < AT_WARPS; w++) M = fmaxf(M, sm_m[w]);
   float *dst = part + (((size_t)t * n_head + h) * n_split + sp) * (size_t)(head_dim + 2);
-  for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
+  for (int jj = tid; jj < head_dim; jj += AT_THREADS) {
+    const int jt = jj >> 2, jc = jj & 3;
     float a = 0.0f;
-#pragma unroll
-    for (int w = 0; w < AT_WARPS; w++)
-      if (sm_m[w] != -INFINITY) a += sm_acc[w][j] * expf(sm_m[w] - M);
-    dst[2 + j] = a;
+    for (int gg = 0; gg < n_grp; gg++) a += sacc[4 * (gg * tpg + jt) + jc];
+    dst[2 + jj] = a;
   }
-  if (threadIdx.x == 0) {
-    float L = 0.0f;
-    for (int w = 0; w < AT_WARPS; w++)
-      if (sm_m[w] != -INFINITY) L += sm_l[w] * expf(sm_m[w] - M);
-    dst[0] = M;
-    dst[1] = L;
+  if (tid == 0) {
+    dst[0] = m;
+    dst[1] = l;
   }
 }
 
@@ -102,11 +146,12 @@ __global__ void attn_combine_kernel(const float *__restrict__ part, float *__res
 }
 
 KC_API int kc_attention_splits(int n_tok, int n_head, int max_ctx) {
-  const int work = n_tok * n_head, target = 2 * 132; /* about two waves of an H100/H200 */
-  if (work >= target || max_ctx <= AT_SPLIT_MIN) return 1;
+  const int work = n_tok * n_head, target = 4 * 132; /* about four blocks per SM of an H100/H200 */
+  const int chunks = (int)(((int64_t)max_ctx + AT_CHUNK - 1) / AT_CHUNK);
   int n = (target + work - 1) / work;
-  const int by_len = (max_ctx + AT_SPLIT_MIN - 1) / AT_SPLIT_MIN;
-  return n < by_len ? n : by_len;
+  if (n > AT_MAX_SPLIT) n = AT_MAX_SPLIT;
+  if (n > chunks) n = chunks;
+  return n < 1 ? 1 : n;
 }
 
 KC_API size_t kc_attention_part_floats(int n_tok, int n_head, int head_dim, int n_split) {
@@ -118,7 +163,7 @@ KC_API int kc_attention(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float *
   if (head_dim % 32 != 0 || head_dim > KC_ATTN_MAX_HEAD_DIM || n_split < 1 || n_kv_head <= 0 || n_head % n_kv_head)
     return (int)cudaErrorInvalidValue;
   if (b.n_tok <= 0) return 0;
-  attn_partial_kernel<<<dim3(n_split, n_head, b.n_tok), AT_WARPS * 32, 0, st>>>(b, kv, q, part, n_head,
+  attn_partial_kernel<<<dim3(n_split, n_head, b.n_tok), AT_THREADS, 0, st>>>(b, kv, q, part, n_head,
                                                                                 n_head / n_kv_head, head_dim, scale,
                                                                                 n_split);
   attn_combine_kernel<<<dim3(n_head, b.n_tok), 128, 0, st>>>(part, out, n_head, head_dim, n_split);

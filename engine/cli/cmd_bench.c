@@ -1,9 +1,14 @@
-/* gantry-engine bench — decode benchmark of a model on a backend (engine/bench.h). */
+/* gantry-engine bench — decode benchmark of a model on a backend (engine/bench.h); on CUDA
+ * with the per-op profile of one decode step per batch size. */
 #include <getopt.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "engine/bench.h"
 #include "engine/cli/cli.h"
+#ifdef GANTRY_HAVE_CUDA
+#include "engine/backend_cuda.h"
+#endif
 
 int cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"device", 1, 0, 'D'}, {"batch", 1, 0, 'b'},
@@ -36,6 +41,12 @@ int cmd_bench(int argc, char **argv) {
   if (cli_open_model(model, device, (int)threads, (int)(prompt > maxb ? prompt : maxb), &cm)) return 1;
   eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = (int)prompt, .gen = (int)gen,
                  .copy_bytes = (size_t)(device && device[0] == 'c' && device[1] == 'u' ? 2048u : 256u) << 20};
+#ifdef GANTRY_HAVE_CUDA
+  if (!strcmp(cm.model->be->ops->name, "cuda")) { /* per-op profile of one decode step per batch size */
+    o.prof_arm = be_cuda_profile_arm;
+    o.prof_get = be_cuda_profile_get;
+  }
+#endif
   gt_err_t err = {0};
   int rc = eb_run(cm.model, cm.gguf, &o, stdout, &err);
   if (rc) cli_fail("%s", err.msg);

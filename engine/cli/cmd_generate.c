@@ -113,8 +113,14 @@ int cmd_generate(int argc, char **argv) {
   for (size_t i = 0; i < n_ids; i++) sampler_accept(smp, ids[i], 0);
   int32_t stops[4] = {tok_eos(tok), tok_eot(tok), tok_find(tok, "<|im_end|>"), tok_find(tok, "<|endoftext|>")};
 
+  /* sampling on the backend when nothing needs the logits on the host: only ids come back */
+  const int on_dev = cm.model->be->ops->sample && !sampler_has_penalties(&sp);
+  be_sample_row_t row = {.temperature = sp.temperature, .top_k = sp.top_k, .top_p = sp.top_p, .min_p = sp.min_p};
+  int32_t next = -1, fed;
   double t0 = gt_now_ms();
-  if (gen_feed(gen, ids, (int)n_ids, 0, NULL, logits, &err)) {
+  if (on_dev) row.u = sampler_next_u(smp);
+  if (on_dev ? gen_feed_sample(gen, ids, (int)n_ids, 0, &row, &next, &err)
+             : gen_feed(gen, ids, (int)n_ids, 0, NULL, logits, &err)) {
     cli_fail("prefill: %s", err.msg);
     goto out;
   }
@@ -122,7 +128,7 @@ int cmd_generate(int argc, char **argv) {
   long n_gen = 0;
   tok_stream_init(&ts, tok, TOK_SKIP_CONTROL);
   while (n_gen < max_tokens) {
-    int32_t next = sampler_sample(smp, logits);
+    if (!on_dev) next = sampler_sample(smp, logits);
     sampler_accept(smp, next, 1);
     n_gen++;
     int is_stop = 0;
@@ -137,7 +143,9 @@ int cmd_generate(int argc, char **argv) {
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     if (n_gen == max_tokens) break;
-    if (gen_feed(gen, &next, 1, 1, NULL, logits, &err)) {
+    fed = next;
+    if (on_dev) row.u = sampler_next_u(smp);
+    if (on_dev ? gen_feed_sample(gen, &fed, 1, 1, &row, &next, &err) : gen_feed(gen, &fed, 1, 1, NULL, logits, &err)) {
       cli_fail("decode: %s", err.msg);
       goto out;
     }

@@ -158,14 +158,10 @@ static int q3_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *
       o->rmsnorm(be, s->x, &L->attn_norm, s->h, T, d, eps);
     else
       o->add_rmsnorm(be, s->x, s->o, &L->attn_norm, s->h, T, d, eps); /* x += previous ffn output */
-    o->matmul(be, &L->wq, s->h, s->q, T);
-    o->matmul(be, &L->wk, s->h, s->k, T);
-    o->matmul(be, &L->wv, s->h, s->v, T);
-    o->rmsnorm(be, s->q, &L->q_norm, s->q, T * H, hd, eps);
-    o->rmsnorm(be, s->k, &L->k_norm, s->k, T * Hk, hd, eps);
-    o->rope(be, s->q, H, hd, hp->n_rot, hp->rope_theta);
-    o->rope(be, s->k, Hk, hd, hp->n_rot, hp->rope_theta);
-    o->kv_store(be, l, s->k, s->v);
+    const be_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+    float *const qkv[3] = {s->q, s->k, s->v};
+    model_matmul_multi(be, 3, wqkv, s->h, qkv, T);
+    model_attn_qk_prep(be, l, s->q, s->k, s->v, &L->q_norm, &L->k_norm, H, Hk, hd, hp->n_rot, hp->rope_theta, eps, T);
     o->attention(be, l, s->q, s->att, H, Hk, hd, 1.0f / sqrtf((float)hd));
     o->matmul(be, &L->wo, s->att, s->o, T);
     o->all_reduce(be, s->o, (size_t)T * d);

@@ -338,17 +338,14 @@ static void attn_mixer(model_t *m, const q35_layer_t *L, int T) {
   const model_hparams_t *hp = &m->hp;
   const int H = hp->n_head, Hk = hp->n_head_kv, hd = hp->head_dim;
   const float eps = hp->rms_eps;
-  o->matmul(be, &L->wq, s->h, s->qg, T);
+  const be_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
+  float *const qkv[3] = {s->qg, s->k, s->v};
+  model_matmul_multi(be, 3, wqkv, s->h, qkv, T);
   /* per head [q | gate]: rows of the [T*H, 2*hd] view */
   o->copy2d(be, s->q, hd, s->qg, 2 * (size_t)hd, T * H, hd);
   o->copy2d(be, s->ag, hd, s->qg + hd, 2 * (size_t)hd, T * H, hd);
-  o->matmul(be, &L->wk, s->h, s->k, T);
-  o->matmul(be, &L->wv, s->h, s->v, T);
-  o->rmsnorm(be, s->q, &L->q_norm, s->q, T * H, hd, eps);
-  o->rmsnorm(be, s->k, &L->k_norm, s->k, T * Hk, hd, eps);
-  o->rope(be, s->q, H, hd, hp->n_rot, hp->rope_theta);
-  o->rope(be, s->k, Hk, hd, hp->n_rot, hp->rope_theta);
-  o->kv_store(be, L->idx, s->k, s->v);
+  model_attn_qk_prep(be, L->idx, s->q, s->k, s->v, &L->q_norm, &L->k_norm, H, Hk, hd, hp->n_rot, hp->rope_theta, eps,
+                     T);
   o->attention(be, L->idx, s->q, s->att, H, Hk, hd, 1.0f / sqrtf((float)hd));
   o->mul_sigmoid(be, s->att, s->ag, (size_t)T * H * hd);
   o->matmul(be, &L->wo, s->att, s->o, T);
@@ -362,10 +359,9 @@ static void gdn_mixer(model_t *m, const q35_layer_t *L, int T) {
   const model_hparams_t *hp = &m->hp;
   const int nk = hp->gdn_n_k, nv = hp->gdn_n_v, dk = hp->gdn_d_k, dv = hp->gdn_d_v;
   const int kd = nk * dk, vd = nv * dv, C = 2 * kd + vd;
-  o->matmul(be, &L->wqkv, s->h, s->mixed, T);
-  o->matmul(be, &L->wz, s->h, s->gz, T);
-  o->matmul(be, &L->w_alpha, s->h, s->galpha, T);
-  o->matmul(be, &L->w_beta, s->h, s->gbeta, T);
+  const be_weight_t *win[4] = {&L->wqkv, &L->wz, &L->w_alpha, &L->w_beta};
+  float *const outs[4] = {s->mixed, s->gz, s->galpha, s->gbeta};
+  model_matmul_multi(be, 4, win, s->h, outs, T);
   o->conv1d_silu(be, L->idx, s->mixed, s->conv, &L->conv, C, hp->conv_kernel);
   o->copy2d(be, s->gq, kd, s->conv, C, T, kd);
   o->copy2d(be, s->gk, kd, s->conv + kd, C, T, kd);
@@ -389,7 +385,7 @@ static int q35_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t 
     return gt_err_set(err, GT_EINVAL, "batch of %d tokens / %d outputs (max %d tokens)", T, b->n_out, m->max_tokens);
   if (hp->n_gdn_layers > 0 && !b->state_slot)
     return gt_err_set(err, GT_EINVAL, "qwen35 is a hybrid model: the batch needs a state slot per sequence");
-  if (b->n_out > 0 && !logits) return gt_err_set(err, GT_EINVAL, "logits buffer is NULL with %d outputs", b->n_out);
+  if (b->n_out > 0 && !logits && !m->head_rows) return gt_err_set(err, GT_EINVAL, "logits buffer is NULL with %d outputs", b->n_out);
   if (o->set_batch(be, b)) return model_backend_err(be, err);
 
   o->embed(be, &s->tok_embd, s->x);

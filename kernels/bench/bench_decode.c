@@ -2,8 +2,9 @@
  * that links only the engine core and the CUDA backend (no gRPC), so it can be carried to a GPU
  * machine by scripts/gpu/pack.sh:
  *   bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512] [--gen 256]
- * Prints engine/bench.h's table, then the decode batch sizes that have a captured CUDA graph.
- * GANTRY_CUDA_GRAPHS=0 runs decode without graphs. */
+ * Prints engine/bench.h's table and per-op profile of one decode step per batch size, then the
+ * decode batch sizes that have a captured CUDA graph. GANTRY_CUDA_GRAPHS=0 runs decode without
+ * graphs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_decode: %s\n", err.msg);
     return 1;
   }
-  eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = prompt, .gen = gen, .copy_bytes = (size_t)2 << 30};
+  eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = prompt, .gen = gen, .copy_bytes = (size_t)2 << 30,
+                 .prof_arm = be_cuda_profile_arm, .prof_get = be_cuda_profile_get};
   int rc = eb_run(m, g, &o, stdout, &err);
   if (rc) fprintf(stderr, "bench_decode: %s\n", err.msg);
   be_cuda_stats_t st;
@@ -43,7 +45,8 @@ int main(int argc, char **argv) {
   printf("\ncaptured decode graph sizes:");
   for (int i = 1; i < 64; i++)
     if (st.captured_sizes >> i & 1) printf(" %d", i);
-  printf(" (captures %ld)\n", st.captures);
+  printf(" (captures %ld, graph steps %ld, eager steps %ld, profiled steps %ld)\n", st.captures, st.graph_steps,
+         st.eager_steps, st.profiled_steps);
   model_free(m);
   be_destroy(be);
   gguf_close(g);

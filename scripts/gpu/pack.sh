@@ -3,17 +3,25 @@
 # shared libraries the GPU machine lacks into build-cuda-dist/ and, compressed, into
 # build-cuda-pack/dist.tar.xz (both ignored by git): carry build-cuda-pack to the device and run
 # scripts/gpu/device_run.sh there.
-# TARGETS="test_cuda_ops test_cuda_golden bench_decode gantry-mkmodel" for the full session.
+# Default TARGETS: what scripts/gpu/suite.sh runs (GPU tests, bench_decode, gantry-mkmodel, and
+# for SERVE=1 gantry-engine + engine-bench as its gRPC client); test_cuda_sample when it exists.
+# Shared libraries: every one ldd lists for the programs except glibc / libstdc++ / libgcc and
+# CUDA's own (the GPU machine has those), so gRPC, protobuf-c, absl, ... travel along.
 set -eu
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 B=${BUILD:-$SRC/build-cuda}
 D=$SRC/build-cuda-dist
 cmake -S "$SRC" -B "$B" -DGANTRY_WERROR=ON >/dev/null
-TARGETS=${TARGETS:-"test_cuda_ops test_cuda_golden"}
+if [ -z "${TARGETS:-}" ]; then
+  TARGETS="test_cuda_ops test_cuda_golden bench_decode gantry-mkmodel gantry-engine engine-bench"
+  cmake --build "$B" --target help | grep -q ' test_cuda_sample$' && TARGETS="$TARGETS test_cuda_sample"
+fi
 cmake --build "$B" -j2 --target $TARGETS
 rm -rf "$D" && mkdir -p "$D/lib"
 for t in $TARGETS; do cp "$B/$t" "$D/"; done
-for l in libcmocka.so.0 libjansson.so.4 libgomp.so.1; do cp -L "/lib/x86_64-linux-gnu/$l" "$D/lib/"; done
+for t in $TARGETS; do ldd "$B/$t"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+  grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/cuda[^/]*/|libcuda\.so|libcublas' |
+  while read -r l; do cp -L "$l" "$D/lib/"; done
 strip "$D"/* 2>/dev/null || true
 # the device call carries at most 64 MiB with the tree: ship the programs compressed
 mkdir -p "$SRC/build-cuda-pack"

@@ -4,7 +4,9 @@
  * excluded), the aggregate generated tokens per second over the whole run, the median TTFT,
  * and chk = per-stream rate x concurrency / aggregate. A benchmark, not a test.
  *
- * usage: engine-bench [--model M.gguf] [--tokens N] [--threads N] [--conc 1,4,16] */
+ * usage: engine-bench [--model M.gguf] [--tokens N] [--threads N] [--conc 1,4,16]
+ *        engine-bench --target HOST:PORT [--tokens N] [--conc 1]   (a running gantry-engine
+ *        serve, e.g. on CUDA: scripts/gpu/session.sh; nothing is loaded here) */
 #include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -134,15 +136,17 @@ static int run_level(ec_client_t *ec, int conc, int n_tokens, int round) {
 
 int main(int argc, char **argv) {
   const char *model = "tests/golden/qwen3-tiny.bf16.gguf";
-  const char *conc_s = "1,4,16";
+  const char *conc_s = "1,4,16", *remote = NULL;
   int n_tokens = 256, threads = 1;
   static const struct option opts[] = {
-      {"model", 1, 0, 'm'}, {"tokens", 1, 0, 'n'}, {"threads", 1, 0, 'j'}, {"conc", 1, 0, 'c'}, {0, 0, 0, 0}};
+      {"model", 1, 0, 'm'}, {"tokens", 1, 0, 'n'}, {"threads", 1, 0, 'j'}, {"conc", 1, 0, 'c'},
+      {"target", 1, 0, 't'}, {0, 0, 0, 0}};
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
     if (c == 'm') model = optarg;
     else if (c == 'n') n_tokens = atoi(optarg);
     else if (c == 'j') threads = atoi(optarg);
     else if (c == 'c') conc_s = optarg;
+    else if (c == 't') remote = optarg;
     else return 2;
   }
   if (n_tokens < 2) n_tokens = 2;
@@ -155,6 +159,12 @@ int main(int argc, char **argv) {
   srv_t *srv = NULL;
   ec_client_t *ec = NULL;
   int port = 0, rc = 1;
+  char target[64];
+  if (remote) {
+    snprintf(target, sizeof target, "%s", remote);
+    model = remote;
+    goto connect;
+  }
   if (gguf_open(model, &g, &err) || be_cpu_create(threads, &be, &err) || model_load(g, be, 512, &m, &err) ||
       tok_load(g, &tok, &err) || srv_create(&(srv_opts_t){.listen = "127.0.0.1:0"}, &srv, &port, &err)) {
     fprintf(stderr, "engine-bench: %s: %s\n", model, err.msg);
@@ -165,8 +175,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "engine-bench: %s\n", err.msg);
     goto out;
   }
-  char target[64];
   snprintf(target, sizeof target, "127.0.0.1:%d", port);
+connect:
   if (ec_open(target, NULL, &ec, &err)) {
     fprintf(stderr, "engine-bench: %s\n", err.msg);
     goto out;

@@ -464,6 +464,49 @@ static void test_gdn(void **st) {
   wdrop(&cw), wdrop(&a), wdrop(&dtb);
 }
 
+/* ---- GDN prefill: the chunked scan (sequences of >= 16 tokens, chunks of 64) against the CPU's
+ * sequential one: prompt lengths around the chunk size, long prompts mixed with decode tokens
+ * and short multi-token sequences (the sequential kernel) in one batch, chunked steps continuing
+ * from a non-zero state, decode after it. Decays a < 0 as in the model (A = -exp(A_log)). ---- */
+static void gdn_chunked_case(int n_k, int n_v, int dk, int dv) {
+  const int K = 4, C = 2 * n_k * dk + n_v * dv, n_slots = 8;
+  char label[96];
+  print_message("  gdn chunked: n_k %d n_v %d d_k %d d_v %d\n", n_k, n_v, dk, dv);
+  assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  float av[64];
+  for (int h = 0; h < n_v; h++) av[h] = -(0.1f + 0.9f * fabsf(frand()));
+  wpair_t a, cw = weight(GT_TYPE_F32, C, K, 0.5f), dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(CPU_BE, &a.c, GT_TYPE_F32, 1, n_v, av, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &a.g, GT_TYPE_F32, 1, n_v, av, &err), 0);
+  int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  tbatch_t *tb = malloc(sizeof *tb);
+  static const struct {
+    int n_seq, start[6], ntok[6], slot[6];
+    const char *what;
+  } steps[] = {
+      {4, {0, 0, 0, 0}, {1, 63, 64, 65}, {0, 1, 2, 3}, "prompts 1+63+64+65"},
+      {4, {1, 0, 63, 0}, {1, 200, 1, 700}, {0, 4, 1, 5}, "prompts 200+700 + 2 decode"},
+      {5, {64, 65, 200, 700, 2}, {130, 17, 1, 15, 64}, {2, 3, 4, 5, 0}, "chunks 130+17+64 from state, 1+15 seq"},
+      {6, {66, 64, 194, 82, 201, 715}, {1, 1, 1, 1, 1, 1}, {0, 1, 2, 3, 4, 5}, "decode 6 after chunked"},
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    mk_batch(tb, steps[i].n_seq, steps[i].start, steps[i].ntok, steps[i].slot, table, 1, 100);
+    snprintf(label, sizeof label, "%s (d %d)", steps[i].what, dk);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, label);
+  }
+  free(tb);
+  wdrop(&cw), wdrop(&a), wdrop(&dtb);
+}
+
+static void test_gdn_chunked(void **st) {
+  NEED_GPU();
+  gdn_chunked_case(2, 4, 128, 128); /* qwen35-9b head size */
+  gdn_chunked_case(2, 4, 64, 64);   /* qwen35-tiny */
+  gdn_chunked_case(1, 2, 40, 48);   /* partial warps of rows and a partial column tile */
+}
+
 /* ---- decode steps through CUDA graphs: fixed buffers, repeated steps of several batch sizes;
  * every step equals the CPU, and steady steps replay a graph (no eager decode step) ---- */
 static void test_decode_graphs(void **st) {
@@ -534,6 +577,245 @@ static void test_decode_graphs(void **st) {
   free(wn);
 }
 
+/* ---- fused ops (matmul_multi, ffn_swiglu, attn_qk_prep) vs the CPU, and vs the unfused CUDA
+ * ops they replace (printed as "bitwise" when equal bit for bit) ---- */
+static double gpu_vs_gpu(const char *what, const void *a, const void *b, size_t n, double tol) {
+  float *ha = malloc(sizeof(float) * (n ? n : 1)), *hb = malloc(sizeof(float) * (n ? n : 1));
+  int rc = GPU_BE->ops->download(GPU_BE, ha, a, n * sizeof(float));
+  if (!rc) rc = GPU_BE->ops->download(GPU_BE, hb, b, n * sizeof(float));
+  if (rc) fail_msg("%s: gpu error %d: %s", what, rc, GPU_BE->err.msg);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double d = (double)ha[i] - hb[i];
+    num += d * d;
+    den += (double)hb[i] * hb[i];
+  }
+  const double e = den > 0 ? sqrt(num / den) : sqrt(num);
+  const int bitwise = memcmp(ha, hb, n * sizeof(float)) == 0;
+  print_message("  %-40s n=%-8zu err %.3e%s%s\n", what, n, e, bitwise ? " bitwise" : "", e > tol ? "  FAIL" : "");
+  free(ha);
+  free(hb);
+  assert_true(e <= tol);
+  return e;
+}
+
+static void test_matmul_multi(void **st) {
+  NEED_GPU();
+  const int64_t cols = 1024, outs[4] = {2100, 300, 300, 64};
+  /* runs of one type are grouped into one launch; a type change or a BF16 GEMM (>= 4 rows) splits */
+  const gt_type_t sets[][4] = {{GT_TYPE_Q4_K, GT_TYPE_Q4_K, GT_TYPE_Q6_K, GT_TYPE_Q4_K},
+                               {GT_TYPE_BF16, GT_TYPE_BF16, GT_TYPE_BF16, GT_TYPE_F32},
+                               {GT_TYPE_Q8_0, GT_TYPE_Q8_0, GT_TYPE_Q8_0, GT_TYPE_Q8_0},
+                               {GT_TYPE_F16, GT_TYPE_Q5_K, GT_TYPE_F16, GT_TYPE_F16}};
+  const int rows_list[] = {1, 2, 3, 4, 5, 8, 16, 31, 32, 33, 70};
+  for (size_t si = 0; si < sizeof sets / sizeof *sets; si++) {
+    wpair_t w[4];
+    for (int k = 0; k < 4; k++) w[k] = weight(sets[si][k], outs[k], cols, 0.5f);
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+      const int rows = rows_list[ri], n = ri % 2 ? 4 : 3 - (int)(ri % 3); /* 1..4 weights */
+      float *x = rnd((size_t)rows * cols, 1.0f);
+      buf_t bx = putf(x, (size_t)rows * cols), bo[4], bu[4];
+      const be_weight_t *wc[4], *wg[4];
+      float *oc[4], *og[4];
+      for (int k = 0; k < n; k++) {
+        bo[k] = putf(NULL, (size_t)rows * outs[k]);
+        bu[k] = putf(NULL, (size_t)rows * outs[k]);
+        wc[k] = &w[k].c, wg[k] = &w[k].g, oc[k] = (float *)bo[k].c, og[k] = (float *)bo[k].g;
+      }
+      CPU_BE->ops->matmul_multi(CPU_BE, n, wc, bx.c, oc, rows);
+      GPU_BE->ops->matmul_multi(GPU_BE, n, wg, bx.g, og, rows);
+      for (int k = 0; k < n; k++) GPU_BE->ops->matmul(GPU_BE, &w[k].g, bx.g, bu[k].g, rows);
+      for (int k = 0; k < n; k++) {
+        char what[80];
+        snprintf(what, sizeof what, "matmul_multi %s n=%d rows %d [%d]", dt_name(sets[si][k]), n, rows, k);
+        cmp(what, bo[k], (size_t)rows * outs[k], TOL);
+        snprintf(what, sizeof what, "  vs cuda matmul rows %d [%d]", rows, k);
+        gpu_vs_gpu(what, bo[k].g, bu[k].g, (size_t)rows * outs[k], TOL);
+        drop(&bo[k]), drop(&bu[k]);
+      }
+      drop(&bx);
+      free(x);
+    }
+    for (int k = 0; k < 4; k++) wdrop(&w[k]);
+  }
+}
+
+static void test_ffn_swiglu(void **st) {
+  NEED_GPU();
+  const int64_t ff = 1536, d = 1024;
+  /* same type: kc_matvec_swiglu at <= 32 rows (BF16: < 4); mixed: two products + swiglu */
+  const gt_type_t pairs[][2] = {{GT_TYPE_Q4_K, GT_TYPE_Q4_K}, {GT_TYPE_BF16, GT_TYPE_BF16}, {GT_TYPE_Q6_K, GT_TYPE_Q6_K},
+                                {GT_TYPE_Q8_0, GT_TYPE_F16}, {GT_TYPE_F32, GT_TYPE_F32}};
+  const int rows_list[] = {1, 2, 3, 4, 7, 32, 33, 70};
+  for (size_t pi = 0; pi < sizeof pairs / sizeof *pairs; pi++) {
+    wpair_t wg = weight(pairs[pi][0], ff, d, 0.5f), wu = weight(pairs[pi][1], ff, d, 0.5f);
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+      const int rows = rows_list[ri];
+      float *x = rnd((size_t)rows * d, 1.0f);
+      buf_t bx = putf(x, (size_t)rows * d), bg = putf(NULL, (size_t)rows * ff), bu = putf(NULL, (size_t)rows * ff),
+            rg = putf(NULL, (size_t)rows * ff), ru = putf(NULL, (size_t)rows * ff);
+      CPU_BE->ops->ffn_swiglu(CPU_BE, &wg.c, &wu.c, bx.c, bg.c, bu.c, rows);
+      GPU_BE->ops->ffn_swiglu(GPU_BE, &wg.g, &wu.g, bx.g, bg.g, bu.g, rows);
+      GPU_BE->ops->matmul(GPU_BE, &wg.g, bx.g, rg.g, rows); /* the unfused CUDA sequence */
+      GPU_BE->ops->matmul(GPU_BE, &wu.g, bx.g, ru.g, rows);
+      GPU_BE->ops->swiglu(GPU_BE, rg.g, ru.g, rg.g, (size_t)rows * ff);
+      char what[80];
+      snprintf(what, sizeof what, "ffn_swiglu %s/%s rows %d", dt_name(pairs[pi][0]), dt_name(pairs[pi][1]), rows);
+      cmp(what, bg, (size_t)rows * ff, TOL);
+      gpu_vs_gpu("  vs cuda matmul x2 + swiglu", bg.g, rg.g, (size_t)rows * ff, TOL);
+      drop(&bx), drop(&bg), drop(&bu), drop(&rg), drop(&ru);
+      free(x);
+    }
+    wdrop(&wg), wdrop(&wu);
+  }
+}
+
+/* One attn_qk_prep case on a fresh 2-layer pool: q/k vs the CPU and vs the unfused CUDA ops;
+ * the pool through attention (head_dim % 32 == 0) against the CPU's. */
+static void qk_prep_case(tbatch_t *tb, int n_head, int n_kv, int hd, int n_rot, int bf16, int max_blocks) {
+  const int bt = 16, n_blocks = 8 * max_blocks, layer = 1, kvd = n_kv * hd, n = tb->b.n_tok;
+  assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 2, n_blocks, bt, kvd), 0);
+  assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 2, n_blocks, bt, kvd), 0);
+  CPU_BE->rope_freq_bf16 = GPU_BE->rope_freq_bf16 = bf16;
+  both_batch(&tb->b);
+  const size_t nq = (size_t)n * n_head * hd, nk = (size_t)n * kvd;
+  float *q = rnd(nq, 2.0f), *k = rnd(nk, 2.0f), *v = rnd(nk, 1.0f), *qn = rnd((size_t)hd, 1.0f),
+        *kn = rnd((size_t)hd, 1.0f);
+  wpair_t wq, wk;
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(CPU_BE, &wq.c, GT_TYPE_F32, 1, hd, qn, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &wq.g, GT_TYPE_F32, 1, hd, qn, &err), 0);
+  assert_int_equal(be_weight_upload(CPU_BE, &wk.c, GT_TYPE_F32, 1, hd, kn, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &wk.g, GT_TYPE_F32, 1, hd, kn, &err), 0);
+  buf_t bq = putf(q, nq), bk = putf(k, nk), bv = putf(v, nk), rq = putf(q, nq), rk = putf(k, nk);
+  const float theta = 1e6f, eps = 1e-6f;
+  CPU_BE->ops->attn_qk_prep(CPU_BE, layer, bq.c, bk.c, bv.c, &wq.c, &wk.c, n_head, n_kv, hd, n_rot, theta, eps);
+  GPU_BE->ops->attn_qk_prep(GPU_BE, layer, bq.g, bk.g, bv.g, &wq.g, &wk.g, n_head, n_kv, hd, n_rot, theta, eps);
+  GPU_BE->ops->rmsnorm(GPU_BE, rq.g, &wq.g, rq.g, n * n_head, hd, eps);
+  GPU_BE->ops->rmsnorm(GPU_BE, rk.g, &wk.g, rk.g, n * n_kv, hd, eps);
+  GPU_BE->ops->rope(GPU_BE, rq.g, n_head, hd, n_rot, theta);
+  GPU_BE->ops->rope(GPU_BE, rk.g, n_kv, hd, n_rot, theta);
+  char what[96];
+  snprintf(what, sizeof what, "attn_qk_prep n=%d H %d/%d hd %d rot %d bf16 %d q", n, n_head, n_kv, hd, n_rot, bf16);
+  cmp(what, bq, nq, TOL);
+  gpu_vs_gpu("  q vs cuda rmsnorm + rope", bq.g, rq.g, nq, TOL);
+  snprintf(what, sizeof what, "attn_qk_prep n=%d hd %d rot %d bf16 %d k", n, hd, n_rot, bf16);
+  cmp(what, bk, nk, TOL);
+  gpu_vs_gpu("  k vs cuda rmsnorm + rope", bk.g, rk.g, nk, TOL);
+  if (hd % 32 == 0) { /* the pool: attention over what was stored (the rest of the pool is zero on both) */
+    buf_t bo = putf(NULL, nq);
+    CPU_BE->ops->attention(CPU_BE, layer, bq.c, bo.c, n_head, n_kv, hd, 0.1f);
+    GPU_BE->ops->attention(GPU_BE, layer, bq.g, bo.g, n_head, n_kv, hd, 0.1f);
+    snprintf(what, sizeof what, "  attention over the stored k/v hd %d", hd);
+    cmp(what, bo, nq, TOL);
+    drop(&bo);
+  }
+  drop(&bq), drop(&bk), drop(&bv), drop(&rq), drop(&rk);
+  wdrop(&wq), wdrop(&wk);
+  free(q), free(k), free(v), free(qn), free(kn);
+  CPU_BE->rope_freq_bf16 = GPU_BE->rope_freq_bf16 = 0;
+}
+
+static void test_attn_qk_prep(void **st) {
+  NEED_GPU();
+  const int max_blocks = 8; /* positions < 128 */
+  int32_t table[3 * 8];
+  for (int i = 0; i < 24; i++) table[i] = (i * 11 + 5) % 64;
+  tbatch_t *tb = malloc(sizeof *tb);
+  /* n_tok 1 (decode), 3 (decode batch), 70 (prefill + decode + chunk across blocks) */
+  const int n_seqs[3] = {1, 3, 3}, starts[3][3] = {{40, 0, 0}, {5, 77, 0}, {0, 120, 30}},
+            ntoks[3][3] = {{1, 0, 0}, {1, 1, 1}, {50, 1, 19}};
+  /* head_dim, n_rot, heads: full rotary, partial rotary, head_dim % 4 == 0 but not 32, and 66
+   * (the scalar norm form) */
+  const int shapes[][4] = {{128, 128, 8, 2}, {64, 32, 4, 4}, {72, 36, 6, 2}, {66, 34, 3, 1}};
+  for (int bi = 0; bi < 3; bi++) {
+    mk_batch(tb, n_seqs[bi], starts[bi], ntoks[bi], NULL, table, max_blocks, 100);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+      for (int bf16 = 0; bf16 < 2; bf16++)
+        qk_prep_case(tb, shapes[si][2], shapes[si][3], shapes[si][0], shapes[si][1], bf16, max_blocks);
+  }
+  free(tb);
+}
+
+/* ---- a decoder layer with the fused ops through CUDA graphs: steady steps replay a graph and
+ * equal the CPU ---- */
+static void test_decode_graphs_fused(void **st) {
+  NEED_GPU();
+  const int n_head = 8, n_kv = 2, hd = 64, bt = 16, max_blocks = 8, d = 256, kvd = n_kv * hd, ff = 512;
+  assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
+  assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
+  CPU_BE->rope_freq_bf16 = GPU_BE->rope_freq_bf16 = 1;
+  int32_t table[4 * 8];
+  for (int i = 0; i < 32; i++) table[i] = 31 - i;
+  /* wk BF16: the GEMM path (scratch) at batch 4, the matvec group at batches 1 and 3 */
+  wpair_t wq = weight(GT_TYPE_Q4_K, n_head * hd, d, 0.5f), wk = weight(GT_TYPE_BF16, kvd, d, 0.5f),
+          wv = weight(GT_TYPE_Q4_K, kvd, d, 0.5f), wo = weight(GT_TYPE_Q6_K, d, n_head * hd, 0.5f),
+          wg = weight(GT_TYPE_Q4_K, ff, d, 0.5f), wu = weight(GT_TYPE_Q4_K, ff, d, 0.5f),
+          wd = weight(GT_TYPE_Q6_K, d, ff, 0.5f);
+  float *wn = rnd((size_t)d, 1.0f), *hn = rnd((size_t)hd, 1.0f);
+  wpair_t nrm, qn;
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(CPU_BE, &nrm.c, GT_TYPE_F32, 1, d, wn, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &nrm.g, GT_TYPE_F32, 1, d, wn, &err), 0);
+  assert_int_equal(be_weight_upload(CPU_BE, &qn.c, GT_TYPE_F32, 1, hd, hn, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &qn.g, GT_TYPE_F32, 1, hd, hn, &err), 0);
+  const int maxb = 4;
+  buf_t bx = putf(NULL, (size_t)maxb * d), bh = putf(NULL, (size_t)maxb * d), bq = putf(NULL, (size_t)maxb * n_head * hd),
+        bk = putf(NULL, (size_t)maxb * kvd), bv = putf(NULL, (size_t)maxb * kvd),
+        ba = putf(NULL, (size_t)maxb * n_head * hd), bo = putf(NULL, (size_t)maxb * d),
+        bg = putf(NULL, (size_t)maxb * ff), bu = putf(NULL, (size_t)maxb * ff);
+  be_cuda_stats_t s0, s1;
+  be_cuda_get_stats(GPU_BE, &s0);
+  tbatch_t *tb = malloc(sizeof *tb);
+  int pos[4] = {0, 0, 0, 0};
+  for (int step = 0; step < 24; step++) {
+    const int nb = step < 8 ? 3 : step < 16 ? 1 : 4;
+    int start[4], ntok[4] = {1, 1, 1, 1};
+    for (int s = 0; s < nb; s++) start[s] = pos[s]++;
+    mk_batch(tb, nb, start, ntok, NULL, table, max_blocks, 100);
+    float *x = rnd((size_t)nb * d, 1.0f);
+    assert_int_equal(CPU_BE->ops->upload(CPU_BE, bx.c, x, sizeof(float) * nb * d), 0);
+    assert_int_equal(GPU_BE->ops->upload(GPU_BE, bx.g, x, sizeof(float) * nb * d), 0);
+    free(x);
+    be_t *bes[2] = {CPU_BE, GPU_BE};
+    for (int i = 0; i < 2; i++) {
+      be_t *be = bes[i];
+      const be_ops_t *o = be->ops;
+      void *X = i ? bx.g : bx.c, *H = i ? bh.g : bh.c, *Q = i ? bq.g : bq.c, *K = i ? bk.g : bk.c, *V = i ? bv.g : bv.c,
+           *A = i ? ba.g : ba.c, *O = i ? bo.g : bo.c, *G = i ? bg.g : bg.c, *U = i ? bu.g : bu.c;
+      const be_weight_t *wl[3] = {i ? &wq.g : &wq.c, i ? &wk.g : &wk.c, i ? &wv.g : &wv.c};
+      float *outs[3] = {Q, K, V};
+      const be_weight_t *norm = i ? &nrm.g : &nrm.c, *hnorm = i ? &qn.g : &qn.c;
+      assert_int_equal(o->set_batch(be, &tb->b), 0);
+      o->rmsnorm(be, X, norm, H, nb, d, 1e-6f);
+      o->matmul_multi(be, 3, wl, H, outs, nb);
+      o->attn_qk_prep(be, 0, Q, K, V, hnorm, hnorm, n_head, n_kv, hd, hd / 2, 1e4f, 1e-6f);
+      o->attention(be, 0, Q, A, n_head, n_kv, hd, 0.125f);
+      o->matmul(be, i ? &wo.g : &wo.c, A, O, nb);
+      o->add_rmsnorm(be, X, O, norm, H, nb, d, 1e-6f);
+      o->ffn_swiglu(be, i ? &wg.g : &wg.c, i ? &wu.g : &wu.c, H, G, U, nb);
+      o->matmul(be, i ? &wd.g : &wd.c, G, O, nb);
+      o->add(be, O, X, (size_t)nb * d);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "fused decode graph step %d batch %d", step, nb);
+    cmp(what, bo, (size_t)nb * d, TOL);
+  }
+  be_cuda_get_stats(GPU_BE, &s1);
+  print_message("  graphs: %ld graph steps, %ld eager steps, %ld captures\n", s1.graph_steps - s0.graph_steps,
+                s1.eager_steps - s0.eager_steps, s1.captures - s0.captures);
+  if (!getenv("GANTRY_CUDA_GRAPHS") || strcmp(getenv("GANTRY_CUDA_GRAPHS"), "0")) {
+    assert_int_equal(s1.eager_steps - s0.eager_steps, 0);
+    assert_int_equal(s1.graph_steps - s0.graph_steps, 24);
+    assert_true(s1.captures - s0.captures <= 6);
+  }
+  CPU_BE->rope_freq_bf16 = GPU_BE->rope_freq_bf16 = 0;
+  free(tb);
+  drop(&bx), drop(&bh), drop(&bq), drop(&bk), drop(&bv), drop(&ba), drop(&bo), drop(&bg), drop(&bu);
+  wdrop(&wq), wdrop(&wk), wdrop(&wv), wdrop(&wo), wdrop(&wg), wdrop(&wu), wdrop(&wd), wdrop(&nrm), wdrop(&qn);
+  free(wn), free(hn);
+}
+
 int main(void) {
   if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
     printf("no CUDA device visible: GPU tests skipped\n");
@@ -542,7 +824,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul),    cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_dense),
       cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_gdn),
-      cmocka_unit_test(test_decode_graphs),
+      cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
+      cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
+      cmocka_unit_test(test_decode_graphs_fused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,5 +1,6 @@
 /* Scheduler tests on the CPU backend with qwen3-tiny (bf16): batch invariance, preemption by
- * recompute, prefix caching, chunked prefill interleaving with decode, cancellation, errors. */
+ * recompute, prefix caching, chunked prefill interleaving with decode, cancellation, errors,
+ * and the start-up warm-up (also on the hybrid qwen35-tiny). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -249,8 +250,93 @@ static void test_cancel_and_errors(void **state) {
   sched_free(s);
 }
 
+/* The same workload with or without sched_warmup first (max_num_seqs 4, 48 tokens per step):
+ * four requests (one prefilled in two chunks), then a repeat that hits the prefix cache. */
+static void warmup_run(model_t *m, const tok_t *tok, int warm, out_t o[5], sched_stats_t *st) {
+  sched_config_t c = {.max_num_seqs = 4, .max_batch_tokens = 48, .n_ctx = 2048};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(sched_create(m, tok, &c, &s, &err), 0);
+  if (warm) {
+    sched_warmup_t w;
+    assert_int_equal(sched_warmup(s, &w, &err), 0);
+    assert_int_equal(w.prefill_tokens, 48);
+    assert_int_equal(w.decode_sizes, 4);
+    assert_int_equal(w.eager_steps, 0);
+    sched_stats_t s0;
+    sched_stats(s, &s0);
+    assert_int_equal(s0.steps, 0);
+    assert_int_equal(s0.kv_used, 0);
+  }
+  static const int plen[4] = {20, 37, 5, 60}, gen[4] = {12, 9, 16, 7};
+  memset(o, 0, sizeof(out_t) * 5);
+  for (int k = 0; k < 4; k++) {
+    sched_req_t r = make_req(20 + k, plen[k], gen[k], &o[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+  }
+  run_all(s);
+  sched_req_t r = make_req(21, 37, 9, &o[4]);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  run_all(s);
+  sched_stats(s, st);
+  sched_free(s);
+}
+
+static void check_warmup_invisible(model_t *m, const tok_t *tok) {
+  static out_t cold[5], warm[5];
+  sched_stats_t sc, sw;
+  warmup_run(m, tok, 0, cold, &sc);
+  warmup_run(m, tok, 1, warm, &sw);
+  for (int k = 0; k < 5; k++) {
+    assert_int_equal(cold[k].finals, 1);
+    assert_int_equal(warm[k].finals, 1);
+    assert_int_equal(warm[k].n, cold[k].n);
+    assert_memory_equal(warm[k].ids, cold[k].ids, sizeof(int32_t) * (size_t)cold[k].n);
+    assert_int_equal(warm[k].usage.cached_tokens, cold[k].usage.cached_tokens);
+  }
+  assert_int_equal(cold[4].usage.cached_tokens, 32); /* the repeat reuses two blocks */
+  assert_int_equal(sw.steps, sc.steps);
+  assert_int_equal(sw.prefix_hit_tokens, sc.prefix_hit_tokens);
+  assert_int_equal(sw.prefix_queried_tokens, sc.prefix_queried_tokens);
+  assert_int_equal(sw.generation_tokens, sc.generation_tokens);
+  assert_int_equal(sw.kv_used, 0);
+  assert_int_equal(sw.eager_steps, sc.eager_steps);
+}
+
+/* sched_warmup leaves nothing a request can see (tokens, cache hits, counters), on qwen3-tiny
+ * and on the hybrid qwen35-tiny (whose state slots it uses); it refuses once a request came. */
+static void test_warmup_invisible(void **state) {
+  fx_t *f = *state;
+  check_warmup_invisible(f->m, f->tok);
+  gguf_t *g = NULL;
+  be_t *be = NULL;
+  model_t *m = NULL;
+  tok_t *tok = NULL;
+  gt_err_t err = {0};
+  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &g, &err) || be_cpu_create(2, &be, &err) ||
+      model_load(g, be, 64, &m, &err) || tok_load(g, &tok, &err))
+    fail_msg("qwen35-tiny: %s", err.msg);
+  assert_true(m->hp.n_gdn_layers > 0);
+  check_warmup_invisible(m, tok);
+  tok_free(tok);
+  model_free(m);
+  be_destroy(be);
+  gguf_close(g);
+
+  static out_t o;
+  memset(&o, 0, sizeof o);
+  sched_t *s = mk(f, 2, 64, 0);
+  sched_req_t r = make_req(1, 10, 4, &o);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  assert_int_equal(sched_warmup(s, NULL, &err), GT_EINVAL);
+  run_all(s);
+  assert_int_equal(o.n, 4);
+  sched_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_warmup_invisible),
       cmocka_unit_test(test_batch_invariance),
       cmocka_unit_test(test_preemption),
       cmocka_unit_test(test_prefix_cache),

@@ -1,0 +1,118 @@
+#!/bin/bash
+# On the GPU machine, from the repository root, after scripts/gpu/pack.sh (default TARGETS)
+# with build-cuda-pack carried along; builds nothing:
+#   1. the GPU correctness tests (scripts/gpu/run_tests.sh: test_cuda_ops, test_cuda_golden,
+#      test_cuda_sample when packed);
+#   2. for each model of MODELS: gantry-mkmodel (kept in $MODELDIR for later calls on the same
+#      machine), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/bench.h
+#      table + the per-op profile of one decode step per batch size); a combined table at the end;
+#   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
+#      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0.
+# Env: TESTS=0 / BENCH=0 skip 1 / 2; MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
+# qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512), GEN (256);
+# OUT (logs, default /tmp/gpu-suite). Exit 1 when a step failed.
+# Wall time on one H200 (a device call allows 600 s): tests ~1 min; mkmodel up to ~90 s per
+# model (qwen35-9b Q4_K_M); bench_decode 1,8,32 x 256 steps ~1-2 min per model: run one or two
+# models per call, e.g. MODELS=qwen3-8b:bf16 TESTS=0.
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$SRC" || exit 1
+D=${DIST:-$SRC/build-cuda-dist} # DIST=build-x DEVICE=cpu: the SERVE part against a local build
+[ -z "${DIST:-}" ] && [ -f build-cuda-pack/dist.tar.xz ] && [ ! -x "$D/bench_decode" ] && tar xJf build-cuda-pack/dist.tar.xz
+OUT=${OUT:-/tmp/gpu-suite}
+MODELDIR=${MODELDIR:-/tmp}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export GANTRY_GOLDEN="$SRC/tests/golden"
+BATCH=${BATCH:-1,8,32} PROMPT=${PROMPT:-512} GEN=${GEN:-256}
+MODELS=${MODELS:-"qwen3-8b:bf16 qwen3-8b:Q4_K_M qwen35-9b:Q4_K_M"}
+rc=0
+
+if [ "${TESTS:-1}" = 1 ]; then
+  OUT=$OUT timeout "${TESTS_TIMEOUT:-240}" sh scripts/gpu/run_tests.sh >"$OUT/tests.txt" 2>&1
+  r=$?
+  echo "== tests rc=$r (log $OUT/tests.txt)"
+  grep -E "^== |FAIL|graphs:|rc=" "$OUT/tests.txt" | head -40
+  [ $r -eq 0 ] || rc=1
+fi
+
+if [ "${BENCH:-1}" = 1 ]; then
+  for spec in $MODELS; do
+    preset=${spec%%:*} type=${spec#*:}
+    m=$MODELDIR/$preset.$type.gguf
+    if [ ! -s "$m" ]; then
+      keep=
+      case "$preset:$type" in qwen35*:Q4_K_M) keep=--keep-output-bf16 ;; esac
+      t0=$(date +%s)
+      if ! timeout "${MKMODEL_TIMEOUT:-240}" "$D/gantry-mkmodel" --preset "$preset" --type "$type" $keep --out "$m.tmp" \
+          --threads "$(nproc)" >"$OUT/mkmodel.$preset.$type.txt" 2>&1; then
+        echo "== mkmodel $spec FAILED ($OUT/mkmodel.$preset.$type.txt)"
+        rm -f "$m.tmp"
+        rc=1
+        continue
+      fi
+      mv "$m.tmp" "$m"
+      echo "== mkmodel $spec: $(($(date +%s) - t0)) s"
+    fi
+    log=$OUT/bench.$preset.$type.txt
+    timeout "${BENCH_TIMEOUT:-300}" "$D/bench_decode" --model "$m" --batch "$BATCH" --prompt "$PROMPT" --gen "$GEN" \
+      >"$log" 2>&1
+    r=$?
+    echo "== bench $spec rc=$r (log $log)"
+    cat "$log"
+    [ $r -eq 0 ] || rc=1
+  done
+  echo
+  echo "== combined: model | batch | decode ms/step | tok/s total | % of roofline | graph/eager steps"
+  for spec in $MODELS; do
+    preset=${spec%%:*} type=${spec#*:}
+    log=$OUT/bench.$preset.$type.txt
+    [ -f "$log" ] || continue
+    awk -F'|' -v m="$preset $type" '/^\| [0-9]+ \|/ {printf "%s | %s | %s | %s | %s | %s\n", m, $2, $4, $6, $10, $11}' "$log"
+    grep -E "^sum of ops" "$log" | sed "s/^/$preset $type: /"
+  done
+fi
+
+if [ "${SERVE:-0}" = 1 ]; then
+  M=${SERVE_MODEL:-tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf}
+  so=$OUT/serve.out se=$OUT/serve.err
+  "$D/gantry-engine" serve --model "$M" --device "${DEVICE:-cuda}" --listen 127.0.0.1:0 --metrics-host 127.0.0.1 \
+    --metrics-port 0 --max-num-seqs "${SEQS:-32}" --max-model-len "${MAX_LEN:-2048}" >"$so" 2>"$se" &
+  pid=$!
+  gp= mp=
+  for _ in $(seq 1 240); do
+    line=$(grep -m1 '^ready ' "$so" 2>/dev/null)
+    if [ -n "$line" ]; then
+      gp=$(echo "$line" | sed -n 's/.*grpc_port=\([0-9]*\).*/\1/p')
+      mp=$(echo "$line" | sed -n 's/.*metrics_port=\([0-9]*\).*/\1/p')
+      break
+    fi
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.5
+  done
+  if [ -z "$gp" ]; then
+    echo "== serve did not start (log $se)"
+    tail -20 "$se"
+    rc=1
+  else
+    grep -E "graphs: captured|warm-up" "$se"
+    timeout 120 "$D/engine-bench" --target "127.0.0.1:$gp" --tokens "${SERVE_TOKENS:-64}" --conc "${SERVE_CONC:-1}"
+    r=$?
+    echo "== serve generate rc=$r"
+    [ $r -eq 0 ] || rc=1
+    if command -v curl >/dev/null; then
+      metrics=$(curl -s "http://127.0.0.1:$mp/metrics")
+    else
+      exec 3<>"/dev/tcp/127.0.0.1/$mp" && printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3 && metrics=$(cat <&3)
+      exec 3>&-
+    fi
+    echo "$metrics" | grep -E "^gantry_engine_(eager_steps_total|steps_total|generation_tokens_total)" | head
+    eager=$(echo "$metrics" | awk '/^gantry_engine_eager_steps_total/ {print $2}')
+    echo "== serve eager steps: ${eager:-missing} (must be 0)"
+    [ "${eager:-x}" = 0 ] || rc=1
+  fi
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  echo "== serve exit rc=$? (log $se)"
+fi
+exit $rc
