@@ -20,7 +20,22 @@
 #define AT_PPW (AT_CHUNK / AT_WARPS)     /* positions a warp scores per chunk */
 #define AT_MAX_SPLIT 32
 
-__global__ void __launch_bounds__(AT_THREADS)
+/* max (and, with the same max, sum of exp) over the chunk's np scores sc[0..np): every warp
+ * computes it from shared memory with two values per lane, so the result is block-uniform */
+__device__ __forceinline__ float at_chunk_max(const float *sc, int np, int lane, float m) {
+  float v = fmaxf(lane < np ? sc[lane] : -INFINITY, lane + 32 < np ? sc[lane + 32] : -INFINITY);
+  return fmaxf(m, kc_warp_max(v));
+}
+__device__ __forceinline__ float at_chunk_sum(const float *sc, int np, int lane, float mc) {
+  float v = 0.0f;
+  if (lane < np && sc[lane] != -INFINITY) v += expf(sc[lane] - mc);
+  if (lane + 32 < np && sc[lane + 32] != -INFINITY) v += expf(sc[lane + 32] - mc);
+  return kc_warp_sum(v);
+}
+
+/* PPT: positions per thread in the value phase (AT_CHUNK / groups, rounded up to a power of 2) */
+template <int PPT>
+__global__ void __launch_bounds__(AT_THREADS, 3)
     attn_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
                         int group, int head_dim, float scale, int n_split) {
   const int sp = blockIdx.x, h = blockIdx.y, t = blockIdx.z;
@@ -75,17 +90,15 @@ __global__ void __launch_bounds__(AT_THREADS)
     }
     __syncthreads();
     /* chunk max and the rescale of the running state (same values in every thread) */
-    float mc = m;
-    for (int p = 0; p < np; p++) mc = fmaxf(mc, sc[p]);
+    const float mc = at_chunk_max(sc, np, lane, m);
     if (mc != -INFINITY) {
       const float corr = expf(m - mc); /* m = -inf -> 0 */
-      l *= corr;
       acc.x *= corr; acc.y *= corr; acc.z *= corr; acc.w *= corr;
-      float e[AT_CHUNK / 4 > 0 ? AT_CHUNK / 4 : 1];
-      float4 vv[AT_CHUNK / 4 > 0 ? AT_CHUNK / 4 : 1];
-      /* values: this thread's positions g, g + n_grp, ... (at most AT_CHUNK / n_grp of them) */
+      float e[PPT];
+      float4 vv[PPT];
+      /* values: this thread's positions g, g + n_grp, ... */
 #pragma unroll
-      for (int k = 0; k < AT_CHUNK / 4; k++) {
+      for (int k = 0; k < PPT; k++) {
         const int pi = g + k * n_grp;
         e[k] = 0.0f;
         vv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -95,14 +108,13 @@ __global__ void __launch_bounds__(AT_THREADS)
         }
       }
 #pragma unroll
-      for (int k = 0; k < AT_CHUNK / 4; k++) {
+      for (int k = 0; k < PPT; k++) {
         acc.x = fmaf(e[k], vv[k].x, acc.x);
         acc.y = fmaf(e[k], vv[k].y, acc.y);
         acc.z = fmaf(e[k], vv[k].z, acc.z);
         acc.w = fmaf(e[k], vv[k].w, acc.w);
       }
-      for (int p = 0; p < np; p++)
-        if (sc[p] != -INFINITY) l += expf(sc[p] - mc);
+      l = l * corr + at_chunk_sum(sc, np, lane, mc);
       m = mc;
     }
     __syncthreads(); /* sc / sslot are rewritten by the next chunk */
@@ -123,30 +135,40 @@ __global__ void __launch_bounds__(AT_THREADS)
   }
 }
 
+/* Block (head, token): split maxima and sums in shared memory (one thread per split), then
+ * thread j merges dim j over the splits with all loads of a row issued together. */
 __global__ void attn_combine_kernel(const float *__restrict__ part, float *__restrict__ out, int n_head, int head_dim,
                                     int n_split) {
   const int h = blockIdx.x, t = blockIdx.y;
   const float *src = part + ((size_t)t * n_head + h) * n_split * (size_t)(head_dim + 2);
-  float M = -INFINITY;
-  for (int sp = 0; sp < n_split; sp++) M = fmaxf(M, src[(size_t)sp * (head_dim + 2)]);
-  float L = 0.0f;
-  for (int sp = 0; sp < n_split; sp++) {
-    const float ms = src[(size_t)sp * (head_dim + 2)];
-    if (ms != -INFINITY) L += src[(size_t)sp * (head_dim + 2) + 1] * expf(ms - M);
+  __shared__ float sm[AT_MAX_SPLIT], sw[AT_MAX_SPLIT];
+  __shared__ float sinv;
+  if (threadIdx.x < 32) {
+    const int sp = threadIdx.x;
+    const float ms = sp < n_split ? src[(size_t)sp * (head_dim + 2)] : -INFINITY;
+    const float ls = sp < n_split ? src[(size_t)sp * (head_dim + 2) + 1] : 0.0f;
+    const float M = kc_warp_max(ms);
+    const float w = ms != -INFINITY ? expf(ms - M) : 0.0f;
+    const float L = kc_warp_sum(ls * w);
+    if (sp < n_split) {
+      sm[sp] = ms;
+      sw[sp] = w;
+    }
+    if (sp == 0) sinv = 1.0f / L;
   }
-  const float inv = 1.0f / L;
+  __syncthreads();
+  const float inv = sinv;
   for (int j = threadIdx.x; j < head_dim; j += blockDim.x) {
     float a = 0.0f;
-    for (int sp = 0; sp < n_split; sp++) {
-      const float ms = src[(size_t)sp * (head_dim + 2)];
-      if (ms != -INFINITY) a += src[(size_t)sp * (head_dim + 2) + 2 + j] * expf(ms - M);
-    }
+#pragma unroll 8
+    for (int sp = 0; sp < n_split; sp++)
+      if (sm[sp] != -INFINITY) a = fmaf(src[(size_t)sp * (head_dim + 2) + 2 + j], sw[sp], a);
     out[((size_t)t * n_head + h) * head_dim + j] = a * inv;
   }
 }
 
 KC_API int kc_attention_splits(int n_tok, int n_head, int max_ctx) {
-  const int work = n_tok * n_head, target = 4 * 132; /* about four blocks per SM of an H100/H200 */
+  const int work = n_tok * n_head, target = 8 * 132; /* about eight blocks per SM of an H100/H200 */
   const int chunks = (int)(((int64_t)max_ctx + AT_CHUNK - 1) / AT_CHUNK);
   int n = (target + work - 1) / work;
   if (n > AT_MAX_SPLIT) n = AT_MAX_SPLIT;
@@ -163,9 +185,15 @@ KC_API int kc_attention(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float *
   if (head_dim % 32 != 0 || head_dim > KC_ATTN_MAX_HEAD_DIM || n_split < 1 || n_kv_head <= 0 || n_head % n_kv_head)
     return (int)cudaErrorInvalidValue;
   if (b.n_tok <= 0) return 0;
-  attn_partial_kernel<<<dim3(n_split, n_head, b.n_tok), AT_THREADS, 0, st>>>(b, kv, q, part, n_head,
-                                                                                n_head / n_kv_head, head_dim, scale,
-                                                                                n_split);
+  const dim3 grid(n_split, n_head, b.n_tok);
+  const int need = (head_dim + 15) / 16; /* value positions per thread: AT_CHUNK / (1024 / head_dim) */
+#define AT_GO(P) attn_partial_kernel<P><<<grid, AT_THREADS, 0, st>>>(b, kv, q, part, n_head, n_head / n_kv_head, \
+                                                                      head_dim, scale, n_split)
+  if (need <= 2) AT_GO(2);
+  else if (need <= 4) AT_GO(4);
+  else if (need <= 8) AT_GO(8);
+  else AT_GO(16);
+#undef AT_GO
   attn_combine_kernel<<<dim3(n_head, b.n_tok), 128, 0, st>>>(part, out, n_head, head_dim, n_split);
   return (int)cudaGetLastError();
 }

@@ -1,0 +1,33 @@
+/* kernels/matvec_mma.cuh — tensor-core path of the decode matvec (kernels/matvec.cu) for Q4_K and
+ * Q6_K weights and 1 <= n <= KC_MVM_MAX_ROWS rows of x: out[n, n_out] = x[n, cols] · Wᵀ.
+ *
+ * Weights are decoded to their small integer q (exact in bf16), x is split into bf16 hi + lo
+ * (relative error <= 2^-16 per element), and each 16- or 32-element sub-block's sum q·x is one
+ * or two mma.sync m16n8k16 (fp32 accumulate); the sub-block scale (and Q4_K min times the fp32
+ * sum of x) is applied in fp32. Design and exactness notes: matvec_mma.cu.
+ *
+ * The launchers of kernels/matvec.cuh use this path when kc_mvm_ok() says so for every weight
+ * of a call, so kc_matvec, kc_matvec_multi and kc_matvec_swiglu stay bit-identical per product.
+ * Switch: GANTRY_MATVEC_MMA=0 in the environment (read once) turns the path off. */
+#ifndef GANTRY_KERNELS_MATVEC_MMA_CUH
+#define GANTRY_KERNELS_MATVEC_MMA_CUH
+#include "kernels/matvec.cuh"
+
+#define KC_MVM_MAX_ROWS 4
+
+/* 1 if the path is on: kc_mvm_set_enabled's value if set, else 0 iff GANTRY_MATVEC_MMA is "0" */
+KC_API int kc_mvm_enabled(void);
+/* 1 on, 0 off, -1 back to the environment (benchmarks compare both paths; not thread-safe) */
+KC_API void kc_mvm_set_enabled(int on);
+
+/* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w
+ * 16-byte aligned) or Q6_K (w 2-byte aligned), cols % 256 == 0, 1 <= n <= KC_MVM_MAX_ROWS. */
+KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n);
+
+/* One launch for 1 <= n_seg <= KC_MATVEC_MAX_SEGS weights (segs as kc_matvec_multi, every one
+ * kc_mvm_ok, n_out > 0), or, with wup != NULL, the swiglu product of kc_matvec_swiglu: n_seg 1,
+ * segs[0].w the gate weight, wup the up weight (same shape). x [n, cols] 16-byte aligned.
+ * Returns a cudaError_t value. */
+KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
+                         int64_t cols, const float *x, int n);
+#endif
