@@ -1,4 +1,4 @@
-# CUDA backend (kernels/*.cu + engine/backend_cuda.c) and its GPU tests.
+# CUDA backend (kernels/*.cu + engine/backend_cuda*.c) and its GPU tests.
 # Enabled only when a CUDA compiler is found. Targets that link gantry_cuda get the compile
 # definition GANTRY_HAVE_CUDA. Architectures: GANTRY_CUDA_ARCHS (default 90 = H100/H200).
 include(CheckLanguage)
@@ -14,7 +14,8 @@ if(CMAKE_CUDA_COMPILER)
   find_package(CUDAToolkit REQUIRED)
 
   file(GLOB GANTRY_CUDA_KERNELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/*.cu)
-  add_library(gantry_cuda STATIC engine/backend_cuda.c ${GANTRY_CUDA_KERNELS})
+  add_library(gantry_cuda STATIC engine/backend_cuda.c engine/backend_cuda_ops.c engine/backend_cuda_graph.c
+                                 ${GANTRY_CUDA_KERNELS})
   # the directory-wide gcc warning flags are not nvcc options: restate them per language
   set_property(TARGET gantry_cuda PROPERTY COMPILE_OPTIONS "")
   target_compile_options(gantry_cuda PRIVATE
