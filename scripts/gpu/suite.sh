@@ -4,11 +4,12 @@
 #   1. the GPU correctness tests (scripts/gpu/run_tests.sh: test_cuda_ops, test_cuda_golden,
 #      test_cuda_sample when packed);
 #   2. for each model of MODELS: gantry-mkmodel (kept in $MODELDIR for later calls on the same
-#      machine), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/bench.h
+#      machine; all models generated in the background while the tests run), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/bench.h
 #      table + the per-op profile of one decode step per batch size); a combined table at the end;
 #   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
 #      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0.
-# Env: TESTS=0 / BENCH=0 skip 1 / 2; MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
+# Env: TESTS=0 / BENCH=0 / MICRO=0 skip 1 / 2 / the kernel microbenchmarks (bench_matvec,
+# bench_gdn_scan, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
 # qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512), GEN (256);
 # OUT (logs, default /tmp/gpu-suite). Exit 1 when a step failed.
 # Wall time on one H200 (a device call allows 600 s): tests ~1 min; mkmodel up to ~90 s per
@@ -28,6 +29,39 @@ BATCH=${BATCH:-1,8,32} PROMPT=${PROMPT:-512} GEN=${GEN:-256}
 MODELS=${MODELS:-"qwen3-8b:bf16 qwen3-8b:Q4_K_M qwen35-9b:Q4_K_M"}
 rc=0
 
+# gantry-mkmodel of one MODELS entry into $MODELDIR (kept for later calls on the same machine);
+# started for every model before the tests so that generation (CPU) overlaps them (GPU)
+mk_model() {
+  preset=$1 type=$2 m=$MODELDIR/$1.$2.gguf
+  [ -s "$m" ] && return 0
+  keep=
+  case "$preset:$type" in qwen35*:Q4_K_M) keep=--keep-output-bf16 ;; esac
+  t0=$(date +%s)
+  if timeout "${MKMODEL_TIMEOUT:-300}" "$D/gantry-mkmodel" --preset "$preset" --type "$type" $keep --out "$m.tmp" \
+      --threads "$MK_THREADS" >"$OUT/mkmodel.$preset.$type.txt" 2>&1; then
+    mv "$m.tmp" "$m"
+    echo "$(($(date +%s) - t0)) s" >"$OUT/mkmodel.$preset.$type.done"
+  else
+    rm -f "$m.tmp"
+    echo failed >"$OUT/mkmodel.$preset.$type.done"
+  fi
+}
+wait_model() {
+  while [ ! -s "$MODELDIR/$1.$2.gguf" ] && ! grep -qs failed "$OUT/mkmodel.$1.$2.done"; do sleep 1; done
+  if [ -s "$MODELDIR/$1.$2.gguf" ]; then
+    echo "== mkmodel $1:$2: $(cat "$OUT/mkmodel.$1.$2.done" 2>/dev/null || echo cached)"
+    return 0
+  fi
+  echo "== mkmodel $1:$2 FAILED ($OUT/mkmodel.$1.$2.txt)"
+  return 1
+}
+if [ "${BENCH:-1}" = 1 ]; then
+  n_models=$(echo $MODELS | wc -w)
+  MK_THREADS=$(( $(nproc) / (n_models > 0 ? n_models : 1) ))
+  [ "$MK_THREADS" -ge 1 ] || MK_THREADS=1
+  for spec in $MODELS; do rm -f "$OUT/mkmodel.${spec%%:*}.${spec#*:}.done"; mk_model "${spec%%:*}" "${spec#*:}" & done
+fi
+
 if [ "${TESTS:-1}" = 1 ]; then
   OUT=$OUT timeout "${TESTS_TIMEOUT:-240}" sh scripts/gpu/run_tests.sh >"$OUT/tests.txt" 2>&1
   r=$?
@@ -36,23 +70,24 @@ if [ "${TESTS:-1}" = 1 ]; then
   [ $r -eq 0 ] || rc=1
 fi
 
+# kernel microbenchmarks (validate, then time) when packed
+if [ "${MICRO:-1}" = 1 ]; then
+  for mb in bench_matvec bench_gdn_scan; do
+    [ -x "$D/$mb" ] || continue
+    timeout 180 "$D/$mb" >"$OUT/$mb.txt" 2>&1
+    r=$?
+    echo "== $mb rc=$r (log $OUT/$mb.txt)"
+    [ $r -eq 0 ] || rc=1
+  done
+fi
+
 if [ "${BENCH:-1}" = 1 ]; then
   for spec in $MODELS; do
     preset=${spec%%:*} type=${spec#*:}
     m=$MODELDIR/$preset.$type.gguf
-    if [ ! -s "$m" ]; then
-      keep=
-      case "$preset:$type" in qwen35*:Q4_K_M) keep=--keep-output-bf16 ;; esac
-      t0=$(date +%s)
-      if ! timeout "${MKMODEL_TIMEOUT:-240}" "$D/gantry-mkmodel" --preset "$preset" --type "$type" $keep --out "$m.tmp" \
-          --threads "$(nproc)" >"$OUT/mkmodel.$preset.$type.txt" 2>&1; then
-        echo "== mkmodel $spec FAILED ($OUT/mkmodel.$preset.$type.txt)"
-        rm -f "$m.tmp"
-        rc=1
-        continue
-      fi
-      mv "$m.tmp" "$m"
-      echo "== mkmodel $spec: $(($(date +%s) - t0)) s"
+    if ! wait_model "$preset" "$type"; then
+      rc=1
+      continue
     fi
     log=$OUT/bench.$preset.$type.txt
     timeout "${BENCH_TIMEOUT:-300}" "$D/bench_decode" --model "$m" --batch "$BATCH" --prompt "$PROMPT" --gen "$GEN" \
