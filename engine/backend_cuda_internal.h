@@ -61,6 +61,7 @@ typedef struct {
   size_t scratch_cap;
   /* decode graphs (see "decode steps as CUDA graphs") */
   int graphs_on;           /* GANTRY_CUDA_GRAPHS=0 turns them off */
+  int gdn_chunk_min;       /* tokens a sequence must bring for the chunked GDN scan (GANTRY_GDN_CHUNK_MIN) */
   int recording;           /* the current step is a decode step being recorded */
   int decode_batch;        /* the current batch is one token per sequence */
   struct op_rec *rec;      /* [n_rec] recorded ops of the current step */

@@ -396,9 +396,6 @@ void cu__gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_
   KC_CUDA(ERR(be), kc_gdn_gates(c->stream, alpha, beta_in, a->data, dt_bias->data, g, beta, c->b.n_tok, n_v));
 }
 
-/* tokens a sequence must bring to a step for the chunked GDN scan (kernels/gdn_chunked.cu) */
-#define CU_GDN_CHUNK_MIN_TOK 16
-
 void cu__gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v, const float *g,
                  const float *beta, float *out, int n_k, int n_v, int d_k, int d_v) {
   be_cuda_t *c = CU(be);
@@ -413,17 +410,17 @@ void cu__gdn_scan(be_t *be, int layer, const float *q, const float *k, const flo
     fail(be, GT_EINVAL, op, "ssm state size != n_v * d_k * d_v");
     return;
   }
-  /* sequences bringing >= CU_GDN_CHUNK_MIN_TOK tokens take the chunked kernel, the others the
-   * sequential one (decode batches never reach the threshold: their graphs hold only the
-   * latter, which needs no scratch) */
+  /* sequences bringing >= c->gdn_chunk_min tokens take the chunked kernel (kernels/gdn_chunked.cu),
+   * the others the sequential one (decode batches never reach the threshold: their graphs hold
+   * only the latter, which needs no scratch) */
   int n_long = 0;
-  for (int s = 0; s < c->b.n_seq; s++) n_long += c->b.seq_ntok[s] >= CU_GDN_CHUNK_MIN_TOK;
+  for (int s = 0; s < c->b.n_seq; s++) n_long += c->b.seq_ntok[s] >= c->gdn_chunk_min;
   float *ssm = ssm_state(c, layer, 0);
   int skip_from = INT_MAX;
   if (n_long > 0 && kc_gdn_chunked_ok(d_k, d_v)) {
-    skip_from = CU_GDN_CHUNK_MIN_TOK;
+    skip_from = c->gdn_chunk_min;
     if (KC_CUDA(ERR(be), kc_gdn_chunked(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
-                                        CU_GDN_CHUNK_MIN_TOK)))
+                                        c->gdn_chunk_min)))
       return;
     if (n_long == c->b.n_seq) return;
   }
