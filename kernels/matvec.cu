@@ -9,9 +9,12 @@
  * halving exchanges (one tree for every value), then across the S parts in shared memory in
  * part order. The result of one output feature depends only on (decoder, S, its weight row,
  * x), never on R, NR or its neighbours, so kc_matvec, kc_matvec_multi and kc_matvec_swiglu
- * give bit-identical products (S is mv_split of the weight's own n_out). */
+ * give bit-identical products (S is mv_split of the weight's own n_out).
+ * Q4_K / Q6_K with n <= 4 rows go to the tensor-core kernel of kernels/matvec_mma.cu instead
+ * (per weight, kc_mvm_ok; GANTRY_MATVEC_MMA=0 turns it off). */
 #include "kernels/matvec.cuh"
 #include "kernels/matvec_dec.cuh"
+#include "kernels/matvec_mma.cuh"
 
 #define MV_WARPS 8
 
@@ -260,6 +263,10 @@ KC_API int kc_matvec(cudaStream_t st, int type, const void *w, int64_t n_out, in
                      const float *x, float *out, int n) {
   if (!mv_check(cols, x, n) || n_out < 0) return (int)cudaErrorInvalidValue;
   if (n_out == 0) return 0;
+  if (kc_mvm_ok(type, w, row_bytes, cols, n)) { /* tensor-core path (kernels/matvec_mma.cu) */
+    const kc_mv_seg_t seg = {w, out, n_out, row_bytes};
+    return kc_mvm_launch(st, type, 1, &seg, NULL, cols, x, n);
+  }
   mv_args_t a = {};
   a.w[0] = (const uint8_t *)w;
   a.out[0] = out;
@@ -273,11 +280,14 @@ KC_API int kc_matvec_multi(cudaStream_t st, int type, int n_seg, const kc_mv_seg
                            const float *x, int n) {
   if (n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || !mv_check(cols, x, n)) return (int)cudaErrorInvalidValue;
   mv_args_t a = {};
-  int n_fast = 0, m = 0;
+  kc_mv_seg_t ms[KC_MATVEC_MAX_SEGS];
+  int n_fast = 0, n_mma = 0, m = 0;
   for (int s = 0; s < n_seg; s++) {
     if (segs[s].n_out < 0) return (int)cudaErrorInvalidValue;
     if (segs[s].n_out == 0) continue;
     n_fast += mv_fast_ok(type, segs[s].w, segs[s].row_bytes, cols);
+    n_mma += kc_mvm_ok(type, segs[s].w, segs[s].row_bytes, cols, n);
+    ms[m] = segs[s];
     a.w[m] = (const uint8_t *)segs[s].w;
     a.out[m] = segs[s].out;
     a.n_out[m] = segs[s].n_out;
@@ -286,8 +296,9 @@ KC_API int kc_matvec_multi(cudaStream_t st, int type, int n_seg, const kc_mv_seg
   }
   if (m == 0) return 0;
   a.n_seg = m;
+  if (n_mma == m) return kc_mvm_launch(st, type, m, ms, NULL, cols, x, n);
   /* mixed decoders would not match kc_matvec per weight: one launch per weight then */
-  if (n_fast != 0 && n_fast != m) {
+  if ((n_fast != 0 && n_fast != m) || n_mma != 0) {
     for (int s = 0; s < m; s++) {
       const int rc = kc_matvec(st, type, a.w[s], a.n_out[s], cols, a.row_bytes[s], x, a.out[s], n);
       if (rc) return rc;
@@ -303,6 +314,10 @@ KC_API int kc_matvec_swiglu(cudaStream_t st, int type, const void *wg, const voi
   if (n_out == 0) return 0;
   /* one decoder for both weights: the fast one only if both can take it */
   const int fast = mv_fast_ok(type, wg, row_bytes, cols) && mv_fast_ok(type, wu, row_bytes, cols);
+  if (kc_mvm_ok(type, wg, row_bytes, cols, n) && kc_mvm_ok(type, wu, row_bytes, cols, n)) {
+    const kc_mv_seg_t seg = {wg, out, n_out, row_bytes};
+    return kc_mvm_launch(st, type, 1, &seg, wu, cols, x, n);
+  }
   mv_args_t a = {};
   a.w[0] = (const uint8_t *)wg;
   a.w[1] = (const uint8_t *)wu;

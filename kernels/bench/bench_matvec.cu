@@ -7,9 +7,12 @@
  * (dt_dequant_row + double dot) on a sample of output features: normalized error <= 1e-5
  * (the bound of tests/gpu/test_cuda_ops.c); kc_matvec_multi must equal kc_matvec per weight
  * and kc_matvec_swiglu must equal kc_swiglu(kc_matvec(gate), kc_matvec(up)), bit for bit.
+ * Q4_K and Q6_K at n <= 4 run (checks and timing) twice: path "old" (SIMT kernel,
+ * kc_mvm_set_enabled(0)) and "mma" (tensor-core kernel of kernels/matvec_mma.cu; the check fails
+ * if kc_mvm_ok refuses the weight); other rows print path "dflt" (what kc_matvec picks).
  * Timing: cudaEvents over N reps (default 50); every weight is replicated to >= 256 MiB (up to
  * 64 copies) and the copies cycled so that each rep streams from HBM, not L2. Prints
- *   shape | type | n | us | GB/s | % of copy BW
+ *   shape | type | path | n | us | GB/s | % of copy BW
  * with GB = weights + x + out bytes, copy BW = 2 * bytes / time of a 1 GiB cudaMemcpy D2D.
  * Exit status 1 if any check fails. */
 #include <math.h>
@@ -24,6 +27,7 @@ extern "C" { /* plain C headers */
 #include "engine/quantize.h"
 }
 #include "kernels/matvec.cuh"
+#include "kernels/matvec_mma.cuh"
 #include "kernels/swiglu.cuh"
 
 #define BM_CHECK(expr)                                                                            \
@@ -127,11 +131,27 @@ static int bm_same(const float *a, const float *b, size_t n) { /* device arrays,
 
 static double g_copy_bw; /* bytes/s */
 static int g_fail;
+static const char *g_path = "dflt"; /* label of the matvec path in use (bm_path) */
+
+/* Paths to run for (type, n): {0 old, 1 mma} where the mma path applies, else {-1 default}.
+ * Returns the count; bm_path(mode) selects one. */
+static int bm_modes(gt_type_t t, int n, int *modes) {
+  if ((t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K) && n <= KC_MVM_MAX_ROWS) {
+    modes[0] = 0, modes[1] = 1;
+    return 2;
+  }
+  modes[0] = -1;
+  return 1;
+}
+static void bm_path(int mode) {
+  kc_mvm_set_enabled(mode);
+  g_path = mode < 0 ? "dflt" : mode ? "mma" : "old";
+}
 
 static void bm_row(const char *shape, gt_type_t t, int n, double sec, double bytes) {
   const double bw = bytes / sec;
-  printf("%-22s | %-4s | %2d | %9.2f | %7.1f | %5.1f %%\n", shape, dt_name(t), n, sec * 1e6, bw / 1e9,
-         100.0 * bw / g_copy_bw);
+  printf("%-22s | %-4s | %-4s | %2d | %9.2f | %7.1f | %5.1f %%\n", shape, dt_name(t), g_path, n, sec * 1e6,
+         bw / 1e9, 100.0 * bw / g_copy_bw);
   fflush(stdout);
 }
 
@@ -160,7 +180,7 @@ static void bm_copy_bw(void) {
   cudaEventDestroy(e1);
 }
 
-static const int k_ns[] = {1, 8, 32};
+static const int k_ns[] = {1, 2, 4, 8, 32};
 #define BM_NN ((int)(sizeof k_ns / sizeof *k_ns))
 
 /* plain product: validate n = 1..32 (a few), then time */
@@ -169,19 +189,28 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
   bm_w_t w = bm_weight(t, n_out, cols, 1, (unsigned)(n_out * 31 + cols + t));
   char shape[48];
   snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_out, (long long)cols);
-  const int check_ns[] = {1, 2, 3, 5, 8, 13, 16, 17, 32};
+  const int check_ns[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 32};
+  int modes[2];
   for (size_t i = 0; i < sizeof check_ns / sizeof *check_ns; i++) {
     const int n = check_ns[i];
-    BM_CHECK(cudaMemset(dout, 0xff, sizeof(float) * (size_t)n * n_out)); /* NaN: unwritten outputs fail */
-    BM_CHECK(kc_matvec(0, t, w.d, n_out, cols, w.row_bytes, dx, dout, n));
-    const double e = bm_err(&w, hx, dout, n);
-    if (!(e <= BM_TOL)) {
-      printf("FAIL %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), n, e, BM_TOL);
-      g_fail = 1;
+    for (int k = 0, nm = bm_modes(t, n, modes); k < nm; k++) {
+      bm_path(modes[k]);
+      if (modes[k] == 1 && !kc_mvm_ok(t, w.d, w.row_bytes, cols, n)) {
+        printf("FAIL %s %s n=%d: the mma path refuses the weight\n", shape, dt_name(t), n);
+        g_fail = 1;
+      }
+      BM_CHECK(cudaMemset(dout, 0xff, sizeof(float) * (size_t)n * n_out)); /* NaN: unwritten outputs fail */
+      BM_CHECK(kc_matvec(0, t, w.d, n_out, cols, w.row_bytes, dx, dout, n));
+      const double e = bm_err(&w, hx, dout, n);
+      if (!(e <= BM_TOL)) {
+        printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), g_path, n, e, BM_TOL);
+        g_fail = 1;
+      }
     }
   }
-  for (int i = 0; i < BM_NN; i++) {
-    const int n = k_ns[i];
+  for (int i = 0; i < BM_NN; i++)
+  for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
+    bm_path(modes[mi]);
     BM_CHECK(kc_matvec(0, t, w.d, n_out, cols, w.row_bytes, dx, dout, n));
     BM_CHECK(cudaEventRecord(e0));
     for (int k = 0; k < reps; k++)
@@ -193,6 +222,7 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
     BM_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     bm_row(shape, t, n, ms * 1e-3 / reps, (double)w.bytes + 4.0 * n * (cols + n_out));
   }
+  bm_path(-1);
   bm_wfree(&w);
 }
 
@@ -209,8 +239,10 @@ static void bm_multi(gt_type_t t, const float *hx, const float *dx, float *dout,
     seg[s].w = w[s].d, seg[s].n_out = outs[s], seg[s].row_bytes = w[s].row_bytes;
     bytes += (double)w[s].bytes;
   }
-  for (int i = 0; i < BM_NN; i++) {
-    const int n = k_ns[i];
+  int modes[2];
+  for (int i = 0; i < BM_NN; i++)
+  for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
+    bm_path(modes[mi]);
     off = 0;
     for (int s = 0; s < 3; s++) {
       seg[s].out = dout + off;
@@ -220,13 +252,13 @@ static void bm_multi(gt_type_t t, const float *hx, const float *dx, float *dout,
     BM_CHECK(cudaMemset(dout, 0xff, sizeof(float) * (size_t)off));
     BM_CHECK(kc_matvec_multi(0, t, 3, seg, cols, dx, n));
     if (!bm_same(dout, dref, (size_t)off)) {
-      printf("FAIL multi %s n=%d: differs from kc_matvec per weight\n", dt_name(t), n);
+      printf("FAIL multi %s %s n=%d: differs from kc_matvec per weight\n", dt_name(t), g_path, n);
       g_fail = 1;
     }
     for (int s = 0; s < 3 && i == 0; s++) {
       const double e = bm_err(&w[s], hx, seg[s].out, n);
       if (!(e <= BM_TOL)) {
-        printf("FAIL multi %s segment %d: normalized error %.3g\n", dt_name(t), s, e);
+        printf("FAIL multi %s %s segment %d: normalized error %.3g\n", dt_name(t), g_path, s, e);
         g_fail = 1;
       }
     }
@@ -244,6 +276,7 @@ static void bm_multi(gt_type_t t, const float *hx, const float *dx, float *dout,
     BM_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     bm_row("multi (4096+2x1024)x4096", t, n, ms * 1e-3 / reps, bytes + 4.0 * n * (cols + 6144));
   }
+  bm_path(-1);
   for (int s = 0; s < 3; s++) bm_wfree(&w[s]);
 }
 
@@ -254,8 +287,10 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
   bm_w_t g = bm_weight(t, n_out, cols, 1, 101), u = bm_weight(t, n_out, cols, 1, 202);
   float *tmp;
   BM_CHECK(cudaMalloc((void **)&tmp, sizeof(float) * 2 * 32 * n_out));
-  for (int i = 0; i < BM_NN; i++) {
-    const int n = k_ns[i];
+  int modes[2];
+  for (int i = 0; i < BM_NN; i++)
+  for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
+    bm_path(modes[mi]);
     const size_t m = (size_t)n * n_out;
     BM_CHECK(kc_matvec(0, t, g.d, n_out, cols, g.row_bytes, dx, tmp, n));
     BM_CHECK(kc_matvec(0, t, u.d, n_out, cols, u.row_bytes, dx, tmp + m, n));
@@ -263,7 +298,7 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
     BM_CHECK(cudaMemset(dout, 0xff, sizeof(float) * m));
     BM_CHECK(kc_matvec_swiglu(0, t, g.d, u.d, n_out, cols, g.row_bytes, dx, dout, n));
     if (!bm_same(dout, dref, m)) {
-      printf("FAIL swiglu %s n=%d: differs from kc_swiglu(kc_matvec, kc_matvec)\n", dt_name(t), n);
+      printf("FAIL swiglu %s %s n=%d: differs from kc_swiglu(kc_matvec, kc_matvec)\n", dt_name(t), g_path, n);
       g_fail = 1;
     }
     BM_CHECK(cudaEventRecord(e0));
@@ -277,6 +312,7 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
     BM_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     bm_row("swiglu 2x12288x4096", t, n, ms * 1e-3 / reps, 2.0 * (double)g.bytes + 4.0 * n * (cols + n_out));
   }
+  bm_path(-1);
   cudaFree(tmp);
   bm_wfree(&g);
   bm_wfree(&u);
@@ -317,7 +353,7 @@ int main(int argc, char **argv) {
   BM_CHECK(cudaEventCreate(&e1));
 
   const int64_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}, {151936, 4096}};
-  printf("%-22s | %-4s | %2s | %9s | %7s | %s\n", "shape", "type", "n", "us", "GB/s", "% of copy BW");
+  printf("%-22s | %-4s | %-4s | %2s | %9s | %7s | %s\n", "shape", "type", "path", "n", "us", "GB/s", "% of copy BW");
   char list[128];
   snprintf(list, sizeof list, "%s", types_arg);
   for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {

@@ -1,0 +1,396 @@
+/* kernels/matvec_mma.cu — see matvec_mma.cuh.
+ *
+ * mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (PTX ISA fragment layout, groupID
+ * g = lane >> 2, tig = lane & 3): A 16x16 regs a0 = (row g, k 2tig..2tig+1), a1 = (row g+8, same
+ * k), a2 = (row g, k 2tig+8..+9), a3 = (row g+8, k 2tig+8..+9); B 16x8 regs b0 = (k 2tig..+1,
+ * col g), b1 = (k 2tig+8..+9, col g); C 16x8 c0,c1 = (row g, cols 2tig, 2tig+1), c2,c3 = (row
+ * g+8, same cols). Lower 16 bits of a register hold the lower k.
+ *
+ * Work split. A block of 8 warps = S column parts x 8/S row warps (as kernels/matvec.cu). A warp
+ * owns RG "row groups" of 16 weight rows (swiglu: RG = 2, group 0 = 16 gate rows, group 1 = the
+ * 16 up rows of the same features) and one part; it takes the 256-element chunks kb = part,
+ * part + S, ... in order. The block walks "windows" of S chunks (t*S .. t*S + S-1; part p takes
+ * chunk t*S + p). Per window:
+ *  - each warp issues the loads of its chunk's weights (all groups), then the whole block builds
+ *    the B fragments of the window's chunks in shared memory (mvm_fill; only the n real x rows),
+ *    with __syncthreads around; lane (g, tig) reads column g = (x row g/2, hi if g even else
+ *    lo) at the k-slots of tig. The 16 k-steps of a chunk map to chunk elements by the decoder
+ *    (D::kbase): k-slots {2tig, 2tig+1, 2tig+8, 2tig+9} of step s are the 4 consecutive
+ *    elements kbase(s, tig) + 0..3, so one float4 of x gives a lane's two B regs and one 32-bit
+ *    word of 4 quant bytes its two A regs per row (k is a sum: any permutation used by both A
+ *    and B gives the same dot product).
+ *  - per group: the lanes decode the 16 rows' sub-block scales cooperatively into shared memory
+ *    (lane L: row L/2, half L%2), then for each sub-block one (Q6_K, 16 elements) or two (Q4_K,
+ *    32 elements) mma from a zero C give, in lane (g, tig), C = Σ q·x_hi and Σ q·x_lo of rows g
+ *    and g+8 for x row tig; acc += d_sc · (C_hi + C_lo) [- d_min·m · Σx over the sub-block].
+ * Exactness: q (Q4_K 0..15, Q6_K q-32 in -32..31) is built as the bf16 bit pattern of 128 + q
+ * (byte_perm with 0x43) minus 128 (or 160) by a bf16x2 subtraction: exact. x = hi + lo + e with
+ * hi = bf16(x), lo = bf16(x - hi), |e| <= 2^-16 |x|; products bf16·bf16 are exact in the fp32
+ * accumulate. Σx (Q4_K) is an fp32 sum of x in a fixed tree.
+ * The lanes' accumulators need no cross-lane reduction; the S parts are added in part order
+ * through shared memory. The result of a feature depends only on (type, S, its weight row, x):
+ * S is mvm_split of the weight's own n_out, so kc_matvec / _multi / _swiglu agree bit for bit. */
+#include <stdlib.h>
+
+#include "engine/dtype.h"
+#include "kernels/matvec_mma.cuh"
+
+#define MVM_WARPS 8
+#define MVM_TARGET_WARPS 2048 /* of 32 rows: enough to fill an H200 (132 SMs x 16 warps) */
+
+typedef struct {
+  const uint8_t *w[KC_MATVEC_MAX_SEGS]; /* swiglu: w[0] gate */
+  const uint8_t *wup;                   /* swiglu: up weight (segment 0) */
+  float *out[KC_MATVEC_MAX_SEGS];
+  int64_t n_out[KC_MATVEC_MAX_SEGS];
+  size_t row_bytes[KC_MATVEC_MAX_SEGS];
+  int split[KC_MATVEC_MAX_SEGS];
+  unsigned blk_end[KC_MATVEC_MAX_SEGS]; /* segment s owns blocks [blk_end[s-1], blk_end[s]) */
+  int n_seg, swiglu;
+} mvm_args_t;
+
+/* D = A·B + D, m16n8k16 bf16 -> fp32 */
+__device__ __forceinline__ void mvm_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t mvm_bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t *>(&v); }
+__device__ __forceinline__ __nv_bfloat162 mvm_bf2(uint32_t u) { return *reinterpret_cast<const __nv_bfloat162 *>(&u); }
+
+/* two bytes of q (each < 128; sel 0x4140: bytes 0, 1; 0x4342: bytes 2, 3) -> bf16x2 of q - bias
+ * (bias2 = the bias in both halves); exact */
+__device__ __forceinline__ uint32_t mvm_qpair(uint32_t q, unsigned sel, uint32_t bias2) {
+  return mvm_bits(__hsub2(mvm_bf2(__byte_perm(q, 0x43u, sel)), mvm_bf2(bias2)));
+}
+/* byte i of v as an exact float: 0x4B0000bb is 2^23 + bb */
+__device__ __forceinline__ float mvm_byte_f(uint32_t v, int i) {
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)i)) - 8388608.0f;
+}
+/* 32 bits from a 2-byte aligned address */
+__device__ __forceinline__ uint32_t mvm_ld32_a2(const uint8_t *p) {
+  const uint16_t *q = (const uint16_t *)p;
+  return (uint32_t)__ldg(q) | ((uint32_t)__ldg(q + 1) << 16);
+}
+
+/* Decoder interface (per 256-element chunk kb of a weight row):
+ *   NSUB sub-blocks per chunk of SPS k-steps (16 elements) each, NSUB * SPS = 16
+ *   HAS_MIN: acc -= (slot 2sb+1) * Σx of the sub-block; scale slots (16 floats per row): Q4_K
+ *            2sb = d*sc, 2sb+1 = dmin*m; Q6_K sb = d*sc
+ *   kbase(s, tig): chunk element of the 4 k-slots of lane tig in k-step s; its inverse on
+ *            quads q = kbase / 4: kstep(q), ktig(q)
+ *   raw / load(r, row, kb, tig): the row's quant words of lane tig; qword(r, s): 4 bytes of q
+ *            (q + 0 or q + 32, each < 64) for elements kbase(s, tig) + 0..3, byte 0 first
+ *   sraw / sload(r, row, kb, half) / sdecode(r, half, dst): scale slots 8half..8half+7 of the row
+ *            into dst[0], dst[1] (float4) */
+struct mvm_q4k {
+  static constexpr int NSUB = 8, SPS = 2, BB = 144;
+  static constexpr bool HAS_MIN = true;
+  static constexpr uint32_t BIAS = 0x43004300u; /* bf16x2 (128, 128) */
+  /* q[j] = qs bytes 32j + 8tig .. +7: word h of it holds elements 8tig + 4h + 0..3 of sub-block
+   * 2j (low nibbles) and 2j+1 (high nibbles); k-step s = 4j + 2 nibble + h */
+  struct raw { uint2 q[4]; };
+  struct sraw { uint4 h; };
+  __device__ static int kbase(int s, int tig) { return 32 * (s >> 1) + 8 * tig + 4 * (s & 1); }
+  __device__ static int kstep(int q) { return 2 * (q >> 3) + (q & 1); }
+  __device__ static int ktig(int q) { return (q >> 1) & 3; }
+  __device__ static void load(raw &r, const uint8_t *row, int64_t kb, int tig) {
+    const uint8_t *p = row + kb * BB + 16 + 8 * tig;
+#pragma unroll
+    for (int j = 0; j < 4; j++) r.q[j] = __ldg((const uint2 *)(p + 32 * j));
+  }
+  __device__ static uint32_t qword(const raw &r, int s) {
+    const uint2 v = r.q[s >> 2];
+    const uint32_t w = (s & 1) ? v.y : v.x;
+    return (s & 2) ? (w >> 4) & 0x0f0f0f0fu : w & 0x0f0f0f0fu;
+  }
+  __device__ static void sload(sraw &r, const uint8_t *row, int64_t kb, int) {
+    r.h = __ldg((const uint4 *)(row + kb * BB));
+  }
+  /* get_scale_min_k4 of sub-blocks 4half..4half+3 on the header words (d, dmin | s[0..3] | s[4..7] | s[8..11]) */
+  __device__ static void sdecode(const sraw &r, int half, float4 *dst) {
+    const uint4 h = r.h;
+    const uint32_t sc = half ? (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u) : h.y & 0x3f3f3f3fu;
+    const uint32_t m = half ? ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u) : h.z & 0x3f3f3f3fu;
+    const float d = kc_h2f((uint16_t)(h.x & 0xffffu)), dmin = kc_h2f((uint16_t)(h.x >> 16));
+    dst[0] = make_float4(d * mvm_byte_f(sc, 0), dmin * mvm_byte_f(m, 0), d * mvm_byte_f(sc, 1), dmin * mvm_byte_f(m, 1));
+    dst[1] = make_float4(d * mvm_byte_f(sc, 2), dmin * mvm_byte_f(m, 2), d * mvm_byte_f(sc, 3), dmin * mvm_byte_f(m, 3));
+  }
+};
+
+/* Q6_K (210 B blocks, 2-byte aligned): element 128h + 32k + l has low bits in ql[64h + 32(k&1) + l]
+ * (nibble k>>1), high bits in qh[32h + l] (bits 2k, 2k+1), scale sc[8h + 2k + l/16]. Sub-block
+ * s = 8h + 2k + lh = elements 16s..16s+15 (l = 16lh + 0..15), one k-step each; lane tig takes
+ * l = 16lh + 4tig + 0..3. */
+struct mvm_q6k {
+  static constexpr int NSUB = 16, SPS = 1, BB = 210;
+  static constexpr bool HAS_MIN = false;
+  static constexpr uint32_t BIAS = 0x43204320u; /* bf16x2 (160, 160) = 128 + 32 */
+  /* ql[2(2h + lh) + kk] = ql bytes 64h + 32kk + 16lh + 4tig..+3; qh[2h + lh] = qh bytes 32h + 16lh + 4tig..+3 */
+  struct raw { uint32_t ql[8], qh[4]; };
+  struct sraw { uint32_t s0, s1; uint16_t d; };
+  __device__ static int kbase(int s, int tig) { return 16 * s + 4 * tig; }
+  __device__ static int kstep(int q) { return q >> 2; }
+  __device__ static int ktig(int q) { return q & 3; }
+  __device__ static void load(raw &r, const uint8_t *row, int64_t kb, int tig) {
+    const uint8_t *b = row + kb * BB + 4 * tig;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+      for (int lh = 0; lh < 2; lh++) {
+        r.qh[2 * h + lh] = mvm_ld32_a2(b + 128 + 32 * h + 16 * lh);
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) r.ql[2 * (2 * h + lh) + kk] = mvm_ld32_a2(b + 64 * h + 32 * kk + 16 * lh);
+      }
+  }
+  __device__ static uint32_t qword(const raw &r, int s) {
+    const int h = s >> 3, k = (s >> 1) & 3, lh = s & 1;
+    const uint32_t a = r.ql[2 * (2 * h + lh) + (k & 1)], q = r.qh[2 * h + lh];
+    const uint32_t lo = (k & 2) ? (a >> 4) & 0x0f0f0f0fu : a & 0x0f0f0f0fu;
+    const uint32_t hi = (k < 2 ? q << (4 - 2 * k) : q >> (2 * k - 4)) & 0x30303030u;
+    return lo | hi;
+  }
+  __device__ static void sload(sraw &r, const uint8_t *row, int64_t kb, int half) {
+    const uint8_t *b = row + kb * BB;
+    r.s0 = mvm_ld32_a2(b + 192 + 8 * half);
+    r.s1 = mvm_ld32_a2(b + 196 + 8 * half);
+    r.d = __ldg((const uint16_t *)(b + 208));
+  }
+  __device__ static void sdecode(const sraw &r, int, float4 *dst) {
+    const float d = kc_h2f(r.d);
+#define MVM_SC(v, i) (d * (float)(int8_t)(uint8_t)((v) >> (8 * (i))))
+    dst[0] = make_float4(MVM_SC(r.s0, 0), MVM_SC(r.s0, 1), MVM_SC(r.s0, 2), MVM_SC(r.s0, 3));
+    dst[1] = make_float4(MVM_SC(r.s1, 0), MVM_SC(r.s1, 1), MVM_SC(r.s1, 2), MVM_SC(r.s1, 3));
+#undef MVM_SC
+  }
+};
+
+/* B fragments of the S chunks kb0 + c (c < S) of a window, x rows r < n, into bs[c][s/2][lane]
+ * (k-steps 2p, 2p+1 of a lane in one uint4: b0, b1 of step 2p, then of 2p+1); Q4_K also the
+ * sub-block sums sxs[c][r][sb]. Quad q (elements 4q..4q+3) of row r goes to the lane pair
+ * (g = 2r hi, g = 2r+1 lo; tig) with kbase(s, tig) = 4q. Whole block; rows >= n are left as
+ * they are (zero). Thread t takes quads t, t + 256, ...: whole warps (S * n * 64 is a multiple
+ * of 64), so that 8 consecutive lanes hold one sub-block (Σx by a fixed xor tree). */
+template <class D>
+__device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8], const float *__restrict__ x,
+                                         int64_t cols, int64_t kb0, int64_t nkb, int S, int n) {
+  const int total = S * n * 64;
+  for (int t = threadIdx.x; t < total; t += MVM_WARPS * 32) {
+    const int c = t / (n * 64), r = (t >> 6) % n, q = t & 63;
+    const int64_t kb = kb0 + c;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (kb < nkb) v = __ldg((const float4 *)(x + (size_t)r * (size_t)cols + kb * 256 + 4 * q));
+    const int s = D::kstep(q), tig = D::ktig(q);
+    const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+    const __nv_bfloat162 l01 = __floats2bfloat162_rn(v.x - __low2float(h01), v.y - __high2float(h01));
+    const __nv_bfloat162 l23 = __floats2bfloat162_rn(v.z - __low2float(h23), v.w - __high2float(h23));
+    uint2 *ph = (uint2 *)&bs[c][s >> 1][8 * r + tig] + (s & 1);
+    uint2 *pl = (uint2 *)&bs[c][s >> 1][8 * r + 4 + tig] + (s & 1);
+    *ph = make_uint2(mvm_bits(h01), mvm_bits(h23));
+    *pl = make_uint2(mvm_bits(l01), mvm_bits(l23));
+    if constexpr (D::HAS_MIN) { /* Q4_K: sub-block q / 8 */
+      float p = (v.x + v.y) + (v.z + v.w);
+      p += __shfl_xor_sync(KC_FULL_MASK, p, 1);
+      p += __shfl_xor_sync(KC_FULL_MASK, p, 2);
+      p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
+      if ((q & 7) == 0) sxs[c][r][q >> 3] = p;
+    }
+  }
+}
+
+template <class D, int RG>
+__global__ void __launch_bounds__(MVM_WARPS * 32, 2)
+    mvm_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, int n) {
+  __shared__ uint4 bs[MVM_WARPS][8][32];      /* B fragments of the window's chunks (<= 8) */
+  __shared__ __align__(16) float sxs[MVM_WARPS][4][8]; /* Q4_K: Σx [chunk][x row][sub-block] */
+  __shared__ float4 scs[MVM_WARPS][16][4];    /* per warp: scale slots of the group's 16 rows */
+  __shared__ float red[MVM_WARPS][RG][16][4]; /* per warp: [group][row][x row] part sums */
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
+  int sg = 0;
+  while (sg + 1 < a.n_seg && blockIdx.x >= a.blk_end[sg]) sg++;
+  const unsigned blk = blockIdx.x - (sg ? a.blk_end[sg - 1] : 0u);
+  const int S = a.split[sg], gpb = MVM_WARPS / S, part = wi % S, rw = wi / S;
+  const int fpw = a.swiglu ? 8 * RG : 16 * RG; /* output features per warp */
+  const int64_t n_out = a.n_out[sg], grp0 = (int64_t)blk * gpb;
+  const size_t rb = a.row_bytes[sg];
+  /* weight row m (0..15) of group i (rows past n_out read row n_out - 1 and are not written) */
+  auto row_of = [&](int i, int m) -> const uint8_t * {
+    int64_t o = (grp0 + rw) * fpw + 16 * (a.swiglu ? i >> 1 : i) + m;
+    if (o > n_out - 1) o = n_out - 1;
+    return (a.swiglu && (i & 1) ? a.wup : a.w[sg]) + (size_t)o * rb;
+  };
+  const uint8_t *wa[RG], *wb[RG], *ws[RG]; /* rows g, g + 8 and lane / 2 of each group */
+#pragma unroll
+  for (int i = 0; i < RG; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
+
+  /* x rows >= n keep zero B fragments and sums */
+  for (int t = threadIdx.x; t < MVM_WARPS * 8 * 32; t += MVM_WARPS * 32) (&bs[0][0][0])[t] = make_uint4(0u, 0u, 0u, 0u);
+  for (int t = threadIdx.x; t < MVM_WARPS * 4 * 8; t += MVM_WARPS * 32) (&sxs[0][0][0])[t] = 0.0f;
+
+  float acc[RG][2];
+#pragma unroll
+  for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
+  const int64_t nkb = cols >> 8, nwin = (nkb + S - 1) / S;
+  /* window t: chunks t*S .. t*S + S-1; part p takes chunk t*S + p (so chunks p, p + S, ... in order) */
+  for (int64_t t = 0; t < nwin; t++) {
+    const int64_t kb = t * S + part;
+    const bool have = kb < nkb;
+    typename D::raw ra[RG], rb8[RG];
+    typename D::sraw sr[RG];
+    if (have) { /* weight loads first: in flight while the block builds the window's B */
+#pragma unroll
+      for (int i = 0; i < RG; i++) {
+        D::load(ra[i], wa[i], kb, tig);
+        D::load(rb8[i], wb[i], kb, tig);
+        D::sload(sr[i], ws[i], kb, lane & 1);
+      }
+    }
+    __syncthreads(); /* previous window's B read by every warp */
+    mvm_fill<D>(bs, sxs, x, cols, t * S, nkb, S, n);
+    __syncthreads();
+    if (!have) continue; /* warp-uniform */
+    float sx[D::HAS_MIN ? D::NSUB : 1];
+    if constexpr (D::HAS_MIN) {
+      const float4 u0 = *(const float4 *)&sxs[part][tig][0], u1 = *(const float4 *)&sxs[part][tig][4];
+      sx[0] = u0.x, sx[1] = u0.y, sx[2] = u0.z, sx[3] = u0.w, sx[4] = u1.x, sx[5] = u1.y, sx[6] = u1.z, sx[7] = u1.w;
+    }
+#pragma unroll
+    for (int i = 0; i < RG; i++) {
+      __syncwarp(); /* previous group's scales read by every lane */
+      D::sdecode(sr[i], lane & 1, &scs[wi][lane >> 1][2 * (lane & 1)]);
+      __syncwarp();
+      float s0[16], s8[16];
+#pragma unroll
+      for (int q = 0; q < 4; q++) {
+        const float4 t0 = scs[wi][g][q], t8 = scs[wi][g + 8][q];
+        s0[4 * q] = t0.x, s0[4 * q + 1] = t0.y, s0[4 * q + 2] = t0.z, s0[4 * q + 3] = t0.w;
+        s8[4 * q] = t8.x, s8[4 * q + 1] = t8.y, s8[4 * q + 2] = t8.z, s8[4 * q + 3] = t8.w;
+      }
+#pragma unroll
+      for (int sb = 0; sb < D::NSUB; sb++) {
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int h = 0; h < D::SPS; h++) {
+          const int s = D::SPS * sb + h;
+          const uint4 bq = bs[part][s >> 1][lane];
+          const uint32_t qa = D::qword(ra[i], s), qb = D::qword(rb8[i], s);
+          const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
+                                  mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
+          mvm_mma(c, af, (s & 1) ? bq.z : bq.x, (s & 1) ? bq.w : bq.y);
+        }
+        if constexpr (D::HAS_MIN) {
+          acc[i][0] = fmaf(s0[2 * sb], c[0] + c[1], acc[i][0]);
+          acc[i][0] = fmaf(-s0[2 * sb + 1], sx[sb], acc[i][0]);
+          acc[i][1] = fmaf(s8[2 * sb], c[2] + c[3], acc[i][1]);
+          acc[i][1] = fmaf(-s8[2 * sb + 1], sx[sb], acc[i][1]);
+        } else {
+          acc[i][0] = fmaf(s0[sb], c[0] + c[1], acc[i][0]);
+          acc[i][1] = fmaf(s8[sb], c[2] + c[3], acc[i][1]);
+        }
+      }
+    }
+  }
+
+  /* lane (g, tig) holds rows g, g+8 of each group for x row tig; parts added in part order */
+#pragma unroll
+  for (int i = 0; i < RG; i++) {
+    red[wi][i][g][tig] = acc[i][0];
+    red[wi][i][g + 8][tig] = acc[i][1];
+  }
+  __syncthreads();
+  float *out = a.out[sg];
+  for (int t = threadIdx.x; t < gpb * RG * 64; t += MVM_WARPS * 32) {
+    const int w = t / (RG * 64), i = (t / 64) % RG, m = (t / 4) % 16, r = t % 4;
+    if (r >= n) continue;
+    float s = red[w * S][i][m][r];
+    for (int p = 1; p < S; p++) s += red[w * S + p][i][m][r];
+    if (!a.swiglu) {
+      const int64_t o = (grp0 + w) * fpw + 16 * i + m;
+      if (o < n_out) out[(size_t)r * n_out + o] = s;
+    } else if ((i & 1) == 0) {
+      float u = red[w * S][i + 1][m][r];
+      for (int p = 1; p < S; p++) u += red[w * S + p][i + 1][m][r];
+      const int64_t o = (grp0 + w) * fpw + 16 * (i >> 1) + m;
+      if (o < n_out) out[(size_t)r * n_out + o] = s / (1.0f + expf(-s)) * u; /* as kernels/swiglu.cu */
+    }
+  }
+}
+
+/* Column parts of a weight: a function of its own shape only (equal products across the entry
+ * points): enough warps (32 rows each) to fill the GPU, never more parts than chunks. */
+static int mvm_split(int64_t n_out, int64_t nkb) {
+  const int64_t warps = (n_out + 31) / 32;
+  int S = 1;
+  while (S < MVM_WARPS && warps * S < MVM_TARGET_WARPS && 2 * S <= nkb) S *= 2;
+  return S;
+}
+
+template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, int n) {
+  const int64_t nkb = cols >> 8;
+  const int fpw = a.swiglu ? 8 * RG : 16 * RG;
+  int64_t blocks = 0;
+  for (int s = 0; s < a.n_seg; s++) {
+    a.split[s] = mvm_split(a.n_out[s], nkb);
+    const int64_t groups = (a.n_out[s] + fpw - 1) / fpw, gpb = MVM_WARPS / a.split[s];
+    blocks += (groups + gpb - 1) / gpb;
+    if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
+    a.blk_end[s] = (unsigned)blocks;
+  }
+  if (blocks == 0) return 0;
+  mvm_kernel<D, RG><<<(unsigned)blocks, MVM_WARPS * 32, 0, st>>>(a, x, cols, n);
+  return (int)cudaGetLastError();
+}
+
+/* One row group per warp (B is shared through shared memory, more warps hide more latency);
+ * swiglu: the gate and the up group of 16 features. */
+template <class D> static int mvm_pick(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n) {
+  if (a.swiglu) return mvm_go<D, 2>(st, a, cols, x, n);
+  return mvm_go<D, 1>(st, a, cols, x, n);
+}
+
+static int g_mvm_force = -1, g_mvm_env = -1;
+
+KC_API int kc_mvm_enabled(void) {
+  if (g_mvm_force >= 0) return g_mvm_force;
+  if (g_mvm_env < 0) {
+    const char *e = getenv("GANTRY_MATVEC_MMA");
+    g_mvm_env = !(e && e[0] == '0' && e[1] == '\0');
+  }
+  return g_mvm_env;
+}
+
+KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on != 0; }
+
+KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n) {
+  if (n < 1 || n > KC_MVM_MAX_ROWS || cols <= 0 || cols % 256 != 0 || !kc_mvm_enabled()) return 0;
+  const uintptr_t p = (uintptr_t)w;
+  switch (type) {
+    case GT_TYPE_Q4_K: return (p & 15) == 0 && row_bytes == (size_t)(cols / 256) * 144;
+    case GT_TYPE_Q6_K: return (p & 1) == 0 && row_bytes == (size_t)(cols / 256) * 210;
+    default: return 0;
+  }
+}
+
+KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
+                         int64_t cols, const float *x, int n) {
+  if (n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || (wup && n_seg != 1) || n < 1 || n > KC_MVM_MAX_ROWS ||
+      cols <= 0 || cols % 256 != 0 || ((uintptr_t)x & 15) != 0)
+    return (int)cudaErrorInvalidValue;
+  mvm_args_t a = {};
+  for (int s = 0; s < n_seg; s++) {
+    if (segs[s].n_out <= 0) return (int)cudaErrorInvalidValue;
+    a.w[s] = (const uint8_t *)segs[s].w;
+    a.out[s] = segs[s].out;
+    a.n_out[s] = segs[s].n_out;
+    a.row_bytes[s] = segs[s].row_bytes;
+  }
+  a.n_seg = n_seg;
+  a.wup = (const uint8_t *)wup;
+  a.swiglu = wup != NULL;
+  switch (type) {
+    case GT_TYPE_Q4_K: return mvm_pick<mvm_q4k>(st, a, cols, x, n);
+    case GT_TYPE_Q6_K: return mvm_pick<mvm_q6k>(st, a, cols, x, n);
+    default: return (int)cudaErrorInvalidValue;
+  }
+}
