@@ -13,22 +13,25 @@
  * chunk t*S + p). Per window:
  *  - each warp issues the loads of its chunk's weights (all groups), then the whole block builds
  *    the B fragments of the window's chunks in shared memory (mvm_fill; only the n real x rows),
- *    with __syncthreads around; lane (g, tig) reads column g = (x row g/2, hi if g even else
- *    lo) at the k-slots of tig. The 16 k-steps of a chunk map to chunk elements by the decoder
+ *    with __syncthreads around; lane (g, tig) reads column g = (x row g/4, part g%4 of x:
+ *    hi, mid, lo, or zero) at the k-slots of tig. The 16 k-steps of a chunk map to chunk elements by the decoder
  *    (D::kbase): k-slots {2tig, 2tig+1, 2tig+8, 2tig+9} of step s are the 4 consecutive
  *    elements kbase(s, tig) + 0..3, so one float4 of x gives a lane's two B regs and one 32-bit
  *    word of 4 quant bytes its two A regs per row (k is a sum: any permutation used by both A
  *    and B gives the same dot product).
  *  - per group: the lanes decode the 16 rows' sub-block scales cooperatively into shared memory
  *    (lane L: row L/2, half L%2), then for each sub-block one (Q6_K, 16 elements) or two (Q4_K,
- *    32 elements) mma from a zero C give, in lane (g, tig), C = Σ q·x_hi and Σ q·x_lo of rows g
- *    and g+8 for x row tig; acc += d_sc · (C_hi + C_lo) [- d_min·m · Σx over the sub-block].
+ *    32 elements) mma from a zero C give, in lane (g, tig), the two columns 2tig, 2tig+1: for
+ *    even tig Σ q·x_hi and Σ q·x_mid, for odd tig Σ q·x_lo (and a zero column), of rows g and
+ *    g+8 for x row tig/2; acc += d_sc · (C0 + C1) [- d_min·m · Σx over the sub-block, even tig].
  * Exactness: q (Q4_K 0..15, Q6_K q-32 in -32..31) is built as the bf16 bit pattern of 128 + q
- * (byte_perm with 0x43) minus 128 (or 160) by a bf16x2 subtraction: exact. x = hi + lo + e with
- * hi = bf16(x), lo = bf16(x - hi), |e| <= 2^-16 |x|; products bf16·bf16 are exact in the fp32
- * accumulate. Σx (Q4_K) is an fp32 sum of x in a fixed tree.
- * The lanes' accumulators need no cross-lane reduction; the S parts are added in part order
- * through shared memory. The result of a feature depends only on (type, S, its weight row, x):
+ * (byte_perm with 0x43) minus 128 (or 160) by a bf16x2 subtraction: exact. x = hi + mid + lo + e
+ * with hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid), |e| <= 2^-24 |x| (a two-way
+ * split, |e| <= 2^-16 |x|, left 1.1e-5 normalized error on a chained decode step of the op
+ * test, above its 1e-5 bound); products bf16·bf16 are exact in the fp32 accumulate. Σx (Q4_K)
+ * is an fp32 sum of x in a fixed tree. Three columns per x row: at most 2 x rows.
+ * The lanes' accumulators are added per x row (tig 2r then 2r+1) and over the S parts in part
+ * order through shared memory. The result of a feature depends only on (type, S, its weight row, x):
  * S is mvm_split of the weight's own n_out, so kc_matvec / _multi / _swiglu agree bit for bit. */
 #include <stdlib.h>
 
@@ -168,8 +171,8 @@ struct mvm_q6k {
 
 /* B fragments of the S chunks kb0 + c (c < S) of a window, x rows r < n, into bs[c][s/2][lane]
  * (k-steps 2p, 2p+1 of a lane in one uint4: b0, b1 of step 2p, then of 2p+1); Q4_K also the
- * sub-block sums sxs[c][r][sb]. Quad q (elements 4q..4q+3) of row r goes to the lane pair
- * (g = 2r hi, g = 2r+1 lo; tig) with kbase(s, tig) = 4q. Whole block; rows >= n are left as
+ * sub-block sums sxs[c][r][sb]. Quad q (elements 4q..4q+3) of row r goes to the lanes
+ * (g = 4r hi, 4r+1 mid, 4r+2 lo; tig) with kbase(s, tig) = 4q. Whole block; rows >= n are left as
  * they are (zero). Thread t takes quads t, t + 256, ...: whole warps (S * n * 64 is a multiple
  * of 64), so that 8 consecutive lanes hold one sub-block (Σx by a fixed xor tree). */
 template <class D>
@@ -183,11 +186,17 @@ __device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8],
     if (kb < nkb) v = __ldg((const float4 *)(x + (size_t)r * (size_t)cols + kb * 256 + 4 * q));
     const int s = D::kstep(q), tig = D::ktig(q);
     const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-    const __nv_bfloat162 l01 = __floats2bfloat162_rn(v.x - __low2float(h01), v.y - __high2float(h01));
-    const __nv_bfloat162 l23 = __floats2bfloat162_rn(v.z - __low2float(h23), v.w - __high2float(h23));
-    uint2 *ph = (uint2 *)&bs[c][s >> 1][8 * r + tig] + (s & 1);
-    uint2 *pl = (uint2 *)&bs[c][s >> 1][8 * r + 4 + tig] + (s & 1);
+    const float4 r1 = make_float4(v.x - __low2float(h01), v.y - __high2float(h01), v.z - __low2float(h23),
+                                  v.w - __high2float(h23));
+    const __nv_bfloat162 m01 = __floats2bfloat162_rn(r1.x, r1.y), m23 = __floats2bfloat162_rn(r1.z, r1.w);
+    const __nv_bfloat162 l01 = __floats2bfloat162_rn(r1.x - __low2float(m01), r1.y - __high2float(m01));
+    const __nv_bfloat162 l23 = __floats2bfloat162_rn(r1.z - __low2float(m23), r1.w - __high2float(m23));
+    /* column 4r + 0 / 1 / 2 = hi / mid / lo of x row r is read by lanes 4 (4r + j) + tig */
+    uint2 *ph = (uint2 *)&bs[c][s >> 1][16 * r + tig] + (s & 1);
+    uint2 *pm = (uint2 *)&bs[c][s >> 1][16 * r + 4 + tig] + (s & 1);
+    uint2 *pl = (uint2 *)&bs[c][s >> 1][16 * r + 8 + tig] + (s & 1);
     *ph = make_uint2(mvm_bits(h01), mvm_bits(h23));
+    *pm = make_uint2(mvm_bits(m01), mvm_bits(m23));
     *pl = make_uint2(mvm_bits(l01), mvm_bits(l23));
     if constexpr (D::HAS_MIN) { /* Q4_K: sub-block q / 8 */
       float p = (v.x + v.y) + (v.z + v.w);
@@ -252,8 +261,13 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     if (!have) continue; /* warp-uniform */
     float sx[D::HAS_MIN ? D::NSUB : 1];
     if constexpr (D::HAS_MIN) {
-      const float4 u0 = *(const float4 *)&sxs[part][tig][0], u1 = *(const float4 *)&sxs[part][tig][4];
+      /* the min term once per x row: in the lane holding its hi/mid columns (even tig) */
+      const float4 u0 = *(const float4 *)&sxs[part][tig >> 1][0], u1 = *(const float4 *)&sxs[part][tig >> 1][4];
       sx[0] = u0.x, sx[1] = u0.y, sx[2] = u0.z, sx[3] = u0.w, sx[4] = u1.x, sx[5] = u1.y, sx[6] = u1.z, sx[7] = u1.w;
+      if (tig & 1) {
+#pragma unroll
+        for (int k = 0; k < 8; k++) sx[k] = 0.0f;
+      }
     }
 #pragma unroll
     for (int i = 0; i < RG; i++) {
@@ -292,7 +306,8 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     }
   }
 
-  /* lane (g, tig) holds rows g, g+8 of each group for x row tig; parts added in part order */
+  /* lane (g, tig) holds rows g, g+8 of each group for x row tig/2 (hi+mid or lo); added per x row
+   * (tig 2r, then 2r+1) and over the parts in part order */
 #pragma unroll
   for (int i = 0; i < RG; i++) {
     red[wi][i][g][tig] = acc[i][0];
@@ -303,14 +318,14 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
   for (int t = threadIdx.x; t < gpb * RG * 64; t += MVM_WARPS * 32) {
     const int w = t / (RG * 64), i = (t / 64) % RG, m = (t / 4) % 16, r = t % 4;
     if (r >= n) continue;
-    float s = red[w * S][i][m][r];
-    for (int p = 1; p < S; p++) s += red[w * S + p][i][m][r];
+    float s = red[w * S][i][m][2 * r] + red[w * S][i][m][2 * r + 1];
+    for (int p = 1; p < S; p++) s += red[w * S + p][i][m][2 * r] + red[w * S + p][i][m][2 * r + 1];
     if (!a.swiglu) {
       const int64_t o = (grp0 + w) * fpw + 16 * i + m;
       if (o < n_out) out[(size_t)r * n_out + o] = s;
     } else if ((i & 1) == 0) {
-      float u = red[w * S][i + 1][m][r];
-      for (int p = 1; p < S; p++) u += red[w * S + p][i + 1][m][r];
+      float u = red[w * S][i + 1][m][2 * r] + red[w * S][i + 1][m][2 * r + 1];
+      for (int p = 1; p < S; p++) u += red[w * S + p][i + 1][m][2 * r] + red[w * S + p][i + 1][m][2 * r + 1];
       const int64_t o = (grp0 + w) * fpw + 16 * (i >> 1) + m;
       if (o < n_out) out[(size_t)r * n_out + o] = s / (1.0f + expf(-s)) * u; /* as kernels/swiglu.cu */
     }

@@ -13,7 +13,7 @@
 #define GANTRY_KERNELS_MATVEC_MMA_CUH
 #include "kernels/matvec.cuh"
 
-#define KC_MVM_MAX_ROWS 4
+#define KC_MVM_MAX_ROWS 2 /* three bf16 columns (hi, mid, lo) per x row */
 
 /* 1 if the path is on: kc_mvm_set_enabled's value if set, else 0 iff GANTRY_MATVEC_MMA is "0" */
 KC_API int kc_mvm_enabled(void);
