@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     mvm_fill<D>(bs, sxs, x, cols, t * S, nkb, S, n);
     __syncthreads();
     if (!have) return; /* warp-uniform */
-    float sx[D::HAS_MIN ? D::NSUB : 1];
+    [[maybe_unused]] float sx[D::HAS_MIN ? D::NSUB : 1];
     if constexpr (D::HAS_MIN) {
       /* the min term once per x row: in the lane holding its hi/mid columns (even tig) */
       const float4 u0 = *(const float4 *)&sxs[part][tig >> 1][0], u1 = *(const float4 *)&sxs[part][tig >> 1][4];
