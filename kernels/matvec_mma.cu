@@ -38,11 +38,6 @@
 #include "engine/dtype.h"
 #include "kernels/matvec_mma.cuh"
 
-/* a compile-time buffer index for the lambdas of mvm_kernel */
-template <int B> struct mvm_buf {
-  static constexpr int value = B;
-};
-
 #define MVM_WARPS 8
 #define MVM_TARGET_WARPS 2048 /* of 32 rows: enough to fill an H200 (132 SMs x 16 warps) */
 
@@ -247,35 +242,23 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
   for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
   const int64_t nkb = cols >> 8, nwin = (nkb + S - 1) / S;
   /* window t: chunks t*S .. t*S + S-1; part p takes chunk t*S + p (so chunks p, p + S, ... in order) */
-  /* RG == 1: the weights of window t + 1 are loaded into buffer (t + 1) % 2 while window t is
-   * computed (two windows of loads in flight per warp); the buffer index is a compile-time
-   * constant. RG == 2 (swiglu) loads each window's weights at its start. */
-  typename D::raw ra[2][RG], rb8[2][RG];
-  typename D::sraw sr[2][RG];
-  auto issue = [&](auto cbc, int64_t tt) {
-    constexpr int cb = decltype(cbc)::value;
-    const int64_t kb = tt * S + part;
-    if (tt < nwin && kb < nkb) {
-#pragma unroll
-      for (int i = 0; i < RG; i++) {
-        D::load(ra[cb][i], wa[i], kb, tig);
-        D::load(rb8[cb][i], wb[i], kb, tig);
-        D::sload(sr[cb][i], ws[i], kb, lane & 1);
-      }
-    }
-  };
-  auto window = [&](auto cbc, int64_t t) {
-    constexpr int cb = decltype(cbc)::value;
+  for (int64_t t = 0; t < nwin; t++) {
     const int64_t kb = t * S + part;
     const bool have = kb < nkb;
-    if constexpr (RG == 1)
-      issue(mvm_buf<cb ^ 1>(), t + 1);
-    else
-      issue(mvm_buf<cb>(), t); /* swiglu: one window of loads (two would spill) */
+    typename D::raw ra[RG], rb8[RG];
+    typename D::sraw sr[RG];
+    if (have) { /* weight loads first: in flight while the block builds the window's B */
+#pragma unroll
+      for (int i = 0; i < RG; i++) {
+        D::load(ra[i], wa[i], kb, tig);
+        D::load(rb8[i], wb[i], kb, tig);
+        D::sload(sr[i], ws[i], kb, lane & 1);
+      }
+    }
     __syncthreads(); /* previous window's B read by every warp */
     mvm_fill<D>(bs, sxs, x, cols, t * S, nkb, S, n);
     __syncthreads();
-    if (!have) return; /* warp-uniform */
+    if (!have) continue; /* warp-uniform */
     [[maybe_unused]] float sx[D::HAS_MIN ? D::NSUB : 1];
     if constexpr (D::HAS_MIN) {
       /* the min term once per x row: in the lane holding its hi/mid columns (even tig) */
@@ -289,7 +272,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
 #pragma unroll
     for (int i = 0; i < RG; i++) {
       __syncwarp(); /* previous group's scales read by every lane */
-      D::sdecode(sr[cb][i], lane & 1, &scs[wi][lane >> 1][2 * (lane & 1)]);
+      D::sdecode(sr[i], lane & 1, &scs[wi][lane >> 1][2 * (lane & 1)]);
       __syncwarp();
       float s0[16], s8[16];
 #pragma unroll
@@ -305,7 +288,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
         for (int h = 0; h < D::SPS; h++) {
           const int s = D::SPS * sb + h;
           const uint4 bq = bs[part][s >> 1][lane];
-          const uint32_t qa = D::qword(ra[cb][i], s), qb = D::qword(rb8[cb][i], s);
+          const uint32_t qa = D::qword(ra[i], s), qb = D::qword(rb8[i], s);
           const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
                                   mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
           mvm_mma(c, af, (s & 1) ? bq.z : bq.x, (s & 1) ? bq.w : bq.y);
@@ -321,15 +304,6 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
         }
       }
     }
-  };
-  if constexpr (RG == 1) {
-    issue(mvm_buf<0>(), 0);
-    for (int64_t t = 0; t < nwin; t += 2) { /* nwin is block-uniform: every thread meets the barriers */
-      window(mvm_buf<0>(), t);
-      if (t + 1 < nwin) window(mvm_buf<1>(), t + 1);
-    }
-  } else {
-    for (int64_t t = 0; t < nwin; t++) window(mvm_buf<0>(), t);
   }
 
   /* lane (g, tig) holds rows g, g+8 of each group for x row tig/2 (hi+mid or lo); added per x row
