@@ -2,9 +2,9 @@
 # Builds the CUDA test and bench programs here (nvcc, no GPU needed) and packs them with the
 # shared libraries the GPU machine lacks into build-cuda-dist/ and, compressed, into
 # build-cuda-pack/dist.tar.xz (both ignored by git): carry build-cuda-pack to the device and run
-# scripts/gpu/device_run.sh there.
-# Default TARGETS: what scripts/gpu/suite.sh runs (GPU tests, bench_decode, gantry-mkmodel, and
-# for SERVE=1 gantry-engine + engine-bench as its gRPC client); test_cuda_sample when it exists.
+# scripts/gpu/suite.sh there.
+# Default TARGETS: what scripts/gpu/suite.sh runs (GPU tests, kernel microbenchmarks,
+# bench_decode, gantry-mkmodel, and for SERVE=1 gantry-engine + engine-bench as its gRPC client).
 # Shared libraries: every one ldd lists for the programs except glibc / libstdc++ / libgcc and
 # CUDA's own (the GPU machine has those), so gRPC, protobuf-c, absl, ... travel along.
 set -eu
@@ -13,8 +13,8 @@ B=${BUILD:-$SRC/build-cuda}
 D=$SRC/build-cuda-dist
 cmake -S "$SRC" -B "$B" -DGANTRY_WERROR=ON >/dev/null
 if [ -z "${TARGETS:-}" ]; then
-  TARGETS="test_cuda_ops test_cuda_golden bench_decode gantry-mkmodel gantry-engine engine-bench"
-  cmake --build "$B" --target help | grep -q ' test_cuda_sample$' && TARGETS="$TARGETS test_cuda_sample"
+  TARGETS="test_cuda_ops test_cuda_golden test_cuda_sample bench_matvec bench_gdn_scan bench_decode gantry-mkmodel"
+  TARGETS="$TARGETS gantry-engine engine-bench"
 fi
 cmake --build "$B" -j2 --target $TARGETS
 rm -rf "$D" && mkdir -p "$D/lib"
