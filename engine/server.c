@@ -222,10 +222,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   sched_req_t q;
   int rc = srv_conv_check(r, &err);
   if (!rc) rc = srv_conv_prompt(r, s->tok, s->have_fam ? &s->fam : NULL, s->fam_reason, &ids, &n_ids, &opens, &err);
-  if (!rc && (int64_t)n_ids >= s->n_ctx)
-    rc = gt_err_set(&err, GT_EINVAL,
-                    "the prompt has %zu tokens; this model's context is %d tokens, which leaves no room to generate",
-                    n_ids, s->n_ctx);
+  /* a prompt that fills the context is refused by sched_submit (INVALID_ARGUMENT, same message) */
   pthread_mutex_lock(&s->mu);
   uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
   pthread_mutex_unlock(&s->mu);
