@@ -20,7 +20,7 @@ add_library(gantry_golden STATIC tests/common/golden_model.c)
 target_link_libraries(gantry_golden PUBLIC gantry_model gantry_quant gantry_testutil)
 
 gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOUT 900)
-# the CPU backend's fused ops (matmul_multi, ffn_swiglu, attn_qk_prep) == the unfused op sequences, bitwise
+# the CPU backend's fused ops (matmul_multi, ffn_swiglu, attn_qk_prep, gdn_conv_qkv) == the unfused op sequences, bitwise
 gt_add_test(test_backend_fused SOURCES tests/unit/test_backend_fused.c LIBS gantry_model gantry_quant gantry_testutil
   TIMEOUT 120)
 

@@ -149,8 +149,9 @@ typedef struct be_ops {
                 int32_t *ids);
 
   /* ---- optional fused ops (NULL: model code runs the unfused sequence through the helpers
-   * model_matmul_multi / model_swiglu_ffn / model_attn_qk_prep of engine/model.h). Each gives
-   * what its unfused sequence gives (bit for bit on the CPU backend) ---- */
+   * model_matmul_multi / model_swiglu_ffn / model_attn_qk_prep / model_gdn_conv_qkv of
+   * engine/model.h). Each gives what its unfused sequence gives (bit for bit on the CPU
+   * backend) ---- */
   /* out[i][rows, w[i]->rows] = x[rows, cols] · w[i]ᵀ for i < n, 1 <= n <= BE_MATMUL_MULTI_MAX,
    * every w[i]->cols == cols; outputs distinct and not aliasing x (= n matmul calls) */
   void (*matmul_multi)(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int rows);
@@ -165,6 +166,13 @@ typedef struct be_ops {
   void (*attn_qk_prep)(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
                        const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
                        float eps);
+  /* Gated DeltaNet input prep, C = 2*n_k*d_k + n_v*d_v channels: conv = conv1d_silu(layer, x,
+   * w, C, K) (updates the conv state; x [n_tok, C], w F32 [C, K]), then q [n_tok, n_k*d_k] =
+   * l2norm(conv[:, 0:kd]) * q_scale, k [n_tok, n_k*d_k] = l2norm(conv[:, kd:2kd]) (scale 1),
+   * v [n_tok, n_v*d_v] = conv[:, 2kd:C], kd = n_k*d_k, l2norm over rows of d_k with eps
+   * (= conv1d_silu, 3 copy2d, 2 l2norm); q, k, v distinct and not aliasing x */
+  void (*gdn_conv_qkv)(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                       int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
 } be_ops_t;
 
 /* most weights one matmul_multi call takes */

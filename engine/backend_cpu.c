@@ -562,6 +562,7 @@ static const be_ops_t cpu_ops = {
     .matmul_multi = cpu_matmul_multi,
     .ffn_swiglu = cpu_ffn_swiglu,
     .attn_qk_prep = cpu_attn_qk_prep,
+    .gdn_conv_qkv = cpu_gdn_conv_qkv,
     .sample = cpu_sample,
 };
 

@@ -11,6 +11,8 @@
  * Errors (bad shapes, missing slots) are recorded in be->err (sticky for the step); the op then
  * does nothing. */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/backend_cpu_internal.h"
@@ -106,6 +108,38 @@ void cpu_l2norm(be_t *be, float *x, int rows, int d, float eps, float scale) {
     const float f = scale / sqrtf(ss + eps);
     for (int i = 0; i < d; i++) xr[i] *= f;
   }
+}
+
+/* conv1d_silu into a [n_tok, C] scratch, the q / k / v column ranges copied out, l2norm of q and
+ * k: the unfused op sequence, so bit for bit its results. */
+void cpu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                      int n_k, int d_k, int n_v, int d_v, float eps, float q_scale) {
+  be_cpu_t *c = (be_cpu_t *)be;
+  static const char op[] = "gdn_conv_qkv";
+  if (failed(be)) return;
+  if (n_k <= 0 || d_k <= 0 || n_v <= 0 || d_v <= 0 || (int64_t)n_k * d_k > INT32_MAX / 4 ||
+      (int64_t)n_v * d_v > INT32_MAX / 4) {
+    fail(be, GT_EINVAL, op, "bad head counts or dims");
+    return;
+  }
+  const int n = c->b.n_tok, kd = n_k * d_k, vd = n_v * d_v, C = 2 * kd + vd;
+  float *conv = malloc(sizeof(float) * ((size_t)n * C + 1)); /* [n_tok, C] */
+  if (!conv) {
+    fail(be, GT_ENOMEM, op, "out of memory");
+    return;
+  }
+  cpu_conv1d_silu(be, layer, x, conv, w, C, K);
+  if (!failed(be)) {
+    for (int t = 0; t < n; t++) {
+      const float *row = conv + (size_t)t * C;
+      memcpy(q + (size_t)t * kd, row, sizeof(float) * (size_t)kd);
+      memcpy(k + (size_t)t * kd, row + kd, sizeof(float) * (size_t)kd);
+      memcpy(v + (size_t)t * vd, row + 2 * kd, sizeof(float) * (size_t)vd);
+    }
+    cpu_l2norm(be, q, n * n_k, d_k, eps, q_scale);
+    cpu_l2norm(be, k, n * n_k, d_k, eps, 1.0f);
+  }
+  free(conv);
 }
 
 void cpu_gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,

@@ -31,6 +31,8 @@ static inline float *cpu_ssm_state(be_cpu_t *c, int layer, int slot) {
 /* Gated DeltaNet ops (backend_cpu_gdn.c), signatures as in be_ops_t. */
 void cpu_conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K);
 void cpu_l2norm(be_t *be, float *x, int rows, int d, float eps, float scale);
+void cpu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                      int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
 void cpu_gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
                    const be_weight_t *dt_bias, float *g, float *beta, int n_v);
 void cpu_gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v,

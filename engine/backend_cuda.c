@@ -384,6 +384,7 @@ static const be_ops_t cuda_ops = {
     .matmul_multi = cu_matmul_multi,
     .ffn_swiglu = cu_ffn_swiglu,
     .attn_qk_prep = cu_attn_qk_prep,
+    .gdn_conv_qkv = cu_gdn_conv_qkv,
 };
 
 int be_cuda_available(void) {

@@ -22,7 +22,7 @@
 enum {
   OP_EMBED, OP_GATHER, OP_MATMUL, OP_RMSNORM, OP_ADD_RMSNORM, OP_ADD, OP_ROPE, OP_SWIGLU, OP_MUL_SIGMOID,
   OP_COPY2D, OP_KV_STORE, OP_ATTENTION, OP_CONV1D, OP_L2NORM, OP_GDN_GATES, OP_GDN_SCAN, OP_RMSNORM_GATED,
-  OP_MATMUL_MULTI, OP_FFN_SWIGLU, OP_ATTN_QK_PREP
+  OP_MATMUL_MULTI, OP_FFN_SWIGLU, OP_ATTN_QK_PREP, OP_GDN_CONV_QKV
 };
 
 typedef struct op_rec {
@@ -106,6 +106,10 @@ static void run_rec(be_t *be, const op_rec_t *r) {
     cu__attn_qk_prep(be, (int)i[0], p0, p1, p2, &w0, &w1, (int)i[1], (int)i[2], (int)i[3], (int)i[4], (float)r->f[0],
                     (float)r->f[1], (int)i[5]);
     break;
+  case OP_GDN_CONV_QKV:
+    cu__gdn_conv_qkv(be, (int)i[0], p0, &w0, (int)i[1], p1, p2, p3, (int)i[2], (int)i[3], (int)i[4], (int)i[5],
+                     (float)r->f[0], (float)r->f[1]);
+    break;
   }
 }
 
@@ -134,6 +138,10 @@ static int prepare_capture(be_t *be) {
       if (!cu__rope_table(be, (float)r->f[0], (int)r->i[2], r->i[3] != 0)) return -1;
     } else if (r->op == OP_ATTN_QK_PREP) {
       if (!cu__rope_table(be, (float)r->f[0], (int)r->i[4], r->i[5] != 0)) return -1;
+    } else if (r->op == OP_GDN_CONV_QKV) {
+      const size_t n = cu__gdn_conv_qkv_scratch(c->b.n_tok, c->b.n_seq, (int)r->i[2], (int)r->i[3], (int)r->i[4],
+                                                (int)r->i[5]);
+      if (n > need) need = n;
     } else if (r->op == OP_MATMUL_MULTI || r->op == OP_FFN_SWIGLU) {
       const int n_w = r->op == OP_FFN_SWIGLU ? 2 : (int)r->i[1];
       for (int k = 0; k < n_w; k++) { /* each product as OP_MATMUL */
@@ -176,6 +184,7 @@ static const char *const op_names[] = {
     [OP_CONV1D] = "conv1d_silu",  [OP_L2NORM] = "l2norm",           [OP_GDN_GATES] = "gdn_gates",
     [OP_GDN_SCAN] = "gdn_scan",   [OP_RMSNORM_GATED] = "rmsnorm_gated",
     [OP_MATMUL_MULTI] = "matmul_multi", [OP_FFN_SWIGLU] = "ffn_swiglu", [OP_ATTN_QK_PREP] = "attn_qk_prep",
+    [OP_GDN_CONV_QKV] = "gdn_conv_qkv",
 };
 
 /* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ gemm]]": weight matrices (not vectors)
@@ -555,4 +564,13 @@ void cu_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, co
     return;
   }
   cu__attn_qk_prep(be, layer, q, k, v, q_norm, k_norm, n_head, n_kv_head, head_dim, n_rot, theta, eps, bf16);
+}
+void cu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                     int n_k, int d_k, int n_v, int d_v, float eps, float q_scale) {
+  RECORD(OP_GDN_CONV_QKV) {
+    rec_w(r, 0, w); r->p[0] = x; r->p[1] = q; r->p[2] = k; r->p[3] = v; r->i[0] = layer; r->i[1] = K;
+    r->i[2] = n_k; r->i[3] = d_k; r->i[4] = n_v; r->i[5] = d_v; r->f[0] = eps; r->f[1] = q_scale;
+    return;
+  }
+  cu__gdn_conv_qkv(be, layer, x, w, K, q, k, v, n_k, d_k, n_v, d_v, eps, q_scale);
 }

@@ -155,6 +155,11 @@ void cu__attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, c
                      int bf16);
 void cu__conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K);
 void cu__l2norm(be_t *be, float *x, int rows, int d, float eps, float scale);
+/* floats of scratch cu__gdn_conv_qkv takes for a batch of n_tok tokens / n_seq sequences (0:
+ * none, the fused kernel serves those shapes) */
+size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v, int d_v);
+void cu__gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                      int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
 void cu__gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
                   const be_weight_t *dt_bias, float *g, float *beta, int n_v);
 void cu__gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v, const float *g,
@@ -201,5 +206,7 @@ void cu_ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const
 void cu_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
                      const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
                      float eps);
+void cu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                     int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
 
 #endif

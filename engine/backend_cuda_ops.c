@@ -16,6 +16,7 @@
 #include "kernels/embed.cuh"
 #include "kernels/gather_out.cuh"
 #include "kernels/gdn_chunked.cuh"
+#include "kernels/gdn_conv_qkv.cuh"
 #include "kernels/gdn_gates.cuh"
 #include "kernels/gdn_scan.cuh"
 #include "kernels/kv_store.cuh"
@@ -383,6 +384,51 @@ void cu__l2norm(be_t *be, float *x, int rows, int d, float eps, float scale) {
     return;
   }
   KC_CUDA(ERR(be), kc_l2norm(CU(be)->stream, x, rows, d, eps, scale));
+}
+
+size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v, int d_v) {
+  if (d_k <= KC_GDN_CONV_QKV_MAX_HD && d_v <= KC_GDN_CONV_QKV_MAX_HD && n_seq <= 65535) return 0;
+  return (size_t)n_tok * (2 * (size_t)n_k * d_k + (size_t)n_v * d_v);
+}
+
+/* conv1d_silu, 3 copy2d, 2 l2norm in one kc_gdn_conv_qkv launch (the unfused kernels through a
+ * [n_tok, C] scratch when a head is too wide for its block). */
+void cu__gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                      int n_k, int d_k, int n_v, int d_v, float eps, float q_scale) {
+  be_cuda_t *c = CU(be);
+  static const char op[] = "gdn_conv_qkv";
+  if (failed(be)) return;
+  if (n_k <= 0 || d_k <= 0 || n_v <= 0 || d_v <= 0 || (int64_t)n_k * d_k > INT_MAX / 4 ||
+      (int64_t)n_v * d_v > INT_MAX / 4 || K < 2 || K > KC_CONV_MAX_K) {
+    fail(be, GT_EINVAL, op, "bad head counts, dims or kernel size");
+    return;
+  }
+  const int kd = n_k * d_k, vd = n_v * d_v, C = 2 * kd + vd, n = c->b.n_tok;
+  if (!w || !w->data || w->type != GT_TYPE_F32 || w->rows != C || w->cols != K) {
+    fail(be, GT_EINVAL, op, "weight must be F32 [C, K]");
+    return;
+  }
+  if (check_state(be, op, layer)) return;
+  if (c->conv_dim != (size_t)(K - 1) * (size_t)C) {
+    fail(be, GT_EINVAL, op, "conv state size != (K-1) * C");
+    return;
+  }
+  const size_t need = cu__gdn_conv_qkv_scratch(n, c->b.n_seq, n_k, d_k, n_v, d_v);
+  if (!need) {
+    KC_CUDA(ERR(be), kc_gdn_conv_qkv(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, w->data, K, q, k, v,
+                                     n_k, d_k, n_v, d_v, eps, q_scale));
+    return;
+  }
+  float *conv = cu__scratch(be, need); /* [n_tok, C] */
+  if (!conv) return;
+  if (KC_CUDA(ERR(be), kc_conv1d_silu(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, conv, w->data, C, K)))
+    return;
+  cu__copy2d(be, q, kd, conv, C, n, kd);
+  cu__copy2d(be, k, kd, conv + kd, C, n, kd);
+  cu__copy2d(be, v, vd, conv + 2 * kd, C, n, vd);
+  if (failed(be) || n <= 0) return;
+  if (KC_CUDA(ERR(be), kc_l2norm(c->stream, q, n * n_k, d_k, eps, q_scale))) return;
+  KC_CUDA(ERR(be), kc_l2norm(c->stream, k, n * n_k, d_k, eps, 1.0f));
 }
 
 void cu__gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,

@@ -206,6 +206,22 @@ void model_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v,
   o->kv_store(be, layer, k, v);
 }
 
+void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *conv, float *q,
+                        float *k, float *v, int n_k, int d_k, int n_v, int d_v, float eps, float q_scale, int T) {
+  const be_ops_t *o = be->ops;
+  if (o->gdn_conv_qkv) {
+    o->gdn_conv_qkv(be, layer, x, w, K, q, k, v, n_k, d_k, n_v, d_v, eps, q_scale);
+    return;
+  }
+  const int kd = n_k * d_k, vd = n_v * d_v, C = 2 * kd + vd;
+  o->conv1d_silu(be, layer, x, conv, w, C, K);
+  o->copy2d(be, q, kd, conv, C, T, kd);
+  o->copy2d(be, k, kd, conv + kd, C, T, kd);
+  o->copy2d(be, v, vd, conv + 2 * kd, C, T, vd);
+  o->l2norm(be, q, T * n_k, d_k, eps, q_scale);
+  o->l2norm(be, k, T * n_k, d_k, eps, 1.0f);
+}
+
 int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
   if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
   m->head_rows = rows;

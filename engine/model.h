@@ -117,6 +117,12 @@ void model_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const flo
 void model_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
                         const be_weight_t *k_norm, int n_head, int n_kv_head, int hd, int n_rot, float theta,
                         float eps, int T);
+/* Gated DeltaNet input prep of the current batch (T tokens), C = 2*n_k*d_k + n_v*d_v:
+ * conv1d_silu(layer, x [T, C], w, K) then q [T, n_k*d_k] = l2norm * q_scale, k [T, n_k*d_k] =
+ * l2norm, v [T, n_v*d_v] of its channel ranges: the backend's gdn_conv_qkv, or that op
+ * sequence through conv [T, C] (scratch, only used then) when it has none. */
+void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *conv, float *q,
+                        float *k, float *v, int n_k, int d_k, int n_v, int d_v, float eps, float q_scale, int T);
 /* Finishes a forward: x [T, d] += delta (the last layer's output); for the batch's out_tok rows,
  * logits = rmsnorm(x)·headᵀ, downloaded to host logits[n_out, n_vocab] in MODEL_HEAD_CHUNK row
  * pieces through dev_logits [MODEL_HEAD_CHUNK, n_vocab]; xo [n_out, d] is scratch. Under

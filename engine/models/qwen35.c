@@ -358,16 +358,11 @@ static void gdn_mixer(model_t *m, const q35_layer_t *L, int T) {
   const be_ops_t *o = be->ops;
   const model_hparams_t *hp = &m->hp;
   const int nk = hp->gdn_n_k, nv = hp->gdn_n_v, dk = hp->gdn_d_k, dv = hp->gdn_d_v;
-  const int kd = nk * dk, vd = nv * dv, C = 2 * kd + vd;
   const be_weight_t *win[4] = {&L->wqkv, &L->wz, &L->w_alpha, &L->w_beta};
   float *const outs[4] = {s->mixed, s->gz, s->galpha, s->gbeta};
   model_matmul_multi(be, 4, win, s->h, outs, T);
-  o->conv1d_silu(be, L->idx, s->mixed, s->conv, &L->conv, C, hp->conv_kernel);
-  o->copy2d(be, s->gq, kd, s->conv, C, T, kd);
-  o->copy2d(be, s->gk, kd, s->conv + kd, C, T, kd);
-  o->copy2d(be, s->gv, vd, s->conv + 2 * kd, C, T, vd);
-  o->l2norm(be, s->gq, T * nk, dk, hp->rms_eps, 1.0f / sqrtf((float)dk));
-  o->l2norm(be, s->gk, T * nk, dk, hp->rms_eps, 1.0f);
+  model_gdn_conv_qkv(be, L->idx, s->mixed, &L->conv, hp->conv_kernel, s->conv, s->gq, s->gk, s->gv, nk, dk, nv, dv,
+                     hp->rms_eps, 1.0f / sqrtf((float)dk), T);
   o->gdn_gates(be, s->galpha, s->gbeta, &L->ssm_a, &L->dt_bias, s->galpha, s->gbeta, nv);
   o->gdn_scan(be, L->idx, s->gq, s->gk, s->gv, s->galpha, s->gbeta, s->go, nk, nv, dk, dv);
   o->rmsnorm_gated(be, s->go, &L->ssm_norm, s->gz, s->go, T * nv, dv, hp->rms_eps);

@@ -819,6 +819,95 @@ static void test_decode_graphs_fused(void **st) {
   free(wn), free(hn);
 }
 
+/* ---- gdn_conv_qkv (conv1d_silu + q/k/v split + q/k l2norm) vs the CPU through prefill and
+ * mixed steps, then decode steps through CUDA graphs, the conv state continuing throughout. The
+ * GPU's unfused sequence runs on GDN layer 1 next to the fused op on layer 0 (same weights and
+ * inputs, both from zero state), printed "bitwise" when equal. d_k > 1024 takes the op's
+ * fallback (unfused kernels through scratch). ---- */
+static void gdn_conv_qkv_case(int n_k, int dk, int n_v, int dv, int K) {
+  const int kd = n_k * dk, vd = n_v * dv, C = 2 * kd + vd, n_slots = 4, maxt = 16;
+  assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 2, n_slots, (size_t)(K - 1) * C, 16), 0);
+  assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 2, n_slots, (size_t)(K - 1) * C, 16), 0);
+  wpair_t cw = weight(GT_TYPE_F32, C, K, 0.5f);
+  int32_t table[4] = {0, 1, 2, 3};
+  const float eps = 1e-6f, q_scale = 1.0f / sqrtf((float)dk);
+  /* fixed buffers (a decode step replays its graph only on the same buffers) */
+  buf_t bx = putf(NULL, (size_t)maxt * C), bq = putf(NULL, (size_t)maxt * kd), bk = putf(NULL, (size_t)maxt * kd),
+        bv = putf(NULL, (size_t)maxt * vd);
+  float *gconv = GPU_BE->ops->alloc(GPU_BE, sizeof(float) * maxt * C), *gq = GPU_BE->ops->alloc(GPU_BE, sizeof(float) * maxt * kd),
+        *gk = GPU_BE->ops->alloc(GPU_BE, sizeof(float) * maxt * kd), *gv = GPU_BE->ops->alloc(GPU_BE, sizeof(float) * maxt * vd);
+  assert_true(gconv && gq && gk && gv);
+  tbatch_t *tb = malloc(sizeof *tb);
+  /* step 0: prefill 9 + 3 from 0; step 1: a chunk continuing (5), a decode token, a new sequence;
+   * steps 2..9: decode of the 3 sequences (graphs) */
+  int pos[3] = {0, 0, 0};
+  const int slots[3] = {2, 0, 3};
+  be_cuda_stats_t s0, s1;
+  for (int step = 0; step < 10; step++) {
+    if (step == 2) be_cuda_get_stats(GPU_BE, &s0);
+    int ntok[3] = {1, 1, 1}, n_seq = 3;
+    if (step == 0) ntok[0] = 9, ntok[1] = 3, n_seq = 2;
+    if (step == 1) ntok[0] = 5;
+    int start[3] = {pos[0], pos[1], pos[2]};
+    mk_batch(tb, n_seq, start, ntok, slots, table, 1, 100);
+    for (int s = 0; s < n_seq; s++) pos[s] += ntok[s];
+    const int n = tb->b.n_tok;
+    float *x = rnd((size_t)n * C, 2.0f);
+    assert_int_equal(CPU_BE->ops->upload(CPU_BE, bx.c, x, sizeof(float) * n * C), 0);
+    assert_int_equal(GPU_BE->ops->upload(GPU_BE, bx.g, x, sizeof(float) * n * C), 0);
+    free(x);
+    both_batch(&tb->b);
+    CPU_BE->ops->gdn_conv_qkv(CPU_BE, 0, bx.c, &cw.c, K, bq.c, bk.c, bv.c, n_k, dk, n_v, dv, eps, q_scale);
+    GPU_BE->ops->gdn_conv_qkv(GPU_BE, 0, bx.g, &cw.g, K, bq.g, bk.g, bv.g, n_k, dk, n_v, dv, eps, q_scale);
+    { /* the GPU's unfused sequence on layer 1 */
+      const be_ops_t *o = GPU_BE->ops;
+      o->conv1d_silu(GPU_BE, 1, bx.g, gconv, &cw.g, C, K);
+      o->copy2d(GPU_BE, gq, kd, gconv, C, n, kd);
+      o->copy2d(GPU_BE, gk, kd, gconv + kd, C, n, kd);
+      o->copy2d(GPU_BE, gv, vd, gconv + 2 * kd, C, n, vd);
+      o->l2norm(GPU_BE, gq, n * n_k, dk, eps, q_scale);
+      o->l2norm(GPU_BE, gk, n * n_k, dk, eps, 1.0f);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "gdn_conv_qkv %d/%d/%d/%d step %d q", n_k, dk, n_v, dv, step);
+    cmp(what, bq, (size_t)n * kd, TOL);
+    snprintf(what, sizeof what, "gdn_conv_qkv %d/%d/%d/%d step %d k", n_k, dk, n_v, dv, step);
+    cmp(what, bk, (size_t)n * kd, TOL);
+    snprintf(what, sizeof what, "gdn_conv_qkv %d/%d/%d/%d step %d v", n_k, dk, n_v, dv, step);
+    cmp(what, bv, (size_t)n * vd, TOL);
+    snprintf(what, sizeof what, "  vs unfused gpu step %d q", step);
+    gpu_vs_gpu(what, bq.g, gq, (size_t)n * kd, TOL);
+    snprintf(what, sizeof what, "  vs unfused gpu step %d k", step);
+    gpu_vs_gpu(what, bk.g, gk, (size_t)n * kd, TOL);
+    snprintf(what, sizeof what, "  vs unfused gpu step %d v", step);
+    gpu_vs_gpu(what, bv.g, gv, (size_t)n * vd, TOL);
+  }
+  be_cuda_get_stats(GPU_BE, &s1);
+  print_message("  graphs: %ld graph steps, %ld eager steps, %ld captures\n", s1.graph_steps - s0.graph_steps,
+                s1.eager_steps - s0.eager_steps, s1.captures - s0.captures);
+  if (!getenv("GANTRY_CUDA_GRAPHS") || strcmp(getenv("GANTRY_CUDA_GRAPHS"), "0")) {
+    assert_int_equal(s1.eager_steps - s0.eager_steps, 0);
+    assert_int_equal(s1.graph_steps - s0.graph_steps, 8);
+  }
+  /* bad arguments are a sticky GT_EINVAL */
+  both_batch(&tb->b);
+  GPU_BE->ops->gdn_conv_qkv(GPU_BE, 0, bx.g, &cw.g, K + 1, bq.g, bk.g, bv.g, n_k, dk, n_v, dv, eps, q_scale);
+  assert_int_equal(GPU_BE->ops->sync(GPU_BE), GT_EINVAL);
+  free(tb);
+  drop(&bx), drop(&bq), drop(&bk), drop(&bv);
+  float *gbufs[4] = {gconv, gq, gk, gv};
+  for (int i = 0; i < 4; i++) GPU_BE->ops->free(GPU_BE, gbufs[i]);
+  wdrop(&cw);
+}
+
+static void test_gdn_conv_qkv(void **st) {
+  NEED_GPU();
+  gdn_conv_qkv_case(2, 64, 4, 64, 4);     /* qwen35-tiny */
+  gdn_conv_qkv_case(16, 128, 32, 128, 4); /* qwen35-9b */
+  gdn_conv_qkv_case(3, 40, 5, 24, 3);     /* odd: dk != dv, not multiples of 32 */
+  gdn_conv_qkv_case(1, 1040, 2, 32, 4);   /* d_k > 1024: the op's fallback */
+}
+
 int main(void) {
   if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
     printf("no CUDA device visible: GPU tests skipped\n");
@@ -829,7 +918,7 @@ int main(void) {
       cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_gdn),
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
-      cmocka_unit_test(test_decode_graphs_fused),
+      cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

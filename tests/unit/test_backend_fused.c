@@ -1,5 +1,5 @@
 /* tests/unit/test_backend_fused.c — the CPU backend's fused ops (matmul_multi, ffn_swiglu,
- * attn_qk_prep) against the unfused op sequences they replace, bit for bit, on random inputs:
+ * attn_qk_prep, gdn_conv_qkv) against the unfused op sequences they replace, bit for bit, on random inputs:
  * several weight types (quantized ones included, mixed within one matmul_multi), row counts,
  * batches of several sequences at scattered positions with a shuffled block table, partial
  * rotary dims and rope_freq_bf16 on and off. Two CPU backends take the same inputs: one runs
@@ -45,6 +45,7 @@ static int setup(void **state) {
   plain_ops.matmul_multi = NULL;
   plain_ops.ffn_swiglu = NULL;
   plain_ops.attn_qk_prep = NULL;
+  plain_ops.gdn_conv_qkv = NULL;
   PLAIN->ops = &plain_ops;
   return 0;
 }
@@ -306,11 +307,117 @@ static void test_attn_qk_prep(void **st) {
   }
 }
 
+/* ---- gdn_conv_qkv: conv1d_silu + q/k/v split + q/k l2norm, state continuing over steps ---- */
+
+/* Sets a batch of n_seq sequences (seq s: ntok[s] tokens from start[s], state slot slot[s]) on
+ * both backends. */
+static void gdn_batch(tbatch_t *tb, int32_t *slot, int n_seq, const int *start, const int *ntok) {
+  int t = 0;
+  for (int s = 0; s < n_seq; s++) {
+    tb->first[s] = t;
+    tb->ntok[s] = ntok[s];
+    for (int i = 0; i < ntok[s]; i++, t++) {
+      tb->pos[t] = start[s] + i;
+      tb->tok[t] = 0;
+      tb->out[t] = t;
+    }
+  }
+  for (int i = 0; i < n_seq; i++) tb->table[i] = i;
+  tb->b = (be_batch_t){.n_tok = t, .n_seq = n_seq, .tok = tb->tok, .pos = tb->pos, .seq_first = tb->first,
+                       .seq_ntok = tb->ntok, .block_table = tb->table, .max_blocks = 1, .n_out = t,
+                       .out_tok = tb->out, .state_slot = slot};
+  assert_int_equal(FUSED->ops->set_batch(FUSED, &tb->b), 0);
+  assert_int_equal(PLAIN->ops->set_batch(PLAIN, &tb->b), 0);
+}
+
+static void gdn_conv_case(int nk, int dk, int nv, int dv, int K) {
+  const int kd = nk * dk, vd = nv * dv, C = 2 * kd + vd, layers = 3, layer = 1, slots = 5;
+  const size_t conv_dim = (size_t)(K - 1) * C;
+  assert_int_equal(FUSED->ops->state_init(FUSED, layers, slots, conv_dim, 8), 0);
+  assert_int_equal(PLAIN->ops->state_init(PLAIN, layers, slots, conv_dim, 8), 0);
+  be_cpu_t *cf = (be_cpu_t *)FUSED, *cp = (be_cpu_t *)PLAIN;
+  const size_t st_n = (size_t)layers * slots * conv_dim;
+  for (size_t i = 0; i < st_n; i++) cf->conv[i] = cp->conv[i] = frand();
+  float *wt = rnd((size_t)C * K, 0.7f);
+  be_weight_t wf, wp;
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(FUSED, &wf, GT_TYPE_F32, C, K, wt, &err), 0);
+  assert_int_equal(be_weight_upload(PLAIN, &wp, GT_TYPE_F32, C, K, wt, &err), 0);
+  const float eps = 1e-6f, q_scale = 1.0f / sqrtf((float)dk);
+  /* step 0: a prefill chunk from 0, one continuing mid-sequence, a decode token; step 1: the
+   * chunks continue (one more prefill chunk, decode tokens); steps 2, 3: decode only */
+  enum { N_STEP = 4, N_SEQ = 3 };
+  const int start[N_STEP][N_SEQ] = {{0, 40, 9}, {7, 45, 10}, {11, 46, 11}, {12, 47, 12}};
+  const int ntok[N_STEP][N_SEQ] = {{7, 5, 1}, {4, 1, 1}, {1, 1, 1}, {1, 1, 1}};
+  int32_t slot[N_SEQ] = {3, 0, 4};
+  for (int step = 0; step < N_STEP; step++) {
+    tbatch_t tb;
+    gdn_batch(&tb, slot, N_SEQ, start[step], ntok[step]);
+    const int n = tb.b.n_tok;
+    float *x = rnd((size_t)n * C, 2.0f);
+    float *xf = dup2(FUSED, x, (size_t)n * C), *xp = dup2(PLAIN, x, (size_t)n * C);
+    float *qf, *kf, *vf, *qp, *kp, *vp, *conv;
+    qf = FUSED->ops->alloc(FUSED, sizeof(float) * (size_t)n * kd);
+    kf = FUSED->ops->alloc(FUSED, sizeof(float) * (size_t)n * kd);
+    vf = FUSED->ops->alloc(FUSED, sizeof(float) * (size_t)n * vd);
+    qp = PLAIN->ops->alloc(PLAIN, sizeof(float) * (size_t)n * kd);
+    kp = PLAIN->ops->alloc(PLAIN, sizeof(float) * (size_t)n * kd);
+    vp = PLAIN->ops->alloc(PLAIN, sizeof(float) * (size_t)n * vd);
+    conv = PLAIN->ops->alloc(PLAIN, sizeof(float) * (size_t)n * C);
+    model_gdn_conv_qkv(FUSED, layer, xf, &wf, K, NULL, qf, kf, vf, nk, dk, nv, dv, eps, q_scale, n);
+    model_gdn_conv_qkv(PLAIN, layer, xp, &wp, K, conv, qp, kp, vp, nk, dk, nv, dv, eps, q_scale, n);
+    assert_int_equal(FUSED->ops->sync(FUSED), 0);
+    assert_int_equal(PLAIN->ops->sync(PLAIN), 0);
+    char what[96];
+    snprintf(what, sizeof what, "gdn_conv_qkv nk %d dk %d nv %d dv %d K %d step %d: q", nk, dk, nv, dv, K, step);
+    same(what, qf, qp, (size_t)n * kd);
+    snprintf(what, sizeof what, "gdn_conv_qkv nk %d dk %d nv %d dv %d K %d step %d: k", nk, dk, nv, dv, K, step);
+    same(what, kf, kp, (size_t)n * kd);
+    snprintf(what, sizeof what, "gdn_conv_qkv nk %d dk %d nv %d dv %d K %d step %d: v", nk, dk, nv, dv, K, step);
+    same(what, vf, vp, (size_t)n * vd);
+    snprintf(what, sizeof what, "gdn_conv_qkv nk %d dk %d nv %d dv %d K %d step %d: conv state", nk, dk, nv, dv, K,
+             step);
+    same(what, cf->conv, cp->conv, st_n);
+    /* the op did something: q rows have norm ~q_scale, k rows ~1, v is the conv output */
+    for (int r = 0; r < n * nk; r++) {
+      double sq = 0, sk = 0;
+      for (int i = 0; i < dk; i++) {
+        sq += (double)qf[(size_t)r * dk + i] * qf[(size_t)r * dk + i];
+        sk += (double)kf[(size_t)r * dk + i] * kf[(size_t)r * dk + i];
+      }
+      assert_true(fabs(sqrt(sq) - q_scale) < 1e-3 * q_scale && fabs(sqrt(sk) - 1.0) < 1e-3);
+    }
+    for (int t = 0; t < n; t++) assert_memory_equal(vf + (size_t)t * vd, conv + (size_t)t * C + 2 * kd, sizeof(float) * vd);
+    float *bufs_f[] = {xf, qf, kf, vf}, *bufs_p[] = {xp, qp, kp, vp, conv};
+    for (int i = 0; i < 4; i++) FUSED->ops->free(FUSED, bufs_f[i]);
+    for (int i = 0; i < 5; i++) PLAIN->ops->free(PLAIN, bufs_p[i]);
+    free(x);
+  }
+  /* bad arguments: no heads, weight not [C, K], layer out of range, C not matching the state */
+  float *buf = FUSED->ops->alloc(FUSED, sizeof(float) * 16 * (size_t)C);
+  FUSED->ops->gdn_conv_qkv(FUSED, layer, buf, &wf, K, buf, buf, buf, 0, dk, nv, dv, eps, q_scale);
+  assert_int_equal(FUSED->ops->sync(FUSED), GT_EINVAL);
+  FUSED->ops->gdn_conv_qkv(FUSED, layer, buf, &wf, K + 1, buf, buf, buf, nk, dk, nv, dv, eps, q_scale);
+  assert_int_equal(FUSED->ops->sync(FUSED), GT_EINVAL);
+  FUSED->ops->gdn_conv_qkv(FUSED, layers, buf, &wf, K, buf, buf, buf, nk, dk, nv, dv, eps, q_scale);
+  assert_int_equal(FUSED->ops->sync(FUSED), GT_EINVAL);
+  FUSED->ops->free(FUSED, buf);
+  be_weight_free(FUSED, &wf), be_weight_free(PLAIN, &wp);
+  free(wt);
+}
+
+static void test_gdn_conv_qkv(void **st) {
+  gdn_conv_case(2, 64, 4, 64, 4);     /* qwen35-tiny */
+  gdn_conv_case(16, 128, 32, 128, 4); /* qwen35-9b */
+  gdn_conv_case(3, 40, 5, 24, 3);     /* odd: dk != dv, not multiples of 32 */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_multi),
       cmocka_unit_test(test_ffn_swiglu),
       cmocka_unit_test(test_attn_qk_prep),
+      cmocka_unit_test(test_gdn_conv_qkv),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
