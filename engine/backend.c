@@ -1,6 +1,8 @@
 /* engine/backend.c — backend-independent helpers over be_ops_t. */
 #include "engine/backend.h"
 
+#include <stdio.h>
+
 int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_t cols, const void *host,
                      gt_err_t *err) {
   size_t rb = dt_row_bytes(t, cols);
@@ -21,4 +23,18 @@ int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_
 void be_weight_free(be_t *be, be_weight_t *w) {
   if (w && w->data) be->ops->free(be, w->data);
   if (w) w->data = NULL;
+}
+
+const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < 64 && len < n; i++) {
+    if (!(mask >> i & 1)) continue;
+    int j = i;
+    while (j + 1 < 64 && (mask >> (j + 1) & 1)) j++;
+    len += (size_t)(j > i ? snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", i, j)
+                          : snprintf(buf + len, n - len, "%s%d", len ? "," : "", i));
+    i = j;
+  }
+  return len ? buf : "none";
 }

@@ -194,6 +194,10 @@ int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_
                      const void *host, gt_err_t *err);
 void be_weight_free(be_t *be, be_weight_t *w);
 
+/* The set bits of a graph_sizes mask as ranges ("1-32", "1-4,8") into buf[n] (n > 0); returns
+ * buf, or "none" for an empty mask. */
+const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n);
+
 /* CPU backend (the reference). n_threads <= 0: every core. */
 int be_cpu_create(int n_threads, be_t **out, gt_err_t *err);
 

@@ -89,21 +89,6 @@ static int eb_decode(model_t *m, eb_buf_t *x, int B, int pos, gt_err_t *err) {
   return model_forward(m, &b, x->logits, err);
 }
 
-/* "1-4,8,32": the set bits of mask */
-static const char *fmt_sizes(uint64_t mask, char *buf, size_t n) {
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; i < 64 && len < n; i++) {
-    if (!(mask >> i & 1)) continue;
-    int j = i;
-    while (j + 1 < 64 && (mask >> (j + 1) & 1)) j++;
-    len += (size_t)(j > i ? snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", i, j)
-                          : snprintf(buf + len, n - len, "%s%d", len ? "," : "", i));
-    i = j;
-  }
-  return len ? buf : "none";
-}
-
 /* The profile of one batch size (printed after the main table). */
 typedef struct {
   int B, n;
@@ -196,7 +181,7 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     char sz[256];
     fprintf(out, "warm-up: a prefill of %d tokens and a decode step per batch size in %.0f ms", o->prompt,
             gt_now_ms() - tw);
-    if (be->ops->graph_sizes) fprintf(out, "; decode graphs captured: %s", fmt_sizes(be->ops->graph_sizes(be), sz, sizeof sz));
+    if (be->ops->graph_sizes) fprintf(out, "; decode graphs captured: %s", be_fmt_graph_sizes(be->ops->graph_sizes(be), sz, sizeof sz));
     fprintf(out, "\n");
   }
   fprintf(out, "\n| batch | prefill tok/s | decode ms/step | tok/s/seq | tok/s total | GB/step | GB/token | "

@@ -689,21 +689,6 @@ static int step(sched_t *s, gt_err_t *err) {
 
 /* ---- warm-up (sched.h) ---- */
 
-/* "1-32", "1-4,8": the set bits of mask as ranges, into buf[n]. */
-static const char *fmt_sizes(uint64_t mask, char *buf, size_t n) {
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; i < 64 && len < n; i++) {
-    if (!(mask >> i & 1)) continue;
-    int j = i;
-    while (j + 1 < 64 && (mask >> (j + 1) & 1)) j++;
-    len += (size_t)(j > i ? snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", i, j)
-                          : snprintf(buf + len, n - len, "%s%d", len ? "," : "", i));
-    i = j;
-  }
-  return len ? buf : "none";
-}
-
 /* One warm-up step: the same model entry real steps take (device sampling when the backend
  * has it, greedy rows), so the backend records the same op sequence. */
 static int warm_forward(sched_t *s, const be_batch_t *b, gt_err_t *err) {
@@ -772,7 +757,7 @@ int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err) {
   if (be->ops->graph_sizes)
     GT_LOG_INFO("%s graphs: captured %d decode sizes (%s) in %.0f ms (warm-up: a step of %d tokens, decode sizes 1-%d, "
                 "eager_steps=%ld)",
-                be->ops->name, __builtin_popcountll(w.graph_sizes), fmt_sizes(w.graph_sizes, buf, sizeof buf), w.ms, nt,
+                be->ops->name, __builtin_popcountll(w.graph_sizes), be_fmt_graph_sizes(w.graph_sizes, buf, sizeof buf), w.ms, nt,
                 sizes, w.eager_steps);
   else
     GT_LOG_INFO("warm-up: a step of %d tokens, decode sizes 1-%d in %.0f ms (the %s backend keeps no graphs)", nt, sizes,
