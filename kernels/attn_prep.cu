@@ -8,24 +8,6 @@
 
 #define AP_V 4 /* float4 per thread at most in the fast form (rmsnorm.cu's RN_V) */
 
-/* Block sum in double, the reduction tree of rmsnorm.cu's block_sum_d. */
-static __device__ __forceinline__ double ap_block_sum_d(double v) {
-  __shared__ double part[33];
-  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(KC_FULL_MASK, v, o);
-  if (lane == 0) part[wi] = v;
-  __syncthreads();
-  if (wi == 0) {
-    double s = lane < nw ? part[lane] : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(KC_FULL_MASK, s, o);
-    if (lane == 0) part[32] = s;
-  }
-  __syncthreads();
-  return part[32];
-}
-
 /* V4: rows of hd % 4 == 0 at 16-byte aligned addresses (rmsnorm_v4_kernel), else the scalar
  * form (rmsnorm_kernel). Heads head0 + blockIdx.y; dynamic shared memory: hd floats. */
 template <bool V4>
@@ -56,7 +38,7 @@ __global__ void attn_prep_kernel(kc_batch_t b, kc_kv_t kv, float *q, float *k, c
         ss += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z + (double)a.w * a.w;
       }
     }
-    ss = ap_block_sum_d(ss);
+    ss = kc_block_sum_d(ss);
     const float scale = (float)(1.0 / sqrt(ss / hd + eps));
     const float4 *wr = (const float4 *)w;
 #pragma unroll
@@ -73,7 +55,7 @@ __global__ void attn_prep_kernel(kc_batch_t b, kc_kv_t kv, float *q, float *k, c
       const float a = x[i];
       ss += (double)a * a;
     }
-    ss = ap_block_sum_d(ss);
+    ss = kc_block_sum_d(ss);
     const float scale = (float)(1.0 / sqrt(ss / hd + eps));
     for (int i = threadIdx.x; i < hd; i += blockDim.x) row[i] = x[i] * scale * w[i];
   }

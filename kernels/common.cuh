@@ -101,6 +101,24 @@ __device__ __forceinline__ float kc_block_sum(float v) {
   __syncthreads();
   return part[32];
 }
+/* Sum of doubles over the block (as kc_block_sum; the RMSNorm sum of squares, double like the
+ * CPU reference). Every thread gets the result; call from all threads. */
+__device__ __forceinline__ double kc_block_sum_d(double v) {
+  __shared__ double part[33];
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(KC_FULL_MASK, v, o);
+  if (lane == 0) part[wi] = v;
+  __syncthreads();
+  if (wi == 0) {
+    double s = lane < nw ? part[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(KC_FULL_MASK, s, o);
+    if (lane == 0) part[32] = s;
+  }
+  __syncthreads();
+  return part[32];
+}
 __device__ __forceinline__ float kc_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float kc_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 /* fp32 -> bf16 -> fp32, round to nearest even (as dt_f32_to_bf16) */

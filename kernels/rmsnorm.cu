@@ -2,23 +2,6 @@
  * CPU reference (the row is read from L1/L2 a second time for the output). */
 #include "kernels/rmsnorm.cuh"
 
-__device__ __forceinline__ double block_sum_d(double v) {
-  __shared__ double part[33];
-  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(KC_FULL_MASK, v, o);
-  if (lane == 0) part[wi] = v;
-  __syncthreads();
-  if (wi == 0) {
-    double s = lane < nw ? part[lane] : 0.0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(KC_FULL_MASK, s, o);
-    if (lane == 0) part[32] = s;
-  }
-  __syncthreads();
-  return part[32];
-}
-
 __global__ void rmsnorm_kernel(float *x, const float *__restrict__ delta, const float *__restrict__ w, float *out,
                                int d, float eps) {
   float *xr = x + (size_t)blockIdx.x * d;
@@ -32,7 +15,7 @@ __global__ void rmsnorm_kernel(float *x, const float *__restrict__ delta, const 
     }
     ss += (double)v * v;
   }
-  ss = block_sum_d(ss);
+  ss = kc_block_sum_d(ss);
   const float scale = (float)(1.0 / sqrt(ss / d + eps));
   for (int i = threadIdx.x; i < d; i += blockDim.x) orow[i] = xr[i] * scale * w[i];
 }
@@ -68,7 +51,7 @@ __global__ void rmsnorm_v4_kernel(float *x, const float *__restrict__ delta, con
       if (i < nv) xr[i] = v[k];
     }
   }
-  ss = block_sum_d(ss);
+  ss = kc_block_sum_d(ss);
   const float scale = (float)(1.0 / sqrt(ss / d + eps));
   const float4 *wr = (const float4 *)w;
 #pragma unroll
