@@ -357,6 +357,21 @@ static int is_f32_vec(const be_weight_t *w, int64_t n) {
   return w && w->data && w->type == GT_TYPE_F32 && w->rows * w->cols == n;
 }
 
+/* The conv weight F32 [C, K] and the layer's conv state ((K-1) * C per slot) of a GDN conv op;
+ * 0 after recording the error. */
+static int conv_args_ok(be_t *be, const char *op, int layer, const be_weight_t *w, int C, int K) {
+  if (!w || !w->data || w->type != GT_TYPE_F32 || w->rows != C || w->cols != K) {
+    fail(be, GT_EINVAL, op, "weight must be F32 [C, K]");
+    return 0;
+  }
+  if (check_state(be, op, layer)) return 0;
+  if (CU(be)->conv_dim != (size_t)(K - 1) * (size_t)C) {
+    fail(be, GT_EINVAL, op, "conv state size != (K-1) * C");
+    return 0;
+  }
+  return 1;
+}
+
 void cu__conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K) {
   be_cuda_t *c = CU(be);
   static const char op[] = "conv1d_silu";
@@ -365,15 +380,7 @@ void cu__conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_w
     fail(be, GT_EINVAL, op, "bad channel count or kernel size");
     return;
   }
-  if (!w || !w->data || w->type != GT_TYPE_F32 || w->rows != C || w->cols != K) {
-    fail(be, GT_EINVAL, op, "weight must be F32 [C, K]");
-    return;
-  }
-  if (check_state(be, op, layer)) return;
-  if (c->conv_dim != (size_t)(K - 1) * (size_t)C) {
-    fail(be, GT_EINVAL, op, "conv state size != (K-1) * C");
-    return;
-  }
+  if (!conv_args_ok(be, op, layer, w, C, K)) return;
   KC_CUDA(ERR(be), kc_conv1d_silu(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, out, w->data, C, K));
 }
 
@@ -404,15 +411,7 @@ void cu__gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w,
     return;
   }
   const int kd = n_k * d_k, vd = n_v * d_v, C = 2 * kd + vd, n = c->b.n_tok;
-  if (!w || !w->data || w->type != GT_TYPE_F32 || w->rows != C || w->cols != K) {
-    fail(be, GT_EINVAL, op, "weight must be F32 [C, K]");
-    return;
-  }
-  if (check_state(be, op, layer)) return;
-  if (c->conv_dim != (size_t)(K - 1) * (size_t)C) {
-    fail(be, GT_EINVAL, op, "conv state size != (K-1) * C");
-    return;
-  }
+  if (!conv_args_ok(be, op, layer, w, C, K)) return;
   const size_t need = cu__gdn_conv_qkv_scratch(n, c->b.n_seq, n_k, d_k, n_v, d_v);
   if (!need) {
     KC_CUDA(ERR(be), kc_gdn_conv_qkv(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, w->data, K, q, k, v,
