@@ -27,7 +27,9 @@ add_custom_command(OUTPUT ${ADM_LUA_C}
   DEPENDS ${ADM_LUA} ${CMAKE_CURRENT_LIST_FILE}
   COMMENT "Embedding admission Lua scripts")
 
-add_library(gantry_admission STATIC router/admission.c router/redis_conn.c ${ADM_LUA_C})
+add_library(gantry_admission STATIC router/admission.c router/admission_table.c
+  router/admission_request.c router/admission_tickets.c router/admission_recovery.c
+  router/admission_ops.c router/redis_conn.c ${ADM_LUA_C})
 target_link_libraries(gantry_admission PUBLIC gantry_common PkgConfig::HIREDIS PkgConfig::LIBEVENT PkgConfig::JANSSON)
 
 # Test helper: a real redis-server on a free loopback port.
