@@ -24,6 +24,9 @@ gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOU
 gt_add_test(test_backend_fused SOURCES tests/unit/test_backend_fused.c LIBS gantry_model gantry_quant gantry_testutil
   TIMEOUT 120)
 
-gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_testutil TIMEOUT 300)
+# qwen3-tiny on the CPU backend for scheduler-level tests (tests/common/model_fx.h)
+add_library(gantry_model_fx STATIC tests/common/model_fx.c)
+target_link_libraries(gantry_model_fx PUBLIC gantry_model gantry_tok gantry_testutil)
+gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 gt_add_test(test_sampler SOURCES tests/unit/test_sampler.c LIBS gantry_model TIMEOUT 60)
-gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched gantry_testutil TIMEOUT 300)
+gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)

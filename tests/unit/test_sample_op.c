@@ -17,6 +17,7 @@
 #include "engine/sampler.h"
 #include "engine/sched.h"
 #include "engine/tokenizer.h"
+#include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -95,34 +96,7 @@ static void test_cpu_op_matches_sampler(void **st) {
 
 /* ---- the scheduler and gen paths (qwen3-tiny on the CPU backend) ---- */
 
-typedef struct {
-  gguf_t *g;
-  be_t *be;
-  model_t *m;
-  tok_t *tok;
-} fx_t;
-
-static int setup(void **state) {
-  fx_t *f = calloc(1, sizeof *f);
-  gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f->g, &err) || be_cpu_create(2, &f->be, &err) ||
-      model_load(f->g, f->be, 64, &f->m, &err) || tok_load(f->g, &f->tok, &err)) {
-    fprintf(stderr, "setup: %s\n", err.msg);
-    return -1;
-  }
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_t *f = *state;
-  tok_free(f->tok);
-  model_free(f->m);
-  be_destroy(f->be);
-  gguf_close(f->g);
-  free(f);
-  return 0;
-}
+typedef tu_model_fx_t fx_t; /* tests/common/model_fx.h */
 
 /* ops tables the tests swap in: the CPU's with `sample` counted, and with `sample` NULL */
 static const be_ops_t *g_cpu_ops;
@@ -259,8 +233,8 @@ static void test_gen_device_path(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_op_matches_sampler),
-      cmocka_unit_test_setup_teardown(test_sched_device_path, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_gen_device_path, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sched_device_path, tu_model_fx_setup, tu_model_fx_teardown),
+      cmocka_unit_test_setup_teardown(test_gen_device_path, tu_model_fx_setup, tu_model_fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "engine/sched.h"
 #include "engine/tokenizer.h"
+#include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
 
 typedef struct {
@@ -26,12 +27,7 @@ typedef struct {
   int64_t step_of_delta[512]; /* steps counter when each delta arrived */
 } out_t;
 
-typedef struct {
-  gguf_t *g;
-  be_t *be;
-  model_t *m;
-  tok_t *tok;
-} fx_t;
+typedef tu_model_fx_t fx_t; /* tests/common/model_fx.h */
 
 static int64_t g_steps;
 
@@ -46,28 +42,6 @@ static void on_event(void *ud, const sched_event_t *ev) {
   for (int i = 0; i < ev->delta->n_ids && o->n < 512; i++) o->ids[o->n++] = ev->delta->ids[i];
   if (o->deltas < 512) o->step_of_delta[o->deltas] = g_steps;
   o->deltas++;
-}
-
-static int setup(void **state) {
-  fx_t *f = calloc(1, sizeof *f);
-  gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f->g, &err) || be_cpu_create(2, &f->be, &err) ||
-      model_load(f->g, f->be, 64, &f->m, &err) || tok_load(f->g, &f->tok, &err)) {
-    fprintf(stderr, "setup: %s\n", err.msg);
-    return -1;
-  }
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_t *f = *state;
-  tok_free(f->tok);
-  model_free(f->m);
-  be_destroy(f->be);
-  gguf_close(f->g);
-  free(f);
-  return 0;
 }
 
 /* A request of n_prompt deterministic ids (seeded by k), greedy, fixed length. */
@@ -343,5 +317,5 @@ int main(void) {
       cmocka_unit_test(test_chunked_prefill_interleaves),
       cmocka_unit_test(test_cancel_and_errors),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, tu_model_fx_setup, tu_model_fx_teardown);
 }
