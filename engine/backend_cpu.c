@@ -44,17 +44,24 @@ static int cpu_download(be_t *be, void *dst, const void *src, size_t bytes) {
   return cpu_sync(be);
 }
 
+void *cpu_scratch(be_cpu_t *c, size_t bytes) {
+  if (bytes <= c->scratch_bytes) return c->scratch;
+  void *p = realloc(c->scratch, bytes);
+  if (!p) return NULL;
+  c->scratch = p;
+  c->scratch_bytes = bytes;
+  return p;
+}
+
 /* sampler_pick on a copy of each row: bit-identical to sampling the downloaded logits on the host */
 static int cpu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
                       int32_t *ids) {
-  float *row = malloc(sizeof(float) * (size_t)n_vocab);
-  int32_t *idx = malloc(sizeof(int32_t) * (size_t)n_vocab);
-  if (!row || !idx) {
-    free(row);
-    free(idx);
+  float *row = cpu_scratch(CPU(be), (sizeof(float) + sizeof(int32_t)) * (size_t)n_vocab); /* row, then idx */
+  if (!row) {
     if (be->err.code == GT_OK) gt_err_set(&be->err, GT_ENOMEM, "cpu sample: out of memory");
     return cpu_sync(be);
   }
+  int32_t *idx = (int32_t *)(row + n_vocab);
   for (int r = 0; r < n_rows; r++) {
     const be_sample_row_t *q = &rows[r];
     sampler_pick_t pk = {.temperature = q->temperature, .top_k = q->top_k, .top_p = q->top_p, .min_p = q->min_p,
@@ -62,8 +69,6 @@ static int cpu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, co
     memcpy(row, logits + (size_t)r * n_vocab, sizeof(float) * (size_t)n_vocab);
     ids[r] = sampler_pick(&pk, row, n_vocab, q->u);
   }
-  free(row);
-  free(idx);
   return cpu_sync(be);
 }
 
@@ -517,6 +522,7 @@ static void cpu_destroy(be_t *be) {
   free_kv(c);
   free(c->conv);
   free(c->ssm);
+  free(c->scratch);
   free(c->tok);
   free(c->pos);
   free(c->seq_of_tok);

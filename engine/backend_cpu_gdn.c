@@ -12,7 +12,6 @@
  * does nothing. */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "engine/backend_cpu_internal.h"
@@ -123,7 +122,7 @@ void cpu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w,
     return;
   }
   const int n = c->b.n_tok, kd = n_k * d_k, vd = n_v * d_v, C = 2 * kd + vd;
-  float *conv = malloc(sizeof(float) * ((size_t)n * C + 1)); /* [n_tok, C] */
+  float *conv = cpu_scratch(c, sizeof(float) * ((size_t)n * C + 1)); /* [n_tok, C] */
   if (!conv) {
     fail(be, GT_ENOMEM, op, "out of memory");
     return;
@@ -139,7 +138,6 @@ void cpu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w,
     cpu_l2norm(be, q, n * n_k, d_k, eps, q_scale);
     cpu_l2norm(be, k, n * n_k, d_k, eps, 1.0f);
   }
-  free(conv);
 }
 
 void cpu_gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,

@@ -19,7 +19,14 @@ typedef struct {
   int st_layers, st_slots;
   size_t conv_dim, ssm_dim;
   float *conv, *ssm;
+  /* grow-only scratch of the fused ops (cpu_scratch), kept across steps; freed by destroy */
+  void *scratch;
+  size_t scratch_bytes;
 } be_cpu_t;
+
+/* c's scratch of at least `bytes`, grown (never shrunk) as needed; NULL when out of memory.
+ * One user at a time: the pointer is valid until the next cpu_scratch call. */
+void *cpu_scratch(be_cpu_t *c, size_t bytes);
 
 static inline float *cpu_conv_state(be_cpu_t *c, int layer, int slot) {
   return c->conv + ((size_t)layer * c->st_slots + slot) * c->conv_dim;
