@@ -530,15 +530,21 @@ static int is_eos(const sched_t *s, int32_t id) {
  * with a draw from q's sampler (see device_rows). Returns 1 + sched_finish_t if q is done, else 0. */
 static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   gt_err_t err = {0};
-  if (lg && q->r.logprobs >= 0) memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
+  /* logprobs are of the raw logits: sampler_sample changes lg only through the penalties, so a
+   * copy is taken only then (one O(vocab) pass per token saved otherwise) */
+  const float *raw = lg;
+  if (lg && q->r.logprobs >= 0 && sampler_has_penalties(&q->r.sampling)) {
+    memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
+    raw = s->raw;
+  }
   int32_t t = lg ? sampler_sample(q->smp, lg) : sampled;
   sampler_accept(q->smp, t, 1);
   q->n_generated++;
   if (q->t_first == 0) q->t_first = now_ms();
   if (lg && q->r.logprobs >= 0) {
-    seqout_logprob_t lp = {.id = t, .logprob = sampler_logprob(s->raw, s->V, t)};
-    lp.n_top = sampler_top_ids(s->raw, s->V, q->r.logprobs, lp.top_ids);
-    for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = sampler_logprob(s->raw, s->V, lp.top_ids[i]);
+    seqout_logprob_t lp = {.id = t, .logprob = sampler_logprob(raw, s->V, t)};
+    lp.n_top = sampler_top_ids(raw, s->V, q->r.logprobs, lp.top_ids);
+    for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = sampler_logprob(raw, s->V, lp.top_ids[i]);
     seqout_add_logprob(q->out, &lp);
   }
   int can_stop = q->n_generated >= q->r.min_tokens;
