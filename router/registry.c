@@ -87,6 +87,7 @@ registry_t *registry_start(router_t *rt, int period_ms, int stale_ms, gt_err_t *
   struct timeval tv = {period_ms / 1000, (period_ms % 1000) * 1000};
   if (!g->timer || event_add(g->timer, &tv)) {
     registry_stop(g);
+    registry_free(g);
     gt_err_set(err, GT_EIO, "registry: timer failed");
     return NULL;
   }
