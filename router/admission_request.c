@@ -216,21 +216,25 @@ oom:
   return 0;
 }
 
+/* Ends a live entry (not DROP) for its owner: counted as released (admitted) or cancelled;
+ * a PENDING one (never sent to Redis) is freed now, any other is dropped from Redis. */
+static void end_ent(adm__ent_t *e) {
+  adm_t *adm = e->adm;
+  if (e->state == ADM__S_ADMITTED) adm->st.released++;
+  else adm->st.cancelled++;
+  if (e->state == ADM__S_PENDING) {
+    adm__unlink_ent(adm, e);
+    adm__ent_free(e);
+    return;
+  }
+  adm__drop(e);
+}
+
 int adm_cancel(adm_t *adm, uint64_t ticket) {
   if (!adm) return GT_EINVAL;
   adm__ent_t *e = adm__find(adm, ticket);
   if (!e || e->state == ADM__S_DROP) return GT_ENOTFOUND;
-  if (e->state == ADM__S_ADMITTED) {
-    adm->st.released++;
-  } else {
-    adm->st.cancelled++;
-  }
-  if (e->state == ADM__S_PENDING) {
-    adm__unlink_ent(adm, e);
-    adm__ent_free(e);
-    return GT_OK;
-  }
-  adm__drop(e);
+  end_ent(e);
   return GT_OK;
 }
 
@@ -242,15 +246,7 @@ int adm_release(adm_t *adm, const char *lease_id) {
   if (!adm || !adm__valid_name(lease_id, false, true) || strchr(lease_id, ' ')) return GT_EINVAL;
   adm__ent_t *e = adm__find(adm, adm__parse_id(adm, lease_id));
   if (e) {
-    if (e->state == ADM__S_DROP) return GT_OK;
-    if (e->state == ADM__S_ADMITTED) adm->st.released++;
-    else adm->st.cancelled++;
-    if (e->state == ADM__S_PENDING) {
-      adm__unlink_ent(adm, e);
-      adm__ent_free(e);
-      return GT_OK;
-    }
-    adm__drop(e);
+    if (e->state != ADM__S_DROP) end_ent(e);
     return GT_OK;
   }
   /* Not ours or released already: releasing again is harmless and frees a lease an operator or
