@@ -172,9 +172,14 @@ static uint64_t mix64(uint64_t x) {
   return x;
 }
 
-static uint64_t str_hash(const char *s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+#define FNV_OFFSET 1469598103934665603ULL
+
+/* FNV-1a over s, at most *left bytes (decremented); left NULL: the whole string. */
+static uint64_t fnv_str(uint64_t h, const char *s, size_t *left) {
+  for (; *s && (!left || *left); s++) {
+    h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    if (left) (*left)--;
+  }
   return h;
 }
 
@@ -199,7 +204,7 @@ pool_engine_t *pool_pick(pool_t *p, const char *model, const pool_engine_t *avoi
       continue;
     }
     if (e->inflight > min_inflight + POOL_AFFINITY_SLACK) continue;
-    uint64_t score = mix64(affinity ^ str_hash(e->target));
+    uint64_t score = mix64(affinity ^ fnv_str(FNV_OFFSET, e->target, NULL));
     if (!best || score > best_score) {
       best = e;
       best_score = score;
@@ -252,15 +257,14 @@ uint32_t pool_context(const pool_t *p, const char *model) {
 #define AFFINITY_BYTES 512 /* about the first hundred tokens: system prompt + start of the turn */
 
 uint64_t pool_affinity(const Gantry__V1__GenerateRequest *g) {
-  uint64_t h = 1469598103934665603ULL;
+  uint64_t h = FNV_OFFSET;
   size_t left = AFFINITY_BYTES;
   if (g->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) {
-    for (const char *s = g->prompt; *s && left; s++, left--) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    h = fnv_str(h, g->prompt, &left);
   } else if (g->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT) {
     for (size_t i = 0; i < g->chat->n_messages && left; i++) {
-      const Gantry__V1__ChatMessage *m = g->chat->messages[i];
-      for (const char *s = m->role; *s && left; s++, left--) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-      for (const char *s = m->content; *s && left; s++, left--) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+      h = fnv_str(h, g->chat->messages[i]->role, &left);
+      h = fnv_str(h, g->chat->messages[i]->content, &left);
     }
   } else if (g->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS) {
     for (size_t i = 0; i < g->tokens->n_ids && i < AFFINITY_BYTES / 4; i++)
