@@ -62,6 +62,19 @@ static void hreq_free(hreq_t *h) {
   free(h);
 }
 
+/* The client left during generation: cancels h's request (lease, queue entry, engine stream),
+ * ends the reply (499, or the end of an SSE stream) and frees h. */
+static void abandon(hreq_t *h) {
+  rq_t *q = h->rq;
+  h->rq = NULL;
+  rq_cancel(q);
+  /* the request object is no longer tied to the connection; finishing it frees it */
+  if (h->streaming) evhttp_send_reply_end(h->req);
+  else evhttp_send_reply(h->req, 499, "Client Closed Request", NULL);
+  metrics_request(h->rt->metrics, route_names[h->route], 499);
+  hreq_free(h);
+}
+
 static void on_conn_close(struct evhttp_connection *c, void *arg) {
   hreq_t *h = arg;
   (void)c;
@@ -69,16 +82,7 @@ static void on_conn_close(struct evhttp_connection *c, void *arg) {
   h->gone = true;
   h->conn = NULL;
   GT_LOG_INFO("rid=%s client disconnected route=%s", h->id, route_names[h->route]);
-  if (h->rq) {
-    rq_t *q = h->rq;
-    h->rq = NULL;
-    rq_cancel(q);
-    /* the request object is no longer tied to the connection; finishing it frees it */
-    if (h->streaming) evhttp_send_reply_end(h->req);
-    else evhttp_send_reply(h->req, 499, "Client Closed Request", NULL);
-    metrics_request(h->rt->metrics, route_names[h->route], 499);
-    hreq_free(h);
-  }
+  if (h->rq) abandon(h);
 }
 
 /* libevent does not read from a connection while its request is being answered, so it would
@@ -99,14 +103,8 @@ static void on_client_readable(evutil_socket_t fd, short what, void *arg) {
   h->gone = true;
   GT_LOG_INFO("rid=%s client disconnected route=%s", h->id, route_names[h->route]);
   if (!h->rq) return; /* auth / admin / tokenize in progress: their callback answers (499) */
-  rq_t *q = h->rq;
-  h->rq = NULL;
-  rq_cancel(q);
   if (h->conn) evhttp_connection_set_closecb(h->conn, NULL, NULL);
-  if (h->streaming) evhttp_send_reply_end(h->req);
-  else evhttp_send_reply(h->req, 499, "Client Closed Request", NULL);
-  metrics_request(h->rt->metrics, route_names[h->route], 499);
-  hreq_free(h);
+  abandon(h);
 }
 
 static void start_watch(hreq_t *h) {
