@@ -169,12 +169,9 @@ void cu__ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, cons
     return;
   }
   if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && takes_matvec(wg, x, rows) && takes_matvec(wu, x, rows)) {
-    const int rc = kc_matvec_swiglu(c->stream, (int)wg->type, wg->data, wu->data, wg->rows, wg->cols, wg->row_bytes, x,
-                                    gate, rows);
-    if (rc != (int)cudaErrorNotSupported) {
-      KC_CUDA(ERR(be), rc);
-      return;
-    } /* cudaErrorNotSupported: nothing was launched; the unfused path below */
+    KC_CUDA(ERR(be), kc_matvec_swiglu(c->stream, (int)wg->type, wg->data, wu->data, wg->rows, wg->cols, wg->row_bytes,
+                                      x, gate, rows));
+    return;
   }
   cu__matmul(be, wg, x, gate, rows);
   cu__matmul(be, wu, x, up, rows);
