@@ -142,31 +142,21 @@ static int prepare_capture(be_t *be) {
       const size_t n = cu__gdn_conv_qkv_scratch(c->b.n_tok, c->b.n_seq, (int)r->i[2], (int)r->i[3], (int)r->i[4],
                                                 (int)r->i[5]);
       if (n > need) need = n;
-    } else if (r->op == OP_MATMUL_MULTI || r->op == OP_FFN_SWIGLU) {
-      const int n_w = r->op == OP_FFN_SWIGLU ? 2 : (int)r->i[1];
-      for (int k = 0; k < n_w; k++) { /* each product as OP_MATMUL */
+    } else if (r->op == OP_MATMUL || r->op == OP_MATMUL_MULTI || r->op == OP_FFN_SWIGLU) {
+      /* x in p[0], rows in i[0]; each weight's product as cu__matmul takes it */
+      const int n_w = r->op == OP_MATMUL ? 1 : r->op == OP_FFN_SWIGLU ? 2 : (int)r->i[1];
+      for (int k = 0; k < n_w; k++) {
         const be_weight_t w = rec_get_w(r, k);
         const size_t n = cu__bf16_gemm_floats(&w, (int)r->i[0]);
         if (n) {
           if (n > need) need = n;
         } else if (((uintptr_t)r->p[0] & 15) != 0 || r->i[0] > KC_MATVEC_MAX_ROWS) {
-          return -1;
+          return -1; /* would take the dequantize + SGEMM path */
         }
-      }
-    } else if (r->op == OP_MATMUL) {
-      const be_weight_t w = rec_get_w(r, 0);
-      const size_t n = cu__bf16_gemm_floats(&w, (int)r->i[0]);
-      if (n) {
-        if (n > need) need = n;
-      } else if (((uintptr_t)r->p[0] & 15) != 0 || r->i[0] > KC_MATVEC_MAX_ROWS) {
-        return -1; /* would take the dequantize + SGEMM path */
       }
     }
   }
-  if (need > c->scratch_cap) {
-    if (!cu__scratch(be, need)) return -1;
-    c->buf_gen++;
-  }
+  if (need > c->scratch_cap && !cu__scratch(be, need)) return -1; /* growing it bumps buf_gen */
   return 0;
 }
 
