@@ -75,7 +75,7 @@ static void run_rec(be_t *be, const op_rec_t *r) {
   case OP_RMSNORM: cu__rmsnorm(be, p0, &w0, p1, (int)i[0], (int)i[1], (float)r->f[0]); break;
   case OP_ADD_RMSNORM: cu__add_rmsnorm(be, p0, p1, &w0, p2, (int)i[0], (int)i[1], (float)r->f[0]); break;
   case OP_ADD: cu__add(be, p0, p1, (size_t)i[0]); break;
-  case OP_ROPE: cu__rope(be, p0, (int)i[0], (int)i[1], (int)i[2], (float)r->f[0]); break;
+  case OP_ROPE: cu__rope(be, p0, (int)i[0], (int)i[1], (int)i[2], (float)r->f[0], (int)i[3]); break;
   case OP_SWIGLU: cu__swiglu(be, p0, p1, p2, (size_t)i[0]); break;
   case OP_MUL_SIGMOID: cu__mul_sigmoid(be, p0, p1, (size_t)i[0]); break;
   case OP_COPY2D: cu__copy2d(be, p0, (size_t)i[0], p1, (size_t)i[1], (int)i[2], (int)i[3]); break;
@@ -455,11 +455,12 @@ void cu_add(be_t *be, float *y, const float *x, size_t n) {
   cu__add(be, y, x, n);
 }
 void cu_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta) {
+  const int bf16 = be->rope_freq_bf16 != 0;
   RECORD(OP_ROPE) {
-    r->p[0] = x; r->i[0] = n_head; r->i[1] = head_dim; r->i[2] = n_rot; r->i[3] = be->rope_freq_bf16; r->f[0] = theta;
+    r->p[0] = x; r->i[0] = n_head; r->i[1] = head_dim; r->i[2] = n_rot; r->i[3] = bf16; r->f[0] = theta;
     return;
   }
-  cu__rope(be, x, n_head, head_dim, n_rot, theta);
+  cu__rope(be, x, n_head, head_dim, n_rot, theta, bf16);
 }
 void cu_swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n) {
   RECORD(OP_SWIGLU) { r->p[0] = gate; r->p[1] = up; r->p[2] = out; r->i[0] = (int64_t)n; return; }

@@ -142,14 +142,14 @@ void cu__rmsnorm(be_t *be, const float *x, const be_weight_t *w, float *out, int
 void cu__add_rmsnorm(be_t *be, float *x, const float *delta, const be_weight_t *w, float *out, int rows, int d,
                     float eps);
 void cu__add(be_t *be, float *y, const float *x, size_t n);
-void cu__rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta);
+/* bf16 (here and in cu__attn_qk_prep): the rope_freq_bf16 the op was called (recorded) with */
+void cu__rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta, int bf16);
 void cu__swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n);
 void cu__mul_sigmoid(be_t *be, float *x, const float *g, size_t n);
 void cu__copy2d(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols);
 void cu__kv_store(be_t *be, int layer, const float *k, const float *v);
 void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head, int head_dim,
                   float scale);
-/* bf16: the rope_freq_bf16 the op was called (recorded) with */
 void cu__attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *qn,
                      const be_weight_t *kn, int n_head, int n_kv_head, int hd, int n_rot, float theta, float eps,
                      int bf16);

@@ -243,14 +243,13 @@ const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16) {
   return d;
 }
 
-void cu__rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta) {
+void cu__rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta, int bf16) {
   be_cuda_t *c = CU(be);
   if (failed(be)) return;
   if (n_rot <= 0 || n_rot > head_dim || n_rot % 2) {
     fail(be, GT_EINVAL, "rope", "n_rot must be even and <= head_dim");
     return;
   }
-  const int bf16 = be->rope_freq_bf16 != 0;
   const double *tab = cu__rope_table(be, theta, n_rot, bf16);
   if (!tab) return;
   KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, x, n_head, head_dim, n_rot, tab, bf16));
