@@ -259,23 +259,6 @@ static int mv_check(int64_t cols, const float *x, int n) {
   return n >= 1 && n <= KC_MATVEC_MAX_ROWS && cols > 0 && cols % 8 == 0 && ((uintptr_t)x & 15) == 0;
 }
 
-KC_API int kc_matvec(cudaStream_t st, int type, const void *w, int64_t n_out, int64_t cols, size_t row_bytes,
-                     const float *x, float *out, int n) {
-  if (!mv_check(cols, x, n) || n_out < 0) return (int)cudaErrorInvalidValue;
-  if (n_out == 0) return 0;
-  if (kc_mvm_ok(type, w, row_bytes, cols, n)) { /* tensor-core path (kernels/matvec_mma.cu) */
-    const kc_mv_seg_t seg = {w, out, n_out, row_bytes};
-    return kc_mvm_launch(st, type, 1, &seg, NULL, cols, x, n);
-  }
-  mv_args_t a = {};
-  a.w[0] = (const uint8_t *)w;
-  a.out[0] = out;
-  a.n_out[0] = n_out;
-  a.row_bytes[0] = row_bytes;
-  a.n_seg = 1;
-  return mv_dispatch(type, mv_fast_ok(type, w, row_bytes, cols), st, a, cols, x, n);
-}
-
 KC_API int kc_matvec_multi(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, int64_t cols,
                            const float *x, int n) {
   if (n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || !mv_check(cols, x, n)) return (int)cudaErrorInvalidValue;
@@ -306,6 +289,14 @@ KC_API int kc_matvec_multi(cudaStream_t st, int type, int n_seg, const kc_mv_seg
     return 0;
   }
   return mv_dispatch(type, n_fast == m, st, a, cols, x, n);
+}
+
+/* one segment of kc_matvec_multi: the tensor-core path when kc_mvm_ok, else the fast or the
+ * generic decoder (a single weight is never "mixed") */
+KC_API int kc_matvec(cudaStream_t st, int type, const void *w, int64_t n_out, int64_t cols, size_t row_bytes,
+                     const float *x, float *out, int n) {
+  const kc_mv_seg_t seg = {w, out, n_out, row_bytes};
+  return kc_matvec_multi(st, type, 1, &seg, cols, x, n);
 }
 
 KC_API int kc_matvec_swiglu(cudaStream_t st, int type, const void *wg, const void *wu, int64_t n_out, int64_t cols,
