@@ -10,7 +10,7 @@
  * part order. The result of one output feature depends only on (decoder, S, its weight row,
  * x), never on R, NR or its neighbours, so kc_matvec, kc_matvec_multi and kc_matvec_swiglu
  * give bit-identical products (S is mv_split of the weight's own n_out).
- * Q4_K / Q6_K with n <= 4 rows go to the tensor-core kernel of kernels/matvec_mma.cu instead
+ * Q4_K / Q6_K with n <= KC_MVM_MAX_ROWS (2) rows go to the tensor-core kernel of kernels/matvec_mma.cu instead
  * (per weight, kc_mvm_ok; GANTRY_MATVEC_MMA=0 turns it off). */
 #include "kernels/matvec.cuh"
 #include "kernels/matvec_dec.cuh"

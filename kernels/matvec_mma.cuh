@@ -1,8 +1,8 @@
 /* kernels/matvec_mma.cuh — tensor-core path of the decode matvec (kernels/matvec.cu) for Q4_K and
  * Q6_K weights and 1 <= n <= KC_MVM_MAX_ROWS rows of x: out[n, n_out] = x[n, cols] · Wᵀ.
  *
- * Weights are decoded to their small integer q (exact in bf16), x is split into bf16 hi + lo
- * (relative error <= 2^-16 per element), and each 16- or 32-element sub-block's sum q·x is one
+ * Weights are decoded to their small integer q (exact in bf16), x is split into bf16 hi + mid + lo
+ * (relative error <= 2^-24 per element), and each 16- or 32-element sub-block's sum q·x is one
  * or two mma.sync m16n8k16 (fp32 accumulate); the sub-block scale (and Q4_K min times the fp32
  * sum of x) is applied in fp32. Design and exactness notes: matvec_mma.cu.
  *
