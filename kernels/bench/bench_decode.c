@@ -42,11 +42,10 @@ int main(int argc, char **argv) {
   if (rc) fprintf(stderr, "bench_decode: %s\n", err.msg);
   be_cuda_stats_t st;
   be_cuda_get_stats(be, &st);
-  printf("\ncaptured decode graph sizes:");
-  for (int i = 1; i < 64; i++)
-    if (st.captured_sizes >> i & 1) printf(" %d", i);
-  printf(" (captures %ld, graph steps %ld, eager steps %ld, profiled steps %ld)\n", st.captures, st.graph_steps,
-         st.eager_steps, st.profiled_steps);
+  char sz[256];
+  printf("\ncaptured decode graph sizes: %s (captures %ld, graph steps %ld, eager steps %ld, profiled steps %ld)\n",
+         be_fmt_graph_sizes(st.captured_sizes, sz, sizeof sz), st.captures, st.graph_steps, st.eager_steps,
+         st.profiled_steps);
   model_free(m);
   be_destroy(be);
   gguf_close(g);
