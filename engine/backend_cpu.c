@@ -44,15 +44,6 @@ static int cpu_download(be_t *be, void *dst, const void *src, size_t bytes) {
   return cpu_sync(be);
 }
 
-void *cpu_scratch(be_cpu_t *c, size_t bytes) {
-  if (bytes <= c->scratch_bytes) return c->scratch;
-  void *p = realloc(c->scratch, bytes);
-  if (!p) return NULL;
-  c->scratch = p;
-  c->scratch_bytes = bytes;
-  return p;
-}
-
 /* sampler_pick on a copy of each row: bit-identical to sampling the downloaded logits on the host */
 static int cpu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
                       int32_t *ids) {

@@ -3,6 +3,8 @@
 #ifndef GANTRY_ENGINE_BACKEND_CPU_INTERNAL_H
 #define GANTRY_ENGINE_BACKEND_CPU_INTERNAL_H
 
+#include <stdlib.h>
+
 #include "engine/backend.h"
 
 typedef struct {
@@ -26,7 +28,14 @@ typedef struct {
 
 /* c's scratch of at least `bytes`, grown (never shrunk) as needed; NULL when out of memory.
  * One user at a time: the pointer is valid until the next cpu_scratch call. */
-void *cpu_scratch(be_cpu_t *c, size_t bytes);
+static inline void *cpu_scratch(be_cpu_t *c, size_t bytes) {
+  if (bytes <= c->scratch_bytes) return c->scratch;
+  void *p = realloc(c->scratch, bytes);
+  if (!p) return NULL;
+  c->scratch = p;
+  c->scratch_bytes = bytes;
+  return p;
+}
 
 static inline float *cpu_conv_state(be_cpu_t *c, int layer, int slot) {
   return c->conv + ((size_t)layer * c->st_slots + slot) * c->conv_dim;
