@@ -24,6 +24,7 @@ struct rq {
   pool_engine_t *engine;   /* engine of the open stream */
   ec_stream_t *stream;     /* open stream (NULL when none) */
   int attempt;
+  double deadline_ms;      /* gt_now_ms() deadline of the engine stream (first attempt + timeout) */
   rq_t *prev, *next;       /* router's list of live requests */
 };
 
@@ -62,7 +63,12 @@ static void on_done(void *user, ec_stream_t *s, const gt_rpc_status_t *st);
 static int start_stream(rq_t *q, const pool_engine_t *avoid) {
   pool_engine_t *e = pool_pick(q->rt->pool, q->model, avoid, pool_affinity(q->gen));
   if (!e) return -1;
-  ec_call_opts_t o = {.timeout_ms = q->rt->cfg.request_timeout_ms, .request_id = q->id};
+  /* a retry runs against what is left of the first attempt's deadline, not a fresh one */
+  const double now = gt_now_ms();
+  const int64_t total = q->rt->cfg.request_timeout_ms; /* <= 0: no deadline */
+  if (q->deadline_ms == 0) q->deadline_ms = now + (double)total;
+  const double left = q->deadline_ms - now;
+  ec_call_opts_t o = {.timeout_ms = total <= 0 ? 0 : left < 1 ? 1 : (int64_t)left, .request_id = q->id};
   gt_err_t err;
   q->attempt++;
   if (ec_generate(e->ec, q->gen, &o, on_resp, on_done, q, &q->stream, &err)) {
