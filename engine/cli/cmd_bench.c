@@ -39,10 +39,11 @@ int cmd_bench(int argc, char **argv) {
   for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
   cli_model_t cm;
   if (cli_open_model(model, device, (int)threads, (int)(prompt > maxb ? prompt : maxb), &cm)) return 1;
+  const int on_cuda = !strcmp(cm.model->be->ops->name, "cuda");
   eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = (int)prompt, .gen = (int)gen,
-                 .copy_bytes = (size_t)(device && device[0] == 'c' && device[1] == 'u' ? 2048u : 256u) << 20};
+                 .copy_bytes = (size_t)(on_cuda ? 2048u : 256u) << 20};
 #ifdef GANTRY_HAVE_CUDA
-  if (!strcmp(cm.model->be->ops->name, "cuda")) { /* per-op profile of one decode step per batch size */
+  if (on_cuda) { /* per-op profile of one decode step per batch size */
     o.prof_arm = be_cuda_profile_arm;
     o.prof_get = be_cuda_profile_get;
   }
