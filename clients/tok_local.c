@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "format/gguf.h"
+#include "format/tokenizer.h"
 
 struct gc_tok_local {
   tok_t *tok;

@@ -1,13 +1,13 @@
 # engine quantization: GGUF writer, row quantizers, llama.cpp type mixes, file quantizer,
 # synthetic production-shape models (gantry-mkmodel).
-add_library(gantry_quant STATIC engine/gguf_write.c engine/quantize.c engine/mkmodel.c
-            engine/mkmodel_vocab.c)
+add_library(gantry_quant STATIC format/gguf_write.c tools/quantize.c tools/mkmodel.c
+            tools/mkmodel_vocab.c)
 target_link_libraries(gantry_quant PUBLIC gantry_gguf gantry_common Threads::Threads m)
 
-add_executable(gantry-quantize engine/tools/quantize_main.c)
+add_executable(gantry-quantize tools/quantize_main.c)
 target_link_libraries(gantry-quantize PRIVATE gantry_quant)
 
-add_executable(gantry-mkmodel engine/tools/mkmodel_main.c)
+add_executable(gantry-mkmodel tools/mkmodel_main.c)
 target_link_libraries(gantry-mkmodel PRIVATE gantry_quant)
 
 gt_add_test(test_quantize SOURCES tests/unit/test_quantize.c LIBS gantry_quant gantry_testutil TIMEOUT 300)

@@ -1,11 +1,11 @@
 # engine tokenizer: byte-level BPE (Qwen3 / Qwen3.5) from GGUF metadata.
 add_library(gantry_tok STATIC
-  engine/tokenizer.c
-  engine/tok_bpe.c
-  engine/tok_pretok.c
-  engine/tok_stream.c
-  engine/tok_utf8.c
-  engine/tok_gguf.c
+  format/tokenizer.c
+  format/tok_bpe.c
+  format/tok_pretok.c
+  format/tok_stream.c
+  format/tok_utf8.c
+  format/tok_gguf.c
 )
 target_link_libraries(gantry_tok PUBLIC gantry_gguf gantry_common PkgConfig::PCRE2 PkgConfig::UTF8PROC Threads::Threads)
 
@@ -27,8 +27,8 @@ if(GANTRY_FUZZ)
   else()
     # The GGUF reader is compiled in too, for coverage of mode 4 (a GGUF file as input).
     add_executable(fuzz_tokenizer tests/fuzz/fuzz_tokenizer.c
-      engine/tokenizer.c engine/tok_bpe.c engine/tok_pretok.c engine/tok_stream.c engine/tok_utf8.c
-      engine/tok_gguf.c engine/gguf.c engine/dtype.c)
+      format/tokenizer.c format/tok_bpe.c format/tok_pretok.c format/tok_stream.c format/tok_utf8.c
+      format/tok_gguf.c format/gguf.c format/dtype.c)
     target_compile_options(fuzz_tokenizer PRIVATE -g -O1 -fsanitize=fuzzer,address,undefined)
     target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_libraries(fuzz_tokenizer PRIVATE gantry_common PkgConfig::PCRE2 PkgConfig::UTF8PROC

@@ -1,19 +1,19 @@
 # engine model core: backends, models, sampler, generation.
 add_library(gantry_model STATIC
-  engine/backend.c
-  engine/backend_cpu.c
-  engine/backend_cpu_gdn.c
-  engine/model.c
+  engine/backend/backend.c
+  engine/backend/backend_cpu.c
+  engine/backend/backend_cpu_gdn.c
+  engine/models/model.c
   engine/models/qwen3.c
   engine/models/qwen35.c
-  engine/sampler.c
-  engine/gen.c
-  engine/bench.c
+  engine/backend/sampler.c
+  engine/models/gen.c
+  engine/models/bench.c
 )
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
 
 # the scheduler: continuous batching, paged KV with prefix caching, per-request output
-add_library(gantry_sched STATIC engine/kv.c engine/seqout.c engine/sched.c)
+add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_tok gantry_chat gantry_common Threads::Threads)
 
 add_library(gantry_golden STATIC tests/common/golden_model.c)

@@ -1,9 +1,9 @@
 # qwen35 (Gated DeltaNet hybrid) tests.
-# test_gdn_ops drives the CPU backend's GDN ops directly (engine/backend_cpu_gdn.c compiled in),
+# test_gdn_ops drives the CPU backend's GDN ops directly (engine/backend/backend_cpu_gdn.c compiled in),
 # so it does not depend on the rest of the backend; it also checks the chunked form
-# (engine/gdn_chunked.c) against the sequential scan.
+# (engine/backend/gdn_chunked.c) against the sequential scan.
 gt_add_test(test_gdn_ops
-  SOURCES tests/unit/test_gdn_ops.c engine/backend_cpu_gdn.c engine/gdn_chunked.c
+  SOURCES tests/unit/test_gdn_ops.c engine/backend/backend_cpu_gdn.c engine/backend/gdn_chunked.c
   LIBS gantry_common OpenMP::OpenMP_C
   TIMEOUT 120)
 

@@ -1,5 +1,5 @@
 # gantry-engine serve: prompt building (shared with the CLI), the gRPC Engine service, metrics.
-add_library(gantry_prompt STATIC engine/prompt.c)
+add_library(gantry_prompt STATIC engine/chat/prompt.c)
 target_link_libraries(gantry_prompt PUBLIC gantry_tok gantry_chat gantry_gguf gantry_common)
 gt_add_test(test_prompt SOURCES tests/unit/test_prompt.c LIBS gantry_prompt gantry_testutil TIMEOUT 60)
 
@@ -8,7 +8,7 @@ add_library(gantry_metrics STATIC common/metrics.c)
 target_link_libraries(gantry_metrics PUBLIC gantry_common Threads::Threads)
 
 # the gantry.v1.Engine service over the scheduler
-add_library(gantry_server STATIC engine/server.c engine/server_convert.c engine/server_metrics.c)
+add_library(gantry_server STATIC engine/server/server.c engine/server/server_convert.c engine/server/server_metrics.c)
 target_link_libraries(gantry_server PUBLIC gantry_sched gantry_prompt gantry_grpc gantry_metrics gantry_common)
 
 

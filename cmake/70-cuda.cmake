@@ -14,7 +14,7 @@ if(CMAKE_CUDA_COMPILER)
   find_package(CUDAToolkit REQUIRED)
 
   file(GLOB GANTRY_CUDA_KERNELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/*.cu)
-  add_library(gantry_cuda STATIC engine/backend_cuda.c engine/backend_cuda_ops.c engine/backend_cuda_graph.c
+  add_library(gantry_cuda STATIC engine/backend/backend_cuda.c engine/backend/backend_cuda_ops.c engine/backend/backend_cuda_graph.c
                                  ${GANTRY_CUDA_KERNELS})
   # the directory-wide gcc warning flags are not nvcc options: restate them per language
   set_property(TARGET gantry_cuda PROPERTY COMPILE_OPTIONS "")
@@ -39,16 +39,16 @@ endif()
 
 if(CMAKE_CUDA_COMPILER)
   # benchmarks (print numbers; never a pass/fail test)
-  add_executable(bench_decode kernels/bench/bench_decode.c)
+  add_executable(bench_decode tools/bench/bench_decode.c)
   set_target_properties(bench_decode PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
                                                 CUDA_RUNTIME_LIBRARY Static)
   target_link_libraries(bench_decode PRIVATE gantry_cuda gantry_model)
   # GDN scan kernels at qwen35-9b head sizes (decode and chunked prefill), CPU check included
-  add_executable(bench_gdn_scan kernels/bench/bench_gdn_scan.c engine/gdn_chunked.c)
+  add_executable(bench_gdn_scan tools/bench/bench_gdn_scan.c engine/backend/gdn_chunked.c)
   set_target_properties(bench_gdn_scan PROPERTIES CUDA_RUNTIME_LIBRARY Static)
   target_link_libraries(bench_gdn_scan PRIVATE gantry_cuda m)
   # decode matvec (kc_matvec / multi / swiglu) at qwen3-8b shapes, host check included
-  add_executable(bench_matvec kernels/bench/bench_matvec.cu)
+  add_executable(bench_matvec tools/bench/bench_matvec.cu)
   set_target_properties(bench_matvec PROPERTIES CUDA_RUNTIME_LIBRARY Static)
   set_property(TARGET bench_matvec PROPERTY COMPILE_OPTIONS "") # gcc warning flags are not nvcc options
   target_compile_options(bench_matvec PRIVATE -O3 -Xcompiler=-Wall,-Wno-unused-parameter)

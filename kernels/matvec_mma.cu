@@ -35,7 +35,7 @@
  * S is mvm_split of the weight's own n_out, so kc_matvec / _multi / _swiglu agree bit for bit. */
 #include <stdlib.h>
 
-#include "engine/dtype.h"
+#include "format/dtype.h"
 #include "kernels/matvec_mma.cuh"
 
 #define MVM_WARPS 8

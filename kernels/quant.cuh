@@ -5,7 +5,7 @@
 #define GANTRY_KERNELS_QUANT_CUH
 
 #include "kernels/common.cuh"
-#include "engine/dtype.h"
+#include "format/dtype.h"
 
 #ifdef __CUDACC__
 __device__ __forceinline__ uint16_t kc_ld16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }

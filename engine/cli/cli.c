@@ -1,7 +1,7 @@
 #include "engine/cli/cli.h"
 
 #ifdef GANTRY_HAVE_CUDA
-#include "engine/backend_cuda.h"
+#include "engine/backend/backend_cuda.h"
 #endif
 
 #include <errno.h>

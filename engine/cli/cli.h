@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "format/gguf.h"
+#include "engine/models/model.h"
 
 /* A model opened for a subcommand. */
 typedef struct {

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/bench.h"
+#include "engine/models/bench.h"
 #include "engine/cli/cli.h"
 #ifdef GANTRY_HAVE_CUDA
-#include "engine/backend_cuda.h"
+#include "engine/backend/backend_cuda.h"
 #endif
 
 int cmd_bench(int argc, char **argv) {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "engine/cli/cli.h"
-#include "engine/gen.h"
+#include "engine/models/gen.h"
 
 int cmd_eval(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"ids", 1, 0, 'i'}, {"ids-file", 1, 0, 'f'},

@@ -7,10 +7,10 @@
 
 #include "common/clock.h"
 #include "engine/cli/cli.h"
-#include "engine/prompt.h"
-#include "engine/gen.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/chat/prompt.h"
+#include "engine/models/gen.h"
+#include "engine/backend/sampler.h"
+#include "format/tokenizer.h"
 
 static void usage(void) {
   fputs("usage: gantry-engine generate --model M.gguf (--prompt TEXT | --chat TEXT) [options]\n"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "engine/cli/cli.h"
-#include "engine/tokenizer.h"
+#include "format/tokenizer.h"
 
 int cmd_info(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};

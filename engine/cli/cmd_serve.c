@@ -14,9 +14,9 @@
 #include "common/metrics.h"
 #include "engine/cli/cli.h"
 
-#include "engine/dtype.h"
-#include "engine/server.h"
-#include "engine/tokenizer.h"
+#include "format/dtype.h"
+#include "engine/server/server.h"
+#include "format/tokenizer.h"
 
 #ifndef GANTRY_VERSION
 #define GANTRY_VERSION "0.1.0"

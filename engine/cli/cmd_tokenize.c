@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "engine/cli/cli.h"
-#include "engine/tokenizer.h"
+#include "format/tokenizer.h"
 
 /* Opens only the tokenizer of a model file. */
 static int open_tok(const char *path, gguf_t **g, tok_t **tok) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model.h"
+#include "engine/models/model.h"
 
 
 typedef struct {

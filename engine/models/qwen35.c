@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/model.h"
+#include "engine/models/model.h"
 
 #define Q35_MAX_KERNEL 16  /* limits of the CPU GDN ops (engine/backend_cpu_gdn.c) */
 #define Q35_MAX_DV 1024

@@ -17,7 +17,7 @@
 #include "common/clock.h"
 #include "common/engine_client.h"
 #include "common/log.h"
-#include "engine/server.h"
+#include "engine/server/server.h"
 
 typedef struct {
   pthread_mutex_t *mu;

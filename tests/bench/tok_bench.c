@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "format/gguf.h"
+#include "format/tokenizer.h"
 
 static const char *EN[] = {
     "the", "model", "serves", "tokens", "from", "a", "paged", "cache", "and", "every", "request", "is", "admitted",

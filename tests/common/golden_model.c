@@ -12,11 +12,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/gen.h"
-#include "engine/gguf.h"
-#include "engine/gguf_write.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/models/gen.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
+#include "engine/models/model.h"
+#include "engine/backend/sampler.h"
 #include "tests/common/testutil.h"
 
 int gm_rope_freq_bf16 = 0;

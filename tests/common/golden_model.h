@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "engine/backend.h"
+#include "engine/backend/backend.h"
 
 typedef struct {
   double max_rel_err;   /* over stored rows */

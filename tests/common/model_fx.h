@@ -3,10 +3,10 @@
 #ifndef GANTRY_TESTS_MODEL_FX_H
 #define GANTRY_TESTS_MODEL_FX_H
 
-#include "engine/backend.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/backend/backend.h"
+#include "format/gguf.h"
+#include "engine/models/model.h"
+#include "format/tokenizer.h"
 
 typedef struct {
   gguf_t *g;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/dtype.h"
-#include "engine/gguf.h"
+#include "format/dtype.h"
+#include "format/gguf.h"
 
 static volatile uint64_t g_sink;
 

@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/gguf.h"
-#include "engine/tok_pretok.h"
-#include "engine/tok_utf8.h"
-#include "engine/tokenizer.h"
+#include "format/gguf.h"
+#include "format/tok_pretok.h"
+#include "format/tok_utf8.h"
+#include "format/tokenizer.h"
 
 static tok_t *g_tok;
 

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "engine/backend_cuda.h"
+#include "engine/backend/backend_cuda.h"
 #include "tests/common/golden_model.h"
 #include "tests/common/testutil.h"
 

@@ -14,9 +14,9 @@
 
 #include <cmocka.h>
 
-#include "engine/backend.h"
-#include "engine/backend_cuda.h"
-#include "engine/quantize.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/backend_cuda.h"
+#include "tools/quantize.h"
 
 #define TOL 1e-5
 

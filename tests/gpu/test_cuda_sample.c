@@ -20,12 +20,12 @@
 
 #include <cmocka.h>
 
-#include "engine/backend.h"
-#include "engine/backend_cuda.h"
-#include "engine/gen.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/backend/backend.h"
+#include "engine/backend/backend_cuda.h"
+#include "engine/models/gen.h"
+#include "format/gguf.h"
+#include "engine/models/model.h"
+#include "engine/backend/sampler.h"
 #include "tests/common/testutil.h"
 
 static be_t *CPU_BE, *GPU_BE;

@@ -9,7 +9,7 @@
 
 #include "common/engine_client.h"
 #include "common/metrics.h"
-#include "engine/server.h"
+#include "engine/server/server.h"
 
 typedef struct {
   gguf_t *g;

@@ -17,9 +17,9 @@
 
 #include <cmocka.h>
 
-#include "engine/backend_cpu_internal.h"
-#include "engine/model.h"
-#include "engine/quantize.h"
+#include "engine/backend/backend_cpu_internal.h"
+#include "engine/models/model.h"
+#include "tools/quantize.h"
 
 static uint32_t g_seed = 0x2545F491u;
 static float frand(void) { /* uniform in [-1, 1) */

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "engine/chat.h"
+#include "engine/chat/chat.h"
 #include "tests/common/testutil.h"
 
 typedef enum { TPL_Q3, TPL_Q35, TPL_Q35A, TPL_Q35B, TPL_Q35C, TPL_COUNT } tpl_id_t;

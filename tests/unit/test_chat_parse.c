@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "engine/chat_parse.h"
+#include "engine/chat/chat_parse.h"
 
 /* Transcript of events: adjacent deltas of one kind merged, e.g.
  *   R"think"C"answer"B0(get_weather)A0"{...}"E0E1(malformed)END(1)

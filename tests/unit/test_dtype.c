@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "engine/dtype.h"
-#include "engine/gguf.h"
+#include "format/dtype.h"
+#include "format/gguf.h"
 #include "tests/common/testutil.h"
 
 static uint32_t fbits(float f) {

@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "engine/dtype.h"
-#include "engine/gguf.h"
+#include "format/dtype.h"
+#include "format/gguf.h"
 #include "tests/common/testutil.h"
 
 static const gt_type_t k_comp[] = {GT_TYPE_F32,  GT_TYPE_F16,  GT_TYPE_BF16, GT_TYPE_Q8_0,

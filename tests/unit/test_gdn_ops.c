@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "engine/backend_cpu_internal.h"
-#include "engine/gdn_chunked.h"
+#include "engine/backend/backend_cpu_internal.h"
+#include "engine/backend/gdn_chunked.h"
 
 /* ---- shapes of the synthetic GDN layer ---- */
 enum { NK = 2, NV = 4, DK = 16, DV = 8, KC = 4, NSEQ = 3, NSLOT = 5, NLAYER = 2 };

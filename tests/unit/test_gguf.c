@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
+#include "format/gguf.h"
 #include "tests/common/testutil.h"
 
 /* ------------------------------------------------------------ image builder */

@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
-#include "engine/gguf_write.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
 #include "tests/common/testutil.h"
 
 static char g_path[256];

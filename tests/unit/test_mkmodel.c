@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
-#include "engine/mkmodel.h"
-#include "engine/quantize.h"
+#include "format/gguf.h"
+#include "tools/mkmodel.h"
+#include "tools/quantize.h"
 #include "tests/common/testutil.h"
 
 static char g_path[256];

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "engine/prompt.h"
+#include "engine/chat/prompt.h"
 #include "tests/common/testutil.h"
 
 typedef struct {

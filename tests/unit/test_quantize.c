@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
-#include "engine/quantize.h"
+#include "format/gguf.h"
+#include "tools/quantize.h"
 #include "tests/common/testutil.h"
 
 static char g_tmp[256];

@@ -28,10 +28,10 @@
 
 #include <cmocka.h>
 
-#include "engine/backend.h"
-#include "engine/gguf.h"
-#include "engine/gguf_write.h"
-#include "engine/model.h"
+#include "engine/backend/backend.h"
+#include "format/gguf.h"
+#include "format/gguf_write.h"
+#include "engine/models/model.h"
 #include "tests/common/testutil.h"
 
 #define TOL 1e-3

@@ -11,12 +11,12 @@
 
 #include <cmocka.h>
 
-#include "engine/gen.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
-#include "engine/sched.h"
-#include "engine/tokenizer.h"
+#include "engine/models/gen.h"
+#include "format/gguf.h"
+#include "engine/models/model.h"
+#include "engine/backend/sampler.h"
+#include "engine/sched/sched.h"
+#include "format/tokenizer.h"
 #include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
 

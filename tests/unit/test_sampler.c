@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "engine/sampler.h"
+#include "engine/backend/sampler.h"
 
 #define V 8
 

@@ -10,10 +10,10 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/sched.h"
-#include "engine/tokenizer.h"
+#include "format/gguf.h"
+#include "engine/models/model.h"
+#include "engine/sched/sched.h"
+#include "format/tokenizer.h"
 #include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
 

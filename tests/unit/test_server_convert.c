@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
-#include "engine/gguf.h"
-#include "engine/server_convert.h"
+#include "format/gguf.h"
+#include "engine/server/server_convert.h"
 #include "tests/common/testutil.h"
 
 static void test_check(void **state) {

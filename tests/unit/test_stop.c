@@ -9,8 +9,8 @@
 
 #include <cmocka.h>
 
-#include "engine/chat.h"
-#include "engine/stop.h"
+#include "engine/chat/chat.h"
+#include "engine/chat/stop.h"
 
 typedef struct outcome {
   char text[512];

@@ -17,10 +17,10 @@
 #include <pcre2.h>
 #include <utf8proc.h>
 
-#include "engine/gguf.h"
-#include "engine/tok_pretok.h"
-#include "engine/tok_utf8.h"
-#include "engine/tokenizer.h"
+#include "format/gguf.h"
+#include "format/tok_pretok.h"
+#include "format/tok_utf8.h"
+#include "format/tokenizer.h"
 #include "tests/common/testutil.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* tests/fuzz/fuzz_tokenizer.c */

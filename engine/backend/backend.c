@@ -1,0 +1,40 @@
+/* engine/backend.c — backend-independent helpers over be_ops_t. */
+#include "engine/backend/backend.h"
+
+#include <stdio.h>
+
+int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_t cols, const void *host,
+                     gt_err_t *err) {
+  size_t rb = dt_row_bytes(t, cols);
+  if (!dt_computable(t) || rb == 0 || rows <= 0)
+    return gt_err_set(err, GT_EUNSUPPORTED, "weight of type %s with %lld columns", dt_name(t), (long long)cols);
+  size_t bytes = rb * (size_t)rows;
+  void *p = be->ops->alloc(be, bytes);
+  if (!p) return gt_err_set(err, GT_ENOMEM, "weight upload: %zu bytes", bytes);
+  int rc = be->ops->upload(be, p, host, bytes);
+  if (rc) {
+    be->ops->free(be, p);
+    return gt_err_set(err, rc, "weight upload failed");
+  }
+  *w = (be_weight_t){.type = t, .rows = rows, .cols = cols, .row_bytes = rb, .data = p};
+  return GT_OK;
+}
+
+void be_weight_free(be_t *be, be_weight_t *w) {
+  if (w && w->data) be->ops->free(be, w->data);
+  if (w) w->data = NULL;
+}
+
+const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < 64 && len < n; i++) {
+    if (!(mask >> i & 1)) continue;
+    int j = i;
+    while (j + 1 < 64 && (mask >> (j + 1) & 1)) j++;
+    len += (size_t)(j > i ? snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", i, j)
+                          : snprintf(buf + len, n - len, "%s%d", len ? "," : "", i));
+    i = j;
+  }
+  return len ? buf : "none";
+}

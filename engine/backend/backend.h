@@ -1,0 +1,206 @@
+/* engine/backend.h — the ops model code is written against, once, for every backend.
+ *
+ * Contract
+ * - All float* arguments are backend memory (host memory on the CPU backend, device memory on
+ *   CUDA) obtained from be_alloc or offsets into it; model code never dereferences them.
+ *   Activations are fp32 row-major: "[n, d]" means n rows of d contiguous floats.
+ * - A step runs on one batch (be_set_batch): n_tok tokens from n_seq sequences, each
+ *   sequence's tokens contiguous and in position order. Prefill chunks and decode tokens mix.
+ * - Weights keep their GGUF type (be_weight_t). matmul computes out = x · Wᵀ with fp32
+ *   accumulation, W of shape [rows, cols] (GGUF ne = {cols, rows}).
+ * - KV cache: paged, blocks of `block_tokens` tokens; per attention layer a K pool and a V pool
+ *   [n_blocks, block_tokens, kv_dim]. A sequence's logical block i lives in physical block
+ *   block_table[seq * max_blocks + i]; token at position p sits in slot p % block_tokens.
+ * - Recurrent state (hybrid models): per GDN layer and slot, a conv state [conv_dim] and an
+ *   SSM state [ssm_dim] of fp32. A sequence whose first token in the batch has pos == 0 starts
+ *   from zero state (the backend clears it); otherwise it continues from its slot.
+ * - Ranks: model code runs on its rank's slice of the weights and calls be_all_reduce after
+ *   row-parallel products (a no-op with one rank).
+ * Every op is asynchronous with respect to the host except be_download and be_sync; errors
+ * are sticky per step and returned by be_sync (and be_download). */
+#ifndef GANTRY_ENGINE_BACKEND_H
+#define GANTRY_ENGINE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "format/dtype.h"
+
+typedef struct be be_t;
+
+/* A weight matrix (or vector: rows = 1) in its storage type, in backend memory. */
+typedef struct {
+  gt_type_t type;
+  int64_t rows;      /* output features */
+  int64_t cols;      /* input features = elements per row */
+  size_t row_bytes;  /* dt_row_bytes(type, cols) */
+  void *data;        /* backend memory */
+} be_weight_t;
+
+/* One step's batch, host memory; the backend copies what it needs in be_set_batch. */
+typedef struct {
+  int n_tok;
+  int n_seq;
+  const int32_t *tok;         /* [n_tok] token ids */
+  const int32_t *pos;         /* [n_tok] absolute positions */
+  const int32_t *seq_first;   /* [n_seq] index of the sequence's first token in the batch */
+  const int32_t *seq_ntok;    /* [n_seq] its tokens in this step */
+  const int32_t *block_table; /* [n_seq * max_blocks] physical KV block ids, logical order */
+  int max_blocks;
+  const int32_t *state_slot;  /* [n_seq] recurrent-state slot, or NULL for non-hybrid models */
+  int n_out;
+  const int32_t *out_tok;     /* [n_out] batch token indices whose logits are wanted */
+} be_batch_t;
+
+/* Sampling parameters of one logits row for the optional `sample` op (no penalties: those need
+ * the host-side history). As sampler_pick_t, plus the row's uniform draw. */
+typedef struct be_sample_row {
+  float temperature; /* <= 0: greedy (argmax, lowest id on ties) */
+  int top_k;         /* <= 0: off; 1: greedy */
+  float top_p;       /* >= 1: off */
+  float min_p;       /* <= 0: off */
+  double u;          /* uniform in [0, 1), a multiple of 2^-53 (sampler_next_u) */
+} be_sample_row_t;
+
+typedef struct be_ops {
+  const char *name;
+  void (*destroy)(be_t *be);
+
+  /* memory: alloc returns zeroed memory or NULL */
+  void *(*alloc)(be_t *be, size_t bytes);
+  void (*free)(be_t *be, void *p);
+  int (*upload)(be_t *be, void *dst, const void *src, size_t bytes);
+  int (*download)(be_t *be, void *dst, const void *src, size_t bytes); /* waits for the step */
+  int (*sync)(be_t *be);
+
+  /* caches */
+  int (*kv_init)(be_t *be, int n_layers, int n_blocks, int block_tokens, int kv_dim);
+  int (*state_init)(be_t *be, int n_layers, int n_slots, size_t conv_dim, size_t ssm_dim);
+  int (*state_copy)(be_t *be, int dst_slot, int src_slot); /* all layers; snapshot/restore */
+  int (*state_zero)(be_t *be, int slot);
+
+  int (*set_batch)(be_t *be, const be_batch_t *b);
+
+  /* ---- dense ops on the current batch ---- */
+  /* out[n_tok, w.cols] = dequant(w)[tok[t]] */
+  void (*embed)(be_t *be, const be_weight_t *w, float *out);
+  /* out[i, :] = x[out_tok[i], :] for i < n_out (d floats per row) */
+  void (*gather_out)(be_t *be, const float *x, float *out, int d);
+  /* out[rows, w.rows] = x[rows, w.cols] · wᵀ */
+  void (*matmul)(be_t *be, const be_weight_t *w, const float *x, float *out, int rows);
+  /* out[r] = x[r] / rms(x[r]) * w  over rows of d (w F32 [d]); out may equal x */
+  void (*rmsnorm)(be_t *be, const float *x, const be_weight_t *w, float *out, int rows, int d, float eps);
+  /* x += delta, then out = rmsnorm(x) (fused residual add) */
+  void (*add_rmsnorm)(be_t *be, float *x, const float *delta, const be_weight_t *w, float *out,
+                      int rows, int d, float eps);
+  /* y[i] += x[i] */
+  void (*add)(be_t *be, float *y, const float *x, size_t n);
+  /* NeoX RoPE in place on x[n_tok, n_head, head_dim]: rotates dims [0, n_rot) of each head,
+   * pairing i with i + n_rot/2, angle pos[t] * theta^(-2i/n_rot) */
+  void (*rope)(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta);
+  /* out[n] = silu(gate[n]) * up[n] */
+  void (*swiglu)(be_t *be, const float *gate, const float *up, float *out, size_t n);
+  /* x[n] *= sigmoid(g[n]) */
+  void (*mul_sigmoid)(be_t *be, float *x, const float *g, size_t n);
+  /* dst[r, 0:cols] = src[r, 0:cols] with leading dimensions (floats) dst_ld / src_ld */
+  void (*copy2d)(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols);
+
+  /* ---- attention over the paged KV cache ---- */
+  /* writes k, v [n_tok, kv_dim] of the batch into layer's pools at each token's position */
+  void (*kv_store)(be_t *be, int layer, const float *k, const float *v);
+  /* causal GQA: out[n_tok, n_head*head_dim]; token t attends to its sequence's positions
+   * 0..pos[t]; head h uses kv head h / (n_head / n_kv_head); softmax(q·k * scale) */
+  void (*attention)(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head,
+                    int head_dim, float scale);
+
+  /* ---- Gated DeltaNet (hybrid models); `layer` indexes GDN layers ---- */
+  /* causal depthwise conv over each sequence, continuing from its slot's conv state (the
+   * last K-1 inputs), then SiLU: out[t, c] = silu(sum_j w[c, j] * x[t-K+1+j, c]).
+   * x, out [n_tok, C]; w F32 [C, K]. Updates the conv state. */
+  void (*conv1d_silu)(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K);
+  /* x[r] = x[r] * scale / sqrt(||x[r]||^2 + eps), rows of d (HF / fla's l2norm) */
+  void (*l2norm)(be_t *be, float *x, int rows, int d, float eps, float scale);
+  /* g[t, h] = a[h] * softplus(alpha[t, h] + dt_bias[h]); beta[t, h] = sigmoid(beta_in[t, h])
+   * (all [n_tok, n_v]; a, dt_bias F32 [n_v]); g and beta may alias alpha and beta_in */
+  void (*gdn_gates)(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
+                    const be_weight_t *dt_bias, float *g, float *beta, int n_v);
+  /* gated delta rule per sequence from its slot state S [n_v, d_k, d_v]; value head h uses key
+   * head h % n_k. For each token: S = S * exp(g); S += k ⊗ beta * (v - Sᵀk); o = Sᵀq.
+   * q, k [n_tok, n_k * d_k]; v, out [n_tok, n_v * d_v]; g, beta [n_tok, n_v]. Updates S. */
+  void (*gdn_scan)(be_t *be, int layer, const float *q, const float *k, const float *v,
+                   const float *g, const float *beta, float *out, int n_k, int n_v, int d_k, int d_v);
+  /* out[r] = rmsnorm(x[r]) * w * silu(z[r]) over rows of d (w F32 [d]) */
+  void (*rmsnorm_gated)(be_t *be, const float *x, const be_weight_t *w, const float *z, float *out,
+                        int rows, int d, float eps);
+
+  /* ---- ranks ---- */
+  void (*all_reduce)(be_t *be, float *x, size_t n);
+
+  /* ---- optional (NULL when not applicable) ---- */
+  /* decode steps that ran without a captured graph (CUDA); steady decode must keep it at 0 */
+  long (*eager_steps)(be_t *be);
+  /* decode batch sizes that have a captured graph: bit n = n sequences (CUDA) */
+  uint64_t (*graph_sizes)(be_t *be);
+  /* Samples one token per row of logits (backend memory [n_rows, n_vocab]) into host ids[n_rows]
+   * with host rows[n_rows] (be_sample_row_t); semantics of sampler_pick (engine/sampler.h). Ends
+   * and waits for the step like download; returns the step's error. NULL: not supported. */
+  int (*sample)(be_t *be, const float *logits, int n_rows, int n_vocab, const struct be_sample_row *rows,
+                int32_t *ids);
+
+  /* ---- optional fused ops (NULL: model code runs the unfused sequence through the helpers
+   * model_matmul_multi / model_swiglu_ffn / model_attn_qk_prep / model_gdn_conv_qkv of
+   * engine/model.h). Each gives what its unfused sequence gives (bit for bit on the CPU
+   * backend) ---- */
+  /* out[i][rows, w[i]->rows] = x[rows, cols] · w[i]ᵀ for i < n, 1 <= n <= BE_MATMUL_MULTI_MAX,
+   * every w[i]->cols == cols; outputs distinct and not aliasing x (= n matmul calls) */
+  void (*matmul_multi)(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int rows);
+  /* gate[rows, ff] = silu(x · wgᵀ) * (x · wuᵀ), wg and wu [ff, cols]; up [rows, ff] is scratch
+   * the backend may use (contents undefined after) (= matmul wg, matmul wu, swiglu) */
+  void (*ffn_swiglu)(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate, float *up,
+                     int rows);
+  /* per-head rmsnorm in place of q [n_tok, n_head*head_dim] and k [n_tok, n_kv_head*head_dim]
+   * (q_norm, k_norm F32 [head_dim]), NeoX rope on both (as the rope op, honouring
+   * rope_freq_bf16), then kv_store(layer, k, v); n_kv_head*head_dim must be the pool's kv_dim
+   * (= rmsnorm q, rmsnorm k, rope q, rope k, kv_store) */
+  void (*attn_qk_prep)(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                       const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
+                       float eps);
+  /* Gated DeltaNet input prep, C = 2*n_k*d_k + n_v*d_v channels: conv = conv1d_silu(layer, x,
+   * w, C, K) (updates the conv state; x [n_tok, C], w F32 [C, K]), then q [n_tok, n_k*d_k] =
+   * l2norm(conv[:, 0:kd]) * q_scale, k [n_tok, n_k*d_k] = l2norm(conv[:, kd:2kd]) (scale 1),
+   * v [n_tok, n_v*d_v] = conv[:, 2kd:C], kd = n_k*d_k, l2norm over rows of d_k with eps
+   * (= conv1d_silu, 3 copy2d, 2 l2norm); q, k, v distinct and not aliasing x */
+  void (*gdn_conv_qkv)(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
+                       int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
+} be_ops_t;
+
+/* most weights one matmul_multi call takes */
+#define BE_MATMUL_MULTI_MAX 4
+
+struct be {
+  const be_ops_t *ops;
+  int rank, n_ranks;
+  gt_err_t err;   /* first error of the current step (sticky until be_sync returns it) */
+  /* RoPE frequencies rounded to bf16, as HF transformers computes them when it runs a bf16
+   * checkpoint (its inv_freq buffer is cast with the model). Off by default (exact fp32
+   * frequencies, as llama.cpp and vLLM); the golden tests of bf16 files turn it on because
+   * their reference was made that way (tests/golden/README.md). */
+  int rope_freq_bf16;
+};
+
+/* Uploads a host weight (rows x cols of type t) into backend memory; w->data owned by be. */
+int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_t cols,
+                     const void *host, gt_err_t *err);
+void be_weight_free(be_t *be, be_weight_t *w);
+
+/* The set bits of a graph_sizes mask as ranges ("1-32", "1-4,8") into buf[n] (n > 0); returns
+ * buf, or "none" for an empty mask. */
+const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n);
+
+/* CPU backend (the reference). n_threads <= 0: every core. */
+int be_cpu_create(int n_threads, be_t **out, gt_err_t *err);
+
+static inline void be_destroy(be_t *be) { if (be) be->ops->destroy(be); }
+
+#endif

@@ -1,0 +1,253 @@
+/* engine/model.c — architecture registry, cache sizing and weight-loading helpers. */
+#include "engine/models/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const model_arch_t *const arches[] = {&model_arch_qwen3, &model_arch_qwen35};
+
+int model_hp_int(const gguf_t *g, const char *arch, const char *suffix, int def, int required, int *out,
+                 gt_err_t *err) {
+  char key[256];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  int64_t v;
+  int rc = gguf_get_int(g, key, &v);
+  if (rc == GT_ENOTFOUND && !required) {
+    *out = def;
+    return GT_OK;
+  }
+  if (rc == GT_ENOTFOUND) return gt_err_set(err, GT_EFORMAT, "missing metadata key %s", key);
+  if (rc) return gt_err_set(err, GT_EFORMAT, "metadata key %s is not an integer", key);
+  if (v < 0 || v > (1 << 30)) return gt_err_set(err, GT_EFORMAT, "metadata key %s = %lld out of range", key, (long long)v);
+  *out = (int)v;
+  return GT_OK;
+}
+
+int model_hp_float(const gguf_t *g, const char *arch, const char *suffix, float def, int required, float *out,
+                   gt_err_t *err) {
+  char key[256];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  double v;
+  int rc = gguf_get_float(g, key, &v);
+  if (rc == GT_ENOTFOUND && !required) {
+    *out = def;
+    return GT_OK;
+  }
+  if (rc == GT_ENOTFOUND) return gt_err_set(err, GT_EFORMAT, "missing metadata key %s", key);
+  if (rc) return gt_err_set(err, GT_EFORMAT, "metadata key %s is not a number", key);
+  *out = (float)v;
+  return GT_OK;
+}
+
+static int weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
+                  int optional, gt_err_t *err) {
+  memset(w, 0, sizeof *w);
+  const gguf_tensor_t *t = gguf_find_tensor(g, name);
+  if (!t) return optional ? GT_OK : gt_err_set(err, GT_EFORMAT, "missing tensor %s", name);
+  int64_t t_rows = 1;
+  for (uint32_t i = 1; i < t->n_dims; i++) t_rows *= t->ne[i];
+  if (t->ne[0] != cols || t_rows != rows)
+    return gt_err_set(err, GT_EFORMAT, "tensor %s has shape [%lld, %lld], expected [%lld, %lld]", name,
+                      (long long)t_rows, (long long)t->ne[0], (long long)rows, (long long)cols);
+  if (!dt_computable(t->type))
+    return gt_err_set(err, GT_EUNSUPPORTED, "tensor %s has type %s, which gantry cannot compute with", name,
+                      dt_name(t->type));
+  int rc = be_weight_upload(m->be, w, t->type, rows, cols, t->data, err);
+  if (rc) return gt_err_wrap(err, "tensor %s", name);
+  m->weight_bytes += t->nbytes;
+  m->n_params += rows * cols;
+  return GT_OK;
+}
+
+int model_weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
+                 gt_err_t *err) {
+  return weight(m, g, name, rows, cols, w, 0, err);
+}
+
+int model_weight_opt(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
+                     gt_err_t *err) {
+  return weight(m, g, name, rows, cols, w, 1, err);
+}
+
+static int find_arch(const gguf_t *g, const model_arch_t **out, gt_err_t *err) {
+  const char *arch = gguf_arch(g);
+  if (!arch) return gt_err_set(err, GT_EFORMAT, "missing general.architecture");
+  for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++)
+    if (strcmp(arches[i]->name, arch) == 0) {
+      *out = arches[i];
+      return GT_OK;
+    }
+  return gt_err_set(err, GT_EUNSUPPORTED, "unknown architecture '%s' (supported: qwen3, qwen35)", arch);
+}
+
+static void set_names(model_hparams_t *hp, const gguf_t *g) {
+  snprintf(hp->arch, sizeof hp->arch, "%s", gguf_arch(g));
+  const char *name;
+  size_t len;
+  if (gguf_get_str(g, "general.name", &name, &len) == GT_OK)
+    snprintf(hp->name, sizeof hp->name, "%.*s", (int)(len < 127 ? len : 127), name);
+}
+
+int model_read_hparams(const gguf_t *g, model_hparams_t *hp, gt_err_t *err) {
+  const model_arch_t *a;
+  int rc = find_arch(g, &a, err);
+  if (rc) return rc;
+  memset(hp, 0, sizeof *hp);
+  set_names(hp, g);
+  if (a->hparams) return a->hparams(hp, g, err);
+  be_t *be;
+  model_t *m;
+  if ((rc = be_cpu_create(1, &be, err))) return rc;
+  if (!(rc = model_load(g, be, 1, &m, err))) {
+    *hp = m->hp;
+    model_free(m);
+  }
+  be_destroy(be);
+  return rc;
+}
+
+int model_load(const gguf_t *g, be_t *be, int max_tokens, model_t **out, gt_err_t *err) {
+  const model_arch_t *a;
+  int rc = find_arch(g, &a, err);
+  if (rc) return rc;
+  if (max_tokens <= 0) return gt_err_set(err, GT_EINVAL, "max_tokens must be positive");
+  model_t *m = calloc(1, sizeof *m);
+  if (!m) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  m->arch = a;
+  m->be = be;
+  m->max_tokens = max_tokens;
+  m->max_out = max_tokens;
+  set_names(&m->hp, g);
+  rc = a->load(m, g, err);
+  if (rc) {
+    a->free(m);
+    free(m);
+    return rc;
+  }
+  *out = m;
+  return GT_OK;
+}
+
+void model_free(model_t *m) {
+  if (!m) return;
+  m->arch->free(m);
+  free(m);
+}
+
+/* Per-slot state sizes of a GDN layer (hybrid models). */
+static size_t conv_dim(const model_hparams_t *hp) {
+  size_t channels = 2 * (size_t)hp->gdn_n_k * hp->gdn_d_k + (size_t)hp->gdn_n_v * hp->gdn_d_v;
+  return channels * (size_t)(hp->conv_kernel > 0 ? hp->conv_kernel - 1 : 0);
+}
+static size_t ssm_dim(const model_hparams_t *hp) { return (size_t)hp->gdn_n_v * hp->gdn_d_k * hp->gdn_d_v; }
+
+size_t model_kv_bytes_per_token(const model_t *m) {
+  return 2 * sizeof(float) * (size_t)m->hp.n_attn_layers * m->hp.n_head_kv * m->hp.head_dim;
+}
+
+size_t model_state_bytes_per_slot(const model_t *m) {
+  return sizeof(float) * (size_t)m->hp.n_gdn_layers * (conv_dim(&m->hp) + ssm_dim(&m->hp));
+}
+
+int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt_err_t *err) {
+  be_t *be = m->be;
+  int rc = be->ops->kv_init(be, m->hp.n_attn_layers, n_blocks, block_tokens, m->hp.n_head_kv * m->hp.head_dim);
+  if (!rc && m->hp.n_gdn_layers > 0)
+    rc = be->ops->state_init(be, m->hp.n_gdn_layers, n_slots, conv_dim(&m->hp), ssm_dim(&m->hp));
+  if (rc) {
+    be->ops->sync(be);
+    return gt_err_set(err, rc, "%s", be->err.msg);
+  }
+  return GT_OK;
+}
+
+int model_backend_err(be_t *be, gt_err_t *err) {
+  int rc = be->ops->sync(be);
+  return rc ? gt_err_set(err, rc, "%s", be->err.msg) : GT_OK;
+}
+
+void model_swiglu_ffn(model_t *m, const be_weight_t *w_gate, const be_weight_t *w_up, const be_weight_t *w_down,
+                      const float *h, float *gate, float *up, float *out, int T) {
+  be_t *be = m->be;
+  const be_ops_t *o = be->ops;
+  if (o->ffn_swiglu) {
+    o->ffn_swiglu(be, w_gate, w_up, h, gate, up, T);
+  } else {
+    o->matmul(be, w_gate, h, gate, T);
+    o->matmul(be, w_up, h, up, T);
+    o->swiglu(be, gate, up, gate, (size_t)T * w_gate->rows);
+  }
+  o->matmul(be, w_down, gate, out, T);
+  o->all_reduce(be, out, (size_t)T * w_down->rows);
+}
+
+void model_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int T) {
+  const be_ops_t *o = be->ops;
+  if (o->matmul_multi) {
+    o->matmul_multi(be, n, w, x, out, T);
+    return;
+  }
+  for (int i = 0; i < n; i++) o->matmul(be, w[i], x, out[i], T);
+}
+
+void model_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                        const be_weight_t *k_norm, int n_head, int n_kv_head, int hd, int n_rot, float theta,
+                        float eps, int T) {
+  const be_ops_t *o = be->ops;
+  if (o->attn_qk_prep) {
+    o->attn_qk_prep(be, layer, q, k, v, q_norm, k_norm, n_head, n_kv_head, hd, n_rot, theta, eps);
+    return;
+  }
+  o->rmsnorm(be, q, q_norm, q, T * n_head, hd, eps);
+  o->rmsnorm(be, k, k_norm, k, T * n_kv_head, hd, eps);
+  o->rope(be, q, n_head, hd, n_rot, theta);
+  o->rope(be, k, n_kv_head, hd, n_rot, theta);
+  o->kv_store(be, layer, k, v);
+}
+
+void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *conv, float *q,
+                        float *k, float *v, int n_k, int d_k, int n_v, int d_v, float eps, float q_scale, int T) {
+  const be_ops_t *o = be->ops;
+  if (o->gdn_conv_qkv) {
+    o->gdn_conv_qkv(be, layer, x, w, K, q, k, v, n_k, d_k, n_v, d_v, eps, q_scale);
+    return;
+  }
+  const int kd = n_k * d_k, vd = n_v * d_v, C = 2 * kd + vd;
+  o->conv1d_silu(be, layer, x, conv, w, C, K);
+  o->copy2d(be, q, kd, conv, C, T, kd);
+  o->copy2d(be, k, kd, conv + kd, C, T, kd);
+  o->copy2d(be, v, vd, conv + 2 * kd, C, T, vd);
+  o->l2norm(be, q, T * n_k, d_k, eps, q_scale);
+  o->l2norm(be, k, T * n_k, d_k, eps, 1.0f);
+}
+
+int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
+  if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
+  m->head_rows = rows;
+  m->head_ids = ids;
+  int rc = m->arch->forward(m, b, NULL, err);
+  m->head_rows = NULL;
+  m->head_ids = NULL;
+  return rc;
+}
+
+int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
+               const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err) {
+  be_t *be = m->be;
+  const be_ops_t *o = be->ops;
+  const int d = m->hp.n_embd, V = m->hp.n_vocab;
+  o->add(be, x, delta, (size_t)b->n_tok * d);
+  if (b->n_out == 0) return model_backend_err(be, err);
+  o->gather_out(be, x, xo, d);
+  o->rmsnorm(be, xo, norm, xo, b->n_out, d, m->hp.rms_eps);
+  for (int r0 = 0; r0 < b->n_out; r0 += MODEL_HEAD_CHUNK) {
+    int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
+    o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
+    int rc = m->head_rows
+                 ? o->sample(be, dev_logits, nr, V, m->head_rows + r0, m->head_ids + r0)
+                 : o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);
+    if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
+  }
+  return model_backend_err(be, err);
+}

@@ -1,0 +1,137 @@
+/* engine/model.h — a loaded model: hyperparameters from GGUF metadata, weights uploaded to a
+ * backend, and a forward pass over a batch (engine/backend.h). One model_t per rank.
+ *
+ * Architectures register a model_arch_t (engine/models/<arch>.c); model_load picks it from
+ * general.architecture and refuses unknown ones with GT_EUNSUPPORTED. */
+#ifndef GANTRY_ENGINE_MODEL_H
+#define GANTRY_ENGINE_MODEL_H
+
+#include "engine/backend/backend.h"
+#include "format/gguf.h"
+
+typedef struct {
+  char arch[32];        /* general.architecture */
+  char name[128];       /* general.name, or the file's base name */
+  int n_layer;          /* {arch}.block_count */
+  int n_embd;           /* {arch}.embedding_length */
+  int n_head;           /* {arch}.attention.head_count */
+  int n_head_kv;        /* {arch}.attention.head_count_kv */
+  int head_dim;         /* {arch}.attention.key_length (default n_embd / n_head) */
+  int n_ff;             /* {arch}.feed_forward_length */
+  int n_vocab;          /* rows of token_embd */
+  int n_ctx_train;      /* {arch}.context_length */
+  int n_rot;            /* {arch}.rope.dimension_count (default head_dim) */
+  float rope_theta;     /* {arch}.rope.freq_base */
+  float rms_eps;        /* {arch}.attention.layer_norm_rms_epsilon */
+  int tied_output;      /* no output.weight: the head is token_embd */
+  /* hybrid (qwen35); zero for dense models */
+  int n_attn_layers;    /* layers with a KV cache */
+  int n_gdn_layers;     /* Gated DeltaNet layers */
+  int full_attn_interval;
+  int conv_kernel;      /* {arch}.ssm.conv_kernel */
+  int gdn_n_k, gdn_n_v, gdn_d_k, gdn_d_v;
+  int n_nextn;          /* MTP layers present in the file (loaded, not yet used) */
+} model_hparams_t;
+
+typedef struct model model_t;
+
+typedef struct model_arch {
+  const char *name; /* general.architecture value */
+  /* Reads hyperparameters and uploads this rank's weights; sets m->arch_data. */
+  int (*load)(model_t *m, const gguf_t *g, gt_err_t *err);
+  void (*free)(model_t *m);
+  /* Runs the batch; writes logits of the batch's out_tok rows to host logits[n_out, n_vocab]
+   * (logits may be NULL when n_out == 0). */
+  int (*forward)(model_t *m, const be_batch_t *b, float *logits, gt_err_t *err);
+  /* Optional: reads hyperparameters only (hp->arch and hp->name already set), without loading
+   * weights; NULL means model_read_hparams falls back to a full load on the CPU. */
+  int (*hparams)(model_hparams_t *hp, const gguf_t *g, gt_err_t *err);
+} model_arch_t;
+
+struct model {
+  const model_arch_t *arch;
+  model_hparams_t hp;
+  be_t *be;
+  void *arch_data;
+  size_t weight_bytes;   /* bytes of weights uploaded (this rank) */
+  int64_t n_params;      /* parameters (all ranks) */
+  int max_tokens;        /* largest n_tok a forward may get (scratch sizing) */
+  int max_out;           /* largest n_out */
+  /* set only during model_forward_sample: model_head samples into head_ids instead of
+   * downloading logits */
+  const be_sample_row_t *head_rows;
+  int32_t *head_ids;
+};
+
+/* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
+int model_load(const gguf_t *g, be_t *be, int max_tokens, model_t **out, gt_err_t *err);
+void model_free(model_t *m);
+/* Hyperparameters of g's model without loading its weights. */
+int model_read_hparams(const gguf_t *g, model_hparams_t *hp, gt_err_t *err);
+
+/* Allocates the paged KV pool (n_blocks of block_tokens) and n_slots recurrent-state slots
+ * (hybrid only) on the model's backend. */
+int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt_err_t *err);
+/* Bytes of cache per token (all attention layers, K and V, this rank) and per state slot. */
+size_t model_kv_bytes_per_token(const model_t *m);
+size_t model_state_bytes_per_slot(const model_t *m);
+
+static inline int model_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *err) {
+  return m->arch->forward(m, b, logits, err);
+}
+/* model_forward with sampling on the backend (its `sample` op; GT_EUNSUPPORTED when NULL): the
+ * out_tok rows' logits stay in backend memory and only ids[n_out] (host) come back, row i sampled
+ * with rows[i] (host, [n_out]). Penalties and logprobs need the host path (model_forward). */
+int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err);
+
+/* ---- helpers for architecture code (engine/model.c) ---- */
+/* Uploads tensor `name` as a weight; checks it exists, is computable and has shape
+ * [rows, cols] (GGUF ne = {cols, rows}); rows = 1 for vectors. Adds to m->weight_bytes. */
+int model_weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols,
+                 be_weight_t *w, gt_err_t *err);
+/* Same, but a missing tensor leaves w zeroed and returns GT_OK. */
+int model_weight_opt(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols,
+                     be_weight_t *w, gt_err_t *err);
+/* Reads "{arch}.{suffix}" as an int / float; missing -> GT_EFORMAT unless a default is used. */
+int model_hp_int(const gguf_t *g, const char *arch, const char *suffix, int def, int required,
+                 int *out, gt_err_t *err);
+int model_hp_float(const gguf_t *g, const char *arch, const char *suffix, float def, int required,
+                   float *out, gt_err_t *err);
+
+/* Rows of logits per head matmul + download: architectures size their logits scratch
+ * [MODEL_HEAD_CHUNK, n_vocab]. */
+#define MODEL_HEAD_CHUNK 64
+
+/* Returns the backend's step error (GT_OK if none) copied into err. */
+int model_backend_err(be_t *be, gt_err_t *err);
+/* SwiGLU feed-forward of T rows: out = (silu(h·Wgᵀ) * h·Wuᵀ)·Wdᵀ, all-reduced over ranks.
+ * h [T, d]; gate, up scratch [T, ff] (gate is overwritten); out [T, d]. */
+void model_swiglu_ffn(model_t *m, const be_weight_t *w_gate, const be_weight_t *w_up, const be_weight_t *w_down,
+                      const float *h, float *gate, float *up, float *out, int T);
+/* out[i][T, w[i]->rows] = x[T, cols] · w[i]ᵀ for i < n (<= BE_MATMUL_MULTI_MAX): the backend's
+ * matmul_multi, or n matmul calls when it has none. */
+void model_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int T);
+/* Attention input prep of the current batch (T tokens): per-head rmsnorm of q [T, n_head*hd]
+ * and k [T, n_kv_head*hd], rope on both, kv_store(layer, k, v): the backend's attn_qk_prep,
+ * or that op sequence when it has none. */
+void model_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
+                        const be_weight_t *k_norm, int n_head, int n_kv_head, int hd, int n_rot, float theta,
+                        float eps, int T);
+/* Gated DeltaNet input prep of the current batch (T tokens), C = 2*n_k*d_k + n_v*d_v:
+ * conv1d_silu(layer, x [T, C], w, K) then q [T, n_k*d_k] = l2norm * q_scale, k [T, n_k*d_k] =
+ * l2norm, v [T, n_v*d_v] of its channel ranges: the backend's gdn_conv_qkv, or that op
+ * sequence through conv [T, C] (scratch, only used then) when it has none. */
+void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *conv, float *q,
+                        float *k, float *v, int n_k, int d_k, int n_v, int d_v, float eps, float q_scale, int T);
+/* Finishes a forward: x [T, d] += delta (the last layer's output); for the batch's out_tok rows,
+ * logits = rmsnorm(x)·headᵀ, downloaded to host logits[n_out, n_vocab] in MODEL_HEAD_CHUNK row
+ * pieces through dev_logits [MODEL_HEAD_CHUNK, n_vocab]; xo [n_out, d] is scratch. Under
+ * model_forward_sample (m->head_rows set) each piece is sampled on the backend into m->head_ids
+ * instead and logits is not used. */
+int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
+               const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err);
+
+extern const model_arch_t model_arch_qwen3;
+extern const model_arch_t model_arch_qwen35;
+
+#endif

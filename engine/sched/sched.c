@@ -1,0 +1,786 @@
+/* engine/sched.c — see sched.h.
+ *
+ * A request's tokens[] holds its prompt followed by what it generated; the KV cache holds the
+ * first n_computed of them. Each step feeds tokens[n_computed .. n_tokens) (all of them, or a
+ * chunk); when the feed reaches n_tokens the last row's logits give the next token. Decode is
+ * the special case of one pending token. Preemption resets n_computed to 0 (recompute). */
+#include "engine/sched/sched.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "engine/sched/kv.h"
+
+typedef struct req {
+  int64_t id;
+  uint64_t arrival;
+  sched_req_t r;
+  int32_t *tokens;   /* [cap] prompt + generated */
+  int32_t *stop_ids; /* copy of r.stop_ids */
+  int n_stop_ids;
+  int n_tokens, cap, n_prompt;
+  int n_computed;    /* tokens whose K/V (and state) are computed */
+  int n_generated;
+  int32_t *blocks;   /* [max_blocks] */
+  int n_blocks;
+  int n_committed;   /* leading blocks registered in the prefix cache */
+  uint64_t chain;    /* hash of the last committed block */
+  int slot;          /* recurrent-state slot, -1 when none */
+  int snap_boundary; /* hybrid: prompt position where a state snapshot is taken (0: none) */
+  int cached_tokens;
+  int chunk;         /* tokens fed this step */
+  int running;
+  int cancelled;
+  sampler_t *smp;
+  seqout_t *out;
+  double t_submit, t_admit, t_first, t_prefill_done;
+  struct req *next;  /* incoming list */
+} req_t;
+
+struct sched {
+  model_t *m;
+  const tok_t *tok;
+  sched_config_t cfg;
+  kv_pool_t *kv;
+  int hybrid, max_blocks, V;
+  int32_t eos_ids[4];
+  /* slots: [0, max_num_seqs) for running sequences, then n_snapshots snapshot slots */
+  int *slot_free, n_slot_free;
+  int *snap_free, n_snap_free;
+  req_t **waiting; int n_waiting;
+  req_t **running; int n_running;
+  /* cross-thread */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  req_t *incoming, *incoming_tail;
+  int64_t *cancels; int n_cancels, cap_cancels;
+  int n_incoming, stop, draining;
+  int n_waiting_seen; /* n_waiting as last published by the scheduler thread (under mu) */
+  int64_t next_id;
+  uint64_t arrivals;
+  sched_stats_t st; /* guarded by mu for readers */
+  /* step buffers */
+  int32_t *b_tok, *b_pos, *b_first, *b_ntok, *b_bt, *b_slot, *b_out;
+  req_t **b_req;
+  be_sample_row_t *b_rows; /* [max_num_seqs] device sampling: one row per output */
+  int32_t *b_ids;          /* [max_num_seqs] its sampled ids */
+  float *logits, *raw;
+};
+
+static double now_ms(void) { return gt_now_ms(); }
+
+/* ---- request lifetime ---- */
+
+static void release_resources(sched_t *s, req_t *q) {
+  for (int i = 0; i < q->n_blocks; i++) kv_release(s->kv, q->blocks[i]);
+  q->n_blocks = 0;
+  q->n_committed = 0;
+  q->chain = 0;
+  if (q->slot >= 0) s->slot_free[s->n_slot_free++] = q->slot;
+  q->slot = -1;
+}
+
+static void free_req(req_t *q) {
+  sampler_free(q->smp);
+  seqout_free(q->out);
+  free(q->tokens);
+  free(q->stop_ids);
+  free(q->blocks);
+  free(q->r.prompt);
+  free(q);
+}
+
+/* Delivers the pending delta (if any) of q. */
+static void emit_delta(req_t *q) {
+  const seqout_delta_t *d = seqout_take(q->out);
+  if (seqout_delta_empty(d)) return;
+  sched_event_t ev = {.is_final = 0, .delta = d};
+  q->r.on_event(q->r.ud, &ev);
+}
+
+/* Ends q: flushes its output, sends the final event, releases everything and frees it. The
+ * caller has already removed q from the waiting / running arrays. */
+static void finish(sched_t *s, req_t *q, sched_finish_t why, const char *error) {
+  gt_err_t err = {0};
+  if (why != SCHED_FINISH_ERROR && why != SCHED_FINISH_CANCELLED) {
+    if (seqout_finish(q->out, &err)) {
+      why = SCHED_FINISH_ERROR;
+      error = err.msg;
+    }
+  }
+  emit_delta(q);
+  if (why == SCHED_FINISH_STOP && seqout_tool_calls(q->out) > 0) why = SCHED_FINISH_TOOL_CALLS;
+  double t = now_ms();
+  sched_usage_t u = {
+      .prompt_tokens = q->n_prompt, .completion_tokens = q->n_generated,
+      .reasoning_tokens = seqout_reasoning_tokens(q->out), .cached_tokens = q->cached_tokens,
+      .queued_ms = (q->t_admit > 0 ? q->t_admit : t) - q->t_submit,
+      .prefill_ms = q->t_prefill_done > 0 ? q->t_prefill_done - q->t_admit : 0,
+      .ttft_ms = q->t_first > 0 ? q->t_first - q->t_submit : 0,
+      .decode_ms = q->t_first > 0 ? t - q->t_first : 0,
+  };
+  sched_event_t ev = {.is_final = 1, .finish = why, .error = error, .usage = &u};
+  release_resources(s, q);
+  pthread_mutex_lock(&s->mu);
+  s->st.finished[why]++;
+  s->st.generation_tokens += (uint64_t)q->n_generated;
+  pthread_mutex_unlock(&s->mu);
+  q->r.on_event(q->r.ud, &ev);
+  free_req(q);
+}
+
+static void remove_at(req_t **arr, int *n, int i) {
+  memmove(arr + i, arr + i + 1, sizeof(req_t *) * (size_t)(*n - i - 1));
+  (*n)--;
+}
+
+/* waiting order: priority, then arrival */
+static int before(const req_t *a, const req_t *b) {
+  if (a->r.priority != b->r.priority) return a->r.priority < b->r.priority;
+  return a->arrival < b->arrival;
+}
+
+static void insert_waiting(sched_t *s, req_t *q) {
+  int i = s->n_waiting;
+  while (i > 0 && before(q, s->waiting[i - 1])) i--;
+  memmove(s->waiting + i + 1, s->waiting + i, sizeof(req_t *) * (size_t)(s->n_waiting - i));
+  s->waiting[i] = q;
+  s->n_waiting++;
+}
+
+/* Publishes n_waiting for sched_submit's queue bound (read under mu by other threads). Called
+ * after every change of waiting[] that a submitter could observe before the step ends. */
+static void waiting_changed(sched_t *s) {
+  pthread_mutex_lock(&s->mu);
+  s->n_waiting_seen = s->n_waiting;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- snapshots (hybrid prefix caching) ---- */
+
+static void on_snapshot_evict(void *ud, int snapshot_id) {
+  sched_t *s = ud;
+  s->snap_free[s->n_snap_free++] = snapshot_id;
+}
+
+/* ---- creation ---- */
+
+int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err) {
+  sched_t *s = calloc(1, sizeof *s);
+  if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  sched_config_t c = cfg ? *cfg : (sched_config_t){0};
+  if (c.max_num_seqs <= 0) c.max_num_seqs = 32;
+  if (c.max_batch_tokens <= 0) c.max_batch_tokens = 512;
+  if (c.max_batch_tokens > m->max_tokens) c.max_batch_tokens = m->max_tokens;
+  if (c.max_batch_tokens < c.max_num_seqs) c.max_batch_tokens = c.max_num_seqs < m->max_tokens ? c.max_num_seqs : m->max_tokens;
+  if (c.max_waiting <= 0) c.max_waiting = 256;
+  if (c.block_tokens <= 0) c.block_tokens = 16;
+  if (c.n_ctx <= 0 || c.n_ctx > m->hp.n_ctx_train) c.n_ctx = m->hp.n_ctx_train;
+  s->hybrid = m->hp.n_gdn_layers > 0;
+  if (c.n_snapshots <= 0) c.n_snapshots = s->hybrid ? 2 * c.max_num_seqs : 0;
+  s->max_blocks = (c.n_ctx + c.block_tokens - 1) / c.block_tokens;
+  if (c.n_blocks <= 0) {
+    int per_seq = ((c.n_ctx < 4096 ? c.n_ctx : 4096) + c.block_tokens - 1) / c.block_tokens;
+    c.n_blocks = c.max_num_seqs * per_seq;
+  }
+  s->cfg = c;
+  s->m = m;
+  s->tok = tok;
+  s->V = m->hp.n_vocab;
+  int32_t ids[4] = {tok_eos(tok), tok_eot(tok), tok_find(tok, "<|im_end|>"), tok_find(tok, "<|endoftext|>")};
+  memcpy(s->eos_ids, ids, sizeof ids);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  int rc = kv_pool_create(c.n_blocks, c.block_tokens, &s->kv, err);
+  if (rc) goto fail;
+  kv_pool_on_evict(s->kv, on_snapshot_evict, s);
+  int n_slots = s->hybrid ? c.max_num_seqs + c.n_snapshots : 0;
+  if ((rc = model_cache_init(m, c.n_blocks, c.block_tokens, n_slots > 0 ? n_slots : 1, err))) goto fail;
+  int T = c.max_batch_tokens, S = c.max_num_seqs;
+  s->slot_free = malloc(sizeof(int) * (size_t)S);
+  s->snap_free = malloc(sizeof(int) * (size_t)(c.n_snapshots + 1));
+  s->waiting = malloc(sizeof(req_t *) * (size_t)(c.max_waiting + S + 1));
+  s->running = malloc(sizeof(req_t *) * (size_t)S);
+  s->b_tok = malloc(sizeof(int32_t) * (size_t)T);
+  s->b_pos = malloc(sizeof(int32_t) * (size_t)T);
+  s->b_out = malloc(sizeof(int32_t) * (size_t)T);
+  s->b_first = malloc(sizeof(int32_t) * (size_t)S);
+  s->b_ntok = malloc(sizeof(int32_t) * (size_t)S);
+  s->b_slot = malloc(sizeof(int32_t) * (size_t)S);
+  s->b_req = malloc(sizeof(req_t *) * (size_t)S);
+  s->b_bt = malloc(sizeof(int32_t) * (size_t)S * s->max_blocks);
+  s->logits = malloc(sizeof(float) * (size_t)S * s->V);
+  s->raw = malloc(sizeof(float) * (size_t)s->V);
+  s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)S);
+  s->b_ids = malloc(sizeof(int32_t) * (size_t)S);
+  if (!s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
+      !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
+      !s->b_rows || !s->b_ids) {
+    rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
+    goto fail;
+  }
+  for (int i = S - 1; i >= 0; i--) s->slot_free[s->n_slot_free++] = i;
+  for (int i = c.n_snapshots - 1; i >= 0; i--) s->snap_free[s->n_snap_free++] = S + i;
+  s->next_id = 1;
+  s->st.kv_blocks = c.n_blocks;
+  s->st.n_ctx = c.n_ctx;
+  s->st.max_num_seqs = S;
+  s->st.block_tokens = c.block_tokens;
+  *out = s;
+  return GT_OK;
+fail:
+  sched_free(s);
+  return rc;
+}
+
+void sched_free(sched_t *s) {
+  if (!s) return;
+  /* everything still held gets a final CANCELLED event */
+  for (req_t *q = s->incoming, *n; q; q = n) {
+    n = q->next;
+    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  }
+  while (s->n_running) {
+    req_t *q = s->running[--s->n_running];
+    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  }
+  while (s->n_waiting) {
+    req_t *q = s->waiting[--s->n_waiting];
+    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  }
+  kv_pool_free(s->kv);
+  free(s->slot_free);
+  free(s->snap_free);
+  free(s->waiting);
+  free(s->running);
+  free(s->cancels);
+  free(s->b_tok);
+  free(s->b_pos);
+  free(s->b_out);
+  free(s->b_first);
+  free(s->b_ntok);
+  free(s->b_slot);
+  free(s->b_req);
+  free(s->b_bt);
+  free(s->logits);
+  free(s->raw);
+  free(s->b_rows);
+  free(s->b_ids);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+}
+
+/* ---- submission (any thread) ---- */
+
+int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
+  int rc = GT_OK;
+  req_t *q = NULL;
+  if (r->n_prompt <= 0 || !r->prompt) {
+    rc = gt_err_set(err, GT_EINVAL, "the prompt is empty");
+  } else if (r->n_prompt >= s->cfg.n_ctx) {
+    rc = gt_err_set(err, GT_EINVAL,
+                    "the prompt has %d tokens; this model's context is %d tokens, which leaves no room to generate",
+                    r->n_prompt, s->cfg.n_ctx);
+  } else if (r->max_tokens <= 0) {
+    rc = gt_err_set(err, GT_EINVAL, "max_tokens must be at least 1, got %d", r->max_tokens);
+  } else if (r->min_tokens < 0 || r->min_tokens > r->max_tokens) {
+    rc = gt_err_set(err, GT_EINVAL, "min_tokens must be in [0, max_tokens], got %d", r->min_tokens);
+  } else if (r->logprobs > SEQOUT_MAX_TOP) {
+    rc = gt_err_set(err, GT_EINVAL, "logprobs must be at most %d, got %d", SEQOUT_MAX_TOP, r->logprobs);
+  } else if (!r->on_event) {
+    rc = gt_err_set(err, GT_EINVAL, "no event callback");
+  } else {
+    for (int i = 0; i < r->n_prompt; i++)
+      if (r->prompt[i] < 0 || r->prompt[i] >= s->V) {
+        rc = gt_err_set(err, GT_EINVAL, "token id %d at position %d is outside the vocabulary of %d", r->prompt[i], i, s->V);
+        break;
+      }
+  }
+  if (!rc) rc = sampler_check(&r->sampling, err);
+  if (!rc && !(q = calloc(1, sizeof *q))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  if (!rc) {
+    q->r = *r;
+    q->slot = -1;
+    q->n_prompt = r->n_prompt;
+    int room = s->cfg.n_ctx - r->n_prompt;
+    if (q->r.max_tokens > room) q->r.max_tokens = room;
+    q->cap = r->n_prompt + q->r.max_tokens;
+    q->tokens = malloc(sizeof(int32_t) * (size_t)q->cap);
+    q->blocks = malloc(sizeof(int32_t) * (size_t)s->max_blocks);
+    if (r->n_stop_ids > 0) {
+      q->stop_ids = malloc(sizeof(int32_t) * (size_t)r->n_stop_ids);
+      if (q->stop_ids) memcpy(q->stop_ids, r->stop_ids, sizeof(int32_t) * (size_t)r->n_stop_ids);
+      q->n_stop_ids = q->stop_ids ? r->n_stop_ids : 0;
+    }
+    q->r.stop_ids = NULL;
+    if (!q->tokens || !q->blocks) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  }
+  if (!rc) {
+    memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    q->n_tokens = r->n_prompt;
+    rc = sampler_create(&r->sampling, s->V, &q->smp, err);
+  }
+  if (!rc) rc = seqout_create(s->tok, &r->out, &q->out, err);
+  if (!rc) {
+    for (int i = 0; i < r->n_prompt; i++) sampler_accept(q->smp, r->prompt[i], 0);
+    q->t_submit = now_ms();
+    pthread_mutex_lock(&s->mu);
+    if (s->draining || s->stop) {
+      rc = gt_err_set(err, GT_ECANCELLED, "the engine is draining and accepts no new requests");
+    } else if (s->n_incoming + s->n_waiting_seen >= s->cfg.max_waiting) {
+      rc = gt_err_set(err, GT_EBUSY, "the waiting queue is full (%d requests)", s->cfg.max_waiting);
+    } else {
+      q->id = s->next_id++;
+      q->arrival = s->arrivals++;
+      if (s->incoming_tail) s->incoming_tail->next = q; else s->incoming = q;
+      s->incoming_tail = q;
+      s->n_incoming++;
+      pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  if (rc) {
+    if (q) {
+      q->r.prompt = NULL;
+      free_req(q);
+    }
+    free(r->prompt);
+    r->prompt = NULL;
+    return rc;
+  }
+  r->prompt = NULL; /* owned by the request now (q->r.prompt) */
+  return q->id;
+}
+
+void sched_cancel(sched_t *s, int64_t id) {
+  pthread_mutex_lock(&s->mu);
+  if (s->n_cancels == s->cap_cancels) {
+    int cap = s->cap_cancels ? s->cap_cancels * 2 : 16;
+    int64_t *c = realloc(s->cancels, sizeof(int64_t) * (size_t)cap);
+    if (c) {
+      s->cancels = c;
+      s->cap_cancels = cap;
+    }
+  }
+  if (s->n_cancels < s->cap_cancels) s->cancels[s->n_cancels++] = id;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void sched_stop(sched_t *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void sched_drain(sched_t *s) {
+  pthread_mutex_lock(&s->mu);
+  s->draining = 1;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void sched_stats(sched_t *s, sched_stats_t *out) {
+  pthread_mutex_lock(&s->mu);
+  *out = s->st;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- the step ---- */
+
+/* Moves incoming requests to the waiting queue and applies cancellations. */
+static void take_inbox(sched_t *s) {
+  pthread_mutex_lock(&s->mu);
+  req_t *in = s->incoming;
+  s->incoming = s->incoming_tail = NULL;
+  s->n_incoming = 0;
+  int n_c = s->n_cancels;
+  int64_t *cancels = NULL;
+  if (n_c) {
+    cancels = malloc(sizeof(int64_t) * (size_t)n_c);
+    if (cancels) memcpy(cancels, s->cancels, sizeof(int64_t) * (size_t)n_c);
+    else n_c = 0;
+    s->n_cancels = 0;
+  }
+  for (req_t *q = in; q; q = q->next) s->n_waiting_seen++; /* moving to waiting[] below */
+  pthread_mutex_unlock(&s->mu);
+  for (req_t *q = in, *n; q; q = n) {
+    n = q->next;
+    q->next = NULL;
+    insert_waiting(s, q);
+  }
+  for (int c = 0; c < n_c; c++) {
+    for (int i = 0; i < s->n_waiting; i++)
+      if (s->waiting[i]->id == cancels[c]) {
+        req_t *q = s->waiting[i];
+        remove_at(s->waiting, &s->n_waiting, i);
+        finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+        break;
+      }
+    for (int i = 0; i < s->n_running; i++)
+      if (s->running[i]->id == cancels[c]) {
+        req_t *q = s->running[i];
+        remove_at(s->running, &s->n_running, i);
+        finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+        break;
+      }
+  }
+  free(cancels);
+  waiting_changed(s);
+}
+
+/* Admits waiting requests while there is room; looks up their cached prefix. */
+static void admit(sched_t *s) {
+  while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs) {
+    req_t *q = s->waiting[0];
+    if (kv_n_available(s->kv) < 1) break;
+    remove_at(s->waiting, &s->n_waiting, 0);
+    int bt = s->cfg.block_tokens;
+    if (s->hybrid) {
+      q->slot = s->slot_free[--s->n_slot_free];
+      s->m->be->ops->state_zero(s->m->be, q->slot);
+    }
+    /* reuse cached blocks, always leaving the last token to compute (its logits are needed) */
+    int snap = -1;
+    int matched = kv_match(s->kv, q->tokens, q->n_tokens - 1, s->max_blocks, s->hybrid, q->blocks, &snap);
+    if (s->hybrid && matched > 0 && snap >= 0) s->m->be->ops->state_copy(s->m->be, q->slot, snap);
+    q->n_blocks = q->n_committed = matched;
+    q->n_computed = matched * bt;
+    q->chain = 0;
+    for (int i = 0; i < matched; i++) q->chain = kv_hash_block(q->chain, q->tokens + (size_t)i * bt, bt);
+    if (q->t_admit == 0) { /* first admission (not a resume after preemption) */
+      q->t_admit = now_ms();
+      q->cached_tokens = q->n_computed;
+      pthread_mutex_lock(&s->mu);
+      s->st.prefix_queried_tokens += (uint64_t)(q->n_tokens - 1);
+      s->st.prefix_hit_tokens += (uint64_t)q->n_computed;
+      s->st.prompt_tokens += (uint64_t)q->n_prompt;
+      pthread_mutex_unlock(&s->mu);
+    }
+    /* hybrid: snapshot the state at the prompt's last block boundary (multi-turn reuse) */
+    int b = ((q->n_prompt - 1) / bt) * bt;
+    q->snap_boundary = s->hybrid && b > q->n_computed ? b : 0;
+    q->running = 1;
+    s->running[s->n_running++] = q;
+  }
+  waiting_changed(s);
+}
+
+/* Preempts the running request to sacrifice for `keep` (lowest priority, latest arrival);
+ * returns 0 if there is none. */
+static int preempt_one(sched_t *s, const req_t *keep) {
+  int victim = -1;
+  for (int i = 0; i < s->n_running; i++) {
+    req_t *q = s->running[i];
+    if (q == keep || q->chunk > 0) continue; /* never one already in this step's batch */
+    if (victim < 0 || before(s->running[victim], q)) victim = i;
+  }
+  if (victim < 0) return 0;
+  req_t *q = s->running[victim];
+  remove_at(s->running, &s->n_running, victim);
+  release_resources(s, q);
+  q->n_computed = 0;
+  q->running = 0;
+  insert_waiting(s, q);
+  pthread_mutex_lock(&s->mu);
+  s->n_waiting_seen = s->n_waiting;
+  s->st.preemptions++;
+  pthread_mutex_unlock(&s->mu);
+  GT_LOG_DEBUG("sched preempt id=%lld tokens=%d", (long long)q->id, q->n_tokens);
+  return 1;
+}
+
+/* Makes sure q has blocks for its first n_computed + n tokens; preempts others if needed.
+ * Returns 0 on success, -1 if the pool cannot hold it now. */
+static int ensure_blocks(sched_t *s, req_t *q, int n) {
+  int need = (q->n_computed + n + s->cfg.block_tokens - 1) / s->cfg.block_tokens;
+  while (q->n_blocks < need) {
+    int32_t b = kv_alloc(s->kv);
+    if (b < 0) {
+      if (!preempt_one(s, q)) return -1;
+      continue;
+    }
+    q->blocks[q->n_blocks++] = b;
+  }
+  return 0;
+}
+
+/* Registers q's newly completed blocks in the prefix cache. */
+static void commit_blocks(sched_t *s, req_t *q) {
+  int bt = s->cfg.block_tokens;
+  while (q->n_committed < q->n_blocks && (q->n_committed + 1) * bt <= q->n_computed) {
+    int i = q->n_committed++;
+    q->chain = kv_hash_block(q->chain, q->tokens + (size_t)i * bt, bt);
+    kv_commit(s->kv, q->blocks[i], q->chain, q->tokens + (size_t)i * bt);
+  }
+}
+
+static int is_eos(const sched_t *s, int32_t id) {
+  for (int i = 0; i < 4; i++)
+    if (s->eos_ids[i] >= 0 && s->eos_ids[i] == id) return 1;
+  return 0;
+}
+
+/* Takes q's next token: sampled here from logits row lg, or (lg NULL) the id the backend sampled
+ * with a draw from q's sampler (see device_rows). Returns 1 + sched_finish_t if q is done, else 0. */
+static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
+  gt_err_t err = {0};
+  /* logprobs are of the raw logits: sampler_sample changes lg only through the penalties, so a
+   * copy is taken only then (one O(vocab) pass per token saved otherwise) */
+  const float *raw = lg;
+  if (lg && q->r.logprobs >= 0 && sampler_has_penalties(&q->r.sampling)) {
+    memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
+    raw = s->raw;
+  }
+  int32_t t = lg ? sampler_sample(q->smp, lg) : sampled;
+  sampler_accept(q->smp, t, 1);
+  q->n_generated++;
+  if (q->t_first == 0) q->t_first = now_ms();
+  if (lg && q->r.logprobs >= 0) {
+    seqout_logprob_t lp = {.id = t, .logprob = sampler_logprob(raw, s->V, t)};
+    lp.n_top = sampler_top_ids(raw, s->V, q->r.logprobs, lp.top_ids);
+    for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = sampler_logprob(raw, s->V, lp.top_ids[i]);
+    seqout_add_logprob(q->out, &lp);
+  }
+  int can_stop = q->n_generated >= q->r.min_tokens;
+  int user_stop = 0;
+  for (int i = 0; i < q->n_stop_ids; i++) user_stop |= q->stop_ids[i] == t;
+  if (can_stop && (user_stop || (!q->r.ignore_eos && is_eos(s, t)))) {
+    seqout_push_id(q->out, t);
+    return 1 + SCHED_FINISH_STOP;
+  }
+  int rc = seqout_push(q->out, t, can_stop, &err);
+  if (rc < 0) return 1 + SCHED_FINISH_ERROR;
+  q->tokens[q->n_tokens++] = t;
+  if (rc == 1) return 1 + SCHED_FINISH_STOP;
+  if (q->n_generated >= q->r.max_tokens) return 1 + SCHED_FINISH_LENGTH;
+  return 0;
+}
+
+/* Device sampling for this step's n_out output rows: possible when the backend has `sample` and
+ * no output row's request needs penalties or logprobs. Then fills b_rows (drawing each request's
+ * uniform now: its RNG advances once per token on either path) and returns 1; else 0. */
+static int device_rows(sched_t *s, int n_seq, int n_out) {
+  if (!s->m->be->ops->sample || n_out == 0) return 0;
+  for (int i = 0; i < n_seq; i++) {
+    const req_t *q = s->b_req[i];
+    if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
+    if (q->r.logprobs >= 0 || sampler_has_penalties(&q->r.sampling)) return 0;
+  }
+  int o = 0;
+  for (int i = 0; i < n_seq; i++) {
+    req_t *q = s->b_req[i];
+    if (q->n_computed + q->chunk < q->n_tokens) continue;
+    const sampler_params_t *p = &q->r.sampling;
+    s->b_rows[o++] = (be_sample_row_t){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p,
+                                       .min_p = p->min_p, .u = sampler_next_u(q->smp)};
+  }
+  return 1;
+}
+
+static void publish_stats(sched_t *s) {
+  pthread_mutex_lock(&s->mu);
+  s->st.running = s->n_running;
+  s->st.waiting = s->n_waiting + s->n_incoming;
+  s->n_waiting_seen = s->n_waiting;
+  if (s->m->be->ops->eager_steps) s->st.eager_steps = (uint64_t)s->m->be->ops->eager_steps(s->m->be);
+  s->st.kv_used = kv_n_used(s->kv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static int step(sched_t *s, gt_err_t *err);
+
+int sched_step(sched_t *s, gt_err_t *err) {
+  int rc = step(s, err);
+  publish_stats(s);
+  return rc;
+}
+
+static int step(sched_t *s, gt_err_t *err) {
+  take_inbox(s);
+  admit(s);
+  if (s->n_running == 0) return 0;
+  const int bt = s->cfg.block_tokens;
+  int budget = s->cfg.max_batch_tokens;
+  int n_tok = 0, n_seq = 0, n_out = 0;
+  for (int i = 0; i < s->n_running; i++) s->running[i]->chunk = 0;
+  /* decoding sequences first, then prefill chunks, in admission order */
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+      req_t *q = s->running[i];
+      int pending = q->n_tokens - q->n_computed;
+      if ((pass == 0) != (pending == 1) || q->chunk > 0 || pending <= 0) continue;
+      int n = pending < budget ? pending : budget;
+      if (q->snap_boundary > q->n_computed && q->n_computed + n > q->snap_boundary) n = q->snap_boundary - q->n_computed;
+      if (ensure_blocks(s, q, n)) {
+        if (s->n_running == 1 && n_seq == 0) { /* alone and still too big: it can never fit */
+          remove_at(s->running, &s->n_running, i);
+          finish(s, q, SCHED_FINISH_ERROR, "the KV cache pool is too small for this request");
+          return 1;
+        }
+        continue;
+      }
+      i = -1; /* preemption may have reordered running[]: rescan (chunk > 0 marks done) */
+      q->chunk = n;
+      s->b_req[n_seq] = q;
+      s->b_first[n_seq] = n_tok;
+      s->b_ntok[n_seq] = n;
+      s->b_slot[n_seq] = q->slot;
+      for (int k = 0; k < n; k++) {
+        s->b_tok[n_tok + k] = q->tokens[q->n_computed + k];
+        s->b_pos[n_tok + k] = q->n_computed + k;
+      }
+      n_tok += n;
+      budget -= n;
+      if (q->n_computed + n == q->n_tokens) s->b_out[n_out++] = n_tok - 1;
+      n_seq++;
+    }
+  }
+  if (n_seq == 0) return 0;
+  /* the block table always has max_blocks columns: every decode step of n sequences then has
+   * the same batch layout, so the backend replays its decode graph of that size (captured by
+   * sched_warmup) instead of capturing it again whenever a context grows by a block */
+  const int maxb = s->max_blocks;
+  for (int i = 0; i < n_seq; i++) {
+    memcpy(s->b_bt + (size_t)i * maxb, s->b_req[i]->blocks, sizeof(int32_t) * (size_t)s->b_req[i]->n_blocks);
+    for (int k = s->b_req[i]->n_blocks; k < maxb; k++) s->b_bt[(size_t)i * maxb + k] = -1;
+  }
+  be_batch_t b = {.n_tok = n_tok, .n_seq = n_seq, .tok = s->b_tok, .pos = s->b_pos, .seq_first = s->b_first,
+                  .seq_ntok = s->b_ntok, .block_table = s->b_bt, .max_blocks = maxb,
+                  .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = n_out, .out_tok = s->b_out};
+  const int on_dev = device_rows(s, n_seq, n_out);
+  int rc = on_dev ? model_forward_sample(s->m, &b, s->b_rows, s->b_ids, err) : model_forward(s->m, &b, s->logits, err);
+  pthread_mutex_lock(&s->mu);
+  s->st.steps++;
+  pthread_mutex_unlock(&s->mu);
+  if (rc) {
+    while (s->n_running) {
+      req_t *q = s->running[--s->n_running];
+      finish(s, q, SCHED_FINISH_ERROR, err->msg);
+    }
+    return rc;
+  }
+  int o = 0;
+  for (int i = 0; i < n_seq; i++) {
+    req_t *q = s->b_req[i];
+    q->n_computed += q->chunk;
+    commit_blocks(s, q);
+    if (q->snap_boundary && q->n_computed == q->snap_boundary && q->n_committed * bt == q->snap_boundary &&
+        s->n_snap_free > 0) {
+      int snap = s->snap_free[--s->n_snap_free];
+      s->m->be->ops->state_copy(s->m->be, snap, q->slot);
+      kv_set_snapshot(s->kv, q->blocks[q->n_committed - 1], snap);
+      q->snap_boundary = 0;
+    }
+    if (q->n_computed < q->n_tokens) continue; /* mid-prompt chunk: no token yet */
+    if (q->t_prefill_done == 0) q->t_prefill_done = now_ms();
+    int done = on_dev ? take_token(s, q, NULL, s->b_ids[o]) : take_token(s, q, s->logits + (size_t)o * s->V, -1);
+    o++;
+    if (!done && q->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
+    if (done) {
+      for (int k = 0; k < s->n_running; k++)
+        if (s->running[k] == q) remove_at(s->running, &s->n_running, k);
+      finish(s, q, (sched_finish_t)(done - 1), done - 1 == SCHED_FINISH_ERROR ? "output processing failed" : NULL);
+    } else {
+      emit_delta(q);
+    }
+  }
+  return 1;
+}
+
+/* ---- warm-up (sched.h) ---- */
+
+/* One warm-up step: the same model entry real steps take (device sampling when the backend
+ * has it, greedy rows), so the backend records the same op sequence. */
+static int warm_forward(sched_t *s, const be_batch_t *b, gt_err_t *err) {
+  if (!s->m->be->ops->sample || b->n_out == 0) return model_forward(s->m, b, s->logits, err);
+  for (int i = 0; i < b->n_out; i++) s->b_rows[i] = (be_sample_row_t){.temperature = 0, .top_p = 1, .u = 0.5};
+  return model_forward_sample(s->m, b, s->b_rows, s->b_ids, err);
+}
+
+int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err) {
+  pthread_mutex_lock(&s->mu);
+  const int fresh = s->st.steps == 0 && !s->incoming && s->arrivals == 0;
+  pthread_mutex_unlock(&s->mu);
+  if (!fresh || s->n_running || s->n_waiting)
+    return gt_err_set(err, GT_EINVAL, "the warm-up runs only before the first request");
+  be_t *be = s->m->be;
+  const int S = s->cfg.max_num_seqs, T = s->cfg.max_batch_tokens, mb = s->max_blocks, bt = s->cfg.block_tokens;
+  const int n_blocks = s->cfg.n_blocks, n_ctx = s->cfg.n_ctx;
+  const double t0 = now_ms();
+  const long e0 = be->ops->eager_steps ? be->ops->eager_steps(be) : 0;
+  /* 1. the largest step: nt tokens over ns sequences (each at most n_ctx tokens), an output
+   * row each; its blocks are taken round-robin from the whole pool */
+  const int ns = S < T ? S : T;
+  const int nt = (int64_t)ns * n_ctx < T ? ns * n_ctx : T;
+  int next_block = 0, first = 0;
+  for (int i = 0; i < ns; i++) {
+    const int len = nt / ns + (i < nt % ns);
+    s->b_first[i] = first;
+    s->b_ntok[i] = len;
+    s->b_slot[i] = i;
+    s->b_out[i] = first + len - 1;
+    for (int k = 0; k < len; k++) {
+      s->b_tok[first + k] = (int32_t)(((int64_t)k * 31 + i) % s->V);
+      s->b_pos[first + k] = k;
+    }
+    for (int k = 0; k < mb; k++) s->b_bt[(size_t)i * mb + k] = k * bt < len ? (next_block++) % n_blocks : -1;
+    first += len;
+  }
+  be_batch_t b = {.n_tok = nt, .n_seq = ns, .tok = s->b_tok, .pos = s->b_pos, .seq_first = s->b_first,
+                  .seq_ntok = s->b_ntok, .block_table = s->b_bt, .max_blocks = mb,
+                  .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = ns, .out_tok = s->b_out};
+  int rc = warm_forward(s, &b, err);
+  /* 2. one decode step per batch size, one token at position 0 per sequence */
+  int sizes = ns < SCHED_WARMUP_MAX_SEQS ? ns : SCHED_WARMUP_MAX_SEQS;
+  for (int n = 1; n <= sizes && !rc; n++) {
+    for (int i = 0; i < n; i++) {
+      s->b_tok[i] = (int32_t)(i % s->V);
+      s->b_pos[i] = 0;
+      s->b_first[i] = i;
+      s->b_ntok[i] = 1;
+      s->b_slot[i] = i;
+      s->b_out[i] = i;
+      s->b_bt[(size_t)i * mb] = i % n_blocks;
+      for (int k = 1; k < mb; k++) s->b_bt[(size_t)i * mb + k] = -1;
+    }
+    b.n_tok = b.n_seq = b.n_out = n;
+    rc = warm_forward(s, &b, err);
+  }
+  /* the running slots start from zero state again (admit zeroes them too) */
+  for (int i = 0; i < S && s->hybrid && !rc; i++) rc = be->ops->state_zero(be, i);
+  if (!rc) rc = model_backend_err(be, err);
+  if (rc) return rc;
+  sched_warmup_t w = {.prefill_tokens = nt, .decode_sizes = sizes, .ms = now_ms() - t0,
+                      .eager_steps = be->ops->eager_steps ? be->ops->eager_steps(be) - e0 : 0,
+                      .graph_sizes = be->ops->graph_sizes ? be->ops->graph_sizes(be) : 0};
+  char buf[256];
+  if (be->ops->graph_sizes)
+    GT_LOG_INFO("%s graphs: captured %d decode sizes (%s) in %.0f ms (warm-up: a step of %d tokens, decode sizes 1-%d, "
+                "eager_steps=%ld)",
+                be->ops->name, __builtin_popcountll(w.graph_sizes), be_fmt_graph_sizes(w.graph_sizes, buf, sizeof buf), w.ms, nt,
+                sizes, w.eager_steps);
+  else
+    GT_LOG_INFO("warm-up: a step of %d tokens, decode sizes 1-%d in %.0f ms (the %s backend keeps no graphs)", nt, sizes,
+                w.ms, be->ops->name);
+  if (out) *out = w;
+  return GT_OK;
+}
+
+void sched_run(sched_t *s) {
+  gt_err_t err = {0};
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop && !s->incoming && !s->n_cancels && s->n_running == 0 && s->n_waiting == 0)
+      pthread_cond_wait(&s->cv, &s->mu);
+    int stop = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    if (stop) return;
+    if (sched_step(s, &err) < 0) GT_LOG_ERROR("sched step failed: %s", err.msg);
+  }
+}

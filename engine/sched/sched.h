@@ -1,0 +1,141 @@
+/* engine/sched.h — the engine's scheduler: continuous batching of many sequences over one model.
+ *
+ * Each step (sched_step) the scheduler
+ *   1. drops cancelled requests (their blocks and state slot are released first);
+ *   2. admits waiting requests, priority then arrival order, while fewer than max_num_seqs run
+ *      and the KV pool has blocks (prefix-cached blocks are reused: kv.h);
+ *   3. builds one batch: one decode token for every running sequence that has finished its
+ *      prompt, then prompt chunks (chunked prefill) up to max_batch_tokens in total, so a long
+ *      prompt never stalls running streams for more than one chunk;
+ *   4. when the pool runs out, preempts the most recently admitted running sequence (lowest
+ *      priority first) by recompute: its blocks are freed and it waits again with its prompt
+ *      plus the tokens generated so far;
+ *   5. runs the model, samples each sequence's next token with its own seeded sampler, and
+ *      turns tokens into events (text, reasoning, tool-call deltas, stop strings) through
+ *      engine/seqout.h; finished sequences release everything they hold.
+ * Every output row is computed independently of the others (engine/backend.h), so a greedy
+ * request yields the same tokens alone or batched ("batch invariance").
+ *
+ * Threads: sched_submit / sched_cancel / sched_stats may be called from any thread; events are
+ * delivered on the thread that runs sched_step (the scheduler thread, see sched_run). */
+#ifndef GANTRY_ENGINE_SCHED_H
+#define GANTRY_ENGINE_SCHED_H
+
+#include <stdint.h>
+
+#include "engine/models/model.h"
+#include "engine/backend/sampler.h"
+#include "engine/sched/seqout.h"
+#include "format/tokenizer.h"
+
+typedef struct sched sched_t;
+
+typedef struct {
+  int max_num_seqs;     /* running sequences at once (default 32) */
+  int max_batch_tokens; /* tokens per step, decode + prefill chunks (default 512) */
+  int max_waiting;      /* bounded waiting queue: more -> GT_EBUSY (default 256) */
+  int n_blocks;         /* KV pool blocks (0: enough for max_num_seqs full contexts) */
+  int block_tokens;     /* default 16 */
+  int n_ctx;            /* max tokens per sequence (default: the model's training context) */
+  int n_snapshots;      /* hybrid models: state slots kept for prefix caching (default 2 * max_num_seqs) */
+} sched_config_t;
+
+/* Timings and usage of a finished request, delivered with the final event. */
+typedef struct {
+  int prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens;
+  double queued_ms, prefill_ms, ttft_ms, decode_ms;
+} sched_usage_t;
+
+typedef enum {
+  SCHED_FINISH_STOP = 1,
+  SCHED_FINISH_LENGTH = 2,
+  SCHED_FINISH_TOOL_CALLS = 3,
+  SCHED_FINISH_CANCELLED = 4,
+  SCHED_FINISH_ERROR = 5,
+} sched_finish_t;
+
+typedef struct {
+  int is_final;
+  const seqout_delta_t *delta;   /* !is_final: what this step produced (never empty) */
+  sched_finish_t finish;         /* is_final */
+  const char *error;             /* is_final && finish == ERROR */
+  const sched_usage_t *usage;    /* is_final */
+} sched_event_t;
+
+/* Called on the scheduler thread; after the final event the request is gone (ud may be freed). */
+typedef void (*sched_event_fn)(void *ud, const sched_event_t *ev);
+
+typedef struct {
+  int32_t *prompt;          /* token ids; ownership passes to the scheduler on submit */
+  int n_prompt;
+  sampler_params_t sampling;
+  int max_tokens;           /* > 0 */
+  int min_tokens;           /* end-of-sequence and stop strings are ignored before this many */
+  int ignore_eos;
+  int priority;             /* lower runs first (vLLM semantics); default 0 */
+  int logprobs;             /* < 0: none; 0..20: the chosen token's logprob plus top n */
+  const int32_t *stop_ids;  /* extra token ids that end the output (copied at submit) */
+  int n_stop_ids;
+  seqout_config_t out;      /* stop strings / ids, reasoning and tool-call parsing */
+  sched_event_fn on_event;
+  void *ud;
+} sched_req_t;
+
+/* cfg may be NULL (defaults). The scheduler uses m (its backend cache is (re)initialised) and
+ * tok; both must outlive it. */
+int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err);
+void sched_free(sched_t *s); /* finishes every request with CANCELLED first */
+
+/* Queues a request; returns its id (> 0) or a negative error: GT_EINVAL (bad parameters or a
+ * prompt that leaves no room to generate: the message has the numbers), GT_EBUSY (waiting
+ * queue full), GT_ECANCELLED (draining). On error nothing is kept and req->prompt is freed. */
+int64_t sched_submit(sched_t *s, sched_req_t *req, gt_err_t *err);
+/* Cancels a request (queued or running): it gets a final CANCELLED event before the next step
+ * runs. Unknown ids are ignored. */
+void sched_cancel(sched_t *s, int64_t id);
+
+/* Largest decode batch sched_warmup runs: the CUDA backend captures graphs up to 32 sequences. */
+#define SCHED_WARMUP_MAX_SEQS 32
+
+typedef struct {
+  int prefill_tokens;   /* tokens of the warm-up's largest step */
+  int decode_sizes;     /* decode steps of 1..decode_sizes sequences were run */
+  double ms;
+  long eager_steps;     /* backend decode steps that ran without a graph during the warm-up */
+  uint64_t graph_sizes; /* the backend's captured decode sizes afterwards (bit n; 0: no graphs) */
+} sched_warmup_t;
+
+/* Warm-up before the first request, on the caller's thread (before sched_run): runs the
+ * largest step the configuration allows (max_batch_tokens tokens over up to max_num_seqs
+ * sequences), then one decode step for each batch size 1..min(max_num_seqs, max_batch_tokens,
+ * SCHED_WARMUP_MAX_SEQS), all with the batch layout real steps use, at position 0 in KV blocks
+ * no request holds yet (the KV manager and prefix cache are not involved; recurrent-state
+ * slots used are zeroed afterwards). A backend with graphs (CUDA) sizes its buffers and
+ * captures one decode graph per size here, so real decode steps replay from the first one.
+ * Counters, cache and outputs of later requests are unchanged (tests/unit/test_sched.c).
+ * Logs one line with the captured sizes. GT_EINVAL once a request was submitted or a step
+ * ran; a backend error otherwise. out may be NULL. */
+int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err);
+
+/* Runs one step; returns 1 if it did work, 0 if idle, negative on a backend error (running
+ * requests are then finished with ERROR). */
+int sched_step(sched_t *s, gt_err_t *err);
+/* Scheduler thread body: steps until sched_stop; sleeps while idle (woken by submit). */
+void sched_run(sched_t *s);
+void sched_stop(sched_t *s);
+/* Draining: new submissions fail with GT_ECANCELLED; running ones continue. */
+void sched_drain(sched_t *s);
+
+typedef struct {
+  int running, waiting;
+  int kv_blocks, kv_used;       /* blocks in the pool / referenced */
+  int n_ctx, max_num_seqs, block_tokens;
+  uint64_t prefix_queried_tokens, prefix_hit_tokens;
+  uint64_t prompt_tokens, generation_tokens;
+  uint64_t preemptions, steps;
+  uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
+  uint64_t finished[6];         /* by sched_finish_t */
+} sched_stats_t;
+void sched_stats(sched_t *s, sched_stats_t *out);
+
+#endif

@@ -1,0 +1,585 @@
+/* engine/server.c — see server.h. Calls, lifecycle and the scheduler thread. */
+#include "engine/server/server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/engine_client.h"
+#include "common/grpc_server.h"
+#include "common/log.h"
+#include "engine/chat/prompt.h"
+#include "engine/server/server_convert.h"
+#include "engine/server/server_metrics.h"
+
+/* One Generate call handed to the scheduler. Lives from the handler until the final event. */
+typedef struct live {
+  struct srv *srv;
+  gt_rpc_call_t *call;
+  uint64_t call_id;
+  int64_t sched_id;      /* 0 until sched_submit returned */
+  int cancel_pending;    /* on_cancel came before sched_id was known */
+  double t_arrival, t_last;
+  int n_out;
+  char rid[64];
+  struct live *prev, *next;
+} live_t;
+
+struct srv {
+  gt_rpc_server_t *rpc;
+  srv_metrics_t met;
+  /* set by srv_attach */
+  sched_t *sched;
+  const tok_t *tok;
+  model_t *model;
+  int have_fam;
+  chat_family_t fam;
+  char fam_reason[sizeof(((gt_err_t *)0)->msg)];
+  char *model_name, *arch, *version;
+  char **wtypes;
+  int n_wtypes;
+  int n_ctx;
+  pthread_t th;
+  int th_started;
+  /* shared */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;      /* kicks for the scheduler thread; idle waits */
+  srv_state_t state;
+  live_t *live;           /* list of live requests */
+  int n_live;
+  uint64_t kicks;
+  int stop;
+  uint64_t seed_counter;
+  /* Generate calls waiting for the prep thread (validation, rendering, tokenization, submit),
+   * so that long prompts never hold up the completion-queue thread */
+  struct prep *prep_head, *prep_tail;
+  int n_prep;             /* queued or being prepared */
+  int prep_stop;
+  pthread_cond_t prep_cv;
+  pthread_t prep_th;
+  int prep_started;
+  /* scheduler thread only */
+  int iter_tokens;
+};
+
+typedef struct prep {
+  gt_rpc_call_t *call;
+  double t_arrival;
+  struct prep *next;
+} prep_t;
+
+static live_t *find_live(srv_t *s, uint64_t call_id) {
+  for (live_t *l = s->live; l; l = l->next)
+    if (l->call_id == call_id) return l;
+  return NULL;
+}
+
+static void unlink_live(srv_t *s, live_t *l) {
+  if (l->prev) l->prev->next = l->next; else s->live = l->next;
+  if (l->next) l->next->prev = l->prev;
+  l->prev = l->next = NULL;
+  s->n_live--;
+  pthread_cond_broadcast(&s->cv);
+}
+
+/* ---- scheduler events (scheduler thread) ---- */
+
+static void on_event(void *ud, const sched_event_t *ev) {
+  live_t *l = ud;
+  srv_t *s = l->srv;
+  double t = gt_now_ms();
+  if (!ev->is_final) {
+    const seqout_delta_t *d = ev->delta;
+    if (d->n_ids > 0) {
+      if (l->n_out == 0) {
+        gt_metric_observe(s->met.ttft, (t - l->t_arrival) / 1e3);
+      } else {
+        double itl = (t - l->t_last) / 1e3 / d->n_ids;
+        for (int i = 0; i < d->n_ids; i++) gt_metric_observe(s->met.itl, itl);
+      }
+      l->n_out += d->n_ids;
+      l->t_last = t;
+      s->iter_tokens += d->n_ids;
+      gt_metric_inc(s->met.gen_tokens, d->n_ids);
+    }
+    gt_genresp_t *r = srv_conv_delta(d, s->tok);
+    if (r) gt_rpc_call_send(l->call, &r->base, 0);
+    return;
+  }
+  const sched_usage_t *u = ev->usage;
+  srv_metrics_finished(&s->met, ev->finish, u, (t - l->t_arrival) / 1e3);
+  GT_LOG_INFO("request_id=%s finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d ttft_ms=%.1f e2e_ms=%.1f",
+              l->rid, srv_finish_name(ev->finish), u ? u->prompt_tokens : 0, u ? u->completion_tokens : 0,
+              u ? u->cached_tokens : 0, u ? u->ttft_ms : 0.0, t - l->t_arrival);
+  if (gt_rpc_call_is_cancelled(l->call)) {
+    gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
+  } else {
+    gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
+    if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
+    gt_rpc_call_finish(l->call, r ? GT_RPC_OK : GT_RPC_INTERNAL, r ? NULL : "out of memory building the final message");
+  }
+  /* unlinked only now, so "idle" (srv_wait_idle) means every call has been finished; an
+   * on_cancel racing with this finds sched_id of a request the scheduler no longer knows,
+   * which sched_cancel ignores */
+  pthread_mutex_lock(&s->mu);
+  unlink_live(s, l);
+  pthread_mutex_unlock(&s->mu);
+  free(l);
+}
+
+static void *sched_main(void *arg) {
+  srv_t *s = arg;
+  uint64_t seen = 0;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    int stop = s->stop;
+    seen = s->kicks;
+    pthread_mutex_unlock(&s->mu);
+    if (stop) break;
+    gt_err_t err = {0};
+    s->iter_tokens = 0;
+    int rc = sched_step(s->sched, &err);
+    if (rc < 0) GT_LOG_ERROR("scheduler step failed: %s", err.msg);
+    if (rc > 0) {
+      if (s->iter_tokens > 0) gt_metric_observe(s->met.iter_tokens, s->iter_tokens);
+      continue;
+    }
+    /* idle (or blocked): wait for a submit / cancel, with a bounded wait as a safety net */
+    pthread_mutex_lock(&s->mu);
+    if (!s->stop && s->kicks == seen) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 50 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+  }
+  return NULL;
+}
+
+/* ---- handlers (completion-queue thread) ---- */
+
+static srv_state_t get_state(srv_t *s) {
+  pthread_mutex_lock(&s->mu);
+  srv_state_t st = s->state;
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+/* Generate handler (cq thread): refuses at once when not READY, else queues the call for the
+ * prep thread. */
+static void on_generate(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  double t_arrival = gt_now_ms();
+  srv_state_t st = get_state(s);
+  if (st != SRV_READY) {
+    gt_metric_inc(s->met.rejected_unavailable, 1);
+    gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, st == SRV_LOADING ? "the engine is loading its model" : "the engine is draining");
+    return;
+  }
+  prep_t *p = malloc(sizeof *p);
+  if (!p) {
+    gt_rpc_call_finish(call, GT_RPC_INTERNAL, "out of memory");
+    return;
+  }
+  p->call = call;
+  p->t_arrival = t_arrival;
+  p->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->prep_tail) s->prep_tail->next = p; else s->prep_head = p;
+  s->prep_tail = p;
+  s->n_prep++;
+  pthread_cond_signal(&s->prep_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Validates, renders and tokenizes one Generate call and submits it (prep thread). Finishes
+ * the call itself unless the scheduler took the request. */
+/* gRPC status of a rejected Generate: the shared mapping (gt_rpc_code_from_err), except that a
+ * draining scheduler (GT_ECANCELLED) is UNAVAILABLE and input this model cannot take (no chat
+ * template: GT_ENOTFOUND / GT_EUNSUPPORTED) is the client's INVALID_ARGUMENT. */
+static gt_rpc_code_t request_status(int rc) {
+  if (rc == GT_ECANCELLED) return GT_RPC_UNAVAILABLE;
+  if (rc == GT_ENOTFOUND || rc == GT_EUNSUPPORTED) return GT_RPC_INVALID_ARGUMENT;
+  return gt_rpc_code_from_err(rc);
+}
+
+static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
+  const Gantry__V1__GenerateRequest *r = (const Gantry__V1__GenerateRequest *)gt_rpc_call_request(call);
+  if (gt_rpc_call_is_cancelled(call)) { /* gone while queued */
+    gt_rpc_call_finish(call, GT_RPC_CANCELLED, "cancelled");
+    return;
+  }
+  gt_err_t err = {0};
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  int opens = 0;
+  const char **stop_buf = NULL;
+  sched_req_t q;
+  int rc = srv_conv_check(r, &err);
+  if (!rc) rc = srv_conv_prompt(r, s->tok, s->have_fam ? &s->fam : NULL, s->fam_reason, &ids, &n_ids, &opens, &err);
+  /* a prompt that fills the context is refused by sched_submit (INVALID_ARGUMENT, same message) */
+  pthread_mutex_lock(&s->mu);
+  uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
+  pthread_mutex_unlock(&s->mu);
+  if (!rc) rc = srv_conv_request(r, s->n_ctx, opens, seed, &q, &stop_buf, &err);
+  live_t *l = NULL;
+  if (!rc && !(l = calloc(1, sizeof *l))) rc = gt_err_set(&err, GT_ENOMEM, "out of memory");
+  if (rc) {
+    free(ids);
+    free(stop_buf);
+    gt_metric_inc(s->met.rejected_invalid, 1);
+    gt_rpc_code_t code = request_status(rc);
+    GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", r->request_id, (int)code, err.msg);
+    gt_rpc_call_finish(call, code, err.msg);
+    return;
+  }
+  l->srv = s;
+  l->call = call;
+  l->call_id = gt_rpc_call_id(call);
+  l->t_arrival = t_arrival;
+  const char *rid = gt_rpc_call_metadata(call, "x-request-id");
+  snprintf(l->rid, sizeof l->rid, "%s", rid && *rid ? rid : r->request_id[0] ? r->request_id : "-");
+  q.prompt = ids;
+  q.n_prompt = (int)n_ids;
+  q.on_event = on_event;
+  q.ud = l;
+  pthread_mutex_lock(&s->mu);
+  l->next = s->live;
+  if (s->live) s->live->prev = l;
+  s->live = l;
+  s->n_live++;
+  pthread_mutex_unlock(&s->mu);
+  int64_t id = sched_submit(s->sched, &q, &err); /* takes ids */
+  free(stop_buf);
+  if (id < 0) {
+    pthread_mutex_lock(&s->mu);
+    unlink_live(s, l);
+    pthread_mutex_unlock(&s->mu);
+    gt_rpc_code_t code = request_status((int)id);
+    if (code == GT_RPC_RESOURCE_EXHAUSTED) gt_metric_inc(s->met.rejected_full, 1);
+    else if (code == GT_RPC_UNAVAILABLE) gt_metric_inc(s->met.rejected_unavailable, 1);
+    else gt_metric_inc(s->met.rejected_invalid, 1);
+    GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", l->rid, (int)code, err.msg);
+    gt_rpc_call_finish(call, code, err.msg);
+    free(l);
+    return;
+  }
+  /* l may already be gone (a very short request finished on the scheduler thread) */
+  pthread_mutex_lock(&s->mu);
+  live_t *still = find_live(s, gt_rpc_call_id(call));
+  if (still) {
+    still->sched_id = id;
+    /* a cancel before this point found no sched id: apply it now */
+    if (still->cancel_pending || gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
+  }
+  s->kicks++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *prep_main(void *arg) {
+  srv_t *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->prep_head && !s->prep_stop) pthread_cond_wait(&s->prep_cv, &s->mu);
+    prep_t *p = s->prep_head;
+    if (p) {
+      s->prep_head = p->next;
+      if (!s->prep_head) s->prep_tail = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (!p) break; /* stopping and nothing queued */
+    prepare(s, p->call, p->t_arrival);
+    free(p);
+    pthread_mutex_lock(&s->mu);
+    s->n_prep--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+  return NULL;
+}
+
+static void on_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
+  srv_t *s = user;
+  (void)code;
+  pthread_mutex_lock(&s->mu);
+  live_t *l = find_live(s, gt_rpc_call_id(call));
+  if (l) {
+    if (l->sched_id > 0) sched_cancel(s->sched, l->sched_id);
+    else l->cancel_pending = 1;
+  }
+  s->kicks++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static char *dup_or_empty(const char *x) {
+  if (!x || !*x) return (char *)protobuf_c_empty_string;
+  char *p = strdup(x);
+  return p ? p : (char *)protobuf_c_empty_string;
+}
+
+static void on_info(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  if (get_state(s) == SRV_LOADING) {
+    gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "the engine is loading its model");
+    return;
+  }
+  sched_stats_t st;
+  sched_stats(s->sched, &st);
+  Gantry__V1__InfoResponse *r = malloc(sizeof *r);
+  Gantry__V1__DeviceInfo *dev = malloc(sizeof *dev);
+  Gantry__V1__DeviceInfo **devs = malloc(sizeof *devs);
+  char **wt = calloc((size_t)s->n_wtypes + 1, sizeof *wt);
+  if (!r || !dev || !devs || !wt) {
+    free(r);
+    free(dev);
+    free(devs);
+    free(wt);
+    gt_rpc_call_finish(call, GT_RPC_INTERNAL, "out of memory");
+    return;
+  }
+  gantry__v1__info_response__init(r);
+  gantry__v1__device_info__init(dev);
+  dev->index = 0;
+  dev->name = dup_or_empty("cpu");
+  devs[0] = dev;
+  r->devices = devs;
+  r->n_devices = 1;
+  r->model_name = dup_or_empty(s->model_name);
+  r->architecture = dup_or_empty(s->arch);
+  r->version = dup_or_empty(s->version);
+  r->context_length = (uint32_t)st.n_ctx;
+  r->max_num_seqs = (uint32_t)st.max_num_seqs;
+  r->kv_capacity_tokens = (uint64_t)st.kv_blocks * (uint64_t)st.block_tokens;
+  r->tensor_parallel = 1;
+  for (int i = 0; i < s->n_wtypes; i++) wt[i] = dup_or_empty(s->wtypes[i]);
+  r->weight_types = wt;
+  r->n_weight_types = (size_t)s->n_wtypes;
+  gt_rpc_call_reply(call, &r->base);
+}
+
+static void on_health(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  Gantry__V1__HealthResponse *r = malloc(sizeof *r);
+  if (!r) {
+    gt_rpc_call_finish(call, GT_RPC_INTERNAL, "out of memory");
+    return;
+  }
+  gantry__v1__health_response__init(r);
+  srv_state_t st = get_state(s);
+  r->status = st == SRV_LOADING ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING
+              : st == SRV_READY ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY
+                                : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING;
+  if (st != SRV_LOADING) {
+    sched_stats_t ss;
+    sched_stats(s->sched, &ss);
+    r->running = (uint32_t)ss.running;
+    r->waiting = (uint32_t)ss.waiting;
+  }
+  gt_rpc_call_reply(call, &r->base);
+}
+
+static void on_tokenize(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  if (get_state(s) == SRV_LOADING) {
+    gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "the engine is loading its model");
+    return;
+  }
+  const Gantry__V1__TokenizeRequest *t = (const Gantry__V1__TokenizeRequest *)gt_rpc_call_request(call);
+  gt_err_t err = {0};
+  int32_t *ids = NULL;
+  size_t n = 0;
+  int rc;
+  if (t->base.n_unknown_fields) {
+    rc = gt_err_set(&err, GT_EINVAL, "unknown field number %u in TokenizeRequest", t->base.unknown_fields[0].tag);
+  } else if (t->input_case == GANTRY__V1__TOKENIZE_REQUEST__INPUT_TEXT) {
+    rc = prompt_encode_text(s->tok, t->text, strlen(t->text), t->parse_special_tokens, &ids, &n, &err);
+  } else if (t->input_case == GANTRY__V1__TOKENIZE_REQUEST__INPUT_CHAT) {
+    int opens = 0;
+    Gantry__V1__GenerateRequest g; /* a GenerateRequest view, for the unknown-field check */
+    gantry__v1__generate_request__init(&g);
+    g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT;
+    g.chat = t->chat;
+    rc = srv_conv_check(&g, &err);
+    if (!rc)
+      rc = srv_conv_chat(t->chat, t->add_generation_prompt, t->parse_special_tokens, s->tok, s->have_fam ? &s->fam : NULL,
+                         s->fam_reason, &ids, &n, &opens, &err);
+  } else {
+    rc = gt_err_set(&err, GT_EINVAL, "input: one of text or chat is required");
+  }
+  if (rc) {
+    free(ids);
+    gt_rpc_call_finish(call, rc == GT_ENOMEM ? GT_RPC_INTERNAL : GT_RPC_INVALID_ARGUMENT, err.msg);
+    return;
+  }
+  Gantry__V1__TokenizeResponse *r = malloc(sizeof *r);
+  if (!r) {
+    free(ids);
+    gt_rpc_call_finish(call, GT_RPC_INTERNAL, "out of memory");
+    return;
+  }
+  gantry__v1__tokenize_response__init(r);
+  r->ids = ids;
+  r->n_ids = n;
+  r->count = (uint32_t)n;
+  gt_rpc_call_reply(call, &r->base);
+}
+
+/* ---- lifecycle ---- */
+
+int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
+  srv_t *s = calloc(1, sizeof *s);
+  if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  pthread_cond_init(&s->prep_cv, NULL);
+  s->state = SRV_LOADING;
+  if (pthread_create(&s->prep_th, NULL, prep_main, s)) {
+    srv_free(s, 0);
+    return gt_err_set(err, GT_EINTERNAL, "cannot start the request preparation thread");
+  }
+  s->prep_started = 1;
+  srv_metrics_init(&s->met, o->metrics);
+  int rc = gt_rpc_server_create(NULL, &s->rpc, err);
+  const gt_rpc_method_t methods[] = {
+      {EC_METHOD_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__generate_request__descriptor, on_generate, on_cancel,
+       gt_delta_merge, s},
+      {EC_METHOD_TOKENIZE, GT_RPC_UNARY, &gantry__v1__tokenize_request__descriptor, on_tokenize, NULL, NULL, s},
+      {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, on_info, NULL, NULL, s},
+      {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, on_health, NULL, NULL, s},
+  };
+  for (size_t i = 0; !rc && i < sizeof methods / sizeof *methods; i++) rc = gt_rpc_server_add_method(s->rpc, &methods[i], err);
+  if (!rc) rc = gt_rpc_server_start(s->rpc, o->listen, port, err);
+  if (rc) {
+    srv_free(s, 0);
+    return rc;
+  }
+  *out = s;
+  return GT_OK;
+}
+
+static void metrics_collect(void *ud) {
+  srv_t *s = ud;
+  if (get_state(s) == SRV_LOADING) return;
+  sched_stats_t st;
+  sched_stats(s->sched, &st);
+  srv_metrics_collect(&s->met, &st);
+}
+
+int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sched_config_t *cfg,
+               const srv_model_info_t *info, gt_err_t *err) {
+  int rc = sched_create(m, tok, cfg, &s->sched, err);
+  if (rc) return rc;
+  s->tok = tok;
+  s->model = m;
+  gt_err_t ferr = {0};
+  s->have_fam = prompt_chat_family(g, &s->fam, &ferr) == GT_OK;
+  if (!s->have_fam) snprintf(s->fam_reason, sizeof s->fam_reason, "%s", ferr.msg);
+  sched_stats_t st;
+  sched_stats(s->sched, &st);
+  s->n_ctx = st.n_ctx;
+  s->model_name = strdup(info && info->model_name ? info->model_name : m->hp.name);
+  s->arch = strdup(info && info->architecture ? info->architecture : m->hp.arch);
+  s->version = strdup(info && info->version ? info->version : "");
+  if (info && info->n_weight_types > 0) {
+    s->wtypes = calloc((size_t)info->n_weight_types, sizeof *s->wtypes);
+    for (int i = 0; s->wtypes && i < info->n_weight_types; i++) s->wtypes[i] = strdup(info->weight_types[i]);
+    if (s->wtypes) s->n_wtypes = info->n_weight_types;
+  }
+  /* a backend with decode graphs (CUDA) captures them now, before the first request */
+  if (m->be->ops->graph_sizes && (rc = sched_warmup(s->sched, NULL, err))) {
+    sched_free(s->sched);
+    s->sched = NULL;
+    return rc;
+  }
+  if (s->met.reg) gt_metrics_on_collect(s->met.reg, metrics_collect, s);
+  if (pthread_create(&s->th, NULL, sched_main, s)) {
+    sched_free(s->sched);
+    s->sched = NULL;
+    return gt_err_set(err, GT_EINTERNAL, "cannot start the scheduler thread");
+  }
+  s->th_started = 1;
+  pthread_mutex_lock(&s->mu);
+  s->state = SRV_READY;
+  pthread_mutex_unlock(&s->mu);
+  return GT_OK;
+}
+
+srv_state_t srv_state(srv_t *s) { return get_state(s); }
+
+void srv_stats(srv_t *s, sched_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (get_state(s) != SRV_LOADING) sched_stats(s->sched, out);
+}
+
+void srv_drain(srv_t *s) {
+  pthread_mutex_lock(&s->mu);
+  if (s->state == SRV_READY) s->state = SRV_DRAINING;
+  pthread_mutex_unlock(&s->mu);
+  if (s->sched) sched_drain(s->sched);
+}
+
+int srv_live(srv_t *s) {
+  pthread_mutex_lock(&s->mu);
+  int n = s->n_live + s->n_prep;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+int srv_wait_idle(srv_t *s, int64_t timeout_ms) {
+  int64_t deadline = gt_now_ns() + timeout_ms * 1000000LL;
+  pthread_mutex_lock(&s->mu);
+  while (s->n_live + s->n_prep > 0) {
+    int64_t left = deadline - gt_now_ns();
+    if (left <= 0) break;
+    if (left > 100000000LL) left = 100000000LL;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += left;
+    while (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+  }
+  int idle = s->n_live + s->n_prep == 0;
+  pthread_mutex_unlock(&s->mu);
+  return idle;
+}
+
+void srv_free(srv_t *s, int64_t grace_ms) {
+  if (!s) return;
+  if (s->rpc) {
+    /* the scheduler thread still runs: it finishes the calls that shutdown cancels */
+    gt_rpc_server_shutdown(s->rpc, grace_ms);
+    gt_rpc_server_destroy(s->rpc);
+  }
+  if (s->met.reg) gt_metrics_on_collect(s->met.reg, NULL, NULL);
+  if (s->prep_started) { /* every call is finished by now: the queue is empty */
+    pthread_mutex_lock(&s->mu);
+    s->prep_stop = 1;
+    pthread_cond_broadcast(&s->prep_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->prep_th, NULL);
+  }
+  if (s->th_started) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+  }
+  sched_free(s->sched);
+  free(s->model_name);
+  free(s->arch);
+  free(s->version);
+  for (int i = 0; i < s->n_wtypes; i++) free(s->wtypes[i]);
+  free(s->wtypes);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  pthread_cond_destroy(&s->prep_cv);
+  free(s);
+}

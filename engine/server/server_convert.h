@@ -1,0 +1,43 @@
+/* engine/server_convert.h — gantry.v1 messages <-> scheduler types, for engine/server.c (and
+ * its unit test). No gRPC calls here: pure conversions. */
+#ifndef GANTRY_ENGINE_SERVER_CONVERT_H
+#define GANTRY_ENGINE_SERVER_CONVERT_H
+
+#include <stdint.h>
+
+#include "common/grpc_delta.h"
+#include "engine/chat/chat.h"
+#include "engine/sched/sched.h"
+#include "format/tokenizer.h"
+
+/* Rejects unknown fields (anywhere in the request, named by message and field number) and
+ * out-of-range values that the scheduler would not name (GT_EINVAL with the field). */
+int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err);
+
+/* Token ids of r's input: chat (rendered with fam; fam NULL -> GT_EINVAL carrying
+ * fam_reason), raw prompt text, or ids. *ids malloc'd (caller frees). *opens_reasoning is set
+ * when the rendered chat prompt opened a <think> block. Empty input -> GT_EINVAL. */
+int srv_conv_prompt(const Gantry__V1__GenerateRequest *r, const tok_t *tok, const chat_family_t *fam,
+                    const char *fam_reason, int32_t **ids, size_t *n, int *opens_reasoning, gt_err_t *err);
+
+/* Token ids of a chat input (see srv_conv_prompt); also used by Tokenize. */
+int srv_conv_chat(const Gantry__V1__ChatInput *c, int add_generation_prompt, int parse_special, const tok_t *tok,
+                  const chat_family_t *fam, const char *fam_reason, int32_t **ids, size_t *n, int *opens_reasoning,
+                  gt_err_t *err);
+
+/* Fills *q from r (everything but prompt, on_event and ud). Pointers in *q borrow from r and
+ * from *stop_buf (a malloc'd array the caller frees after sched_submit, which copies). */
+int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_reasoning, uint64_t seed,
+                     sched_req_t *q, const char ***stop_buf, gt_err_t *err);
+
+/* GenerateResponse{delta} of a scheduler delta (token ids, text, reasoning, tool-call
+ * fragments, logprobs with token bytes from tok). NULL on allocation failure. */
+gt_genresp_t *srv_conv_delta(const seqout_delta_t *d, const tok_t *tok);
+
+/* GenerateResponse{final} with usage and timings. NULL on allocation failure. */
+gt_genresp_t *srv_conv_final(sched_finish_t why, const char *error, const sched_usage_t *u);
+
+/* Prometheus label value for a finish reason ("stop", "length", ...). */
+const char *srv_finish_name(sched_finish_t why);
+
+#endif

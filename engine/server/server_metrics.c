@@ -1,0 +1,76 @@
+/* engine/server_metrics.c — see server_metrics.h. */
+#include "engine/server/server_metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/server/server_convert.h"
+
+static const double lat_s[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                               1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+static const double itl_s[] = {0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                               0.1,   0.15,   0.2,   0.3,  0.4,   0.5,  0.75,  1.0,  2.5,  5.0};
+static const double tok_n[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
+
+#define N(a) ((int)(sizeof(a) / sizeof *(a)))
+
+void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
+  memset(m, 0, sizeof *m);
+  m->reg = reg;
+  if (!reg) return;
+  const gt_metric_kind_t C = GT_METRIC_COUNTER, G = GT_METRIC_GAUGE, H = GT_METRIC_HISTOGRAM;
+  m->running = gt_metrics_add(reg, G, "gantry_engine_requests_running", "Sequences running in the batch.", NULL, NULL, 0);
+  m->waiting = gt_metrics_add(reg, G, "gantry_engine_requests_waiting", "Requests waiting to be scheduled.", NULL, NULL, 0);
+  m->kv_usage = gt_metrics_add(reg, G, "gantry_engine_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use (0..1).", NULL, NULL, 0);
+  m->prefix_queries = gt_metrics_add(reg, C, "gantry_engine_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", NULL, NULL, 0);
+  m->prefix_hits = gt_metrics_add(reg, C, "gantry_engine_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", NULL, NULL, 0);
+  m->prompt_tokens = gt_metrics_add(reg, C, "gantry_engine_prompt_tokens_total", "Prompt tokens of admitted requests.", NULL, NULL, 0);
+  m->gen_tokens = gt_metrics_add(reg, C, "gantry_engine_generation_tokens_total", "Generated tokens.", NULL, NULL, 0);
+  m->preemptions = gt_metrics_add(reg, C, "gantry_engine_preemptions_total", "Sequences preempted (recomputed later).", NULL, NULL, 0);
+  m->steps = gt_metrics_add(reg, C, "gantry_engine_steps_total", "Scheduler steps that ran the model.", NULL, NULL, 0);
+  m->eager_steps = gt_metrics_add(reg, C, "gantry_engine_eager_steps_total",
+                                  "Decode steps run eagerly (no captured CUDA graph); 0 in steady decode, always 0 on the CPU backend.", NULL, NULL, 0);
+  static const char *reasons[6] = {NULL, "stop", "length", "tool_calls", "cancelled", "error"};
+  for (int i = 1; i < 6; i++) {
+    char lab[64];
+    snprintf(lab, sizeof lab, "finished_reason=\"%s\"", reasons[i]);
+    m->finished[i] = gt_metrics_add(reg, C, "gantry_engine_request_success_total", "Finished requests by finish reason.", lab, NULL, 0);
+  }
+  m->rejected_invalid = gt_metrics_add(reg, C, "gantry_engine_requests_rejected_total", "Requests refused before scheduling.", "code=\"invalid_argument\"", NULL, 0);
+  m->rejected_full = gt_metrics_add(reg, C, "gantry_engine_requests_rejected_total", "Requests refused before scheduling.", "code=\"resource_exhausted\"", NULL, 0);
+  m->rejected_unavailable = gt_metrics_add(reg, C, "gantry_engine_requests_rejected_total", "Requests refused before scheduling.", "code=\"unavailable\"", NULL, 0);
+  m->ttft = gt_metrics_add(reg, H, "gantry_engine_time_to_first_token_seconds", "Arrival to first generated token.", NULL, lat_s, N(lat_s));
+  m->itl = gt_metrics_add(reg, H, "gantry_engine_inter_token_latency_seconds", "Time between generated tokens of a stream.", NULL, itl_s, N(itl_s));
+  m->queue = gt_metrics_add(reg, H, "gantry_engine_request_queue_time_seconds", "Arrival to first scheduled.", NULL, lat_s, N(lat_s));
+  m->prefill = gt_metrics_add(reg, H, "gantry_engine_request_prefill_time_seconds", "First scheduled to prompt processed.", NULL, lat_s, N(lat_s));
+  m->decode = gt_metrics_add(reg, H, "gantry_engine_request_decode_time_seconds", "First token to last token.", NULL, lat_s, N(lat_s));
+  m->e2e = gt_metrics_add(reg, H, "gantry_engine_e2e_request_latency_seconds", "Arrival to the final message.", NULL, lat_s, N(lat_s));
+  m->iter_tokens = gt_metrics_add(reg, H, "gantry_engine_iteration_tokens", "Tokens sampled per scheduler step.", NULL, tok_n, N(tok_n));
+  m->prompt_len = gt_metrics_add(reg, H, "gantry_engine_request_prompt_tokens", "Prompt length of finished requests.", NULL, tok_n, N(tok_n));
+  m->gen_len = gt_metrics_add(reg, H, "gantry_engine_request_generation_tokens", "Generated tokens of finished requests.", NULL, tok_n, N(tok_n));
+}
+
+void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {
+  if (!m->reg) return;
+  gt_metric_set(m->running, st->running);
+  gt_metric_set(m->waiting, st->waiting);
+  gt_metric_set(m->kv_usage, st->kv_blocks > 0 ? (double)st->kv_used / st->kv_blocks : 0.0);
+  gt_metric_set(m->prefix_queries, (double)st->prefix_queried_tokens);
+  gt_metric_set(m->prefix_hits, (double)st->prefix_hit_tokens);
+  gt_metric_set(m->prompt_tokens, (double)st->prompt_tokens);
+  gt_metric_set(m->preemptions, (double)st->preemptions);
+  gt_metric_set(m->steps, (double)st->steps);
+  gt_metric_set(m->eager_steps, (double)st->eager_steps);
+}
+
+void srv_metrics_finished(srv_metrics_t *m, sched_finish_t why, const sched_usage_t *u, double e2e_s) {
+  if (!m->reg) return;
+  if (why >= 1 && why <= 5) gt_metric_inc(m->finished[why], 1);
+  gt_metric_observe(m->e2e, e2e_s);
+  if (!u) return;
+  gt_metric_observe(m->queue, u->queued_ms / 1e3);
+  if (u->prefill_ms > 0) gt_metric_observe(m->prefill, u->prefill_ms / 1e3);
+  if (u->completion_tokens > 0) gt_metric_observe(m->decode, u->decode_ms / 1e3);
+  gt_metric_observe(m->prompt_len, u->prompt_tokens);
+  gt_metric_observe(m->gen_len, u->completion_tokens);
+}

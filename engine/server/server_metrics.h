@@ -1,0 +1,26 @@
+/* engine/server_metrics.h — the gantry_engine_* Prometheus series of the Engine service
+ * (names and their vLLM counterparts: engine/SERVE.md). */
+#ifndef GANTRY_ENGINE_SERVER_METRICS_H
+#define GANTRY_ENGINE_SERVER_METRICS_H
+
+#include "common/metrics.h"
+#include "engine/sched/sched.h"
+
+typedef struct {
+  gt_metrics_t *reg; /* borrowed; NULL: every metric pointer is NULL and updates are no-ops */
+  gt_metric_t *running, *waiting, *kv_usage, *prefix_queries, *prefix_hits, *prompt_tokens, *gen_tokens,
+      *preemptions, *eager_steps, *steps;
+  gt_metric_t *finished[6]; /* by sched_finish_t */
+  gt_metric_t *rejected_invalid, *rejected_full, *rejected_unavailable;
+  gt_metric_t *ttft, *itl, *queue, *prefill, *decode, *e2e, *iter_tokens;
+  gt_metric_t *prompt_len, *gen_len;
+} srv_metrics_t;
+
+/* Registers every series in reg (may be NULL). */
+void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg);
+/* Refreshes gauges and scheduler-owned counters from a stats snapshot. */
+void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st);
+/* Records a finished request (u may be NULL); e2e_s: arrival to the final event. */
+void srv_metrics_finished(srv_metrics_t *m, sched_finish_t why, const sched_usage_t *u, double e2e_s);
+
+#endif
