@@ -1,4 +1,4 @@
-/* clients/tok_local.h — token counts from a local GGUF tokenizer (engine/tokenizer.h), for
+/* clients/tok_local.h — token counts from a local GGUF tokenizer (format/tokenizer.h), for
  * `gantry bench --tokenizer M.gguf` against servers without /tokenize. Built only when the
  * gantry_tok library is part of the build (GANTRY_HAVE_TOK). */
 #ifndef GANTRY_CLIENTS_TOK_LOCAL_H

@@ -1,3 +1,7 @@
 # common/: shared by engine, router and clients.
 add_library(gantry_common STATIC common/err.c common/log.c)
 target_link_libraries(gantry_common PUBLIC Threads::Threads m)
+
+# the include arrows between module folders point down only (scripts/check_layout.sh)
+add_test(NAME test_layout COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/check_layout.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(test_layout PROPERTIES TIMEOUT 60)

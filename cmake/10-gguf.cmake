@@ -1,5 +1,5 @@
-# engine/dtype + engine/gguf: ggml weight types and the GGUF reader.
-add_library(gantry_gguf STATIC format/dtype.c format/gguf.c)
+# format/: ggml weight types (dtype), the GGUF reader and writer (the tokenizer: 20-tokenizer.cmake).
+add_library(gantry_gguf STATIC format/dtype.c format/gguf.c format/gguf_write.c)
 target_link_libraries(gantry_gguf PUBLIC gantry_common m)
 gt_add_test(test_dtype SOURCES tests/unit/test_dtype.c LIBS gantry_gguf gantry_testutil TIMEOUT 120)
 gt_add_test(test_gguf SOURCES tests/unit/test_gguf.c LIBS gantry_gguf gantry_testutil TIMEOUT 120)

@@ -1,4 +1,4 @@
-# engine chat layer: native Qwen chat-template rendering, streaming output parser, stop strings.
+# engine/chat/: native Qwen chat-template rendering, streaming output parser, stop strings.
 add_library(gantry_chat STATIC engine/chat/chat.c engine/chat/chat_detect.c engine/chat/chat_json.c engine/chat/chat_msgs.c
             engine/chat/chat_text.c engine/chat/chat_parse.c engine/chat/stop.c)
 target_link_libraries(gantry_chat PUBLIC gantry_common PkgConfig::JANSSON)

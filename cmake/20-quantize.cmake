@@ -1,7 +1,6 @@
-# engine quantization: GGUF writer, row quantizers, llama.cpp type mixes, file quantizer,
-# synthetic production-shape models (gantry-mkmodel).
-add_library(gantry_quant STATIC format/gguf_write.c tools/quantize.c tools/mkmodel.c
-            tools/mkmodel_vocab.c)
+# tools/: row quantizers, llama.cpp type mixes, file quantizer (gantry-quantize), synthetic
+# production-shape models (gantry-mkmodel).
+add_library(gantry_quant STATIC tools/quantize.c tools/mkmodel.c tools/mkmodel_vocab.c)
 target_link_libraries(gantry_quant PUBLIC gantry_gguf gantry_common Threads::Threads m)
 
 add_executable(gantry-quantize tools/quantize_main.c)

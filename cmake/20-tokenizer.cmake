@@ -1,4 +1,4 @@
-# engine tokenizer: byte-level BPE (Qwen3 / Qwen3.5) from GGUF metadata.
+# format/ tokenizer: byte-level BPE (Qwen3 / Qwen3.5) from GGUF metadata.
 add_library(gantry_tok STATIC
   format/tokenizer.c
   format/tok_bpe.c

@@ -1,4 +1,5 @@
-# engine model core: backends, models, sampler, generation.
+# engine/backend/ (interface, CPU reference, sampler) + engine/models/ (qwen3, qwen35, generation,
+# decode bench): one library, the models call the backend and the backend nothing above it.
 add_library(gantry_model STATIC
   engine/backend/backend.c
   engine/backend/backend_cpu.c
@@ -12,7 +13,7 @@ add_library(gantry_model STATIC
 )
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
 
-# the scheduler: continuous batching, paged KV with prefix caching, per-request output
+# engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_tok gantry_chat gantry_common Threads::Threads)
 

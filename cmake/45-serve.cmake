@@ -1,4 +1,5 @@
-# gantry-engine serve: prompt building (shared with the CLI), the gRPC Engine service, metrics.
+# gantry-engine serve: prompt building (engine/chat/prompt.c, shared with the CLI), the gRPC Engine
+# service and its metrics (engine/server/).
 add_library(gantry_prompt STATIC engine/chat/prompt.c)
 target_link_libraries(gantry_prompt PUBLIC gantry_tok gantry_chat gantry_gguf gantry_common)
 gt_add_test(test_prompt SOURCES tests/unit/test_prompt.c LIBS gantry_prompt gantry_testutil TIMEOUT 60)

@@ -1,4 +1,4 @@
-# CUDA backend (kernels/*.cu + engine/backend_cuda*.c) and its GPU tests.
+# CUDA backend (kernels/*.cu + engine/backend/backend_cuda*.c) and its GPU tests.
 # Enabled only when a CUDA compiler is found. Targets that link gantry_cuda get the compile
 # definition GANTRY_HAVE_CUDA. Architectures: GANTRY_CUDA_ARCHS (default 90 = H100/H200).
 include(CheckLanguage)

@@ -1,4 +1,4 @@
-/* engine/dtype.c — ggml type table, half-float conversions, row dequantization and row dot
+/* format/dtype.c — ggml type table, half-float conversions, row dequantization and row dot
  * products (fp32 accumulation) for the weight types gantry computes with.
  *
  * Two kernel sets for dt_dot_row: a portable one (plain C + GCC vector extensions, which lower

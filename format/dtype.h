@@ -1,4 +1,4 @@
-/* engine/dtype.h — weight/tensor element types, numbered exactly as ggml's enum ggml_type
+/* format/dtype.h — weight/tensor element types, numbered exactly as ggml's enum ggml_type
  * (GGUF stores these ids). gantry computes with F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K;
  * the others are known (sizes only) so any GGUF can be parsed and described.
  *

@@ -1,4 +1,4 @@
-/* engine/gguf.c — GGUF v2/v3 reader over a read-only mapping (or a caller's buffer).
+/* format/gguf.c — GGUF v2/v3 reader over a read-only mapping (or a caller's buffer).
  *
  * Parsing is a single pass with a bounds-checked cursor: every length, count and offset read
  * from the file is compared against the bytes that remain before it is used, with arithmetic

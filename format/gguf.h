@@ -1,4 +1,4 @@
-/* engine/gguf.h — GGUF v2/v3 reader (read-only, mmap).
+/* format/gguf.h — GGUF v2/v3 reader (read-only, mmap).
  *
  * Every count, offset, size and string length is validated against the file before use: a
  * truncated or hostile file yields GT_EFORMAT with a message naming the problem (which key,

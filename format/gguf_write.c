@@ -1,4 +1,4 @@
-/* engine/gguf_write.c — streaming GGUF v3 writer (see gguf_write.h). */
+/* format/gguf_write.c — streaming GGUF v3 writer (see gguf_write.h). */
 #include "format/gguf_write.h"
 
 #include <errno.h>

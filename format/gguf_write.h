@@ -1,4 +1,4 @@
-/* engine/gguf_write.h — streaming GGUF v3 writer.
+/* format/gguf_write.h — streaming GGUF v3 writer.
  *
  * Use in three phases, in this order:
  *   1. metadata: gw_kv_* (any value type, arrays of numbers and of strings);

@@ -1,4 +1,4 @@
-/* engine/tok_bpe.c — vocabulary and merge hash tables, BPE over token ids, word cache.
+/* format/tok_bpe.c — vocabulary and merge hash tables, BPE over token ids, word cache.
  *
  * BPE works on ids, not strings: a word starts as one token per byte (t->byte_id) and the
  * merge table maps an adjacent pair (left id, right id) to (rank, merged id) in O(1). The

@@ -1,4 +1,4 @@
-/* engine/tok_gguf.c — tok_load: reads tokenizer.ggml.* metadata into a tok_spec_t. */
+/* format/tok_gguf.c — tok_load: reads tokenizer.ggml.* metadata into a tok_spec_t. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* engine/tok_internal.h — the tok_t layout shared by the tokenizer's files (not a public header). */
+/* format/tok_internal.h — the tok_t layout shared by the tokenizer's files (not a public header). */
 #ifndef GANTRY_ENGINE_TOK_INTERNAL_H
 #define GANTRY_ENGINE_TOK_INTERNAL_H
 

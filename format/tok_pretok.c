@@ -1,4 +1,4 @@
-/* engine/tok_pretok.c — NFC (utf8proc) and the regex pre-tokenizers (PCRE2). */
+/* format/tok_pretok.c — NFC (utf8proc) and the regex pre-tokenizers (PCRE2). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "format/tok_pretok.h"
 

@@ -1,4 +1,4 @@
-/* engine/tok_pretok.h — text normalisation (NFC) and regex pre-tokenization (tokenizer internals).
+/* format/tok_pretok.h — text normalisation (NFC) and regex pre-tokenization (tokenizer internals).
  *
  * The pre-tokenizer splits NFC text into "words" that BPE then encodes one by one. The regex is
  * chosen by GGUF's tokenizer.ggml.pre, as llama.cpp does (src/llama-vocab.cpp):

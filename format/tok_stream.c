@@ -1,4 +1,4 @@
-/* engine/tok_stream.c — streaming decoder that emits only complete, valid UTF-8. */
+/* format/tok_stream.c — streaming decoder that emits only complete, valid UTF-8. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* engine/tok_utf8.c — UTF-8 scanning and GPT-2's byte alphabet. */
+/* format/tok_utf8.c — UTF-8 scanning and GPT-2's byte alphabet. */
 #include "format/tok_utf8.h"
 
 int tok_utf8_next(const unsigned char *p, size_t n, uint32_t *cp, size_t *adv) {

@@ -1,4 +1,4 @@
-/* engine/tok_utf8.h — UTF-8 scanning and GPT-2's byte <-> unicode alphabet (tokenizer internals).
+/* format/tok_utf8.h — UTF-8 scanning and GPT-2's byte <-> unicode alphabet (tokenizer internals).
  *
  * Validation follows Unicode's definition of well-formed UTF-8 (no overlongs, no surrogates,
  * nothing above U+10FFFF). The lossy scan replaces each maximal ill-formed subpart with one

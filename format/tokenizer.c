@@ -1,4 +1,4 @@
-/* engine/tokenizer.c — tok_build, encoding (special tokens, NFC, pre-tokenizer, BPE), decoding. */
+/* format/tokenizer.c — tok_build, encoding (special tokens, NFC, pre-tokenizer, BPE), decoding. */
 #define _GNU_SOURCE /* qsort_r */
 #include "format/tokenizer.h"
 

@@ -1,11 +1,11 @@
-/* engine/tokenizer.h — byte-level BPE tokenizer of Qwen3 / Qwen3.5 models, built from GGUF.
+/* format/tokenizer.h — byte-level BPE tokenizer of Qwen3 / Qwen3.5 models, built from GGUF.
  *
  * Pipeline of tok_encode (HF tokenizers' order for Qwen's tokenizer.json):
  *   1. with TOK_SPECIAL, control and user-defined tokens (<|im_start|>, <think>, ...) found in
  *      the text are cut out whole (leftmost, longest first); without it they are plain text;
  *   2. each remaining segment is normalised to NFC (utf8proc);
  *   3. split into words by the pre-tokenizer regex named by tokenizer.ggml.pre ("qwen2" or
- *      "qwen35", see engine/tok_pretok.h);
+ *      "qwen35", see format/tok_pretok.h);
  *   4. each word's bytes are mapped to GPT-2's byte alphabet and merged by BPE, lowest merge
  *      rank first (leftmost on ties), tokenizer.ggml.merges giving the ranks in order.
  * Decoding maps tokens back to bytes (inverse byte map; control / user-defined tokens give their

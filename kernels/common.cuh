@@ -1,6 +1,6 @@
 /* kernels/common.cuh — what every CUDA op shares.
  *
- * The top part is plain C (host code in engine/backend_cuda.c includes it): the batch view the
+ * The top part is plain C (host code in engine/backend/backend_cuda.c includes it): the batch view the
  * kernels read, the device error flags, the launcher linkage and the one checking macro family
  * (KC_CUDA / KC_CUBLAS) that records the failing expression, file and line in a gt_err_t.
  * The part under __CUDACC__ holds device helpers (warp/block reductions, half conversions). */

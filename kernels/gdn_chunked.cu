@@ -1,4 +1,4 @@
-/* kernels/gdn_chunked.cu — see gdn_chunked.cuh; the CPU twin is engine/gdn_chunked.c.
+/* kernels/gdn_chunked.cu — see gdn_chunked.cuh; the CPU twin is engine/backend/gdn_chunked.c.
  *
  * Block (column tile of 32 value columns, value head, sequence), 256 threads = 8 warps; lane l
  * owns value column col0 + l. The block walks its sequence in chunks of L = 64 tokens with
@@ -10,7 +10,7 @@
  *   step 4  forward substitution D_i -= A[i][j] D_j, j = 0..i-1 (one barrier per j)
  *   step 5  o_i += sum_{j<=i} Qd[i][j] D_j, written out
  *   step 6  S = e^c_last S0 + sum_j e^(c_last - c_j) k_j ⊗ D_j   (thread: 16 key rows)
- * Every sum runs in the order of engine/gdn_chunked.c (d_k ascending, j ascending), so the
+ * Every sum runs in the order of engine/backend/gdn_chunked.c (d_k ascending, j ascending), so the
  * kernel differs from the CPU chunked form only by fma contraction and expf ulps. */
 #include "kernels/gdn_chunked.cuh"
 

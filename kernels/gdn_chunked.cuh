@@ -1,5 +1,5 @@
 /* kernels/gdn_chunked.cuh — the gated delta rule in chunks of KC_GDN_CHUNK tokens (prefill), the
- * algebra of engine/gdn_chunked.h (WY/UT form, forward substitution, cumulative decays summed in
+ * algebra of engine/backend/gdn_chunked.h (WY/UT form, forward substitution, cumulative decays summed in
  * double, all else fp32), same layouts and contract as kc_gdn_scan: q, k [n_tok, n_k d_k];
  * v, out [n_tok, n_v d_v]; g, beta [n_tok, n_v]; ssm the layer's states [n_slots, n_v d_k d_v];
  * value head h reads key head h % n_k; S updated in place. Only sequences with at least min_tok

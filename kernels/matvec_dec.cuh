@@ -3,7 +3,7 @@
  * A warp works on one 256-element column chunk ("kb") of a weight row per step: lane L decodes
  * 8 weights, 4 at chunk elements xo0(L)..+3 and 4 at xo1(L)..+3, so that the warp's float4 x
  * loads at xo0 (and at xo1) cover whole 128-byte lines. Weights equal dt_dequant_row
- * (engine/dtype.c) up to the contraction of d*q - m into one fma.
+ * (format/dtype.c) up to the contraction of d*q - m into one fma.
  *
  * Interface of a decoder D:
  *   COOP      true: per-block scales are decoded cooperatively (D::sub_scale, see matvec.cu)

@@ -1,6 +1,6 @@
 /* kernels/quant.cuh — device decoding of GGUF weight rows, 8 consecutive elements at a time
  * (the "chunk" every weight kernel works on). Chunk c of a row covers elements [8c, 8c + 8).
- * Results equal dt_dequant_row (engine/dtype.c) bit for bit. Device-only header. */
+ * Results equal dt_dequant_row (format/dtype.c) bit for bit. Device-only header. */
 #ifndef GANTRY_KERNELS_QUANT_CUH
 #define GANTRY_KERNELS_QUANT_CUH
 

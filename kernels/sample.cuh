@@ -1,5 +1,5 @@
 /* kernels/sample.cuh — token sampling on the device, one block per logits row: the semantics of
- * sampler_pick (engine/sampler.h) for engine/backend.h's `sample` op, so only ids cross to the host.
+ * sampler_pick (engine/backend/sampler.h) for engine/backend/backend.h's `sample` op, so only ids cross to the host.
  *
  * Greedy rows (temperature <= 0 or top_k == 1): argmax, lowest id on ties (NaN ignored; a NaN at
  * id 0 gives 0, as the CPU) — bit-exact. Other rows: p = softmax(logits / T) as the CPU computes it
@@ -14,7 +14,7 @@
 #define GANTRY_KERNELS_SAMPLE_CUH
 #include "kernels/common.cuh"
 
-/* One row's parameters: the layout of be_sample_row_t (engine/backend.h). */
+/* One row's parameters: the layout of be_sample_row_t (engine/backend/backend.h). */
 typedef struct {
   float temperature; /* <= 0: greedy */
   int top_k;         /* <= 0: off; 1: greedy */

@@ -1,4 +1,4 @@
-/* engine/mkmodel.c — presets, tensor tables, metadata and streaming weight generation for
+/* tools/mkmodel.c — presets, tensor tables, metadata and streaming weight generation for
  * synthetic Qwen3 / Qwen3.5 GGUF files (see mkmodel.h). Tokenizer: mkmodel_vocab.c. */
 #include "tools/mkmodel.h"
 

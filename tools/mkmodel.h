@@ -1,4 +1,4 @@
-/* engine/mkmodel.h — synthetic production-shape Qwen3 / Qwen3.5 GGUF files.
+/* tools/mkmodel.h — synthetic production-shape Qwen3 / Qwen3.5 GGUF files.
  *
  * A preset gives a model's real shapes; mk_plan_create() derives the tensor table (llama.cpp
  * names and ggml-order shapes, the types a convert + llama-quantize would give), the metadata

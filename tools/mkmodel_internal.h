@@ -1,4 +1,4 @@
-/* engine/mkmodel_internal.h — pieces of mkmodel shared between its files. */
+/* tools/mkmodel_internal.h — pieces of mkmodel shared between its files. */
 #ifndef GANTRY_ENGINE_MKMODEL_INTERNAL_H
 #define GANTRY_ENGINE_MKMODEL_INTERNAL_H
 

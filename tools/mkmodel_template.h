@@ -1,4 +1,4 @@
-/* engine/mkmodel_template.h — the Qwen3 chat template, copied byte for byte from
+/* tools/mkmodel_template.h — the Qwen3 chat template, copied byte for byte from
  * tests/golden/qwen3-vocab.gguf (tokenizer.chat_template, made by llama.cpp's converter from
  * Qwen3's tokenizer_config.json). Generated; do not edit by hand. */
 #ifndef GANTRY_ENGINE_MKMODEL_TEMPLATE_H

@@ -1,4 +1,4 @@
-/* engine/mkmodel_vocab.c — the tokenizer section of synthetic models (see mkmodel_internal.h). */
+/* tools/mkmodel_vocab.c — the tokenizer section of synthetic models (see mkmodel_internal.h). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* engine/quantize.c — row quantizers (ggml reference algorithms, own code), threaded row
+/* tools/quantize.c — row quantizers (ggml reference algorithms, own code), threaded row
  * conversion, llama.cpp's type mixes (qz_plan_types) and file quantization. */
 #define _GNU_SOURCE /* qsort_r */
 #include "tools/quantize.h"

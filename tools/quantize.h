@@ -1,4 +1,4 @@
-/* engine/quantize.h — weight quantization (row quantizers, llama.cpp's type mixes, files).
+/* tools/quantize.h — weight quantization (row quantizers, llama.cpp's type mixes, files).
  *
  * Row quantizers are ggml's reference round-to-nearest paths (quantize_row_*_ref in
  * ggml-quants.c, including the make_qkx2_quants / make_qx_quants scale searches), which is

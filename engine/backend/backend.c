@@ -1,4 +1,4 @@
-/* engine/backend.c — backend-independent helpers over be_ops_t. */
+/* engine/backend/backend.c — backend-independent helpers over be_ops_t. */
 #include "engine/backend/backend.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* engine/backend.h — the ops model code is written against, once, for every backend.
+/* engine/backend/backend.h — the ops model code is written against, once, for every backend.
  *
  * Contract
  * - All float* arguments are backend memory (host memory on the CPU backend, device memory on
@@ -143,14 +143,14 @@ typedef struct be_ops {
   /* decode batch sizes that have a captured graph: bit n = n sequences (CUDA) */
   uint64_t (*graph_sizes)(be_t *be);
   /* Samples one token per row of logits (backend memory [n_rows, n_vocab]) into host ids[n_rows]
-   * with host rows[n_rows] (be_sample_row_t); semantics of sampler_pick (engine/sampler.h). Ends
+   * with host rows[n_rows] (be_sample_row_t); semantics of sampler_pick (engine/backend/sampler.h). Ends
    * and waits for the step like download; returns the step's error. NULL: not supported. */
   int (*sample)(be_t *be, const float *logits, int n_rows, int n_vocab, const struct be_sample_row *rows,
                 int32_t *ids);
 
   /* ---- optional fused ops (NULL: model code runs the unfused sequence through the helpers
    * model_matmul_multi / model_swiglu_ffn / model_attn_qk_prep / model_gdn_conv_qkv of
-   * engine/model.h). Each gives what its unfused sequence gives (bit for bit on the CPU
+   * engine/models/model.h). Each gives what its unfused sequence gives (bit for bit on the CPU
    * backend) ---- */
   /* out[i][rows, w[i]->rows] = x[rows, cols] · w[i]ᵀ for i < n, 1 <= n <= BE_MATMUL_MULTI_MAX,
    * every w[i]->cols == cols; outputs distinct and not aliasing x (= n matmul calls) */

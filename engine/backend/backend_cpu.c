@@ -1,4 +1,4 @@
-/* engine/backend_cpu.c — the CPU reference backend: memory, batch, dense and attention ops.
+/* engine/backend/backend_cpu.c — the CPU reference backend: memory, batch, dense and attention ops.
  *
  * Every op computes each output element with the same code and summation order whatever the
  * batch composition or thread count, so results are batch-invariant and deterministic.

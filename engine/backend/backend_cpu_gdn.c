@@ -1,4 +1,4 @@
-/* engine/backend_cpu_gdn.c — Gated DeltaNet ops of the CPU reference backend.
+/* engine/backend/backend_cpu_gdn.c — Gated DeltaNet ops of the CPU reference backend.
  *
  * The sequential recurrence here is the reference every other form (chunked scan, CUDA) is
  * checked against. All math is fp32. Each op works on the current batch (be_set_batch): a

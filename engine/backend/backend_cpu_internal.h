@@ -1,4 +1,4 @@
-/* engine/backend_cpu_internal.h — state of the CPU backend, shared by its source files
+/* engine/backend/backend_cpu_internal.h — state of the CPU backend, shared by its source files
  * (backend_cpu.c: memory, batch, dense and attention ops; backend_cpu_gdn.c: Gated DeltaNet). */
 #ifndef GANTRY_ENGINE_BACKEND_CPU_INTERNAL_H
 #define GANTRY_ENGINE_BACKEND_CPU_INTERNAL_H

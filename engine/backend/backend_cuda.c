@@ -1,4 +1,4 @@
-/* engine/backend_cuda.c — the CUDA backend: creation and destruction, memory, the KV and recurrent
+/* engine/backend/backend_cuda.c — the CUDA backend: creation and destruction, memory, the KV and recurrent
  * state caches, the batch, sync / download / sample and the ops table. The ops are launched by
  * backend_cuda_ops.c and recorded into CUDA graphs by backend_cuda_graph.c; the state and the
  * error contract are in backend_cuda_internal.h. */

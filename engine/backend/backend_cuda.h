@@ -1,4 +1,4 @@
-/* engine/backend_cuda.h — the CUDA backend of engine/backend.h (one GPU, one rank).
+/* engine/backend/backend_cuda.h — the CUDA backend of engine/backend/backend.h (one GPU, one rank).
  * Plain C: no CUDA header is visible to includers. */
 #ifndef GANTRY_ENGINE_BACKEND_CUDA_H
 #define GANTRY_ENGINE_BACKEND_CUDA_H

@@ -1,4 +1,4 @@
-/* engine/backend_cuda_graph.c — decode steps of the CUDA backend as CUDA graphs: the op records,
+/* engine/backend/backend_cuda_graph.c — decode steps of the CUDA backend as CUDA graphs: the op records,
  * the be_ops_t entries that record (or launch at once), the eager flush, capture / update / replay
  * of the graph of each batch size, and the per-op profile mode (be_cuda_profile_arm / _get). */
 #include "engine/backend/backend_cuda_internal.h"

@@ -1,4 +1,4 @@
-/* engine/backend_cuda_internal.h — state of the CUDA backend, shared by its source files
+/* engine/backend/backend_cuda_internal.h — state of the CUDA backend, shared by its source files
  * (backend_cuda.c: memory, caches, batch, sync / download and the ops table; backend_cuda_ops.c:
  * the launch of each op (kernels/, one op per .cu); backend_cuda_graph.c: op records, decode steps
  * as CUDA graphs and the per-op profile). One stream of one GPU.

@@ -1,4 +1,4 @@
-/* engine/gdn_chunked.c — chunked gated delta rule; see gdn_chunked.h for the math. */
+/* engine/backend/gdn_chunked.c — chunked gated delta rule; see gdn_chunked.h for the math. */
 #include "engine/backend/gdn_chunked.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* engine/gdn_chunked.h — chunked form of the gated delta rule (the form GPU prefill kernels use),
- * checked against the sequential recurrence of the CPU backend (engine/backend_cpu_gdn.c).
+/* engine/backend/gdn_chunked.h — chunked form of the gated delta rule (the form GPU prefill kernels use),
+ * checked against the sequential recurrence of the CPU backend (engine/backend/backend_cpu_gdn.c).
  *
  * Recurrence per value head, token i: S = S*exp(g_i); S += k_i ⊗ beta_i (v_i - Sᵀk_i); o_i = Sᵀq_i.
  * Over a chunk of L tokens starting from state S0, with cumulative decays c_i = g_0 + ... + g_i:

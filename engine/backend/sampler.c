@@ -1,4 +1,4 @@
-/* engine/sampler.c — see sampler.h. */
+/* engine/backend/sampler.c — see sampler.h. */
 #include "engine/backend/sampler.h"
 
 #include <math.h>

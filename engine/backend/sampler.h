@@ -1,4 +1,4 @@
-/* engine/sampler.h — token sampling: greedy, temperature, top-k, top-p, min-p, repetition /
+/* engine/backend/sampler.h — token sampling: greedy, temperature, top-k, top-p, min-p, repetition /
  * presence / frequency penalties; seeded and deterministic (same params, seed and logits ->
  * same tokens on every run and machine).
  *

@@ -1,4 +1,4 @@
-/* engine/chat.c — Qwen3 / Qwen3.5 chat templates rendered natively (see chat.h).
+/* engine/chat/chat.c — Qwen3 / Qwen3.5 chat templates rendered natively (see chat.h).
  * The Jinja semantics reproduced here are quoted next to the code that implements them.
  * The other files of the module are listed in chat_internal.h. */
 #include "engine/chat/chat.h"

@@ -1,4 +1,4 @@
-/* engine/chat.h — native rendering of Qwen chat templates (ChatML) from structured messages.
+/* engine/chat/chat.h — native rendering of Qwen chat templates (ChatML) from structured messages.
  *
  * gantry does not run Jinja. chat_template_detect() recognises a model's template by markers
  * that pin down every behaviour the native renderer implements; chat_render() then produces

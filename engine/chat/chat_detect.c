@@ -1,4 +1,4 @@
-/* engine/chat_detect.c — which chat template a model has: the Qwen3 / Qwen3.5 templates are
+/* engine/chat/chat_detect.c — which chat template a model has: the Qwen3 / Qwen3.5 templates are
  * recognised by markers that pin down every behaviour the renderer (chat.c) implements. */
 #include <stdlib.h>
 #include <string.h>

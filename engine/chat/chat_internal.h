@@ -1,4 +1,4 @@
-/* engine/chat_internal.h — what the files of the chat module share (not a public header).
+/* engine/chat/chat_internal.h — what the files of the chat module share (not a public header).
  *   chat.c        validation of messages and the Qwen3 / Qwen3.5 renderers (chat_render)
  *   chat_detect.c which template a model has (chat_template_detect) and its literal texts
  *   chat_json.c   JSON tree parser and Python json.dumps / str() serialisation (tojson)

@@ -1,4 +1,4 @@
-/* engine/chat_json.c — JSON parsed into an order-keeping tree and written back as Python's
+/* engine/chat/chat_json.c — JSON parsed into an order-keeping tree and written back as Python's
  * json.dumps(ensure_ascii=False) / str() would (Jinja `tojson` / `|string`, see chat.h). */
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* engine/chat_msgs.c — OpenAI-style chat messages from JSON (jansson) into chat_msg_t. */
+/* engine/chat/chat_msgs.c — OpenAI-style chat messages from JSON (jansson) into chat_msg_t. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* engine/chat_parse.c — streaming parser of Qwen model output (see chat_parse.h).
+/* engine/chat/chat_parse.c — streaming parser of Qwen model output (see chat_parse.h).
  *
  * Input goes through a UTF-8 sanitiser into a byte queue; one state machine consumes the
  * queue a byte at a time. Every decision depends only on the bytes seen, never on where the

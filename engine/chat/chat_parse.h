@@ -1,4 +1,4 @@
-/* engine/chat_parse.h — streaming parser of Qwen3 / Qwen3.5 model output.
+/* engine/chat/chat_parse.h — streaming parser of Qwen3 / Qwen3.5 model output.
  *
  * Fed decoded text pieces as they are generated (split anywhere, even inside a UTF-8
  * character or a marker), it produces events: content and reasoning deltas, tool-call begin

@@ -1,4 +1,4 @@
-/* engine/chat_text.c — growable string builder and UTF-8 checks of the chat module. */
+/* engine/chat/chat_text.c — growable string builder and UTF-8 checks of the chat module. */
 #include <stdlib.h>
 #include <string.h>
 

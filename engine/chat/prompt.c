@@ -1,4 +1,4 @@
-/* engine/prompt.c — see prompt.h. */
+/* engine/chat/prompt.c — see prompt.h. */
 #include "engine/chat/prompt.h"
 
 #include <stdio.h>

@@ -1,6 +1,6 @@
-/* engine/prompt.h — request input -> token ids, shared by the CLI and the gRPC server.
+/* engine/chat/prompt.h — request input -> token ids, shared by the CLI and the gRPC server.
  *
- * Chat input is rendered with the model's chat template family (engine/chat.h, detected from
+ * Chat input is rendered with the model's chat template family (engine/chat/chat.h, detected from
  * tokenizer.chat_template). Special-token text ("<|im_end|>", "<think>", ...) inside message
  * content is plain text unless the caller asks otherwise (parse_special): the template's own
  * markup is encoded with TOK_SPECIAL, user-supplied content without it. When no content holds

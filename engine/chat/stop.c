@@ -1,4 +1,4 @@
-/* engine/stop.c — stop-string matcher (see stop.h). */
+/* engine/chat/stop.c — stop-string matcher (see stop.h). */
 #include "engine/chat/stop.h"
 
 #include <stdlib.h>

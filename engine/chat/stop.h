@@ -1,4 +1,4 @@
-/* engine/stop.h — stop-string matcher over streamed text.
+/* engine/chat/stop.h — stop-string matcher over streamed text.
  *
  * Feed decoded text as it is produced (pieces may split anywhere, even inside a UTF-8
  * character). Each feed says how much text is now safe to emit: everything except a suffix

@@ -1,4 +1,4 @@
-/* gantry-engine bench — decode benchmark of a model on a backend (engine/bench.h); on CUDA
+/* gantry-engine bench — decode benchmark of a model on a backend (engine/models/bench.h); on CUDA
  * with the per-op profile of one decode step per batch size. */
 #include <getopt.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* gantry-engine serve — the long-running gRPC Engine service (engine/server.h) with a
+/* gantry-engine serve — the long-running gRPC Engine service (engine/server/server.h) with a
  * Prometheus /metrics listener. SIGTERM / SIGINT drain: new Generate calls get UNAVAILABLE,
  * running streams finish (up to --drain-timeout), then exit 0. Exit codes: 0 clean shutdown,
  * 1 runtime failure, 2 bad options or not enough memory for the weights plus a minimal KV pool. */

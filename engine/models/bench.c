@@ -1,4 +1,4 @@
-/* engine/bench.c — see bench.h. */
+/* engine/models/bench.c — see bench.h. */
 #include "engine/models/bench.h"
 
 #include <stdlib.h>

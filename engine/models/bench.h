@@ -1,5 +1,5 @@
-/* engine/bench.h — the engine's decode benchmark on any backend (`gantry-engine bench`,
- * kernels/bench/bench_decode.c on GPU machines): per batch size, prefill tok/s (each
+/* engine/models/bench.h — the engine's decode benchmark on any backend (`gantry-engine bench`,
+ * tools/bench/bench_decode.c on GPU machines): per batch size, prefill tok/s (each
  * sequence's prompt in one step), decode ms per step (median), tok/s per sequence and in total,
  * bytes streamed per step (the weights a step reads + the KV its attention reads + the logits
  * written), the backend's measured copy bandwidth (read + write) and the fraction of that

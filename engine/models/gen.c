@@ -1,4 +1,4 @@
-/* engine/gen.c — see gen.h. */
+/* engine/models/gen.c — see gen.h. */
 #include "engine/models/gen.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* engine/gen.h — one sequence on a model with a private KV cache: the driver behind
+/* engine/models/gen.h — one sequence on a model with a private KV cache: the driver behind
  * `gantry-engine generate/eval` and the golden tests. (The engine service uses the scheduler
  * and the shared paged pool instead.) gen_create (re)initialises the model's backend cache, so
  * only one gen_t per model may exist at a time. */

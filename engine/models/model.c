@@ -1,4 +1,4 @@
-/* engine/model.c — architecture registry, cache sizing and weight-loading helpers. */
+/* engine/models/model.c — architecture registry, cache sizing and weight-loading helpers. */
 #include "engine/models/model.h"
 
 #include <stdio.h>

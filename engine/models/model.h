@@ -1,5 +1,5 @@
-/* engine/model.h — a loaded model: hyperparameters from GGUF metadata, weights uploaded to a
- * backend, and a forward pass over a batch (engine/backend.h). One model_t per rank.
+/* engine/models/model.h — a loaded model: hyperparameters from GGUF metadata, weights uploaded to a
+ * backend, and a forward pass over a batch (engine/backend/backend.h). One model_t per rank.
  *
  * Architectures register a model_arch_t (engine/models/<arch>.c); model_load picks it from
  * general.architecture and refuses unknown ones with GT_EUNSUPPORTED. */
@@ -84,7 +84,7 @@ static inline int model_forward(model_t *m, const be_batch_t *b, float *logits, 
  * with rows[i] (host, [n_out]). Penalties and logprobs need the host path (model_forward). */
 int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err);
 
-/* ---- helpers for architecture code (engine/model.c) ---- */
+/* ---- helpers for architecture code (engine/models/model.c) ---- */
 /* Uploads tensor `name` as a weight; checks it exists, is computable and has shape
  * [rows, cols] (GGUF ne = {cols, rows}); rows = 1 for vectors. Adds to m->weight_bytes. */
 int model_weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols,

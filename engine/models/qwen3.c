@@ -1,4 +1,4 @@
-/* engine/models/qwen3.c — Qwen3 dense decoder (Qwen3ForCausalLM) over engine/backend.h.
+/* engine/models/qwen3.c — Qwen3 dense decoder (Qwen3ForCausalLM) over engine/backend/backend.h.
  *
  * Per layer: h = rmsnorm(x); q,k,v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ; per-head RMSNorm of q and k; NeoX RoPE;
  * causal GQA attention over the paged KV cache; x += att·Woᵀ; h = rmsnorm(x);

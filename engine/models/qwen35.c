@@ -1,5 +1,5 @@
 /* engine/models/qwen35.c — Qwen3.5 hybrid decoder (Gated DeltaNet + gated attention) over
- * engine/backend.h, with GGUF tensors and metadata exactly as llama.cpp's converter writes them.
+ * engine/backend/backend.h, with GGUF tensors and metadata exactly as llama.cpp's converter writes them.
  *
  * Layer i is a full-attention layer when (i + 1) % full_attention_interval == 0, otherwise a
  * Gated DeltaNet (GDN) layer. Every layer: h = rmsnorm(x); x += mixer(h); h = rmsnorm(x)
@@ -27,7 +27,7 @@
 
 #include "engine/models/model.h"
 
-#define Q35_MAX_KERNEL 16  /* limits of the CPU GDN ops (engine/backend_cpu_gdn.c) */
+#define Q35_MAX_KERNEL 16  /* limits of the CPU GDN ops (engine/backend/backend_cpu_gdn.c) */
 #define Q35_MAX_DV 1024
 
 typedef struct {

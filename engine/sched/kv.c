@@ -1,4 +1,4 @@
-/* engine/kv.c — see kv.h. Block states: free (on the free list, ref 0, not hashed), used
+/* engine/sched/kv.c — see kv.h. Block states: free (on the free list, ref 0, not hashed), used
  * (ref > 0), cached (ref 0, hashed, on the LRU list). */
 #include "engine/sched/kv.h"
 

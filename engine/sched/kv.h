@@ -1,4 +1,4 @@
-/* engine/kv.h — the paged KV block manager with automatic prefix caching (host bookkeeping;
+/* engine/sched/kv.h — the paged KV block manager with automatic prefix caching (host bookkeeping;
  * the K/V data itself lives in the backend's pool, addressed by the block ids handed out here).
  *
  * Blocks hold `block_tokens` tokens. A block that is full is "committed" under a chained hash

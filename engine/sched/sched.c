@@ -1,4 +1,4 @@
-/* engine/sched.c — see sched.h.
+/* engine/sched/sched.c — see sched.h.
  *
  * A request's tokens[] holds its prompt followed by what it generated; the KV cache holds the
  * first n_computed of them. Each step feeds tokens[n_computed .. n_tokens) (all of them, or a

@@ -1,4 +1,4 @@
-/* engine/sched.h — the engine's scheduler: continuous batching of many sequences over one model.
+/* engine/sched/sched.h — the engine's scheduler: continuous batching of many sequences over one model.
  *
  * Each step (sched_step) the scheduler
  *   1. drops cancelled requests (their blocks and state slot are released first);
@@ -12,8 +12,8 @@
  *      plus the tokens generated so far;
  *   5. runs the model, samples each sequence's next token with its own seeded sampler, and
  *      turns tokens into events (text, reasoning, tool-call deltas, stop strings) through
- *      engine/seqout.h; finished sequences release everything they hold.
- * Every output row is computed independently of the others (engine/backend.h), so a greedy
+ *      engine/sched/seqout.h; finished sequences release everything they hold.
+ * Every output row is computed independently of the others (engine/backend/backend.h), so a greedy
  * request yields the same tokens alone or batched ("batch invariance").
  *
  * Threads: sched_submit / sched_cancel / sched_stats may be called from any thread; events are

@@ -1,4 +1,4 @@
-/* engine/seqout.c — see seqout.h. */
+/* engine/sched/seqout.c — see seqout.h. */
 #include "engine/sched/seqout.h"
 
 #include <stdlib.h>

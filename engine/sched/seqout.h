@@ -1,6 +1,6 @@
-/* engine/seqout.h — one request's output pipeline: generated token ids -> UTF-8 text
- * (tokenizer stream, control tokens dropped) -> stop strings (engine/stop.h, a partial match is
- * held back) -> reasoning / tool-call parsing (engine/chat_parse.h) -> a delta per step.
+/* engine/sched/seqout.h — one request's output pipeline: generated token ids -> UTF-8 text
+ * (tokenizer stream, control tokens dropped) -> stop strings (engine/chat/stop.h, a partial match is
+ * held back) -> reasoning / tool-call parsing (engine/chat/chat_parse.h) -> a delta per step.
  * Deltas accumulate until seqout_take, so a step's several tokens (or a slow reader) become one
  * message. Logprobs are attached by the caller (seqout_add_logprob). Owned by one thread. */
 #ifndef GANTRY_ENGINE_SEQOUT_H

@@ -1,4 +1,4 @@
-/* engine/server.c — see server.h. Calls, lifecycle and the scheduler thread. */
+/* engine/server/server.c — see server.h. Calls, lifecycle and the scheduler thread. */
 #include "engine/server/server.h"
 
 #include <errno.h>

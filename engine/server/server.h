@@ -1,4 +1,4 @@
-/* engine/server.h — the gantry.v1.Engine gRPC service of one model (gantry-engine serve).
+/* engine/server/server.h — the gantry.v1.Engine gRPC service of one model (gantry-engine serve).
  *
  * Lifecycle: srv_create starts listening at once with health LOADING (Generate / Tokenize /
  * Info answer UNAVAILABLE); srv_attach takes the loaded model, creates the scheduler and its

@@ -1,4 +1,4 @@
-/* engine/server_convert.c — see server_convert.h. */
+/* engine/server/server_convert.c — see server_convert.h. */
 #include "engine/server/server_convert.h"
 
 #include <limits.h>

@@ -1,4 +1,4 @@
-/* engine/server_convert.h — gantry.v1 messages <-> scheduler types, for engine/server.c (and
+/* engine/server/server_convert.h — gantry.v1 messages <-> scheduler types, for engine/server/server.c (and
  * its unit test). No gRPC calls here: pure conversions. */
 #ifndef GANTRY_ENGINE_SERVER_CONVERT_H
 #define GANTRY_ENGINE_SERVER_CONVERT_H

@@ -1,4 +1,4 @@
-/* engine/server_metrics.c — see server_metrics.h. */
+/* engine/server/server_metrics.c — see server_metrics.h. */
 #include "engine/server/server_metrics.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* engine/server_metrics.h — the gantry_engine_* Prometheus series of the Engine service
+/* engine/server/server_metrics.h — the gantry_engine_* Prometheus series of the Engine service
  * (names and their vLLM counterparts: engine/SERVE.md). */
 #ifndef GANTRY_ENGINE_SERVER_METRICS_H
 #define GANTRY_ENGINE_SERVER_METRICS_H

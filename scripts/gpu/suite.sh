@@ -4,7 +4,7 @@
 #   1. the GPU correctness tests (scripts/gpu/run_tests.sh: test_cuda_ops, test_cuda_golden,
 #      test_cuda_sample when packed);
 #   2. for each model of MODELS: gantry-mkmodel (kept in $MODELDIR for later calls on the same
-#      machine; all models generated in the background while the tests run), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/bench.h
+#      machine; all models generated in the background while the tests run), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/models/bench.h
 #      table + the per-op profile of one decode step per batch size); a combined table at the end;
 #   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
 #      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0.

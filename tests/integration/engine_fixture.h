@@ -1,4 +1,4 @@
-/* tests/integration/engine_fixture.h — an in-process Engine service (engine/server.h) on a
+/* tests/integration/engine_fixture.h — an in-process Engine service (engine/server/server.h) on a
  * loopback port with a real gRPC client (common/engine_client.h), and a stream collector that
  * tests wait on through a condition variable (no sleeps). */
 #ifndef GANTRY_TESTS_ENGINE_FIXTURE_H

@@ -1,7 +1,7 @@
 /* tests/unit/test_gdn_ops.c — the CPU backend's Gated DeltaNet ops against a naive float64
  * implementation written here, on random inputs: multi-sequence batches, sequences that
  * continue across steps (one prefill == chunks of varying sizes == token by token, bitwise),
- * bad arguments (sticky error, no crash), and the chunked form (engine/gdn_chunked.c) against
+ * bad arguments (sticky error, no crash), and the chunked form (engine/backend/gdn_chunked.c) against
  * the sequential scan.
  *
  * The ops are driven through a hand-built be_cpu_t (batch arrays + state), so this test does

@@ -13,7 +13,7 @@
  *   engine within 1e-5 (it also prints how far the golden logits are from it);
  * - loader: MTP (nextn) blocks are loaded and counted without changing the logits; missing
  *   tensors and inconsistent metadata are refused with messages naming them (variants of the
- *   tiny file written with engine/gguf_write.h).
+ *   tiny file written with format/gguf_write.h).
  * Prints the max error per case and the CPU decode speed (informational, not asserted). */
 #include <math.h>
 #include <setjmp.h>
@@ -72,7 +72,7 @@ static int setup(void **state) {
   if (gguf_open(tu_golden(gg), &F.g, &err)) fail_msg("gguf_open %s: %s", gg, err.msg);
   if (be_cpu_create(N_THREADS, &F.be, &err)) fail_msg("be_cpu_create: %s", err.msg);
   /* the reference ran transformers on the bf16 checkpoint, whose rotary frequencies are
-   * bf16-rounded (tests/golden/README.md; engine/backend.h rope_freq_bf16) */
+   * bf16-rounded (tests/golden/README.md; engine/backend/backend.h rope_freq_bf16) */
   F.be->rope_freq_bf16 = 1;
   if (model_load(F.g, F.be, MAX_TOKENS, &F.m, &err)) fail_msg("model_load: %s", err.msg);
   if (model_cache_init(F.m, N_SLOTS * MAX_BLOCKS, BLOCK_TOKENS, N_SLOTS, &err)) fail_msg("model_cache_init: %s", err.msg);

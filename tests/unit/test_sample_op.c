@@ -1,4 +1,4 @@
-/* The backend `sample` op on the CPU backend (engine/backend.h): the same ids as sampler_sample
+/* The backend `sample` op on the CPU backend (engine/backend/backend.h): the same ids as sampler_sample
  * for random logits, parameters and seeds; and the scheduler and gen paths that use it give the
  * tokens of the host path (ops->sample NULLed through a copy of the ops table). */
 #include <math.h>

@@ -498,7 +498,7 @@ static void expect_split(const char *pre, const char *text, int n, ...) {
   assert_true(ok);
 }
 
-/* Expectations follow from the two regexes (engine/tok_pretok.c), alternatives tried in order
+/* Expectations follow from the two regexes (format/tok_pretok.c), alternatives tried in order
  * at each position:
  *   qwen2:  A='s.. | B=[^\r\n\p{L}\p{N}]?\p{L}+ | C=\p{N} | D= ?[^\s\p{L}\p{N}]+[\r\n]* | E,F,G=space
  *   qwen35: A | B'=[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+ | C | D'= ?[^\s\p{L}\p{M}\p{N}]+[\r\n]* | E,F,G

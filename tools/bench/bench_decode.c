@@ -1,8 +1,8 @@
-/* kernels/bench/bench_decode.c — `gantry-engine bench --device cuda` as a standalone program
+/* tools/bench/bench_decode.c — `gantry-engine bench --device cuda` as a standalone program
  * that links only the engine core and the CUDA backend (no gRPC), so it can be carried to a GPU
  * machine by scripts/gpu/pack.sh:
  *   bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512] [--gen 256]
- * Prints engine/bench.h's table and per-op profile of one decode step per batch size, then the
+ * Prints engine/models/bench.h's table and per-op profile of one decode step per batch size, then the
  * decode batch sizes that have a captured CUDA graph. GANTRY_CUDA_GRAPHS=0 runs decode without
  * graphs. */
 #include <stdio.h>

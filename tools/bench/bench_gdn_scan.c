@@ -1,8 +1,8 @@
-/* kernels/bench/bench_gdn_scan.c — the Gated DeltaNet scan kernels at qwen35-9b head sizes
+/* tools/bench/bench_gdn_scan.c — the Gated DeltaNet scan kernels at qwen35-9b head sizes
  * (n_k 16, n_v 32, d_k = d_v = 128; 24 GDN layers): decode (one token per sequence, batch 1, 8,
  * 32: kc_gdn_scan) and a 512-token prefill of one sequence (kc_gdn_chunked vs the sequential
  * kc_gdn_scan). Validation before timing: the prefill outputs and final states of both kernels
- * against engine/gdn_chunked.c on the CPU (normalized error). Prints us per layer and, for
+ * against engine/backend/gdn_chunked.c on the CPU (normalized error). Prints us per layer and, for
  * decode, the state bytes moved (read + write) in GB/s.
  *   bench_gdn_scan [--prompt 512] [--reps 20] */
 #include <math.h>

@@ -1,8 +1,8 @@
-/* kernels/bench/bench_matvec.cu — microbenchmark of kernels/matvec.cu (llm.c dev/cuda style).
+/* tools/bench/bench_matvec.cu — microbenchmark of kernels/matvec.cu (llm.c dev/cuda style).
  *
  *   bench_matvec [--reps N] [--types Q4_K,Q6_K,...]
  *
- * Weights: a pool of 512 random rows per (type, cols) quantized with engine/quantize.h, tiled
+ * Weights: a pool of 512 random rows per (type, cols) quantized with tools/quantize.h, tiled
  * over n_out rows. Before timing, every product is checked against a host reference
  * (dt_dequant_row + double dot) on a sample of output features: normalized error <= 1e-5
  * (the bound of tests/gpu/test_cuda_ops.c); kc_matvec_multi must equal kc_matvec per weight

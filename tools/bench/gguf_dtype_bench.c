@@ -1,4 +1,4 @@
-/* engine/gguf_dtype_bench.c — dtype-bench: single-core throughput of dt_dot_row (and
+/* tools/bench/gguf_dtype_bench.c — dtype-bench: single-core throughput of dt_dot_row (and
  * dt_dot_rows) per weight type (a matrix-vector product over a 4096 x 4096 matrix, row by row,
  * as the CPU backend does). Validates each kernel against dequant-then-dot first, then times
  * it; prints numbers only.
