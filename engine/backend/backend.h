@@ -63,6 +63,136 @@ typedef struct be_sample_row {
   double u;          /* uniform in [0, 1), a multiple of 2^-53 (sampler_next_u) */
 } be_sample_row_t;
 
+/* ---- the ops of a step, each declared once ----
+ * BE_OPS(X) expands X(name) for every op, in order; BE_ARGS_<name>(A) lists the op's arguments
+ * after `be` as A(kind, name), one per argument, so that each piece of plumbing is derived from
+ * here: the be_ops_t members below, the backends' ops tables (backend_cpu.c, backend_cuda.c), the
+ * CUDA backend's op records, graph replay and per-op profile names (backend_cuda_graph.c), and
+ * the op coverage of tests/gpu/test_cuda_ops.c. Argument kinds:
+ *   W     const be_weight_t *       a weight
+ *   WN    const be_weight_t *const [] n weights (n = the op's N argument, named n, first)
+ *   N     int                       count of the WN / OUTN arguments, 1..BE_MATMUL_MULTI_MAX
+ *   IN    const float *             backend memory the op reads
+ *   OUT   float *                   backend memory the op writes (or reads and writes)
+ *   OUTN  float *const []           n outputs
+ *   INT   int,  SIZE  size_t,  F  float
+ *   ROPE_BF16  not an argument: be->rope_freq_bf16 as the op reads it (ops whose result depends
+ *              on it list it, last, so that a recorded call keeps the value it ran with)
+ * Code generated from the list names its own locals with a trailing underscore (ra_, k_) so that
+ * they never shadow an argument.
+ * Adding an op: its contract comment and BE_ARGS_ line here and its name in BE_OPS, the CPU
+ * reference cpu_<name>, the CUDA launcher cu__<name> (backend_cuda_ops.c) with its kernel in
+ * kernels/<name>.cu, and its case in tests/gpu/test_cuda_ops.c. */
+
+/* ---- dense ops on the current batch ---- */
+/* embed: out[n_tok, w.cols] = dequant(w)[tok[t]] */
+#define BE_ARGS_embed(A) A(W, w) A(OUT, out)
+/* gather_out: out[i, :] = x[out_tok[i], :] for i < n_out (d floats per row) */
+#define BE_ARGS_gather_out(A) A(IN, x) A(OUT, out) A(INT, d)
+/* matmul: out[rows, w.rows] = x[rows, w.cols] · wᵀ */
+#define BE_ARGS_matmul(A) A(W, w) A(IN, x) A(OUT, out) A(INT, rows)
+/* rmsnorm: out[r] = x[r] / rms(x[r]) * w  over rows of d (w F32 [d]); out may equal x */
+#define BE_ARGS_rmsnorm(A) A(IN, x) A(W, w) A(OUT, out) A(INT, rows) A(INT, d) A(F, eps)
+/* add_rmsnorm: x += delta, then out = rmsnorm(x) (fused residual add) */
+#define BE_ARGS_add_rmsnorm(A) A(OUT, x) A(IN, delta) A(W, w) A(OUT, out) A(INT, rows) A(INT, d) A(F, eps)
+/* add: y[i] += x[i] */
+#define BE_ARGS_add(A) A(OUT, y) A(IN, x) A(SIZE, n)
+/* rope: NeoX RoPE in place on x[n_tok, n_head, head_dim]: rotates dims [0, n_rot) of each head,
+ * pairing i with i + n_rot/2, angle pos[t] * theta^(-2i/n_rot) (frequencies rounded to bf16
+ * when be->rope_freq_bf16) */
+#define BE_ARGS_rope(A) A(OUT, x) A(INT, n_head) A(INT, head_dim) A(INT, n_rot) A(F, theta) A(ROPE_BF16, bf16)
+/* swiglu: out[n] = silu(gate[n]) * up[n] */
+#define BE_ARGS_swiglu(A) A(IN, gate) A(IN, up) A(OUT, out) A(SIZE, n)
+/* mul_sigmoid: x[n] *= sigmoid(g[n]) */
+#define BE_ARGS_mul_sigmoid(A) A(OUT, x) A(IN, g) A(SIZE, n)
+/* copy2d: dst[r, 0:cols] = src[r, 0:cols] with leading dimensions (floats) dst_ld / src_ld */
+#define BE_ARGS_copy2d(A) A(OUT, dst) A(SIZE, dst_ld) A(IN, src) A(SIZE, src_ld) A(INT, rows) A(INT, cols)
+
+/* ---- attention over the paged KV cache ---- */
+/* kv_store: writes k, v [n_tok, kv_dim] of the batch into layer's pools at each token's position */
+#define BE_ARGS_kv_store(A) A(INT, layer) A(IN, k) A(IN, v)
+/* attention: causal GQA, out[n_tok, n_head*head_dim]; token t attends to its sequence's
+ * positions 0..pos[t]; head h uses kv head h / (n_head / n_kv_head); softmax(q·k * scale) */
+#define BE_ARGS_attention(A) \
+  A(INT, layer) A(IN, q) A(OUT, out) A(INT, n_head) A(INT, n_kv_head) A(INT, head_dim) A(F, scale)
+
+/* ---- Gated DeltaNet (hybrid models); `layer` indexes GDN layers ---- */
+/* conv1d_silu: causal depthwise conv over each sequence, continuing from its slot's conv state
+ * (the last K-1 inputs), then SiLU: out[t, c] = silu(sum_j w[c, j] * x[t-K+1+j, c]).
+ * x, out [n_tok, C]; w F32 [C, K]. Updates the conv state. */
+#define BE_ARGS_conv1d_silu(A) A(INT, layer) A(IN, x) A(OUT, out) A(W, w) A(INT, C) A(INT, K)
+/* l2norm: x[r] = x[r] * scale / sqrt(||x[r]||^2 + eps), rows of d (HF / fla's l2norm) */
+#define BE_ARGS_l2norm(A) A(OUT, x) A(INT, rows) A(INT, d) A(F, eps) A(F, scale)
+/* gdn_gates: g[t, h] = a[h] * softplus(alpha[t, h] + dt_bias[h]); beta[t, h] = sigmoid(beta_in[t, h])
+ * (all [n_tok, n_v]; a, dt_bias F32 [n_v]); g and beta may alias alpha and beta_in */
+#define BE_ARGS_gdn_gates(A) \
+  A(IN, alpha) A(IN, beta_in) A(W, a) A(W, dt_bias) A(OUT, g) A(OUT, beta) A(INT, n_v)
+/* gdn_scan: gated delta rule per sequence from its slot state S [n_v, d_k, d_v]; value head h
+ * uses key head h % n_k. For each token: S = S * exp(g); S += k ⊗ beta * (v - Sᵀk); o = Sᵀq.
+ * q, k [n_tok, n_k * d_k]; v, out [n_tok, n_v * d_v]; g, beta [n_tok, n_v]. Updates S. */
+#define BE_ARGS_gdn_scan(A)                                                                               \
+  A(INT, layer) A(IN, q) A(IN, k) A(IN, v) A(IN, g) A(IN, beta) A(OUT, out) A(INT, n_k) A(INT, n_v) \
+  A(INT, d_k) A(INT, d_v)
+/* rmsnorm_gated: out[r] = rmsnorm(x[r]) * w * silu(z[r]) over rows of d (w F32 [d]) */
+#define BE_ARGS_rmsnorm_gated(A) A(IN, x) A(W, w) A(IN, z) A(OUT, out) A(INT, rows) A(INT, d) A(F, eps)
+
+/* ---- fused ops, optional (NULL: model code runs the unfused sequence through the helpers
+ * model_matmul_multi / model_swiglu_ffn / model_attn_qk_prep / model_gdn_conv_qkv of
+ * engine/models/model.h). Each gives what its unfused sequence gives (bit for bit on the CPU
+ * backend) ---- */
+/* matmul_multi: out[i][rows, w[i]->rows] = x[rows, cols] · w[i]ᵀ for i < n,
+ * 1 <= n <= BE_MATMUL_MULTI_MAX, every w[i]->cols == cols; outputs distinct and not aliasing x
+ * (= n matmul calls) */
+#define BE_ARGS_matmul_multi(A) A(N, n) A(WN, w) A(IN, x) A(OUTN, out) A(INT, rows)
+/* ffn_swiglu: gate[rows, ff] = silu(x · wgᵀ) * (x · wuᵀ), wg and wu [ff, cols]; up [rows, ff] is
+ * scratch the backend may use (contents undefined after) (= matmul wg, matmul wu, swiglu) */
+#define BE_ARGS_ffn_swiglu(A) A(W, wg) A(W, wu) A(IN, x) A(OUT, gate) A(OUT, up) A(INT, rows)
+/* attn_qk_prep: per-head rmsnorm in place of q [n_tok, n_head*head_dim] and k
+ * [n_tok, n_kv_head*head_dim] (q_norm, k_norm F32 [head_dim]), NeoX rope on both (as the rope op,
+ * honouring rope_freq_bf16), then kv_store(layer, k, v); n_kv_head*head_dim must be the pool's
+ * kv_dim (= rmsnorm q, rmsnorm k, rope q, rope k, kv_store) */
+#define BE_ARGS_attn_qk_prep(A)                                                                   \
+  A(INT, layer) A(OUT, q) A(OUT, k) A(IN, v) A(W, q_norm) A(W, k_norm) A(INT, n_head) A(INT, n_kv_head) \
+  A(INT, head_dim) A(INT, n_rot) A(F, theta) A(F, eps) A(ROPE_BF16, bf16)
+/* gdn_conv_qkv: Gated DeltaNet input prep, C = 2*n_k*d_k + n_v*d_v channels: conv =
+ * conv1d_silu(layer, x, w, C, K) (updates the conv state; x [n_tok, C], w F32 [C, K]), then
+ * q [n_tok, n_k*d_k] = l2norm(conv[:, 0:kd]) * q_scale, k [n_tok, n_k*d_k] = l2norm(conv[:, kd:2kd])
+ * (scale 1), v [n_tok, n_v*d_v] = conv[:, 2kd:C], kd = n_k*d_k, l2norm over rows of d_k with eps
+ * (= conv1d_silu, 3 copy2d, 2 l2norm); q, k, v distinct and not aliasing x */
+#define BE_ARGS_gdn_conv_qkv(A)                                                                      \
+  A(INT, layer) A(IN, x) A(W, w) A(INT, K) A(OUT, q) A(OUT, k) A(OUT, v) A(INT, n_k) A(INT, d_k) A(INT, n_v) \
+  A(INT, d_v) A(F, eps) A(F, q_scale)
+
+#define BE_OPS(X)                                                                                          \
+  X(embed) X(gather_out) X(matmul) X(rmsnorm) X(add_rmsnorm) X(add) X(rope) X(swiglu) X(mul_sigmoid)     \
+  X(copy2d) X(kv_store) X(attention) X(conv1d_silu) X(l2norm) X(gdn_gates) X(gdn_scan) X(rmsnorm_gated) \
+  X(matmul_multi) X(ffn_swiglu) X(attn_qk_prep) X(gdn_conv_qkv)
+
+/* A = BE_PARAM: the C parameters (", const be_weight_t *w, ..."), for prototypes */
+#define BE_PARAM(kind, name) BE_PARAM_##kind(name)
+#define BE_PARAM_W(n) , const be_weight_t *n
+#define BE_PARAM_WN(n) , const be_weight_t *const n[]
+#define BE_PARAM_N(n) , int n
+#define BE_PARAM_IN(n) , const float *n
+#define BE_PARAM_OUT(n) , float *n
+#define BE_PARAM_OUTN(n) , float *const n[]
+#define BE_PARAM_INT(n) , int n
+#define BE_PARAM_SIZE(n) , size_t n
+#define BE_PARAM_F(n) , float n
+#define BE_PARAM_ROPE_BF16(n)
+/* A = BE_ARG: the arguments (", w, ..."), to forward a call */
+#define BE_ARG(kind, name) BE_ARG_##kind(name)
+#define BE_ARG_W(n) , n
+#define BE_ARG_WN(n) , n
+#define BE_ARG_N(n) , n
+#define BE_ARG_IN(n) , n
+#define BE_ARG_OUT(n) , n
+#define BE_ARG_OUTN(n) , n
+#define BE_ARG_INT(n) , n
+#define BE_ARG_SIZE(n) , n
+#define BE_ARG_F(n) , n
+#define BE_ARG_ROPE_BF16(n)
+
 typedef struct be_ops {
   const char *name;
   void (*destroy)(be_t *be);
@@ -82,57 +212,10 @@ typedef struct be_ops {
 
   int (*set_batch)(be_t *be, const be_batch_t *b);
 
-  /* ---- dense ops on the current batch ---- */
-  /* out[n_tok, w.cols] = dequant(w)[tok[t]] */
-  void (*embed)(be_t *be, const be_weight_t *w, float *out);
-  /* out[i, :] = x[out_tok[i], :] for i < n_out (d floats per row) */
-  void (*gather_out)(be_t *be, const float *x, float *out, int d);
-  /* out[rows, w.rows] = x[rows, w.cols] · wᵀ */
-  void (*matmul)(be_t *be, const be_weight_t *w, const float *x, float *out, int rows);
-  /* out[r] = x[r] / rms(x[r]) * w  over rows of d (w F32 [d]); out may equal x */
-  void (*rmsnorm)(be_t *be, const float *x, const be_weight_t *w, float *out, int rows, int d, float eps);
-  /* x += delta, then out = rmsnorm(x) (fused residual add) */
-  void (*add_rmsnorm)(be_t *be, float *x, const float *delta, const be_weight_t *w, float *out,
-                      int rows, int d, float eps);
-  /* y[i] += x[i] */
-  void (*add)(be_t *be, float *y, const float *x, size_t n);
-  /* NeoX RoPE in place on x[n_tok, n_head, head_dim]: rotates dims [0, n_rot) of each head,
-   * pairing i with i + n_rot/2, angle pos[t] * theta^(-2i/n_rot) */
-  void (*rope)(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta);
-  /* out[n] = silu(gate[n]) * up[n] */
-  void (*swiglu)(be_t *be, const float *gate, const float *up, float *out, size_t n);
-  /* x[n] *= sigmoid(g[n]) */
-  void (*mul_sigmoid)(be_t *be, float *x, const float *g, size_t n);
-  /* dst[r, 0:cols] = src[r, 0:cols] with leading dimensions (floats) dst_ld / src_ld */
-  void (*copy2d)(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols);
-
-  /* ---- attention over the paged KV cache ---- */
-  /* writes k, v [n_tok, kv_dim] of the batch into layer's pools at each token's position */
-  void (*kv_store)(be_t *be, int layer, const float *k, const float *v);
-  /* causal GQA: out[n_tok, n_head*head_dim]; token t attends to its sequence's positions
-   * 0..pos[t]; head h uses kv head h / (n_head / n_kv_head); softmax(q·k * scale) */
-  void (*attention)(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head,
-                    int head_dim, float scale);
-
-  /* ---- Gated DeltaNet (hybrid models); `layer` indexes GDN layers ---- */
-  /* causal depthwise conv over each sequence, continuing from its slot's conv state (the
-   * last K-1 inputs), then SiLU: out[t, c] = silu(sum_j w[c, j] * x[t-K+1+j, c]).
-   * x, out [n_tok, C]; w F32 [C, K]. Updates the conv state. */
-  void (*conv1d_silu)(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K);
-  /* x[r] = x[r] * scale / sqrt(||x[r]||^2 + eps), rows of d (HF / fla's l2norm) */
-  void (*l2norm)(be_t *be, float *x, int rows, int d, float eps, float scale);
-  /* g[t, h] = a[h] * softplus(alpha[t, h] + dt_bias[h]); beta[t, h] = sigmoid(beta_in[t, h])
-   * (all [n_tok, n_v]; a, dt_bias F32 [n_v]); g and beta may alias alpha and beta_in */
-  void (*gdn_gates)(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
-                    const be_weight_t *dt_bias, float *g, float *beta, int n_v);
-  /* gated delta rule per sequence from its slot state S [n_v, d_k, d_v]; value head h uses key
-   * head h % n_k. For each token: S = S * exp(g); S += k ⊗ beta * (v - Sᵀk); o = Sᵀq.
-   * q, k [n_tok, n_k * d_k]; v, out [n_tok, n_v * d_v]; g, beta [n_tok, n_v]. Updates S. */
-  void (*gdn_scan)(be_t *be, int layer, const float *q, const float *k, const float *v,
-                   const float *g, const float *beta, float *out, int n_k, int n_v, int d_k, int d_v);
-  /* out[r] = rmsnorm(x[r]) * w * silu(z[r]) over rows of d (w F32 [d]) */
-  void (*rmsnorm_gated)(be_t *be, const float *x, const be_weight_t *w, const float *z, float *out,
-                        int rows, int d, float eps);
+  /* the ops of a step (BE_OPS above): void (*name)(be_t *be, its BE_ARGS_name arguments) */
+#define BE_OP_MEMBER(name) void (*name)(be_t *be BE_ARGS_##name(BE_PARAM));
+  BE_OPS(BE_OP_MEMBER)
+#undef BE_OP_MEMBER
 
   /* ---- ranks ---- */
   void (*all_reduce)(be_t *be, float *x, size_t n);
@@ -143,36 +226,10 @@ typedef struct be_ops {
   /* decode batch sizes that have a captured graph: bit n = n sequences (CUDA) */
   uint64_t (*graph_sizes)(be_t *be);
   /* Samples one token per row of logits (backend memory [n_rows, n_vocab]) into host ids[n_rows]
-   * with host rows[n_rows] (be_sample_row_t); semantics of sampler_pick (engine/backend/sampler.h). Ends
-   * and waits for the step like download; returns the step's error. NULL: not supported. */
+   * with host rows[n_rows] (be_sample_row_t); semantics of sampler_pick (engine/backend/sampler.h).
+   * Ends and waits for the step like download; returns the step's error. NULL: not supported. */
   int (*sample)(be_t *be, const float *logits, int n_rows, int n_vocab, const struct be_sample_row *rows,
                 int32_t *ids);
-
-  /* ---- optional fused ops (NULL: model code runs the unfused sequence through the helpers
-   * model_matmul_multi / model_swiglu_ffn / model_attn_qk_prep / model_gdn_conv_qkv of
-   * engine/models/model.h). Each gives what its unfused sequence gives (bit for bit on the CPU
-   * backend) ---- */
-  /* out[i][rows, w[i]->rows] = x[rows, cols] · w[i]ᵀ for i < n, 1 <= n <= BE_MATMUL_MULTI_MAX,
-   * every w[i]->cols == cols; outputs distinct and not aliasing x (= n matmul calls) */
-  void (*matmul_multi)(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int rows);
-  /* gate[rows, ff] = silu(x · wgᵀ) * (x · wuᵀ), wg and wu [ff, cols]; up [rows, ff] is scratch
-   * the backend may use (contents undefined after) (= matmul wg, matmul wu, swiglu) */
-  void (*ffn_swiglu)(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate, float *up,
-                     int rows);
-  /* per-head rmsnorm in place of q [n_tok, n_head*head_dim] and k [n_tok, n_kv_head*head_dim]
-   * (q_norm, k_norm F32 [head_dim]), NeoX rope on both (as the rope op, honouring
-   * rope_freq_bf16), then kv_store(layer, k, v); n_kv_head*head_dim must be the pool's kv_dim
-   * (= rmsnorm q, rmsnorm k, rope q, rope k, kv_store) */
-  void (*attn_qk_prep)(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
-                       const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
-                       float eps);
-  /* Gated DeltaNet input prep, C = 2*n_k*d_k + n_v*d_v channels: conv = conv1d_silu(layer, x,
-   * w, C, K) (updates the conv state; x [n_tok, C], w F32 [C, K]), then q [n_tok, n_k*d_k] =
-   * l2norm(conv[:, 0:kd]) * q_scale, k [n_tok, n_k*d_k] = l2norm(conv[:, kd:2kd]) (scale 1),
-   * v [n_tok, n_v*d_v] = conv[:, 2kd:C], kd = n_k*d_k, l2norm over rows of d_k with eps
-   * (= conv1d_silu, 3 copy2d, 2 l2norm); q, k, v distinct and not aliasing x */
-  void (*gdn_conv_qkv)(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
-                       int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
 } be_ops_t;
 
 /* most weights one matmul_multi call takes */

@@ -19,8 +19,8 @@ static void *cu_alloc(be_t *be, size_t bytes) {
     (void)cudaGetLastError();
     return NULL;
   }
-  if (KC_CUDA(ERR(be), cudaMemsetAsync(p, 0, bytes ? bytes : 256, CU(be)->stream)) ||
-      KC_CUDA(ERR(be), cudaStreamSynchronize(CU(be)->stream))) {
+  if (KC_CUDA(CU_ERR(be), cudaMemsetAsync(p, 0, bytes ? bytes : 256, CU_BE(be)->stream)) ||
+      KC_CUDA(CU_ERR(be), cudaStreamSynchronize(CU_BE(be)->stream))) {
     cudaFree(p);
     return NULL;
   }
@@ -30,25 +30,25 @@ static void *cu_alloc(be_t *be, size_t bytes) {
 static void cu_free(be_t *be, void *p) {
   if (!p) return;
   cu__flush_eager(be);
-  cudaStreamSynchronize(CU(be)->stream);
-  KC_CUDA(ERR(be), cudaFree(p));
+  cudaStreamSynchronize(CU_BE(be)->stream);
+  KC_CUDA(CU_ERR(be), cudaFree(p));
 }
 
 static int cu_upload(be_t *be, void *dst, const void *src, size_t bytes) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   cu__flush_eager(be);
-  if (KC_CUDA(ERR(be), cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream)) ||
-      KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream)))
+  if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream)) ||
+      KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream)))
     return GT_EINTERNAL;
   return GT_OK;
 }
 
 /* Waits for the stream, turns device error flags into be->err; returns and clears the code. */
 static int cu_sync(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   cu__finish_step(be);
-  KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream));
-  KC_CUDA(ERR(be), cudaGetLastError());
+  KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream));
+  KC_CUDA(CU_ERR(be), cudaGetLastError());
   cu__prof_collect_graph(be);
   int flags = 0;
   if (c->d_eflag && cudaMemcpyAsync(&flags, c->d_eflag, sizeof flags, cudaMemcpyDeviceToHost, c->stream) == cudaSuccess &&
@@ -57,7 +57,7 @@ static int cu_sync(be_t *be) {
                        : (flags & KC_EFLAG_OUT_TOK)  ? "gather_out: token index out of batch"
                        : (flags & KC_EFLAG_KV_SLOT)  ? "kv_store/attention: position outside the sequence's blocks"
                                                      : "gdn: state slot out of range";
-    fail(be, GT_EINVAL, "kernel", what);
+    cu_fail(be, GT_EINVAL, "kernel", what);
     cudaMemsetAsync(c->d_eflag, 0, sizeof(int), c->stream);
   }
   int code = be->err.code;
@@ -67,7 +67,7 @@ static int cu_sync(be_t *be) {
 
 static int cu_download(be_t *be, void *dst, const void *src, size_t bytes) {
   cu__finish_step(be);
-  KC_CUDA(ERR(be), cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CU(be)->stream));
+  KC_CUDA(CU_ERR(be), cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, CU_BE(be)->stream));
   return cu_sync(be);
 }
 
@@ -81,10 +81,10 @@ _Static_assert(sizeof(kc_sample_row_t) == sizeof(be_sample_row_t) &&
 /* Grows the sampling buffers to n_rows rows of n_vocab (after the stream drains); GT_OK or an
  * error recorded in be->err. */
 static int sample_bufs(be_t *be, int n_rows, int n_vocab) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   const size_t nf = kc_sample_scratch_floats(n_rows, n_vocab);
   if (n_rows <= c->smp_cap && nf <= c->smp_prob_cap) return GT_OK;
-  if (KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream))) return GT_EINTERNAL;
+  if (KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream))) return GT_EINTERNAL;
   if (n_rows > c->smp_cap) {
     cudaFreeHost(c->h_smp_rows);
     cudaFreeHost(c->h_smp_ids);
@@ -93,10 +93,10 @@ static int sample_bufs(be_t *be, int n_rows, int n_vocab) {
     c->h_smp_rows = c->d_smp_rows = NULL;
     c->h_smp_ids = c->d_smp_ids = NULL;
     c->smp_cap = 0;
-    if (KC_CUDA(ERR(be), cudaMallocHost((void **)&c->h_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows)) ||
-        KC_CUDA(ERR(be), cudaMallocHost((void **)&c->h_smp_ids, sizeof(int32_t) * (size_t)n_rows)) ||
-        KC_CUDA(ERR(be), cudaMalloc((void **)&c->d_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows)) ||
-        KC_CUDA(ERR(be), cudaMalloc((void **)&c->d_smp_ids, sizeof(int32_t) * (size_t)n_rows)))
+    if (KC_CUDA(CU_ERR(be), cudaMallocHost((void **)&c->h_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows)) ||
+        KC_CUDA(CU_ERR(be), cudaMallocHost((void **)&c->h_smp_ids, sizeof(int32_t) * (size_t)n_rows)) ||
+        KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->d_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows)) ||
+        KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->d_smp_ids, sizeof(int32_t) * (size_t)n_rows)))
       return GT_EINTERNAL;
     c->smp_cap = n_rows;
   }
@@ -104,7 +104,7 @@ static int sample_bufs(be_t *be, int n_rows, int n_vocab) {
     cudaFree(c->d_smp_prob);
     c->d_smp_prob = NULL;
     c->smp_prob_cap = 0;
-    if (KC_CUDA(ERR(be), cudaMalloc((void **)&c->d_smp_prob, sizeof(float) * nf))) return GT_EINTERNAL;
+    if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->d_smp_prob, sizeof(float) * nf))) return GT_EINTERNAL;
     c->smp_prob_cap = nf;
   }
   return GT_OK;
@@ -114,14 +114,14 @@ static int sample_bufs(be_t *be, int n_rows, int n_vocab) {
  * copies back only the ids. */
 static int cu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
                      int32_t *ids) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   cu__finish_step(be);
-  if (n_rows > 0 && !failed(be) && sample_bufs(be, n_rows, n_vocab) == GT_OK) {
+  if (n_rows > 0 && !cu_failed(be) && sample_bufs(be, n_rows, n_vocab) == GT_OK) {
     memcpy(c->h_smp_rows, rows, sizeof(kc_sample_row_t) * (size_t)n_rows);
-    (void)(KC_CUDA(ERR(be), cudaMemcpyAsync(c->d_smp_rows, c->h_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows,
+    (void)(KC_CUDA(CU_ERR(be), cudaMemcpyAsync(c->d_smp_rows, c->h_smp_rows, sizeof(kc_sample_row_t) * (size_t)n_rows,
                                             cudaMemcpyHostToDevice, c->stream)) ||
-           KC_CUDA(ERR(be), kc_sample(c->stream, logits, n_rows, n_vocab, c->d_smp_rows, c->d_smp_prob, c->d_smp_ids)) ||
-           KC_CUDA(ERR(be), cudaMemcpyAsync(c->h_smp_ids, c->d_smp_ids, sizeof(int32_t) * (size_t)n_rows,
+           KC_CUDA(CU_ERR(be), kc_sample(c->stream, logits, n_rows, n_vocab, c->d_smp_rows, c->d_smp_prob, c->d_smp_ids)) ||
+           KC_CUDA(CU_ERR(be), cudaMemcpyAsync(c->h_smp_ids, c->d_smp_ids, sizeof(int32_t) * (size_t)n_rows,
                                             cudaMemcpyDeviceToHost, c->stream)));
   }
   int rc = cu_sync(be);
@@ -129,27 +129,12 @@ static int cu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, con
   return rc;
 }
 
-/* Returns scratch of at least n floats (grown after the stream drains), or NULL (error set). */
-float *cu__scratch(be_t *be, size_t n) {
-  be_cuda_t *c = CU(be);
-  if (n <= c->scratch_cap) return c->scratch;
-  KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream));
-  cudaFree(c->scratch);
-  c->scratch = NULL;
-  c->scratch_cap = 0;
-  size_t want = n + n / 4;
-  c->buf_gen++;
-  if (KC_CUDA(ERR(be), cudaMalloc((void **)&c->scratch, want * sizeof(float)))) return NULL;
-  c->scratch_cap = want;
-  return c->scratch;
-}
-
 /* ---- caches ---- */
 
 static int cu_kv_init(be_t *be, int n_layers, int n_blocks, int block_tokens, int kv_dim) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (n_layers < 0 || n_blocks <= 0 || block_tokens <= 0 || kv_dim <= 0)
-    return gt_err_set(ERR(be), GT_EINVAL, "cuda kv_init: bad sizes");
+    return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda kv_init: bad sizes");
   cu__flush_eager(be);
   c->buf_gen++;
   cu_free(be, c->kv_pool);
@@ -157,7 +142,7 @@ static int cu_kv_init(be_t *be, int n_layers, int n_blocks, int block_tokens, in
   c->kv_layers = 0;
   size_t n = (size_t)n_layers * 2 * n_blocks * block_tokens * kv_dim;
   c->kv_pool = cu_alloc(be, n * sizeof(float));
-  if (!c->kv_pool) return gt_err_set(ERR(be), GT_ENOMEM, "cuda kv_init: %zu bytes of KV pool", n * sizeof(float));
+  if (!c->kv_pool) return gt_err_set(CU_ERR(be), GT_ENOMEM, "cuda kv_init: %zu bytes of KV pool", n * sizeof(float));
   c->kv_layers = n_layers;
   c->kv_blocks = n_blocks;
   c->kv_block_tokens = block_tokens;
@@ -166,7 +151,7 @@ static int cu_kv_init(be_t *be, int n_layers, int n_blocks, int block_tokens, in
 }
 
 static int cu_state_init(be_t *be, int n_layers, int n_slots, size_t conv_dim, size_t ssm_dim) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   cu__flush_eager(be);
   c->buf_gen++;
   cu_free(be, c->conv);
@@ -175,7 +160,7 @@ static int cu_state_init(be_t *be, int n_layers, int n_slots, size_t conv_dim, s
   c->st_layers = c->st_slots = 0;
   c->conv = cu_alloc(be, ((size_t)n_layers * n_slots * conv_dim + 1) * sizeof(float));
   c->ssm = cu_alloc(be, ((size_t)n_layers * n_slots * ssm_dim + 1) * sizeof(float));
-  if (!c->conv || !c->ssm) return gt_err_set(ERR(be), GT_ENOMEM, "cuda state_init: recurrent state");
+  if (!c->conv || !c->ssm) return gt_err_set(CU_ERR(be), GT_ENOMEM, "cuda state_init: recurrent state");
   c->st_layers = n_layers;
   c->st_slots = n_slots;
   c->conv_dim = conv_dim;
@@ -184,14 +169,14 @@ static int cu_state_init(be_t *be, int n_layers, int n_slots, size_t conv_dim, s
 }
 
 static int cu_state_copy(be_t *be, int dst, int src) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (dst < 0 || src < 0 || dst >= c->st_slots || src >= c->st_slots)
-    return gt_err_set(ERR(be), GT_EINVAL, "cuda state_copy %d <- %d of %d slots", dst, src, c->st_slots);
+    return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda state_copy %d <- %d of %d slots", dst, src, c->st_slots);
   cu__flush_eager(be);
   for (int l = 0; l < c->st_layers; l++) {
-    if (KC_CUDA(ERR(be), cudaMemcpyAsync(conv_state(c, l, dst), conv_state(c, l, src), c->conv_dim * sizeof(float),
+    if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync(conv_state(c, l, dst), conv_state(c, l, src), c->conv_dim * sizeof(float),
                                          cudaMemcpyDeviceToDevice, c->stream)) ||
-        KC_CUDA(ERR(be), cudaMemcpyAsync(ssm_state(c, l, dst), ssm_state(c, l, src), c->ssm_dim * sizeof(float),
+        KC_CUDA(CU_ERR(be), cudaMemcpyAsync(ssm_state(c, l, dst), ssm_state(c, l, src), c->ssm_dim * sizeof(float),
                                          cudaMemcpyDeviceToDevice, c->stream)))
       return GT_EINTERNAL;
   }
@@ -199,13 +184,13 @@ static int cu_state_copy(be_t *be, int dst, int src) {
 }
 
 static int cu_state_zero(be_t *be, int slot) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (slot < 0 || slot >= c->st_slots)
-    return gt_err_set(ERR(be), GT_EINVAL, "cuda state_zero %d of %d slots", slot, c->st_slots);
+    return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda state_zero %d of %d slots", slot, c->st_slots);
   cu__flush_eager(be);
   for (int l = 0; l < c->st_layers; l++) {
-    if (KC_CUDA(ERR(be), cudaMemsetAsync(conv_state(c, l, slot), 0, c->conv_dim * sizeof(float), c->stream)) ||
-        KC_CUDA(ERR(be), cudaMemsetAsync(ssm_state(c, l, slot), 0, c->ssm_dim * sizeof(float), c->stream)))
+    if (KC_CUDA(CU_ERR(be), cudaMemsetAsync(conv_state(c, l, slot), 0, c->conv_dim * sizeof(float), c->stream)) ||
+        KC_CUDA(CU_ERR(be), cudaMemsetAsync(ssm_state(c, l, slot), 0, c->ssm_dim * sizeof(float), c->stream)))
       return GT_EINTERNAL;
   }
   return GT_OK;
@@ -214,17 +199,17 @@ static int cu_state_zero(be_t *be, int slot) {
 /* ---- batch ---- */
 
 static int cu_set_batch(be_t *be, const be_batch_t *b) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   cu__flush_eager(be); /* a step that ended without download / sync */
   c->decode_batch = 0;
   if (b->n_tok < 0 || b->n_seq < 0 || b->n_out < 0 || b->max_blocks < 0)
-    return gt_err_set(ERR(be), GT_EINVAL, "cuda backend: negative batch sizes");
+    return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: negative batch sizes");
   const int nt = b->n_tok, ns = b->n_seq, no = b->n_out;
   const size_t n_bt = (size_t)ns * b->max_blocks;
   const size_t need = 3 * (size_t)nt + 3 * (size_t)ns + n_bt + (size_t)no + 1;
   if (need > c->h_cap) {
     int32_t *p = realloc(c->h_ints, need * sizeof(int32_t));
-    if (!p) return gt_err_set(ERR(be), GT_ENOMEM, "cuda backend: batch of %d tokens", nt);
+    if (!p) return gt_err_set(CU_ERR(be), GT_ENOMEM, "cuda backend: batch of %d tokens", nt);
     c->h_ints = p;
     c->h_cap = need;
   }
@@ -245,7 +230,7 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   if (no) memcpy(ot, b->out_tok, sizeof(int32_t) * no);
   for (int s = 0; s < ns; s++) {
     if (sf[s] < 0 || sn[s] < 0 || sf[s] + sn[s] > nt)
-      return gt_err_set(ERR(be), GT_EINVAL, "cuda backend: sequence %d spans tokens [%d, %d) of %d", s, sf[s],
+      return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: sequence %d spans tokens [%d, %d) of %d", s, sf[s],
                         sf[s] + sn[s], nt);
     for (int t = 0; t < sn[s]; t++) sot[sf[s] + t] = s;
   }
@@ -253,17 +238,17 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   for (int t = 0; t < nt; t++)
     if (pos[t] + 1 > c->max_ctx) c->max_ctx = pos[t] + 1;
   if (need > c->d_cap) {
-    KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream));
+    KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream));
     cudaFree(c->d_ints);
     c->buf_gen++;
     c->d_ints = NULL;
     c->d_cap = 0;
     size_t want = need * 2;
-    if (KC_CUDA(ERR(be), cudaMalloc((void **)&c->d_ints, want * sizeof(int32_t)))) return GT_ENOMEM;
+    if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->d_ints, want * sizeof(int32_t)))) return GT_ENOMEM;
     c->d_cap = want;
   }
   /* pageable source: the call returns once the bytes are staged, so h_ints may be reused */
-  if (KC_CUDA(ERR(be), cudaMemcpyAsync(c->d_ints, c->h_ints, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream)))
+  if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync(c->d_ints, c->h_ints, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream)))
     return GT_EINTERNAL;
   const int32_t *d = c->d_ints;
   c->kb = (kc_batch_t){.n_tok = nt, .n_seq = ns, .n_out = no, .max_blocks = b->max_blocks,
@@ -280,7 +265,7 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   if (b->state_slot && c->st_slots > 0) {
     for (int s = 0; s < ns; s++) {
       if (ss[s] < 0 || ss[s] >= c->st_slots)
-        return gt_err_set(ERR(be), GT_EINVAL, "cuda backend: state slot %d out of [0, %d)", ss[s], c->st_slots);
+        return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: state slot %d out of [0, %d)", ss[s], c->st_slots);
       if (sn[s] > 0 && pos[sf[s]] == 0) {
         int rc = cu_state_zero(be, ss[s]);
         if (rc) return rc;
@@ -299,19 +284,19 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
 }
 
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   *st = (be_cuda_stats_t){.graph_steps = c->graph_steps, .eager_steps = c->eager_steps, .captures = c->captures,
                           .captured_sizes = c->captured_mask, .profiled_steps = c->prof_steps};
 }
 
-static uint64_t cu_graph_sizes(be_t *be) { return CU(be)->captured_mask; }
+static uint64_t cu_graph_sizes(be_t *be) { return CU_BE(be)->captured_mask; }
 
 /* ---- ranks ---- */
 
 static void cu_all_reduce(be_t *be, float *x, size_t n) { /* one rank: nothing to do */ }
 
 static void cu_destroy(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (!c) return;
   cudaStreamSynchronize(c->stream);
   for (int i = 0; i <= KC_MATVEC_MAX_ROWS; i++) {
@@ -341,7 +326,7 @@ static void cu_destroy(be_t *be) {
   free(c);
 }
 
-static long cu_eager_steps(be_t *be) { return CU(be)->eager_steps; }
+static long cu_eager_steps(be_t *be) { return CU_BE(be)->eager_steps; }
 
 static const be_ops_t cuda_ops = {
     .name = "cuda",
@@ -356,31 +341,13 @@ static const be_ops_t cuda_ops = {
     .state_copy = cu_state_copy,
     .state_zero = cu_state_zero,
     .set_batch = cu_set_batch,
-    .embed = cu_embed,
-    .gather_out = cu_gather_out,
-    .matmul = cu_matmul,
-    .rmsnorm = cu_rmsnorm,
-    .add_rmsnorm = cu_add_rmsnorm,
-    .add = cu_add,
-    .rope = cu_rope,
-    .swiglu = cu_swiglu,
-    .mul_sigmoid = cu_mul_sigmoid,
-    .copy2d = cu_copy2d,
-    .kv_store = cu_kv_store,
-    .attention = cu_attention,
-    .conv1d_silu = cu_conv1d_silu,
-    .l2norm = cu_l2norm,
-    .gdn_gates = cu_gdn_gates,
-    .gdn_scan = cu_gdn_scan,
-    .rmsnorm_gated = cu_rmsnorm_gated,
+#define CU_OP(name) .name = cu_##name,
+    BE_OPS(CU_OP)
+#undef CU_OP
     .all_reduce = cu_all_reduce,
     .eager_steps = cu_eager_steps,
     .sample = cu_sample,
     .graph_sizes = cu_graph_sizes,
-    .matmul_multi = cu_matmul_multi,
-    .ffn_swiglu = cu_ffn_swiglu,
-    .attn_qk_prep = cu_attn_qk_prep,
-    .gdn_conv_qkv = cu_gdn_conv_qkv,
 };
 
 int be_cuda_available(void) {

@@ -20,24 +20,57 @@
  * captured into a new graph (or an update of the old one) and that is launched. Anything else
  * that touches the stream first runs the recorded ops eagerly (counted as an eager step). */
 enum {
-  OP_EMBED, OP_GATHER, OP_MATMUL, OP_RMSNORM, OP_ADD_RMSNORM, OP_ADD, OP_ROPE, OP_SWIGLU, OP_MUL_SIGMOID,
-  OP_COPY2D, OP_KV_STORE, OP_ATTENTION, OP_CONV1D, OP_L2NORM, OP_GDN_GATES, OP_GDN_SCAN, OP_RMSNORM_GATED,
-  OP_MATMUL_MULTI, OP_FFN_SWIGLU, OP_ATTN_QK_PREP, OP_GDN_CONV_QKV
+#define OP_ID(name) OP_##name,
+  BE_OPS(OP_ID) /* OP_<name>: the op of a record, one per op of BE_OPS (backend.h) */
+#undef OP_ID
 };
 
+/* cu_args_<name>_t: the arguments of a recorded call, one field per argument of
+ * BE_ARGS_<name>, weights by value. Records compare with memcmp: rec_new zeroes a record and the
+ * fields are then set one by one (rec_w copies a weight field by field), so padding stays zero. */
+#define REC_FIELD(kind, v) REC_FIELD_##kind(v)
+#define REC_FIELD_W(v) be_weight_t v;
+#define REC_FIELD_WN(v) be_weight_t v[BE_MATMUL_MULTI_MAX];
+#define REC_FIELD_N(v) int v;
+#define REC_FIELD_IN(v) const float *v;
+#define REC_FIELD_OUT(v) float *v;
+#define REC_FIELD_OUTN(v) float *v[BE_MATMUL_MULTI_MAX];
+#define REC_FIELD_INT(v) int v;
+#define REC_FIELD_SIZE(v) size_t v;
+#define REC_FIELD_F(v) float v;
+#define REC_FIELD_ROPE_BF16(v) int v;
+#define REC_ARGS_TYPE(name) typedef struct { BE_ARGS_##name(REC_FIELD) } cu_args_##name##_t;
+BE_OPS(REC_ARGS_TYPE)
+#undef REC_ARGS_TYPE
+
 typedef struct op_rec {
-  int64_t op;
-  const void *p[6];
-  int64_t i[8];
-  double f[2];
-  int64_t wi[4][4]; /* weights: type, rows, cols, row_bytes (unused slots zero) */
-  const void *wp[4];
+  int64_t op; /* OP_* */
+  union {
+#define REC_MEMBER(name) cu_args_##name##_t name;
+    BE_OPS(REC_MEMBER)
+#undef REC_MEMBER
+  } a; /* a.<name>: the arguments of op <name> */
 } op_rec_t;
-/* OP_MATMUL_MULTI keeps its n weights in wi/wp[0..n) and x, out[0..n) in p[0], p[1..n] */
-_Static_assert(BE_MATMUL_MULTI_MAX <= 4, "op_rec_t has 4 weight slots and 5 pointers for matmul_multi");
+
+/* at most REC_MAX_W weights per record (op_label, prepare_capture list them) */
+#define REC_MAX_W 4
+#define REC_NW(kind, v) REC_NW_##kind
+#define REC_NW_W +1
+#define REC_NW_WN +BE_MATMUL_MULTI_MAX
+#define REC_NW_N
+#define REC_NW_IN
+#define REC_NW_OUT
+#define REC_NW_OUTN
+#define REC_NW_INT
+#define REC_NW_SIZE
+#define REC_NW_F
+#define REC_NW_ROPE_BF16
+#define REC_NW_CHECK(name) _Static_assert(0 BE_ARGS_##name(REC_NW) <= REC_MAX_W, #name ": more than REC_MAX_W weights");
+BE_OPS(REC_NW_CHECK)
+#undef REC_NW_CHECK
 
 static op_rec_t *rec_new(be_t *be, int op) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (c->n_rec == c->cap_rec) {
     int cap = c->cap_rec ? 2 * c->cap_rec : 1024;
     op_rec_t *r = realloc(c->rec, sizeof(op_rec_t) * (size_t)cap);
@@ -50,72 +83,70 @@ static op_rec_t *rec_new(be_t *be, int op) {
   r->op = op;
   return r;
 }
-static void rec_w(op_rec_t *r, int k, const be_weight_t *w) {
-  r->wi[k][0] = w->type;
-  r->wi[k][1] = w->rows;
-  r->wi[k][2] = w->cols;
-  r->wi[k][3] = (int64_t)w->row_bytes;
-  r->wp[k] = w->data;
-}
-static be_weight_t rec_get_w(const op_rec_t *r, int k) {
-  be_weight_t w = {.type = (gt_type_t)r->wi[k][0], .rows = r->wi[k][1], .cols = r->wi[k][2],
-                   .row_bytes = (size_t)r->wi[k][3], .data = (void *)r->wp[k]};
-  return w;
+static void rec_w(be_weight_t *d, const be_weight_t *w) {
+  d->type = w->type;
+  d->rows = w->rows;
+  d->cols = w->cols;
+  d->row_bytes = w->row_bytes;
+  d->data = w->data;
 }
 
-static void run_rec(be_t *be, const op_rec_t *r) {
-  be_weight_t w0 = rec_get_w(r, 0), w1 = rec_get_w(r, 1);
-  float *p0 = (float *)r->p[0], *p1 = (float *)r->p[1], *p2 = (float *)r->p[2], *p3 = (float *)r->p[3],
-        *p4 = (float *)r->p[4], *p5 = (float *)r->p[5];
-  const int64_t *i = r->i;
+/* The weights of a record in argument order into ws_[REC_MAX_W]; returns how many. */
+#define REC_W(kind, v) REC_W_##kind(v)
+#define REC_W_W(v) ws_[n_w++] = &ra_->v;
+#define REC_W_WN(v) for (int k_ = 0; k_ < ra_->n; k_++) ws_[n_w++] = &ra_->v[k_];
+#define REC_W_N(v)
+#define REC_W_IN(v)
+#define REC_W_OUT(v)
+#define REC_W_OUTN(v)
+#define REC_W_INT(v)
+#define REC_W_SIZE(v)
+#define REC_W_F(v)
+#define REC_W_ROPE_BF16(v)
+static int rec_weights(const op_rec_t *r, const be_weight_t *ws_[REC_MAX_W]) {
+  int n_w = 0;
   switch ((int)r->op) {
-  case OP_EMBED: cu__embed(be, &w0, p0); break;
-  case OP_GATHER: cu__gather_out(be, p0, p1, (int)i[0]); break;
-  case OP_MATMUL: cu__matmul(be, &w0, p0, p1, (int)i[0]); break;
-  case OP_RMSNORM: cu__rmsnorm(be, p0, &w0, p1, (int)i[0], (int)i[1], (float)r->f[0]); break;
-  case OP_ADD_RMSNORM: cu__add_rmsnorm(be, p0, p1, &w0, p2, (int)i[0], (int)i[1], (float)r->f[0]); break;
-  case OP_ADD: cu__add(be, p0, p1, (size_t)i[0]); break;
-  case OP_ROPE: cu__rope(be, p0, (int)i[0], (int)i[1], (int)i[2], (float)r->f[0], (int)i[3]); break;
-  case OP_SWIGLU: cu__swiglu(be, p0, p1, p2, (size_t)i[0]); break;
-  case OP_MUL_SIGMOID: cu__mul_sigmoid(be, p0, p1, (size_t)i[0]); break;
-  case OP_COPY2D: cu__copy2d(be, p0, (size_t)i[0], p1, (size_t)i[1], (int)i[2], (int)i[3]); break;
-  case OP_KV_STORE: cu__kv_store(be, (int)i[0], p0, p1); break;
-  case OP_ATTENTION: cu__attention(be, (int)i[0], p0, p1, (int)i[1], (int)i[2], (int)i[3], (float)r->f[0]); break;
-  case OP_CONV1D: cu__conv1d_silu(be, (int)i[0], p0, p1, &w0, (int)i[1], (int)i[2]); break;
-  case OP_L2NORM: cu__l2norm(be, p0, (int)i[0], (int)i[1], (float)r->f[0], (float)r->f[1]); break;
-  case OP_GDN_GATES: cu__gdn_gates(be, p0, p1, &w0, &w1, p2, p3, (int)i[0]); break;
-  case OP_GDN_SCAN:
-    cu__gdn_scan(be, (int)i[0], p0, p1, p2, p3, p4, p5, (int)i[1], (int)i[2], (int)i[3], (int)i[4]);
-    break;
-  case OP_RMSNORM_GATED: cu__rmsnorm_gated(be, p0, &w0, p1, p2, (int)i[0], (int)i[1], (float)r->f[0]); break;
-  case OP_MATMUL_MULTI: {
-    be_weight_t wm[BE_MATMUL_MULTI_MAX];
-    const be_weight_t *wl[BE_MATMUL_MULTI_MAX];
-    float *outs[BE_MATMUL_MULTI_MAX];
-    const int n = (int)i[1];
-    for (int k = 0; k < n; k++) {
-      wm[k] = rec_get_w(r, k);
-      wl[k] = &wm[k];
-      outs[k] = (float *)r->p[1 + k];
-    }
-    cu__matmul_multi(be, n, wl, p0, outs, (int)i[0]);
-    break;
+#define REC_W_CASE(name)                      \
+  case OP_##name: {                           \
+    const cu_args_##name##_t *ra_ = &r->a.name; \
+    (void)ra_;                                  \
+    BE_ARGS_##name(REC_W) break;              \
   }
-  case OP_FFN_SWIGLU: cu__ffn_swiglu(be, &w0, &w1, p0, p1, p2, (int)i[0]); break;
-  case OP_ATTN_QK_PREP:
-    cu__attn_qk_prep(be, (int)i[0], p0, p1, p2, &w0, &w1, (int)i[1], (int)i[2], (int)i[3], (int)i[4], (float)r->f[0],
-                    (float)r->f[1], (int)i[5]);
-    break;
-  case OP_GDN_CONV_QKV:
-    cu__gdn_conv_qkv(be, (int)i[0], p0, &w0, (int)i[1], p1, p2, p3, (int)i[2], (int)i[3], (int)i[4], (int)i[5],
-                     (float)r->f[0], (float)r->f[1]);
-    break;
+    BE_OPS(REC_W_CASE)
+#undef REC_W_CASE
+  }
+  return n_w;
+}
+
+/* Runs a record: its op's launcher with the recorded arguments. */
+#define REC_CALL(kind, v) REC_CALL_##kind(v)
+#define REC_CALL_W(v) , &ra_->v
+#define REC_CALL_WN(v) , (const be_weight_t *const[BE_MATMUL_MULTI_MAX]){&ra_->v[0], &ra_->v[1], &ra_->v[2], &ra_->v[3]}
+_Static_assert(BE_MATMUL_MULTI_MAX == 4, "REC_CALL_WN passes BE_MATMUL_MULTI_MAX weights");
+#define REC_CALL_N(v) , ra_->v
+#define REC_CALL_IN(v) , ra_->v
+#define REC_CALL_OUT(v) , ra_->v
+#define REC_CALL_OUTN(v) , ra_->v
+#define REC_CALL_INT(v) , ra_->v
+#define REC_CALL_SIZE(v) , ra_->v
+#define REC_CALL_F(v) , ra_->v
+#define REC_CALL_ROPE_BF16(v) , ra_->v
+static void run_rec(be_t *be, const op_rec_t *r) {
+  switch ((int)r->op) {
+#define REC_RUN_CASE(name)                           \
+  case OP_##name: {                                  \
+    const cu_args_##name##_t *ra_ = &r->a.name;        \
+    cu__##name(be BE_ARGS_##name(REC_CALL));         \
+    break;                                           \
+  }
+    BE_OPS(REC_RUN_CASE)
+#undef REC_RUN_CASE
   }
 }
 
 /* Runs the recorded ops of the current step eagerly and stops recording. */
 void cu__flush_eager(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (!c->recording) return;
   c->recording = 0;
   for (int k = 0; k < c->n_rec; k++) run_rec(be, &c->rec[k]);
@@ -126,31 +157,44 @@ void cu__flush_eager(be_t *be) {
 /* Scratch the recorded ops will need, grown now (not allowed while capturing); 0 when every
  * op can be captured. */
 static int prepare_capture(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   size_t need = 0;
   for (int k = 0; k < c->n_rec; k++) {
     const op_rec_t *r = &c->rec[k];
-    if (r->op == OP_ATTENTION) {
-      size_t n = kc_attention_part_floats(c->b.n_tok, (int)r->i[1], (int)r->i[3],
-                                          kc_attention_splits(c->b.n_tok, (int)r->i[1], 1 << 30));
+    const float *x = NULL; /* matmul, matmul_multi, ffn_swiglu: x and its rows */
+    int rows = 0;
+    switch ((int)r->op) {
+    case OP_attention: {
+      const cu_args_attention_t *a = &r->a.attention;
+      size_t n = kc_attention_part_floats(c->b.n_tok, a->n_head, a->head_dim,
+                                          kc_attention_splits(c->b.n_tok, a->n_head, 1 << 30));
       if (n > need) need = n;
-    } else if (r->op == OP_ROPE) {
-      if (!cu__rope_table(be, (float)r->f[0], (int)r->i[2], r->i[3] != 0)) return -1;
-    } else if (r->op == OP_ATTN_QK_PREP) {
-      if (!cu__rope_table(be, (float)r->f[0], (int)r->i[4], r->i[5] != 0)) return -1;
-    } else if (r->op == OP_GDN_CONV_QKV) {
-      const size_t n = cu__gdn_conv_qkv_scratch(c->b.n_tok, c->b.n_seq, (int)r->i[2], (int)r->i[3], (int)r->i[4],
-                                                (int)r->i[5]);
+      break;
+    }
+    case OP_rope:
+      if (!cu__rope_table(be, r->a.rope.theta, r->a.rope.n_rot, r->a.rope.bf16)) return -1;
+      break;
+    case OP_attn_qk_prep:
+      if (!cu__rope_table(be, r->a.attn_qk_prep.theta, r->a.attn_qk_prep.n_rot, r->a.attn_qk_prep.bf16)) return -1;
+      break;
+    case OP_gdn_conv_qkv: {
+      const cu_args_gdn_conv_qkv_t *a = &r->a.gdn_conv_qkv;
+      const size_t n = cu__gdn_conv_qkv_scratch(c->b.n_tok, c->b.n_seq, a->n_k, a->d_k, a->n_v, a->d_v);
       if (n > need) need = n;
-    } else if (r->op == OP_MATMUL || r->op == OP_MATMUL_MULTI || r->op == OP_FFN_SWIGLU) {
-      /* x in p[0], rows in i[0]; each weight's product as cu__matmul takes it */
-      const int n_w = r->op == OP_MATMUL ? 1 : r->op == OP_FFN_SWIGLU ? 2 : (int)r->i[1];
-      for (int k = 0; k < n_w; k++) {
-        const be_weight_t w = rec_get_w(r, k);
-        const size_t n = cu__bf16_gemm_floats(&w, (int)r->i[0]);
+      break;
+    }
+    case OP_matmul: x = r->a.matmul.x, rows = r->a.matmul.rows; break;
+    case OP_matmul_multi: x = r->a.matmul_multi.x, rows = r->a.matmul_multi.rows; break;
+    case OP_ffn_swiglu: x = r->a.ffn_swiglu.x, rows = r->a.ffn_swiglu.rows; break;
+    }
+    if (x) { /* each weight's product as cu__matmul takes it */
+      const be_weight_t *w[REC_MAX_W];
+      const int n_w = rec_weights(r, w);
+      for (int j = 0; j < n_w; j++) {
+        const size_t n = cu__bf16_gemm_floats(w[j], rows);
         if (n) {
           if (n > need) need = n;
-        } else if (((uintptr_t)r->p[0] & 15) != 0 || r->i[0] > KC_MATVEC_MAX_ROWS) {
+        } else if (((uintptr_t)x & 15) != 0 || rows > KC_MATVEC_MAX_ROWS) {
           return -1; /* would take the dequantize + SGEMM path */
         }
       }
@@ -165,39 +209,33 @@ static int prepare_capture(be_t *be) {
 #define CU_PROF_GATE_MS 2000 /* a gate opens by itself after this long, so a stuck host never hangs */
 #define CU_PROF_MAX_ROWS 128 /* distinct labels; the rest are summed into "(other ops)" */
 
-/* Labels by OP_* id. An id without a name prints as "op#N": new ops only need a line here. */
+/* Labels by OP_* id: the op names of BE_OPS. */
 static const char *const op_names[] = {
-    [OP_EMBED] = "embed",         [OP_GATHER] = "gather_out",       [OP_MATMUL] = "matmul",
-    [OP_RMSNORM] = "rmsnorm",     [OP_ADD_RMSNORM] = "add_rmsnorm", [OP_ADD] = "add",
-    [OP_ROPE] = "rope",           [OP_SWIGLU] = "swiglu",           [OP_MUL_SIGMOID] = "mul_sigmoid",
-    [OP_COPY2D] = "copy2d",       [OP_KV_STORE] = "kv_store",       [OP_ATTENTION] = "attention",
-    [OP_CONV1D] = "conv1d_silu",  [OP_L2NORM] = "l2norm",           [OP_GDN_GATES] = "gdn_gates",
-    [OP_GDN_SCAN] = "gdn_scan",   [OP_RMSNORM_GATED] = "rmsnorm_gated",
-    [OP_MATMUL_MULTI] = "matmul_multi", [OP_FFN_SWIGLU] = "ffn_swiglu", [OP_ATTN_QK_PREP] = "attn_qk_prep",
-    [OP_GDN_CONV_QKV] = "gdn_conv_qkv",
+#define OP_NAME(name) [OP_##name] = #name,
+    BE_OPS(OP_NAME)
+#undef OP_NAME
 };
 
 /* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ gemm]]": weight matrices (not vectors)
  * of the record with the batch rows; "gemm" when the first takes the bf16 tensor-core path. */
 static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   const int op = (int)r->op;
-  const int named = op >= 0 && (size_t)op < sizeof op_names / sizeof op_names[0] && op_names[op];
-  size_t len = (size_t)(named ? snprintf(buf, n, "%s", op_names[op]) : snprintf(buf, n, "op#%d", op));
+  size_t len = (size_t)snprintf(buf, n, "%s", op_names[op]);
+  const be_weight_t *w[REC_MAX_W];
+  const int n_w = rec_weights(r, w);
   int n_mat = 0;
   int64_t prev_type = -1;
-  for (int k = 0; k < 4 && len < n; k++) {
-    if (!r->wp[k] || r->wi[k][1] <= 1 || r->wi[k][2] <= 1) continue;
-    const int64_t t = r->wi[k][0];
+  for (int k = 0; k < n_w && len < n; k++) {
+    if (!w[k]->data || w[k]->rows <= 1 || w[k]->cols <= 1) continue;
+    const int64_t t = w[k]->type;
     len += (size_t)snprintf(buf + len, n - len, "%s%s%s%lldx%lld", n_mat ? "+" : " ",
                             t != prev_type ? dt_name((gt_type_t)t) : "", t != prev_type ? " " : "",
-                            (long long)r->wi[k][2], (long long)r->wi[k][1]);
+                            (long long)w[k]->cols, (long long)w[k]->rows);
     prev_type = t;
     n_mat++;
   }
-  if (n_mat && len < n) {
-    const be_weight_t w = rec_get_w(r, 0);
-    snprintf(buf + len, n - len, " x%d%s", rows, cu__bf16_gemm_floats(&w, rows) ? " gemm" : "");
-  }
+  if (n_mat && len < n)
+    snprintf(buf + len, n - len, " x%d%s", rows, cu__bf16_gemm_floats(w[0], rows) ? " gemm" : "");
 }
 
 static void prof_add(be_cuda_t *c, const char *label, double us) {
@@ -236,12 +274,12 @@ static void CUDART_CB prof_gate(void *p) {
  * prepare_capture to succeed: it guarantees no op of the step synchronizes the stream (which
  * would wait on a closed gate). Without events (creation failed) the ops just run. */
 static void profile_step(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   const int n = c->n_rec, rows = c->b.n_tok;
   c->recording = 0;
   c->prof_state = CU_PROF_OFF;
   c->prof_steps++;
-  int gated = !failed(be) && prepare_capture(be) == 0;
+  int gated = !cu_failed(be) && prepare_capture(be) == 0;
   cudaEvent_t *ev = calloc((size_t)2 * n + 1, sizeof *ev);
   int *gate = calloc((size_t)n / CU_PROF_CHUNK + 1, sizeof *gate);
   if (!c->prof_rows) c->prof_rows = malloc(sizeof(be_cuda_prof_t) * CU_PROF_MAX_ROWS);
@@ -263,7 +301,7 @@ static void profile_step(be_t *be) {
     if (gated && (k % CU_PROF_CHUNK == CU_PROF_CHUNK - 1 || k == n - 1)) __atomic_store_n(g, 1, __ATOMIC_RELEASE);
   }
   const cudaError_t se = cudaStreamSynchronize(c->stream);
-  KC_CUDA(ERR(be), se);
+  KC_CUDA(CU_ERR(be), se);
   c->n_prof_rows = 0;
   double total = 0;
   for (int k = 0; timed && k < n; k++) {
@@ -293,13 +331,13 @@ static void profile_step(be_t *be) {
 
 /* Launches g, timed with prof_gev when graph replays of the profiled batch size are timed. */
 static int graph_launch(be_t *be, cu_graph_t *g, int n) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   int timed = c->prof_state == CU_PROF_GRAPH && n == c->prof_sum.batch && !c->prof_g_pending;
   if (timed && cudaEventRecord(c->prof_gev[0], c->stream) != cudaSuccess) {
     (void)cudaGetLastError(); /* a profiling failure never fails the step */
     timed = 0;
   }
-  if (KC_CUDA(ERR(be), cudaGraphLaunch(g->exec, c->stream))) return -1;
+  if (KC_CUDA(CU_ERR(be), cudaGraphLaunch(g->exec, c->stream))) return -1;
   if (timed && !(c->prof_g_pending = cudaEventRecord(c->prof_gev[1], c->stream) == cudaSuccess))
     (void)cudaGetLastError();
   c->graph_steps++;
@@ -308,7 +346,7 @@ static int graph_launch(be_t *be, cu_graph_t *g, int n) {
 
 /* After the stream drained: adds a timed graph launch to the mean. */
 void cu__prof_collect_graph(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (!c->prof_g_pending) return;
   c->prof_g_pending = 0;
   float ms = 0;
@@ -322,7 +360,7 @@ void cu__prof_collect_graph(be_t *be) {
 }
 
 void be_cuda_profile_arm(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   c->prof_state = CU_PROF_ARMED;
   c->n_prof_rows = 0;
   c->prof_g_pending = 0;
@@ -330,7 +368,7 @@ void be_cuda_profile_arm(be_t *be) {
 }
 
 int be_cuda_profile_get(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum_t *sum) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (c->prof_g_pending) {
     if (cudaEventSynchronize(c->prof_gev[1]) != cudaSuccess) (void)cudaGetLastError();
     cu__prof_collect_graph(be);
@@ -347,7 +385,7 @@ int be_cuda_profile_get(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum
 /* Ends a recorded decode step: replays, updates or captures the graph of its batch size (or
  * profiles it: be_cuda_profile_arm). */
 void cu__finish_step(be_t *be) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   if (!c->recording) return;
   if (c->prof_state == CU_PROF_ARMED) {
     profile_step(be);
@@ -355,7 +393,7 @@ void cu__finish_step(be_t *be) {
   }
   const int n = c->b.n_tok;
   cu_graph_t *g = &c->graphs[n];
-  if (failed(be) || prepare_capture(be)) {
+  if (cu_failed(be) || prepare_capture(be)) {
     cu__flush_eager(be);
     return;
   }
@@ -368,17 +406,17 @@ void cu__finish_step(be_t *be) {
   }
   /* capture the recorded ops */
   cudaGraph_t graph = NULL;
-  if (KC_CUDA(ERR(be), cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) {
+  if (KC_CUDA(CU_ERR(be), cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) {
     cu__flush_eager(be);
     return;
   }
   c->recording = 0;
   for (int k = 0; k < c->n_rec; k++) run_rec(be, &c->rec[k]);
   cudaError_t ce = cudaStreamEndCapture(c->stream, &graph);
-  if (ce != cudaSuccess || failed(be)) {
+  if (ce != cudaSuccess || cu_failed(be)) {
     (void)cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
-    if (!failed(be)) { /* capture refused: run them eagerly */
+    if (!cu_failed(be)) { /* capture refused: run them eagerly */
       c->recording = 1;
       cu__flush_eager(be);
     }
@@ -393,7 +431,7 @@ void cu__finish_step(be_t *be) {
   if (!ok) {
     if (g->exec) cudaGraphExecDestroy(g->exec);
     g->exec = NULL;
-    if (KC_CUDA(ERR(be), cudaGraphInstantiate(&g->exec, graph, 0))) {
+    if (KC_CUDA(CU_ERR(be), cudaGraphInstantiate(&g->exec, graph, 0))) {
       cudaGraphDestroy(graph);
       g->exec = NULL;
       return;
@@ -402,7 +440,7 @@ void cu__finish_step(be_t *be) {
   cudaGraphDestroy(graph);
   op_rec_t *copy = realloc(g->rec, sizeof(op_rec_t) * (size_t)(c->n_rec ? c->n_rec : 1));
   if (!copy) {
-    fail(be, GT_ENOMEM, "graph", "op records");
+    cu_fail(be, GT_ENOMEM, "graph", "op records");
     return;
   }
   g->rec = copy;
@@ -416,152 +454,62 @@ void cu__finish_step(be_t *be) {
   graph_launch(be, g, n);
 }
 
-#define RECORD(op_id)                            \
-  op_rec_t *r = NULL;                            \
-  if (CU(be)->recording) {                       \
-    r = rec_new(be, op_id);                      \
-    if (!r) {                                    \
-      cu__flush_eager(be);                           \
-    }                                            \
-  }                                              \
-  if (r)
+/* ---- the be_ops_t entries: cu_<name> records the call during a decode step (the arguments into
+ * a cu_args_<name>_t), else launches it at once (cu__<name>) ---- */
+#define REC_SET(kind, v) REC_SET_##kind(v)
+#define REC_SET_W(v) rec_w(&ra_->v, v);
+#define REC_SET_WN(v) for (int k_ = 0; k_ < n; k_++) rec_w(&ra_->v[k_], v[k_]); /* n: the N argument */
+#define REC_SET_N(v) ra_->v = v;
+#define REC_SET_IN(v) ra_->v = v;
+#define REC_SET_OUT(v) ra_->v = v;
+#define REC_SET_OUTN(v) for (int k_ = 0; k_ < n; k_++) ra_->v[k_] = v[k_];
+#define REC_SET_INT(v) ra_->v = v;
+#define REC_SET_SIZE(v) ra_->v = v;
+#define REC_SET_F(v) ra_->v = v;
+#define REC_SET_ROPE_BF16(v) ra_->v = be->rope_freq_bf16 != 0;
+/* checked before recording: the record holds at most BE_MATMUL_MULTI_MAX weights */
+#define REC_CHECK(kind, v) REC_CHECK_##kind(v)
+#define REC_CHECK_N(v)                                                                             \
+  if (v < 1 || v > BE_MATMUL_MULTI_MAX) {                                                          \
+    cu_fail(be, GT_EINVAL, op_names[op_id], "weight count out of [1, BE_MATMUL_MULTI_MAX]");      \
+    return;                                                                                        \
+  }
+#define REC_CHECK_W(v)
+#define REC_CHECK_WN(v)
+#define REC_CHECK_IN(v)
+#define REC_CHECK_OUT(v)
+#define REC_CHECK_OUTN(v)
+#define REC_CHECK_INT(v)
+#define REC_CHECK_SIZE(v)
+#define REC_CHECK_F(v)
+#define REC_CHECK_ROPE_BF16(v)
+/* the launcher's arguments: the op's, plus the current rope_freq_bf16 */
+#define REC_EAGER(kind, v) REC_EAGER_##kind(v)
+#define REC_EAGER_W(v) , v
+#define REC_EAGER_WN(v) , v
+#define REC_EAGER_N(v) , v
+#define REC_EAGER_IN(v) , v
+#define REC_EAGER_OUT(v) , v
+#define REC_EAGER_OUTN(v) , v
+#define REC_EAGER_INT(v) , v
+#define REC_EAGER_SIZE(v) , v
+#define REC_EAGER_F(v) , v
+#define REC_EAGER_ROPE_BF16(v) , be->rope_freq_bf16 != 0
 
-void cu_embed(be_t *be, const be_weight_t *w, float *out) {
-  RECORD(OP_EMBED) { rec_w(r, 0, w); r->p[0] = out; return; }
-  cu__embed(be, w, out);
-}
-void cu_gather_out(be_t *be, const float *x, float *out, int d) {
-  RECORD(OP_GATHER) { r->p[0] = x; r->p[1] = out; r->i[0] = d; return; }
-  cu__gather_out(be, x, out, d);
-}
-void cu_matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows) {
-  RECORD(OP_MATMUL) { rec_w(r, 0, w); r->p[0] = x; r->p[1] = out; r->i[0] = rows; return; }
-  cu__matmul(be, w, x, out, rows);
-}
-void cu_rmsnorm(be_t *be, const float *x, const be_weight_t *w, float *out, int rows, int d, float eps) {
-  RECORD(OP_RMSNORM) { rec_w(r, 0, w); r->p[0] = x; r->p[1] = out; r->i[0] = rows; r->i[1] = d; r->f[0] = eps; return; }
-  cu__rmsnorm(be, x, w, out, rows, d, eps);
-}
-void cu_add_rmsnorm(be_t *be, float *x, const float *delta, const be_weight_t *w, float *out, int rows, int d,
-                    float eps) {
-  RECORD(OP_ADD_RMSNORM) {
-    rec_w(r, 0, w); r->p[0] = x; r->p[1] = delta; r->p[2] = out; r->i[0] = rows; r->i[1] = d; r->f[0] = eps;
-    return;
+#define REC_OP(name)                                                                            \
+  void cu_##name(be_t *be BE_ARGS_##name(BE_PARAM)) {                                           \
+    enum { op_id = OP_##name };                                                                 \
+    BE_ARGS_##name(REC_CHECK)                                                                   \
+    if (CU_BE(be)->recording) {                                                                 \
+      op_rec_t *r = rec_new(be, op_id);                                                         \
+      if (r) {                                                                                  \
+        cu_args_##name##_t *ra_ = &r->a.name;                                                     \
+        BE_ARGS_##name(REC_SET)                                                                 \
+        return;                                                                                 \
+      }                                                                                         \
+      cu__flush_eager(be); /* no memory for the record: what was recorded runs now, this too */ \
+    }                                                                                           \
+    cu__##name(be BE_ARGS_##name(REC_EAGER));                                                   \
   }
-  cu__add_rmsnorm(be, x, delta, w, out, rows, d, eps);
-}
-void cu_add(be_t *be, float *y, const float *x, size_t n) {
-  RECORD(OP_ADD) { r->p[0] = y; r->p[1] = x; r->i[0] = (int64_t)n; return; }
-  cu__add(be, y, x, n);
-}
-void cu_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta) {
-  const int bf16 = be->rope_freq_bf16 != 0;
-  RECORD(OP_ROPE) {
-    r->p[0] = x; r->i[0] = n_head; r->i[1] = head_dim; r->i[2] = n_rot; r->i[3] = bf16; r->f[0] = theta;
-    return;
-  }
-  cu__rope(be, x, n_head, head_dim, n_rot, theta, bf16);
-}
-void cu_swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n) {
-  RECORD(OP_SWIGLU) { r->p[0] = gate; r->p[1] = up; r->p[2] = out; r->i[0] = (int64_t)n; return; }
-  cu__swiglu(be, gate, up, out, n);
-}
-void cu_mul_sigmoid(be_t *be, float *x, const float *g, size_t n) {
-  RECORD(OP_MUL_SIGMOID) { r->p[0] = x; r->p[1] = g; r->i[0] = (int64_t)n; return; }
-  cu__mul_sigmoid(be, x, g, n);
-}
-void cu_copy2d(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols) {
-  RECORD(OP_COPY2D) {
-    r->p[0] = dst; r->p[1] = src; r->i[0] = (int64_t)dst_ld; r->i[1] = (int64_t)src_ld; r->i[2] = rows; r->i[3] = cols;
-    return;
-  }
-  cu__copy2d(be, dst, dst_ld, src, src_ld, rows, cols);
-}
-void cu_kv_store(be_t *be, int layer, const float *k, const float *v) {
-  RECORD(OP_KV_STORE) { r->i[0] = layer; r->p[0] = k; r->p[1] = v; return; }
-  cu__kv_store(be, layer, k, v);
-}
-void cu_attention(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head, int head_dim,
-                  float scale) {
-  RECORD(OP_ATTENTION) {
-    r->i[0] = layer; r->p[0] = q; r->p[1] = out; r->i[1] = n_head; r->i[2] = n_kv_head; r->i[3] = head_dim;
-    r->f[0] = scale;
-    return;
-  }
-  cu__attention(be, layer, q, out, n_head, n_kv_head, head_dim, scale);
-}
-void cu_conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K) {
-  RECORD(OP_CONV1D) { rec_w(r, 0, w); r->i[0] = layer; r->p[0] = x; r->p[1] = out; r->i[1] = C; r->i[2] = K; return; }
-  cu__conv1d_silu(be, layer, x, out, w, C, K);
-}
-void cu_l2norm(be_t *be, float *x, int rows, int d, float eps, float scale) {
-  RECORD(OP_L2NORM) { r->p[0] = x; r->i[0] = rows; r->i[1] = d; r->f[0] = eps; r->f[1] = scale; return; }
-  cu__l2norm(be, x, rows, d, eps, scale);
-}
-void cu_gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
-                  const be_weight_t *dt_bias, float *g, float *beta, int n_v) {
-  RECORD(OP_GDN_GATES) {
-    rec_w(r, 0, a); rec_w(r, 1, dt_bias); r->p[0] = alpha; r->p[1] = beta_in; r->p[2] = g; r->p[3] = beta; r->i[0] = n_v;
-    return;
-  }
-  cu__gdn_gates(be, alpha, beta_in, a, dt_bias, g, beta, n_v);
-}
-void cu_gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v, const float *g,
-                 const float *beta, float *out, int n_k, int n_v, int d_k, int d_v) {
-  RECORD(OP_GDN_SCAN) {
-    r->i[0] = layer; r->p[0] = q; r->p[1] = k; r->p[2] = v; r->p[3] = g; r->p[4] = beta; r->p[5] = out;
-    r->i[1] = n_k; r->i[2] = n_v; r->i[3] = d_k; r->i[4] = d_v;
-    return;
-  }
-  cu__gdn_scan(be, layer, q, k, v, g, beta, out, n_k, n_v, d_k, d_v);
-}
-void cu_rmsnorm_gated(be_t *be, const float *x, const be_weight_t *w, const float *z, float *out, int rows,
-                      int d, float eps) {
-  RECORD(OP_RMSNORM_GATED) {
-    rec_w(r, 0, w); r->p[0] = x; r->p[1] = z; r->p[2] = out; r->i[0] = rows; r->i[1] = d; r->f[0] = eps;
-    return;
-  }
-  cu__rmsnorm_gated(be, x, w, z, out, rows, d, eps);
-}
-void cu_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[],
-                     int rows) {
-  if (n < 1 || n > BE_MATMUL_MULTI_MAX) { /* before recording: the record holds at most that many */
-    fail(be, GT_EINVAL, "matmul_multi", "weight count out of [1, BE_MATMUL_MULTI_MAX]");
-    return;
-  }
-  RECORD(OP_MATMUL_MULTI) {
-    for (int k = 0; k < n; k++) {
-      rec_w(r, k, w[k]);
-      r->p[1 + k] = out[k];
-    }
-    r->p[0] = x; r->i[0] = rows; r->i[1] = n;
-    return;
-  }
-  cu__matmul_multi(be, n, w, x, out, rows);
-}
-void cu_ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate,
-                   float *up, int rows) {
-  RECORD(OP_FFN_SWIGLU) { rec_w(r, 0, wg); rec_w(r, 1, wu); r->p[0] = x; r->p[1] = gate; r->p[2] = up; r->i[0] = rows; return; }
-  cu__ffn_swiglu(be, wg, wu, x, gate, up, rows);
-}
-void cu_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
-                     const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
-                     float eps) {
-  const int bf16 = be->rope_freq_bf16 != 0;
-  RECORD(OP_ATTN_QK_PREP) {
-    rec_w(r, 0, q_norm); rec_w(r, 1, k_norm); r->p[0] = q; r->p[1] = k; r->p[2] = v; r->i[0] = layer;
-    r->i[1] = n_head; r->i[2] = n_kv_head; r->i[3] = head_dim; r->i[4] = n_rot; r->i[5] = bf16;
-    r->f[0] = theta; r->f[1] = eps;
-    return;
-  }
-  cu__attn_qk_prep(be, layer, q, k, v, q_norm, k_norm, n_head, n_kv_head, head_dim, n_rot, theta, eps, bf16);
-}
-void cu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
-                     int n_k, int d_k, int n_v, int d_v, float eps, float q_scale) {
-  RECORD(OP_GDN_CONV_QKV) {
-    rec_w(r, 0, w); r->p[0] = x; r->p[1] = q; r->p[2] = k; r->p[3] = v; r->i[0] = layer; r->i[1] = K;
-    r->i[2] = n_k; r->i[3] = d_k; r->i[4] = n_v; r->i[5] = d_v; r->f[0] = eps; r->f[1] = q_scale;
-    return;
-  }
-  cu__gdn_conv_qkv(be, layer, x, w, K, q, k, v, n_k, d_k, n_v, d_v, eps, q_scale);
-}
+BE_OPS(REC_OP)
+#undef REC_OP

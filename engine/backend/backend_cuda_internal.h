@@ -94,14 +94,14 @@ typedef struct {
   float *d_smp_prob;
 } be_cuda_t;
 
-#define CU(be) ((be_cuda_t *)(be))
-#define ERR(be) (&(be)->err)
+#define CU_BE(be) ((be_cuda_t *)(be))
+#define CU_ERR(be) (&(be)->err)
 
-static inline int fail(be_t *be, int code, const char *op, const char *what) {
+static inline int cu_fail(be_t *be, int code, const char *op, const char *what) {
   if (be->err.code == GT_OK) gt_err_set(&be->err, code, "cuda %s: %s", op, what);
   return code;
 }
-static inline int failed(be_t *be) { return be->err.code != GT_OK; }
+static inline int cu_failed(be_t *be) { return be->err.code != GT_OK; }
 enum { CU_PROF_OFF, CU_PROF_ARMED, CU_PROF_GRAPH };
 
 /* Layout of the caches: K and V of one layer in the KV pool; conv / ssm state of (layer, slot). */
@@ -118,54 +118,43 @@ static inline float *ssm_state(be_cuda_t *c, int layer, int slot) {
   return c->ssm + ((size_t)layer * c->st_slots + slot) * c->ssm_dim;
 }
 
-/* ---- backend_cuda.c ---- */
+/* The three source files call downwards only: backend_cuda.c (ops table, memory, caches, batch,
+ * sync) -> backend_cuda_graph.c (op records, graphs, profile) -> backend_cuda_ops.c (launches,
+ * scratch). */
+
+/* ---- backend_cuda_ops.c: eager launches on c->stream, and what they share ---- */
 
 /* Returns scratch of at least n floats (grown after the stream drains), or NULL (error set).
  * Growing it bumps buf_gen. */
 float *cu__scratch(be_t *be, size_t n);
-
-/* ---- backend_cuda_ops.c: eager launches on c->stream, arguments as the be_ops_t op of the
- * name. Each does nothing once be->err is set and records a shape problem there (sticky). ---- */
-
 /* Scratch floats the bf16 split GEMM needs for w and rows, or 0 when w does not take it. */
 size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows);
 /* The device RoPE inverse-frequency table of (theta, n_rot, bf16), made once; NULL on failure
  * (error set). Not callable while capturing. */
 const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16);
-void cu__embed(be_t *be, const be_weight_t *w, float *out);
-void cu__gather_out(be_t *be, const float *x, float *out, int d);
-void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows);
-void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int rows);
-void cu__ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate, float *up,
-                   int rows);
-void cu__rmsnorm(be_t *be, const float *x, const be_weight_t *w, float *out, int rows, int d, float eps);
-void cu__add_rmsnorm(be_t *be, float *x, const float *delta, const be_weight_t *w, float *out, int rows, int d,
-                    float eps);
-void cu__add(be_t *be, float *y, const float *x, size_t n);
-/* bf16 (here and in cu__attn_qk_prep): the rope_freq_bf16 the op was called (recorded) with */
-void cu__rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta, int bf16);
-void cu__swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n);
-void cu__mul_sigmoid(be_t *be, float *x, const float *g, size_t n);
-void cu__copy2d(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols);
-void cu__kv_store(be_t *be, int layer, const float *k, const float *v);
-void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head, int head_dim,
-                  float scale);
-void cu__attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *qn,
-                     const be_weight_t *kn, int n_head, int n_kv_head, int hd, int n_rot, float theta, float eps,
-                     int bf16);
-void cu__conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K);
-void cu__l2norm(be_t *be, float *x, int rows, int d, float eps, float scale);
 /* floats of scratch cu__gdn_conv_qkv takes for a batch of n_tok tokens / n_seq sequences (0:
  * none, the fused kernel serves those shapes) */
 size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v, int d_v);
-void cu__gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
-                      int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
-void cu__gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
-                  const be_weight_t *dt_bias, float *g, float *beta, int n_v);
-void cu__gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v, const float *g,
-                 const float *beta, float *out, int n_k, int n_v, int d_k, int d_v);
-void cu__rmsnorm_gated(be_t *be, const float *x, const be_weight_t *w, const float *z, float *out, int rows, int d,
-                      float eps);
+
+/* CU_PARAM: the parameters of a launcher, those of the op (BE_PARAM) plus the ROPE_BF16 value
+ * the op was called (recorded) with as `int bf16`. */
+#define CU_PARAM(kind, name) CU_PARAM_##kind(name)
+#define CU_PARAM_W(n) BE_PARAM_W(n)
+#define CU_PARAM_WN(n) BE_PARAM_WN(n)
+#define CU_PARAM_N(n) BE_PARAM_N(n)
+#define CU_PARAM_IN(n) BE_PARAM_IN(n)
+#define CU_PARAM_OUT(n) BE_PARAM_OUT(n)
+#define CU_PARAM_OUTN(n) BE_PARAM_OUTN(n)
+#define CU_PARAM_INT(n) BE_PARAM_INT(n)
+#define CU_PARAM_SIZE(n) BE_PARAM_SIZE(n)
+#define CU_PARAM_F(n) BE_PARAM_F(n)
+#define CU_PARAM_ROPE_BF16(n) , int n
+
+/* cu__<op>: the eager launch of each op of BE_OPS (engine/backend/backend.h), arguments as the
+ * op's. Each does nothing once be->err is set and records a shape problem there (sticky). */
+#define CU_LAUNCH_DECL(name) void cu__##name(be_t *be BE_ARGS_##name(CU_PARAM));
+BE_OPS(CU_LAUNCH_DECL)
+#undef CU_LAUNCH_DECL
 
 /* ---- backend_cuda_graph.c ---- */
 
@@ -177,36 +166,10 @@ void cu__flush_eager(be_t *be);
 void cu__finish_step(be_t *be);
 /* After the stream drained: adds a timed graph launch to the profile mean. */
 void cu__prof_collect_graph(be_t *be);
-/* The be_ops_t entries of the ops: recorded during a decode step, else launched at once (do_*). */
-void cu_embed(be_t *be, const be_weight_t *w, float *out);
-void cu_gather_out(be_t *be, const float *x, float *out, int d);
-void cu_matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows);
-void cu_rmsnorm(be_t *be, const float *x, const be_weight_t *w, float *out, int rows, int d, float eps);
-void cu_add_rmsnorm(be_t *be, float *x, const float *delta, const be_weight_t *w, float *out, int rows, int d,
-                    float eps);
-void cu_add(be_t *be, float *y, const float *x, size_t n);
-void cu_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta);
-void cu_swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n);
-void cu_mul_sigmoid(be_t *be, float *x, const float *g, size_t n);
-void cu_copy2d(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols);
-void cu_kv_store(be_t *be, int layer, const float *k, const float *v);
-void cu_attention(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head, int head_dim,
-                  float scale);
-void cu_conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K);
-void cu_l2norm(be_t *be, float *x, int rows, int d, float eps, float scale);
-void cu_gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
-                  const be_weight_t *dt_bias, float *g, float *beta, int n_v);
-void cu_gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v, const float *g,
-                 const float *beta, float *out, int n_k, int n_v, int d_k, int d_v);
-void cu_rmsnorm_gated(be_t *be, const float *x, const be_weight_t *w, const float *z, float *out, int rows, int d,
-                      float eps);
-void cu_matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[], int rows);
-void cu_ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate, float *up,
-                   int rows);
-void cu_attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *q_norm,
-                     const be_weight_t *k_norm, int n_head, int n_kv_head, int head_dim, int n_rot, float theta,
-                     float eps);
-void cu_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
-                     int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
+/* cu_<op>: the be_ops_t entries of the ops: recorded during a decode step, else launched at once
+ * (cu__<op>). */
+#define CU_OP_DECL(name) void cu_##name(be_t *be BE_ARGS_##name(BE_PARAM));
+BE_OPS(CU_OP_DECL)
+#undef CU_OP_DECL
 
 #endif

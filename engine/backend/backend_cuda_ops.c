@@ -35,6 +35,24 @@
  * halves (x = hi + lo), which keeps ~2^-17 relative accuracy on x and reads W once */
 #define CU_BF16_GEMM_MIN_ROWS 4
 
+/* ---- scratch ---- */
+
+/* Returns scratch of at least n floats (grown after the stream drains), or NULL (error set).
+ * Growing it bumps buf_gen, which invalidates the captured graphs (they hold the old buffer). */
+float *cu__scratch(be_t *be, size_t n) {
+  be_cuda_t *c = CU_BE(be);
+  if (n <= c->scratch_cap) return c->scratch;
+  KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream));
+  cudaFree(c->scratch);
+  c->scratch = NULL;
+  c->scratch_cap = 0;
+  size_t want = n + n / 4;
+  c->buf_gen++;
+  if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->scratch, want * sizeof(float)))) return NULL;
+  c->scratch_cap = want;
+  return c->scratch;
+}
+
 /* ---- dense ops ---- */
 
 static int dense_ok(const be_weight_t *w) {
@@ -44,19 +62,19 @@ static int dense_ok(const be_weight_t *w) {
 }
 
 void cu__embed(be_t *be, const be_weight_t *w, float *out) {
-  be_cuda_t *c = CU(be);
-  if (failed(be)) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be)) return;
   if (!dense_ok(w)) {
-    fail(be, GT_EUNSUPPORTED, "embed", "weight type or width not supported");
+    cu_fail(be, GT_EUNSUPPORTED, "embed", "weight type or width not supported");
     return;
   }
-  KC_CUDA(ERR(be), kc_embed(c->stream, c->kb, (int)w->type, w->data, w->rows, w->cols, w->row_bytes, out));
+  KC_CUDA(CU_ERR(be), kc_embed(c->stream, c->kb, (int)w->type, w->data, w->rows, w->cols, w->row_bytes, out));
 }
 
 void cu__gather_out(be_t *be, const float *x, float *out, int d) {
-  be_cuda_t *c = CU(be);
-  if (failed(be)) return;
-  KC_CUDA(ERR(be), kc_gather_out(c->stream, c->kb, x, out, d));
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be)) return;
+  KC_CUDA(CU_ERR(be), kc_gather_out(c->stream, c->kb, x, out, d));
 }
 
 /* Scratch floats the bf16 split GEMM needs for w and rows, or 0 when w does not take it. */
@@ -68,10 +86,10 @@ size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows) {
 }
 
 void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows) {
-  be_cuda_t *c = CU(be);
-  if (failed(be) || rows <= 0) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be) || rows <= 0) return;
   if (!dense_ok(w)) {
-    fail(be, GT_EUNSUPPORTED, "matmul", "weight type or width not supported");
+    cu_fail(be, GT_EUNSUPPORTED, "matmul", "weight type or width not supported");
     return;
   }
   const size_t gemm_floats = cu__bf16_gemm_floats(w, rows);
@@ -83,16 +101,16 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
     float *c2 = sc;
     void *xs = sc + ((size_t)2 * rows * n_out + 63) / 64 * 64;
     const float one = 1.0f, zero = 0.0f;
-    if (KC_CUDA(ERR(be), kc_split_bf16(c->stream, x, rows, k, xs)) ||
-        KC_CUBLAS(ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, 2 * rows, (int)k, &one, w->data,
+    if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, xs)) ||
+        KC_CUBLAS(CU_ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, 2 * rows, (int)k, &one, w->data,
                                         CUDA_R_16BF, (int)k, xs, CUDA_R_16BF, (int)k, &zero, c2, CUDA_R_32F, (int)n_out,
                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
       return;
-    KC_CUDA(ERR(be), kc_join_halves(c->stream, c2, out, rows, n_out));
+    KC_CUDA(CU_ERR(be), kc_join_halves(c->stream, c2, out, rows, n_out));
     return;
   }
   if (rows <= KC_MATVEC_MAX_ROWS && ((uintptr_t)x & 15) == 0) {
-    KC_CUDA(ERR(be), kc_matvec(c->stream, (int)w->type, w->data, w->rows, w->cols, w->row_bytes, x, out, rows));
+    KC_CUDA(CU_ERR(be), kc_matvec(c->stream, (int)w->type, w->data, w->rows, w->cols, w->row_bytes, x, out, rows));
     return;
   }
   /* out[rows, n_out] (row-major) = x[rows, k] · W_tileᵀ, per tile of W rows, column-major view:
@@ -110,10 +128,10 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
     if (w->type == GT_TYPE_F32) {
       a = (const float *)w->data + r0 * k;
     } else {
-      if (KC_CUDA(ERR(be), kc_dequant_rows(c->stream, (int)w->type, w->data, w->row_bytes, r0, nt, k, tmp))) return;
+      if (KC_CUDA(CU_ERR(be), kc_dequant_rows(c->stream, (int)w->type, w->data, w->row_bytes, r0, nt, k, tmp))) return;
       a = tmp;
     }
-    if (KC_CUBLAS(ERR(be), cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nt, rows, (int)k, &one, a, (int)k, x,
+    if (KC_CUBLAS(CU_ERR(be), cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nt, rows, (int)k, &one, a, (int)k, x,
                                        (int)k, &zero, out + r0, (int)n_out)))
       return;
   }
@@ -128,18 +146,18 @@ static int takes_matvec(const be_weight_t *w, const float *x, int rows) {
  * kc_matvec_multi launch (each output equals kc_matvec's); any other weight is cu__matmul. */
 void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[],
                      int rows) {
-  be_cuda_t *c = CU(be);
-  if (failed(be) || rows <= 0) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be) || rows <= 0) return;
   if (n < 1 || n > BE_MATMUL_MULTI_MAX) {
-    fail(be, GT_EINVAL, "matmul_multi", "weight count out of [1, BE_MATMUL_MULTI_MAX]");
+    cu_fail(be, GT_EINVAL, "matmul_multi", "weight count out of [1, BE_MATMUL_MULTI_MAX]");
     return;
   }
   for (int i = 0; i < n; i++)
     if (!w[i] || w[i]->cols != w[0]->cols) {
-      fail(be, GT_EINVAL, "matmul_multi", "weights differ in cols");
+      cu_fail(be, GT_EINVAL, "matmul_multi", "weights differ in cols");
       return;
     }
-  for (int i = 0; i < n && !failed(be);) {
+  for (int i = 0; i < n && !cu_failed(be);) {
     if (!takes_matvec(w[i], x, rows)) {
       cu__matmul(be, w[i], x, out[i], rows);
       i++;
@@ -150,10 +168,10 @@ void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float
     for (int j = i; j < n && ns < KC_MATVEC_MAX_SEGS && w[j]->type == w[i]->type && takes_matvec(w[j], x, rows); j++)
       segs[ns++] = (kc_mv_seg_t){.w = w[j]->data, .out = out[j], .n_out = w[j]->rows, .row_bytes = w[j]->row_bytes};
     if (ns == 1)
-      KC_CUDA(ERR(be), kc_matvec(c->stream, (int)w[i]->type, w[i]->data, w[i]->rows, w[i]->cols, w[i]->row_bytes, x,
+      KC_CUDA(CU_ERR(be), kc_matvec(c->stream, (int)w[i]->type, w[i]->data, w[i]->rows, w[i]->cols, w[i]->row_bytes, x,
                                  out[i], rows));
     else
-      KC_CUDA(ERR(be), kc_matvec_multi(c->stream, (int)w[i]->type, ns, segs, w[i]->cols, x, rows));
+      KC_CUDA(CU_ERR(be), kc_matvec_multi(c->stream, (int)w[i]->type, ns, segs, w[i]->cols, x, rows));
     i += ns;
   }
 }
@@ -162,14 +180,14 @@ void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float
  * path with one type, else two cu__matmul (gate, up) and kc_swiglu. */
 void cu__ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate,
                    float *up, int rows) {
-  be_cuda_t *c = CU(be);
-  if (failed(be) || rows <= 0) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be) || rows <= 0) return;
   if (!wg || !wu || wg->rows != wu->rows || wg->cols != wu->cols) {
-    fail(be, GT_EINVAL, "ffn_swiglu", "gate and up weights differ in shape");
+    cu_fail(be, GT_EINVAL, "ffn_swiglu", "gate and up weights differ in shape");
     return;
   }
   if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && takes_matvec(wg, x, rows) && takes_matvec(wu, x, rows)) {
-    KC_CUDA(ERR(be), kc_matvec_swiglu(c->stream, (int)wg->type, wg->data, wu->data, wg->rows, wg->cols, wg->row_bytes,
+    KC_CUDA(CU_ERR(be), kc_matvec_swiglu(c->stream, (int)wg->type, wg->data, wu->data, wg->rows, wg->cols, wg->row_bytes,
                                       x, gate, rows));
     return;
   }
@@ -180,38 +198,38 @@ void cu__ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, cons
 
 static int norm_weight_ok(be_t *be, const be_weight_t *w, int d, const char *op) {
   if (!w || !w->data || w->type != GT_TYPE_F32 || w->rows * w->cols != d) {
-    fail(be, GT_EINVAL, op, "weight must be F32 of the row size");
+    cu_fail(be, GT_EINVAL, op, "weight must be F32 of the row size");
     return 0;
   }
   return 1;
 }
 
 void cu__rmsnorm(be_t *be, const float *x, const be_weight_t *w, float *out, int rows, int d, float eps) {
-  if (failed(be) || !norm_weight_ok(be, w, d, "rmsnorm")) return;
-  KC_CUDA(ERR(be), kc_rmsnorm(CU(be)->stream, x, w->data, out, rows, d, eps));
+  if (cu_failed(be) || !norm_weight_ok(be, w, d, "rmsnorm")) return;
+  KC_CUDA(CU_ERR(be), kc_rmsnorm(CU_BE(be)->stream, x, w->data, out, rows, d, eps));
 }
 
 void cu__add_rmsnorm(be_t *be, float *x, const float *delta, const be_weight_t *w, float *out, int rows, int d,
                     float eps) {
-  if (failed(be) || !norm_weight_ok(be, w, d, "add_rmsnorm")) return;
-  KC_CUDA(ERR(be), kc_add_rmsnorm(CU(be)->stream, x, delta, w->data, out, rows, d, eps));
+  if (cu_failed(be) || !norm_weight_ok(be, w, d, "add_rmsnorm")) return;
+  KC_CUDA(CU_ERR(be), kc_add_rmsnorm(CU_BE(be)->stream, x, delta, w->data, out, rows, d, eps));
 }
 
 void cu__add(be_t *be, float *y, const float *x, size_t n) {
-  if (failed(be)) return;
-  KC_CUDA(ERR(be), kc_add(CU(be)->stream, y, x, n));
+  if (cu_failed(be)) return;
+  KC_CUDA(CU_ERR(be), kc_add(CU_BE(be)->stream, y, x, n));
 }
 
 /* The inverse frequencies of (theta, n_rot, bf16), computed on the host exactly as the CPU
  * backend does, uploaded once; NULL on failure (error set). Not callable while capturing. */
 const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   int k = 0;
   for (; k < CU_ROPE_TABLES && c->rope_tab[k].d; k++)
     if (c->rope_tab[k].theta == theta && c->rope_tab[k].n_rot == n_rot && c->rope_tab[k].bf16 == bf16)
       return c->rope_tab[k].d;
   if (k == CU_ROPE_TABLES) { /* full (tests): drop them all; graphs holding them are invalidated */
-    KC_CUDA(ERR(be), cudaStreamSynchronize(c->stream));
+    KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream));
     for (k = 0; k < CU_ROPE_TABLES; k++) {
       cudaFree(c->rope_tab[k].d);
       c->rope_tab[k].d = NULL;
@@ -222,15 +240,15 @@ const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16) {
   const int half = n_rot / 2;
   double *h = malloc(sizeof(double) * (size_t)half);
   if (!h) {
-    fail(be, GT_ENOMEM, "rope", "frequency table");
+    cu_fail(be, GT_ENOMEM, "rope", "frequency table");
     return NULL;
   }
   for (int i = 0; i < half; i++)
     h[i] = bf16 ? (double)dt_bf16_to_f32(dt_f32_to_bf16((float)(1.0 / pow((double)theta, 2.0 * i / n_rot))))
                 : pow((double)theta, -2.0 * i / n_rot);
   double *d = NULL;
-  if (KC_CUDA(ERR(be), cudaMalloc((void **)&d, sizeof(double) * (size_t)half)) ||
-      KC_CUDA(ERR(be), cudaMemcpy(d, h, sizeof(double) * (size_t)half, cudaMemcpyHostToDevice))) {
+  if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&d, sizeof(double) * (size_t)half)) ||
+      KC_CUDA(CU_ERR(be), cudaMemcpy(d, h, sizeof(double) * (size_t)half, cudaMemcpyHostToDevice))) {
     free(h);
     cudaFree(d);
     return NULL;
@@ -244,60 +262,60 @@ const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16) {
 }
 
 void cu__rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta, int bf16) {
-  be_cuda_t *c = CU(be);
-  if (failed(be)) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be)) return;
   if (n_rot <= 0 || n_rot > head_dim || n_rot % 2) {
-    fail(be, GT_EINVAL, "rope", "n_rot must be even and <= head_dim");
+    cu_fail(be, GT_EINVAL, "rope", "n_rot must be even and <= head_dim");
     return;
   }
   const double *tab = cu__rope_table(be, theta, n_rot, bf16);
   if (!tab) return;
-  KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, x, n_head, head_dim, n_rot, tab, bf16));
+  KC_CUDA(CU_ERR(be), kc_rope(c->stream, c->kb, x, n_head, head_dim, n_rot, tab, bf16));
 }
 
 void cu__swiglu(be_t *be, const float *gate, const float *up, float *out, size_t n) {
-  if (failed(be)) return;
-  KC_CUDA(ERR(be), kc_swiglu(CU(be)->stream, gate, up, out, n));
+  if (cu_failed(be)) return;
+  KC_CUDA(CU_ERR(be), kc_swiglu(CU_BE(be)->stream, gate, up, out, n));
 }
 
 void cu__mul_sigmoid(be_t *be, float *x, const float *g, size_t n) {
-  if (failed(be)) return;
-  KC_CUDA(ERR(be), kc_mul_sigmoid(CU(be)->stream, x, g, n));
+  if (cu_failed(be)) return;
+  KC_CUDA(CU_ERR(be), kc_mul_sigmoid(CU_BE(be)->stream, x, g, n));
 }
 
 void cu__copy2d(be_t *be, float *dst, size_t dst_ld, const float *src, size_t src_ld, int rows, int cols) {
-  if (failed(be) || rows <= 0 || cols <= 0) return;
+  if (cu_failed(be) || rows <= 0 || cols <= 0) return;
   if (dst_ld == (size_t)cols && src_ld == (size_t)cols) { /* contiguous: one plain copy */
-    KC_CUDA(ERR(be), cudaMemcpyAsync(dst, src, (size_t)rows * cols * sizeof(float), cudaMemcpyDeviceToDevice,
-                                     CU(be)->stream));
+    KC_CUDA(CU_ERR(be), cudaMemcpyAsync(dst, src, (size_t)rows * cols * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     CU_BE(be)->stream));
     return;
   }
-  KC_CUDA(ERR(be), cudaMemcpy2DAsync(dst, dst_ld * sizeof(float), src, src_ld * sizeof(float), (size_t)cols * sizeof(float),
-                                     (size_t)rows, cudaMemcpyDeviceToDevice, CU(be)->stream));
+  KC_CUDA(CU_ERR(be), cudaMemcpy2DAsync(dst, dst_ld * sizeof(float), src, src_ld * sizeof(float), (size_t)cols * sizeof(float),
+                                     (size_t)rows, cudaMemcpyDeviceToDevice, CU_BE(be)->stream));
 }
 
 /* ---- attention ---- */
 
 void cu__kv_store(be_t *be, int layer, const float *k, const float *v) {
-  be_cuda_t *c = CU(be);
-  if (failed(be)) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be)) return;
   if (layer < 0 || layer >= c->kv_layers) {
-    fail(be, GT_EINVAL, "kv_store", "layer out of range");
+    cu_fail(be, GT_EINVAL, "kv_store", "layer out of range");
     return;
   }
-  KC_CUDA(ERR(be), kc_kv_store(c->stream, c->kb, kv_of(c, layer), k, v));
+  KC_CUDA(CU_ERR(be), kc_kv_store(c->stream, c->kb, kv_of(c, layer), k, v));
 }
 
 void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, int n_kv_head, int head_dim,
                   float scale) {
-  be_cuda_t *c = CU(be);
-  if (failed(be)) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be)) return;
   if (layer < 0 || layer >= c->kv_layers || n_kv_head <= 0 || n_kv_head * head_dim != c->kv_dim || n_head % n_kv_head) {
-    fail(be, GT_EINVAL, "attention", "layer or head shape does not match the KV pool");
+    cu_fail(be, GT_EINVAL, "attention", "layer or head shape does not match the KV pool");
     return;
   }
   if (head_dim % 32 || head_dim > KC_ATTN_MAX_HEAD_DIM) {
-    fail(be, GT_EUNSUPPORTED, "attention", "head_dim must be a multiple of 32 up to 256");
+    cu_fail(be, GT_EUNSUPPORTED, "attention", "head_dim must be a multiple of 32 up to 256");
     return;
   }
   if (c->b.n_tok <= 0) return;
@@ -305,7 +323,7 @@ void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, 
   const int n_split = kc_attention_splits(c->b.n_tok, n_head, c->decode_batch ? 1 << 30 : c->max_ctx);
   float *part = cu__scratch(be, kc_attention_part_floats(c->b.n_tok, n_head, head_dim, n_split));
   if (!part) return;
-  KC_CUDA(ERR(be), kc_attention(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale, n_split,
+  KC_CUDA(CU_ERR(be), kc_attention(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale, n_split,
                                 part));
 }
 
@@ -314,12 +332,12 @@ void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, 
 void cu__attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, const be_weight_t *qn,
                      const be_weight_t *kn, int n_head, int n_kv_head, int hd, int n_rot, float theta, float eps,
                      int bf16) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   static const char op[] = "attn_qk_prep";
-  if (failed(be)) return;
+  if (cu_failed(be)) return;
   if (layer < 0 || layer >= c->kv_layers || n_head <= 0 || n_kv_head <= 0 || hd <= 0 ||
       (int64_t)n_kv_head * hd != c->kv_dim || n_rot <= 0 || n_rot > hd || n_rot % 2) {
-    fail(be, GT_EINVAL, op, "layer, head shape or n_rot does not match the KV pool");
+    cu_fail(be, GT_EINVAL, op, "layer, head shape or n_rot does not match the KV pool");
     return;
   }
   if (!norm_weight_ok(be, qn, hd, op) || !norm_weight_ok(be, kn, hd, op)) return;
@@ -327,25 +345,25 @@ void cu__attn_qk_prep(be_t *be, int layer, float *q, float *k, const float *v, c
   if (!tab || c->b.n_tok <= 0) return;
   const int n = c->b.n_tok;
   if (hd <= KC_ATTN_PREP_MAX_HD && n_head + n_kv_head <= 65535) {
-    KC_CUDA(ERR(be), kc_attn_qk_prep(c->stream, c->kb, kv_of(c, layer), q, k, v, qn->data, kn->data, n_head, n_kv_head,
+    KC_CUDA(CU_ERR(be), kc_attn_qk_prep(c->stream, c->kb, kv_of(c, layer), q, k, v, qn->data, kn->data, n_head, n_kv_head,
                                      hd, n_rot, tab, bf16, eps));
     return;
   }
-  if (KC_CUDA(ERR(be), kc_rmsnorm(c->stream, q, qn->data, q, n * n_head, hd, eps)) ||
-      KC_CUDA(ERR(be), kc_rmsnorm(c->stream, k, kn->data, k, n * n_kv_head, hd, eps)) ||
-      KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, q, n_head, hd, n_rot, tab, bf16)) ||
-      KC_CUDA(ERR(be), kc_rope(c->stream, c->kb, k, n_kv_head, hd, n_rot, tab, bf16)))
+  if (KC_CUDA(CU_ERR(be), kc_rmsnorm(c->stream, q, qn->data, q, n * n_head, hd, eps)) ||
+      KC_CUDA(CU_ERR(be), kc_rmsnorm(c->stream, k, kn->data, k, n * n_kv_head, hd, eps)) ||
+      KC_CUDA(CU_ERR(be), kc_rope(c->stream, c->kb, q, n_head, hd, n_rot, tab, bf16)) ||
+      KC_CUDA(CU_ERR(be), kc_rope(c->stream, c->kb, k, n_kv_head, hd, n_rot, tab, bf16)))
     return;
-  KC_CUDA(ERR(be), kc_kv_store(c->stream, c->kb, kv_of(c, layer), k, v));
+  KC_CUDA(CU_ERR(be), kc_kv_store(c->stream, c->kb, kv_of(c, layer), k, v));
 }
 
 /* ---- Gated DeltaNet ---- */
 
 static int check_state(be_t *be, const char *op, int layer) {
-  be_cuda_t *c = CU(be);
-  if (!c->conv || !c->ssm || c->st_slots <= 0) return fail(be, GT_EINVAL, op, "recurrent state not initialised (state_init)");
-  if (layer < 0 || layer >= c->st_layers) return fail(be, GT_EINVAL, op, "GDN layer index out of range");
-  if (c->b.n_seq > 0 && !c->b.state_slot) return fail(be, GT_EINVAL, op, "batch has no state_slot for a hybrid model");
+  be_cuda_t *c = CU_BE(be);
+  if (!c->conv || !c->ssm || c->st_slots <= 0) return cu_fail(be, GT_EINVAL, op, "recurrent state not initialised (state_init)");
+  if (layer < 0 || layer >= c->st_layers) return cu_fail(be, GT_EINVAL, op, "GDN layer index out of range");
+  if (c->b.n_seq > 0 && !c->b.state_slot) return cu_fail(be, GT_EINVAL, op, "batch has no state_slot for a hybrid model");
   return GT_OK;
 }
 
@@ -357,36 +375,36 @@ static int is_f32_vec(const be_weight_t *w, int64_t n) {
  * 0 after recording the error. */
 static int conv_args_ok(be_t *be, const char *op, int layer, const be_weight_t *w, int C, int K) {
   if (!w || !w->data || w->type != GT_TYPE_F32 || w->rows != C || w->cols != K) {
-    fail(be, GT_EINVAL, op, "weight must be F32 [C, K]");
+    cu_fail(be, GT_EINVAL, op, "weight must be F32 [C, K]");
     return 0;
   }
   if (check_state(be, op, layer)) return 0;
-  if (CU(be)->conv_dim != (size_t)(K - 1) * (size_t)C) {
-    fail(be, GT_EINVAL, op, "conv state size != (K-1) * C");
+  if (CU_BE(be)->conv_dim != (size_t)(K - 1) * (size_t)C) {
+    cu_fail(be, GT_EINVAL, op, "conv state size != (K-1) * C");
     return 0;
   }
   return 1;
 }
 
 void cu__conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_weight_t *w, int C, int K) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   static const char op[] = "conv1d_silu";
-  if (failed(be)) return;
+  if (cu_failed(be)) return;
   if (C <= 0 || K < 2 || K > KC_CONV_MAX_K) {
-    fail(be, GT_EINVAL, op, "bad channel count or kernel size");
+    cu_fail(be, GT_EINVAL, op, "bad channel count or kernel size");
     return;
   }
   if (!conv_args_ok(be, op, layer, w, C, K)) return;
-  KC_CUDA(ERR(be), kc_conv1d_silu(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, out, w->data, C, K));
+  KC_CUDA(CU_ERR(be), kc_conv1d_silu(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, out, w->data, C, K));
 }
 
 void cu__l2norm(be_t *be, float *x, int rows, int d, float eps, float scale) {
-  if (failed(be)) return;
+  if (cu_failed(be)) return;
   if (rows < 0 || d <= 0) {
-    fail(be, GT_EINVAL, "l2norm", "bad shape");
+    cu_fail(be, GT_EINVAL, "l2norm", "bad shape");
     return;
   }
-  KC_CUDA(ERR(be), kc_l2norm(CU(be)->stream, x, rows, d, eps, scale));
+  KC_CUDA(CU_ERR(be), kc_l2norm(CU_BE(be)->stream, x, rows, d, eps, scale));
 }
 
 size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v, int d_v) {
@@ -398,57 +416,57 @@ size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v,
  * [n_tok, C] scratch when a head is too wide for its block). */
 void cu__gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
                       int n_k, int d_k, int n_v, int d_v, float eps, float q_scale) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   static const char op[] = "gdn_conv_qkv";
-  if (failed(be)) return;
+  if (cu_failed(be)) return;
   if (n_k <= 0 || d_k <= 0 || n_v <= 0 || d_v <= 0 || (int64_t)n_k * d_k > INT_MAX / 4 ||
       (int64_t)n_v * d_v > INT_MAX / 4 || K < 2 || K > KC_CONV_MAX_K) {
-    fail(be, GT_EINVAL, op, "bad head counts, dims or kernel size");
+    cu_fail(be, GT_EINVAL, op, "bad head counts, dims or kernel size");
     return;
   }
   const int kd = n_k * d_k, vd = n_v * d_v, C = 2 * kd + vd, n = c->b.n_tok;
   if (!conv_args_ok(be, op, layer, w, C, K)) return;
   const size_t need = cu__gdn_conv_qkv_scratch(n, c->b.n_seq, n_k, d_k, n_v, d_v);
   if (!need) {
-    KC_CUDA(ERR(be), kc_gdn_conv_qkv(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, w->data, K, q, k, v,
+    KC_CUDA(CU_ERR(be), kc_gdn_conv_qkv(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, w->data, K, q, k, v,
                                      n_k, d_k, n_v, d_v, eps, q_scale));
     return;
   }
   float *conv = cu__scratch(be, need); /* [n_tok, C] */
   if (!conv) return;
-  if (KC_CUDA(ERR(be), kc_conv1d_silu(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, conv, w->data, C, K)))
+  if (KC_CUDA(CU_ERR(be), kc_conv1d_silu(c->stream, c->kb, conv_state(c, layer, 0), c->st_slots, x, conv, w->data, C, K)))
     return;
   cu__copy2d(be, q, kd, conv, C, n, kd);
   cu__copy2d(be, k, kd, conv + kd, C, n, kd);
   cu__copy2d(be, v, vd, conv + 2 * kd, C, n, vd);
-  if (failed(be) || n <= 0) return;
-  if (KC_CUDA(ERR(be), kc_l2norm(c->stream, q, n * n_k, d_k, eps, q_scale))) return;
-  KC_CUDA(ERR(be), kc_l2norm(c->stream, k, n * n_k, d_k, eps, 1.0f));
+  if (cu_failed(be) || n <= 0) return;
+  if (KC_CUDA(CU_ERR(be), kc_l2norm(c->stream, q, n * n_k, d_k, eps, q_scale))) return;
+  KC_CUDA(CU_ERR(be), kc_l2norm(c->stream, k, n * n_k, d_k, eps, 1.0f));
 }
 
 void cu__gdn_gates(be_t *be, const float *alpha, const float *beta_in, const be_weight_t *a,
                   const be_weight_t *dt_bias, float *g, float *beta, int n_v) {
-  be_cuda_t *c = CU(be);
-  if (failed(be)) return;
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be)) return;
   if (n_v <= 0 || !is_f32_vec(a, n_v) || !is_f32_vec(dt_bias, n_v)) {
-    fail(be, GT_EINVAL, "gdn_gates", "a and dt_bias must be F32 vectors of n_v");
+    cu_fail(be, GT_EINVAL, "gdn_gates", "a and dt_bias must be F32 vectors of n_v");
     return;
   }
-  KC_CUDA(ERR(be), kc_gdn_gates(c->stream, alpha, beta_in, a->data, dt_bias->data, g, beta, c->b.n_tok, n_v));
+  KC_CUDA(CU_ERR(be), kc_gdn_gates(c->stream, alpha, beta_in, a->data, dt_bias->data, g, beta, c->b.n_tok, n_v));
 }
 
 void cu__gdn_scan(be_t *be, int layer, const float *q, const float *k, const float *v, const float *g,
                  const float *beta, float *out, int n_k, int n_v, int d_k, int d_v) {
-  be_cuda_t *c = CU(be);
+  be_cuda_t *c = CU_BE(be);
   static const char op[] = "gdn_scan";
-  if (failed(be)) return;
+  if (cu_failed(be)) return;
   if (n_k <= 0 || n_v <= 0 || d_k <= 0 || d_v <= 0 || d_v > 1024 || d_k > 4096 || n_v % n_k != 0) {
-    fail(be, GT_EINVAL, op, "bad head counts or dims (n_v must be a multiple of n_k)");
+    cu_fail(be, GT_EINVAL, op, "bad head counts or dims (n_v must be a multiple of n_k)");
     return;
   }
   if (check_state(be, op, layer)) return;
   if (c->ssm_dim != (size_t)n_v * d_k * d_v) {
-    fail(be, GT_EINVAL, op, "ssm state size != n_v * d_k * d_v");
+    cu_fail(be, GT_EINVAL, op, "ssm state size != n_v * d_k * d_v");
     return;
   }
   /* sequences bringing >= c->gdn_chunk_min tokens take the chunked kernel (kernels/gdn_chunked.cu),
@@ -460,21 +478,21 @@ void cu__gdn_scan(be_t *be, int layer, const float *q, const float *k, const flo
   int skip_from = INT_MAX;
   if (n_long > 0 && kc_gdn_chunked_ok(d_k, d_v)) {
     skip_from = c->gdn_chunk_min;
-    if (KC_CUDA(ERR(be), kc_gdn_chunked(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
+    if (KC_CUDA(CU_ERR(be), kc_gdn_chunked(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
                                         c->gdn_chunk_min)))
       return;
     if (n_long == c->b.n_seq) return;
   }
-  KC_CUDA(ERR(be), kc_gdn_scan(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
+  KC_CUDA(CU_ERR(be), kc_gdn_scan(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
                                skip_from));
 }
 
 void cu__rmsnorm_gated(be_t *be, const float *x, const be_weight_t *w, const float *z, float *out, int rows,
                       int d, float eps) {
-  if (failed(be)) return;
+  if (cu_failed(be)) return;
   if (rows < 0 || d <= 0 || !is_f32_vec(w, d)) {
-    fail(be, GT_EINVAL, "rmsnorm_gated", "weight must be F32 [d]");
+    cu_fail(be, GT_EINVAL, "rmsnorm_gated", "weight must be F32 [d]");
     return;
   }
-  KC_CUDA(ERR(be), kc_rmsnorm_gated(CU(be)->stream, x, w->data, z, out, rows, d, eps));
+  KC_CUDA(CU_ERR(be), kc_rmsnorm_gated(CU_BE(be)->stream, x, w->data, z, out, rows, d, eps));
 }

@@ -136,6 +136,40 @@ static void mk_batch(tbatch_t *tb, int n_seq, const int *start, const int *ntok,
                        .state_slot = tb->slot, .n_out = t, .out_tok = tb->out};
 }
 
+/* ---- op coverage, derived from BE_OPS (engine/backend/backend.h): both backends' ops tables are
+ * wrapped with per-op call counters, and test_every_op_covered (last) fails for an op of the list
+ * that no test ran on both backends ---- */
+enum {
+#define COV_ID(name) COV_##name,
+  BE_OPS(COV_ID)
+#undef COV_ID
+  COV_N_OPS
+};
+static const char *const cov_names[] = {
+#define COV_NAME(name) #name,
+    BE_OPS(COV_NAME)
+#undef COV_NAME
+};
+static long cov_calls[2][COV_N_OPS]; /* [0]: CPU, [1]: GPU */
+static const be_ops_t *cov_real[2];
+static be_ops_t cov_ops[2];
+#define COV_WRAP(name)                                               \
+  static void cov_##name(be_t *be BE_ARGS_##name(BE_PARAM)) {       \
+    const int g_ = be == GPU_BE;                                     \
+    cov_calls[g_][COV_##name]++;                                     \
+    cov_real[g_]->name(be BE_ARGS_##name(BE_ARG));                   \
+  }
+BE_OPS(COV_WRAP)
+#undef COV_WRAP
+static void cov_wrap(be_t *be, int g) {
+  cov_real[g] = be->ops;
+  cov_ops[g] = *be->ops;
+#define COV_SET(name) cov_ops[g].name = cov_##name;
+  BE_OPS(COV_SET)
+#undef COV_SET
+  be->ops = &cov_ops[g];
+}
+
 static int setup(void **state) {
   gt_err_t err = {0};
   if (!be_cuda_available()) {
@@ -150,6 +184,8 @@ static int setup(void **state) {
     return -1;
   }
   if (be_cpu_create(0, &CPU_BE, &err)) return -1;
+  cov_wrap(CPU_BE, 0);
+  cov_wrap(GPU_BE, 1);
   return 0;
 }
 static int teardown(void **state) {
@@ -908,6 +944,19 @@ static void test_gdn_conv_qkv(void **st) {
   gdn_conv_qkv_case(1, 1040, 2, 32, 4);   /* d_k > 1024: the op's fallback */
 }
 
+/* Every op of BE_OPS ran on both backends in the tests above (they compare each call). */
+static void test_every_op_covered(void **st) {
+  NEED_GPU();
+  int missing = 0;
+  for (int i = 0; i < COV_N_OPS; i++)
+    if (!cov_calls[0][i] || !cov_calls[1][i]) {
+      print_message("op %s: %ld CPU / %ld GPU calls: add it to a test\n", cov_names[i], cov_calls[0][i],
+                    cov_calls[1][i]);
+      missing++;
+    }
+  assert_int_equal(missing, 0);
+}
+
 int main(void) {
   if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
     printf("no CUDA device visible: GPU tests skipped\n");
@@ -919,6 +968,7 @@ int main(void) {
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv),
+      cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
