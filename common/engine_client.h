@@ -4,13 +4,9 @@
 #ifndef GANTRY_COMMON_ENGINE_CLIENT_H
 #define GANTRY_COMMON_ENGINE_CLIENT_H
 
+#include "common/engine_rpc.h" /* EC_METHOD_* */
 #include "common/grpc_client.h"
 #include "gantry/v1/engine.pb-c.h"
-
-#define EC_METHOD_GENERATE "/gantry.v1.Engine/Generate"
-#define EC_METHOD_TOKENIZE "/gantry.v1.Engine/Tokenize"
-#define EC_METHOD_INFO "/gantry.v1.Engine/Info"
-#define EC_METHOD_HEALTH "/gantry.v1.Engine/Health"
 
 typedef struct ec_client ec_client_t;
 typedef gt_rpc_stream_t ec_stream_t;

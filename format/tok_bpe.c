@@ -90,7 +90,7 @@ int tok_bpe_build(tok_t *t, const tok_spec_t *spec, gt_err_t *err) {
 
   for (int b = 0; b < 256; b++) {
     char u[4];
-    int l = tok_utf8_put(tok_byte_to_cp((uint8_t)b), u);
+    int l = gt_utf8_put(tok_byte_to_cp((uint8_t)b), u);
     t->byte_id[b] = tok_vmap_find(t, u, (size_t)l);
     if (t->byte_id[b] < 0)
       return gt_err_set(err, GT_EFORMAT, "tokenizer: vocab has no token for byte 0x%02x (\"%.*s\")", b, l, u);

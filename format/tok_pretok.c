@@ -135,7 +135,7 @@ size_t tok_pretok_ws_end(const char *text, size_t len, size_t off) {
   while (q < len) {
     uint32_t cp;
     size_t adv;
-    int l = tok_utf8_next(p + q, len - q, &cp, &adv);
+    int l = gt_utf8_next(p + q, len - q, &cp, &adv);
     if (l <= 0 || !is_ws(cp)) break;
     if (cp == '\r' || cp == '\n') last_nl = q;
     last_start = q;
@@ -159,7 +159,7 @@ static int match_at(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char *
       rc == PCRE2_ERROR_HEAPLIMIT || rc == PCRE2_ERROR_NOMEMORY) {
     uint32_t cp;
     size_t adv;
-    if (tok_utf8_next((const unsigned char *)text + off, len - off, &cp, &adv) > 0 && is_ws(cp)) {
+    if (gt_utf8_next((const unsigned char *)text + off, len - off, &cp, &adv) > 0 && is_ws(cp)) {
       *start = off;
       *end = tok_pretok_ws_end(text, len, off);
       return 1;
@@ -194,7 +194,7 @@ int tok_pretok_split(const tok_pretok_t *p, tok_pretok_scratch_t *s, const char 
     if (e == b) { /* empty match: cannot happen with these patterns; step one character */
       uint32_t cp;
       size_t adv = 1;
-      int l = tok_utf8_next((const unsigned char *)text + b, len - b, &cp, &adv);
+      int l = gt_utf8_next((const unsigned char *)text + b, len - b, &cp, &adv);
       e = b + (size_t)(l > 0 ? l : 1);
     }
     if ((r = fn(text + b, e - b, ud)) != 0) return r;
@@ -282,7 +282,7 @@ int tok_nfc(const char *text, size_t len, char **owned, const char **out, size_t
     }
     uint32_t cp;
     size_t adv;
-    int l = tok_utf8_next(p + i, len - i, &cp, &adv);
+    int l = gt_utf8_next(p + i, len - i, &cp, &adv);
     if (l <= 0) { /* callers validate first; treat defensively as one byte */
       prev = i;
       i++;
@@ -295,7 +295,7 @@ int tok_nfc(const char *text, size_t len, char **owned, const char **out, size_t
     }
     size_t start = i > 0 ? prev : 0, end = i + (size_t)l;
     while (end < len) { /* extend the run up to the next inert character */
-      int l2 = tok_utf8_next(p + end, len - end, &cp, &adv);
+      int l2 = gt_utf8_next(p + end, len - end, &cp, &adv);
       if (l2 <= 0 || tok_nfc_is_inert(cp)) break;
       end += (size_t)l2;
     }

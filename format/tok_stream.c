@@ -55,12 +55,12 @@ int tok_stream_push(tok_stream_t *s, int32_t id, const char **text, size_t *len,
     }
     uint32_t cp;
     size_t adv = 1;
-    int l = tok_utf8_next(in + i, in_n - i, &cp, &adv);
+    int l = gt_utf8_next(in + i, in_n - i, &cp, &adv);
     if (l > 0) {
       memcpy(s->buf + o, in + i, (size_t)l);
       o += (size_t)l;
       i += (size_t)l;
-    } else if (l == TOK_UTF8_INCOMPLETE) { /* hold the prefix for the next token (<= 3 bytes) */
+    } else if (l == GT_UTF8_INCOMPLETE) { /* hold the prefix for the next token (<= 3 bytes) */
       s->ntail = in_n - i;
       memcpy(s->tail, in + i, s->ntail);
       i = in_n;

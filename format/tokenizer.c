@@ -32,7 +32,7 @@ static size_t text_to_bytes(const char *s, size_t n, char *out) {
   while (i < n) {
     uint32_t cp;
     size_t adv = 1;
-    int l = tok_utf8_next(p + i, n - i, &cp, &adv);
+    int l = gt_utf8_next(p + i, n - i, &cp, &adv);
     if (l > 0) {
       int b = tok_cp_to_byte(cp);
       if (b >= 0) {
@@ -43,7 +43,7 @@ static size_t text_to_bytes(const char *s, size_t n, char *out) {
       }
       i += (size_t)l;
     } else {
-      size_t k = l == TOK_UTF8_INCOMPLETE ? n - i : adv;
+      size_t k = l == GT_UTF8_INCOMPLETE ? n - i : adv;
       memcpy(out + o, p + i, k);
       o += k;
       i += k;
@@ -137,7 +137,7 @@ int tok_build(const tok_spec_t *spec, tok_t **out, gt_err_t *err) {
       if (n) memcpy(t->piece + po, s, n); /* control / user-defined / unknown / unused: text as is */
       po += n;
     }
-    if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED) && n && tok_utf8_invalid_at(s, n) == n) n_special++;
+    if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED) && n && gt_utf8_invalid_at(s, n) == n) n_special++;
   }
   t->text_off[nv] = to;
   t->piece_off[nv] = po;
@@ -152,7 +152,7 @@ int tok_build(const tok_spec_t *spec, tok_t **out, gt_err_t *err) {
   for (size_t i = 0; i < nv; i++) {
     const char *s = t->text + t->text_off[i];
     size_t n = tok_text_len(t, (int32_t)i);
-    if ((t->type[i] == TOK_TYPE_CONTROL || t->type[i] == TOK_TYPE_USER_DEFINED) && n && tok_utf8_invalid_at(s, n) == n)
+    if ((t->type[i] == TOK_TYPE_CONTROL || t->type[i] == TOK_TYPE_USER_DEFINED) && n && gt_utf8_invalid_at(s, n) == n)
       t->special[t->n_special++] = (int32_t)i;
   }
   qsort_r(t->special, t->n_special, sizeof *t->special, special_cmp, t);
@@ -310,7 +310,7 @@ int tok_encode_spans(const tok_t *t, const tok_span_t *spans, size_t n_spans, in
     if (!sp->text && sp->len) return gt_err_set(err, GT_EINVAL, "tok_encode: span %zu: NULL text of length %zu", s, sp->len);
     if (sp->len > TOK_MAX_TEXT - total)
       return gt_err_set(err, GT_ERANGE, "tok_encode: text is too long (max %zu bytes)", TOK_MAX_TEXT);
-    size_t bad = tok_utf8_invalid_at(sp->text, sp->len);
+    size_t bad = gt_utf8_invalid_at(sp->text, sp->len);
     if (bad != sp->len) {
       if (n_spans == 1)
         return gt_err_set(err, GT_EINVAL, "tok_encode: text is not valid UTF-8 at byte %zu (0x%02x)", bad,

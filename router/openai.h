@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strbuf.h"
+#include "common/utf8.h"
 #include "gantry/v1/engine.pb-c.h"
 
 typedef enum { OA_CHAT = 0, OA_COMPLETION = 1 } oa_kind_t;
@@ -53,16 +55,13 @@ typedef struct oa_req {
 int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out, oa_error_t *e);
 void oa_req_free(oa_req_t *r);
 
-/* 1 if s[0..n) is valid UTF-8 (no overlongs, no surrogates). */
-int oa_utf8_valid(const char *s, size_t n);
+/* 1 if s[0..n) is valid UTF-8 (no overlongs, no surrogates): the shared validator. */
+static inline int oa_utf8_valid(const char *s, size_t n) { return gt_utf8_valid(s, n); }
 
-/* A growable byte buffer. */
-typedef struct oa_sb {
-  char *p;
-  size_t len, cap;
-} oa_sb_t;
-int oa_sb_append(oa_sb_t *b, const char *s, size_t n);
-void oa_sb_free(oa_sb_t *b);
+/* A growable byte buffer: the shared one (common/strbuf.h: 0 or -1, p NUL-terminated). */
+typedef gt_sb_t oa_sb_t;
+static inline int oa_sb_append(oa_sb_t *b, const char *s, size_t n) { return gt_sb_add(b, s, n); }
+static inline void oa_sb_free(oa_sb_t *b) { gt_sb_free(b); }
 
 /* Response state of one request: turns the engine's messages into OpenAI objects. */
 typedef struct oa_resp oa_resp_t;

@@ -45,42 +45,6 @@ char *oa_error_json(const oa_error_t *e) {
   return s;
 }
 
-int oa_utf8_valid(const char *str, size_t n) {
-  const unsigned char *s = (const unsigned char *)str;
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    int len;
-    unsigned cp;
-    if (c >= 0xc2 && c <= 0xdf) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return 0;
-    }
-    if (i + (size_t)len > n) return 0;
-    for (int k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return 0;
-      cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-      return 0;
-    i += (size_t)len;
-  }
-  return 1;
-}
-
 static char *xstrdup(const char *s) { return strdup(s ? s : ""); }
 
 /* ---- small typed getters: absent/null -> default; wrong type -> error -------------------- */
@@ -554,25 +518,4 @@ fail:
 void oa_req_free(oa_req_t *r) {
   if (r && r->gen) protobuf_c_message_free_unpacked(&r->gen->base, NULL);
   if (r) r->gen = NULL;
-}
-
-int oa_sb_append(oa_sb_t *b, const char *s, size_t n) {
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-  return 0;
-}
-
-void oa_sb_free(oa_sb_t *b) {
-  free(b->p);
-  b->p = NULL;
-  b->len = b->cap = 0;
 }

@@ -34,15 +34,17 @@ static sv_t py_strip(sv_t s) {
   size_t a = 0, b = s.n;
   uint32_t cp;
   while (a < b) {
-    size_t k = chat__utf8_seq(u + a, b - a, &cp);
-    if (!k || !py_isspace(cp)) break;
-    a += k;
+    size_t adv;
+    const int k = gt_utf8_next(u + a, b - a, &cp, &adv);
+    if (k <= 0 || !py_isspace(cp)) break;
+    a += (size_t)k;
   }
   while (b > a) {
     size_t st = b - 1;
     while (st > a && (u[st] & 0xC0) == 0x80) st--;
-    size_t k = chat__utf8_seq(u + st, b - st, &cp);
-    if (!k || k != b - st || !py_isspace(cp)) break;
+    size_t adv;
+    const int k = gt_utf8_next(u + st, b - st, &cp, &adv);
+    if (k <= 0 || (size_t)k != b - st || !py_isspace(cp)) break;
     b = st;
   }
   sv_t r = {s.p + a, b - a};
@@ -80,7 +82,7 @@ static bool sv_ends(sv_t s, const char *p) {
   size_t m = strlen(p);
   return s.n >= m && memcmp(s.p + s.n - m, p, m) == 0;
 }
-static void sb_sv(sbuf_t *b, sv_t s) { chat__sb_put(b, s.p, s.n); }
+static void sb_sv(gt_sb_t *b, sv_t s) { gt_sb_add(b, s.p, s.n); }
 
 /* Python: s.split('</think>')[-1].lstrip('\n') and
  *         s.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
@@ -102,7 +104,7 @@ static void split_think(sv_t s, sv_t *content, sv_t *reasoning) {
 /* ---------------------------------------------------------------- validation */
 
 static int check_text(const char *s, size_t idx, const char *field, gt_err_t *err) {
-  if (s && !chat_utf8_valid(s, strlen(s)))
+  if (s && !gt_utf8_valid(s, strlen(s)))
     return gt_err_set(err, GT_EINVAL, "messages[%zu].%s is not valid UTF-8", idx, field);
   return GT_OK;
 }
@@ -134,7 +136,7 @@ static int validate(const chat_family_t *fam, const chat_msg_t *m, size_t n, jno
       const chat_tool_call_t *tc = &x->tool_calls[k];
       if (!tc->name || !*tc->name)
         return gt_err_set(err, GT_EINVAL, "messages[%zu].tool_calls[%zu]: missing function name", i, k);
-      if (!chat_utf8_valid(tc->name, strlen(tc->name)))
+      if (!gt_utf8_valid(tc->name, strlen(tc->name)))
         return gt_err_set(err, GT_EINVAL, "messages[%zu].tool_calls[%zu]: name is not valid UTF-8", i, k);
       for (const char *p = tc->name; *p; p++)
         if (bad_name_char((unsigned char)*p))
@@ -199,28 +201,28 @@ static int validate(const chat_family_t *fam, const chat_msg_t *m, size_t n, jno
 
 static sv_t msg_content(const chat_msg_t *m) { return sv_of(m->content); }
 
-static void render_tools(sbuf_t *b, const jnode_t *tools) {
+static void render_tools(gt_sb_t *b, const jnode_t *tools) {
   for (size_t i = 0; i < tools->n; i++) {
-    chat__sb_putc(b, '\n');
+    gt_sb_addc(b, '\n');
     chat__py_dump(b, tools->kids[i]);
   }
 }
 
-static void render_qwen3(sbuf_t *b, const chat_msg_t *m, size_t n, const jnode_t *tools,
+static void render_qwen3(gt_sb_t *b, const chat_msg_t *m, size_t n, const jnode_t *tools,
                          jnode_t **args, const chat_render_opts_t *o) {
   if (tools) {
-    chat__sb_puts(b, "<|im_start|>system\n");
+    gt_sb_adds(b, "<|im_start|>system\n");
     if (m[0].role == CHAT_ROLE_SYSTEM) {
       sb_sv(b, msg_content(&m[0]));
-      chat__sb_puts(b, "\n\n");
+      gt_sb_adds(b, "\n\n");
     }
-    chat__sb_puts(b, chat__q3_tools_head);
+    gt_sb_adds(b, chat__q3_tools_head);
     render_tools(b, tools);
-    chat__sb_puts(b, chat__q3_tools_tail);
+    gt_sb_adds(b, chat__q3_tools_tail);
   } else if (m[0].role == CHAT_ROLE_SYSTEM) {
-    chat__sb_puts(b, "<|im_start|>system\n");
+    gt_sb_adds(b, "<|im_start|>system\n");
     sb_sv(b, msg_content(&m[0]));
-    chat__sb_puts(b, "<|im_end|>\n");
+    gt_sb_adds(b, "<|im_end|>\n");
   }
   /* Last user turn that is not a wrapped tool response; n-1 when there is none. */
   size_t lqi = n - 1;
@@ -237,48 +239,48 @@ static void render_qwen3(sbuf_t *b, const chat_msg_t *m, size_t n, const jnode_t
     const chat_msg_t *x = &m[i];
     sv_t c = msg_content(x);
     if (x->role == CHAT_ROLE_USER || (x->role == CHAT_ROLE_SYSTEM && i != 0)) {
-      chat__sb_puts(b, x->role == CHAT_ROLE_USER ? "<|im_start|>user\n" : "<|im_start|>system\n");
+      gt_sb_adds(b, x->role == CHAT_ROLE_USER ? "<|im_start|>user\n" : "<|im_start|>system\n");
       sb_sv(b, c);
-      chat__sb_puts(b, "<|im_end|>\n");
+      gt_sb_adds(b, "<|im_end|>\n");
     } else if (x->role == CHAT_ROLE_ASSISTANT) {
       sv_t content = c, reasoning = {"", 0};
       if (x->reasoning_content) reasoning = sv_of(x->reasoning_content);
       else if (sv_find(c, "</think>")) split_think(c, &content, &reasoning);
       bool last = i == n - 1;
       if (i > lqi && (last || reasoning.n)) {
-        chat__sb_puts(b, "<|im_start|>assistant\n<think>\n");
+        gt_sb_adds(b, "<|im_start|>assistant\n<think>\n");
         sv_t r = rstrip_nl(lstrip_nl(reasoning));
         sb_sv(b, r);
-        chat__sb_puts(b, "\n</think>\n\n");
+        gt_sb_adds(b, "\n</think>\n\n");
         sb_sv(b, lstrip_nl(content));
       } else {
-        chat__sb_puts(b, "<|im_start|>assistant\n");
+        gt_sb_adds(b, "<|im_start|>assistant\n");
         sb_sv(b, content);
       }
       for (size_t k = 0; k < x->n_tool_calls; k++) {
-        if (k > 0 || content.n) chat__sb_putc(b, '\n');
-        chat__sb_puts(b, "<tool_call>\n{\"name\": \"");
-        chat__sb_puts(b, x->tool_calls[k].name);
-        chat__sb_puts(b, "\", \"arguments\": ");
+        if (k > 0 || content.n) gt_sb_addc(b, '\n');
+        gt_sb_adds(b, "<tool_call>\n{\"name\": \"");
+        gt_sb_adds(b, x->tool_calls[k].name);
+        gt_sb_adds(b, "\", \"arguments\": ");
         chat__py_dump(b, args[a++]);
-        chat__sb_puts(b, "}\n</tool_call>");
+        gt_sb_adds(b, "}\n</tool_call>");
       }
-      chat__sb_puts(b, "<|im_end|>\n");
+      gt_sb_adds(b, "<|im_end|>\n");
     } else if (x->role == CHAT_ROLE_TOOL) {
-      if (i == 0 || m[i - 1].role != CHAT_ROLE_TOOL) chat__sb_puts(b, "<|im_start|>user");
-      chat__sb_puts(b, "\n<tool_response>\n");
+      if (i == 0 || m[i - 1].role != CHAT_ROLE_TOOL) gt_sb_adds(b, "<|im_start|>user");
+      gt_sb_adds(b, "\n<tool_response>\n");
       sb_sv(b, c);
-      chat__sb_puts(b, "\n</tool_response>");
-      if (i == n - 1 || m[i + 1].role != CHAT_ROLE_TOOL) chat__sb_puts(b, "<|im_end|>\n");
+      gt_sb_adds(b, "\n</tool_response>");
+      if (i == n - 1 || m[i + 1].role != CHAT_ROLE_TOOL) gt_sb_adds(b, "<|im_end|>\n");
     }
   }
   if (o->add_generation_prompt) {
-    chat__sb_puts(b, "<|im_start|>assistant\n");
-    if (!o->enable_thinking) chat__sb_puts(b, "<think>\n\n</think>\n\n");
+    gt_sb_adds(b, "<|im_start|>assistant\n");
+    if (!o->enable_thinking) gt_sb_adds(b, "<think>\n\n</think>\n\n");
   }
 }
 
-static int render_qwen35(sbuf_t *b, const chat_family_t *fam, const chat_msg_t *m, size_t n,
+static int render_qwen35(gt_sb_t *b, const chat_family_t *fam, const chat_msg_t *m, size_t n,
                          const jnode_t *tools, jnode_t **args, const chat_render_opts_t *o,
                          gt_err_t *err) {
   size_t lqi = n;
@@ -292,32 +294,32 @@ static int render_qwen35(sbuf_t *b, const chat_family_t *fam, const chat_msg_t *
   }
   if (lqi == n) return gt_err_set(err, GT_EINVAL, "no user query found in messages");
   if (tools) {
-    chat__sb_puts(b, "<|im_start|>system\n");
-    chat__sb_puts(b, chat__q35_tools_head);
+    gt_sb_adds(b, "<|im_start|>system\n");
+    gt_sb_adds(b, chat__q35_tools_head);
     render_tools(b, tools);
-    chat__sb_puts(b, "\n</tools>");
-    chat__sb_puts(b, chat__q35_tools_tail);
+    gt_sb_adds(b, "\n</tools>");
+    gt_sb_adds(b, chat__q35_tools_tail);
     if (m[0].role == CHAT_ROLE_SYSTEM) {
       sv_t c = py_strip(msg_content(&m[0]));
       if (c.n) {
-        chat__sb_puts(b, "\n\n");
+        gt_sb_adds(b, "\n\n");
         sb_sv(b, c);
       }
     }
-    chat__sb_puts(b, "<|im_end|>\n");
+    gt_sb_adds(b, "<|im_end|>\n");
   } else if (m[0].role == CHAT_ROLE_SYSTEM) {
-    chat__sb_puts(b, "<|im_start|>system\n");
+    gt_sb_adds(b, "<|im_start|>system\n");
     sb_sv(b, py_strip(msg_content(&m[0])));
-    chat__sb_puts(b, "<|im_end|>\n");
+    gt_sb_adds(b, "<|im_end|>\n");
   }
   size_t a = 0;
   for (size_t i = 0; i < n; i++) {
     const chat_msg_t *x = &m[i];
     sv_t c = py_strip(msg_content(x));
     if (x->role == CHAT_ROLE_USER) {
-      chat__sb_puts(b, "<|im_start|>user\n");
+      gt_sb_adds(b, "<|im_start|>user\n");
       sb_sv(b, c);
-      chat__sb_puts(b, "<|im_end|>\n");
+      gt_sb_adds(b, "<|im_end|>\n");
     } else if (x->role == CHAT_ROLE_ASSISTANT) {
       sv_t content = c, reasoning = {"", 0};
       if (x->reasoning_content) reasoning = sv_of(x->reasoning_content);
@@ -330,41 +332,41 @@ static int render_qwen35(sbuf_t *b, const chat_family_t *fam, const chat_msg_t *
         case CHAT_HIST_ALWAYS: keep = true; break;
         default: keep = i > lqi; break;
       }
-      chat__sb_puts(b, "<|im_start|>assistant\n");
+      gt_sb_adds(b, "<|im_start|>assistant\n");
       if (keep) {
-        chat__sb_puts(b, "<think>\n");
+        gt_sb_adds(b, "<think>\n");
         sb_sv(b, reasoning);
-        chat__sb_puts(b, "\n</think>\n\n");
+        gt_sb_adds(b, "\n</think>\n\n");
       }
       sb_sv(b, content);
       for (size_t k = 0; k < x->n_tool_calls; k++) {
-        if (k == 0) chat__sb_puts(b, py_strip(content).n ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=");
-        else chat__sb_puts(b, "\n<tool_call>\n<function=");
-        chat__sb_puts(b, x->tool_calls[k].name);
-        chat__sb_puts(b, ">\n");
+        if (k == 0) gt_sb_adds(b, py_strip(content).n ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=");
+        else gt_sb_adds(b, "\n<tool_call>\n<function=");
+        gt_sb_adds(b, x->tool_calls[k].name);
+        gt_sb_adds(b, ">\n");
         const jnode_t *j = args[a++];
         for (size_t q = 0; q < j->n; q++) {
-          chat__sb_puts(b, "<parameter=");
-          chat__sb_put(b, j->keys[q], j->klens[q]);
-          chat__sb_puts(b, ">\n");
+          gt_sb_adds(b, "<parameter=");
+          gt_sb_add(b, j->keys[q], j->klens[q]);
+          gt_sb_adds(b, ">\n");
           chat__py_str(b, j->kids[q]);
-          chat__sb_puts(b, "\n</parameter>\n");
+          gt_sb_adds(b, "\n</parameter>\n");
         }
-        chat__sb_puts(b, "</function>\n</tool_call>");
+        gt_sb_adds(b, "</function>\n</tool_call>");
       }
-      chat__sb_puts(b, "<|im_end|>\n");
+      gt_sb_adds(b, "<|im_end|>\n");
     } else if (x->role == CHAT_ROLE_TOOL) {
       /* `loop.previtem and ...`: the first message has no previtem (rejected earlier anyway). */
-      if (i > 0 && m[i - 1].role != CHAT_ROLE_TOOL) chat__sb_puts(b, "<|im_start|>user");
-      chat__sb_puts(b, "\n<tool_response>\n");
+      if (i > 0 && m[i - 1].role != CHAT_ROLE_TOOL) gt_sb_adds(b, "<|im_start|>user");
+      gt_sb_adds(b, "\n<tool_response>\n");
       sb_sv(b, c);
-      chat__sb_puts(b, "\n</tool_response>");
-      if (i == n - 1 || m[i + 1].role != CHAT_ROLE_TOOL) chat__sb_puts(b, "<|im_end|>\n");
+      gt_sb_adds(b, "\n</tool_response>");
+      if (i == n - 1 || m[i + 1].role != CHAT_ROLE_TOOL) gt_sb_adds(b, "<|im_end|>\n");
     }
   }
   if (o->add_generation_prompt) {
-    chat__sb_puts(b, "<|im_start|>assistant\n");
-    chat__sb_puts(b, o->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
+    gt_sb_adds(b, "<|im_start|>assistant\n");
+    gt_sb_adds(b, o->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
   }
   return GT_OK;
 }
@@ -383,7 +385,7 @@ int chat_render(const chat_family_t *fam, const chat_msg_t *msgs, size_t n,
   jnode_t **args = calloc(ncalls ? ncalls : 1, sizeof *args);
   if (!args) return gt_err_set(err, GT_ENOMEM, "out of memory");
   jnode_t *tools = NULL;
-  sbuf_t b = {0};
+  gt_sb_t b = {0};
   int rc = validate(fam, msgs, n, args, err);
   if (rc) goto done;
   if (o->tools_json && *o->tools_json) {
@@ -417,7 +419,7 @@ int chat_render(const chat_family_t *fam, const chat_msg_t *msgs, size_t n,
     if (!b.p) { rc = gt_err_set(err, GT_ENOMEM, "out of memory"); goto done; }
   }
   *out = b.p;
-  if (out_len) *out_len = b.n;
+  if (out_len) *out_len = b.len;
   b.p = NULL;
 done:
   free(b.p);

@@ -122,12 +122,4 @@ void chat_msgs_free(chat_msgs_t *m);
  * NUL-terminated string in *out; invalid JSON -> GT_EINVAL with the byte offset. */
 int chat_json_pydump(const char *json, size_t len, char **out, size_t *out_len, gt_err_t *err);
 
-/* Length of the longest prefix of s[0..n) that does not end inside an incomplete UTF-8
- * sequence (a trailing lead byte with too few continuation bytes). Invalid bytes count as
- * complete. */
-size_t chat_utf8_complete_len(const char *s, size_t n);
-
-/* True when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF). */
-bool chat_utf8_valid(const char *s, size_t n);
-
 #endif

@@ -3,7 +3,6 @@
  *   chat_detect.c which template a model has (chat_template_detect) and its literal texts
  *   chat_json.c   JSON tree parser and Python json.dumps / str() serialisation (tojson)
  *   chat_msgs.c   OpenAI-style messages from JSON (chat_msgs_from_json, chat_role_parse)
- *   chat_text.c   growable string builder and UTF-8 checks
  * Names shared between these files carry the chat__ prefix. */
 #ifndef GANTRY_ENGINE_CHAT_INTERNAL_H
 #define GANTRY_ENGINE_CHAT_INTERNAL_H
@@ -12,24 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strbuf.h"
+#include "common/utf8.h"
 #include "engine/chat/chat.h"
-
-/* ---------------------------------------------------------------- string builder (chat_text.c) */
-
-/* Growable NUL-terminated byte string; zero-initialise. p is malloc'd (caller frees); an
- * allocation failure sets oom and makes later appends no-ops. */
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sbuf_t;
-
-void chat__sb_put(sbuf_t *b, const char *s, size_t n);
-void chat__sb_puts(sbuf_t *b, const char *s);
-void chat__sb_putc(sbuf_t *b, char c);
-
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if invalid / truncated. */
-size_t chat__utf8_seq(const unsigned char *s, size_t n, uint32_t *cp);
 
 /* ---------------------------------------------------------------- JSON tree (chat_json.c) */
 
@@ -52,9 +36,9 @@ int chat__jparse(const char *s, size_t n, jnode_t **out, gt_err_t *err);
 /* Frees j and everything below it; NULL is a no-op. */
 void chat__jfree(jnode_t *j);
 /* Python json.dumps(x, ensure_ascii=False). */
-void chat__py_dump(sbuf_t *b, const jnode_t *j);
+void chat__py_dump(gt_sb_t *b, const jnode_t *j);
 /* Python str(x) (Jinja |string) for a scalar; containers use chat__py_dump. */
-void chat__py_str(sbuf_t *b, const jnode_t *j);
+void chat__py_str(gt_sb_t *b, const jnode_t *j);
 
 /* ---------------------------------------------------------------- template texts (chat_detect.c) */
 

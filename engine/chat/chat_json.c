@@ -62,24 +62,14 @@ static int hex4(const char *s, uint32_t *v) {
   return 0;
 }
 
-static void sb_utf8(sbuf_t *b, uint32_t cp) {
+static void sb_utf8(gt_sb_t *b, uint32_t cp) {
   char t[4];
-  size_t k;
-  if (cp < 0x80) { t[0] = (char)cp; k = 1; }
-  else if (cp < 0x800) { t[0] = (char)(0xC0 | (cp >> 6)); t[1] = (char)(0x80 | (cp & 0x3F)); k = 2; }
-  else if (cp < 0x10000) {
-    t[0] = (char)(0xE0 | (cp >> 12)); t[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    t[2] = (char)(0x80 | (cp & 0x3F)); k = 3;
-  } else {
-    t[0] = (char)(0xF0 | (cp >> 18)); t[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); t[3] = (char)(0x80 | (cp & 0x3F)); k = 4;
-  }
-  chat__sb_put(b, t, k);
+  gt_sb_add(b, t, (size_t)gt_utf8_put(cp, t));
 }
 
 /* Parses a JSON string at jp->i (on the opening quote) into a malloc'd decoded buffer. */
 static int jstring(jparser_t *jp, char **out, size_t *outlen) {
-  sbuf_t b = {0};
+  gt_sb_t b = {0};
   jp->i++; /* opening quote */
   for (;;) {
     if (jp->i >= jp->n) { free(b.p); return jfail(jp, "unterminated string"); }
@@ -91,14 +81,14 @@ static int jstring(jparser_t *jp, char **out, size_t *outlen) {
       char e = jp->p[jp->i + 1];
       jp->i += 2;
       switch (e) {
-        case '"': chat__sb_putc(&b, '"'); break;
-        case '\\': chat__sb_putc(&b, '\\'); break;
-        case '/': chat__sb_putc(&b, '/'); break;
-        case 'b': chat__sb_putc(&b, '\b'); break;
-        case 'f': chat__sb_putc(&b, '\f'); break;
-        case 'n': chat__sb_putc(&b, '\n'); break;
-        case 'r': chat__sb_putc(&b, '\r'); break;
-        case 't': chat__sb_putc(&b, '\t'); break;
+        case '"': gt_sb_addc(&b, '"'); break;
+        case '\\': gt_sb_addc(&b, '\\'); break;
+        case '/': gt_sb_addc(&b, '/'); break;
+        case 'b': gt_sb_addc(&b, '\b'); break;
+        case 'f': gt_sb_addc(&b, '\f'); break;
+        case 'n': gt_sb_addc(&b, '\n'); break;
+        case 'r': gt_sb_addc(&b, '\r'); break;
+        case 't': gt_sb_addc(&b, '\t'); break;
         case 'u': {
           uint32_t v, lo;
           if (jp->i + 4 > jp->n || hex4(jp->p + jp->i, &v)) { free(b.p); return jfail(jp, "bad \\u escape"); }
@@ -123,10 +113,11 @@ static int jstring(jparser_t *jp, char **out, size_t *outlen) {
       continue;
     }
     uint32_t cp;
-    size_t k = chat__utf8_seq((const unsigned char *)jp->p + jp->i, jp->n - jp->i, &cp);
-    if (!k) { free(b.p); return jfail(jp, "invalid UTF-8 in string"); }
-    chat__sb_put(&b, jp->p + jp->i, k);
-    jp->i += k;
+    size_t adv;
+    const int k = gt_utf8_next((const unsigned char *)jp->p + jp->i, jp->n - jp->i, &cp, &adv);
+    if (k <= 0) { free(b.p); return jfail(jp, "invalid UTF-8 in string"); }
+    gt_sb_add(&b, jp->p + jp->i, (size_t)k);
+    jp->i += (size_t)k;
   }
   if (b.oom) { free(b.p); return joom(jp); }
   if (!b.p) {
@@ -134,7 +125,7 @@ static int jstring(jparser_t *jp, char **out, size_t *outlen) {
     if (!b.p) return joom(jp);
   }
   *out = b.p;
-  *outlen = b.n;
+  *outlen = b.len;
   return GT_OK;
 }
 
@@ -296,8 +287,8 @@ int chat__jparse(const char *s, size_t n, jnode_t **out, gt_err_t *err) {
 }
 
 /* Python json.dumps string escaping with ensure_ascii=False. */
-static void py_json_str(sbuf_t *b, const char *s, size_t n) {
-  chat__sb_putc(b, '"');
+static void py_json_str(gt_sb_t *b, const char *s, size_t n) {
+  gt_sb_addc(b, '"');
   size_t run = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -312,21 +303,21 @@ static void py_json_str(sbuf_t *b, const char *s, size_t n) {
     else if (c == '\f') esc = "\\f";
     else if (c < 0x20) { snprintf(tmp, sizeof tmp, "\\u%04x", c); esc = tmp; }
     if (esc) {
-      chat__sb_put(b, s + i - run, run);
+      gt_sb_add(b, s + i - run, run);
       run = 0;
-      chat__sb_puts(b, esc);
+      gt_sb_adds(b, esc);
     } else {
       run++;
     }
   }
-  chat__sb_put(b, s + n - run, run);
-  chat__sb_putc(b, '"');
+  gt_sb_add(b, s + n - run, run);
+  gt_sb_addc(b, '"');
 }
 
 /* Python repr(float). */
-static void py_float_repr(sbuf_t *b, double d) {
-  if (isnan(d)) { chat__sb_puts(b, "NaN"); return; }
-  if (isinf(d)) { chat__sb_puts(b, d < 0 ? "-Infinity" : "Infinity"); return; }
+static void py_float_repr(gt_sb_t *b, double d) {
+  if (isnan(d)) { gt_sb_adds(b, "NaN"); return; }
+  if (isinf(d)) { gt_sb_adds(b, d < 0 ? "-Infinity" : "Infinity"); return; }
   char buf[64];
   int prec;
   for (prec = 1; prec <= 17; prec++) {
@@ -344,67 +335,67 @@ static void py_float_repr(sbuf_t *b, double d) {
   int exp10 = atoi(q + 1);
   while (nd > 1 && digits[nd - 1] == '0') nd--; /* shortest digits never end in 0 */
   int decpt = exp10 + 1; /* value = 0.DIGITS x 10^decpt */
-  if (neg) chat__sb_putc(b, '-');
+  if (neg) gt_sb_addc(b, '-');
   if (decpt <= -4 || decpt > 16) {
-    chat__sb_putc(b, digits[0]);
+    gt_sb_addc(b, digits[0]);
     if (nd > 1) {
-      chat__sb_putc(b, '.');
-      chat__sb_put(b, digits + 1, (size_t)nd - 1);
+      gt_sb_addc(b, '.');
+      gt_sb_add(b, digits + 1, (size_t)nd - 1);
     }
     snprintf(buf, sizeof buf, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-    chat__sb_puts(b, buf);
+    gt_sb_adds(b, buf);
   } else if (decpt <= 0) {
-    chat__sb_puts(b, "0.");
-    for (int k = 0; k < -decpt; k++) chat__sb_putc(b, '0');
-    chat__sb_put(b, digits, (size_t)nd);
+    gt_sb_adds(b, "0.");
+    for (int k = 0; k < -decpt; k++) gt_sb_addc(b, '0');
+    gt_sb_add(b, digits, (size_t)nd);
   } else if (decpt < nd) {
-    chat__sb_put(b, digits, (size_t)decpt);
-    chat__sb_putc(b, '.');
-    chat__sb_put(b, digits + decpt, (size_t)(nd - decpt));
+    gt_sb_add(b, digits, (size_t)decpt);
+    gt_sb_addc(b, '.');
+    gt_sb_add(b, digits + decpt, (size_t)(nd - decpt));
   } else {
-    chat__sb_put(b, digits, (size_t)nd);
-    for (int k = nd; k < decpt; k++) chat__sb_putc(b, '0');
-    chat__sb_puts(b, ".0");
+    gt_sb_add(b, digits, (size_t)nd);
+    for (int k = nd; k < decpt; k++) gt_sb_addc(b, '0');
+    gt_sb_adds(b, ".0");
   }
 }
 
 /* Python json.dumps(x, ensure_ascii=False). */
-void chat__py_dump(sbuf_t *b, const jnode_t *j) {
+void chat__py_dump(gt_sb_t *b, const jnode_t *j) {
   switch (j->t) {
-    case J_NULL: chat__sb_puts(b, "null"); break;
-    case J_TRUE: chat__sb_puts(b, "true"); break;
-    case J_FALSE: chat__sb_puts(b, "false"); break;
-    case J_INT: chat__sb_put(b, j->s, j->len); break;
+    case J_NULL: gt_sb_adds(b, "null"); break;
+    case J_TRUE: gt_sb_adds(b, "true"); break;
+    case J_FALSE: gt_sb_adds(b, "false"); break;
+    case J_INT: gt_sb_add(b, j->s, j->len); break;
     case J_FLOAT: py_float_repr(b, j->d); break;
     case J_STR: py_json_str(b, j->s, j->len); break;
     case J_ARR:
-      chat__sb_putc(b, '[');
+      gt_sb_addc(b, '[');
       for (size_t i = 0; i < j->n; i++) {
-        if (i) chat__sb_puts(b, ", ");
+        if (i) gt_sb_adds(b, ", ");
         chat__py_dump(b, j->kids[i]);
       }
-      chat__sb_putc(b, ']');
+      gt_sb_addc(b, ']');
       break;
     case J_OBJ:
-      chat__sb_putc(b, '{');
+      gt_sb_addc(b, '{');
       for (size_t i = 0; i < j->n; i++) {
-        if (i) chat__sb_puts(b, ", ");
+        if (i) gt_sb_adds(b, ", ");
         py_json_str(b, j->keys[i], j->klens[i]);
-        chat__sb_puts(b, ": ");
+        gt_sb_adds(b, ": ");
         chat__py_dump(b, j->kids[i]);
       }
-      chat__sb_putc(b, '}');
+      gt_sb_addc(b, '}');
       break;
   }
 }
 
 /* Python str(x) (Jinja |string) for a scalar; containers use chat__py_dump. */
-void chat__py_str(sbuf_t *b, const jnode_t *j) {
+void chat__py_str(gt_sb_t *b, const jnode_t *j) {
   switch (j->t) {
-    case J_NULL: chat__sb_puts(b, "None"); break;
-    case J_TRUE: chat__sb_puts(b, "True"); break;
-    case J_FALSE: chat__sb_puts(b, "False"); break;
-    case J_STR: chat__sb_put(b, j->s, j->len); break;
+    case J_NULL: gt_sb_adds(b, "None"); break;
+    case J_TRUE: gt_sb_adds(b, "True"); break;
+    case J_FALSE: gt_sb_adds(b, "False"); break;
+    case J_STR: gt_sb_add(b, j->s, j->len); break;
     default: chat__py_dump(b, j); break;
   }
 }
@@ -414,11 +405,11 @@ int chat_json_pydump(const char *json, size_t len, char **out, size_t *out_len, 
   jnode_t *j = NULL;
   int rc = chat__jparse(json, len, &j, err);
   if (rc) return rc;
-  sbuf_t b = {0};
+  gt_sb_t b = {0};
   chat__py_dump(&b, j);
   chat__jfree(j);
   if (b.oom) { free(b.p); return gt_err_set(err, GT_ENOMEM, "out of memory"); }
   *out = b.p;
-  if (out_len) *out_len = b.n;
+  if (out_len) *out_len = b.len;
   return GT_OK;
 }

@@ -74,7 +74,7 @@ static int parse_content(owned_t *o, const json_t *v, const char **out, size_t i
   }
   if (!json_is_array(v))
     return gt_err_set(err, GT_EINVAL, "messages[%zu].content must be a string, null or an array of parts", i);
-  sbuf_t b = {0};
+  gt_sb_t b = {0};
   size_t k;
   json_t *part;
   json_array_foreach(v, k, part) {
@@ -93,8 +93,8 @@ static int parse_content(owned_t *o, const json_t *v, const char **out, size_t i
       free(b.p);
       return gt_err_set(err, GT_EINVAL, "messages[%zu].content[%zu]: text part without text", i, k);
     }
-    if (k) chat__sb_putc(&b, '\n');
-    chat__sb_put(&b, json_string_value(text), json_string_length(text));
+    if (k) gt_sb_addc(&b, '\n');
+    gt_sb_add(&b, json_string_value(text), json_string_length(text));
   }
   if (b.oom) { free(b.p); return gt_err_set(err, GT_ENOMEM, "out of memory"); }
   *out = own(o, b.p ? b.p : calloc(1, 1));

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
+#include "common/utf8.h"
 #include "engine/chat/chat.h"
 
 #define TC_MAX_UNBEGUN (64 * 1024) /* an unbegun tool call longer than this is content */
@@ -25,28 +27,6 @@ static const char FN_OPEN[] = "<function=";
 static const char FN_CLOSE[] = "</function>";
 static const char PARAM_OPEN[] = "<parameter=";
 static const char PARAM_CLOSE[] = "</parameter>";
-
-/* ---------------------------------------------------------------- byte buffer */
-
-typedef struct buf {
-  char *p;
-  size_t n, cap;
-} buf_t;
-
-static int buf_put(buf_t *b, const char *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->n + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-  return 0;
-}
 
 /* ---------------------------------------------------------------- JSON prefix validator */
 
@@ -223,33 +203,33 @@ struct chat_parser {
   chat_parser_opts_t o;
   json_t *tools;
 
-  buf_t in;       /* sanitized input queue */
+  gt_sb_t in;       /* sanitized input queue */
   size_t in_pos;
   char utf8_hold[4];
   size_t utf8_n;
 
   mode_t_ mode;
   size_t mk;      /* bytes of the current marker matched (held) */
-  buf_t start_held; /* M_START: held leading blanks */
+  gt_sb_t start_held; /* M_START: held leading blanks */
   int r_nl;       /* reasoning: pending newlines */
   bool r_skip_nl;
   int c_nl;       /* content: pending newlines */
   bool c_skip_nl;
 
   /* current tool call */
-  buf_t tc_raw;   /* body bytes since <tool_call> (for the unbegun fallback) */
+  gt_sb_t tc_raw;   /* body bytes since <tool_call> (for the unbegun fallback) */
   int tc_saved_nl;
   bool tc_begun;
   int n_calls;
   jstate_t js;
-  buf_t key, name, args_pending, tag, pname, vbuf;
+  gt_sb_t key, name, args_pending, tag, pname, vbuf;
   bool name_done, args_started, args_done;
   jv_t jv;
   xstate_t xs;
   bool first_param, v_started, v_nl, v_str;
 
   /* output of the current call */
-  buf_t arena;
+  gt_sb_t arena;
   ev_rec_t *recs;
   size_t n_recs, cap_recs;
   chat_event_t *evs;
@@ -272,7 +252,7 @@ static ev_rec_t *new_rec(chat_parser_t *p, chat_event_kind_t kind) {
   ev_rec_t *r = &p->recs[p->n_recs++];
   memset(r, 0, sizeof *r);
   r->kind = kind;
-  r->off = p->arena.n;
+  r->off = p->arena.len;
   r->tool_index = p->n_calls - 1;
   return r;
 }
@@ -280,15 +260,15 @@ static ev_rec_t *new_rec(chat_parser_t *p, chat_event_kind_t kind) {
 static void emit_text(chat_parser_t *p, chat_event_kind_t kind, const char *s, size_t n) {
   if (n == 0 || p->oom) return;
   ev_rec_t *last = p->n_recs ? &p->recs[p->n_recs - 1] : NULL;
-  bool extend = last && last->kind == kind && last->off + last->len == p->arena.n &&
+  bool extend = last && last->kind == kind && last->off + last->len == p->arena.len &&
                 (kind != CHAT_EV_TOOL_CALL_ARGS || last->tool_index == p->n_calls - 1);
   if (!extend) {
     /* Each text starts after a NUL so that it can be handed out NUL-terminated. */
-    if (p->arena.n && buf_put(&p->arena, "", 1)) { set_oom(p); return; }
+    if (p->arena.len && gt_sb_add(&p->arena, "", 1)) { set_oom(p); return; }
     last = new_rec(p, kind);
     if (!last) return;
   }
-  if (buf_put(&p->arena, s, n)) { set_oom(p); return; }
+  if (gt_sb_add(&p->arena, s, n)) { set_oom(p); return; }
   last->len += n;
 }
 
@@ -346,13 +326,13 @@ static void emit_begin(chat_parser_t *p, const char *name, size_t name_len) {
     r /= 62;
   }
   id[29] = 0;
-  if (p->arena.n && buf_put(&p->arena, "", 1)) { set_oom(p); return; }
+  if (p->arena.len && gt_sb_add(&p->arena, "", 1)) { set_oom(p); return; }
   ev_rec_t *rec = new_rec(p, CHAT_EV_TOOL_CALL_BEGIN);
   if (!rec) return;
-  rec->id_off = p->arena.n;
-  if (buf_put(&p->arena, id, 30)) { set_oom(p); return; }
-  rec->name_off = p->arena.n;
-  if (buf_put(&p->arena, name, name_len) || buf_put(&p->arena, "", 1)) set_oom(p);
+  rec->id_off = p->arena.len;
+  if (gt_sb_add(&p->arena, id, 30)) { set_oom(p); return; }
+  rec->name_off = p->arena.len;
+  if (gt_sb_add(&p->arena, name, name_len) || gt_sb_add(&p->arena, "", 1)) set_oom(p);
 }
 
 static void emit_end_call(chat_parser_t *p, bool malformed) {
@@ -365,9 +345,9 @@ static void emit_end_call(chat_parser_t *p, bool malformed) {
 /* Puts s[0..n) in front of the unprocessed input. */
 static void requeue(chat_parser_t *p, const char *s, size_t n) {
   if (n == 0) return;
-  size_t rest = p->in.n - p->in_pos;
-  buf_t nb = {0};
-  if (buf_put(&nb, s, n) || buf_put(&nb, p->in.p + p->in_pos, rest)) {
+  size_t rest = p->in.len - p->in_pos;
+  gt_sb_t nb = {0};
+  if (gt_sb_add(&nb, s, n) || gt_sb_add(&nb, p->in.p + p->in_pos, rest)) {
     free(nb.p);
     set_oom(p);
     return;
@@ -380,34 +360,34 @@ static void requeue(chat_parser_t *p, const char *s, size_t n) {
 /* Appends sanitized bytes (complete UTF-8; invalid bytes become U+FFFD). With final, an
  * incomplete trailing sequence is replaced too. */
 static void sanitize_in(chat_parser_t *p, const char *text, size_t n, bool final) {
-  buf_t t = {0};
-  if (buf_put(&t, p->utf8_hold, p->utf8_n) || buf_put(&t, text, n)) {
+  gt_sb_t t = {0};
+  if (gt_sb_add(&t, p->utf8_hold, p->utf8_n) || gt_sb_add(&t, text, n)) {
     free(t.p);
     set_oom(p);
     return;
   }
   p->utf8_n = 0;
-  size_t done = final ? t.n : chat_utf8_complete_len(t.p, t.n);
+  size_t done = final ? t.len : gt_utf8_complete_len(t.p, t.len);
   size_t i = 0;
   while (i < done) {
     size_t j = i;
-    while (j < done && chat_utf8_valid(t.p + j, 1)) j++; /* ASCII run */
-    if (j > i && buf_put(&p->in, t.p + i, j - i)) { set_oom(p); break; }
+    while (j < done && gt_utf8_valid(t.p + j, 1)) j++; /* ASCII run */
+    if (j > i && gt_sb_add(&p->in, t.p + i, j - i)) { set_oom(p); break; }
     i = j;
     if (i >= done) break;
     size_t k;
     for (k = 2; k <= 4 && i + k <= done; k++)
-      if (chat_utf8_valid(t.p + i, k)) break;
+      if (gt_utf8_valid(t.p + i, k)) break;
     if (k <= 4 && i + k <= done) {
-      if (buf_put(&p->in, t.p + i, k)) { set_oom(p); break; }
+      if (gt_sb_add(&p->in, t.p + i, k)) { set_oom(p); break; }
       i += k;
     } else {
-      if (buf_put(&p->in, "\xEF\xBF\xBD", 3)) { set_oom(p); break; }
+      if (gt_sb_add(&p->in, "\xEF\xBF\xBD", 3)) { set_oom(p); break; }
       i++;
     }
   }
-  memcpy(p->utf8_hold, t.p + done, t.n - done);
-  p->utf8_n = t.n - done;
+  memcpy(p->utf8_hold, t.p + done, t.len - done);
+  p->utf8_n = t.len - done;
   free(t.p);
 }
 
@@ -444,7 +424,7 @@ static void reason_char(chat_parser_t *p, char c) {
 
 static void tc_start(chat_parser_t *p) {
   p->mode = M_TC_DETECT;
-  p->tc_raw.n = 0;
+  p->tc_raw.len = 0;
   p->tc_saved_nl = p->c_nl;
   p->c_nl = 0;
   p->tc_begun = false;
@@ -492,30 +472,30 @@ static void byte_reason(chat_parser_t *p, char c) {
 
 static void byte_start(chat_parser_t *p, char c) {
   if (p->mk == 0 && is_ws(c)) {
-    if (buf_put(&p->start_held, &c, 1)) set_oom(p);
+    if (gt_sb_add(&p->start_held, &c, 1)) set_oom(p);
     return;
   }
   int r = match_step(THINK_OPEN, &p->mk, c);
   if (r == 1) return;
   if (r == 2) {
     p->mk = 0;
-    p->start_held.n = 0;
+    p->start_held.len = 0;
     p->mode = M_REASON;
     p->r_skip_nl = true;
     return;
   }
   /* Not a <think> opening: everything held so far, and c, is content. */
-  buf_t t = {0};
-  if (buf_put(&t, p->start_held.p ? p->start_held.p : "", p->start_held.n) ||
-      buf_put(&t, THINK_OPEN, p->mk) || buf_put(&t, &c, 1)) {
+  gt_sb_t t = {0};
+  if (gt_sb_add(&t, p->start_held.p ? p->start_held.p : "", p->start_held.len) ||
+      gt_sb_add(&t, THINK_OPEN, p->mk) || gt_sb_add(&t, &c, 1)) {
     free(t.p);
     set_oom(p);
     return;
   }
-  p->start_held.n = 0;
+  p->start_held.len = 0;
   p->mk = 0;
   p->mode = M_CONTENT;
-  requeue(p, t.p, t.n);
+  requeue(p, t.p, t.len);
   free(t.p);
 }
 
@@ -527,8 +507,8 @@ static void tc_fallback(chat_parser_t *p) {
   p->mk = 0;
   p->c_nl = p->tc_saved_nl;
   for (const char *s = TC_OPEN; *s; s++) content_char(p, *s);
-  requeue(p, p->tc_raw.p ? p->tc_raw.p : "", p->tc_raw.n);
-  p->tc_raw.n = 0;
+  requeue(p, p->tc_raw.p ? p->tc_raw.p : "", p->tc_raw.len);
+  p->tc_raw.len = 0;
 }
 
 /* Begun call broke: end it as malformed, drop the rest through </tool_call>. */
@@ -564,13 +544,13 @@ static void tc_begin(chat_parser_t *p, const char *name, size_t n) {
 
 static void json_try_begin(chat_parser_t *p) {
   if (p->tc_begun || !p->name_done || !p->args_started) return;
-  tc_begin(p, p->name.p, p->name.n);
-  emit_args(p, p->args_pending.p, p->args_pending.n);
-  p->args_pending.n = 0;
+  tc_begin(p, p->name.p, p->name.len);
+  emit_args(p, p->args_pending.p, p->args_pending.len);
+  p->args_pending.len = 0;
 }
 
-static bool key_is(const buf_t *k, const char *s) {
-  return k->n == strlen(s) && memcmp(k->p, s, k->n) == 0;
+static bool key_is(const gt_sb_t *k, const char *s) {
+  return k->len == strlen(s) && memcmp(k->p, s, k->len) == 0;
 }
 
 static void byte_json(chat_parser_t *p, char c) {
@@ -583,7 +563,7 @@ static void byte_json(chat_parser_t *p, char c) {
     case J_KEY_NEXT:
       if (is_ws(c)) return;
       if (c == '"') {
-        p->key.n = 0;
+        p->key.len = 0;
         p->js = J_KEY;
       } else if (c == '}' && p->js == J_KEY_OR_END) {
         tc_fail(p, c); /* {} has neither name nor arguments */
@@ -595,11 +575,11 @@ static void byte_json(chat_parser_t *p, char c) {
       if (c == '"') { p->js = J_COLON; return; }
       if ((unsigned char)c < 0x20) { tc_fail(p, c); return; }
       if (c == '\\') p->js = J_KEY_ESC;
-      if (p->key.n < 64 && buf_put(&p->key, &c, 1)) set_oom(p);
+      if (p->key.len < 64 && gt_sb_add(&p->key, &c, 1)) set_oom(p);
       return;
     case J_KEY_ESC:
       p->js = J_KEY;
-      if (p->key.n < 64 && buf_put(&p->key, &c, 1)) set_oom(p);
+      if (p->key.len < 64 && gt_sb_add(&p->key, &c, 1)) set_oom(p);
       return;
     case J_COLON:
       if (c == ':') p->js = J_VAL;
@@ -609,7 +589,7 @@ static void byte_json(chat_parser_t *p, char c) {
       if (is_ws(c)) return;
       if (key_is(&p->key, "name")) {
         if (c != '"' || p->name_done) { tc_fail(p, c); return; }
-        p->name.n = 0;
+        p->name.len = 0;
         p->js = J_NAME;
       } else if (key_is(&p->key, "arguments")) {
         if (c != '{' || p->args_started) { tc_fail(p, c); return; }
@@ -617,7 +597,7 @@ static void byte_json(chat_parser_t *p, char c) {
         jv_feed(&p->jv, c);
         p->args_started = true;
         p->js = J_ARGS;
-        if (buf_put(&p->args_pending, &c, 1)) set_oom(p);
+        if (gt_sb_add(&p->args_pending, &c, 1)) set_oom(p);
         json_try_begin(p);
       } else {
         jv_init(&p->jv);
@@ -628,20 +608,20 @@ static void byte_json(chat_parser_t *p, char c) {
       return;
     case J_NAME:
       if (c == '"') {
-        if (p->name.n == 0) { tc_fail(p, c); return; }
+        if (p->name.len == 0) { tc_fail(p, c); return; }
         p->name_done = true;
         p->js = J_AFTER_VAL;
         json_try_begin(p);
         return;
       }
-      if (c == '\\' || (unsigned char)c < 0x20 || p->name.n >= TC_MAX_NAME) { tc_fail(p, c); return; }
-      if (buf_put(&p->name, &c, 1)) set_oom(p);
+      if (c == '\\' || (unsigned char)c < 0x20 || p->name.len >= TC_MAX_NAME) { tc_fail(p, c); return; }
+      if (gt_sb_add(&p->name, &c, 1)) set_oom(p);
       return;
     case J_ARGS: {
       int r = jv_feed(&p->jv, c);
       if (r == JV_ERR) { tc_fail(p, c); return; }
       if (p->tc_begun) emit_args(p, &c, 1);
-      else if (buf_put(&p->args_pending, &c, 1)) set_oom(p);
+      else if (gt_sb_add(&p->args_pending, &c, 1)) set_oom(p);
       if (r == JV_DONE) {
         p->args_done = true;
         p->js = J_AFTER_VAL;
@@ -675,7 +655,7 @@ static void byte_json(chat_parser_t *p, char c) {
 }
 
 /* Does opts.tools_json declare parameter `param` of function `fn` as "type": "string"? */
-static bool param_is_string(chat_parser_t *p, const buf_t *fn, const buf_t *param) {
+static bool param_is_string(chat_parser_t *p, const gt_sb_t *fn, const gt_sb_t *param) {
   if (!p->tools) return false;
   size_t i;
   json_t *t;
@@ -683,13 +663,13 @@ static bool param_is_string(chat_parser_t *p, const buf_t *fn, const buf_t *para
     json_t *f = json_object_get(t, "function");
     if (!f) f = t;
     json_t *nm = json_object_get(f, "name");
-    if (!json_is_string(nm) || json_string_length(nm) != fn->n ||
-        memcmp(json_string_value(nm), fn->p, fn->n) != 0)
+    if (!json_is_string(nm) || json_string_length(nm) != fn->len ||
+        memcmp(json_string_value(nm), fn->p, fn->len) != 0)
       continue;
     json_t *props = json_object_get(json_object_get(f, "parameters"), "properties");
     char key[TC_MAX_NAME + 1];
-    memcpy(key, param->p, param->n);
-    key[param->n] = 0;
+    memcpy(key, param->p, param->len);
+    key[param->len] = 0;
     json_t *ty = json_object_get(json_object_get(props, key), "type");
     return json_is_string(ty) && strcmp(json_string_value(ty), "string") == 0;
   }
@@ -702,14 +682,14 @@ static void value_emit(chat_parser_t *p, char c) {
     emit_args_escaped(p, &c, 1);
     return;
   }
-  if (buf_put(&p->vbuf, &c, 1)) { set_oom(p); return; }
+  if (gt_sb_add(&p->vbuf, &c, 1)) { set_oom(p); return; }
   int r = jv_feed(&p->jv, c);
   if (r == JV_DONE_NOCONSUME) r = jv_feed(&p->jv, c);
   if (r == JV_ERR) { /* not JSON: it is a string, stream it from here on */
     p->v_str = true;
     emit_args(p, "\"", 1);
-    emit_args_escaped(p, p->vbuf.p, p->vbuf.n);
-    p->vbuf.n = 0;
+    emit_args_escaped(p, p->vbuf.p, p->vbuf.len);
+    p->vbuf.len = 0;
   }
 }
 
@@ -734,18 +714,18 @@ static void value_close(chat_parser_t *p) {
   if (p->v_str) {
     emit_args(p, "\"", 1);
   } else {
-    size_t a = 0, b = p->vbuf.n;
+    size_t a = 0, b = p->vbuf.len;
     while (a < b && is_ws(p->vbuf.p[a])) a++;
     while (b > a && is_ws(p->vbuf.p[b - 1])) b--;
     if (b > a && jv_complete(&p->jv)) {
       emit_args(p, p->vbuf.p + a, b - a);
     } else {
       emit_args(p, "\"", 1);
-      emit_args_escaped(p, p->vbuf.p ? p->vbuf.p : "", p->vbuf.n);
+      emit_args_escaped(p, p->vbuf.p ? p->vbuf.p : "", p->vbuf.len);
       emit_args(p, "\"", 1);
     }
   }
-  p->vbuf.n = 0;
+  p->vbuf.len = 0;
   p->first_param = false;
 }
 
@@ -756,34 +736,34 @@ static void byte_xml(chat_parser_t *p, char c) {
     case X_OPEN: {
       int r = match_step(FN_OPEN, &p->mk, c);
       if (r == 0) tc_fail(p, c);
-      else if (r == 2) { p->mk = 0; p->name.n = 0; p->xs = X_FNAME; }
+      else if (r == 2) { p->mk = 0; p->name.len = 0; p->xs = X_FNAME; }
       return;
     }
     case X_FNAME:
       if (c == '>') {
-        if (p->name.n == 0) { tc_fail(p, c); return; }
-        tc_begin(p, p->name.p, p->name.n);
+        if (p->name.len == 0) { tc_fail(p, c); return; }
+        tc_begin(p, p->name.p, p->name.len);
         emit_args(p, "{", 1);
         p->first_param = true;
         p->xs = X_BETWEEN;
         return;
       }
-      if (!name_char_ok(c) || p->name.n >= TC_MAX_NAME) { tc_fail(p, c); return; }
-      if (buf_put(&p->name, &c, 1)) set_oom(p);
+      if (!name_char_ok(c) || p->name.len >= TC_MAX_NAME) { tc_fail(p, c); return; }
+      if (gt_sb_add(&p->name, &c, 1)) set_oom(p);
       return;
     case X_BETWEEN:
       if (is_ws(c)) return;
       if (c != '<') { tc_fail(p, c); return; }
-      p->tag.n = 0;
+      p->tag.len = 0;
       p->xs = X_TAG;
       /* fall through */
     case X_TAG: {
-      if (buf_put(&p->tag, &c, 1)) { set_oom(p); return; }
-      size_t n = p->tag.n;
+      if (gt_sb_add(&p->tag, &c, 1)) { set_oom(p); return; }
+      size_t n = p->tag.len;
       bool pre_p = n <= strlen(PARAM_OPEN) && memcmp(PARAM_OPEN, p->tag.p, n) == 0;
       bool pre_f = n <= strlen(FN_CLOSE) && memcmp(FN_CLOSE, p->tag.p, n) == 0;
       if (pre_p && n == strlen(PARAM_OPEN)) {
-        p->pname.n = 0;
+        p->pname.len = 0;
         p->xs = X_PNAME;
       } else if (pre_f && n == strlen(FN_CLOSE)) {
         emit_args(p, "}", 1);
@@ -796,23 +776,23 @@ static void byte_xml(chat_parser_t *p, char c) {
     }
     case X_PNAME:
       if (c == '>') {
-        if (p->pname.n == 0) { tc_fail(p, c); return; }
+        if (p->pname.len == 0) { tc_fail(p, c); return; }
         if (!p->first_param) emit_args(p, ", ", 2);
         emit_args(p, "\"", 1);
-        emit_args_escaped(p, p->pname.p, p->pname.n);
+        emit_args_escaped(p, p->pname.p, p->pname.len);
         emit_args(p, "\": ", 3);
         p->v_str = param_is_string(p, &p->name, &p->pname);
         if (p->v_str) emit_args(p, "\"", 1);
         p->v_started = false;
         p->v_nl = false;
-        p->vbuf.n = 0;
+        p->vbuf.len = 0;
         jv_init(&p->jv);
         p->mk = 0;
         p->xs = X_PVAL;
         return;
       }
-      if (!name_char_ok(c) || c == '>' || p->pname.n >= TC_MAX_NAME) { tc_fail(p, c); return; }
-      if (buf_put(&p->pname, &c, 1)) set_oom(p);
+      if (!name_char_ok(c) || c == '>' || p->pname.len >= TC_MAX_NAME) { tc_fail(p, c); return; }
+      if (gt_sb_add(&p->pname, &c, 1)) set_oom(p);
       return;
     case X_PVAL: {
       int r = match_step(PARAM_CLOSE, &p->mk, c);
@@ -845,15 +825,15 @@ static void byte_xml(chat_parser_t *p, char c) {
 
 static void byte_tool(chat_parser_t *p, char c) {
   if (!p->tc_begun) {
-    if (buf_put(&p->tc_raw, &c, 1)) { set_oom(p); return; }
-    if (p->tc_raw.n > TC_MAX_UNBEGUN) {
+    if (gt_sb_add(&p->tc_raw, &c, 1)) { set_oom(p); return; }
+    if (p->tc_raw.len > TC_MAX_UNBEGUN) {
       tc_fallback(p);
       return;
     }
   }
   if (p->mode == M_TC_DETECT) {
     if (is_ws(c)) return;
-    p->name.n = p->key.n = p->args_pending.n = 0;
+    p->name.len = p->key.len = p->args_pending.len = 0;
     p->name_done = p->args_started = p->args_done = false;
     p->mk = 0;
     if (c == '{') {
@@ -884,7 +864,7 @@ static void byte_skip(chat_parser_t *p, char c) {
 }
 
 static void process(chat_parser_t *p) {
-  while (p->in_pos < p->in.n && !p->oom) {
+  while (p->in_pos < p->in.len && !p->oom) {
     char c = p->in.p[p->in_pos++];
     switch (p->mode) {
       case M_START: byte_start(p, c); break;
@@ -897,7 +877,7 @@ static void process(chat_parser_t *p) {
       case M_DONE: break;
     }
   }
-  if (p->in_pos == p->in.n) p->in.n = p->in_pos = 0;
+  if (p->in_pos == p->in.len) p->in.len = p->in_pos = 0;
 }
 
 /* ---------------------------------------------------------------- public API */
@@ -929,7 +909,7 @@ int chat_parser_new(const chat_parser_opts_t *opts, chat_parser_t **out, gt_err_
 void chat_parser_free(chat_parser_t *p) {
   if (!p) return;
   json_decref(p->tools);
-  buf_t *bufs[] = {&p->in, &p->start_held, &p->tc_raw, &p->key, &p->name, &p->args_pending,
+  gt_sb_t *bufs[] = {&p->in, &p->start_held, &p->tc_raw, &p->key, &p->name, &p->args_pending,
                    &p->tag, &p->pname, &p->vbuf, &p->arena};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]->p);
   free(p->recs);
@@ -940,7 +920,7 @@ void chat_parser_free(chat_parser_t *p) {
 int chat_parser_tool_calls(const chat_parser_t *p) { return p->n_calls; }
 
 static void begin_call(chat_parser_t *p) {
-  p->arena.n = 0;
+  p->arena.len = 0;
   p->n_recs = 0;
 }
 
@@ -976,7 +956,7 @@ static int finish_call(chat_parser_t *p, const chat_event_t **evs, size_t *n_evs
     }
   }
   /* Terminate each text (a NUL sits after every record's text in the arena, or at its end). */
-  if (buf_put(&p->arena, "", 0)) return gt_err_set(err, GT_ENOMEM, "chat parser: out of memory");
+  if (gt_sb_add(&p->arena, "", 0)) return gt_err_set(err, GT_ENOMEM, "chat parser: out of memory");
   for (size_t i = 0; i < p->n_recs; i++)
     if (p->evs[i].text) ((char *)p->evs[i].text)[p->evs[i].len] = 0;
   *evs = p->evs;
@@ -1006,17 +986,17 @@ int chat_parser_finish(chat_parser_t *p, const chat_event_t **evs, size_t *n_evs
   /* Resolve what is held, mode by mode, until nothing is left. */
   for (int guard = 0; guard < 1 << 20 && !p->oom; guard++) {
     if (p->mode == M_START) {
-      buf_t t = {0};
-      if (buf_put(&t, p->start_held.p ? p->start_held.p : "", p->start_held.n) ||
-          buf_put(&t, THINK_OPEN, p->mk)) {
+      gt_sb_t t = {0};
+      if (gt_sb_add(&t, p->start_held.p ? p->start_held.p : "", p->start_held.len) ||
+          gt_sb_add(&t, THINK_OPEN, p->mk)) {
         free(t.p);
         set_oom(p);
         break;
       }
-      p->start_held.n = 0;
+      p->start_held.len = 0;
       p->mk = 0;
       p->mode = M_CONTENT;
-      requeue(p, t.p, t.n);
+      requeue(p, t.p, t.len);
       free(t.p);
       process(p);
       continue;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/chat/chat.h" /* chat_utf8_complete_len, chat_utf8_valid */
+#include "common/utf8.h"
 
 struct stop_matcher {
   char **stops;
@@ -34,7 +34,7 @@ int stop_matcher_new(const char *const *stops, size_t n, stop_matcher_t **out, g
       stop_matcher_free(m);
       return gt_err_set(err, GT_EINVAL, "stop string %zu is empty", i);
     }
-    if (!chat_utf8_valid(stops[i], len)) {
+    if (!gt_utf8_valid(stops[i], len)) {
       stop_matcher_free(m);
       return gt_err_set(err, GT_EINVAL, "stop string %zu is not valid UTF-8", i);
     }
@@ -126,7 +126,7 @@ int stop_matcher_feed(stop_matcher_t *m, const char *text, size_t n, stop_result
         break;
       }
   }
-  size_t safe = chat_utf8_complete_len(m->buf, m->len - hold);
+  size_t safe = gt_utf8_complete_len(m->buf, m->len - hold);
   res->emit = m->buf;
   res->emit_len = safe;
   m->emitted = safe;

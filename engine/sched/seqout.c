@@ -4,13 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/strbuf.h"
 #include "engine/chat/chat_parse.h"
 #include "engine/chat/stop.h"
-
-typedef struct {
-  char *p;
-  size_t len, cap;
-} buf_t;
 
 struct seqout {
   const tok_t *tok;
@@ -21,29 +17,14 @@ struct seqout {
   int in_reasoning, reasoning_tokens, tool_calls;
   /* pending delta */
   int32_t *ids; int n_ids, cap_ids;
-  buf_t text, reasoning;
+  gt_sb_t text, reasoning;
   seqout_tool_delta_t *tools; int n_tools, cap_tools;
-  buf_t *tool_args;     /* [cap_tools] argument buffers */
+  gt_sb_t *tool_args;     /* [cap_tools] argument buffers */
   char **tool_strs;     /* ids / names copied for the pending delta, freed at take */
   int n_strs, cap_strs;
   seqout_logprob_t *lps; int n_lps, cap_lps;
   seqout_delta_t out;
 };
-
-static int buf_add(buf_t *b, const char *s, size_t n) {
-  if (b->len + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + n + 1) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = 0;
-  return 0;
-}
 
 static char *dup_str(seqout_t *o, const char *s) {
   if (!s) return NULL;
@@ -101,11 +82,11 @@ static seqout_tool_delta_t *tool_delta(seqout_t *o, int index) {
   if (o->n_tools == o->cap_tools) {
     int cap = o->cap_tools ? o->cap_tools * 2 : 4;
     seqout_tool_delta_t *t = realloc(o->tools, sizeof *t * (size_t)cap);
-    buf_t *a = realloc(o->tool_args, sizeof *a * (size_t)cap);
+    gt_sb_t *a = realloc(o->tool_args, sizeof *a * (size_t)cap);
     if (t) o->tools = t;
     if (a) o->tool_args = a;
     if (!t || !a) return NULL;
-    for (int i = o->cap_tools; i < cap; i++) o->tool_args[i] = (buf_t){0};
+    for (int i = o->cap_tools; i < cap; i++) o->tool_args[i] = (gt_sb_t){0};
     o->cap_tools = cap;
   }
   seqout_tool_delta_t *d = &o->tools[o->n_tools];
@@ -118,7 +99,7 @@ static seqout_tool_delta_t *tool_delta(seqout_t *o, int index) {
 /* Routes emitted text through the parser (or straight to content); sets *got flags. */
 static int route(seqout_t *o, const char *s, size_t n, int final, int *got_content, int *got_reasoning, gt_err_t *err) {
   if (!o->parser) {
-    if (n && buf_add(&o->text, s, n)) return gt_err_set(err, GT_ENOMEM, "out of memory");
+    if (n && gt_sb_add(&o->text, s, n)) return gt_err_set(err, GT_ENOMEM, "out of memory");
     *got_content |= n > 0;
     return GT_OK;
   }
@@ -131,11 +112,11 @@ static int route(seqout_t *o, const char *s, size_t n, int final, int *got_conte
     seqout_tool_delta_t *td;
     switch (e->kind) {
       case CHAT_EV_CONTENT:
-        if (buf_add(&o->text, e->text, e->len)) return GT_ENOMEM;
+        if (gt_sb_add(&o->text, e->text, e->len)) return GT_ENOMEM;
         *got_content = 1;
         break;
       case CHAT_EV_REASONING:
-        if (buf_add(&o->reasoning, e->text, e->len)) return GT_ENOMEM;
+        if (gt_sb_add(&o->reasoning, e->text, e->len)) return GT_ENOMEM;
         *got_reasoning = 1;
         break;
       case CHAT_EV_TOOL_CALL_BEGIN:
@@ -147,7 +128,7 @@ static int route(seqout_t *o, const char *s, size_t n, int final, int *got_conte
         break;
       case CHAT_EV_TOOL_CALL_ARGS:
         if (!(td = tool_delta(o, e->tool_index))) return GT_ENOMEM;
-        if (buf_add(&o->tool_args[td - o->tools], e->text, e->len)) return GT_ENOMEM;
+        if (gt_sb_add(&o->tool_args[td - o->tools], e->text, e->len)) return GT_ENOMEM;
         *got_content = 1;
         break;
       default:

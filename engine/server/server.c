@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "common/engine_client.h"
+#include "common/engine_rpc.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "engine/chat/prompt.h"

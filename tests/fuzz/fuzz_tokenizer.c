@@ -54,7 +54,7 @@ static char *lossy(const char *s, size_t n, size_t *out_n) {
   while (i < n) {
     uint32_t cp;
     size_t adv = 1;
-    int l = tok_utf8_next((const unsigned char *)s + i, n - i, &cp, &adv);
+    int l = gt_utf8_next((const unsigned char *)s + i, n - i, &cp, &adv);
     if (l > 0) {
       memcpy(o + k, s + i, (size_t)l);
       k += (size_t)l;
@@ -62,7 +62,7 @@ static char *lossy(const char *s, size_t n, size_t *out_n) {
     } else {
       memcpy(o + k, "\xEF\xBF\xBD", 3);
       k += 3;
-      i += l == TOK_UTF8_INCOMPLETE ? n - i : adv;
+      i += l == GT_UTF8_INCOMPLETE ? n - i : adv;
     }
   }
   *out_n = k;
@@ -74,7 +74,7 @@ static void check_encode(const tok_t *t, const char *s, size_t n, unsigned flags
   int32_t *ids = NULL;
   size_t nid = 0;
   int rc = tok_encode(t, s, n, flags, &ids, &nid, &err);
-  int valid = tok_utf8_invalid_at(s, n) == n;
+  int valid = gt_utf8_invalid_at(s, n) == n;
   if (!valid) {
     CHECK(rc == GT_EINVAL && ids == NULL && nid == 0);
     return;
@@ -154,7 +154,7 @@ static void check_decode(const tok_t *t, const uint8_t *p, size_t n) {
       continue;
     }
     CHECK(r == GT_OK);
-    CHECK(tok_utf8_invalid_at(txt, l) == l);
+    CHECK(gt_utf8_invalid_at(txt, l) == l);
     while (o + l > cap) acc = realloc(acc, cap *= 2);
     memcpy(acc + o, txt, l);
     o += l;
@@ -199,7 +199,7 @@ static void check_load(const uint8_t *p, size_t n) {
         const char *txt;
         size_t l;
         CHECK((i < nid ? tok_stream_push(&s, ids[i], &txt, &l, &err) : tok_stream_flush(&s, &txt, &l, &err)) == GT_OK);
-        CHECK(tok_utf8_invalid_at(txt, l) == l);
+        CHECK(gt_utf8_invalid_at(txt, l) == l);
       }
       tok_stream_free(&s);
       free(dec);

@@ -1377,27 +1377,12 @@ static void test_pydump(void **state) {
   assert_int_equal(chat_json_pydump(deep, 600, &out, NULL, &err), GT_EINVAL);
 }
 
-static void test_utf8_helpers(void **state) {
-  (void)state;
-  assert_true(chat_utf8_valid("aé🙂", strlen("aé🙂")));
-  assert_false(chat_utf8_valid("\xc0\x80", 2));         /* overlong */
-  assert_false(chat_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
-  assert_false(chat_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
-  assert_int_equal(chat_utf8_complete_len("a\xf0\x9f\x99", 4), 1);
-  assert_int_equal(chat_utf8_complete_len("a\xf0\x9f\x99\x82", 5), 5);
-  assert_int_equal(chat_utf8_complete_len("a\xc3", 2), 1);
-  assert_int_equal(chat_utf8_complete_len("a\xff", 2), 2);     /* invalid: complete */
-  assert_int_equal(chat_utf8_complete_len("a\xe0\x80", 3), 3); /* cannot become valid */
-  assert_int_equal(chat_utf8_complete_len("\x80\x80\x80\x80", 4), 4);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden_qwen3_cases),  cmocka_unit_test(test_jinja_reference_cases),
       cmocka_unit_test(test_fixture_templates),   cmocka_unit_test(test_detect_qwen35_variants),
       cmocka_unit_test(test_detect_rejects),      cmocka_unit_test(test_input_errors),
       cmocka_unit_test(test_structured_api),      cmocka_unit_test(test_pydump),
-      cmocka_unit_test(test_utf8_helpers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "common/utf8.h"
 #include "engine/chat/chat.h"
 #include "engine/chat/stop.h"
 
@@ -33,7 +34,7 @@ static outcome_t run(const char *const *stops, size_t ns, const char *text, cons
     size_t end = i < ncuts ? cuts[i] : len;
     assert_int_equal(stop_matcher_feed(m, text + at, end - at, &r, &err), GT_OK);
     assert_true(o.n + r.emit_len < sizeof o.text);
-    assert_int_equal(chat_utf8_complete_len(r.emit, r.emit_len), r.emit_len);
+    assert_int_equal(gt_utf8_complete_len(r.emit, r.emit_len), r.emit_len);
     memcpy(o.text + o.n, r.emit, r.emit_len);
     o.n += r.emit_len;
     at = end;

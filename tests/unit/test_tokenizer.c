@@ -66,7 +66,7 @@ static char *stream_all(const tok_t *t, const int32_t *ids, size_t n, unsigned f
     size_t l;
     int rc = i < n ? tok_stream_push(&s, ids[i], &txt, &l, &err) : tok_stream_flush(&s, &txt, &l, &err);
     assert_int_equal(rc, GT_OK);
-    assert_int_equal(tok_utf8_invalid_at(txt, l), l); /* never half a character */
+    assert_int_equal(gt_utf8_invalid_at(txt, l), l); /* never half a character */
     while (o + l + 1 > cap) all = realloc(all, cap *= 2);
     memcpy(all + o, txt, l);
     o += l;
@@ -352,7 +352,7 @@ static void test_stream_multibyte(void **state) {
   int emitted_empty = 0;
   for (size_t i = 0; i < 7; i++) {
     assert_int_equal(tok_stream_push(&s, ids[i], &txt, &l, &err), GT_OK);
-    assert_int_equal(tok_utf8_invalid_at(txt, l), l);
+    assert_int_equal(gt_utf8_invalid_at(txt, l), l);
     emitted_empty += l == 0;
     memcpy(acc + o, txt, l);
     o += l;
@@ -379,7 +379,7 @@ static void test_stream_multibyte(void **state) {
     for (size_t k = 0; k < n; k++) { /* count tokens whose piece is not whole UTF-8 */
       size_t pl;
       const char *p = tok_piece(t, v[k], &pl);
-      split_chars += tok_utf8_invalid_at(p, pl) != pl;
+      split_chars += gt_utf8_invalid_at(p, pl) != pl;
     }
     free(st);
     free(whole);
@@ -397,7 +397,7 @@ static void test_stream_invalid_bytes(void **state) {
   char u[4];
   int32_t b[256];
   for (int i = 0; i < 256; i++) {
-    int l = tok_utf8_put(tok_byte_to_cp((uint8_t)i), u);
+    int l = gt_utf8_put(tok_byte_to_cp((uint8_t)i), u);
     u[l] = 0;
     b[i] = tok_find(t, u);
     assert_true(b[i] >= 0);
@@ -607,7 +607,7 @@ static void test_pretok_whitespace_fallback(void **state) {
         for (size_t k = off; k < e;) {
           uint32_t cp;
           size_t adv;
-          int l = tok_utf8_next((const unsigned char *)text + k, e - k, &cp, &adv);
+          int l = gt_utf8_next((const unsigned char *)text + k, e - k, &cp, &adv);
           all_ws &= l > 0 && ((cp >= 9 && cp <= 13) || cp == ' ' || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
                               (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
                               cp == 0x205F || cp == 0x3000);
@@ -669,12 +669,12 @@ static tok_t *mark_vocab(const char *pre, gt_err_t *err, int *rc) {
   static size_t lens[300];
   size_t n = 0;
   for (int b = 0; b < 256; b++, n++) {
-    int l = tok_utf8_put(tok_byte_to_cp((uint8_t)b), texts[n]);
+    int l = gt_utf8_put(tok_byte_to_cp((uint8_t)b), texts[n]);
     tokens[n] = texts[n];
     lens[n] = (size_t)l;
   }
   char cc[4], c81[4];
-  int lcc = tok_utf8_put(tok_byte_to_cp(0xCC), cc), l81 = tok_utf8_put(tok_byte_to_cp(0x81), c81);
+  int lcc = gt_utf8_put(tok_byte_to_cp(0xCC), cc), l81 = gt_utf8_put(tok_byte_to_cp(0x81), c81);
   /* token 256 = CC 81 (U+0301), token 257 = q CC 81 */
   memcpy(texts[256], cc, (size_t)lcc);
   memcpy(texts[256] + lcc, c81, (size_t)l81);
@@ -737,7 +737,7 @@ static void test_nfc(void **state) {
       const utf8proc_property_t *pr = utf8proc_get_property((utf8proc_int32_t)cp);
       assert_int_equal(pr->combining_class, 0);
       char u[4];
-      int l = tok_utf8_put(cp, u);
+      int l = gt_utf8_put(cp, u);
       utf8proc_uint8_t *nf = NULL;
       utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)u, l, &nf, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
       if (k != l || memcmp(nf, u, (size_t)l) != 0) fail_msg("NFC changes inert U+%04X", cp);
@@ -760,7 +760,7 @@ static void test_nfc(void **state) {
     int len = 1 + (int)(r % 12);
     for (int i = 0; i < len; i++) {
       r = r * 6364136223846793005ull + 1442695040888963407ull;
-      n += (size_t)tok_utf8_put(pool[(r >> 33) % (sizeof pool / sizeof *pool)], s + n);
+      n += (size_t)gt_utf8_put(pool[(r >> 33) % (sizeof pool / sizeof *pool)], s + n);
     }
     char *owned;
     const char *out;
@@ -817,7 +817,7 @@ static char *tiny_gguf(const char *model, const char *pre, int with_merges, size
   wu64(&w, 257);
   for (int b = 0; b < 256; b++) {
     char u[5];
-    u[tok_utf8_put(tok_byte_to_cp((uint8_t)b), u)] = 0;
+    u[gt_utf8_put(tok_byte_to_cp((uint8_t)b), u)] = 0;
     wstr(&w, u);
   }
   wstr(&w, "<|im_end|>");
@@ -940,7 +940,7 @@ static size_t ref_bpe(const tok_t *t, const ref_merges_t *m, const char *word, s
   size_t ns = n;
   for (size_t i = 0; i < n; i++) {
     sym[i] = malloc(1024);
-    sym[i][tok_utf8_put(tok_byte_to_cp((uint8_t)word[i]), sym[i])] = 0;
+    sym[i][gt_utf8_put(tok_byte_to_cp((uint8_t)word[i]), sym[i])] = 0;
   }
   for (;;) {
     long best = -1;
