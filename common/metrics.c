@@ -1,6 +1,8 @@
 /* common/metrics.c — see metrics.h. */
 #include "common/metrics.h"
 
+#include "common/strbuf.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -141,39 +143,6 @@ void gt_metrics_on_collect(gt_metrics_t *m, gt_metrics_collect_fn fn, void *ud) 
 }
 
 /* ---- text format ---- */
-typedef struct {
-  char *p;
-  size_t n, cap;
-  int oom;
-} buf_t;
-
-static void bprintf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void bprintf(buf_t *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->n + (size_t)k < b->cap) {
-      b->n += (size_t)k;
-      return;
-    }
-    size_t cap = (b->cap + (size_t)k + 1) * 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = 1;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-}
-
 static const char *kind_name(gt_metric_kind_t k) {
   return k == GT_METRIC_COUNTER ? "counter" : k == GT_METRIC_GAUGE ? "gauge" : "histogram";
 }
@@ -186,19 +155,18 @@ int gt_metrics_render(gt_metrics_t *m, char **out, size_t *len, gt_err_t *err) {
   void *ud = m->collect_ud;
   pthread_mutex_unlock(&m->mu);
   if (fn) fn(ud);
-  buf_t b = {.p = malloc(4096), .cap = 4096};
-  if (!b.p) return gt_err_set(err, GT_ENOMEM, "out of memory");
-  b.p[0] = 0;
+  gt_sb_t b = {0};
+  gt_sb_add(&b, "", 0); /* "" when there is nothing to render */
   pthread_mutex_lock(&m->mu);
   for (int i = 0; i < m->n; i++) {
     gt_metric_t *x = m->v[i];
     if (i == 0 || strcmp(m->v[i - 1]->name, x->name))
-      bprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", x->name, x->help, x->name, kind_name(x->kind));
+      gt_sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", x->name, x->help, x->name, kind_name(x->kind));
     char num[64];
     if (x->kind != GT_METRIC_HISTOGRAM) {
       fmt_num(num, sizeof num, x->value);
-      if (x->labels) bprintf(&b, "%s{%s} %s\n", x->name, x->labels, num);
-      else bprintf(&b, "%s %s\n", x->name, num);
+      if (x->labels) gt_sb_printf(&b, "%s{%s} %s\n", x->name, x->labels, num);
+      else gt_sb_printf(&b, "%s %s\n", x->name, num);
       continue;
     }
     uint64_t cum = 0;
@@ -208,13 +176,13 @@ int gt_metrics_render(gt_metrics_t *m, char **out, size_t *len, gt_err_t *err) {
       cum += x->buckets[k];
       if (k < x->n_bounds) fmt_num(num, sizeof num, x->bounds[k]);
       else snprintf(num, sizeof num, "+Inf");
-      bprintf(&b, "%s_bucket{%s%sle=\"%s\"} %llu\n", x->name, lab, sep, num, (unsigned long long)cum);
+      gt_sb_printf(&b, "%s_bucket{%s%sle=\"%s\"} %llu\n", x->name, lab, sep, num, (unsigned long long)cum);
     }
     fmt_num(num, sizeof num, x->sum);
     if (x->labels) {
-      bprintf(&b, "%s_sum{%s} %s\n%s_count{%s} %llu\n", x->name, lab, num, x->name, lab, (unsigned long long)x->count);
+      gt_sb_printf(&b, "%s_sum{%s} %s\n%s_count{%s} %llu\n", x->name, lab, num, x->name, lab, (unsigned long long)x->count);
     } else {
-      bprintf(&b, "%s_sum %s\n%s_count %llu\n", x->name, num, x->name, (unsigned long long)x->count);
+      gt_sb_printf(&b, "%s_sum %s\n%s_count %llu\n", x->name, num, x->name, (unsigned long long)x->count);
     }
   }
   pthread_mutex_unlock(&m->mu);
@@ -223,7 +191,7 @@ int gt_metrics_render(gt_metrics_t *m, char **out, size_t *len, gt_err_t *err) {
     return gt_err_set(err, GT_ENOMEM, "out of memory");
   }
   *out = b.p;
-  if (len) *len = b.n;
+  if (len) *len = b.len;
   return GT_OK;
 }
 

@@ -22,6 +22,9 @@ int gt_sb_add(gt_sb_t *b, const char *s, size_t n);
 /* gt_sb_add of a C string / of one byte. */
 int gt_sb_adds(gt_sb_t *b, const char *s);
 int gt_sb_addc(gt_sb_t *b, char c);
+/* Appends printf(fmt, ...); 0, or -1 (buffer unchanged, oom set) when memory runs out or the
+ * format fails. */
+int gt_sb_printf(gt_sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Frees p and zeroes the buffer (reusable after). */
 void gt_sb_free(gt_sb_t *b);
 

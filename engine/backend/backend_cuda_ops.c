@@ -1,7 +1,8 @@
 /* engine/backend/backend_cuda_ops.c — the eager launch of each op of the CUDA backend: checks the shapes on
  * the host, records a problem in be->err (ops do nothing after it) and launches its kernel
- * (kernels/, one op per .cu) on the backend stream. Called directly outside decode steps, and by
- * run_rec (backend_cuda_graph.c) when a recorded step runs eagerly or is captured. */
+ * (kernels/, one op per .cu) on the backend stream; and the scratch the launches share. Called
+ * directly outside decode steps, and by run_rec (backend_cuda_graph.c) when a recorded step runs
+ * eagerly or is captured. */
 #include "engine/backend/backend_cuda_internal.h"
 
 #include <limits.h>

@@ -56,6 +56,24 @@ static void test_sb_reuse(void **st) {
   gt_sb_free(&b);
 }
 
+static void test_sb_printf(void **st) {
+  gt_sb_t b = {0};
+  assert_int_equal(gt_sb_printf(&b, "%s", ""), 0);
+  assert_non_null(b.p);
+  assert_string_equal(b.p, "");
+  gt_sb_adds(&b, "x=");
+  char big[3000];
+  memset(big, 'y', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  for (int i = 0; i < 3; i++) /* each one past the capacity: grown, then written whole */
+    assert_int_equal(gt_sb_printf(&b, "%d:%s;", i, big), 0);
+  assert_int_equal(b.len, 2 + 3 * (2 + sizeof big - 1 + 1));
+  assert_memory_equal(b.p, "x=0:yy", 6);
+  assert_string_equal(b.p + b.len - 4, "yyy;");
+  assert_int_equal(b.p[b.len], 0);
+  gt_sb_free(&b);
+}
+
 /* An append that cannot fit fails without touching the buffer and leaves oom set. */
 static void test_sb_oom(void **st) {
   gt_sb_t b = {0};
@@ -172,7 +190,7 @@ static void test_utf8_put_roundtrip(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sb_append),       cmocka_unit_test(test_sb_reuse),
-      cmocka_unit_test(test_sb_oom),          cmocka_unit_test(test_utf8_exhaustive),
+      cmocka_unit_test(test_sb_oom),          cmocka_unit_test(test_sb_printf),          cmocka_unit_test(test_utf8_exhaustive),
       cmocka_unit_test(test_utf8_cases),      cmocka_unit_test(test_utf8_next),
       cmocka_unit_test(test_utf8_put_roundtrip),
   };
