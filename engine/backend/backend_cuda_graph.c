@@ -25,23 +25,46 @@ enum {
 #undef OP_ID
 };
 
+/* A weight in a record: the fields of be_weight_t as 8-byte words. */
+typedef struct {
+  int64_t type, rows, cols, row_bytes;
+  void *data;
+} rec_weight_t;
+
 /* cu_args_<name>_t: the arguments of a recorded call, one field per argument of
- * BE_ARGS_<name>, weights by value. Records compare with memcmp: rec_new zeroes a record and the
- * fields are then set one by one (rec_w copies a weight field by field), so padding stays zero. */
+ * BE_ARGS_<name>, weights by value. Records compare with memcmp, so every field is an 8-byte
+ * word (no padding: checked below) and rec_new zeroes the unused rest of a record. */
 #define REC_FIELD(kind, v) REC_FIELD_##kind(v)
-#define REC_FIELD_W(v) be_weight_t v;
-#define REC_FIELD_WN(v) be_weight_t v[BE_MATMUL_MULTI_MAX];
-#define REC_FIELD_N(v) int v;
+#define REC_FIELD_W(v) rec_weight_t v;
+#define REC_FIELD_WN(v) rec_weight_t v[BE_MATMUL_MULTI_MAX];
+#define REC_FIELD_N(v) int64_t v;
 #define REC_FIELD_IN(v) const float *v;
 #define REC_FIELD_OUT(v) float *v;
 #define REC_FIELD_OUTN(v) float *v[BE_MATMUL_MULTI_MAX];
-#define REC_FIELD_INT(v) int v;
-#define REC_FIELD_SIZE(v) size_t v;
-#define REC_FIELD_F(v) float v;
-#define REC_FIELD_ROPE_BF16(v) int v;
+#define REC_FIELD_INT(v) int64_t v;
+#define REC_FIELD_SIZE(v) uint64_t v;
+#define REC_FIELD_F(v) double v;
+#define REC_FIELD_ROPE_BF16(v) int64_t v;
 #define REC_ARGS_TYPE(name) typedef struct { BE_ARGS_##name(REC_FIELD) } cu_args_##name##_t;
 BE_OPS(REC_ARGS_TYPE)
 #undef REC_ARGS_TYPE
+/* 8-byte words per argument kind: a record without padding is 8 * their sum bytes */
+#define REC_WORDS(kind, v) REC_WORDS_##kind
+#define REC_WORDS_W +5
+#define REC_WORDS_WN +5 * BE_MATMUL_MULTI_MAX
+#define REC_WORDS_N +1
+#define REC_WORDS_IN +1
+#define REC_WORDS_OUT +1
+#define REC_WORDS_OUTN +BE_MATMUL_MULTI_MAX
+#define REC_WORDS_INT +1
+#define REC_WORDS_SIZE +1
+#define REC_WORDS_F +1
+#define REC_WORDS_ROPE_BF16 +1
+_Static_assert(sizeof(rec_weight_t) == 5 * 8, "rec_weight_t has padding");
+#define REC_NOPAD_CHECK(name) \
+  _Static_assert(sizeof(cu_args_##name##_t) == 8 * (0 BE_ARGS_##name(REC_WORDS)), "cu_args_" #name "_t has padding");
+BE_OPS(REC_NOPAD_CHECK)
+#undef REC_NOPAD_CHECK
 
 typedef struct op_rec {
   int64_t op; /* OP_* */
@@ -83,18 +106,23 @@ static op_rec_t *rec_new(be_t *be, int op) {
   r->op = op;
   return r;
 }
-static void rec_w(be_weight_t *d, const be_weight_t *w) {
+static void rec_w(rec_weight_t *d, const be_weight_t *w) {
   d->type = w->type;
   d->rows = w->rows;
   d->cols = w->cols;
-  d->row_bytes = w->row_bytes;
+  d->row_bytes = (int64_t)w->row_bytes;
   d->data = w->data;
+}
+static be_weight_t rec_get_w(const rec_weight_t *r) {
+  be_weight_t w = {.type = (gt_type_t)r->type, .rows = r->rows, .cols = r->cols, .row_bytes = (size_t)r->row_bytes,
+                   .data = r->data};
+  return w;
 }
 
 /* The weights of a record in argument order into ws_[REC_MAX_W]; returns how many. */
 #define REC_W(kind, v) REC_W_##kind(v)
-#define REC_W_W(v) ws_[n_w++] = &ra_->v;
-#define REC_W_WN(v) for (int k_ = 0; k_ < ra_->n; k_++) ws_[n_w++] = &ra_->v[k_];
+#define REC_W_W(v) ws_[n_w++] = rec_get_w(&ra_->v);
+#define REC_W_WN(v) for (int k_ = 0; k_ < ra_->n; k_++) ws_[n_w++] = rec_get_w(&ra_->v[k_]);
 #define REC_W_N(v)
 #define REC_W_IN(v)
 #define REC_W_OUT(v)
@@ -103,7 +131,7 @@ static void rec_w(be_weight_t *d, const be_weight_t *w) {
 #define REC_W_SIZE(v)
 #define REC_W_F(v)
 #define REC_W_ROPE_BF16(v)
-static int rec_weights(const op_rec_t *r, const be_weight_t *ws_[REC_MAX_W]) {
+static int rec_weights(const op_rec_t *r, be_weight_t ws_[REC_MAX_W]) {
   int n_w = 0;
   switch ((int)r->op) {
 #define REC_W_CASE(name)                      \
@@ -118,19 +146,24 @@ static int rec_weights(const op_rec_t *r, const be_weight_t *ws_[REC_MAX_W]) {
   return n_w;
 }
 
-/* Runs a record: its op's launcher with the recorded arguments. */
+/* Runs a record: its op's launcher with the recorded arguments (weights as be_weight_t
+ * compound literals that live until the call returns). */
+#define REC_WEIGHT(r) (&(be_weight_t){.type = (gt_type_t)(r).type, .rows = (r).rows, .cols = (r).cols, \
+                                      .row_bytes = (size_t)(r).row_bytes, .data = (r).data})
 #define REC_CALL(kind, v) REC_CALL_##kind(v)
-#define REC_CALL_W(v) , &ra_->v
-#define REC_CALL_WN(v) , (const be_weight_t *const[BE_MATMUL_MULTI_MAX]){&ra_->v[0], &ra_->v[1], &ra_->v[2], &ra_->v[3]}
+#define REC_CALL_W(v) , REC_WEIGHT(ra_->v)
+#define REC_CALL_WN(v)                                                                                 \
+  , (const be_weight_t *const[BE_MATMUL_MULTI_MAX]){REC_WEIGHT(ra_->v[0]), REC_WEIGHT(ra_->v[1]),     \
+                                                     REC_WEIGHT(ra_->v[2]), REC_WEIGHT(ra_->v[3])}
 _Static_assert(BE_MATMUL_MULTI_MAX == 4, "REC_CALL_WN passes BE_MATMUL_MULTI_MAX weights");
-#define REC_CALL_N(v) , ra_->v
+#define REC_CALL_N(v) , (int)ra_->v
 #define REC_CALL_IN(v) , ra_->v
 #define REC_CALL_OUT(v) , ra_->v
 #define REC_CALL_OUTN(v) , ra_->v
-#define REC_CALL_INT(v) , ra_->v
-#define REC_CALL_SIZE(v) , ra_->v
-#define REC_CALL_F(v) , ra_->v
-#define REC_CALL_ROPE_BF16(v) , ra_->v
+#define REC_CALL_INT(v) , (int)ra_->v
+#define REC_CALL_SIZE(v) , (size_t)ra_->v
+#define REC_CALL_F(v) , (float)ra_->v
+#define REC_CALL_ROPE_BF16(v) , (int)ra_->v
 static void run_rec(be_t *be, const op_rec_t *r) {
   switch ((int)r->op) {
 #define REC_RUN_CASE(name)                           \
@@ -166,32 +199,37 @@ static int prepare_capture(be_t *be) {
     switch ((int)r->op) {
     case OP_attention: {
       const cu_args_attention_t *a = &r->a.attention;
-      size_t n = kc_attention_part_floats(c->b.n_tok, a->n_head, a->head_dim,
-                                          kc_attention_splits(c->b.n_tok, a->n_head, 1 << 30));
+      size_t n = kc_attention_part_floats(c->b.n_tok, (int)a->n_head, (int)a->head_dim,
+                                          kc_attention_splits(c->b.n_tok, (int)a->n_head, 1 << 30));
       if (n > need) need = n;
       break;
     }
-    case OP_rope:
-      if (!cu__rope_table(be, r->a.rope.theta, r->a.rope.n_rot, r->a.rope.bf16)) return -1;
+    case OP_rope: {
+      const cu_args_rope_t *a = &r->a.rope;
+      if (!cu__rope_table(be, (float)a->theta, (int)a->n_rot, (int)a->bf16)) return -1;
       break;
-    case OP_attn_qk_prep:
-      if (!cu__rope_table(be, r->a.attn_qk_prep.theta, r->a.attn_qk_prep.n_rot, r->a.attn_qk_prep.bf16)) return -1;
+    }
+    case OP_attn_qk_prep: {
+      const cu_args_attn_qk_prep_t *a = &r->a.attn_qk_prep;
+      if (!cu__rope_table(be, (float)a->theta, (int)a->n_rot, (int)a->bf16)) return -1;
       break;
+    }
     case OP_gdn_conv_qkv: {
       const cu_args_gdn_conv_qkv_t *a = &r->a.gdn_conv_qkv;
-      const size_t n = cu__gdn_conv_qkv_scratch(c->b.n_tok, c->b.n_seq, a->n_k, a->d_k, a->n_v, a->d_v);
+      const size_t n =
+          cu__gdn_conv_qkv_scratch(c->b.n_tok, c->b.n_seq, (int)a->n_k, (int)a->d_k, (int)a->n_v, (int)a->d_v);
       if (n > need) need = n;
       break;
     }
-    case OP_matmul: x = r->a.matmul.x, rows = r->a.matmul.rows; break;
-    case OP_matmul_multi: x = r->a.matmul_multi.x, rows = r->a.matmul_multi.rows; break;
-    case OP_ffn_swiglu: x = r->a.ffn_swiglu.x, rows = r->a.ffn_swiglu.rows; break;
+    case OP_matmul: x = r->a.matmul.x, rows = (int)r->a.matmul.rows; break;
+    case OP_matmul_multi: x = r->a.matmul_multi.x, rows = (int)r->a.matmul_multi.rows; break;
+    case OP_ffn_swiglu: x = r->a.ffn_swiglu.x, rows = (int)r->a.ffn_swiglu.rows; break;
     }
     if (x) { /* each weight's product as cu__matmul takes it */
-      const be_weight_t *w[REC_MAX_W];
+      be_weight_t w[REC_MAX_W];
       const int n_w = rec_weights(r, w);
       for (int j = 0; j < n_w; j++) {
-        const size_t n = cu__bf16_gemm_floats(w[j], rows);
+        const size_t n = cu__bf16_gemm_floats(&w[j], rows);
         if (n) {
           if (n > need) need = n;
         } else if (((uintptr_t)x & 15) != 0 || rows > KC_MATVEC_MAX_ROWS) {
@@ -221,21 +259,21 @@ static const char *const op_names[] = {
 static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   const int op = (int)r->op;
   size_t len = (size_t)snprintf(buf, n, "%s", op_names[op]);
-  const be_weight_t *w[REC_MAX_W];
+  be_weight_t w[REC_MAX_W];
   const int n_w = rec_weights(r, w);
   int n_mat = 0;
   int64_t prev_type = -1;
   for (int k = 0; k < n_w && len < n; k++) {
-    if (!w[k]->data || w[k]->rows <= 1 || w[k]->cols <= 1) continue;
-    const int64_t t = w[k]->type;
+    if (!w[k].data || w[k].rows <= 1 || w[k].cols <= 1) continue;
+    const int64_t t = w[k].type;
     len += (size_t)snprintf(buf + len, n - len, "%s%s%s%lldx%lld", n_mat ? "+" : " ",
                             t != prev_type ? dt_name((gt_type_t)t) : "", t != prev_type ? " " : "",
-                            (long long)w[k]->cols, (long long)w[k]->rows);
+                            (long long)w[k].cols, (long long)w[k].rows);
     prev_type = t;
     n_mat++;
   }
   if (n_mat && len < n)
-    snprintf(buf + len, n - len, " x%d%s", rows, cu__bf16_gemm_floats(w[0], rows) ? " gemm" : "");
+    snprintf(buf + len, n - len, " x%d%s", rows, cu__bf16_gemm_floats(&w[0], rows) ? " gemm" : "");
 }
 
 static void prof_add(be_cuda_t *c, const char *label, double us) {
