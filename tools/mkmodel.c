@@ -131,7 +131,7 @@ static void add_gdn(tlist_t *l, const mk_preset_t *p, int il) {
   add(l, il, 0, "post_attention_norm.weight", MK_INIT_NORM, NORM_STD, GT_TYPE_F32, E, 0);
 }
 
-static void build_tensors(tlist_t *l, const mk_preset_t *p) {
+static void build_tensors(tlist_t *l, const mk_preset_t *p, int n_nextn) {
   const int qwen35 = strcmp(p->arch, "qwen35") == 0;
   const int64_t E = p->n_embd, V = p->n_vocab;
   if (!p->tied) add(l, -1, 0, "output.weight", MK_INIT_NORMAL, W_STD, GT_TYPE_BF16, E, V);
@@ -140,7 +140,7 @@ static void build_tensors(tlist_t *l, const mk_preset_t *p) {
     if (qwen35 && (il + 1) % p->full_attn_interval != 0) add_gdn(l, p, il);
     else add_attn(l, p, il, 0, qwen35);
   }
-  for (int k = 0; k < p->n_nextn; k++) {
+  for (int k = 0; k < n_nextn; k++) {
     const int il = p->n_layer + k;
     add_attn(l, p, il, 1, qwen35);
     add(l, il, 1, "nextn.eh_proj.weight", MK_INIT_NORMAL, W_STD, GT_TYPE_BF16, 2 * E, E);
@@ -167,7 +167,7 @@ static int emit_meta(const mk_plan_t *pl, gw_t *w, gt_err_t *err) {
   TRY(gw_kv_str(w, "general.type", "model", 5, err));
   TRY(gw_kv_str(w, "general.name", p->label, strlen(p->label), err));
   TRY(gw_kv_str(w, "general.size_label", p->size_label, strlen(p->size_label), err));
-  TRY(gw_kv_u32(w, KEY("block_count"), (uint32_t)(p->n_layer + p->n_nextn), err));
+  TRY(gw_kv_u32(w, KEY("block_count"), (uint32_t)(p->n_layer + pl->n_nextn), err));
   TRY(gw_kv_u32(w, KEY("context_length"), (uint32_t)p->ctx_len, err));
   TRY(gw_kv_u32(w, KEY("embedding_length"), (uint32_t)p->n_embd, err));
   TRY(gw_kv_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff, err));
@@ -186,7 +186,13 @@ static int emit_meta(const mk_plan_t *pl, gw_t *w, gt_err_t *err) {
     TRY(gw_kv_u32(w, KEY("ssm.inner_size"), (uint32_t)(p->ssm_v_heads * p->ssm_head_dim), err));
     TRY(gw_kv_u32(w, KEY("full_attention_interval"), (uint32_t)p->full_attn_interval, err));
     TRY(gw_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)p->rope_dim, err));
-    if (p->n_nextn) TRY(gw_kv_u32(w, KEY("nextn_predict_layers"), (uint32_t)p->n_nextn, err));
+    /* llama.cpp requires it for qwen35 (interleaved M-RoPE; for text, where every section
+     * gets the token position, it is the plain partial RoPE gantry runs). Qwen3.5's
+     * mrope_section [11, 11, 10] of its 32 rotary pairs, scaled to the preset's pairs. */
+    const int pairs = p->rope_dim / 2, s01 = (pairs * 11 + 16) / 32;
+    const int32_t sections[4] = {s01, s01, pairs - 2 * s01, 0};
+    TRY(gw_kv_arr(w, KEY("rope.dimension_sections"), GGUF_VT_INT32, sections, 4, err));
+    if (pl->n_nextn) TRY(gw_kv_u32(w, KEY("nextn_predict_layers"), (uint32_t)pl->n_nextn, err));
   }
   TRY(gw_kv_u32(w, "general.quantization_version", 2, err));
   TRY(mk_emit_tokenizer(w, p->n_vocab, qwen35 ? "qwen35" : "qwen2", err));
@@ -216,7 +222,7 @@ void mk_plan_free(mk_plan_t *p) {
   free(p);
 }
 
-int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, mk_plan_t **out,
+int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, int with_mtp, mk_plan_t **out,
                    gt_err_t *err) {
   if (!out) return gt_err_set(err, GT_EINVAL, "mkmodel: NULL out");
   *out = NULL;
@@ -230,9 +236,10 @@ int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, m
   mk_plan_t *pl = calloc(1, sizeof *pl);
   if (!pl) return gt_err_set(err, GT_ENOMEM, "mkmodel: out of memory");
   pl->p = p;
+  pl->n_nextn = with_mtp ? p->n_nextn : 0;
   snprintf(pl->type_name, sizeof pl->type_name, "%s", qz_mix_name(mix));
   tlist_t l = {0};
-  build_tensors(&l, p);
+  build_tensors(&l, p, pl->n_nextn);
   pl->t = l.t;
   pl->n = l.n;
   if (l.oom) {
@@ -247,7 +254,7 @@ int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, m
                               pl->t[i].src_type};
   }
   if (!rc)
-    rc = qz_plan_types(d, pl->n, p->n_layer + p->n_nextn, mix, keep_output_bf16 ? QZ_KEEP_OUTPUT_BF16 : 0u,
+    rc = qz_plan_types(d, pl->n, p->n_layer + pl->n_nextn, mix, keep_output_bf16 ? QZ_KEEP_OUTPUT_BF16 : 0u,
                        ty, err);
   for (int64_t i = 0; !rc && i < pl->n; i++) pl->t[i].type = ty[i];
   free(d);

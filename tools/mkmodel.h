@@ -26,7 +26,7 @@ typedef struct {
   int rope_dim;       /* rope.dimension_count (partial rotary) */
   int full_attn_interval;
   int ssm_conv, ssm_k_heads, ssm_v_heads, ssm_head_dim;
-  int n_nextn;        /* MTP (nextn) layers appended after the decoder layers */
+  int n_nextn;        /* MTP (nextn) layers of the real checkpoint (written only with_mtp) */
   int tied;           /* 1: no output.weight */
 } mk_preset_t;
 
@@ -59,13 +59,17 @@ typedef struct mk_plan {
   uint64_t header_bytes, data_bytes; /* file size = header_bytes + data_bytes */
   uint64_t bytes_per_token;          /* every tensor but token_embd and MTP layers */
   uint64_t mtp_bytes;                /* tensors of MTP layers */
+  int n_nextn;                       /* MTP layers written: p->n_nextn with_mtp, else 0 */
 } mk_plan_t;
 
 /* Type names: bf16, f16, f32, Q8_0, Q4_K, Q5_K, Q6_K, Q4_K_M (case-insensitive).
  * keep_output_bf16: the output head stays BF16 (default on for qwen35 presets with Q4_K_M,
  * as the production Qwen3.5 files have it; pass -1 for the preset's default, 0/1 to force).
+ * with_mtp: append the preset's MTP (nextn) layers. Off, the file has what llama.cpp's
+ * converter writes for the checkpoint (it drops MTP layers, and llama.cpp refuses a qwen35 file
+ * that has them), so the same file loads in gantry and in llama.cpp.
  * On success *out owns the plan (mk_plan_free). */
-int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, mk_plan_t **out,
+int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, int with_mtp, mk_plan_t **out,
                    gt_err_t *err);
 void mk_plan_free(mk_plan_t *p);
 

@@ -1,5 +1,5 @@
 /* gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]
- *                [--keep-output-bf16 | --no-keep-output-bf16]
+ *                [--keep-output-bf16 | --no-keep-output-bf16] [--mtp]
  * gantry-mkmodel --list   (sizes of every preset x type, nothing written)
  * Writes a synthetic model with the preset's real shapes and random weights, or (with
  * --header-only) prints its tensor table without writing anything. Always prints the file size
@@ -12,8 +12,10 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]\n"
-             "                      [--keep-output-bf16 | --no-keep-output-bf16]\n"
-             "       gantry-mkmodel --list\n  presets:");
+             "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp]\n"
+             "       gantry-mkmodel --list\n"
+             "  --mtp: append the checkpoint's MTP (nextn) layers; without it the file is what llama.cpp's\n"
+             "         converter writes (no MTP layers), loadable by gantry and by llama.cpp\n  presets:");
   for (int i = 0; mk_preset_name(i); i++) fprintf(f, " %s", mk_preset_name(i));
   fprintf(f, "\n  types: bf16 f16 f32 Q8_0 Q4_K Q5_K Q6_K Q4_K_M\n");
 }
@@ -33,7 +35,7 @@ static int list_all(void) {
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
       mk_plan_t *pl = NULL;
       gt_err_t err = {0};
-      if (mk_plan_create(mk_preset_name(i), types[k], -1, &pl, &err) != GT_OK) {
+      if (mk_plan_create(mk_preset_name(i), types[k], -1, 0, &pl, &err) != GT_OK) {
         fprintf(stderr, "gantry-mkmodel: %s\n", err.msg);
         return 1;
       }
@@ -54,7 +56,7 @@ static int parse_u64(const char *s, unsigned long long *v) {
 int main(int argc, char **argv) {
   const char *preset = NULL, *type = NULL, *out = NULL;
   unsigned long long seed = 1, threads = 1;
-  int header_only = 0, keep = -1;
+  int header_only = 0, keep = -1, mtp = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -62,6 +64,7 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--header-only") == 0) header_only = 1;
     else if (strcmp(a, "--keep-output-bf16") == 0) keep = 1;
     else if (strcmp(a, "--no-keep-output-bf16") == 0) keep = 0;
+    else if (strcmp(a, "--mtp") == 0) mtp = 1;
     else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout);
       return 0;
@@ -95,7 +98,7 @@ int main(int argc, char **argv) {
   }
   gt_err_t err = {0};
   mk_plan_t *pl = NULL;
-  if (mk_plan_create(preset, type, keep, &pl, &err) != GT_OK) {
+  if (mk_plan_create(preset, type, keep, mtp, &pl, &err) != GT_OK) {
     fprintf(stderr, "gantry-mkmodel: %s\n", err.msg);
     return 2;
   }

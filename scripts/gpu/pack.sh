@@ -15,11 +15,15 @@ cmake -S "$SRC" -B "$B" -DGANTRY_WERROR=ON >/dev/null
 if [ -z "${TARGETS:-}" ]; then
   TARGETS="test_cuda_ops test_cuda_golden test_cuda_sample bench_matvec bench_gdn_scan bench_decode gantry-mkmodel"
   TARGETS="$TARGETS gantry-engine engine-bench"
+  # STACK=1: the serving path (scripts/gpu/stack.sh): router, CLI, and this machine's redis-server
+  [ "${STACK:-0}" = 1 ] && TARGETS="$TARGETS gantry-router gantry"
 fi
 cmake --build "$B" -j2 --target $TARGETS
 rm -rf "$D" && mkdir -p "$D/lib"
 for t in $TARGETS; do cp "$B/$t" "$D/"; done
-for t in $TARGETS; do ldd "$B/$t"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+EXTRA=
+[ "${STACK:-0}" = 1 ] && EXTRA=$(command -v redis-server) && cp "$EXTRA" "$D/"
+{ for t in $TARGETS; do ldd "$B/$t"; done; [ -n "$EXTRA" ] && ldd "$EXTRA"; } | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/cuda[^/]*/|libcuda\.so|libcublas' |
   while read -r l; do cp -L "$l" "$D/lib/"; done
 strip "$D"/* 2>/dev/null || true

@@ -7,7 +7,8 @@
 #      machine; all models generated in the background while the tests run), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/models/bench.h
 #      table + the per-op profile of one decode step per batch size); a combined table at the end;
 #   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
-#      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0.
+#      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0;
+#   4. STACK=1 (pack with STACK=1): the serving path, scripts/gpu/stack.sh, per STACK_MODELS entry.
 # Env: TESTS=0 / BENCH=0 / MICRO=0 skip 1 / 2 / the kernel microbenchmarks (bench_matvec,
 # bench_gdn_scan, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
 # qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512), GEN (256);
@@ -149,5 +150,18 @@ if [ "${SERVE:-0}" = 1 ]; then
   kill -TERM $pid 2>/dev/null
   wait $pid
   echo "== serve exit rc=$? (log $se)"
+fi
+
+# STACK=1 (pack with STACK=1): the serving path on the GPU for each STACK_MODELS entry
+# (default qwen3-8b:Q4_K_M, generated like MODELS): scripts/gpu/stack.sh (redis + router +
+# serve --device cuda + gantry bench, contexts 512/2048, concurrency 1/8/32, cold and warm)
+if [ "${STACK:-0}" = 1 ]; then
+  for spec in ${STACK_MODELS:-qwen3-8b:Q4_K_M}; do
+    preset=${spec%%:*} type=${spec#*:}
+    [ -s "$MODELDIR/$preset.$type.gguf" ] || MK_THREADS=$(nproc) mk_model "$preset" "$type"
+    wait_model "$preset" "$type" || { rc=1; continue; }
+    echo "== stack $spec"
+    DIST=$D OUT=$OUT/stack.$preset.$type bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
+  done
 fi
 exit $rc

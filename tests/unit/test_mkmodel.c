@@ -39,7 +39,7 @@ static gguf_t *open_ok(const char *path) {
 static void write_preset(const char *preset, const char *type, const char *path, uint64_t seed, int threads) {
   mk_plan_t *pl = NULL;
   gt_err_t err = {0};
-  assert_int_equal(mk_plan_create(preset, type, -1, &pl, &err), GT_OK);
+  assert_int_equal(mk_plan_create(preset, type, -1, 0, &pl, &err), GT_OK);
   int rc = mk_write(pl, path, seed, threads, &err);
   if (rc) fprintf(stderr, "mk_write: %s\n", err.msg);
   assert_int_equal(rc, GT_OK);
@@ -50,8 +50,26 @@ static void compare_with_fixture(const char *preset, const char *fixture) {
   const char *path = tmp(preset);
   write_preset(preset, "bf16", path, 7, 2);
   gguf_t *m = open_ok(path), *f = open_ok(tu_golden(fixture));
-  /* same key set, same value types */
-  assert_int_equal(gguf_n_kv(m), gguf_n_kv(f));
+  /* the fixture's key set with the same value types, plus what llama.cpp requires beyond the
+   * fixture's converter output: qwen35 rope.dimension_sections (the tiny HF config has no
+   * mrope_section, real Qwen3.5 checkpoints do) */
+  const int qwen35 = strcmp(gguf_arch(f), "qwen35") == 0;
+  assert_int_equal(gguf_n_kv(m), gguf_n_kv(f) + (qwen35 ? 1 : 0));
+  if (qwen35) {
+    gguf_vtype_t st;
+    uint64_t ns;
+    assert_int_equal(gguf_get_arr(m, "qwen35.rope.dimension_sections", &st, &ns), GT_OK);
+    assert_int_equal(st, GGUF_VT_INT32);
+    assert_int_equal(ns, 4);
+    int64_t rd, sum = 0, v;
+    assert_int_equal(gguf_get_int(m, "qwen35.rope.dimension_count", &rd), GT_OK);
+    for (uint64_t i = 0; i < 4; i++) {
+      assert_int_equal(gguf_arr_int(m, "qwen35.rope.dimension_sections", i, &v), GT_OK);
+      assert_true(v >= 0);
+      sum += v;
+    }
+    assert_int_equal(sum, rd / 2); /* the sections cover the rotary pairs */
+  }
   for (int64_t i = 0; i < gguf_n_kv(f); i++) {
     int64_t j = gguf_find_key(m, gguf_key(f, i));
     if (j < 0) fprintf(stderr, "%s: missing key %s\n", preset, gguf_key(f, i));
@@ -289,7 +307,17 @@ static void test_qwen35_9b_header(void **state) {
   }
   mk_plan_t *pl = NULL;
   gt_err_t err = {0};
-  assert_int_equal(mk_plan_create("qwen35-9b", "Q4_K_M", -1, &pl, &err), GT_OK);
+  /* without --mtp: what llama.cpp's converter writes (no nextn layers) */
+  assert_int_equal(mk_plan_create("qwen35-9b", "Q4_K_M", -1, 0, &pl, &err), GT_OK);
+  int n_main = 0;
+  for (int i = 0; i < n; i++) n_main += !strstr(e[i].name, "blk.32.");
+  assert_int_equal(pl->n, n_main);
+  assert_int_equal(pl->n_nextn, 0);
+  assert_int_equal(pl->mtp_bytes, 0);
+  for (int64_t j = 0; j < pl->n; j++) assert_null(strstr(pl->t[j].name, "blk.32."));
+  mk_plan_free(pl);
+  pl = NULL;
+  assert_int_equal(mk_plan_create("qwen35-9b", "Q4_K_M", -1, 1, &pl, &err), GT_OK);
   assert_int_equal(pl->n, n);
   uint64_t data = 0, per_token = 0;
   for (int i = 0; i < n; i++) {
