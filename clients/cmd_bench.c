@@ -12,6 +12,7 @@
 #include "clients/bench_out.h"
 #include "clients/bench_prompt.h"
 #include "clients/bench_run.h"
+#include "clients/bench_slo.h"
 #include "clients/bench_stats.h"
 #include "clients/cmd.h"
 #include "clients/svg.h"
@@ -39,6 +40,7 @@ typedef struct opts {
   uint64_t seed;
   double temperature;
   long timeout_ms;
+  gc_slo_t slo;
 } opts_t;
 
 static void usage(FILE *f) {
@@ -47,7 +49,7 @@ static void usage(FILE *f) {
           "         [--concurrency 1,2,4,8,16,32 | --rate R1,R2 --requests N] [--requests-per-user N]\n"
           "         [--max-tokens M] [--cold] [--warm] [--model NAME] [--api-key K] [--seed S]\n"
           "         [--out DIR] [--natural-length] [--no-continuous-usage] [--temperature T]\n"
-          "         [--completions] [--timeout-s S]"
+          "         [--completions] [--timeout-s S] [--slo ttft_ms=MS,itl_ms=MS,tpot_ms=MS,e2e_ms=MS]"
 #ifdef GANTRY_HAVE_TOK
           " [--tokenizer M.gguf]"
 #endif
@@ -158,8 +160,13 @@ static int run_cell(const opts_t *o, const gc_http_t *h, body_ctx_t *b, gc_cell_
   double wall = 0;
   int rc = gc_run(&ro, reqs, &wall, err);
   if (rc == GT_OK) rc = gc_cell_compute(cell, reqs, n_total, wall);
+  if (rc == GT_OK) gc_cell_goodput(cell, reqs, n_total, &o->slo);
   if (rc == GT_OK)
-    for (int i = 0; i < n_total; i++) json_array_append_new(res->requests, gc_req_json(&reqs[i], res->n_cells, i));
+    for (int i = 0; i < n_total; i++) {
+      json_t *j = gc_req_json(&reqs[i], res->n_cells, i);
+      if (j && cell->slo_set) json_object_set_new(j, "slo_met", json_boolean(gc_slo_met(&o->slo, &reqs[i])));
+      json_array_append_new(res->requests, j);
+    }
   for (int i = 0; i < n_total; i++) gc_req_free(&reqs[i]);
   free(reqs);
   return rc;
@@ -265,6 +272,9 @@ static int write_results(const opts_t *o, const gc_cli_t *cli, const results_t *
   json_object_set_new(root, "ignore_eos", json_boolean(!o->natural));
   json_object_set_new(root, "max_tokens", json_integer(o->max_tokens));
   json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
+  char slo[160];
+  gc_slo_format(&o->slo, slo, sizeof slo);
+  json_object_set_new(root, "slo", slo[0] ? json_string(slo) : json_null());
   json_object_set_new(root, "cells", cells);
   json_object_set_new(root, "prompts", json_incref(res->prompts));
   json_object_set_new(root, "requests", json_incref(res->requests));
@@ -289,6 +299,7 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
   o->endpoint = "/v1/chat/completions";
   o->n_ctx = parse_ints("512,8192,28000", o->ctx, MAX_LIST);
   o->n_conc = parse_ints("1,2,4,8,16,32", o->conc, MAX_LIST);
+  o->slo = (gc_slo_t){-1, -1, -1, -1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -346,6 +357,13 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
     } else if (!strcmp(a, "--timeout-s")) {
       NEEDV();
       o->timeout_ms = (long)(atof(v) * 1000);
+    } else if (!strcmp(a, "--slo")) {
+      NEEDV();
+      gt_err_t e = {0};
+      if (gc_slo_parse(v, &o->slo, &e)) {
+        fprintf(stderr, "gantry bench: %s\n", e.msg);
+        return -1;
+      }
     } else if (!strcmp(a, "--tokenizer")) {
       NEEDV();
       o->tokenizer = v;

@@ -209,6 +209,58 @@ static void test_bench_flags(void **st) {
   sse_srv_stop(s);
 }
 
+
+/* --slo: goodput per cell in the table, CSV and JSON (cold TTFT is 60 ms in the script, warm
+ * 15 ms, 12 ms per token); a bad --slo is a usage error. */
+static void test_bench_slo(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("bench_demo.json");
+  char args[512], *out = NULL;
+  snprintf(args, sizeof args,
+           "bench --contexts 64 --concurrency 2 --requests-per-user 2 --max-tokens 12 --slo ttft_ms=50,tpot_ms=30 "
+           "--out %s/slo", tmpdir);
+  int rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  assert_non_null(strstr(out, "good%"));
+  assert_non_null(strstr(out, "tpot_p50"));
+  assert_non_null(strstr(out, "ttft_p99"));
+  free(out);
+  char p[256];
+  snprintf(p, sizeof p, "%s/slo/results.json", tmpdir);
+  json_t *res = json_load_file(p, 0, NULL);
+  assert_non_null(res);
+  assert_string_equal(json_string_value(json_object_get(res, "slo")), "ttft_ms=50,tpot_ms=30");
+  json_t *cells = json_object_get(res, "cells"), *c;
+  assert_int_equal(json_array_size(cells), 2);
+  size_t i;
+  json_array_foreach(cells, i, c) {
+    int warm = !strcmp(json_string_value(json_object_get(c, "mode")), "warm");
+    double tpot = json_real_value(json_object_get(c, "tpot_p50_ms"));
+    if (fabs(tpot - 12) > 3) fail_msg("tpot_p50 %.3f ms, script 12 ms per token", tpot);
+    assert_true(json_real_value(json_object_get(c, "ttft_p99_ms")) >= json_real_value(json_object_get(c, "ttft_p90_ms")));
+    assert_true(json_real_value(json_object_get(c, "itl_p99_ms")) >= json_real_value(json_object_get(c, "itl_p50_ms")));
+    assert_int_equal(json_integer_value(json_object_get(c, "good_requests")), warm ? 4 : 0);
+    assert_true(fabs(json_real_value(json_object_get(c, "goodput_pct")) - (warm ? 100 : 0)) < 1e-9);
+    double wall = json_real_value(json_object_get(c, "wall_s"));
+    assert_true(fabs(json_real_value(json_object_get(c, "goodput_rps")) - (warm ? 4 / wall : 0)) < 1e-6);
+    assert_false(json_is_true(json_object_get(c, "implausible")));
+  }
+  json_t *r0 = json_array_get(json_object_get(res, "requests"), 0);
+  assert_true(json_is_false(json_object_get(r0, "slo_met"))); /* a cold request */
+  assert_true(json_real_value(json_object_get(r0, "tpot_ms")) > 0);
+  json_decref(res);
+  char *csv = read_tmp("slo/results.csv");
+  assert_non_null(strstr(csv, ",good_requests,goodput_pct,goodput_rps,"));
+  free(csv);
+  snprintf(args, sizeof args, "bench --contexts 64 --slo ttft=5 --out %s/slo2", tmpdir);
+  assert_int_equal(gantry(s, args, &out), 2);
+  free(out);
+  char *err = read_tmp("stderr");
+  assert_non_null(strstr(err, "unknown objective 'ttft'"));
+  free(err);
+  sse_srv_stop(s);
+}
+
 static void test_check_pass_and_fail(void **st) {
   (void)st;
   sse_srv_t *s = start_file("check_pass.json");
@@ -320,7 +372,7 @@ static int teardown(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bench_matrix),        cmocka_unit_test(test_bench_flags),
-      cmocka_unit_test(test_check_pass_and_fail), cmocka_unit_test(test_chat_health_models),
+      cmocka_unit_test(test_bench_slo),           cmocka_unit_test(test_check_pass_and_fail), cmocka_unit_test(test_chat_health_models),
       cmocka_unit_test(test_limits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -12,6 +12,7 @@
 
 #include "clients/bench_out.h"
 #include "clients/bench_prompt.h"
+#include "clients/bench_slo.h"
 #include "clients/bench_stats.h"
 #include "clients/req.h"
 #include "clients/sse.h"
@@ -79,7 +80,7 @@ static void test_sse_unterminated_last_event(void **st) {
 }
 
 /* ---- chunk accounting, synthetic times ---- */
-#define MS(x) ((int64_t)((x) * 1000000.0))
+#define MS(x) ((int64_t)llround((x) * 1000000.0))
 
 static void feed(gc_req_t *r, double t_ms, const char *json) { gc_req_on_event(r, json, strlen(json), MS(t_ms)); }
 
@@ -190,6 +191,100 @@ static void test_cell_math(void **st) {
   for (int i = 0; i < 4; i++) gc_req_free(&r[i]);
 }
 
+
+/* TPOT per request, p99 next to p50/p90, and goodput under SLOs. */
+static void test_tpot_p99_goodput(void **st) {
+  (void)st;
+  gc_req_t r[5];
+  fake(&r[0], 0, 50, 5, 10, 10, 0, 0);  /* e2e 100: TPOT (100-50)/4 = 12.5, intervals 4 x 10 */
+  fake(&r[1], 0, 200, 5, 20, 10, 0, 0); /* e2e 300: TPOT 25, intervals 4 x 20 */
+  fake(&r[2], 0, 80, 3, 40, 10, 0, 0);  /* e2e 200: TPOT 60, intervals 2 x 40 */
+  fake(&r[3], 0, 30, 1, 10, 10, 0, 0);  /* one token: no TPOT, no interval */
+  assert_true(fabs(r[0].tpot_ms - 12.5) < 1e-6);
+  assert_true(fabs(r[2].tpot_ms - 60) < 1e-6);
+  assert_true(r[3].tpot_ms < 0);
+  assert_true(fabs(r[1].itl_p99_ms - 20) < 1e-6);
+  memset(&r[4], 0, sizeof r[4]);
+  gc_req_begin(&r[4], 0);
+  r[4].http_status = 503;
+  gc_req_finish(&r[4], MS(5));
+  gc_cell_t c = {.concurrency = 2};
+  assert_int_equal(gc_cell_compute(&c, r, 5, 0.5), 0);
+  assert_true(fabs(c.tpot_p50 - 25) < 1e-6);
+  assert_true(fabs(c.tpot_p90 - 53) < 1e-6);   /* 25 + 0.8 x 35 */
+  assert_true(fabs(c.tpot_p99 - 59.3) < 1e-6); /* 25 + 0.98 x 35 */
+  assert_true(fabs(c.ttft_p99 - (80 + 0.97 * 120)) < 1e-6); /* over 30, 50, 80, 200 */
+  /* pooled intervals 10 (x4), 20 (x4), 40 (x2) */
+  assert_true(fabs(c.itl_p50 - 20) < 1e-6);
+  assert_true(fabs(c.itl_p90 - 40) < 1e-6);
+  assert_true(fabs(c.itl_p99 - 40) < 1e-6);
+  assert_false(c.implausible);
+  assert_true(fabs(c.burst_pct) < 1e-9);
+
+  gc_slo_t slo;
+  gt_err_t err = {0};
+  assert_int_equal(gc_slo_parse("ttft_ms=150,tpot_ms=30", &slo, &err), 0);
+  gc_cell_goodput(&c, r, 5, &slo);
+  assert_true(c.slo_set);
+  assert_int_equal(c.n_good, 2); /* r0 and r3; r1 misses TTFT, r2 TPOT, r4 failed */
+  assert_true(fabs(c.good_pct - 40) < 1e-9);
+  assert_true(fabs(c.good_rps - 4) < 1e-9);
+  assert_int_equal(gc_slo_parse("itl_ms=25", &slo, &err), 0);
+  gc_cell_goodput(&c, r, 5, &slo);
+  assert_int_equal(c.n_good, 3); /* r2's p99 interval is 40 ms */
+  assert_int_equal(gc_slo_parse("e2e_ms=250,ttft_ms=1000", &slo, &err), 0);
+  char buf[128];
+  gc_slo_format(&slo, buf, sizeof buf);
+  assert_string_equal(buf, "ttft_ms=1000,e2e_ms=250");
+  gc_cell_goodput(&c, r, 5, &slo);
+  assert_int_equal(c.n_good, 3); /* r1 took 300 ms */
+  /* no objective: goodput is undefined, not 100 % */
+  gc_slo_t none = {-1, -1, -1, -1};
+  gc_cell_goodput(&c, r, 5, &none);
+  assert_false(c.slo_set);
+  assert_true(c.good_pct < 0);
+  const char *bad[] = {"", "ttft_ms", "ttft=5", "ttft_ms=0", "ttft_ms=-3", "ttft_ms=5x", "ttft_ms=5,", "ttft_ms=5,ttft_ms=6",
+                       "itl_ms=nan"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err.msg[0] = 0;
+    if (gc_slo_parse(bad[i], &slo, &err) != GT_EINVAL) fail_msg("--slo '%s' accepted", bad[i]);
+    assert_non_null(strstr(err.msg, "--slo"));
+  }
+  for (int i = 0; i < 5; i++) gc_req_free(&r[i]);
+}
+
+/* Chunks that arrive within 0.1 ms of each other flag the cell, with the reason. */
+static void test_implausible_bursts(void **st) {
+  (void)st;
+  gc_req_t r[2];
+  fake(&r[0], 0, 20, 10, 0.004, 10, 0, 0); /* 9 intervals of 4 us: 250,000 tok/s per user */
+  gc_cell_t c = {.concurrency = 1};
+  assert_int_equal(gc_cell_compute(&c, r, 1, 0.1), 0);
+  assert_true(c.implausible);
+  assert_true(fabs(c.burst_pct - 100) < 1e-9);
+  assert_true(fabs(c.itl_min_ms - 0.004) < 1e-9);
+  assert_non_null(strstr(c.note_implausible, "250000 tok/s per user"));
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  gc_table_row(f, &c);
+  fclose(f);
+  assert_non_null(strstr(buf, "IMPLAUSIBLE"));
+  assert_non_null(strstr(buf, "\n  ! implausible: 100.0% of token intervals < 0.1 ms"));
+  free(buf);
+  gc_req_free(&r[0]);
+  /* the share decides: 2 burst intervals of 22 pass (9.1 %), 3 of 23 do not (13 %) */
+  for (int bursts = 2; bursts <= 3; bursts++) {
+    fake(&r[0], 0, 20, 11, 10, 10, 0, 0); /* 10 intervals of 10 ms */
+    fake(&r[1], 0, 20, 12 + bursts - 1, 10, 10, 0, 0);
+    for (int i = 0; i < bursts; i++) r[1].ival_ms[i] = 0.05;
+    assert_int_equal(gc_cell_compute(&c, r, 2, 0.2), 0);
+    assert_int_equal(c.implausible, bursts == 3);
+    gc_req_free(&r[0]);
+    gc_req_free(&r[1]);
+  }
+}
+
 static void test_csv_and_svg(void **st) {
   (void)st;
   gc_cell_t c[2];
@@ -199,6 +294,9 @@ static void test_csv_and_svg(void **st) {
   c[0].ttft_p50 = 12.5, c[0].ttft_p90 = -1, c[0].ttfc_p50 = -1, c[0].e2e_p50 = -1, c[0].itl_p50 = 10;
   c[0].decode_tps = 100, c[0].total_tps = 350, c[0].chk = 1.143, c[0].prefix_hit_pct = -1, c[0].think_pct = 0;
   c[0].prompt_tokens_mean = -1;
+  c[0].ttft_p99 = 30, c[0].itl_p90 = c[0].itl_p99 = c[0].tpot_p50 = c[0].tpot_p90 = c[0].tpot_p99 = -1;
+  c[0].good_pct = c[0].good_rps = c[0].burst_pct = c[0].itl_min_ms = -1;
+  c[0].srv_queue_ms = c[0].cli_inflight = c[0].srv_inflight = -1;
   c[1] = c[0];
   c[1].warm = 1;
   char *buf = NULL;
@@ -206,7 +304,8 @@ static void test_csv_and_svg(void **st) {
   FILE *f = open_memstream(&buf, &len);
   gc_csv_write(f, c, 2);
   fclose(f);
-  assert_non_null(strstr(buf, "\"A,\"\"x\"\"\",512,4,0,cold,8,8,0,12.500,,,,10.000,100.000,350.000,1.143,,0.00,"));
+  assert_non_null(strstr(buf, "\"A,\"\"x\"\"\",512,4,0,cold,8,8,0,12.500,,30.000,,,10.000,,,,,,100.000,350.000,1.143,,0.00,"));
+  assert_non_null(strstr(buf, ",tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,"));
   assert_non_null(strstr(buf, ",warm,"));
   free(buf);
   gc_series_t s[2];
@@ -295,6 +394,7 @@ int main(void) {
       cmocka_unit_test(test_sse_framing_any_split),     cmocka_unit_test(test_sse_unterminated_last_event),
       cmocka_unit_test(test_req_counts_and_intervals),  cmocka_unit_test(test_req_bad_json_and_completions_text),
       cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
+      cmocka_unit_test(test_tpot_p99_goodput),          cmocka_unit_test(test_implausible_bursts),
       cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_prompt_words),
       cmocka_unit_test(test_prompt_calibrate),          cmocka_unit_test(test_prompt_calibrate_local_tokenizer),
   };
