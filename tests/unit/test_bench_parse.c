@@ -329,6 +329,50 @@ static void test_csv_and_svg(void **st) {
   free(buf);
 }
 
+
+/* One outlier cell must not flatten every other line: the axis ends above the rest and the
+ * outlier is drawn clipped, with its value. Steep but real growth is not clipped. */
+static void test_svg_robust_axis(void **st) {
+  (void)st;
+  gc_series_t s[2];
+  memset(s, 0, sizeof s);
+  snprintf(s[0].name, sizeof s[0].name, "A");
+  snprintf(s[1].name, sizeof s[1].name, "B");
+  double xs[] = {1, 2, 4, 8}, ya[] = {83, 84, 250000, 82}, yb[] = {80, 79, 78, 77};
+  for (int i = 0; i < 4; i++) gc_series_add(&s[0], xs[i], ya[i]), gc_series_add(&s[1], xs[i], yb[i]);
+  assert_true(fabs(gc_svg_clip_level(s, 2) - 84) < 1e-9);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  gc_svg_plot(f, "t", "x", "y", s, 2, 1);
+  fclose(f);
+  assert_non_null(strstr(buf, "axis clipped at 100: 1 point above"));
+  assert_non_null(strstr(buf, ">100</text>")); /* top tick: the rest fill the plot */
+  assert_null(strstr(buf, ">300000</text>"));
+  int clipped = 0;
+  for (char *p = buf; (p = strstr(p, "class=\"clipped\"")); p++) clipped++;
+  assert_int_equal(clipped, 1);
+  assert_non_null(strstr(buf, "250000 (clipped)"));
+  /* nothing is drawn above the plot area (top edge y = 40) */
+  for (char *p = buf; (p = strstr(p, " cy=\"")); p++) assert_true(atof(p + 5) >= 40);
+  free(buf);
+  /* two outliers of eight points: both clipped */
+  s[1].y[3] = 9000;
+  assert_true(fabs(gc_svg_clip_level(s, 2) - 84) < 1e-9);
+  /* TTFT over context grows steeply but steadily: not an outlier */
+  gc_series_t t;
+  memset(&t, 0, sizeof t);
+  double cx[] = {512, 2048, 8192, 28000}, cy[] = {60, 90, 240, 800};
+  for (int i = 0; i < 4; i++) gc_series_add(&t, cx[i], cy[i]);
+  assert_true(gc_svg_clip_level(&t, 1) < 0);
+  f = open_memstream(&buf, &len);
+  gc_svg_plot(f, "t", "x", "y", &t, 1, 0);
+  fclose(f);
+  assert_null(strstr(buf, "clipped"));
+  assert_non_null(strstr(buf, ">1000</text>"));
+  free(buf);
+}
+
 static void test_prompt_words(void **st) {
   (void)st;
   char *a = gc_prompt_words(3, 100), *b = gc_prompt_words(3, 100), *c = gc_prompt_words(4, 100);
@@ -395,7 +439,7 @@ int main(void) {
       cmocka_unit_test(test_req_counts_and_intervals),  cmocka_unit_test(test_req_bad_json_and_completions_text),
       cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
       cmocka_unit_test(test_tpot_p99_goodput),          cmocka_unit_test(test_implausible_bursts),
-      cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_prompt_words),
+      cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_svg_robust_axis),               cmocka_unit_test(test_prompt_words),
       cmocka_unit_test(test_prompt_calibrate),          cmocka_unit_test(test_prompt_calibrate_local_tokenizer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
