@@ -18,7 +18,8 @@
 #include "clients/req.h"
 
 #define GC_BURST_MS 0.1        /* a per-token interval shorter than this is a burst */
-#define GC_BURST_FLAG_PCT 10.0 /* share of burst intervals (by tokens) that flags a cell */
+#define GC_BURST_FLAG_PCT 25.0 /* share of burst intervals (by tokens) that flags a cell: a client
+                               * thread descheduled for a while merges a few chunks, a buffer merges most */
 
 typedef struct gc_cell {
   char target[64];

@@ -77,7 +77,7 @@ static void test_bench_matrix(void **st) {
   int rc = gantry(s, args, &out);
   if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
   /* table: header + 2 contexts x 2 modes x 2 concurrencies */
-  assert_int_equal(count_lines(out), 1 + 8);
+  if (count_lines(out) != 1 + 8) fail_msg("table of %d lines, want 9:\n%s", count_lines(out), out);
   assert_non_null(strstr(out, "dec_tok/s"));
   free(out);
   char *csv = read_tmp("b/results.csv");
@@ -261,6 +261,81 @@ static void test_bench_slo(void **st) {
   sse_srv_stop(s);
 }
 
+
+/* --dataset: every JSONL entry sent once per cell, given prompts as they are, input_len
+ * prompts calibrated to the server's count, output_len as max_tokens. */
+static void test_bench_dataset(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("bench_demo.json");
+  char ds[256], args[768], *out = NULL;
+  snprintf(ds, sizeof ds, "%s/ds.jsonl", tmpdir);
+  FILE *f = fopen(ds, "w");
+  assert_non_null(f);
+  fputs("{\"prompt\": \"Write a haiku about GPUs.\", \"output_len\": 7}\n"
+        "{\"input_len\": 40}\n"
+        "{\"input_len\": 25, \"output_len\": 3}\n", f);
+  fclose(f);
+  snprintf(args, sizeof args, "bench --dataset %s --concurrency 2 --max-tokens 12 --out %s/ds", ds, tmpdir);
+  int rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  if (count_lines(out) != 2) fail_msg("table of %d lines, want 2:\n%s", count_lines(out), out);
+  assert_non_null(strstr(out, "default              -     2 data     3    0"));
+  free(out);
+  int n = sse_srv_n_requests(s), k_chat = 0;
+  const int want_max[] = {7, 12, 3}, want_words[] = {-1, 40, 25};
+  for (int k = 0; k < n; k++) {
+    char line[128];
+    json_t *b = logged_body(s, k, line, sizeof line);
+    if (!strcmp(line, "POST /v1/chat/completions")) {
+      assert_true(k_chat < 3);
+      const char *content = json_string_value(json_object_get(json_array_get(json_object_get(b, "messages"), 0), "content"));
+      /* closed loop at 2: the requests go out in entry order */
+      if (k_chat == 0) assert_string_equal(content, "Write a haiku about GPUs.");
+      else {
+        int words = 1;
+        for (const char *t = content; *t; t++) words += *t == ' ' || *t == '\n';
+        assert_int_equal(words, want_words[k_chat]);
+      }
+      assert_int_equal(json_integer_value(json_object_get(b, "max_tokens")), want_max[k_chat]);
+      k_chat++;
+    }
+    json_decref(b);
+  }
+  assert_int_equal(k_chat, 3); /* no warm-up request */
+  char p[256];
+  snprintf(p, sizeof p, "%s/ds/results.json", tmpdir);
+  json_t *res = json_load_file(p, 0, NULL);
+  assert_non_null(res);
+  json_t *c0 = json_array_get(json_object_get(res, "cells"), 0);
+  assert_string_equal(json_string_value(json_object_get(c0, "mode")), "data");
+  json_t *pr = json_array_get(json_object_get(res, "prompts"), 0);
+  assert_int_equal(json_integer_value(json_object_get(pr, "synthesized")), 2);
+  assert_int_equal(json_integer_value(json_object_get(pr, "calibrated_tokens_sum")), 65);
+  json_t *r2 = json_array_get(json_object_get(res, "requests"), 2);
+  assert_int_equal(json_integer_value(json_object_get(r2, "dataset_line")), 3);
+  assert_int_equal(json_integer_value(json_object_get(r2, "max_tokens")), 3);
+  json_decref(res);
+  /* --requests N cycles through the entries */
+  snprintf(args, sizeof args, "bench --dataset %s --rate 100 --requests 5 --out %s/ds2", ds, tmpdir);
+  assert_int_equal(gantry(s, args, &out), 0);
+  assert_non_null(strstr(out, "100r/s data     5    0"));
+  free(out);
+  /* what does not apply, and a bad file, are usage errors naming the problem */
+  snprintf(args, sizeof args, "bench --dataset %s --cold --out %s/ds3", ds, tmpdir);
+  assert_int_equal(gantry(s, args, &out), 2);
+  free(out);
+  f = fopen(ds, "w");
+  fputs("{\"prompt\": \"ok\"}\n{\"output_len\": 4}\n", f);
+  fclose(f);
+  snprintf(args, sizeof args, "bench --dataset %s --out %s/ds4", ds, tmpdir);
+  assert_int_equal(gantry(s, args, &out), 2);
+  free(out);
+  char *err = read_tmp("stderr");
+  assert_non_null(strstr(err, "ds.jsonl:2: needs \"prompt\""));
+  free(err);
+  sse_srv_stop(s);
+}
+
 static void test_check_pass_and_fail(void **st) {
   (void)st;
   sse_srv_t *s = start_file("check_pass.json");
@@ -372,7 +447,8 @@ static int teardown(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bench_matrix),        cmocka_unit_test(test_bench_flags),
-      cmocka_unit_test(test_bench_slo),           cmocka_unit_test(test_check_pass_and_fail), cmocka_unit_test(test_chat_health_models),
+      cmocka_unit_test(test_bench_slo),           cmocka_unit_test(test_bench_dataset),
+      cmocka_unit_test(test_check_pass_and_fail), cmocka_unit_test(test_chat_health_models),
       cmocka_unit_test(test_limits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "clients/bench_dataset.h"
 #include "clients/bench_out.h"
 #include "clients/bench_prompt.h"
 #include "clients/bench_slo.h"
@@ -273,13 +275,13 @@ static void test_implausible_bursts(void **st) {
   assert_non_null(strstr(buf, "\n  ! implausible: 100.0% of token intervals < 0.1 ms"));
   free(buf);
   gc_req_free(&r[0]);
-  /* the share decides: 2 burst intervals of 22 pass (9.1 %), 3 of 23 do not (13 %) */
-  for (int bursts = 2; bursts <= 3; bursts++) {
+  /* the share decides: 4 burst intervals of 20 pass (20 %), 5 of 20 do not (25 %) */
+  for (int bursts = 4; bursts <= 5; bursts++) {
     fake(&r[0], 0, 20, 11, 10, 10, 0, 0); /* 10 intervals of 10 ms */
-    fake(&r[1], 0, 20, 12 + bursts - 1, 10, 10, 0, 0);
+    fake(&r[1], 0, 20, 11, 10, 10, 0, 0);
     for (int i = 0; i < bursts; i++) r[1].ival_ms[i] = 0.05;
     assert_int_equal(gc_cell_compute(&c, r, 2, 0.2), 0);
-    assert_int_equal(c.implausible, bursts == 3);
+    assert_int_equal(c.implausible, bursts == 5);
     gc_req_free(&r[0]);
     gc_req_free(&r[1]);
   }
@@ -373,6 +375,87 @@ static void test_svg_robust_axis(void **st) {
   free(buf);
 }
 
+
+/* ---- --dataset JSONL ---- */
+static char *write_tmp(const char *text) {
+  static char path[64];
+  snprintf(path, sizeof path, "/tmp/gantry-ds-XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static int words(void *ud, const char *t, int *count, gt_err_t *err) {
+  (void)ud, (void)err;
+  int n = 0, in = 0;
+  for (; *t; t++) {
+    int sp = *t == ' ' || *t == '\n';
+    n += !sp && !in;
+    in = !sp;
+  }
+  *count = n;
+  return GT_OK;
+}
+
+static void test_dataset_load(void **st) {
+  (void)st;
+  gc_dataset_t ds = {0};
+  gt_err_t err = {0};
+  char *p = write_tmp("{\"prompt\": \"hello world\", \"output_len\": 7}\n\n"
+                      "{\"input_len\": 40}\r\n{\"input_len\": 12, \"output_len\": 3, \"id\": \"x\"}");
+  assert_int_equal(gc_dataset_load(p, &ds, &err), GT_OK);
+  unlink(p);
+  assert_int_equal(ds.n, 3);
+  assert_string_equal(ds.e[0].prompt, "hello world");
+  assert_int_equal(ds.e[0].output_len, 7);
+  assert_int_equal(ds.e[0].input_len, -1);
+  assert_null(ds.e[1].prompt);
+  assert_int_equal(ds.e[1].input_len, 40);
+  assert_int_equal(ds.e[1].output_len, -1);
+  assert_int_equal(ds.e[1].line, 3);
+  assert_int_equal(ds.e[2].line, 4);
+  assert_int_equal(ds.e[2].output_len, 3);
+  assert_int_equal(gc_dataset_synthesize(&ds, words, NULL, 1, &err), GT_OK);
+  assert_string_equal(ds.e[0].prompt, "hello world"); /* given text is never touched */
+  assert_false(ds.e[0].synthesized);
+  int n;
+  words(NULL, ds.e[1].prompt, &n, NULL);
+  assert_int_equal(n, 40);
+  assert_int_equal(ds.e[1].input_tokens, 40);
+  assert_int_equal(ds.e[2].input_tokens, 12);
+  assert_true(strncmp(ds.e[1].prompt, ds.e[2].prompt, 12) != 0); /* no shared prefix */
+  gc_dataset_free(&ds);
+  assert_int_equal(ds.n, 0);
+
+  struct { const char *text, *msg; } bad[] = {
+      {"{\"prompt\": 5}\n", ":1: \"prompt\" must be a non-empty string"},
+      {"{\"prompt\": \"\"}\n", ":1: \"prompt\" must be a non-empty string"},
+      {"{\"prompt\": \"a\"}\n[1, 2]\n", ":2: not a JSON object"},
+      {"{\"prompt\": \"a\"}\n\n{bad\n", ":3: not a JSON object: "},
+      {"{\"output_len\": 5}\n", ":1: needs \"prompt\" (a string) or \"input_len\""},
+      {"{\"input_len\": -4}\n", "input_len is not one"},
+      {"{\"input_len\": 2.5}\n", "input_len is not one"},
+      {"{\"prompt\": \"x\", \"output_len\": 0}\n", ":1: \"output_len\" must be a positive integer"},
+      {"\n  \n", "no entries"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    p = write_tmp(bad[i].text);
+    memset(&ds, 0, sizeof ds);
+    err.msg[0] = 0;
+    int rc = gc_dataset_load(p, &ds, &err);
+    unlink(p);
+    if (rc == GT_OK || !strstr(err.msg, bad[i].msg) || !strstr(err.msg, "/tmp/gantry-ds-"))
+      fail_msg("case %zu: rc %d, message '%s', want '%s'", i, rc, err.msg, bad[i].msg);
+    assert_int_equal(ds.n, 0);
+    assert_null(ds.e);
+  }
+  assert_int_equal(gc_dataset_load("/nonexistent/d.jsonl", &ds, &err), GT_EIO);
+  assert_non_null(strstr(err.msg, "/nonexistent/d.jsonl"));
+}
+
 static void test_prompt_words(void **st) {
   (void)st;
   char *a = gc_prompt_words(3, 100), *b = gc_prompt_words(3, 100), *c = gc_prompt_words(4, 100);
@@ -439,7 +522,8 @@ int main(void) {
       cmocka_unit_test(test_req_counts_and_intervals),  cmocka_unit_test(test_req_bad_json_and_completions_text),
       cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
       cmocka_unit_test(test_tpot_p99_goodput),          cmocka_unit_test(test_implausible_bursts),
-      cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_svg_robust_axis),               cmocka_unit_test(test_prompt_words),
+      cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_svg_robust_axis),
+      cmocka_unit_test(test_dataset_load),               cmocka_unit_test(test_prompt_words),
       cmocka_unit_test(test_prompt_calibrate),          cmocka_unit_test(test_prompt_calibrate_local_tokenizer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
