@@ -36,6 +36,7 @@ void gc_table_row(FILE *f, const gc_cell_t *c) {
   num(th, sizeof th, c->think_pct, 1);
   num(pr, sizeof pr, c->prompt_tokens_mean, 0);
   num(gd, sizeof gd, c->good_pct, 1);
+  if (c->implausible && c->decode_tps < 0 && c->itl_p50 >= 0) snprintf(dec, sizeof dec, "inf"); /* itl 0 */
   if (c->implausible) snprintf(dec + strlen(dec), sizeof dec - strlen(dec), "!");
   if (c->context > 0) snprintf(ctx, sizeof ctx, "%d", c->context);
   else snprintf(ctx, sizeof ctx, "-");

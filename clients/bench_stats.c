@@ -23,14 +23,13 @@ static void burst_check(gc_cell_t *c, const double *iv, const double *w, int k) 
   c->itl_min_ms = mn;
   if (c->burst_pct < GC_BURST_FLAG_PCT && !(c->itl_p50 >= 0 && c->itl_p50 < GC_BURST_MS)) return;
   c->implausible = 1;
-  char peak[48];
-  if (mn > 0) snprintf(peak, sizeof peak, "%.0f tok/s", 1000.0 / mn);
-  else snprintf(peak, sizeof peak, "no time at all");
+  char peak[64];
+  if (mn > 0) snprintf(peak, sizeof peak, "fastest %.4f ms = %.0f tok/s per user", mn, 1000.0 / mn);
+  else snprintf(peak, sizeof peak, "fastest 0 ms: several chunks in one read");
   snprintf(c->note_implausible, sizeof c->note_implausible,
-           "implausible: %.1f%% of token intervals < %g ms (fastest %.4f ms = %s per user): chunks arrive in "
-           "bursts (a buffering proxy, or a server flushing many tokens at once), so itl and dec_tok/s are "
-           "not decode speed",
-           c->burst_pct, GC_BURST_MS, mn, peak);
+           "implausible: %.1f%% of token intervals < %g ms (%s): chunks arrive in bursts (a buffering proxy, "
+           "or a server flushing many tokens at once), so itl and dec_tok/s are not decode speed",
+           c->burst_pct, GC_BURST_MS, peak);
 }
 
 int gc_cell_compute(gc_cell_t *c, const gc_req_t *r, int n, double wall_s) {

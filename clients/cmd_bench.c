@@ -14,6 +14,7 @@
 #include "clients/bench_prompt.h"
 #include "clients/bench_run.h"
 #include "clients/bench_slo.h"
+#include "clients/bench_srvq.h"
 #include "clients/bench_stats.h"
 #include "clients/cmd.h"
 #include "clients/svg.h"
@@ -170,9 +171,13 @@ static int run_cell(const opts_t *o, const gc_http_t *h, body_ctx_t *b, gc_cell_
                       .seed = o->seed + (uint64_t)res->n_cells, .n_total = n_total, .body = make_body,
                       .body_ud = b, .progress = on_progress, .progress_ud = pg};
   double wall = 0;
+  gc_srvq_snap_t q0, q1;
+  gc_srvq_scrape(h, &q0); /* the server's queue time: /metrics before and after the cell */
   int rc = gc_run(&ro, reqs, &wall, err);
+  gc_srvq_scrape(h, &q1);
   if (rc == GT_OK) rc = gc_cell_compute(cell, reqs, n_total, wall);
   if (rc == GT_OK) gc_cell_goodput(cell, reqs, n_total, &o->slo);
+  if (rc == GT_OK) gc_cell_queue(cell, reqs, n_total, &q0, &q1);
   if (rc == GT_OK)
     for (int i = 0; i < n_total; i++) {
       json_t *j = gc_req_json(&reqs[i], res->n_cells, i);

@@ -336,6 +336,85 @@ static void test_bench_dataset(void **st) {
   sse_srv_stop(s);
 }
 
+
+/* A stream script: first token after ttft ms, then n - 1 more chunks `gap` ms apart, continuous
+ * usage, a final usage chunk and [DONE]. */
+static json_t *stream_events(double ttft, int n, double gap) {
+  json_t *e = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(e, json_pack("{s:f, s:{s:s, s:[{s:i, s:{s:s}, s:n}], s:{s:i, s:i}}}", "delay_ms",
+                                       i ? gap : ttft, "data", "object", "chat.completion.chunk", "choices", "index",
+                                       0, "delta", "content", " w", "finish_reason", "usage", "prompt_tokens", 16,
+                                       "completion_tokens", i + 1));
+  json_array_append_new(e, json_pack("{s:f, s:{s:s, s:[], s:{s:i, s:i}}}", "delay_ms", 1.0, "data", "object",
+                                     "chat.completion.chunk", "choices", "usage", "prompt_tokens", 16,
+                                     "completion_tokens", n));
+  json_array_append_new(e, json_pack("{s:f, s:s}", "delay_ms", 0.0, "data", "[DONE]"));
+  return e;
+}
+
+/* The notes a serving team must not miss, end to end: chunks in bursts (IMPLAUSIBLE) and a
+ * server whose /metrics says the requests sat in the router's admission queue (QUEUED). */
+static void test_bench_notes(void **st) {
+  (void)st;
+  /* 4 streams of ~200 ms; the router reports 150 ms of admission wait per request */
+  json_t *script = json_pack(
+      "{s:{s:{s:i, s:o}, s:{s:s}, s:[{s:s}, {s:s}]}}", "routes", "POST /v1/chat/completions", "status", 200,
+      "events", stream_events(100, 11, 10), "POST /tokenize", "tokenize", "words", "GET /metrics", "text",
+      "# TYPE gantry_router_admission_wait_ms histogram\ngantry_router_admission_wait_ms_sum 10\n"
+      "gantry_router_admission_wait_ms_count 2\n",
+      "text", "gantry_router_admission_wait_ms_sum 1210\ngantry_router_admission_wait_ms_count 10\n");
+  char *text = json_dumps(script, JSON_COMPACT);
+  json_decref(script);
+  sse_srv_t *s = start_text(text);
+  free(text);
+  char args[512], *out = NULL;
+  snprintf(args, sizeof args,
+           "bench --model m --contexts 16 --cold --concurrency 4 --requests-per-user 2 --max-tokens 11 --out %s/q",
+           tmpdir);
+  int rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  if (!strstr(out, " QUEUED\n  ! queued: requests waited 150 ms on average in the router's admission queue"))
+    fail_msg("no queue note:\n%s", out);
+  assert_null(strstr(out, "IMPLAUSIBLE"));
+  free(out);
+  char p[256];
+  snprintf(p, sizeof p, "%s/q/results.json", tmpdir);
+  json_t *res = json_load_file(p, 0, NULL);
+  assert_non_null(res);
+  json_t *c = json_array_get(json_object_get(res, "cells"), 0);
+  assert_true(json_is_true(json_object_get(c, "cap_limited")));
+  assert_true(fabs(json_real_value(json_object_get(c, "srv_queue_ms")) - 150) < 1e-9);
+  assert_string_equal(json_string_value(json_object_get(c, "srv_queue_source")), "gantry_router_admission_wait_ms");
+  double cli = json_real_value(json_object_get(c, "client_inflight")), srv = json_real_value(json_object_get(c, "server_inflight"));
+  if (!(cli > 3 && cli <= 4 && srv < 0.8 * cli)) fail_msg("client in flight %.2f, server %.2f", cli, srv);
+  json_decref(res);
+  sse_srv_stop(s);
+
+  /* every chunk after the first arrives at once: 100 % of intervals are bursts */
+  script = json_pack("{s:{s:{s:i, s:o}, s:{s:s}}}", "routes", "POST /v1/chat/completions", "status", 200, "events",
+                     stream_events(20, 11, 0), "POST /tokenize", "tokenize", "words");
+  text = json_dumps(script, JSON_COMPACT);
+  json_decref(script);
+  s = start_text(text);
+  free(text);
+  snprintf(args, sizeof args,
+           "bench --model m --contexts 16 --cold --concurrency 1 --requests-per-user 2 --max-tokens 11 --out %s/i",
+           tmpdir);
+  rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  /* (the first read may split a burst: not every interval need be one) */
+  if (!strstr(out, " IMPLAUSIBLE\n  ! implausible: ") || !strstr(out, "% of token intervals < 0.1 ms"))
+    fail_msg("no burst flag:\n%s", out);
+  assert_null(strstr(out, "QUEUED")); /* no /metrics: nothing claimed */
+  free(out);
+  char *csv = read_tmp("i/results.csv");
+  assert_non_null(strstr(csv, ",implausible,"));
+  assert_non_null(strstr(csv, "\"implausible: "));
+  free(csv);
+  sse_srv_stop(s);
+}
+
 static void test_check_pass_and_fail(void **st) {
   (void)st;
   sse_srv_t *s = start_file("check_pass.json");
@@ -448,6 +527,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bench_matrix),        cmocka_unit_test(test_bench_flags),
       cmocka_unit_test(test_bench_slo),           cmocka_unit_test(test_bench_dataset),
+      cmocka_unit_test(test_bench_notes),
       cmocka_unit_test(test_check_pass_and_fail), cmocka_unit_test(test_chat_health_models),
       cmocka_unit_test(test_limits),
   };

@@ -15,6 +15,7 @@
 #include "clients/bench_out.h"
 #include "clients/bench_prompt.h"
 #include "clients/bench_slo.h"
+#include "clients/bench_srvq.h"
 #include "clients/bench_stats.h"
 #include "clients/req.h"
 #include "clients/sse.h"
@@ -456,6 +457,70 @@ static void test_dataset_load(void **st) {
   assert_non_null(strstr(err.msg, "/nonexistent/d.jsonl"));
 }
 
+
+/* ---- the server's queue time from /metrics ---- */
+static void test_srvq_parse_and_note(void **st) {
+  (void)st;
+  gc_srvq_snap_t a, b;
+  gc_srvq_parse("# HELP gantry_router_admission_wait_ms Wait.\n# TYPE gantry_router_admission_wait_ms histogram\n"
+                "gantry_router_admission_wait_ms_bucket{le=\"1\"} 3\ngantry_router_admission_wait_ms_sum 120.5\n"
+                "gantry_router_admission_wait_ms_count 4\ngantry_router_admission_wait_ms_summary 9\n"
+                "vllm:request_queue_time_seconds_sum{model_name=\"a\"} 1.5\n"
+                "vllm:request_queue_time_seconds_sum{model_name=\"b}\\\"x\"} 0.5\n"
+                "vllm:request_queue_time_seconds_count{model_name=\"a\"} 3\n"
+                "vllm:request_queue_time_seconds_count{model_name=\"b}\\\"x\"} 1",
+                &a);
+  assert_true(fabs(a.sum[0] - 120.5) < 1e-9);
+  assert_true(fabs(a.count[0] - 4) < 1e-9);
+  assert_true(fabs(a.sum[1] - 2000) < 1e-9); /* seconds -> ms, summed over labels */
+  assert_true(fabs(a.count[1] - 4) < 1e-9);
+  assert_true(a.count[2] < 0 && a.count[3] < 0 && a.count[4] < 0);
+
+  /* 4 streams of 200 ms (TTFT 100) back to back in 0.2 s: the client kept 4 open */
+  gc_req_t r[4];
+  for (int i = 0; i < 4; i++) fake(&r[i], 0, 100, 10, 10, 10, 0, 0);
+  gc_cell_t c = {.concurrency = 4};
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
+  assert_true(fabs(c.cli_inflight - 4) < 1e-9);
+  /* the router says they waited 150 ms each for admission: the engine had 1 at a time */
+  gc_srvq_parse("gantry_router_admission_wait_ms_sum 50\ngantry_router_admission_wait_ms_count 10\n", &a);
+  gc_srvq_parse("gantry_router_admission_wait_ms_sum 650\ngantry_router_admission_wait_ms_count 14\n", &b);
+  a.ok = b.ok = 1;
+  gc_cell_queue(&c, r, 4, &a, &b);
+  assert_true(fabs(c.srv_queue_ms - 150) < 1e-9);
+  assert_string_equal(c.srv_queue_src, "gantry_router_admission_wait_ms");
+  assert_true(fabs(c.srv_inflight - 1) < 1e-9);
+  assert_true(c.cap_limited);
+  assert_non_null(strstr(c.note_cap, "150 ms on average in the router's admission queue (a max_inflight cap)"));
+  assert_non_null(strstr(c.note_cap, "worked on 1.0 streams while the client kept 4.0 open"));
+  /* 5 ms of admission: reported, no note */
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
+  gc_srvq_parse("gantry_router_admission_wait_ms_sum 70\ngantry_router_admission_wait_ms_count 14\n", &b);
+  b.ok = 1;
+  gc_cell_queue(&c, r, 4, &a, &b);
+  assert_true(fabs(c.srv_queue_ms - 5) < 1e-9);
+  assert_false(c.cap_limited);
+  assert_string_equal(c.note_cap, "");
+  /* no queue series: TTFT 100 ms against a server prefill of 50 ms */
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
+  gc_srvq_parse("vllm:request_prefill_time_seconds_sum 1\nvllm:request_prefill_time_seconds_count 2\n", &a);
+  gc_srvq_parse("vllm:request_prefill_time_seconds_sum 1.2\nvllm:request_prefill_time_seconds_count 6\n", &b);
+  a.ok = b.ok = 1;
+  gc_cell_queue(&c, r, 4, &a, &b);
+  assert_true(fabs(c.srv_queue_ms - 50) < 1e-9);
+  assert_string_equal(c.srv_queue_src, "ttft-vllm:request_prefill_time_seconds");
+  assert_true(fabs(c.srv_inflight - 3) < 1e-9);
+  assert_true(c.cap_limited);
+  assert_non_null(strstr(c.note_cap, "(TTFT 100 ms - server prefill 50 ms)"));
+  /* no /metrics: nothing is claimed */
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
+  a.ok = 0;
+  gc_cell_queue(&c, r, 4, &a, &b);
+  assert_true(c.srv_queue_ms < 0);
+  assert_false(c.cap_limited);
+  for (int i = 0; i < 4; i++) gc_req_free(&r[i]);
+}
+
 static void test_prompt_words(void **st) {
   (void)st;
   char *a = gc_prompt_words(3, 100), *b = gc_prompt_words(3, 100), *c = gc_prompt_words(4, 100);
@@ -523,7 +588,7 @@ int main(void) {
       cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
       cmocka_unit_test(test_tpot_p99_goodput),          cmocka_unit_test(test_implausible_bursts),
       cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_svg_robust_axis),
-      cmocka_unit_test(test_dataset_load),               cmocka_unit_test(test_prompt_words),
+      cmocka_unit_test(test_dataset_load),              cmocka_unit_test(test_srvq_parse_and_note),               cmocka_unit_test(test_prompt_words),
       cmocka_unit_test(test_prompt_calibrate),          cmocka_unit_test(test_prompt_calibrate_local_tokenizer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
