@@ -224,17 +224,26 @@ static int cmp_vw(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double gc_wmedian(const double *v, const double *w, int n) {
-  if (n <= 0) return -1;
+/* A malloc'd copy of (v, w) sorted by value (w NULL = all 1) and its total weight *tot; NULL on
+ * OOM. n > 0. */
+static vw_t *sorted_vw(const double *v, const double *w, int n, double *tot) {
   vw_t *a = malloc((size_t)n * sizeof *a);
-  if (!a) return -1;
-  double tot = 0;
+  if (!a) return NULL;
+  *tot = 0;
   for (int i = 0; i < n; i++) {
     a[i].v = v[i];
     a[i].w = w ? w[i] : 1.0;
-    tot += a[i].w;
+    *tot += a[i].w;
   }
   qsort(a, (size_t)n, sizeof *a, cmp_vw);
+  return a;
+}
+
+double gc_wmedian(const double *v, const double *w, int n) {
+  if (n <= 0) return -1;
+  double tot;
+  vw_t *a = sorted_vw(v, w, n, &tot);
+  if (!a) return -1;
   double half = tot / 2, cum = 0, res = a[n - 1].v;
   for (int i = 0; i < n; i++) {
     cum += a[i].w;
@@ -250,15 +259,9 @@ double gc_wmedian(const double *v, const double *w, int n) {
 
 double gc_wpercentile(const double *v, const double *w, int n, double p) {
   if (n <= 0) return -1;
-  vw_t *a = malloc((size_t)n * sizeof *a);
+  double tot;
+  vw_t *a = sorted_vw(v, w, n, &tot);
   if (!a) return -1;
-  double tot = 0;
-  for (int i = 0; i < n; i++) {
-    a[i].v = v[i];
-    a[i].w = w ? w[i] : 1.0;
-    tot += a[i].w;
-  }
-  qsort(a, (size_t)n, sizeof *a, cmp_vw);
   double want = p / 100.0 * tot, cum = 0, res = a[n - 1].v;
   for (int i = 0; i < n; i++) {
     cum += a[i].w;

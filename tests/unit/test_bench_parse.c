@@ -459,6 +459,16 @@ static void test_dataset_load(void **st) {
 
 
 /* ---- the server's queue time from /metrics ---- */
+/* Recomputes c over the 4 requests r (0.2 s) and applies the queue between two /metrics texts. */
+static void queue_between(gc_cell_t *c, const gc_req_t *r, const char *before, const char *after) {
+  gc_srvq_snap_t a, b;
+  assert_int_equal(gc_cell_compute(c, r, 4, 0.2), 0);
+  gc_srvq_parse(before, &a);
+  gc_srvq_parse(after, &b);
+  a.ok = b.ok = 1;
+  gc_cell_queue(c, r, 4, &a, &b);
+}
+
 static void test_srvq_parse_and_note(void **st) {
   (void)st;
   gc_srvq_snap_t a, b;
@@ -483,10 +493,8 @@ static void test_srvq_parse_and_note(void **st) {
   assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
   assert_true(fabs(c.cli_inflight - 4) < 1e-9);
   /* the router says they waited 150 ms each for admission: the engine had 1 at a time */
-  gc_srvq_parse("gantry_router_admission_wait_ms_sum 50\ngantry_router_admission_wait_ms_count 10\n", &a);
-  gc_srvq_parse("gantry_router_admission_wait_ms_sum 650\ngantry_router_admission_wait_ms_count 14\n", &b);
-  a.ok = b.ok = 1;
-  gc_cell_queue(&c, r, 4, &a, &b);
+  const char *before = "gantry_router_admission_wait_ms_sum 50\ngantry_router_admission_wait_ms_count 10\n";
+  queue_between(&c, r, before, "gantry_router_admission_wait_ms_sum 650\ngantry_router_admission_wait_ms_count 14\n");
   assert_true(fabs(c.srv_queue_ms - 150) < 1e-9);
   assert_string_equal(c.srv_queue_src, "gantry_router_admission_wait_ms");
   assert_true(fabs(c.srv_inflight - 1) < 1e-9);
@@ -494,19 +502,13 @@ static void test_srvq_parse_and_note(void **st) {
   assert_non_null(strstr(c.note_cap, "150 ms on average in the router's admission queue (a max_inflight cap)"));
   assert_non_null(strstr(c.note_cap, "worked on 1.0 streams while the client kept 4.0 open"));
   /* 5 ms of admission: reported, no note */
-  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
-  gc_srvq_parse("gantry_router_admission_wait_ms_sum 70\ngantry_router_admission_wait_ms_count 14\n", &b);
-  b.ok = 1;
-  gc_cell_queue(&c, r, 4, &a, &b);
+  queue_between(&c, r, before, "gantry_router_admission_wait_ms_sum 70\ngantry_router_admission_wait_ms_count 14\n");
   assert_true(fabs(c.srv_queue_ms - 5) < 1e-9);
   assert_false(c.cap_limited);
   assert_string_equal(c.note_cap, "");
   /* no queue series: TTFT 100 ms against a server prefill of 50 ms */
-  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
-  gc_srvq_parse("vllm:request_prefill_time_seconds_sum 1\nvllm:request_prefill_time_seconds_count 2\n", &a);
-  gc_srvq_parse("vllm:request_prefill_time_seconds_sum 1.2\nvllm:request_prefill_time_seconds_count 6\n", &b);
-  a.ok = b.ok = 1;
-  gc_cell_queue(&c, r, 4, &a, &b);
+  queue_between(&c, r, "vllm:request_prefill_time_seconds_sum 1\nvllm:request_prefill_time_seconds_count 2\n",
+                "vllm:request_prefill_time_seconds_sum 1.2\nvllm:request_prefill_time_seconds_count 6\n");
   assert_true(fabs(c.srv_queue_ms - 50) < 1e-9);
   assert_string_equal(c.srv_queue_src, "ttft-vllm:request_prefill_time_seconds");
   assert_true(fabs(c.srv_inflight - 3) < 1e-9);
@@ -514,7 +516,8 @@ static void test_srvq_parse_and_note(void **st) {
   assert_non_null(strstr(c.note_cap, "(TTFT 100 ms - server prefill 50 ms)"));
   /* no /metrics: nothing is claimed */
   assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
-  a.ok = 0;
+  gc_srvq_parse(before, &a);
+  a.ok = 0, b.ok = 1;
   gc_cell_queue(&c, r, 4, &a, &b);
   assert_true(c.srv_queue_ms < 0);
   assert_false(c.cap_limited);
