@@ -5,11 +5,21 @@
  *   total tok/s           = completion tokens of successful streams / cell wall time;
  *   chk                   = decode tok/s per user x concurrency / total tok/s;
  *   prefix hit %          = sum cached_tokens / sum prompt_tokens as the server reported them;
- *   think %               = reasoning tokens / completion tokens. */
+ *   think %               = reasoning tokens / completion tokens;
+ *   TPOT                  = per request (e2e - ttft) / (out_tokens - 1), percentiles over requests;
+ *   implausible           = a cell whose token chunks arrive in bursts: at least
+ *                           GC_BURST_FLAG_PCT % of the per-token intervals (token-weighted) are
+ *                           under GC_BURST_MS, or the median itself is (> 10,000 tok/s per user).
+ *                           No decoder streams like that; something between the engine and the
+ *                           client buffered the stream, so ITL / decode tok/s are not decode speed. */
 #ifndef GANTRY_CLIENTS_BENCH_STATS_H
 #define GANTRY_CLIENTS_BENCH_STATS_H
 
 #include "clients/req.h"
+
+#define GC_BURST_MS 0.1        /* a per-token interval shorter than this is a burst */
+#define GC_BURST_FLAG_PCT 25.0 /* share of burst intervals (by tokens) that flags a cell: a client
+                               * thread descheduled for a while merges a few chunks, a buffer merges most */
 
 typedef struct gc_cell {
   char target[64];
@@ -17,11 +27,13 @@ typedef struct gc_cell {
   int concurrency;   /* streams in flight (closed loop) */
   double rate;       /* requests/s in open-loop mode, 0 otherwise */
   int warm;          /* 0 cold, 1 warm */
+  int dataset;       /* 1: prompts replayed from --dataset (context 0, mode "data") */
   int n, n_ok, n_err;
   char first_error[256];
   double wall_s;
-  double ttft_p50, ttft_p90, ttfc_p50, e2e_p50; /* ms; -1 = no data */
-  double itl_p50;          /* ms per token */
+  double ttft_p50, ttft_p90, ttft_p99, ttfc_p50, e2e_p50; /* ms; -1 = no data */
+  double itl_p50, itl_p90, itl_p99; /* ms per token, pooled over streams, token-weighted */
+  double tpot_p50, tpot_p90, tpot_p99; /* ms, over requests with >= 2 tokens */
   double decode_tps;       /* per user */
   double total_tps;
   double chk;              /* -1 = undefined */
@@ -29,6 +41,21 @@ typedef struct gc_cell {
   double think_pct;
   long prompt_tokens, cached_tokens, out_tokens, reasoning_tokens;
   double prompt_tokens_mean;
+  double burst_pct;        /* token-weighted share of intervals < GC_BURST_MS; -1 = no intervals */
+  double itl_min_ms;       /* shortest per-token interval; -1 = none */
+  int implausible;         /* see above; the reason is in note_implausible */
+  char note_implausible[384];
+  /* goodput (gc_cell_goodput; slo_set 0 = no --slo) */
+  int slo_set, n_good;
+  double good_pct;         /* requests meeting every SLO / all requests (errors never meet) */
+  double good_rps;         /* requests meeting every SLO / wall time */
+  /* the server's own queue time over the cell (gc_cell_queue; -1 = not reported) */
+  double srv_queue_ms;     /* mean per request */
+  char srv_queue_src[64];  /* the metric it came from */
+  double cli_inflight;     /* sum of e2e / wall: streams the client kept open on average */
+  double srv_inflight;     /* sum of (e2e - queue) / wall: streams the server worked on */
+  int cap_limited;         /* the reason is in note_cap */
+  char note_cap[320];
 } gc_cell_t;
 
 /* Fills the numbers of c from the n finished requests r (labels in c are left as set by the

@@ -9,9 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clients/bench_dataset.h"
 #include "clients/bench_out.h"
 #include "clients/bench_prompt.h"
 #include "clients/bench_run.h"
+#include "clients/bench_slo.h"
+#include "clients/bench_srvq.h"
 #include "clients/bench_stats.h"
 #include "clients/cmd.h"
 #include "clients/svg.h"
@@ -39,6 +42,10 @@ typedef struct opts {
   uint64_t seed;
   double temperature;
   long timeout_ms;
+  gc_slo_t slo;
+  const char *dataset; /* --dataset path */
+  gc_dataset_t ds;
+  int requests_given, contexts_given;
 } opts_t;
 
 static void usage(FILE *f) {
@@ -47,12 +54,15 @@ static void usage(FILE *f) {
           "         [--concurrency 1,2,4,8,16,32 | --rate R1,R2 --requests N] [--requests-per-user N]\n"
           "         [--max-tokens M] [--cold] [--warm] [--model NAME] [--api-key K] [--seed S]\n"
           "         [--out DIR] [--natural-length] [--no-continuous-usage] [--temperature T]\n"
-          "         [--completions] [--timeout-s S]"
+          "         [--completions] [--timeout-s S] [--slo ttft_ms=MS,itl_ms=MS,tpot_ms=MS,e2e_ms=MS]\n"
+          "         [--dataset F.jsonl [--requests N]]"
 #ifdef GANTRY_HAVE_TOK
           " [--tokenizer M.gguf]"
 #endif
           "\n"
-          "Without --target the global --url is the one target. Without --cold/--warm both run.\n");
+          "Without --target the global --url is the one target. Without --cold/--warm both run.\n"
+          "--dataset replays a JSONL file (one {\"prompt\": S | \"input_len\": N, \"output_len\": M} per line)\n"
+          "instead of --contexts x cold/warm; each cell sends every entry once, or --requests N of them.\n");
 }
 
 static int parse_ints(const char *s, int *out, int max) {
@@ -105,6 +115,7 @@ static void on_progress(void *ud, int done, int total) {
 typedef struct body_ctx {
   const opts_t *o;
   const char *model, *text;
+  const gc_dataset_t *ds; /* set: request idx sends entry idx % n as it is */
   int cold, max_tokens;
   char nonce[40];
 } body_ctx_t;
@@ -112,10 +123,14 @@ typedef struct body_ctx {
 static char *make_body(void *ud, int idx) {
   body_ctx_t *b = ud;
   const opts_t *o = b->o;
-  size_t tl = strlen(b->text) + 64;
+  const gc_ds_entry_t *de = b->ds ? &b->ds->e[idx % b->ds->n] : NULL;
+  const char *text = de ? de->prompt : b->text;
+  size_t tl = strlen(text) + 64;
   char *prompt = malloc(tl);
   if (!prompt) return NULL;
-  if (b->cold) /* a unique first line: no prefix block can match any other request */
+  if (de)
+    snprintf(prompt, tl, "%s", text);
+  else if (b->cold) /* a unique first line: no prefix block can match any other request */
     snprintf(prompt, tl, "[%s-%d]\n%s", b->nonce, idx, b->text);
   else
     snprintf(prompt, tl, "%s", b->text);
@@ -126,7 +141,7 @@ static char *make_body(void *ud, int idx) {
   else
     json_object_set_new(req, "messages", json_pack("[{s:s, s:s}]", "role", "user", "content", prompt));
   free(prompt);
-  json_object_set_new(req, "max_tokens", json_integer(b->max_tokens));
+  json_object_set_new(req, "max_tokens", json_integer(de && de->output_len > 0 ? de->output_len : b->max_tokens));
   json_object_set_new(req, "stream", json_true());
   json_t *so = json_pack("{s:b}", "include_usage", 1);
   if (!o->no_cont_usage) json_object_set_new(so, "continuous_usage_stats", json_true());
@@ -156,10 +171,24 @@ static int run_cell(const opts_t *o, const gc_http_t *h, body_ctx_t *b, gc_cell_
                       .seed = o->seed + (uint64_t)res->n_cells, .n_total = n_total, .body = make_body,
                       .body_ud = b, .progress = on_progress, .progress_ud = pg};
   double wall = 0;
+  gc_srvq_snap_t q0, q1;
+  gc_srvq_scrape(h, &q0); /* the server's queue time: /metrics before and after the cell */
   int rc = gc_run(&ro, reqs, &wall, err);
+  gc_srvq_scrape(h, &q1);
   if (rc == GT_OK) rc = gc_cell_compute(cell, reqs, n_total, wall);
+  if (rc == GT_OK) gc_cell_goodput(cell, reqs, n_total, &o->slo);
+  if (rc == GT_OK) gc_cell_queue(cell, reqs, n_total, &q0, &q1);
   if (rc == GT_OK)
-    for (int i = 0; i < n_total; i++) json_array_append_new(res->requests, gc_req_json(&reqs[i], res->n_cells, i));
+    for (int i = 0; i < n_total; i++) {
+      json_t *j = gc_req_json(&reqs[i], res->n_cells, i);
+      if (j && cell->slo_set) json_object_set_new(j, "slo_met", json_boolean(gc_slo_met(&o->slo, &reqs[i])));
+      if (j && b->ds) {
+        const gc_ds_entry_t *de = &b->ds->e[i % b->ds->n];
+        json_object_set_new(j, "dataset_line", json_integer(de->line));
+        json_object_set_new(j, "max_tokens", json_integer(de->output_len > 0 ? de->output_len : b->max_tokens));
+      }
+      json_array_append_new(res->requests, j);
+    }
   for (int i = 0; i < n_total; i++) gc_req_free(&reqs[i]);
   free(reqs);
   return rc;
@@ -199,8 +228,11 @@ static void write_plots(const opts_t *o, const results_t *res) {
     const gc_cell_t *c = &res->cells[i];
     if (c->rate > 0) continue;
     char name[96];
-    snprintf(name, sizeof name, "%s ctx=%d%s%s", c->target, c->context, both ? " " : "",
-             both ? (c->warm ? "warm" : "cold") : "");
+    if (c->dataset)
+      snprintf(name, sizeof name, "%s dataset", c->target);
+    else
+      snprintf(name, sizeof name, "%s ctx=%d%s%s", c->target, c->context, both ? " " : "",
+               both ? (c->warm ? "warm" : "cold") : "");
     int k = 0;
     while (k < ns && strcmp(s[k].name, name) != 0) k++;
     if (k == ns) {
@@ -223,7 +255,7 @@ static void write_plots(const opts_t *o, const results_t *res) {
     if (o->conc[i] < cmin) cmin = o->conc[i];
   for (int i = 0; i < res->n_cells; i++) {
     const gc_cell_t *c = &res->cells[i];
-    if (c->rate > 0 || c->concurrency != cmin) continue;
+    if (c->rate > 0 || c->dataset || c->concurrency != cmin) continue;
     char name[96];
     snprintf(name, sizeof name, "%s %s (c=%d)", c->target, c->warm ? "warm" : "cold", cmin);
     int k = 0;
@@ -265,6 +297,9 @@ static int write_results(const opts_t *o, const gc_cli_t *cli, const results_t *
   json_object_set_new(root, "ignore_eos", json_boolean(!o->natural));
   json_object_set_new(root, "max_tokens", json_integer(o->max_tokens));
   json_object_set_new(root, "seed", json_integer((json_int_t)o->seed));
+  char slo[160];
+  gc_slo_format(&o->slo, slo, sizeof slo);
+  json_object_set_new(root, "slo", slo[0] ? json_string(slo) : json_null());
   json_object_set_new(root, "cells", cells);
   json_object_set_new(root, "prompts", json_incref(res->prompts));
   json_object_set_new(root, "requests", json_incref(res->requests));
@@ -289,6 +324,7 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
   o->endpoint = "/v1/chat/completions";
   o->n_ctx = parse_ints("512,8192,28000", o->ctx, MAX_LIST);
   o->n_conc = parse_ints("1,2,4,8,16,32", o->conc, MAX_LIST);
+  o->slo = (gc_slo_t){-1, -1, -1, -1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -313,6 +349,7 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
     } else if (!strcmp(a, "--contexts")) {
       NEEDV();
       if ((o->n_ctx = parse_ints(v, o->ctx, MAX_LIST)) <= 0) goto bad;
+      o->contexts_given = 1;
     } else if (!strcmp(a, "--concurrency")) {
       NEEDV();
       if ((o->n_conc = parse_ints(v, o->conc, MAX_LIST)) <= 0) goto bad;
@@ -322,6 +359,7 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
     } else if (!strcmp(a, "--requests")) {
       NEEDV();
       if ((o->requests = atoi(v)) <= 0) goto bad;
+      o->requests_given = 1;
     } else if (!strcmp(a, "--requests-per-user")) {
       NEEDV();
       if ((o->rpu = atoi(v)) <= 0) goto bad;
@@ -346,6 +384,16 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
     } else if (!strcmp(a, "--timeout-s")) {
       NEEDV();
       o->timeout_ms = (long)(atof(v) * 1000);
+    } else if (!strcmp(a, "--slo")) {
+      NEEDV();
+      gt_err_t e = {0};
+      if (gc_slo_parse(v, &o->slo, &e)) {
+        fprintf(stderr, "gantry bench: %s\n", e.msg);
+        return -1;
+      }
+    } else if (!strcmp(a, "--dataset")) {
+      NEEDV();
+      o->dataset = v;
     } else if (!strcmp(a, "--tokenizer")) {
       NEEDV();
       o->tokenizer = v;
@@ -373,6 +421,10 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
     return -1;
 #undef NEEDV
   }
+  if (o->dataset && (o->cold || o->warm || o->contexts_given)) {
+    fprintf(stderr, "gantry bench: --dataset replays its prompts as they are: --contexts, --cold and --warm do not apply\n");
+    return -1;
+  }
   if (!o->cold && !o->warm) o->cold = o->warm = 1;
   if (o->n_targets == 0) {
     snprintf(o->targets[0].label, sizeof o->targets[0].label, "default");
@@ -388,10 +440,107 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
   return 0;
 }
 
+/* Requests in one cell at load index l. */
+static int cell_requests(const opts_t *o, int l) {
+  if (o->dataset) return o->requests_given ? o->requests : o->ds.n;
+  return o->n_rate ? o->requests : o->conc[l] * o->rpu;
+}
+
+/* How prompt tokens are counted for a target. */
+typedef struct counter {
+  gc_count_fn fn;
+  void *ud;
+  const char *method;
+} counter_t;
+
+/* The fallback without /tokenize: 0.75 words per token. */
+static int estimate_count(void *ud, const char *text, int *count, gt_err_t *err) {
+  (void)ud, (void)err;
+  int words = 0, in = 0;
+  for (const char *p = text; *p; p++) {
+    int sp = *p == ' ' || *p == '\n' || *p == '\t';
+    if (!sp && !in) words++;
+    in = !sp;
+  }
+  *count = (words * 4 + 2) / 3;
+  return GT_OK;
+}
+
+/* Builds the dataset's input_len prompts for target tg and records them in res->prompts.
+ * Returns 0, or 1 after printing why it failed. */
+static int dataset_prompts(opts_t *o, const target_t *tg, counter_t *cnt, results_t *res) {
+  gt_err_t err = {0};
+  int rc = gc_dataset_synthesize(&o->ds, cnt->fn, cnt->ud, o->seed, &err);
+  if (rc == GT_EUNSUPPORTED) {
+    fprintf(stderr, "gantry bench: target %s: %s; estimating dataset input_len at 0.75 words per token\n",
+            tg->label, err.msg);
+    cnt->fn = estimate_count, cnt->ud = NULL, cnt->method = "estimate (0.75 words per token)";
+    rc = gc_dataset_synthesize(&o->ds, cnt->fn, cnt->ud, o->seed, &err);
+  }
+  if (rc) {
+    fprintf(stderr, "gantry bench: target %s: --dataset: %s\n", tg->label, err.msg);
+    return 1;
+  }
+  int n_synth = 0;
+  long asked = 0, got = 0;
+  for (int i = 0; i < o->ds.n; i++)
+    if (o->ds.e[i].synthesized) n_synth++, asked += o->ds.e[i].input_len, got += o->ds.e[i].input_tokens;
+  json_array_append_new(res->prompts, json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:s}", "target", tg->label, "dataset",
+                                                o->dataset, "entries", o->ds.n, "synthesized", n_synth,
+                                                "input_len_sum", (json_int_t)asked, "calibrated_tokens_sum",
+                                                (json_int_t)got, "method", n_synth ? cnt->method : "as given"));
+  return 0;
+}
+
+/* Runs one cell per load level (concurrency or rate) with the prompts of b, printing each row. */
+static void run_loads(const opts_t *o, const gc_http_t *h, const target_t *tg, body_ctx_t *b, int context,
+                      int warm, results_t *res, progress_t *pg, int max_cells, int *printed_header, int *exit_code) {
+  int n_loads = o->n_rate ? o->n_rate : o->n_conc;
+  const char *mode = o->dataset ? "data" : warm ? "warm" : "cold";
+  for (int l = 0; l < n_loads; l++) {
+    gt_err_t err = {0};
+    gc_cell_t *c = &res->cells[res->n_cells];
+    snprintf(c->target, sizeof c->target, "%s", tg->label);
+    c->context = context;
+    c->warm = warm;
+    c->dataset = o->dataset != NULL;
+    c->concurrency = o->n_rate ? 0 : o->conc[l];
+    c->rate = o->n_rate ? o->rate[l] : 0;
+    int n_total = cell_requests(o, l);
+    pg->cell_i = res->n_cells;
+    char ctx[32] = "";
+    if (context > 0) snprintf(ctx, sizeof ctx, " ctx=%d", context);
+    if (o->n_rate)
+      snprintf(pg->label, sizeof pg->label, "%s%s rate=%g %s", tg->label, ctx, c->rate, mode);
+    else
+      snprintf(pg->label, sizeof pg->label, "%s%s c=%d %s", tg->label, ctx, c->concurrency, mode);
+    if (run_cell(o, h, b, c, n_total, pg, res, &err)) {
+      fprintf(stderr, "\ngantry bench: %s: %s\n", pg->label, err.msg);
+      *exit_code = 1;
+      continue;
+    }
+    pg->done_before += n_total;
+    res->n_cells++;
+    if (pg->tty) fprintf(stderr, "\r\033[K");
+    else fprintf(stderr, "gantry bench: cell %d/%d done: %s\n", res->n_cells, max_cells, pg->label);
+    if (!*printed_header) gc_table_header(stdout), *printed_header = 1;
+    gc_table_row(stdout, c);
+    fflush(stdout);
+    if (c->n_err) *exit_code = *exit_code ? *exit_code : 3;
+  }
+}
+
 int gc_cmd_bench(gc_cli_t *cli, int argc, char **argv) {
   opts_t o;
   int pr = parse_args(&o, cli, argc, argv);
   if (pr) return pr > 0 ? 0 : 2;
+  if (o.dataset) {
+    gt_err_t err = {0};
+    if (gc_dataset_load(o.dataset, &o.ds, &err)) {
+      fprintf(stderr, "gantry bench: %s\n", err.msg);
+      return 2;
+    }
+  }
   char outdir[256], started[64];
   time_t now = time(NULL);
   struct tm tm;
@@ -403,6 +552,7 @@ int gc_cmd_bench(gc_cli_t *cli, int argc, char **argv) {
   }
   if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
     fprintf(stderr, "gantry bench: cannot create %s: %s\n", o.out, strerror(errno));
+    gc_dataset_free(&o.ds);
     return 1;
   }
   void *local_tok = NULL;
@@ -411,18 +561,19 @@ int gc_cmd_bench(gc_cli_t *cli, int argc, char **argv) {
     gt_err_t err = {0};
     if (!(local_tok = gc_tok_local_open(o.tokenizer, &err))) {
       fprintf(stderr, "gantry bench: --tokenizer: %s\n", err.msg);
+      gc_dataset_free(&o.ds);
       return 1;
     }
   }
 #endif
-  int n_modes = o.cold + o.warm;
+  int n_modes = o.dataset ? 1 : o.cold + o.warm;
+  int n_ctx = o.dataset ? 1 : o.n_ctx;
   int n_loads = o.n_rate ? o.n_rate : o.n_conc;
-  int max_cells = o.n_targets * o.n_ctx * n_modes * n_loads;
+  int max_cells = o.n_targets * n_ctx * n_modes * n_loads;
   results_t res = {calloc((size_t)max_cells, sizeof(gc_cell_t)), 0, json_array(), json_array()};
   progress_t pg = {.tty = isatty(2), .n_cells = max_cells};
   for (int t = 0; t < o.n_targets; t++)
-    for (int l = 0; l < n_loads; l++)
-      pg.total += (o.n_rate ? o.requests : o.conc[l] * o.rpu) * o.n_ctx * n_modes;
+    for (int l = 0; l < n_loads; l++) pg.total += cell_requests(&o, l) * n_ctx * n_modes;
   int exit_code = 0, printed_header = 0;
   for (int t = 0; t < o.n_targets && res.cells; t++) {
     target_t *tg = &o.targets[t];
@@ -436,17 +587,25 @@ int gc_cmd_bench(gc_cli_t *cli, int argc, char **argv) {
       exit_code = 1;
       continue;
     }
+    gc_http_count_t hc = {&h, tg->model};
+    counter_t cnt = {gc_http_count, &hc, local_tok ? "local tokenizer" : "server /tokenize"};
+#ifdef GANTRY_HAVE_TOK
+    if (local_tok) cnt.fn = gc_tok_local_count, cnt.ud = local_tok;
+#endif
+    if (o.dataset) {
+      if (dataset_prompts(&o, tg, &cnt, &res)) {
+        exit_code = 1;
+        continue;
+      }
+      body_ctx_t b = {.o = &o, .model = tg->model, .ds = &o.ds, .max_tokens = o.max_tokens};
+      run_loads(&o, &h, tg, &b, 0, 0, &res, &pg, max_cells, &printed_header, &exit_code);
+      continue;
+    }
     for (int ci = 0; ci < o.n_ctx; ci++) {
       char *text = NULL;
-      int tokens = 0, rc;
-      const char *method = local_tok ? "local tokenizer" : "server /tokenize";
-      gc_http_count_t hc = {&h, tg->model};
-#ifdef GANTRY_HAVE_TOK
-      if (local_tok)
-        rc = gc_prompt_calibrate(gc_tok_local_count, local_tok, o.ctx[ci], o.seed, &text, &tokens, &err);
-      else
-#endif
-        rc = gc_prompt_calibrate(gc_http_count, &hc, o.ctx[ci], o.seed, &text, &tokens, &err);
+      int tokens = 0;
+      const char *method = cnt.method;
+      int rc = gc_prompt_calibrate(cnt.fn, cnt.ud, o.ctx[ci], o.seed, &text, &tokens, &err);
       if (rc == GT_EUNSUPPORTED) {
         fprintf(stderr, "gantry bench: target %s: %s; estimating %d tokens as %d words\n", tg->label, err.msg,
                 o.ctx[ci], o.ctx[ci] * 3 / 4);
@@ -469,35 +628,7 @@ int gc_cmd_bench(gc_cli_t *cli, int argc, char **argv) {
         if ((warm && !o.warm) || (!warm && !o.cold)) continue;
         body_ctx_t b = {.o = &o, .model = tg->model, .text = text, .cold = !warm, .max_tokens = o.max_tokens};
         if (warm) warm_up(&o, &h, &b);
-        for (int l = 0; l < n_loads; l++) {
-          gc_cell_t *c = &res.cells[res.n_cells];
-          snprintf(c->target, sizeof c->target, "%s", tg->label);
-          c->context = o.ctx[ci];
-          c->warm = warm;
-          c->concurrency = o.n_rate ? 0 : o.conc[l];
-          c->rate = o.n_rate ? o.rate[l] : 0;
-          int n_total = o.n_rate ? o.requests : o.conc[l] * o.rpu;
-          pg.cell_i = res.n_cells;
-          if (o.n_rate)
-            snprintf(pg.label, sizeof pg.label, "%s ctx=%d rate=%g %s", tg->label, c->context, c->rate,
-                     warm ? "warm" : "cold");
-          else
-            snprintf(pg.label, sizeof pg.label, "%s ctx=%d c=%d %s", tg->label, c->context, c->concurrency,
-                     warm ? "warm" : "cold");
-          if (run_cell(&o, &h, &b, c, n_total, &pg, &res, &err)) {
-            fprintf(stderr, "\ngantry bench: %s: %s\n", pg.label, err.msg);
-            exit_code = 1;
-            continue;
-          }
-          pg.done_before += n_total;
-          res.n_cells++;
-          if (pg.tty) fprintf(stderr, "\r\033[K");
-          else fprintf(stderr, "gantry bench: cell %d/%d done: %s\n", res.n_cells, max_cells, pg.label);
-          if (!printed_header) gc_table_header(stdout), printed_header = 1;
-          gc_table_row(stdout, c);
-          fflush(stdout);
-          if (c->n_err) exit_code = exit_code ? exit_code : 3;
-        }
+        run_loads(&o, &h, tg, &b, o.ctx[ci], warm, &res, &pg, max_cells, &printed_header, &exit_code);
       }
       free(text);
     }
@@ -513,6 +644,7 @@ int gc_cmd_bench(gc_cli_t *cli, int argc, char **argv) {
   free(res.cells);
   json_decref(res.requests);
   json_decref(res.prompts);
+  gc_dataset_free(&o.ds);
 #ifdef GANTRY_HAVE_TOK
   gc_tok_local_free(local_tok);
 #endif

@@ -33,7 +33,7 @@ void gc_req_begin(gc_req_t *r, int64_t t_start_ns) {
   gc_req_free(r);
   r->t_start_ns = t_start_ns;
   r->prompt_tokens = r->completion_tokens = r->reasoning_tokens_srv = r->cached_tokens = -1;
-  r->ttft_ms = r->ttfc_ms = r->e2e_ms = r->itl_median_ms = -1;
+  r->ttft_ms = r->ttfc_ms = r->e2e_ms = r->itl_median_ms = r->itl_p99_ms = r->tpot_ms = -1;
 }
 
 void gc_req_set_error(gc_req_t *r, const char *fmt, ...) {
@@ -224,23 +224,49 @@ static int cmp_vw(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double gc_wmedian(const double *v, const double *w, int n) {
-  if (n <= 0) return -1;
+/* A malloc'd copy of (v, w) sorted by value (w NULL = all 1) and its total weight *tot; NULL on
+ * OOM. n > 0. */
+static vw_t *sorted_vw(const double *v, const double *w, int n, double *tot) {
   vw_t *a = malloc((size_t)n * sizeof *a);
-  if (!a) return -1;
-  double tot = 0;
+  if (!a) return NULL;
+  *tot = 0;
   for (int i = 0; i < n; i++) {
     a[i].v = v[i];
     a[i].w = w ? w[i] : 1.0;
-    tot += a[i].w;
+    *tot += a[i].w;
   }
   qsort(a, (size_t)n, sizeof *a, cmp_vw);
+  return a;
+}
+
+double gc_wmedian(const double *v, const double *w, int n) {
+  if (n <= 0) return -1;
+  double tot;
+  vw_t *a = sorted_vw(v, w, n, &tot);
+  if (!a) return -1;
   double half = tot / 2, cum = 0, res = a[n - 1].v;
   for (int i = 0; i < n; i++) {
     cum += a[i].w;
     if (cum >= half - 1e-9 * tot) {
       res = a[i].v;
       if (cum <= half + 1e-9 * tot && i + 1 < n) res = (a[i].v + a[i + 1].v) / 2;
+      break;
+    }
+  }
+  free(a);
+  return res;
+}
+
+double gc_wpercentile(const double *v, const double *w, int n, double p) {
+  if (n <= 0) return -1;
+  double tot;
+  vw_t *a = sorted_vw(v, w, n, &tot);
+  if (!a) return -1;
+  double want = p / 100.0 * tot, cum = 0, res = a[n - 1].v;
+  for (int i = 0; i < n; i++) {
+    cum += a[i].w;
+    if (cum >= want - 1e-9 * tot && a[i].w > 0) {
+      res = a[i].v;
       break;
     }
   }
@@ -333,5 +359,8 @@ void gc_req_finish(gc_req_t *r, int64_t t_end_ns) {
       prev = r->chunks[i].t_ns;
     }
     r->itl_median_ms = gc_wmedian(r->ival_ms, r->ival_w, r->n_ival);
+    r->itl_p99_ms = gc_wpercentile(r->ival_ms, r->ival_w, r->n_ival, 99);
   }
+  /* TPOT (vLLM's definition): the time after the first token over the tokens after it */
+  if (r->ttft_ms >= 0 && r->out_tokens >= 2) r->tpot_ms = (r->e2e_ms - r->ttft_ms) / (r->out_tokens - 1);
 }

@@ -64,6 +64,8 @@ typedef struct gc_req {
   double *ival_w;                    /* its weight (tokens the chunk carried) */
   int n_ival;
   double itl_median_ms;              /* weighted median of ival_ms; -1 if none */
+  double itl_p99_ms;                 /* weighted p99 of ival_ms (the request's stalls); -1 if none */
+  double tpot_ms;                    /* (e2e - ttft) / (out_tokens - 1); -1 below 2 tokens */
 } gc_req_t;
 
 /* Resets r for a new request starting at t_start_ns (keeps keep_text/on_delta/delta_ud). */
@@ -85,5 +87,10 @@ void gc_req_free(gc_req_t *r);
 double gc_wmedian(const double *v, const double *w, int n);
 /* Percentile p in [0,100] with linear interpolation between closest ranks; -1 for n == 0. */
 double gc_percentile(const double *v, int n, double p);
+/* Weighted percentile p in [0,100]: the smallest v[i] whose cumulative weight (values in
+ * ascending order) reaches p% of the total, i.e. the percentile of the values repeated w[i]
+ * times (nearest rank). p = 50 can differ from gc_wmedian, which averages at an exact half.
+ * -1 for n == 0. Works on a copy. */
+double gc_wpercentile(const double *v, const double *w, int n, double p);
 
 #endif

@@ -4,7 +4,7 @@ pkg_check_modules(GC_CURL REQUIRED IMPORTED_TARGET libcurl)
 
 add_library(gantry_client STATIC
   clients/sse.c clients/req.c clients/http.c clients/bench_run.c clients/bench_stats.c
-  clients/bench_out.c clients/bench_prompt.c clients/svg.c)
+  clients/bench_out.c clients/bench_prompt.c clients/bench_slo.c clients/bench_dataset.c clients/bench_srvq.c clients/svg.c)
 target_link_libraries(gantry_client PUBLIC gantry_common PkgConfig::GC_CURL PkgConfig::JANSSON m)
 # --tokenizer M.gguf: local token counts through format/tokenizer.h when gantry_tok is built.
 if(TARGET gantry_tok)

@@ -65,8 +65,72 @@ static void test_cold_warm_cached_tokens(void **st) {
   assert_int_equal(system(cmd), 0);
 }
 
+
+/* Runs `gantry --url URL [--api-key K] ARGS` (stdout into *out); returns the exit status. */
+static int gantry_at(const char *url, const char *args, char **out) {
+  const char *key = getenv("GANTRY_API_KEY");
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%s --url '%s' %s%s%s %s", tu_bin("gantry"), url, key ? "--api-key '" : "", key ? key : "",
+           key ? "'" : "", args);
+  return tu_run(cmd, out);
+}
+
+/* The router's max_inflight cap, not the engine, holds the streams: with the pool capped at
+ * 1 and 4 streams offered, the bench must say so from the router's own admission wait
+ * (/metrics), and say the server worked on about one stream. The cap is put back after. */
+static void test_cap_limited_note(void **st) {
+  (void)st;
+  const char *url = getenv("GANTRY_ROUTER_URL");
+  if (!url || !*url) skip();
+  const char *model = getenv("GANTRY_MODEL") ? getenv("GANTRY_MODEL") : "demo";
+  char args[1024], *out = NULL;
+  snprintf(args, sizeof args, "limits get --model '%s'", model);
+  assert_int_equal(gantry_at(url, args, &out), 0);
+  json_t *lim = json_loads(out, 0, NULL);
+  free(out);
+  json_t *one = json_is_array(lim) ? json_array_get(lim, 0) : lim;
+  json_t *mi = json_object_get(one, "max_inflight");
+  if (!json_is_integer(mi)) fail_msg("limits get: no max_inflight for %s", model);
+  json_int_t before = json_integer_value(mi);
+  json_decref(lim);
+  snprintf(args, sizeof args, "limits set --model '%s' --max-inflight 1", model);
+  assert_int_equal(gantry_at(url, args, &out), 0);
+  free(out);
+  char dir[] = "/tmp/gantry-bench-cap-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  snprintf(args, sizeof args,
+           "bench --model '%s' --contexts 64 --cold --concurrency 4 --requests-per-user 2 --max-tokens 24 "
+           "--timeout-s 300 --out %s", model, dir);
+  int rc = gantry_at(url, args, &out);
+  print_message("%s", out ? out : "");
+  char restore[256];
+  snprintf(restore, sizeof restore, "limits set --model '%s' --max-inflight %lld", model, (long long)before);
+  char *rout = NULL;
+  int rrc = gantry_at(url, restore, &rout);
+  free(rout);
+  if (rc != 0) fail_msg("gantry bench exit %d", rc);
+  assert_int_equal(rrc, 0);
+  assert_non_null(strstr(out, "QUEUED"));
+  assert_non_null(strstr(out, "in the router's admission queue (a max_inflight cap)"));
+  free(out);
+  char path[128];
+  snprintf(path, sizeof path, "%s/results.json", dir);
+  json_t *res = json_load_file(path, 0, NULL);
+  assert_non_null(res);
+  json_t *c = json_array_get(json_object_get(res, "cells"), 0);
+  assert_true(json_is_true(json_object_get(c, "cap_limited")));
+  assert_string_equal(json_string_value(json_object_get(c, "srv_queue_source")), "gantry_router_admission_wait_ms");
+  double srv = json_real_value(json_object_get(c, "server_inflight")), cli = json_real_value(json_object_get(c, "client_inflight"));
+  print_message("client kept %.2f streams open, the server worked on %.2f\n", cli, srv);
+  if (!(srv < 1.5 && cli > 2)) fail_msg("client %.2f, server %.2f streams", cli, srv);
+  json_decref(res);
+  snprintf(args, sizeof args, "rm -rf %s", dir);
+  assert_int_equal(system(args), 0);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cold_warm_cached_tokens)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cold_warm_cached_tokens),
+                                     cmocka_unit_test(test_cap_limited_note)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   const char *url = getenv("GANTRY_ROUTER_URL");
   return rc == 0 && (!url || !*url) ? 77 : rc;

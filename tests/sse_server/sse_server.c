@@ -86,15 +86,17 @@ static const char *reason(int st) {
   }
 }
 
-static void send_json(int fd, int status, const char *body) {
+static void send_body(int fd, int status, const char *type, const char *body) {
   char hdr[256];
   int n = snprintf(hdr, sizeof hdr,
-                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                   "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                    "Connection: close\r\n\r\n",
-                   status, reason(status), strlen(body));
+                   status, reason(status), type, strlen(body));
   send_all(fd, hdr, (size_t)n);
   send_all(fd, body, strlen(body));
 }
+
+static void send_json(int fd, int status, const char *body) { send_body(fd, status, "application/json", body); }
 
 /* Picks the response for "METHOD /path" (sequence entries advance per route). */
 static json_t *pick(sse_srv_t *s, const char *key) {
@@ -196,6 +198,12 @@ static void on_request(sse_srv_t *s, conn_t *c, size_t hdr_end, size_t blen) {
   }
   json_t *st = json_object_get(r, "status");
   int status = json_is_integer(st) ? (int)json_integer_value(st) : 200;
+  json_t *tx = json_object_get(r, "text");
+  if (json_is_string(tx)) {
+    send_body(c->fd, status, "text/plain; version=0.0.4", json_string_value(tx));
+    conn_close(c);
+    return;
+  }
   json_t *js = json_object_get(r, "json");
   if (js) {
     char *t = json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY);

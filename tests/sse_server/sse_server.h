@@ -9,6 +9,7 @@
  *   {"status": 200, "events": [EVENT, ...]}   text/event-stream; the connection closes after
  *                                             the last event
  *   {"status": 200, "json": VALUE}             application/json body
+ *   {"status": 200, "text": STRING}            text/plain body (e.g. Prometheus /metrics)
  *   {"tokenize": "words"}                      vLLM /tokenize: one token per whitespace-separated
  *                                             word of the request's "prompt"
  *   {"switch": [{"contains": S, "min_len": N, "response": R}, ..., {"response": R}]}

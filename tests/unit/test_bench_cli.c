@@ -77,7 +77,7 @@ static void test_bench_matrix(void **st) {
   int rc = gantry(s, args, &out);
   if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
   /* table: header + 2 contexts x 2 modes x 2 concurrencies */
-  assert_int_equal(count_lines(out), 1 + 8);
+  if (count_lines(out) != 1 + 8) fail_msg("table of %d lines, want 9:\n%s", count_lines(out), out);
   assert_non_null(strstr(out, "dec_tok/s"));
   free(out);
   char *csv = read_tmp("b/results.csv");
@@ -209,6 +209,212 @@ static void test_bench_flags(void **st) {
   sse_srv_stop(s);
 }
 
+
+/* --slo: goodput per cell in the table, CSV and JSON (cold TTFT is 60 ms in the script, warm
+ * 15 ms, 12 ms per token); a bad --slo is a usage error. */
+static void test_bench_slo(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("bench_demo.json");
+  char args[512], *out = NULL;
+  snprintf(args, sizeof args,
+           "bench --contexts 64 --concurrency 2 --requests-per-user 2 --max-tokens 12 --slo ttft_ms=50,tpot_ms=30 "
+           "--out %s/slo", tmpdir);
+  int rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  assert_non_null(strstr(out, "good%"));
+  assert_non_null(strstr(out, "tpot_p50"));
+  assert_non_null(strstr(out, "ttft_p99"));
+  free(out);
+  char p[256];
+  snprintf(p, sizeof p, "%s/slo/results.json", tmpdir);
+  json_t *res = json_load_file(p, 0, NULL);
+  assert_non_null(res);
+  assert_string_equal(json_string_value(json_object_get(res, "slo")), "ttft_ms=50,tpot_ms=30");
+  json_t *cells = json_object_get(res, "cells"), *c;
+  assert_int_equal(json_array_size(cells), 2);
+  size_t i;
+  json_array_foreach(cells, i, c) {
+    int warm = !strcmp(json_string_value(json_object_get(c, "mode")), "warm");
+    double tpot = json_real_value(json_object_get(c, "tpot_p50_ms"));
+    if (fabs(tpot - 12) > 3) fail_msg("tpot_p50 %.3f ms, script 12 ms per token", tpot);
+    assert_true(json_real_value(json_object_get(c, "ttft_p99_ms")) >= json_real_value(json_object_get(c, "ttft_p90_ms")));
+    assert_true(json_real_value(json_object_get(c, "itl_p99_ms")) >= json_real_value(json_object_get(c, "itl_p50_ms")));
+    assert_int_equal(json_integer_value(json_object_get(c, "good_requests")), warm ? 4 : 0);
+    assert_true(fabs(json_real_value(json_object_get(c, "goodput_pct")) - (warm ? 100 : 0)) < 1e-9);
+    double wall = json_real_value(json_object_get(c, "wall_s"));
+    assert_true(fabs(json_real_value(json_object_get(c, "goodput_rps")) - (warm ? 4 / wall : 0)) < 1e-6);
+    assert_false(json_is_true(json_object_get(c, "implausible")));
+  }
+  json_t *r0 = json_array_get(json_object_get(res, "requests"), 0);
+  assert_true(json_is_false(json_object_get(r0, "slo_met"))); /* a cold request */
+  assert_true(json_real_value(json_object_get(r0, "tpot_ms")) > 0);
+  json_decref(res);
+  char *csv = read_tmp("slo/results.csv");
+  assert_non_null(strstr(csv, ",good_requests,goodput_pct,goodput_rps,"));
+  free(csv);
+  snprintf(args, sizeof args, "bench --contexts 64 --slo ttft=5 --out %s/slo2", tmpdir);
+  assert_int_equal(gantry(s, args, &out), 2);
+  free(out);
+  char *err = read_tmp("stderr");
+  assert_non_null(strstr(err, "unknown objective 'ttft'"));
+  free(err);
+  sse_srv_stop(s);
+}
+
+
+/* --dataset: every JSONL entry sent once per cell, given prompts as they are, input_len
+ * prompts calibrated to the server's count, output_len as max_tokens. */
+static void test_bench_dataset(void **st) {
+  (void)st;
+  sse_srv_t *s = start_file("bench_demo.json");
+  char ds[256], args[768], *out = NULL;
+  snprintf(ds, sizeof ds, "%s/ds.jsonl", tmpdir);
+  FILE *f = fopen(ds, "w");
+  assert_non_null(f);
+  fputs("{\"prompt\": \"Write a haiku about GPUs.\", \"output_len\": 7}\n"
+        "{\"input_len\": 40}\n"
+        "{\"input_len\": 25, \"output_len\": 3}\n", f);
+  fclose(f);
+  snprintf(args, sizeof args, "bench --dataset %s --concurrency 2 --max-tokens 12 --out %s/ds", ds, tmpdir);
+  int rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  if (count_lines(out) != 2) fail_msg("table of %d lines, want 2:\n%s", count_lines(out), out);
+  assert_non_null(strstr(out, "default              -     2 data     3    0"));
+  free(out);
+  int n = sse_srv_n_requests(s), k_chat = 0;
+  const int want_max[] = {7, 12, 3}, want_words[] = {-1, 40, 25};
+  for (int k = 0; k < n; k++) {
+    char line[128];
+    json_t *b = logged_body(s, k, line, sizeof line);
+    if (!strcmp(line, "POST /v1/chat/completions")) {
+      assert_true(k_chat < 3);
+      const char *content = json_string_value(json_object_get(json_array_get(json_object_get(b, "messages"), 0), "content"));
+      /* closed loop at 2: the requests go out in entry order */
+      if (k_chat == 0) assert_string_equal(content, "Write a haiku about GPUs.");
+      else {
+        int words = 1;
+        for (const char *t = content; *t; t++) words += *t == ' ' || *t == '\n';
+        assert_int_equal(words, want_words[k_chat]);
+      }
+      assert_int_equal(json_integer_value(json_object_get(b, "max_tokens")), want_max[k_chat]);
+      k_chat++;
+    }
+    json_decref(b);
+  }
+  assert_int_equal(k_chat, 3); /* no warm-up request */
+  char p[256];
+  snprintf(p, sizeof p, "%s/ds/results.json", tmpdir);
+  json_t *res = json_load_file(p, 0, NULL);
+  assert_non_null(res);
+  json_t *c0 = json_array_get(json_object_get(res, "cells"), 0);
+  assert_string_equal(json_string_value(json_object_get(c0, "mode")), "data");
+  json_t *pr = json_array_get(json_object_get(res, "prompts"), 0);
+  assert_int_equal(json_integer_value(json_object_get(pr, "synthesized")), 2);
+  assert_int_equal(json_integer_value(json_object_get(pr, "calibrated_tokens_sum")), 65);
+  json_t *r2 = json_array_get(json_object_get(res, "requests"), 2);
+  assert_int_equal(json_integer_value(json_object_get(r2, "dataset_line")), 3);
+  assert_int_equal(json_integer_value(json_object_get(r2, "max_tokens")), 3);
+  json_decref(res);
+  /* --requests N cycles through the entries */
+  snprintf(args, sizeof args, "bench --dataset %s --rate 100 --requests 5 --out %s/ds2", ds, tmpdir);
+  assert_int_equal(gantry(s, args, &out), 0);
+  assert_non_null(strstr(out, "100r/s data     5    0"));
+  free(out);
+  /* what does not apply, and a bad file, are usage errors naming the problem */
+  snprintf(args, sizeof args, "bench --dataset %s --cold --out %s/ds3", ds, tmpdir);
+  assert_int_equal(gantry(s, args, &out), 2);
+  free(out);
+  f = fopen(ds, "w");
+  fputs("{\"prompt\": \"ok\"}\n{\"output_len\": 4}\n", f);
+  fclose(f);
+  snprintf(args, sizeof args, "bench --dataset %s --out %s/ds4", ds, tmpdir);
+  assert_int_equal(gantry(s, args, &out), 2);
+  free(out);
+  char *err = read_tmp("stderr");
+  assert_non_null(strstr(err, "ds.jsonl:2: needs \"prompt\""));
+  free(err);
+  sse_srv_stop(s);
+}
+
+
+/* A stream script: first token after ttft ms, then n - 1 more chunks `gap` ms apart, continuous
+ * usage, a final usage chunk and [DONE]. */
+static json_t *stream_events(double ttft, int n, double gap) {
+  json_t *e = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(e, json_pack("{s:f, s:{s:s, s:[{s:i, s:{s:s}, s:n}], s:{s:i, s:i}}}", "delay_ms",
+                                       i ? gap : ttft, "data", "object", "chat.completion.chunk", "choices", "index",
+                                       0, "delta", "content", " w", "finish_reason", "usage", "prompt_tokens", 16,
+                                       "completion_tokens", i + 1));
+  json_array_append_new(e, json_pack("{s:f, s:{s:s, s:[], s:{s:i, s:i}}}", "delay_ms", 1.0, "data", "object",
+                                     "chat.completion.chunk", "choices", "usage", "prompt_tokens", 16,
+                                     "completion_tokens", n));
+  json_array_append_new(e, json_pack("{s:f, s:s}", "delay_ms", 0.0, "data", "[DONE]"));
+  return e;
+}
+
+/* The notes a serving team must not miss, end to end: chunks in bursts (IMPLAUSIBLE) and a
+ * server whose /metrics says the requests sat in the router's admission queue (QUEUED). */
+static void test_bench_notes(void **st) {
+  (void)st;
+  /* 4 streams of ~200 ms; the router reports 150 ms of admission wait per request */
+  json_t *script = json_pack(
+      "{s:{s:{s:i, s:o}, s:{s:s}, s:[{s:s}, {s:s}]}}", "routes", "POST /v1/chat/completions", "status", 200,
+      "events", stream_events(100, 11, 10), "POST /tokenize", "tokenize", "words", "GET /metrics", "text",
+      "# TYPE gantry_router_admission_wait_ms histogram\ngantry_router_admission_wait_ms_sum 10\n"
+      "gantry_router_admission_wait_ms_count 2\n",
+      "text", "gantry_router_admission_wait_ms_sum 1210\ngantry_router_admission_wait_ms_count 10\n");
+  char *text = json_dumps(script, JSON_COMPACT);
+  json_decref(script);
+  sse_srv_t *s = start_text(text);
+  free(text);
+  char args[512], *out = NULL;
+  snprintf(args, sizeof args,
+           "bench --model m --contexts 16 --cold --concurrency 4 --requests-per-user 2 --max-tokens 11 --out %s/q",
+           tmpdir);
+  int rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  if (!strstr(out, " QUEUED\n  ! queued: requests waited 150 ms on average in the router's admission queue"))
+    fail_msg("no queue note:\n%s", out);
+  assert_null(strstr(out, "IMPLAUSIBLE"));
+  free(out);
+  char p[256];
+  snprintf(p, sizeof p, "%s/q/results.json", tmpdir);
+  json_t *res = json_load_file(p, 0, NULL);
+  assert_non_null(res);
+  json_t *c = json_array_get(json_object_get(res, "cells"), 0);
+  assert_true(json_is_true(json_object_get(c, "cap_limited")));
+  assert_true(fabs(json_real_value(json_object_get(c, "srv_queue_ms")) - 150) < 1e-9);
+  assert_string_equal(json_string_value(json_object_get(c, "srv_queue_source")), "gantry_router_admission_wait_ms");
+  double cli = json_real_value(json_object_get(c, "client_inflight")), srv = json_real_value(json_object_get(c, "server_inflight"));
+  if (!(cli > 3 && cli <= 4 && srv < 0.8 * cli)) fail_msg("client in flight %.2f, server %.2f", cli, srv);
+  json_decref(res);
+  sse_srv_stop(s);
+
+  /* every chunk after the first arrives at once: 100 % of intervals are bursts */
+  script = json_pack("{s:{s:{s:i, s:o}, s:{s:s}}}", "routes", "POST /v1/chat/completions", "status", 200, "events",
+                     stream_events(20, 11, 0), "POST /tokenize", "tokenize", "words");
+  text = json_dumps(script, JSON_COMPACT);
+  json_decref(script);
+  s = start_text(text);
+  free(text);
+  snprintf(args, sizeof args,
+           "bench --model m --contexts 16 --cold --concurrency 1 --requests-per-user 2 --max-tokens 11 --out %s/i",
+           tmpdir);
+  rc = gantry(s, args, &out);
+  if (rc != 0) fail_msg("gantry bench exit %d: %s\nstderr: %s", rc, out, read_tmp("stderr"));
+  /* (the first read may split a burst: not every interval need be one) */
+  if (!strstr(out, " IMPLAUSIBLE\n  ! implausible: ") || !strstr(out, "% of token intervals < 0.1 ms"))
+    fail_msg("no burst flag:\n%s", out);
+  assert_null(strstr(out, "QUEUED")); /* no /metrics: nothing claimed */
+  free(out);
+  char *csv = read_tmp("i/results.csv");
+  assert_non_null(strstr(csv, ",implausible,"));
+  assert_non_null(strstr(csv, "\"implausible: "));
+  free(csv);
+  sse_srv_stop(s);
+}
+
 static void test_check_pass_and_fail(void **st) {
   (void)st;
   sse_srv_t *s = start_file("check_pass.json");
@@ -320,6 +526,8 @@ static int teardown(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bench_matrix),        cmocka_unit_test(test_bench_flags),
+      cmocka_unit_test(test_bench_slo),           cmocka_unit_test(test_bench_dataset),
+      cmocka_unit_test(test_bench_notes),
       cmocka_unit_test(test_check_pass_and_fail), cmocka_unit_test(test_chat_health_models),
       cmocka_unit_test(test_limits),
   };

@@ -9,9 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "clients/bench_dataset.h"
 #include "clients/bench_out.h"
 #include "clients/bench_prompt.h"
+#include "clients/bench_slo.h"
+#include "clients/bench_srvq.h"
 #include "clients/bench_stats.h"
 #include "clients/req.h"
 #include "clients/sse.h"
@@ -79,7 +83,7 @@ static void test_sse_unterminated_last_event(void **st) {
 }
 
 /* ---- chunk accounting, synthetic times ---- */
-#define MS(x) ((int64_t)((x) * 1000000.0))
+#define MS(x) ((int64_t)llround((x) * 1000000.0))
 
 static void feed(gc_req_t *r, double t_ms, const char *json) { gc_req_on_event(r, json, strlen(json), MS(t_ms)); }
 
@@ -190,6 +194,100 @@ static void test_cell_math(void **st) {
   for (int i = 0; i < 4; i++) gc_req_free(&r[i]);
 }
 
+
+/* TPOT per request, p99 next to p50/p90, and goodput under SLOs. */
+static void test_tpot_p99_goodput(void **st) {
+  (void)st;
+  gc_req_t r[5];
+  fake(&r[0], 0, 50, 5, 10, 10, 0, 0);  /* e2e 100: TPOT (100-50)/4 = 12.5, intervals 4 x 10 */
+  fake(&r[1], 0, 200, 5, 20, 10, 0, 0); /* e2e 300: TPOT 25, intervals 4 x 20 */
+  fake(&r[2], 0, 80, 3, 40, 10, 0, 0);  /* e2e 200: TPOT 60, intervals 2 x 40 */
+  fake(&r[3], 0, 30, 1, 10, 10, 0, 0);  /* one token: no TPOT, no interval */
+  assert_true(fabs(r[0].tpot_ms - 12.5) < 1e-6);
+  assert_true(fabs(r[2].tpot_ms - 60) < 1e-6);
+  assert_true(r[3].tpot_ms < 0);
+  assert_true(fabs(r[1].itl_p99_ms - 20) < 1e-6);
+  memset(&r[4], 0, sizeof r[4]);
+  gc_req_begin(&r[4], 0);
+  r[4].http_status = 503;
+  gc_req_finish(&r[4], MS(5));
+  gc_cell_t c = {.concurrency = 2};
+  assert_int_equal(gc_cell_compute(&c, r, 5, 0.5), 0);
+  assert_true(fabs(c.tpot_p50 - 25) < 1e-6);
+  assert_true(fabs(c.tpot_p90 - 53) < 1e-6);   /* 25 + 0.8 x 35 */
+  assert_true(fabs(c.tpot_p99 - 59.3) < 1e-6); /* 25 + 0.98 x 35 */
+  assert_true(fabs(c.ttft_p99 - (80 + 0.97 * 120)) < 1e-6); /* over 30, 50, 80, 200 */
+  /* pooled intervals 10 (x4), 20 (x4), 40 (x2) */
+  assert_true(fabs(c.itl_p50 - 20) < 1e-6);
+  assert_true(fabs(c.itl_p90 - 40) < 1e-6);
+  assert_true(fabs(c.itl_p99 - 40) < 1e-6);
+  assert_false(c.implausible);
+  assert_true(fabs(c.burst_pct) < 1e-9);
+
+  gc_slo_t slo;
+  gt_err_t err = {0};
+  assert_int_equal(gc_slo_parse("ttft_ms=150,tpot_ms=30", &slo, &err), 0);
+  gc_cell_goodput(&c, r, 5, &slo);
+  assert_true(c.slo_set);
+  assert_int_equal(c.n_good, 2); /* r0 and r3; r1 misses TTFT, r2 TPOT, r4 failed */
+  assert_true(fabs(c.good_pct - 40) < 1e-9);
+  assert_true(fabs(c.good_rps - 4) < 1e-9);
+  assert_int_equal(gc_slo_parse("itl_ms=25", &slo, &err), 0);
+  gc_cell_goodput(&c, r, 5, &slo);
+  assert_int_equal(c.n_good, 3); /* r2's p99 interval is 40 ms */
+  assert_int_equal(gc_slo_parse("e2e_ms=250,ttft_ms=1000", &slo, &err), 0);
+  char buf[128];
+  gc_slo_format(&slo, buf, sizeof buf);
+  assert_string_equal(buf, "ttft_ms=1000,e2e_ms=250");
+  gc_cell_goodput(&c, r, 5, &slo);
+  assert_int_equal(c.n_good, 3); /* r1 took 300 ms */
+  /* no objective: goodput is undefined, not 100 % */
+  gc_slo_t none = {-1, -1, -1, -1};
+  gc_cell_goodput(&c, r, 5, &none);
+  assert_false(c.slo_set);
+  assert_true(c.good_pct < 0);
+  const char *bad[] = {"", "ttft_ms", "ttft=5", "ttft_ms=0", "ttft_ms=-3", "ttft_ms=5x", "ttft_ms=5,", "ttft_ms=5,ttft_ms=6",
+                       "itl_ms=nan"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err.msg[0] = 0;
+    if (gc_slo_parse(bad[i], &slo, &err) != GT_EINVAL) fail_msg("--slo '%s' accepted", bad[i]);
+    assert_non_null(strstr(err.msg, "--slo"));
+  }
+  for (int i = 0; i < 5; i++) gc_req_free(&r[i]);
+}
+
+/* Chunks that arrive within 0.1 ms of each other flag the cell, with the reason. */
+static void test_implausible_bursts(void **st) {
+  (void)st;
+  gc_req_t r[2];
+  fake(&r[0], 0, 20, 10, 0.004, 10, 0, 0); /* 9 intervals of 4 us: 250,000 tok/s per user */
+  gc_cell_t c = {.concurrency = 1};
+  assert_int_equal(gc_cell_compute(&c, r, 1, 0.1), 0);
+  assert_true(c.implausible);
+  assert_true(fabs(c.burst_pct - 100) < 1e-9);
+  assert_true(fabs(c.itl_min_ms - 0.004) < 1e-9);
+  assert_non_null(strstr(c.note_implausible, "250000 tok/s per user"));
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  gc_table_row(f, &c);
+  fclose(f);
+  assert_non_null(strstr(buf, "IMPLAUSIBLE"));
+  assert_non_null(strstr(buf, "\n  ! implausible: 100.0% of token intervals < 0.1 ms"));
+  free(buf);
+  gc_req_free(&r[0]);
+  /* the share decides: 4 burst intervals of 20 pass (20 %), 5 of 20 do not (25 %) */
+  for (int bursts = 4; bursts <= 5; bursts++) {
+    fake(&r[0], 0, 20, 11, 10, 10, 0, 0); /* 10 intervals of 10 ms */
+    fake(&r[1], 0, 20, 11, 10, 10, 0, 0);
+    for (int i = 0; i < bursts; i++) r[1].ival_ms[i] = 0.05;
+    assert_int_equal(gc_cell_compute(&c, r, 2, 0.2), 0);
+    assert_int_equal(c.implausible, bursts == 5);
+    gc_req_free(&r[0]);
+    gc_req_free(&r[1]);
+  }
+}
+
 static void test_csv_and_svg(void **st) {
   (void)st;
   gc_cell_t c[2];
@@ -199,6 +297,9 @@ static void test_csv_and_svg(void **st) {
   c[0].ttft_p50 = 12.5, c[0].ttft_p90 = -1, c[0].ttfc_p50 = -1, c[0].e2e_p50 = -1, c[0].itl_p50 = 10;
   c[0].decode_tps = 100, c[0].total_tps = 350, c[0].chk = 1.143, c[0].prefix_hit_pct = -1, c[0].think_pct = 0;
   c[0].prompt_tokens_mean = -1;
+  c[0].ttft_p99 = 30, c[0].itl_p90 = c[0].itl_p99 = c[0].tpot_p50 = c[0].tpot_p90 = c[0].tpot_p99 = -1;
+  c[0].good_pct = c[0].good_rps = c[0].burst_pct = c[0].itl_min_ms = -1;
+  c[0].srv_queue_ms = c[0].cli_inflight = c[0].srv_inflight = -1;
   c[1] = c[0];
   c[1].warm = 1;
   char *buf = NULL;
@@ -206,7 +307,8 @@ static void test_csv_and_svg(void **st) {
   FILE *f = open_memstream(&buf, &len);
   gc_csv_write(f, c, 2);
   fclose(f);
-  assert_non_null(strstr(buf, "\"A,\"\"x\"\"\",512,4,0,cold,8,8,0,12.500,,,,10.000,100.000,350.000,1.143,,0.00,"));
+  assert_non_null(strstr(buf, "\"A,\"\"x\"\"\",512,4,0,cold,8,8,0,12.500,,30.000,,,10.000,,,,,,100.000,350.000,1.143,,0.00,"));
+  assert_non_null(strstr(buf, ",tpot_p50_ms,tpot_p90_ms,tpot_p99_ms,"));
   assert_non_null(strstr(buf, ",warm,"));
   free(buf);
   gc_series_t s[2];
@@ -228,6 +330,198 @@ static void test_csv_and_svg(void **st) {
   for (char *p = buf; (p = strstr(p, "<polyline")); p++) polylines++;
   assert_int_equal(polylines, 2);
   free(buf);
+}
+
+
+/* One outlier cell must not flatten every other line: the axis ends above the rest and the
+ * outlier is drawn clipped, with its value. Steep but real growth is not clipped. */
+static void test_svg_robust_axis(void **st) {
+  (void)st;
+  gc_series_t s[2];
+  memset(s, 0, sizeof s);
+  snprintf(s[0].name, sizeof s[0].name, "A");
+  snprintf(s[1].name, sizeof s[1].name, "B");
+  double xs[] = {1, 2, 4, 8}, ya[] = {83, 84, 250000, 82}, yb[] = {80, 79, 78, 77};
+  for (int i = 0; i < 4; i++) gc_series_add(&s[0], xs[i], ya[i]), gc_series_add(&s[1], xs[i], yb[i]);
+  assert_true(fabs(gc_svg_clip_level(s, 2) - 84) < 1e-9);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  gc_svg_plot(f, "t", "x", "y", s, 2, 1);
+  fclose(f);
+  assert_non_null(strstr(buf, "axis clipped at 100: 1 point above"));
+  assert_non_null(strstr(buf, ">100</text>")); /* top tick: the rest fill the plot */
+  assert_null(strstr(buf, ">300000</text>"));
+  int clipped = 0;
+  for (char *p = buf; (p = strstr(p, "class=\"clipped\"")); p++) clipped++;
+  assert_int_equal(clipped, 1);
+  assert_non_null(strstr(buf, "250000 (clipped)"));
+  /* nothing is drawn above the plot area (top edge y = 40) */
+  for (char *p = buf; (p = strstr(p, " cy=\"")); p++) assert_true(atof(p + 5) >= 40);
+  free(buf);
+  /* two outliers of eight points: both clipped */
+  s[1].y[3] = 9000;
+  assert_true(fabs(gc_svg_clip_level(s, 2) - 84) < 1e-9);
+  /* TTFT over context grows steeply but steadily: not an outlier */
+  gc_series_t t;
+  memset(&t, 0, sizeof t);
+  double cx[] = {512, 2048, 8192, 28000}, cy[] = {60, 90, 240, 800};
+  for (int i = 0; i < 4; i++) gc_series_add(&t, cx[i], cy[i]);
+  assert_true(gc_svg_clip_level(&t, 1) < 0);
+  f = open_memstream(&buf, &len);
+  gc_svg_plot(f, "t", "x", "y", &t, 1, 0);
+  fclose(f);
+  assert_null(strstr(buf, "clipped"));
+  assert_non_null(strstr(buf, ">1000</text>"));
+  free(buf);
+}
+
+
+/* ---- --dataset JSONL ---- */
+static char *write_tmp(const char *text) {
+  static char path[64];
+  snprintf(path, sizeof path, "/tmp/gantry-ds-XXXXXX");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static int words(void *ud, const char *t, int *count, gt_err_t *err) {
+  (void)ud, (void)err;
+  int n = 0, in = 0;
+  for (; *t; t++) {
+    int sp = *t == ' ' || *t == '\n';
+    n += !sp && !in;
+    in = !sp;
+  }
+  *count = n;
+  return GT_OK;
+}
+
+static void test_dataset_load(void **st) {
+  (void)st;
+  gc_dataset_t ds = {0};
+  gt_err_t err = {0};
+  char *p = write_tmp("{\"prompt\": \"hello world\", \"output_len\": 7}\n\n"
+                      "{\"input_len\": 40}\r\n{\"input_len\": 12, \"output_len\": 3, \"id\": \"x\"}");
+  assert_int_equal(gc_dataset_load(p, &ds, &err), GT_OK);
+  unlink(p);
+  assert_int_equal(ds.n, 3);
+  assert_string_equal(ds.e[0].prompt, "hello world");
+  assert_int_equal(ds.e[0].output_len, 7);
+  assert_int_equal(ds.e[0].input_len, -1);
+  assert_null(ds.e[1].prompt);
+  assert_int_equal(ds.e[1].input_len, 40);
+  assert_int_equal(ds.e[1].output_len, -1);
+  assert_int_equal(ds.e[1].line, 3);
+  assert_int_equal(ds.e[2].line, 4);
+  assert_int_equal(ds.e[2].output_len, 3);
+  assert_int_equal(gc_dataset_synthesize(&ds, words, NULL, 1, &err), GT_OK);
+  assert_string_equal(ds.e[0].prompt, "hello world"); /* given text is never touched */
+  assert_false(ds.e[0].synthesized);
+  int n;
+  words(NULL, ds.e[1].prompt, &n, NULL);
+  assert_int_equal(n, 40);
+  assert_int_equal(ds.e[1].input_tokens, 40);
+  assert_int_equal(ds.e[2].input_tokens, 12);
+  assert_true(strncmp(ds.e[1].prompt, ds.e[2].prompt, 12) != 0); /* no shared prefix */
+  gc_dataset_free(&ds);
+  assert_int_equal(ds.n, 0);
+
+  struct { const char *text, *msg; } bad[] = {
+      {"{\"prompt\": 5}\n", ":1: \"prompt\" must be a non-empty string"},
+      {"{\"prompt\": \"\"}\n", ":1: \"prompt\" must be a non-empty string"},
+      {"{\"prompt\": \"a\"}\n[1, 2]\n", ":2: not a JSON object"},
+      {"{\"prompt\": \"a\"}\n\n{bad\n", ":3: not a JSON object: "},
+      {"{\"output_len\": 5}\n", ":1: needs \"prompt\" (a string) or \"input_len\""},
+      {"{\"input_len\": -4}\n", "input_len is not one"},
+      {"{\"input_len\": 2.5}\n", "input_len is not one"},
+      {"{\"prompt\": \"x\", \"output_len\": 0}\n", ":1: \"output_len\" must be a positive integer"},
+      {"\n  \n", "no entries"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    p = write_tmp(bad[i].text);
+    memset(&ds, 0, sizeof ds);
+    err.msg[0] = 0;
+    int rc = gc_dataset_load(p, &ds, &err);
+    unlink(p);
+    if (rc == GT_OK || !strstr(err.msg, bad[i].msg) || !strstr(err.msg, "/tmp/gantry-ds-"))
+      fail_msg("case %zu: rc %d, message '%s', want '%s'", i, rc, err.msg, bad[i].msg);
+    assert_int_equal(ds.n, 0);
+    assert_null(ds.e);
+  }
+  assert_int_equal(gc_dataset_load("/nonexistent/d.jsonl", &ds, &err), GT_EIO);
+  assert_non_null(strstr(err.msg, "/nonexistent/d.jsonl"));
+}
+
+
+/* ---- the server's queue time from /metrics ---- */
+/* Recomputes c over the 4 requests r (0.2 s) and applies the queue between two /metrics texts. */
+static void queue_between(gc_cell_t *c, const gc_req_t *r, const char *before, const char *after) {
+  gc_srvq_snap_t a, b;
+  assert_int_equal(gc_cell_compute(c, r, 4, 0.2), 0);
+  gc_srvq_parse(before, &a);
+  gc_srvq_parse(after, &b);
+  a.ok = b.ok = 1;
+  gc_cell_queue(c, r, 4, &a, &b);
+}
+
+static void test_srvq_parse_and_note(void **st) {
+  (void)st;
+  gc_srvq_snap_t a, b;
+  gc_srvq_parse("# HELP gantry_router_admission_wait_ms Wait.\n# TYPE gantry_router_admission_wait_ms histogram\n"
+                "gantry_router_admission_wait_ms_bucket{le=\"1\"} 3\ngantry_router_admission_wait_ms_sum 120.5\n"
+                "gantry_router_admission_wait_ms_count 4\ngantry_router_admission_wait_ms_summary 9\n"
+                "vllm:request_queue_time_seconds_sum{model_name=\"a\"} 1.5\n"
+                "vllm:request_queue_time_seconds_sum{model_name=\"b}\\\"x\"} 0.5\n"
+                "vllm:request_queue_time_seconds_count{model_name=\"a\"} 3\n"
+                "vllm:request_queue_time_seconds_count{model_name=\"b}\\\"x\"} 1",
+                &a);
+  assert_true(fabs(a.sum[0] - 120.5) < 1e-9);
+  assert_true(fabs(a.count[0] - 4) < 1e-9);
+  assert_true(fabs(a.sum[1] - 2000) < 1e-9); /* seconds -> ms, summed over labels */
+  assert_true(fabs(a.count[1] - 4) < 1e-9);
+  assert_true(a.count[2] < 0 && a.count[3] < 0 && a.count[4] < 0);
+
+  /* 4 streams of 200 ms (TTFT 100) back to back in 0.2 s: the client kept 4 open */
+  gc_req_t r[4];
+  for (int i = 0; i < 4; i++) fake(&r[i], 0, 100, 10, 10, 10, 0, 0);
+  gc_cell_t c = {.concurrency = 4};
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
+  assert_true(fabs(c.cli_inflight - 4) < 1e-9);
+  /* the router says they waited 150 ms each for admission: the engine had 1 at a time */
+  const char *before = "gantry_router_admission_wait_ms_sum 50\ngantry_router_admission_wait_ms_count 10\n";
+  queue_between(&c, r, before, "gantry_router_admission_wait_ms_sum 650\ngantry_router_admission_wait_ms_count 14\n");
+  assert_true(fabs(c.srv_queue_ms - 150) < 1e-9);
+  assert_string_equal(c.srv_queue_src, "gantry_router_admission_wait_ms");
+  assert_true(fabs(c.srv_inflight - 1) < 1e-9);
+  assert_true(c.cap_limited);
+  assert_non_null(strstr(c.note_cap, "150 ms on average in the router's admission queue (a max_inflight cap)"));
+  assert_non_null(strstr(c.note_cap, "worked on 1.0 streams while the client kept 4.0 open"));
+  /* 5 ms of admission: reported, no note */
+  queue_between(&c, r, before, "gantry_router_admission_wait_ms_sum 70\ngantry_router_admission_wait_ms_count 14\n");
+  assert_true(fabs(c.srv_queue_ms - 5) < 1e-9);
+  assert_false(c.cap_limited);
+  assert_string_equal(c.note_cap, "");
+  /* no queue series: TTFT 100 ms against a server prefill of 50 ms */
+  queue_between(&c, r, "vllm:request_prefill_time_seconds_sum 1\nvllm:request_prefill_time_seconds_count 2\n",
+                "vllm:request_prefill_time_seconds_sum 1.2\nvllm:request_prefill_time_seconds_count 6\n");
+  assert_true(fabs(c.srv_queue_ms - 50) < 1e-9);
+  assert_string_equal(c.srv_queue_src, "ttft-vllm:request_prefill_time_seconds");
+  assert_true(fabs(c.srv_inflight - 3) < 1e-9);
+  assert_true(c.cap_limited);
+  assert_non_null(strstr(c.note_cap, "(TTFT 100 ms - server prefill 50 ms)"));
+  /* no /metrics: nothing is claimed */
+  assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
+  gc_srvq_parse(before, &a);
+  a.ok = 0, b.ok = 1;
+  gc_cell_queue(&c, r, 4, &a, &b);
+  assert_true(c.srv_queue_ms < 0);
+  assert_false(c.cap_limited);
+  for (int i = 0; i < 4; i++) gc_req_free(&r[i]);
 }
 
 static void test_prompt_words(void **st) {
@@ -295,7 +589,9 @@ int main(void) {
       cmocka_unit_test(test_sse_framing_any_split),     cmocka_unit_test(test_sse_unterminated_last_event),
       cmocka_unit_test(test_req_counts_and_intervals),  cmocka_unit_test(test_req_bad_json_and_completions_text),
       cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
-      cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_prompt_words),
+      cmocka_unit_test(test_tpot_p99_goodput),          cmocka_unit_test(test_implausible_bursts),
+      cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_svg_robust_axis),
+      cmocka_unit_test(test_dataset_load),              cmocka_unit_test(test_srvq_parse_and_note),               cmocka_unit_test(test_prompt_words),
       cmocka_unit_test(test_prompt_calibrate),          cmocka_unit_test(test_prompt_calibrate_local_tokenizer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
