@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/kv.h"
+#include "engine/sched_mem.h"
 
 typedef struct req {
   int64_t id;
@@ -169,6 +170,28 @@ static void on_snapshot_evict(void *ud, int snapshot_id) {
 
 /* ---- creation ---- */
 
+/* Sets c->n_blocks (when 0) from the memory plan of m's device and logs the plan. */
+static int plan_pool(model_t *m, sched_config_t *c, int hybrid, gt_err_t *err) {
+  sched_mem_in_t in = {.max_num_seqs = c->max_num_seqs, .n_ctx = c->n_ctx, .block_tokens = c->block_tokens,
+                       .n_state_slots = hybrid ? c->max_num_seqs + c->n_snapshots : 0,
+                       .kv_bytes = c->kv_mem_bytes, .kv_fraction = c->kv_mem_fraction};
+  sched_mem_input(m, &in);
+  sched_mem_plan_t p;
+  if (c->n_blocks > 0) { /* given: only described */
+    p = (sched_mem_plan_t){.n_blocks = c->n_blocks, .n_state_slots = in.n_state_slots,
+                           .kv_bytes = (uint64_t)c->n_blocks * c->block_tokens * in.kv_bytes_per_token,
+                           .state_bytes = (uint64_t)in.n_state_slots * in.state_bytes_per_slot,
+                           .max_concurrency = (double)c->n_blocks * c->block_tokens / c->n_ctx, .rule = "blocks"};
+  } else {
+    int rc = sched_mem_plan(&in, &p, err);
+    if (rc) return rc;
+    c->n_blocks = p.n_blocks;
+  }
+  char line[512];
+  GT_LOG_INFO("%s", sched_mem_format(&in, &p, line, sizeof line));
+  return GT_OK;
+}
+
 int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err) {
   sched_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
@@ -183,9 +206,10 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->hybrid = m->hp.n_gdn_layers > 0;
   if (c.n_snapshots <= 0) c.n_snapshots = s->hybrid ? 2 * c.max_num_seqs : 0;
   s->max_blocks = (c.n_ctx + c.block_tokens - 1) / c.block_tokens;
-  if (c.n_blocks <= 0) {
-    int per_seq = ((c.n_ctx < 4096 ? c.n_ctx : 4096) + c.block_tokens - 1) / c.block_tokens;
-    c.n_blocks = c.max_num_seqs * per_seq;
+  int rc = plan_pool(m, &c, s->hybrid, err);
+  if (rc) {
+    free(s);
+    return rc;
   }
   s->cfg = c;
   s->m = m;
@@ -195,7 +219,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   memcpy(s->eos_ids, ids, sizeof ids);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
-  int rc = kv_pool_create(c.n_blocks, c.block_tokens, &s->kv, err);
+  rc = kv_pool_create(c.n_blocks, c.block_tokens, &s->kv, err);
   if (rc) goto fail;
   kv_pool_on_evict(s->kv, on_snapshot_evict, s);
   int n_slots = s->hybrid ? c.max_num_seqs + c.n_snapshots : 0;

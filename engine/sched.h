@@ -34,10 +34,14 @@ typedef struct {
   int max_num_seqs;     /* running sequences at once (default 32) */
   int max_batch_tokens; /* tokens per step, decode + prefill chunks (default 512) */
   int max_waiting;      /* bounded waiting queue: more -> GT_EBUSY (default 256) */
-  int n_blocks;         /* KV pool blocks (0: enough for max_num_seqs full contexts) */
+  int n_blocks;         /* KV pool blocks (0: planned from memory, engine/sched_mem.h) */
   int block_tokens;     /* default 16 */
   int n_ctx;            /* max tokens per sequence (default: the model's training context) */
   int n_snapshots;      /* hybrid models: state slots kept for prefix caching (default 2 * max_num_seqs) */
+  /* --kv-memory, used when n_blocks is 0: bytes, or a fraction in (0, 1) of the free memory of
+   * the model's device after the weights; both 0: the default rule (sched_mem.h) */
+  uint64_t kv_mem_bytes;
+  double kv_mem_fraction;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */
@@ -82,7 +86,9 @@ typedef struct {
 } sched_req_t;
 
 /* cfg may be NULL (defaults). The scheduler uses m (its backend cache is (re)initialised) and
- * tok; both must outlive it. */
+ * tok; both must outlive it. With n_blocks 0 the pool is planned from the memory m's backend
+ * reports (sched_mem.h; GT_ENOMEM "not enough memory: ..." when one full-context sequence does
+ * not fit); the plan is logged in one line (pool, max concurrency, memory sized from). */
 int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err);
 void sched_free(sched_t *s); /* finishes every request with CANCELLED first */
 
