@@ -3,13 +3,17 @@
  * Each step (sched_step) the scheduler
  *   1. drops cancelled requests (their blocks and state slot are released first);
  *   2. admits waiting requests, priority then arrival order, while fewer than max_num_seqs run
- *      and the KV pool has blocks (prefix-cached blocks are reused: kv.h);
- *   3. builds one batch: one decode token for every running sequence that has finished its
- *      prompt, then prompt chunks (chunked prefill) up to max_batch_tokens in total, so a long
- *      prompt never stalls running streams for more than one chunk;
- *   4. when the pool runs out, preempts the most recently admitted running sequence (lowest
- *      priority first) by recompute: its blocks are freed and it waits again with its prompt
- *      plus the tokens generated so far;
+ *      and the blocks of the request's first chunk are free beyond one block of headroom per
+ *      running decode (the head of the queue waits otherwise, and everything behind it;
+ *      prefix-cached blocks are reused: kv.h);
+ *   3. builds one batch, oldest sequence first: one decode token for every running sequence
+ *      that has finished its prompt, then prompt chunks (chunked prefill) up to
+ *      max_batch_tokens in total, each chunk cut to the blocks free beyond the decodes'
+ *      headroom, so a long prompt never stalls running streams nor takes their blocks;
+ *   4. when a running sequence cannot grow, preempts the youngest running sequence (lowest
+ *      priority, then latest arrival) that is younger than it, by recompute: its blocks are
+ *      freed and it waits again with its prompt plus the tokens generated so far. A sequence
+ *      never preempts an older one (engine/SERVE.md "Scheduling");
  *   5. runs the model, samples each sequence's next token with its own seeded sampler, and
  *      turns tokens into events (text, reasoning, tool-call deltas, stop strings) through
  *      engine/seqout.h; finished sequences release everything they hold.
