@@ -79,6 +79,24 @@ const char *sched_mem_format(const sched_mem_in_t *in, const sched_mem_plan_t *p
   return buf;
 }
 
+/* be's memory into *mi; 0 when it has none to report (a failed query's sticky error is cleared:
+ * the memory is then unknown, not a failed step). */
+static int device_mem(be_t *be, be_mem_info_t *mi) {
+  if (!be->ops->mem_info) return 0;
+  if (be->ops->mem_info(be, mi) == GT_OK) return 1;
+  be->ops->sync(be);
+  return 0;
+}
+
+int sched_mem_check_weights(be_t *be, uint64_t weight_bytes, gt_err_t *err) {
+  be_mem_info_t mi;
+  if (!device_mem(be, &mi) || weight_bytes <= mi.free_bytes) return GT_OK;
+  char a[32], b[32];
+  return gt_err_set(err, GT_ENOMEM, "not enough memory: the weights need %s, %s has %s free",
+                    sched_mem_fmt_bytes((double)weight_bytes, a, sizeof a), mi.what,
+                    sched_mem_fmt_bytes((double)mi.free_bytes, b, sizeof b));
+}
+
 void sched_mem_input(model_t *m, sched_mem_in_t *in) {
   be_t *be = m->be;
   in->kv_bytes_per_token = model_kv_bytes_per_token(m);
@@ -88,12 +106,10 @@ void sched_mem_input(model_t *m, sched_mem_in_t *in) {
   in->free_bytes = in->total_bytes = 0;
   snprintf(in->mem_what, sizeof in->mem_what, "unknown");
   be_mem_info_t mi;
-  if (be->ops->mem_info && be->ops->mem_info(be, &mi) == GT_OK) {
+  if (device_mem(be, &mi)) {
     in->free_bytes = mi.free_bytes;
     in->total_bytes = mi.total_bytes;
     snprintf(in->mem_what, sizeof in->mem_what, "%s", mi.what);
-  } else if (be->ops->mem_info) {
-    be->ops->sync(be); /* clears the sticky error: the memory is then unknown, not a failed step */
   }
 }
 

@@ -63,6 +63,10 @@ const char *sched_mem_format(const sched_mem_in_t *in, const sched_mem_plan_t *p
  * backend, a device of its own otherwise). The caller sets the sequence / option fields. */
 void sched_mem_input(model_t *m, sched_mem_in_t *in);
 
+/* Before loading: GT_ENOMEM ("not enough memory: the weights need ...") when weight_bytes exceed
+ * the free memory be reports; GT_OK when they fit or the memory is unknown. */
+int sched_mem_check_weights(be_t *be, uint64_t weight_bytes, gt_err_t *err);
+
 /* Checks that a pool of n_blocks of block_tokens and n_slots state slots fits in the free memory
  * of m's device (pools sized by need: generate, bench); GT_ENOMEM naming the memory otherwise.
  * GT_OK when the memory is unknown. */

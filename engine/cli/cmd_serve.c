@@ -148,12 +148,8 @@ int cmd_serve(int argc, char **argv) {
     if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
   }
   if (cli_create_backend(device, (int)threads, &be)) goto out;
-  be_mem_info_t mi = {0};
-  if (be->ops->mem_info && be->ops->mem_info(be, &mi)) be->ops->sync(be); /* unknown: clear the error */
-  if (mi.free_bytes && tensor_bytes > mi.free_bytes) {
-    char a[32], b[32];
-    cli_fail("not enough memory: the weights need %s, %s has %s free", sched_mem_fmt_bytes((double)tensor_bytes, a, sizeof a),
-             mi.what, sched_mem_fmt_bytes((double)mi.free_bytes, b, sizeof b));
+  if (sched_mem_check_weights(be, tensor_bytes, &err)) {
+    cli_fail("%s", err.msg);
     rc = 2;
     goto out;
   }

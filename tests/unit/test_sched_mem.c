@@ -3,7 +3,7 @@
  * --kv-memory bytes or fraction; errors; the log line), and through sched_create that the pool
  * is sized from the memory the model's backend reports: the CPU backend with an injected
  * mem_info standing for a GPU's, so `--kv-memory 0.5` must give half of that memory, not half
- * of the host's. */
+ * of the host's; the weight and by-need pool checks read the same memory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -176,6 +176,12 @@ static void test_sched_sizes_from_the_backend(void **state) {
     g_dev_free = (uint64_t)(4 * MiB);
     rc_small = pool_blocks(f, &c, &blocks_small, &err); /* not one 2048-token sequence (8 MiB) */
   }
+  /* the checks of serve's weights and of generate / bench pools read the same memory */
+  gt_err_t werr = {0}, perr = {0};
+  const int rc_weights = sched_mem_check_weights(f->be, (uint64_t)(5 * MiB), &werr);
+  const int rc_weights_fit = sched_mem_check_weights(f->be, (uint64_t)(3 * MiB), &werr);
+  const int rc_pool = sched_mem_check(f->m, 128, 16, 1, &perr); /* 2048 tokens: 8 MiB */
+  const int rc_pool_fit = sched_mem_check(f->m, 32, 16, 1, &perr);  /* 2 MiB */
   f->be->ops = cpu;
   assert_int_equal(rc, GT_OK);
   assert_int_equal(blocks, want_half);
@@ -184,6 +190,12 @@ static void test_sched_sizes_from_the_backend(void **state) {
   assert_int_equal(rc_small, GT_ENOMEM);
   assert_non_null(strstr(err.msg, "not enough memory"));
   assert_non_null(strstr(err.msg, "cuda:7"));
+  assert_int_equal(rc_weights, GT_ENOMEM);
+  assert_int_equal(rc_weights_fit, GT_OK);
+  assert_non_null(strstr(werr.msg, "not enough memory: the weights need 5.0MiB, cuda:7 has 4.0MiB free"));
+  assert_int_equal(rc_pool, GT_ENOMEM);
+  assert_int_equal(rc_pool_fit, GT_OK);
+  assert_non_null(strstr(perr.msg, "cuda:7"));
 
   /* the real CPU backend: the host's memory; 4 x 2048 tokens fit, so the full pool */
   assert_int_equal(pool_blocks(f, &c, &blocks, &err), GT_OK);
