@@ -195,8 +195,7 @@ static void test_chunked_prefill_interleaves(void **state) {
  * the streams outgrow their headroom; admitting it on a single free block, as before, had it
  * admitted and preempted three times here), it completes with the tokens it gets alone, and
  * every block comes back. */
-static void test_long_prompt_small_pool(void **state) {
-  fx_t *f = *state;
+static void long_prompt_small_pool(fx_t *f) {
   enum { N = 3, LONG = 150 };
   static const int GENS[N] = {20, 40, 60};
   static out_t solo[N + 1], run[N + 1];
@@ -250,6 +249,22 @@ static void test_long_prompt_small_pool(void **state) {
   assert_int_equal(st.waiting, 0);
   assert_int_equal(st.kv_used, 0); /* no block leaked: the pool is whole again */
   sched_free(s);
+}
+
+/* ... on qwen3-tiny, and on the hybrid qwen35-tiny (state slots, snapshots at the prompt's last
+ * block boundary, recompute from zero state after the preemption) */
+static void test_long_prompt_small_pool(void **state) {
+  long_prompt_small_pool(*state);
+  fx_t h = {0};
+  gt_err_t err = {0};
+  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &h.g, &err) || be_cpu_create(2, &h.be, &err) ||
+      model_load(h.g, h.be, 64, &h.m, &err) || tok_load(h.g, &h.tok, &err))
+    fail_msg("qwen35-tiny: %s", err.msg);
+  long_prompt_small_pool(&h);
+  tok_free(h.tok);
+  model_free(h.m);
+  be_destroy(h.be);
+  gguf_close(h.g);
 }
 
 static void test_cancel_and_errors(void **state) {
