@@ -14,7 +14,7 @@ add_library(gantry_model STATIC
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
 
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
-add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c)
+add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_tok gantry_chat gantry_common Threads::Threads)
 
 add_library(gantry_golden STATIC tests/common/golden_model.c)
@@ -29,5 +29,7 @@ gt_add_test(test_backend_fused SOURCES tests/unit/test_backend_fused.c LIBS gant
 add_library(gantry_model_fx STATIC tests/common/model_fx.c)
 target_link_libraries(gantry_model_fx PUBLIC gantry_model gantry_tok gantry_testutil)
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
+# the memory plan: the pure sizing rule, and sched_create sizing from the backend's reported memory
+gt_add_test(test_sched_mem SOURCES tests/unit/test_sched_mem.c LIBS gantry_sched gantry_model_fx TIMEOUT 120)
 gt_add_test(test_sampler SOURCES tests/unit/test_sampler.c LIBS gantry_model TIMEOUT 60)
 gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)

@@ -35,6 +35,10 @@ if(CMAKE_CUDA_COMPILER)
   gt_add_test(test_cuda_sample SOURCES tests/gpu/test_cuda_sample.c
     LIBS gantry_cuda gantry_model gantry_testutil TIMEOUT 300)
   set_tests_properties(test_cuda_sample PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  # the KV pool sized from the GPU's memory (--kv-memory fraction, default)
+  gt_add_test(test_cuda_kvmem SOURCES tests/gpu/test_cuda_kvmem.c
+    LIBS gantry_cuda gantry_sched gantry_testutil TIMEOUT 300)
+  set_tests_properties(test_cuda_kvmem PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
 
 if(CMAKE_CUDA_COMPILER)

@@ -2,6 +2,7 @@
 #include "engine/backend/backend.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_t cols, const void *host,
                      gt_err_t *err) {
@@ -37,4 +38,26 @@ const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n) {
     i = j;
   }
   return len ? buf : "none";
+}
+
+size_t be_kv_token_bytes(be_t *be, int kv_dim) {
+  return be->ops->kv_token_bytes ? be->ops->kv_token_bytes(be, kv_dim) : 2 * sizeof(float) * (size_t)kv_dim;
+}
+
+int be_host_mem_info(be_mem_info_t *out, gt_err_t *err) {
+  memset(out, 0, sizeof *out);
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return gt_err_set(err, GT_EUNSUPPORTED, "cannot read /proc/meminfo");
+  char line[256];
+  unsigned long long kb, avail = 0, total = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = kb;
+    else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) total = kb;
+  }
+  fclose(f);
+  if (!avail || !total) return gt_err_set(err, GT_EUNSUPPORTED, "/proc/meminfo has no MemAvailable / MemTotal");
+  out->free_bytes = (uint64_t)avail * 1024;
+  out->total_bytes = (uint64_t)total * 1024;
+  snprintf(out->what, sizeof out->what, "host MemAvailable");
+  return GT_OK;
 }

@@ -193,6 +193,13 @@ typedef struct be_sample_row {
 #define BE_ARG_F(n) , n
 #define BE_ARG_ROPE_BF16(n)
 
+/* The memory of the device a backend allocates from (mem_info), in bytes. */
+typedef struct be_mem_info {
+  uint64_t free_bytes;  /* what can still be allocated now (after the weights, model buffers, ...) */
+  uint64_t total_bytes;
+  char what[48];        /* which memory, for logs: "host MemAvailable", "cuda:0" */
+} be_mem_info_t;
+
 typedef struct be_ops {
   const char *name;
   void (*destroy)(be_t *be);
@@ -230,6 +237,13 @@ typedef struct be_ops {
    * Ends and waits for the step like download; returns the step's error. NULL: not supported. */
   int (*sample)(be_t *be, const float *logits, int n_rows, int n_vocab, const struct be_sample_row *rows,
                 int32_t *ids);
+  /* Free and total memory of the device this backend allocates from (CPU: the host's
+   * /proc/meminfo MemAvailable / MemTotal; CUDA: cudaMemGetInfo of its GPU). GT_OK, or an error
+   * in be->err when it cannot tell. NULL: unknown. Memory planning: engine/sched/sched_mem.h. */
+  int (*mem_info)(be_t *be, be_mem_info_t *out);
+  /* Bytes one token's K and V take in one attention layer's pool of kv_dim channels (the pool's
+   * element type). NULL: fp32, 2 * kv_dim * sizeof(float). */
+  size_t (*kv_token_bytes)(be_t *be, int kv_dim);
 } be_ops_t;
 
 /* most weights one matmul_multi call takes */
@@ -254,6 +268,11 @@ void be_weight_free(be_t *be, be_weight_t *w);
 /* The set bits of a graph_sizes mask as ranges ("1-32", "1-4,8") into buf[n] (n > 0); returns
  * buf, or "none" for an empty mask. */
 const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n);
+
+/* be->ops->kv_token_bytes, or the fp32 size when the backend has none. */
+size_t be_kv_token_bytes(be_t *be, int kv_dim);
+/* The host's memory from /proc/meminfo (MemAvailable, MemTotal); GT_OK or GT_EUNSUPPORTED. */
+int be_host_mem_info(be_mem_info_t *out, gt_err_t *err);
 
 /* CPU backend (the reference). n_threads <= 0: every core. */
 int be_cpu_create(int n_threads, be_t **out, gt_err_t *err);

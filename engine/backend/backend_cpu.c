@@ -525,6 +525,10 @@ static void cpu_destroy(be_t *be) {
   free(c);
 }
 
+static int cpu_mem_info(be_t *be, be_mem_info_t *out) { return be_host_mem_info(out, &be->err); }
+
+static size_t cpu_kv_token_bytes(be_t *be, int kv_dim) { return 2 * sizeof(float) * (size_t)kv_dim; }
+
 static const be_ops_t cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -543,6 +547,8 @@ static const be_ops_t cpu_ops = {
 #undef CPU_OP
     .all_reduce = cpu_all_reduce,
     .sample = cpu_sample,
+    .mem_info = cpu_mem_info,
+    .kv_token_bytes = cpu_kv_token_bytes,
 };
 
 int be_cpu_create(int n_threads, be_t **out, gt_err_t *err) {

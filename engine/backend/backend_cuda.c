@@ -5,6 +5,7 @@
 #include "engine/backend/backend_cuda_internal.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -328,6 +329,21 @@ static void cu_destroy(be_t *be) {
 
 static long cu_eager_steps(be_t *be) { return CU_BE(be)->eager_steps; }
 
+/* Free and total memory of this backend's GPU (cudaMemGetInfo). */
+static int cu_mem_info(be_t *be, be_mem_info_t *out) {
+  size_t f = 0, t = 0;
+  memset(out, 0, sizeof *out);
+  cu__flush_eager(be);
+  if (KC_CUDA(CU_ERR(be), cudaSetDevice(CU_BE(be)->device)) || KC_CUDA(CU_ERR(be), cudaMemGetInfo(&f, &t)))
+    return GT_EINTERNAL;
+  *out = (be_mem_info_t){.free_bytes = f, .total_bytes = t};
+  snprintf(out->what, sizeof out->what, "cuda:%d", CU_BE(be)->device);
+  return GT_OK;
+}
+
+/* The KV pool is fp32 (cu_kv_init): K and V of kv_dim floats per token and layer. */
+static size_t cu_kv_token_bytes(be_t *be, int kv_dim) { return 2 * sizeof(float) * (size_t)kv_dim; }
+
 static const be_ops_t cuda_ops = {
     .name = "cuda",
     .destroy = cu_destroy,
@@ -348,6 +364,8 @@ static const be_ops_t cuda_ops = {
     .eager_steps = cu_eager_steps,
     .sample = cu_sample,
     .graph_sizes = cu_graph_sizes,
+    .mem_info = cu_mem_info,
+    .kv_token_bytes = cu_kv_token_bytes,
 };
 
 int be_cuda_available(void) {

@@ -6,6 +6,7 @@
 
 #include "engine/models/bench.h"
 #include "engine/cli/cli.h"
+#include "engine/sched/sched_mem.h"
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/backend/backend_cuda.h"
 #endif
@@ -49,7 +50,9 @@ int cmd_bench(int argc, char **argv) {
   }
 #endif
   gt_err_t err = {0};
-  int rc = eb_run(cm.model, cm.gguf, &o, stdout, &err);
+  /* eb_run's pool: maxb sequences of prompt + gen tokens and one more block, 16-token blocks */
+  int rc = sched_mem_check(cm.model, maxb * (int)((prompt + gen + 15) / 16 + 1), 16, maxb, &err);
+  if (!rc) rc = eb_run(cm.model, cm.gguf, &o, stdout, &err);
   if (rc) cli_fail("%s", err.msg);
   cli_close_model(&cm);
   return rc ? 1 : 0;

@@ -10,6 +10,7 @@
 #include "engine/chat/prompt.h"
 #include "engine/models/gen.h"
 #include "engine/backend/sampler.h"
+#include "engine/sched/sched_mem.h"
 #include "format/tokenizer.h"
 
 static void usage(void) {
@@ -104,7 +105,9 @@ int cmd_generate(int argc, char **argv) {
     }
     max_tokens = hp->n_ctx_train - (long)n_ids;
   }
-  if (gen_create(cm.model, (int)(n_ids + (size_t)max_tokens), &gen, &err) ||
+  const int n_ctx = (int)(n_ids + (size_t)max_tokens);
+  if (sched_mem_check(cm.model, (n_ctx + GEN_BLOCK_TOKENS - 1) / GEN_BLOCK_TOKENS, GEN_BLOCK_TOKENS, 1, &err) ||
+      gen_create(cm.model, n_ctx, &gen, &err) ||
       sampler_create(&sp, hp->n_vocab, &smp, &err)) {
     cli_fail("%s", err.msg);
     goto out;

@@ -15,6 +15,7 @@
 #include "engine/cli/cli.h"
 
 #include "format/dtype.h"
+#include "engine/sched/sched_mem.h"
 #include "engine/server/server.h"
 #include "format/tokenizer.h"
 
@@ -41,24 +42,14 @@ static void usage(void) {
         "  --max-num-seqs N        sequences running at once (default 32)\n"
         "  --max-batch-tokens N    tokens per step, decode + prefill chunks (default 512)\n"
         "  --max-waiting N         waiting queue bound; more -> RESOURCE_EXHAUSTED (default 256)\n"
-        "  --kv-memory SIZE        KV pool: bytes with K/M/G suffix, or a fraction (0.5) of free memory\n"
+        "  --kv-memory SIZE        KV pool: bytes with K/M/G suffix, or a fraction (0.5) of the device's free\n"
+        "                          memory after the weights (default: max-num-seqs x max-model-len if that\n"
+        "                          fits 90 % of it, 25 % of the host's on the CPU; else what fits)\n"
         "  --max-model-len N       context per sequence (default: the model's)\n"
         "  --threads N             CPU threads (default: every core)\n"
         "  --device D              cpu (default), cuda or cuda:N\n"
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
         stdout);
-}
-
-/* MemAvailable from /proc/meminfo in bytes, or 0 when unknown. */
-static uint64_t mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-  fclose(f);
-  return (uint64_t)kb * 1024;
 }
 
 /* "123", "64M", "2G", "1.5G" -> bytes; "0.5" (a number < 1) -> fraction of free memory. */
@@ -81,12 +72,6 @@ static int parse_size(const char *v, double *bytes, double *fraction) {
   if (*end) return -1;
   *bytes = x * mul;
   return 0;
-}
-
-static const char *fmt_bytes(double b, char *buf, size_t n) {
-  if (b >= 1024.0 * 1024 * 1024) snprintf(buf, n, "%.2fGiB", b / (1024.0 * 1024 * 1024));
-  else snprintf(buf, n, "%.1fMiB", b / (1024.0 * 1024));
-  return buf;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -162,15 +147,12 @@ int cmd_serve(int argc, char **argv) {
     tensor_bytes += t->nbytes;
     if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
   }
-  uint64_t avail = mem_available();
-  if (!strcmp(device, "cpu") && avail && tensor_bytes > avail) { /* CUDA: checked by its allocator */
-    char a[32], b[32];
-    cli_fail("not enough memory: the weights need %s, %s is available", fmt_bytes((double)tensor_bytes, a, sizeof a),
-             fmt_bytes((double)avail, b, sizeof b));
+  if (cli_create_backend(device, (int)threads, &be)) goto out;
+  if (sched_mem_check_weights(be, tensor_bytes, &err)) {
+    cli_fail("%s", err.msg);
     rc = 2;
     goto out;
   }
-  if (cli_create_backend(device, (int)threads, &be)) goto out;
   if (model_load(g, be, (int)max_batch, &m, &err)) {
     cli_fail("%s: %s", model, err.msg);
     rc = err.code == GT_ENOMEM ? 2 : 1;
@@ -178,36 +160,6 @@ int cmd_serve(int argc, char **argv) {
   }
   if (tok_load(g, &tok, &err)) {
     cli_fail("%s: tokenizer: %s", model, err.msg);
-    goto out;
-  }
-  int n_ctx = max_len > 0 && max_len < m->hp.n_ctx_train ? (int)max_len : m->hp.n_ctx_train;
-  const int bt = 16;
-  size_t per_tok = model_kv_bytes_per_token(m), per_slot = model_state_bytes_per_slot(m);
-  int hybrid = m->hp.n_gdn_layers > 0;
-  /* minimal pool: one sequence at full context (+ its state slot) */
-  int min_blocks = (n_ctx + bt - 1) / bt;
-  double min_bytes = (double)min_blocks * bt * (double)per_tok + (hybrid ? (double)per_slot : 0);
-  avail = mem_available();
-  double budget = kv_frac > 0 ? kv_frac * (double)avail : kv_bytes;
-  int n_blocks = 0;
-  int n_slots = hybrid ? (int)max_seqs * 3 : 0; /* running + snapshots (sched default 2 per seq) */
-  if (budget > 0) {
-    double for_kv = budget - (double)n_slots * (double)per_slot;
-    n_blocks = per_tok ? (int)(for_kv / ((double)bt * (double)per_tok)) : 0;
-  } else {
-    int per_seq = ((n_ctx < 4096 ? n_ctx : 4096) + bt - 1) / bt;
-    n_blocks = (int)max_seqs * per_seq;
-    double need = (double)n_blocks * bt * (double)per_tok + (double)n_slots * (double)per_slot;
-    if (avail && need > 0.9 * (double)avail) /* shrink the default to fit */
-      n_blocks = (int)((0.9 * (double)avail - (double)n_slots * (double)per_slot) / ((double)bt * (double)per_tok));
-  }
-  if (n_blocks < min_blocks || (avail && min_bytes > (double)avail)) {
-    char a[32], b[32], c2[32];
-    cli_fail("not enough memory: weights %s + minimal KV pool %s (one sequence of %d tokens) do not fit; "
-             "%s available, KV budget %d blocks (need %d); lower --max-model-len or raise --kv-memory",
-             fmt_bytes((double)m->weight_bytes, a, sizeof a), fmt_bytes(min_bytes, b, sizeof b), n_ctx,
-             fmt_bytes((double)avail, c2, sizeof c2), n_blocks > 0 ? n_blocks : 0, min_blocks);
-    rc = 2;
     goto out;
   }
   char wtbuf[256] = "";
@@ -218,8 +170,14 @@ int cmd_serve(int argc, char **argv) {
       wt[n_wt++] = dt_name((gt_type_t)t);
       snprintf(wtbuf + strlen(wtbuf), sizeof wtbuf - strlen(wtbuf), "%s%s", n_wt > 1 ? "," : "", dt_name((gt_type_t)t));
     }
+  GT_LOG_INFO("model=%s name=\"%s\"", model, m->hp.name);
+  GT_LOG_INFO("architecture=%s layers=%d context=%d hybrid=%d", m->hp.arch, m->hp.n_layer, m->hp.n_ctx_train,
+              m->hp.n_gdn_layers > 0);
+  GT_LOG_INFO("weight_types=%s", wtbuf);
+  GT_LOG_INFO("parameters=%lld", (long long)m->n_params);
+  /* the scheduler plans the KV pool from the device's memory and logs the plan (sched_mem.h) */
   sched_config_t cfg = {.max_num_seqs = (int)max_seqs, .max_batch_tokens = (int)max_batch, .max_waiting = (int)max_waiting,
-                        .n_blocks = n_blocks, .block_tokens = bt, .n_ctx = n_ctx};
+                        .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac};
   srv_model_info_t info = {.model_name = m->hp.name, .architecture = m->hp.arch, .version = GANTRY_VERSION,
                            .weight_types = wt, .n_weight_types = n_wt};
   if (srv_attach(srv, g, m, tok, &cfg, &info, &err)) {
@@ -227,17 +185,6 @@ int cmd_serve(int argc, char **argv) {
     rc = err.code == GT_ENOMEM ? 2 : 1;
     goto out;
   }
-  double kv_total = (double)n_blocks * bt * (double)per_tok + (double)n_slots * (double)per_slot;
-  char b1[32], b2[32], b3[32];
-  GT_LOG_INFO("model=%s name=\"%s\"", model, m->hp.name);
-  GT_LOG_INFO("architecture=%s layers=%d context=%d hybrid=%d", m->hp.arch, m->hp.n_layer, m->hp.n_ctx_train, hybrid);
-  GT_LOG_INFO("weight_types=%s", wtbuf);
-  GT_LOG_INFO("parameters=%lld", (long long)m->n_params);
-  GT_LOG_INFO("kv_pool_tokens=%lld kv_blocks=%d block_tokens=%d kv_bytes_per_token=%zu state_slots=%d", (long long)n_blocks * bt,
-              n_blocks, bt, per_tok, n_slots);
-  GT_LOG_INFO("max_concurrency_full_context=%.2f max_model_len=%d", (double)n_blocks * bt / n_ctx, n_ctx);
-  GT_LOG_INFO("memory_used=%s weights=%s kv_cache=%s", fmt_bytes((double)m->weight_bytes + kv_total, b1, sizeof b1),
-              fmt_bytes((double)m->weight_bytes, b2, sizeof b2), fmt_bytes(kv_total, b3, sizeof b3));
   GT_LOG_INFO("max_num_seqs=%ld max_batch_tokens=%ld max_waiting=%ld", max_seqs, max_batch, max_waiting);
   GT_LOG_INFO("listening grpc=%s port=%d metrics=%s:%d load_ms=%.0f", listen, port, metrics_port >= 0 ? mhost : "off", mport,
               gt_now_ms() - t0);

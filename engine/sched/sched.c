@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "engine/sched/kv.h"
+#include "engine/sched/sched_mem.h"
 
 typedef struct req {
   int64_t id;
@@ -144,13 +145,16 @@ static int before(const req_t *a, const req_t *b) {
   return a->arrival < b->arrival;
 }
 
-static void insert_waiting(sched_t *s, req_t *q) {
-  int i = s->n_waiting;
-  while (i > 0 && before(q, s->waiting[i - 1])) i--;
-  memmove(s->waiting + i + 1, s->waiting + i, sizeof(req_t *) * (size_t)(s->n_waiting - i));
-  s->waiting[i] = q;
-  s->n_waiting++;
+/* Inserts q into arr[*n] (kept in `before` order) after its equals. */
+static void insert_ordered(req_t **arr, int *n, req_t *q) {
+  int i = *n;
+  while (i > 0 && before(q, arr[i - 1])) i--;
+  memmove(arr + i + 1, arr + i, sizeof(req_t *) * (size_t)(*n - i));
+  arr[i] = q;
+  (*n)++;
 }
+
+static void insert_waiting(sched_t *s, req_t *q) { insert_ordered(s->waiting, &s->n_waiting, q); }
 
 /* Publishes n_waiting for sched_submit's queue bound (read under mu by other threads). Called
  * after every change of waiting[] that a submitter could observe before the step ends. */
@@ -169,6 +173,28 @@ static void on_snapshot_evict(void *ud, int snapshot_id) {
 
 /* ---- creation ---- */
 
+/* Sets c->n_blocks (when 0) from the memory plan of m's device and logs the plan. */
+static int plan_pool(model_t *m, sched_config_t *c, int hybrid, gt_err_t *err) {
+  sched_mem_in_t in = {.max_num_seqs = c->max_num_seqs, .n_ctx = c->n_ctx, .block_tokens = c->block_tokens,
+                       .n_state_slots = hybrid ? c->max_num_seqs + c->n_snapshots : 0,
+                       .kv_bytes = c->kv_mem_bytes, .kv_fraction = c->kv_mem_fraction};
+  sched_mem_input(m, &in);
+  sched_mem_plan_t p;
+  if (c->n_blocks > 0) { /* given: only described */
+    p = (sched_mem_plan_t){.n_blocks = c->n_blocks, .n_state_slots = in.n_state_slots,
+                           .kv_bytes = (uint64_t)c->n_blocks * c->block_tokens * in.kv_bytes_per_token,
+                           .state_bytes = (uint64_t)in.n_state_slots * in.state_bytes_per_slot,
+                           .max_concurrency = (double)c->n_blocks * c->block_tokens / c->n_ctx, .rule = "blocks"};
+  } else {
+    int rc = sched_mem_plan(&in, &p, err);
+    if (rc) return rc;
+    c->n_blocks = p.n_blocks;
+  }
+  char line[512];
+  GT_LOG_INFO("%s", sched_mem_format(&in, &p, line, sizeof line));
+  return GT_OK;
+}
+
 int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err) {
   sched_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
@@ -183,9 +209,10 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->hybrid = m->hp.n_gdn_layers > 0;
   if (c.n_snapshots <= 0) c.n_snapshots = s->hybrid ? 2 * c.max_num_seqs : 0;
   s->max_blocks = (c.n_ctx + c.block_tokens - 1) / c.block_tokens;
-  if (c.n_blocks <= 0) {
-    int per_seq = ((c.n_ctx < 4096 ? c.n_ctx : 4096) + c.block_tokens - 1) / c.block_tokens;
-    c.n_blocks = c.max_num_seqs * per_seq;
+  int rc = plan_pool(m, &c, s->hybrid, err);
+  if (rc) {
+    free(s);
+    return rc;
   }
   s->cfg = c;
   s->m = m;
@@ -195,7 +222,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   memcpy(s->eos_ids, ids, sizeof ids);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
-  int rc = kv_pool_create(c.n_blocks, c.block_tokens, &s->kv, err);
+  rc = kv_pool_create(c.n_blocks, c.block_tokens, &s->kv, err);
   if (rc) goto fail;
   kv_pool_on_evict(s->kv, on_snapshot_evict, s);
   int n_slots = s->hybrid ? c.max_num_seqs + c.n_snapshots : 0;
@@ -434,13 +461,30 @@ static void take_inbox(sched_t *s) {
   waiting_changed(s);
 }
 
-/* Admits waiting requests while there is room; looks up their cached prefix. */
+/* Free blocks kept for the running decodes: one each, so that every running stream can start
+ * its next block without preempting anyone. Prompt chunks (admission included) use only the
+ * blocks beyond these (engine/SERVE.md "Scheduling"). */
+static int decode_headroom(const sched_t *s) {
+  int n = 0;
+  for (int i = 0; i < s->n_running; i++) n += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
+  return n;
+}
+
+/* Admits waiting requests in order while fewer than max_num_seqs run and the blocks of the
+ * request's first chunk (its prompt up to max_batch_tokens, without counting cache hits) are
+ * free beyond the decodes' headroom; the first one that does not fit waits, and so does
+ * everything behind it. With nothing running the head is admitted whatever the pool holds (a
+ * request that can never fit then fails in step()). Looks up each admitted one's cached prefix. */
 static void admit(sched_t *s) {
+  const int bt = s->cfg.block_tokens;
+  int spare = kv_n_available(s->kv) - decode_headroom(s);
   while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs) {
     req_t *q = s->waiting[0];
-    if (kv_n_available(s->kv) < 1) break;
+    const int chunk = q->n_tokens < s->cfg.max_batch_tokens ? q->n_tokens : s->cfg.max_batch_tokens;
+    const int need = (chunk + bt - 1) / bt;
+    if (s->n_running > 0 && spare < need) break;
+    spare -= need;
     remove_at(s->waiting, &s->n_waiting, 0);
-    int bt = s->cfg.block_tokens;
     if (s->hybrid) {
       q->slot = s->slot_free[--s->n_slot_free];
       s->m->be->ops->state_zero(s->m->be, q->slot);
@@ -466,18 +510,19 @@ static void admit(sched_t *s) {
     int b = ((q->n_prompt - 1) / bt) * bt;
     q->snap_boundary = s->hybrid && b > q->n_computed ? b : 0;
     q->running = 1;
-    s->running[s->n_running++] = q;
+    insert_ordered(s->running, &s->n_running, q); /* oldest first: they grow (and preempt) first */
   }
   waiting_changed(s);
 }
 
-/* Preempts the running request to sacrifice for `keep` (lowest priority, latest arrival);
- * returns 0 if there is none. */
+/* Preempts, for `keep`, the youngest running request (lowest priority, latest arrival) among
+ * those younger than keep and not in this step's batch; returns 0 if there is none. A newcomer
+ * therefore never takes blocks from a stream that was running before it. */
 static int preempt_one(sched_t *s, const req_t *keep) {
   int victim = -1;
   for (int i = 0; i < s->n_running; i++) {
     req_t *q = s->running[i];
-    if (q == keep || q->chunk > 0) continue; /* never one already in this step's batch */
+    if (q == keep || q->chunk > 0 || !before(keep, q)) continue;
     if (victim < 0 || before(s->running[victim], q)) victim = i;
   }
   if (victim < 0) return 0;
@@ -508,6 +553,13 @@ static int ensure_blocks(sched_t *s, req_t *q, int n) {
     q->blocks[q->n_blocks++] = b;
   }
   return 0;
+}
+
+/* Tokens a prompt chunk of q can take now without preempting: room left in its blocks plus the
+ * available blocks beyond the decodes' headroom. */
+static int chunk_fit(const sched_t *s, const req_t *q) {
+  const int spare = kv_n_available(s->kv) - decode_headroom(s);
+  return (q->n_blocks + (spare > 0 ? spare : 0)) * s->cfg.block_tokens - q->n_computed;
 }
 
 /* Registers q's newly completed blocks in the prefix cache. */
@@ -617,6 +669,12 @@ static int step(sched_t *s, gt_err_t *err) {
       if ((pass == 0) != (pending == 1) || q->chunk > 0 || pending <= 0) continue;
       int n = pending < budget ? pending : budget;
       if (q->snap_boundary > q->n_computed && q->n_computed + n > q->snap_boundary) n = q->snap_boundary - q->n_computed;
+      if (pass == 1) { /* a prompt chunk: what its blocks and the spare ones hold */
+        int fit;
+        while ((fit = chunk_fit(s, q)) < 1 && preempt_one(s, q)) {}
+        if (fit < 1 && s->n_running > 1) continue; /* waits, holding what it computed */
+        if (fit >= 1 && fit < n) n = fit;
+      }
       if (ensure_blocks(s, q, n)) {
         if (s->n_running == 1 && n_seq == 0) { /* alone and still too big: it can never fit */
           remove_at(s->running, &s->n_running, i);

@@ -3,13 +3,17 @@
  * Each step (sched_step) the scheduler
  *   1. drops cancelled requests (their blocks and state slot are released first);
  *   2. admits waiting requests, priority then arrival order, while fewer than max_num_seqs run
- *      and the KV pool has blocks (prefix-cached blocks are reused: kv.h);
- *   3. builds one batch: one decode token for every running sequence that has finished its
- *      prompt, then prompt chunks (chunked prefill) up to max_batch_tokens in total, so a long
- *      prompt never stalls running streams for more than one chunk;
- *   4. when the pool runs out, preempts the most recently admitted running sequence (lowest
- *      priority first) by recompute: its blocks are freed and it waits again with its prompt
- *      plus the tokens generated so far;
+ *      and the blocks of the request's first chunk are free beyond one block of headroom per
+ *      running decode (the head of the queue waits otherwise, and everything behind it;
+ *      prefix-cached blocks are reused: kv.h);
+ *   3. builds one batch, oldest sequence first: one decode token for every running sequence
+ *      that has finished its prompt, then prompt chunks (chunked prefill) up to
+ *      max_batch_tokens in total, each chunk cut to the blocks free beyond the decodes'
+ *      headroom, so a long prompt never stalls running streams nor takes their blocks;
+ *   4. when a running sequence cannot grow, preempts the youngest running sequence (lowest
+ *      priority, then latest arrival) that is younger than it, by recompute: its blocks are
+ *      freed and it waits again with its prompt plus the tokens generated so far. A sequence
+ *      never preempts an older one (engine/SERVE.md "Scheduling");
  *   5. runs the model, samples each sequence's next token with its own seeded sampler, and
  *      turns tokens into events (text, reasoning, tool-call deltas, stop strings) through
  *      engine/sched/seqout.h; finished sequences release everything they hold.
@@ -34,10 +38,14 @@ typedef struct {
   int max_num_seqs;     /* running sequences at once (default 32) */
   int max_batch_tokens; /* tokens per step, decode + prefill chunks (default 512) */
   int max_waiting;      /* bounded waiting queue: more -> GT_EBUSY (default 256) */
-  int n_blocks;         /* KV pool blocks (0: enough for max_num_seqs full contexts) */
+  int n_blocks;         /* KV pool blocks (0: planned from memory, engine/sched/sched_mem.h) */
   int block_tokens;     /* default 16 */
   int n_ctx;            /* max tokens per sequence (default: the model's training context) */
   int n_snapshots;      /* hybrid models: state slots kept for prefix caching (default 2 * max_num_seqs) */
+  /* --kv-memory, used when n_blocks is 0: bytes, or a fraction in (0, 1) of the free memory of
+   * the model's device after the weights; both 0: the default rule (sched_mem.h) */
+  uint64_t kv_mem_bytes;
+  double kv_mem_fraction;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */
@@ -82,7 +90,9 @@ typedef struct {
 } sched_req_t;
 
 /* cfg may be NULL (defaults). The scheduler uses m (its backend cache is (re)initialised) and
- * tok; both must outlive it. */
+ * tok; both must outlive it. With n_blocks 0 the pool is planned from the memory m's backend
+ * reports (sched_mem.h; GT_ENOMEM "not enough memory: ..." when one full-context sequence does
+ * not fit); the plan is logged in one line (pool, max concurrency, memory sized from). */
 int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err);
 void sched_free(sched_t *s); /* finishes every request with CANCELLED first */
 

@@ -187,6 +187,86 @@ static void test_chunked_prefill_interleaves(void **state) {
   sched_free(s);
 }
 
+/* The long-prompt rule (engine/SERVE.md "Scheduling"): three streams (8-token prompts, 20, 40
+ * and 60 tokens out: 2, 3 and 5 blocks at the end) run in a pool of 12 blocks (192 tokens) when a
+ * 150-token prompt (10 blocks) arrives. The streams keep a token every step (the newcomer never
+ * takes their blocks), the long prompt waits in the queue while its chunk's blocks are not free
+ * beyond the streams' headroom and is prefilled in chunks, it is preempted at most once (when
+ * the streams outgrow their headroom; admitting it on a single free block, as before, had it
+ * admitted and preempted three times here), it completes with the tokens it gets alone, and
+ * every block comes back. */
+static void long_prompt_small_pool(fx_t *f) {
+  enum { N = 3, LONG = 150 };
+  static const int GENS[N] = {20, 40, 60};
+  static out_t solo[N + 1], run[N + 1];
+  memset(solo, 0, sizeof solo);
+  memset(run, 0, sizeof run);
+  gt_err_t err = {0};
+  sched_t *s = mk(f, 4, 32, 0); /* references, one at a time in a large pool */
+  for (int k = 0; k <= N; k++) {
+    sched_req_t r = k < N ? make_req(40 + k, 8, GENS[k], &solo[k]) : make_req(50, LONG, 4, &solo[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    run_all(s);
+  }
+  sched_free(s);
+
+  s = mk(f, 4, 32, 12);
+  for (int k = 0; k < N; k++) {
+    sched_req_t r = make_req(40 + k, 8, GENS[k], &run[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+  }
+  for (int i = 0; i < 4; i++, g_steps++) assert_int_equal(sched_step(s, &err), 1);
+  sched_req_t r = make_req(50, LONG, 4, &run[N]);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  int queued_steps = 0, steps = 0;
+  sched_stats_t st;
+  for (; steps < 1000; steps++, g_steps++) {
+    int rc = sched_step(s, &err);
+    assert_true(rc >= 0);
+    if (rc == 0) break;
+    sched_stats(s, &st);
+    int streams_left = 0;
+    for (int k = 0; k < N; k++) streams_left += run[k].finals == 0;
+    if (streams_left && st.waiting == 1) queued_steps++;
+  }
+  sched_stats(s, &st);
+  printf("long prompt: %d steps, queued in %d of them while streams ran, %llu preemptions, first token at step %lld\n",
+         steps, queued_steps, (unsigned long long)st.preemptions, (long long)run[N].step_of_delta[0]);
+  for (int k = 0; k < N; k++) {
+    assert_int_equal(run[k].finals, 1);
+    assert_int_equal(run[k].n, GENS[k]);
+    assert_memory_equal(run[k].ids, solo[k].ids, sizeof(int32_t) * (size_t)GENS[k]);
+    /* a token in every step, from the first to the last */
+    for (int i = 1; i < run[k].deltas; i++) assert_int_equal(run[k].step_of_delta[i] - run[k].step_of_delta[i - 1], 1);
+  }
+  assert_true(queued_steps > 0); /* it waited instead of taking the streams' blocks */
+  assert_true(st.preemptions <= 1);
+  assert_int_equal(run[N].finals, 1);
+  assert_int_equal(run[N].finish, SCHED_FINISH_LENGTH);
+  assert_int_equal(run[N].n, 4);
+  assert_memory_equal(run[N].ids, solo[N].ids, sizeof(int32_t) * 4);
+  assert_int_equal(st.running, 0);
+  assert_int_equal(st.waiting, 0);
+  assert_int_equal(st.kv_used, 0); /* no block leaked: the pool is whole again */
+  sched_free(s);
+}
+
+/* ... on qwen3-tiny, and on the hybrid qwen35-tiny (state slots, snapshots at the prompt's last
+ * block boundary, recompute from zero state after the preemption) */
+static void test_long_prompt_small_pool(void **state) {
+  long_prompt_small_pool(*state);
+  fx_t h = {0};
+  gt_err_t err = {0};
+  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &h.g, &err) || be_cpu_create(2, &h.be, &err) ||
+      model_load(h.g, h.be, 64, &h.m, &err) || tok_load(h.g, &h.tok, &err))
+    fail_msg("qwen35-tiny: %s", err.msg);
+  long_prompt_small_pool(&h);
+  tok_free(h.tok);
+  model_free(h.m);
+  be_destroy(h.be);
+  gguf_close(h.g);
+}
+
 static void test_cancel_and_errors(void **state) {
   fx_t *f = *state;
   static out_t a, w;
@@ -315,6 +395,7 @@ int main(void) {
       cmocka_unit_test(test_preemption),
       cmocka_unit_test(test_prefix_cache),
       cmocka_unit_test(test_chunked_prefill_interleaves),
+      cmocka_unit_test(test_long_prompt_small_pool),
       cmocka_unit_test(test_cancel_and_errors),
   };
   return cmocka_run_group_tests(tests, tu_model_fx_setup, tu_model_fx_teardown);
