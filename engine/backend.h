@@ -173,6 +173,15 @@ typedef struct be_ops {
    * (= conv1d_silu, 3 copy2d, 2 l2norm); q, k, v distinct and not aliasing x */
   void (*gdn_conv_qkv)(be_t *be, int layer, const float *x, const be_weight_t *w, int K, float *q, float *k, float *v,
                        int n_k, int d_k, int n_v, int d_v, float eps, float q_scale);
+
+  /* ---- optional: KV pool element type (NULL: fp32 pools only) ----
+   * kv_set_type: the element type the next kv_init uses, GT_TYPE_F32 or GT_TYPE_BF16; GT_OK or
+   * GT_EUNSUPPORTED. CUDA: BF16 by default (bf16 pools, half the bytes; kv_store / attn_qk_prep
+   * round K and V to nearest even). CPU: pools stay fp32; BF16 rounds K and V to bf16 as they
+   * are stored (the values a BF16 pool holds: what tests compare the GPU against).
+   * kv_type: the element type the pools are stored in (CPU: always F32). */
+  int (*kv_set_type)(be_t *be, gt_type_t t);
+  gt_type_t (*kv_type)(be_t *be);
 } be_ops_t;
 
 /* most weights one matmul_multi call takes */
@@ -193,6 +202,14 @@ struct be {
 int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_t cols,
                      const void *host, gt_err_t *err);
 void be_weight_free(be_t *be, be_weight_t *w);
+
+/* Storage element type of the backend's KV pools (GT_TYPE_F32 when it has no kv_type op), and the
+ * bytes one token's K and V rows of kv_dim elements take in one layer's pools (what a pool of
+ * n tokens x layers costs: the scheduler sizes the pool with it). be_kv_set_type: GT_OK, or
+ * GT_EUNSUPPORTED for a type the backend cannot store (F32 is always accepted). */
+int be_kv_set_type(be_t *be, gt_type_t t);
+gt_type_t be_kv_type(be_t *be);
+size_t be_kv_token_bytes(be_t *be, int kv_dim);
 
 /* The set bits of a graph_sizes mask as ranges ("1-32", "1-4,8") into buf[n] (n > 0); returns
  * buf, or "none" for an empty mask. */

@@ -143,7 +143,7 @@ static size_t conv_dim(const model_hparams_t *hp) {
 static size_t ssm_dim(const model_hparams_t *hp) { return (size_t)hp->gdn_n_v * hp->gdn_d_k * hp->gdn_d_v; }
 
 size_t model_kv_bytes_per_token(const model_t *m) {
-  return 2 * sizeof(float) * (size_t)m->hp.n_attn_layers * m->hp.n_head_kv * m->hp.head_dim;
+  return (size_t)m->hp.n_attn_layers * be_kv_token_bytes(m->be, m->hp.n_head_kv * m->hp.head_dim);
 }
 
 size_t model_state_bytes_per_slot(const model_t *m) {
