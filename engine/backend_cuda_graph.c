@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/attention.cuh"
+#include "kernels/attn_decode.cuh"
 
 #include "common/clock.h"
 
@@ -130,9 +131,11 @@ static int prepare_capture(be_t *be) {
   size_t need = 0;
   for (int k = 0; k < c->n_rec; k++) {
     const op_rec_t *r = &c->rec[k];
-    if (r->op == OP_ATTENTION) {
-      size_t n = kc_attention_part_floats(c->b.n_tok, (int)r->i[1], (int)r->i[3],
-                                          kc_attention_splits(c->b.n_tok, (int)r->i[1], 1 << 30));
+    if (r->op == OP_ATTENTION) { /* i[1] n_head, i[2] n_kv_head, i[3] head_dim: as cu__attention */
+      size_t n = c->kv_bf16 ? kc_attn_decode_part_floats(c->b.n_tok, (int)r->i[1], (int)r->i[3],
+                                                         cu__attn_splits(c, (int)r->i[2]))
+                            : kc_attention_part_floats(c->b.n_tok, (int)r->i[1], (int)r->i[3],
+                                                       kc_attention_splits(c->b.n_tok, (int)r->i[1], 1 << 30));
       if (n > need) need = n;
     } else if (r->op == OP_ROPE) {
       if (!cu__rope_table(be, (float)r->f[0], (int)r->i[2], r->i[3] != 0)) return -1;
