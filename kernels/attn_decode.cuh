@@ -14,7 +14,8 @@
 #include "kernels/common.cuh"
 
 #define KC_AD_MAX_SPLIT 128
-#define KC_AD_MIN_SPLIT_LEN 32
+#define KC_ATTN_DEC_MAX_HD 256
+#define KC_AD_MIN_SPLIT_LEN 64
 
 /* Ranges per token for n_tok tokens of n_kv_head kv heads whose contexts reach at most max_ctx
  * (for a captured decode graph: max_blocks * block_tokens, fixed per graph). */

@@ -177,13 +177,13 @@ int main(int argc, char **argv) {
   }
 
   /* prefill: one sequence, a chunk of T queries at offset P */
-  const int chunks[][2] = {{512, 0}, {2048, 0}, {2048, 6144}, {8192, 0}};
-  printf("\nprefill attention, one layer\n%-20s | %-4s | %6s | %6s | %9s | %s\n", "shape", "kv", "T", "offset", "us",
-         "TFLOP/s");
+  const int chunks[][2] = {{512, 0}, {512, 27648}, {2048, 0}, {2048, 6144}, {8192, 0}};
+  printf("\nprefill attention, one layer (mt: 16-row m-tiles per warp of the flash kernel)\n%-20s | %-9s | %6s | %6s | %9s | %s\n",
+         "shape", "kernel", "T", "offset", "us", "TFLOP/s");
   for (int si = 0; si < 2; si++) {
     const shape_t sh = shapes[si];
     const int kvd = sh.n_kv * sh.hd;
-    for (int ci = 0; ci < 4; ci++) {
+    for (int ci = 0; ci < 5; ci++) {
       const int T = chunks[ci][0], P = chunks[ci][1], ctx = P + T, mb = (ctx + BT - 1) / BT;
       int start[1] = {P}, ntok[1] = {T};
       dbatch_t db = mk_batch(1, start, ntok, mb);
@@ -193,7 +193,9 @@ int main(int argc, char **argv) {
       BA_CHECK(cudaMalloc(&out, sizeof(float) * T * sh.n_head * sh.hd));
       ba_fill<<<1024, 256>>>((uint32_t *)q, (size_t)T * sh.n_head * sh.hd, 7, 1);
       const double pairs = (double)T * P + (double)T * (T + 1) / 2, flops = 4.0 * sh.n_head * sh.hd * pairs;
-      for (int f32 = 0; f32 < 2; f32++) {
+      for (int var = 0; var < 3; var++) { /* flash with 1 / 2 m-tiles per warp (2: head_dim <= 128), fp32 */
+        const int f32 = var == 2, mt = var + 1;
+        if (!f32 && mt == 2 && sh.hd > 128) continue;
         void *k, *v;
         const size_t eb = f32 ? 4 : 2;
         BA_CHECK(cudaMalloc(&k, elems * eb));
@@ -207,15 +209,20 @@ int main(int argc, char **argv) {
         const int r_n = f32 ? 2 : reps;
 #define BA_RUN()                                                                                                   \
   (f32 ? kc_attention(0, db.b, kv, q, out, sh.n_head, sh.n_kv, sh.hd, scale, ns, part)                             \
-       : kc_attn_flash(0, db.b, kv, q, out, sh.n_head, sh.n_kv, sh.hd, scale, 16, kc_attn_flash_tiles(ntok, 1, 16)))
+       : kc_attn_flash(0, db.b, kv, q, out, sh.n_head, sh.n_kv, sh.hd, scale, 16, n_tiles, mt))
+        int dummy, n_tiles = 0;
+        if (!f32) {
+          kc_attn_flash_set_mt(mt);
+          n_tiles = kc_attn_flash_plan(ntok, 1, 16, sh.hd, sh.n_head, &dummy);
+        }
         BA_CHECK(BA_RUN());
         BA_CHECK(cudaDeviceSynchronize());
         BA_CHECK(cudaEventRecord(e0));
         for (int r = 0; r < r_n; r++) BA_RUN();
         BA_CHECK(cudaEventRecord(e1));
         const double us = time_us(e0, e1, r_n);
-        printf("%-20s | %-4s | %6d | %6d | %9.1f | %7.1f\n", sh.name, f32 ? "fp32" : "bf16", T, P, us,
-               flops / (us * 1e-6) / 1e12);
+        printf("%-20s | %-9s | %6d | %6d | %9.1f | %7.1f\n", sh.name, f32 ? "fp32" : mt == 1 ? "bf16 mt1" : "bf16 mt2", T,
+               P, us, flops / (us * 1e-6) / 1e12);
 #undef BA_RUN
         cudaFree(k), cudaFree(v);
         if (part) cudaFree(part), part = NULL;

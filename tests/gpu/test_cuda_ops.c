@@ -17,6 +17,7 @@
 #include "engine/backend.h"
 #include "engine/backend_cuda.h"
 #include "engine/quantize.h"
+#include "kernels/attn_flash.cuh"
 
 #define TOL 1e-5
 /* Attention of sequences with >= 16 tokens in the batch (prefill) on the bf16 pools runs the
@@ -426,8 +427,13 @@ static void attn_case(int n_head, int n_kv, int hd) {
 
 static void test_attention(void **st) {
   NEED_GPU();
-  attn_case(8, 2, 64);
-  attn_case(8, 2, 128);
+  /* the flash kernel with 2 and 1 m-tiles per warp (128- / 64-query tiles), then as it plans */
+  for (int mt = 2; mt >= 0; mt--) {
+    print_message("  flash m-tiles per warp: %s\n", mt == 2 ? "2" : mt == 1 ? "1" : "planned");
+    kc_attn_flash_set_mt(mt);
+    attn_case(8, 2, 64);
+    attn_case(8, 2, 128);
+  }
   attn_case(4, 1, 256); /* qwen35 head size, a group of 4 */
   attn_case(6, 6, 96);  /* no group (G = 1), a head size the flash kernel leaves to the split one */
   attn_case(16, 2, 128); /* groups of 8 */
