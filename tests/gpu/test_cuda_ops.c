@@ -24,9 +24,9 @@
  * tensor-core flash kernel: Q and the probabilities P are rounded to bf16 for the two mma
  * products (K and V are bf16 in both backends: the CPU rounds them as it stores them), so the
  * error is that of 2^-9 relative rounding on q and p, averaged over head_dim / the context. */
-#define TOL_FLASH 4e-3
+#define TOL_FLASH 2.5e-3 /* measured at most 1.78e-3 (H200, 8c592ee) */
 /* The GPU's bf16 KV against the CPU's unrounded fp32 pools: the rounding of K and V itself. */
-#define TOL_KV_BF16 1e-2
+#define TOL_KV_BF16 3.5e-3 /* measured at most 2.44e-3 (H200, 8c592ee) */
 
 /* CPU_BE rounds K and V to bf16 as it stores them (the GPU's default bf16 pools);
  * CPU32 keeps them fp32: the unrounded reference the attention test also reports against */
@@ -560,10 +560,22 @@ static void test_gdn_chunked(void **st) {
   gdn_chunked_case(1, 2, 40, 48);   /* partial warps of rows and a partial column tile */
 }
 
+/* The KV pool type of both backends (GPU pools; the CPU's bf16 rounding), for the next kv_init. */
+static void kv_types(gt_type_t t) {
+  assert_int_equal(be_kv_set_type(GPU_BE, t), 0);
+  assert_int_equal(be_kv_set_type(CPU_BE, t), 0);
+}
+
 /* ---- decode steps through CUDA graphs: fixed buffers, repeated steps of several batch sizes;
- * every step equals the CPU, and steady steps replay a graph (no eager decode step) ---- */
+ * every step equals the CPU, and steady steps replay a graph (no eager decode step).
+ * Runs on fp32 pools: K and V come out of products whose last bits differ between the backends;
+ * bf16 rounding turns such a difference at a rounding midpoint into a whole bf16 step (2^-8),
+ * 1e-4 at one step of this test on bf16 pools (H200, 8c592ee), not a reassociation error. The
+ * graphs on bf16 pools run in bench_decode (0 eager steps) and the golden tests' greedy
+ * decoding. ---- */
 static void test_decode_graphs(void **st) {
   NEED_GPU();
+  kv_types(GT_TYPE_F32);
   const int n_head = 8, n_kv = 2, hd = 64, bt = 16, max_blocks = 8, d = 256, kvd = n_kv * hd;
   assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
   assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
@@ -628,6 +640,7 @@ static void test_decode_graphs(void **st) {
   drop(&bx), drop(&bh), drop(&bq), drop(&bk), drop(&bv), drop(&ba), drop(&bo);
   wdrop(&wq), wdrop(&wk), wdrop(&wv), wdrop(&wo), wdrop(&nrm);
   free(wn);
+  kv_types(GT_TYPE_BF16);
 }
 
 /* ---- fused ops (matmul_multi, ffn_swiglu, attn_qk_prep) vs the CPU, and vs the unfused CUDA
@@ -792,8 +805,9 @@ static void test_attn_qk_prep(void **st) {
 
 /* ---- a decoder layer with the fused ops through CUDA graphs: steady steps replay a graph and
  * equal the CPU ---- */
-static void test_decode_graphs_fused(void **st) {
+static void test_decode_graphs_fused(void **st) { /* fp32 pools: see test_decode_graphs */
   NEED_GPU();
+  kv_types(GT_TYPE_F32);
   const int n_head = 8, n_kv = 2, hd = 64, bt = 16, max_blocks = 8, d = 256, kvd = n_kv * hd, ff = 512;
   assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
   assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
@@ -867,6 +881,7 @@ static void test_decode_graphs_fused(void **st) {
   drop(&bx), drop(&bh), drop(&bq), drop(&bk), drop(&bv), drop(&ba), drop(&bo), drop(&bg), drop(&bu);
   wdrop(&wq), wdrop(&wk), wdrop(&wv), wdrop(&wo), wdrop(&wg), wdrop(&wu), wdrop(&wd), wdrop(&nrm), wdrop(&qn);
   free(wn), free(hn);
+  kv_types(GT_TYPE_BF16);
 }
 
 /* ---- gdn_conv_qkv (conv1d_silu + q/k/v split + q/k l2norm) vs the CPU through prefill and
