@@ -213,8 +213,9 @@ KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
   const int64_t work = (int64_t)(n_tok > 0 ? n_tok : 1) * (n_kv_head > 0 ? n_kv_head : 1);
   /* about four waves of four resident blocks (128 threads, <= 128 registers) per SM of an
    * H100 / H200: a block's time is a chain of dependent load steps, so many short blocks keep
-   * more bytes in flight and a partial last wave costs little (bench_attn, H200: one wave of
-   * 544 blocks ran qwen35-9b batch 8 x 28K in 866 us, 1056 blocks in 485 us) */
+   * more bytes in flight and a partial last wave costs little (bench_attn, H200, qwen35-9b
+   * batch 8 x 28K: 866 us with 544 blocks = one wave and 16 blocks, 485 us with 1056 blocks in
+   * the kernel's previous form) */
   const int64_t target = 16 * 132;
   int64_t n = (target + work - 1) / work;
   const int64_t ranges = ((int64_t)max_ctx + KC_AD_MIN_SPLIT_LEN - 1) / KC_AD_MIN_SPLIT_LEN;
