@@ -310,16 +310,16 @@ void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, 
     int mt = 1;
     const int n_tiles =
         fa_min < INT_MAX ? kc_attn_flash_plan(c->b.seq_ntok, c->b.n_seq, fa_min, head_dim, n_head, &mt) : 0;
-    const int n_split = cu__attn_splits(c, n_kv_head);
-    float *part = cu__scratch(be, kc_attn_decode_part_floats(c->b.n_tok, n_head, head_dim, n_split));
-    if (!part) return;
     if (n_tiles > 0 &&
         KC_CUDA(ERR(be), kc_attn_flash(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale,
                                        fa_min, n_tiles, mt)))
       return;
     int rest = 0; /* tokens of sequences the flash kernel leaves to the split kernel */
     for (int i = 0; i < c->b.n_seq; i++) rest += c->b.seq_ntok[i] < fa_min ? c->b.seq_ntok[i] : 0;
-    if (rest > 0)
+    if (rest == 0) return;
+    const int n_split = cu__attn_splits(c, n_kv_head);
+    float *part = cu__scratch(be, kc_attn_decode_part_floats(c->b.n_tok, n_head, head_dim, n_split));
+    if (part)
       KC_CUDA(ERR(be), kc_attn_decode(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale,
                                       n_split, fa_min, part));
     return;
