@@ -24,6 +24,8 @@ gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOU
 # the CPU backend's fused ops (matmul_multi, ffn_swiglu, attn_qk_prep, gdn_conv_qkv) == the unfused op sequences, bitwise
 gt_add_test(test_backend_fused SOURCES tests/unit/test_backend_fused.c LIBS gantry_model gantry_quant gantry_testutil
   TIMEOUT 120)
+# the KV element type contract (kv_set_type / kv_type / be_kv_token_bytes) on the CPU backend
+gt_add_test(test_kv_type SOURCES tests/unit/test_kv_type.c LIBS gantry_model TIMEOUT 60)
 
 # qwen3-tiny on the CPU backend for scheduler-level tests (tests/common/model_fx.h)
 add_library(gantry_model_fx STATIC tests/common/model_fx.c)

@@ -57,6 +57,12 @@ if(CMAKE_CUDA_COMPILER)
   set_property(TARGET bench_matvec PROPERTY COMPILE_OPTIONS "") # gcc warning flags are not nvcc options
   target_compile_options(bench_matvec PRIVATE -O3 -Xcompiler=-Wall,-Wno-unused-parameter)
   target_link_libraries(bench_matvec PRIVATE gantry_cuda gantry_quant m)
+  # attention kernels: bf16 split decode vs fp32, flash prefill vs fp32 (GB/s, TFLOP/s)
+  add_executable(bench_attn tools/bench/bench_attn.cu)
+  set_target_properties(bench_attn PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+  set_property(TARGET bench_attn PROPERTY COMPILE_OPTIONS "")
+  target_compile_options(bench_attn PRIVATE -O3 -Xcompiler=-Wall,-Wno-unused-parameter)
+  target_link_libraries(bench_attn PRIVATE gantry_cuda m)
 endif()
 
 if(TARGET gantry_cuda)

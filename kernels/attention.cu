@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(AT_THREADS, 2)
       for (int k = 0; k < AT_PPW; k++) {
         const int pi = wi + k * AT_WARPS;
         const int64_t slot = pi < np ? sslot[pi] : -1;
-        const float *kp = kv.k + (slot >= 0 ? slot : 0) * kv.kv_dim + koff;
+        const float *kp = (const float *)kv.k + (slot >= 0 ? slot : 0) * kv.kv_dim + koff;
 #pragma unroll
         for (int i = 0; i < MAXD; i++) kr[k][i] = slot >= 0 && i < nd ? __ldg(kp + lane + 32 * i) : 0.0f;
       }
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(AT_THREADS, 2)
       const int pi = g + k * n_grp;
       vv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (vthr && pi < np && sslot[pi] >= 0)
-        vv[k] = __ldg((const float4 *)(kv.v + sslot[pi] * kv.kv_dim + koff + j4));
+        vv[k] = __ldg((const float4 *)((const float *)kv.v + sslot[pi] * kv.kv_dim + koff + j4));
     }
 #pragma unroll
     for (int gi = 0; gi < G; gi++) {

@@ -1,5 +1,6 @@
-/* kernels/attention.cuh — causal GQA attention over the paged KV cache, for prefill and decode
- * tokens alike: out[n_tok, n_head * head_dim]; token t attends to its sequence's positions
+/* kernels/attention.cuh — causal GQA attention over fp32 paged KV pools (`--kv-dtype fp32`; bf16
+ * pools take kernels/attn_decode.cuh and kernels/attn_flash.cuh), for prefill and decode tokens
+ * alike: out[n_tok, n_head * head_dim]; token t attends to its sequence's positions
  * 0..pos[t]; head h reads kv head h / (n_head / n_kv_head). Each (token, head) is split over
  * n_split ranges of 64-position chunks (flash-decoding: partial max/sum/accumulator in `part`, then a
  * combine pass), so long contexts fill the GPU at batch 1. head_dim % 32 == 0, <= 256.

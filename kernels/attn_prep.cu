@@ -2,15 +2,17 @@
  * n_kv_head k heads. Phase 1 is kernels/rmsnorm.cu's row code (same thread count, element
  * assignment and reduction tree, so the same sum of squares), the normalised row kept in shared
  * memory; phase 2 is kernels/rope.cu's pair rotation on it, written back in place and, for k
- * heads, into the K pool together with the v row (kernels/kv_store.cu's slot and flag). */
+ * heads, into the K pool together with the v row (kernels/kv_store.cu's slot, flag and bf16
+ * rounding). */
 #include "kernels/attn_prep.cuh"
 #include "kernels/kv_store.cuh"
 
 #define AP_V 4 /* float4 per thread at most in the fast form (rmsnorm.cu's RN_V) */
 
 /* V4: rows of hd % 4 == 0 at 16-byte aligned addresses (rmsnorm_v4_kernel), else the scalar
- * form (rmsnorm_kernel). Heads head0 + blockIdx.y; dynamic shared memory: hd floats. */
-template <bool V4>
+ * form (rmsnorm_kernel). KT: pool element (float or __nv_bfloat16). Heads head0 + blockIdx.y;
+ * dynamic shared memory: hd floats. */
+template <bool V4, typename KT>
 __global__ void attn_prep_kernel(kc_batch_t b, kc_kv_t kv, float *q, float *k, const float *__restrict__ v,
                                  const float *__restrict__ qw, const float *__restrict__ kw, int n_head, int n_kv_head,
                                  int hd, int n_rot, const double *__restrict__ inv_freq, int freq_bf16, float eps,
@@ -62,15 +64,15 @@ __global__ void attn_prep_kernel(kc_batch_t b, kc_kv_t kv, float *q, float *k, c
   __syncthreads(); /* row complete; every read of x is done */
 
   /* phase 2: rope, in place and (k heads) into the pools */
-  float *kd = NULL, *vd = NULL;
+  KT *kd = NULL, *vd = NULL;
   const float *vs = NULL;
   if (is_k) {
     const int64_t slot = kc_kv_slot(b, kv, b.seq_of_tok[t], b.pos[t]);
     if (slot < 0) {
       if (threadIdx.x == 0) atomicOr(b.eflag, KC_EFLAG_KV_SLOT);
     } else {
-      kd = kv.k + slot * kv.kv_dim + (size_t)h * hd;
-      vd = kv.v + slot * kv.kv_dim + (size_t)h * hd;
+      kd = (KT *)kv.k + slot * kv.kv_dim + (size_t)h * hd;
+      vd = (KT *)kv.v + slot * kv.kv_dim + (size_t)h * hd;
       vs = v + (size_t)t * kv.kv_dim + (size_t)h * hd;
     }
   }
@@ -85,16 +87,16 @@ __global__ void attn_prep_kernel(kc_batch_t b, kc_kv_t kv, float *q, float *k, c
     x[i] = o0;
     x[i + half] = o1;
     if (kd) {
-      kd[i] = o0;
-      kd[i + half] = o1;
+      kc_kv_put(kd + i, o0);
+      kc_kv_put(kd + i + half, o1);
     }
   }
   for (int i = n_rot + threadIdx.x; i < hd; i += blockDim.x) {
     x[i] = row[i];
-    if (kd) kd[i] = row[i];
+    if (kd) kc_kv_put(kd + i, row[i]);
   }
   if (vd)
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) vd[i] = vs[i];
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) kc_kv_put(vd + i, vs[i]);
 }
 
 /* Heads [head0, head0 + n) of the combined list, with rmsnorm.cu's launch shape for rows of hd. */
@@ -108,12 +110,20 @@ static int launch(cudaStream_t st, bool v4, int head0, int n, kc_batch_t b, kc_k
     threads = (threads + 31) / 32 * 32;
     if (threads > 1024) threads = 1024;
     if (threads < 32) threads = 32;
-    attn_prep_kernel<true><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot, inv_freq,
-                                                        freq_bf16, eps, head0);
+    if (kv.bf16)
+      attn_prep_kernel<true, __nv_bfloat16><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd,
+                                                                         n_rot, inv_freq, freq_bf16, eps, head0);
+    else
+      attn_prep_kernel<true, float><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot,
+                                                                 inv_freq, freq_bf16, eps, head0);
   } else {
     const int threads = hd >= 1024 ? 512 : hd >= 256 ? 256 : 64;
-    attn_prep_kernel<false><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot,
-                                                         inv_freq, freq_bf16, eps, head0);
+    if (kv.bf16)
+      attn_prep_kernel<false, __nv_bfloat16><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd,
+                                                                          n_rot, inv_freq, freq_bf16, eps, head0);
+    else
+      attn_prep_kernel<false, float><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot,
+                                                                  inv_freq, freq_bf16, eps, head0);
   }
   return (int)cudaGetLastError();
 }

@@ -44,10 +44,12 @@ typedef struct {
   int *eflag;                 /* device error flags (KC_EFLAG_*) */
 } kc_batch_t;
 
-/* One attention layer's paged pools: k, v [n_blocks, block_tokens, kv_dim] fp32. */
+/* One attention layer's paged pools: k, v [n_blocks, block_tokens, kv_dim] of fp32 (bf16 = 0)
+ * or bf16 (bf16 = 1) elements. */
 typedef struct {
-  float *k, *v;
+  void *k, *v;
   int n_blocks, block_tokens, kv_dim;
+  int bf16;
 } kc_kv_t;
 
 /* Records a failed CUDA runtime call (code != 0) in *e unless an error is already recorded;

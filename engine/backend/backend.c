@@ -26,6 +26,18 @@ void be_weight_free(be_t *be, be_weight_t *w) {
   if (w) w->data = NULL;
 }
 
+int be_kv_set_type(be_t *be, gt_type_t t) {
+  if (be->ops->kv_set_type) return be->ops->kv_set_type(be, t);
+  return t == GT_TYPE_F32 ? GT_OK : GT_EUNSUPPORTED;
+}
+
+gt_type_t be_kv_type(be_t *be) { return be->ops->kv_type ? be->ops->kv_type(be) : GT_TYPE_F32; }
+
+size_t be_kv_token_bytes(be_t *be, int kv_dim) {
+  const size_t el = be_kv_type(be) == GT_TYPE_BF16 ? 2 : sizeof(float);
+  return 2 * el * (size_t)kv_dim;
+}
+
 const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n) {
   size_t len = 0;
   buf[0] = 0;
@@ -38,10 +50,6 @@ const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n) {
     i = j;
   }
   return len ? buf : "none";
-}
-
-size_t be_kv_token_bytes(be_t *be, int kv_dim) {
-  return be->ops->kv_token_bytes ? be->ops->kv_token_bytes(be, kv_dim) : 2 * sizeof(float) * (size_t)kv_dim;
 }
 
 int be_host_mem_info(be_mem_info_t *out, gt_err_t *err) {

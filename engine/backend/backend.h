@@ -241,9 +241,15 @@ typedef struct be_ops {
    * /proc/meminfo MemAvailable / MemTotal; CUDA: cudaMemGetInfo of its GPU). GT_OK, or an error
    * in be->err when it cannot tell. NULL: unknown. Memory planning: engine/sched/sched_mem.h. */
   int (*mem_info)(be_t *be, be_mem_info_t *out);
-  /* Bytes one token's K and V take in one attention layer's pool of kv_dim channels (the pool's
-   * element type). NULL: fp32, 2 * kv_dim * sizeof(float). */
-  size_t (*kv_token_bytes)(be_t *be, int kv_dim);
+
+  /* ---- optional: KV pool element type (NULL: fp32 pools only) ----
+   * kv_set_type: the element type the next kv_init uses, GT_TYPE_F32 or GT_TYPE_BF16; GT_OK or
+   * GT_EUNSUPPORTED. CUDA: BF16 by default (bf16 pools, half the bytes; kv_store / attn_qk_prep
+   * round K and V to nearest even). CPU: pools stay fp32; BF16 rounds K and V to bf16 as they
+   * are stored (the values a BF16 pool holds: what tests compare the GPU against).
+   * kv_type: the element type the pools are stored in (CPU: always F32). */
+  int (*kv_set_type)(be_t *be, gt_type_t t);
+  gt_type_t (*kv_type)(be_t *be);
 } be_ops_t;
 
 /* most weights one matmul_multi call takes */
@@ -265,12 +271,18 @@ int be_weight_upload(be_t *be, be_weight_t *w, gt_type_t t, int64_t rows, int64_
                      const void *host, gt_err_t *err);
 void be_weight_free(be_t *be, be_weight_t *w);
 
+/* Storage element type of the backend's KV pools (GT_TYPE_F32 when it has no kv_type op), and the
+ * bytes one token's K and V rows of kv_dim elements take in one layer's pools (what a pool of
+ * n tokens x layers costs: the scheduler sizes the pool with it). be_kv_set_type: GT_OK, or
+ * GT_EUNSUPPORTED for a type the backend cannot store (F32 is always accepted). */
+int be_kv_set_type(be_t *be, gt_type_t t);
+gt_type_t be_kv_type(be_t *be);
+size_t be_kv_token_bytes(be_t *be, int kv_dim);
+
 /* The set bits of a graph_sizes mask as ranges ("1-32", "1-4,8") into buf[n] (n > 0); returns
  * buf, or "none" for an empty mask. */
 const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n);
 
-/* be->ops->kv_token_bytes, or the fp32 size when the backend has none. */
-size_t be_kv_token_bytes(be_t *be, int kv_dim);
 /* The host's memory from /proc/meminfo (MemAvailable, MemTotal); GT_OK or GT_EUNSUPPORTED. */
 int be_host_mem_info(be_mem_info_t *out, gt_err_t *err);
 

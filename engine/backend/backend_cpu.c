@@ -344,10 +344,24 @@ static void cpu_kv_store(be_t *be, int layer, const float *k, const float *v) {
       set_err(be, GT_EINVAL, "kv_store: position outside the sequence's blocks");
       return;
     }
-    memcpy(c->k[layer] + (size_t)slot * c->kv_dim, k + (size_t)t * c->kv_dim, sizeof(float) * (size_t)c->kv_dim);
-    memcpy(c->v[layer] + (size_t)slot * c->kv_dim, v + (size_t)t * c->kv_dim, sizeof(float) * (size_t)c->kv_dim);
+    float *kd = c->k[layer] + (size_t)slot * c->kv_dim, *vd = c->v[layer] + (size_t)slot * c->kv_dim;
+    memcpy(kd, k + (size_t)t * c->kv_dim, sizeof(float) * (size_t)c->kv_dim);
+    memcpy(vd, v + (size_t)t * c->kv_dim, sizeof(float) * (size_t)c->kv_dim);
+    if (c->kv_round_bf16)
+      for (int i = 0; i < c->kv_dim; i++) {
+        kd[i] = dt_bf16_to_f32(dt_f32_to_bf16(kd[i]));
+        vd[i] = dt_bf16_to_f32(dt_f32_to_bf16(vd[i]));
+      }
   }
 }
+
+/* fp32 pools either way; BF16 rounds what kv_store writes (see be_ops_t.kv_set_type) */
+static int cpu_kv_set_type(be_t *be, gt_type_t t) {
+  if (t != GT_TYPE_F32 && t != GT_TYPE_BF16) return GT_EUNSUPPORTED;
+  CPU(be)->kv_round_bf16 = t == GT_TYPE_BF16;
+  return GT_OK;
+}
+static gt_type_t cpu_kv_type(be_t *be) { return GT_TYPE_F32; }
 
 /* sc[p] = (q . K[slots[p]]) * scale for p < ctx, K rows k_ld floats apart from kbase. Each dot
  * is the plain sequential sum d += q[i] * k[i] (i = 0..d-1); four positions are summed side by
@@ -527,8 +541,6 @@ static void cpu_destroy(be_t *be) {
 
 static int cpu_mem_info(be_t *be, be_mem_info_t *out) { return be_host_mem_info(out, &be->err); }
 
-static size_t cpu_kv_token_bytes(be_t *be, int kv_dim) { return 2 * sizeof(float) * (size_t)kv_dim; }
-
 static const be_ops_t cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -548,7 +560,8 @@ static const be_ops_t cpu_ops = {
     .all_reduce = cpu_all_reduce,
     .sample = cpu_sample,
     .mem_info = cpu_mem_info,
-    .kv_token_bytes = cpu_kv_token_bytes,
+    .kv_set_type = cpu_kv_set_type,
+    .kv_type = cpu_kv_type,
 };
 
 int be_cpu_create(int n_threads, be_t **out, gt_err_t *err) {

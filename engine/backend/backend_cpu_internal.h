@@ -17,6 +17,7 @@ typedef struct {
   /* paged KV: k[layer], v[layer] of [n_blocks, block_tokens, kv_dim] */
   int kv_layers, kv_blocks, kv_block_tokens, kv_dim;
   float **k, **v;
+  int kv_round_bf16; /* kv_set_type(BF16): K and V rounded to bf16 as they are stored */
   /* recurrent state: conv[(layer * n_slots + slot) * conv_dim], ssm likewise with ssm_dim */
   int st_layers, st_slots;
   size_t conv_dim, ssm_dim;

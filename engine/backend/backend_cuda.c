@@ -141,14 +141,27 @@ static int cu_kv_init(be_t *be, int n_layers, int n_blocks, int block_tokens, in
   cu_free(be, c->kv_pool);
   c->kv_pool = NULL;
   c->kv_layers = 0;
+  const size_t el = c->kv_bf16_next ? 2 : sizeof(float);
   size_t n = (size_t)n_layers * 2 * n_blocks * block_tokens * kv_dim;
-  c->kv_pool = cu_alloc(be, n * sizeof(float));
-  if (!c->kv_pool) return gt_err_set(CU_ERR(be), GT_ENOMEM, "cuda kv_init: %zu bytes of KV pool", n * sizeof(float));
+  c->kv_pool = cu_alloc(be, n * el);
+  if (!c->kv_pool) return gt_err_set(CU_ERR(be), GT_ENOMEM, "cuda kv_init: %zu bytes of KV pool", n * el);
+  c->kv_bf16 = c->kv_bf16_next;
   c->kv_layers = n_layers;
   c->kv_blocks = n_blocks;
   c->kv_block_tokens = block_tokens;
   c->kv_dim = kv_dim;
   return GT_OK;
+}
+
+static int cu_kv_set_type(be_t *be, gt_type_t t) {
+  if (t != GT_TYPE_F32 && t != GT_TYPE_BF16) return GT_EUNSUPPORTED;
+  CU_BE(be)->kv_bf16_next = t == GT_TYPE_BF16;
+  return GT_OK;
+}
+/* the pools' type once kv_init ran, the type the next kv_init uses before */
+static gt_type_t cu_kv_type(be_t *be) {
+  const be_cuda_t *c = CU_BE(be);
+  return (c->kv_pool ? c->kv_bf16 : c->kv_bf16_next) ? GT_TYPE_BF16 : GT_TYPE_F32;
 }
 
 static int cu_state_init(be_t *be, int n_layers, int n_slots, size_t conv_dim, size_t ssm_dim) {
@@ -341,8 +354,6 @@ static int cu_mem_info(be_t *be, be_mem_info_t *out) {
   return GT_OK;
 }
 
-/* The KV pool is fp32 (cu_kv_init): K and V of kv_dim floats per token and layer. */
-static size_t cu_kv_token_bytes(be_t *be, int kv_dim) { return 2 * sizeof(float) * (size_t)kv_dim; }
 
 static const be_ops_t cuda_ops = {
     .name = "cuda",
@@ -365,7 +376,8 @@ static const be_ops_t cuda_ops = {
     .sample = cu_sample,
     .graph_sizes = cu_graph_sizes,
     .mem_info = cu_mem_info,
-    .kv_token_bytes = cu_kv_token_bytes,
+    .kv_set_type = cu_kv_set_type,
+    .kv_type = cu_kv_type,
 };
 
 int be_cuda_available(void) {
@@ -394,6 +406,10 @@ int be_cuda_create(int device, be_t **out, gt_err_t *err) {
   c->device = device;
   const char *ge = getenv("GANTRY_CUDA_GRAPHS");
   c->graphs_on = !(ge && !strcmp(ge, "0"));
+  c->kv_bf16_next = 1; /* BF16 KV pools unless kv_set_type(F32) */
+  /* prefill attention on tensor cores for sequences of >= 16 tokens in the batch */
+  const char *fm = getenv("GANTRY_ATTN_FLASH_MIN");
+  c->fa_min = fm ? atoi(fm) : 16;
   /* Chunked GDN prefill scan: off by default. On the H200 (qwen35-9b head sizes, 512-token prompt,
    * bench_gdn_scan) it took 439 us per layer against 315 us for the sequential kernel. */
   const char *gc = getenv("GANTRY_GDN_CHUNK_MIN");

@@ -3,7 +3,8 @@
  * the launch of each op (kernels/, one op per .cu); backend_cuda_graph.c: op records, decode steps
  * as CUDA graphs and the per-op profile). One stream of one GPU.
  *
- * Activations, the paged KV pools and the recurrent states are fp32 in device memory; weights
+ * Activations and the recurrent states are fp32 in device memory, the paged KV pools bf16 (fp32
+ * with kv_set_type(F32), `--kv-dtype fp32`); weights
  * stay in their GGUF type. Products with BF16 weights and >= 4 rows run a bf16 tensor-core GEMM
  * on x split into two bf16 halves (~2^-17 relative on x, W read once); other products of <= 32
  * rows run a matvec that reads each weight row once for all rows; larger ones dequantize row
@@ -49,9 +50,11 @@ typedef struct {
   size_t d_cap;
   kc_batch_t kb;           /* device view of the batch */
   int max_ctx;             /* longest context of the batch (max pos + 1) */
-  /* paged KV: pool [layer][K|V][n_blocks * block_tokens * kv_dim] */
+  /* paged KV: pool [layer][K|V][n_blocks * block_tokens * kv_dim] of bf16 (kv_bf16, the
+   * default) or fp32 elements; kv_bf16_next: the type the next kv_init uses (kv_set_type) */
   int kv_layers, kv_blocks, kv_block_tokens, kv_dim;
-  float *kv_pool;
+  int kv_bf16, kv_bf16_next;
+  void *kv_pool;
   /* recurrent state: conv [layer][slot][conv_dim], ssm [layer][slot][ssm_dim] */
   int st_layers, st_slots;
   size_t conv_dim, ssm_dim;
@@ -62,6 +65,7 @@ typedef struct {
   /* decode graphs (see "decode steps as CUDA graphs") */
   int graphs_on;           /* GANTRY_CUDA_GRAPHS=0 turns them off */
   int gdn_chunk_min;       /* tokens a sequence must bring for the chunked GDN scan (GANTRY_GDN_CHUNK_MIN) */
+  int fa_min;              /* tokens a sequence must bring for the flash prefill attention (GANTRY_ATTN_FLASH_MIN; 0: off) */
   int recording;           /* the current step is a decode step being recorded */
   int decode_batch;        /* the current batch is one token per sequence */
   struct op_rec *rec;      /* [n_rec] recorded ops of the current step */
@@ -106,9 +110,11 @@ enum { CU_PROF_OFF, CU_PROF_ARMED, CU_PROF_GRAPH };
 
 /* Layout of the caches: K and V of one layer in the KV pool; conv / ssm state of (layer, slot). */
 static inline kc_kv_t kv_of(be_cuda_t *c, int layer) {
-  size_t per = (size_t)c->kv_blocks * c->kv_block_tokens * c->kv_dim;
-  kc_kv_t kv = {.k = c->kv_pool + (size_t)layer * 2 * per, .v = c->kv_pool + ((size_t)layer * 2 + 1) * per,
-                .n_blocks = c->kv_blocks, .block_tokens = c->kv_block_tokens, .kv_dim = c->kv_dim};
+  const size_t per = (size_t)c->kv_blocks * c->kv_block_tokens * c->kv_dim * (c->kv_bf16 ? 2 : sizeof(float));
+  char *base = (char *)c->kv_pool;
+  kc_kv_t kv = {.k = base + (size_t)layer * 2 * per, .v = base + ((size_t)layer * 2 + 1) * per,
+                .n_blocks = c->kv_blocks, .block_tokens = c->kv_block_tokens, .kv_dim = c->kv_dim,
+                .bf16 = c->kv_bf16};
   return kv;
 }
 static inline float *conv_state(be_cuda_t *c, int layer, int slot) {
@@ -132,6 +138,11 @@ size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows);
 /* The device RoPE inverse-frequency table of (theta, n_rot, bf16), made once; NULL on failure
  * (error set). Not callable while capturing. */
 const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16);
+/* bf16 pools: the tokens a sequence must bring to take the flash prefill kernel (INT_MAX: none
+ * does), and the split count of the decode kernel for the current batch (decode batches: from
+ * max_blocks, so it is the same for every step a graph replays) */
+int cu__attn_fa_min(const be_cuda_t *c, int head_dim);
+int cu__attn_splits(const be_cuda_t *c, int n_kv_head);
 /* floats of scratch cu__gdn_conv_qkv takes for a batch of n_tok tokens / n_seq sequences (0:
  * none, the fused kernel serves those shapes) */
 size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v, int d_v);

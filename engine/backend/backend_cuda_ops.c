@@ -11,6 +11,8 @@
 
 #include "kernels/add.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/attn_decode.cuh"
+#include "kernels/attn_flash.cuh"
 #include "kernels/attn_prep.cuh"
 #include "kernels/conv1d.cuh"
 #include "kernels/dequant.cuh"
@@ -320,12 +322,44 @@ void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, 
     return;
   }
   if (c->b.n_tok <= 0) return;
-  /* decode: a split count independent of the context length, so one graph serves every step */
+  if (c->kv_bf16) {
+    /* sequences bringing >= fa_min tokens: the tensor-core flash kernel; the rest (decode) the
+     * split kernel, whose split count follows the graph's fixed max_blocks (cu__attn_splits) */
+    const int fa_min = cu__attn_fa_min(c, head_dim);
+    int mt = 1;
+    const int n_tiles =
+        fa_min < INT_MAX ? kc_attn_flash_plan(c->b.seq_ntok, c->b.n_seq, fa_min, head_dim, n_head, &mt) : 0;
+    if (n_tiles > 0 &&
+        KC_CUDA(CU_ERR(be), kc_attn_flash(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale,
+                                       fa_min, n_tiles, mt)))
+      return;
+    int rest = 0; /* tokens of sequences the flash kernel leaves to the split kernel */
+    for (int i = 0; i < c->b.n_seq; i++) rest += c->b.seq_ntok[i] < fa_min ? c->b.seq_ntok[i] : 0;
+    if (rest == 0) return;
+    const int n_split = cu__attn_splits(c, n_kv_head);
+    float *part = cu__scratch(be, kc_attn_decode_part_floats(c->b.n_tok, n_head, head_dim, n_split));
+    if (part)
+      KC_CUDA(CU_ERR(be), kc_attn_decode(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale,
+                                      n_split, fa_min, part));
+    return;
+  }
+  /* fp32 pools (--kv-dtype fp32): a split count independent of the context length for decode,
+   * so one graph serves every step */
   const int n_split = kc_attention_splits(c->b.n_tok, n_head, c->decode_batch ? 1 << 30 : c->max_ctx);
   float *part = cu__scratch(be, kc_attention_part_floats(c->b.n_tok, n_head, head_dim, n_split));
   if (!part) return;
   KC_CUDA(CU_ERR(be), kc_attention(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale, n_split,
                                 part));
+}
+
+int cu__attn_fa_min(const be_cuda_t *c, int head_dim) {
+  return c->kv_bf16 && c->fa_min > 0 && kc_attn_flash_ok(head_dim) ? c->fa_min : INT_MAX;
+}
+
+int cu__attn_splits(const be_cuda_t *c, int n_kv_head) {
+  /* decode steps (graphs): the longest context the block table can hold, fixed per graph */
+  const int max_ctx = c->decode_batch ? c->b.max_blocks * c->kv_block_tokens : c->max_ctx;
+  return kc_attn_decode_splits(c->b.n_tok, n_kv_head, max_ctx);
 }
 
 /* rmsnorm q, rmsnorm k, rope q, rope k, kv_store in one kc_attn_qk_prep launch (the unfused

@@ -39,6 +39,14 @@ int cli_create_backend(const char *device, int threads, be_t **out) {
   return cli_fail("--device must be cpu, cuda or cuda:N, got '%s'", device);
 }
 
+int cli_kv_dtype(be_t *be, const char *v) {
+  if (!v) return 0;
+  const gt_type_t t = !strcmp(v, "bf16") ? GT_TYPE_BF16 : !strcmp(v, "fp32") ? GT_TYPE_F32 : GT_TYPE_COUNT;
+  if (t == GT_TYPE_COUNT) return cli_fail("--kv-dtype must be bf16 or fp32, got '%s'", v);
+  if (be && be_kv_set_type(be, t)) return cli_fail("--kv-dtype %s: the %s backend cannot store it", v, be->ops->name);
+  return 0;
+}
+
 int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out) {
   gt_err_t err = {0};
   memset(out, 0, sizeof *out);

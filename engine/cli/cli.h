@@ -24,6 +24,11 @@ int cli_create_backend(const char *device, int threads, be_t **out);
 int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out);
 void cli_close_model(cli_model_t *m);
 
+/* --kv-dtype V ("bf16" or "fp32"; NULL: the backend's default, bf16 on CUDA) applied to be
+ * before its KV pool is made; be NULL only checks V. Prints the error, returns non-zero. */
+int cli_kv_dtype(be_t *be, const char *v);
+#define CLI_KV_DTYPE_HELP "  --kv-dtype T            KV cache element type: bf16 (CUDA default) or fp32\n"
+
 /* Prints "gantry-engine: error: <fmt>" and returns exit code 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

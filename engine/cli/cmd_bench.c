@@ -14,8 +14,8 @@
 int cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"device", 1, 0, 'D'}, {"batch", 1, 0, 'b'},
                                        {"prompt", 1, 0, 'p'}, {"gen", 1, 0, 'g'},   {"threads", 1, 0, 'j'},
-                                       {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
-  const char *model = NULL, *device = "cpu", *batches = "1,8,32";
+                                       {"kv-dtype", 1, 0, 'K'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+  const char *model = NULL, *device = "cpu", *batches = "1,8,32", *kv_dtype = NULL;
   long prompt = 512, gen = 256, threads = 0;
   optind = 1;
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -23,12 +23,13 @@ int cmd_bench(int argc, char **argv) {
       case 'm': model = optarg; break;
       case 'D': device = optarg; break;
       case 'b': batches = optarg; break;
+      case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
       case 'p': if (cli_int("--prompt", optarg, 1, 1 << 20, &prompt)) return 2; break;
       case 'g': if (cli_int("--gen", optarg, 2, 1 << 20, &gen)) return 2; break;
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'h':
         puts("usage: gantry-engine bench --model M.gguf [--device cpu|cuda] [--batch 1,8,32] [--prompt 512] "
-             "[--gen 256] [--threads N]");
+             "[--gen 256] [--threads N] [--kv-dtype bf16|fp32]");
         return 0;
       default: return 2;
     }
@@ -40,6 +41,10 @@ int cmd_bench(int argc, char **argv) {
   for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
   cli_model_t cm;
   if (cli_open_model(model, device, (int)threads, (int)(prompt > maxb ? prompt : maxb), &cm)) return 1;
+  if (cli_kv_dtype(cm.be, kv_dtype)) {
+    cli_close_model(&cm);
+    return 1;
+  }
   const int on_cuda = !strcmp(cm.model->be->ops->name, "cuda");
   eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = (int)prompt, .gen = (int)gen,
                  .copy_bytes = (size_t)(on_cuda ? 2048u : 256u) << 20};

@@ -25,7 +25,8 @@ static void usage(void) {
         "  --ignore-eos            do not stop at end-of-sequence tokens\n"
         "  --special               parse special tokens in --prompt text\n"
         "  --threads N             CPU threads (default: every core)\n"
-        "  --device D              cpu (default), cuda or cuda:N\n",
+        "  --device D              cpu (default), cuda or cuda:N\n"
+        CLI_KV_DTYPE_HELP,
         stdout);
 }
 
@@ -36,12 +37,12 @@ int cmd_generate(int argc, char **argv) {
       {"top-p", 1, 0, 'P'},       {"min-p", 1, 0, 'M'},       {"repetition-penalty", 1, 0, 'r'},
       {"presence-penalty", 1, 0, 'e'}, {"frequency-penalty", 1, 0, 'f'}, {"seed", 1, 0, 's'},
       {"ignore-eos", 0, 0, 'i'},  {"threads", 1, 0, 'j'}, {"device", 1, 0, 'D'},     {"system", 1, 0, 'S'},
-      {"no-think", 0, 0, 'T'},    {"special", 0, 0, 'x'},     {"help", 0, 0, 'h'},
+      {"no-think", 0, 0, 'T'},    {"special", 0, 0, 'x'},     {"help", 0, 0, 'h'},      {"kv-dtype", 1, 0, 'K'},
       {0, 0, 0, 0}};
   const char *model = NULL;
   prompt_spec_t ps = {0};
   long max_tokens = 128, threads = 0, v;
-  const char *device = "cpu";
+  const char *device = "cpu", *kv_dtype = NULL;
   double f;
   int ignore_eos = 0;
   sampler_params_t sp = sampler_defaults();
@@ -57,6 +58,7 @@ int cmd_generate(int argc, char **argv) {
       case 'i': ignore_eos = 1; break;
       case 'n': if (cli_int("--max-tokens", optarg, 1, 1 << 24, &max_tokens)) return 2; break;
       case 'D': device = optarg; break;
+      case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'k': if (cli_int("--top-k", optarg, -1, 1 << 30, &v)) return 2; sp.top_k = (int)v; break;
       case 's': if (cli_int("--seed", optarg, 0, __LONG_MAX__, &v)) return 2; sp.seed = (uint64_t)v; break;
@@ -77,6 +79,10 @@ int cmd_generate(int argc, char **argv) {
 
   cli_model_t cm;
   if (cli_open_model(model, device, (int)threads, 512, &cm)) return 1;
+  if (cli_kv_dtype(cm.be, kv_dtype)) {
+    cli_close_model(&cm);
+    return 1;
+  }
   int rc = 1;
   tok_t *tok = NULL;
   int32_t *ids = NULL;

@@ -10,7 +10,7 @@
 #      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0;
 #   4. STACK=1 (pack with STACK=1): the serving path, scripts/gpu/stack.sh, per STACK_MODELS entry.
 # Env: TESTS=0 / BENCH=0 / MICRO=0 skip 1 / 2 / the kernel microbenchmarks (bench_matvec,
-# bench_gdn_scan, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
+# bench_gdn_scan, bench_attn, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
 # qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512), GEN (256);
 # OUT (logs, default /tmp/gpu-suite). Exit 1 when a step failed.
 # Wall time on one H200 (a device call allows 600 s): tests ~1 min; mkmodel up to ~90 s per
@@ -73,7 +73,7 @@ fi
 
 # kernel microbenchmarks (validate, then time) when packed
 if [ "${MICRO:-1}" = 1 ]; then
-  for mb in bench_matvec bench_gdn_scan; do
+  for mb in bench_matvec bench_gdn_scan bench_attn; do
     [ -x "$D/$mb" ] || continue
     timeout 180 "$D/$mb" >"$OUT/$mb.txt" 2>&1
     r=$?

@@ -21,6 +21,7 @@
 
 int gm_rope_freq_bf16 = 0;
 be_t *(*gm_backend_factory)(void) = NULL;
+int gm_top1_margin_rows = 0, gm_greedy_assert = 1;
 
 static int32_t *ids_of(json_t *arr, int *n) {
   *n = (int)json_array_size(arr);
@@ -98,8 +99,11 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
   }
   res->rows = rows;
   res->max_rel_err = tu_max_row_rel_err(logits + (size_t)first_row * V, ref, rows, V);
-  for (int r = 0; r < rows; r++)
-    res->top1_agree += argmax(logits + (size_t)(first_row + r) * V, V) == argmax(ref + (size_t)r * V, V);
+  for (int r = 0; r < rows; r++) {
+    const int agree = argmax(logits + (size_t)(first_row + r) * V, V) == argmax(ref + (size_t)r * V, V);
+    res->top1_agree += agree;
+    if (margin(ref + (size_t)r * V, V) >= 0.05f) res->rows_m05++, res->top1_agree_m05 += agree;
+  }
 
   /* greedy continuation from the prompt */
   gen_reset(gen);
@@ -235,12 +239,14 @@ gm_result_t gm_check_case(const char *path, json_t *c, const char *dir, int chun
                           int min_top1_pct) {
   gm_result_t r;
   assert_int_equal(gm_run_case(path, c, dir, chunk, &r), 0);
-  printf("%-24s chunk %4d: max_rel_err %.3e  top1 %d/%d  greedy %d/%s%s\n", label, chunk, r.max_rel_err, r.top1_agree,
-         r.rows, r.greedy_checked, r.greedy_match ? "match" : "MISMATCH",
+  printf("%-24s chunk %4d: max_rel_err %.3e  top1 %d/%d (margin >= 0.05: %d/%d)  greedy %d/%s%s\n", label, chunk,
+         r.max_rel_err, r.top1_agree, r.rows, r.top1_agree_m05, r.rows_m05, r.greedy_checked,
+         r.greedy_match ? "match" : "MISMATCH",
          r.fixture_inconsistent ? " (stopped: reference generation disagrees with its own logits)" : "");
   assert_true(r.max_rel_err <= tol);
-  assert_true(r.top1_agree * 100 >= r.rows * min_top1_pct);
-  assert_true(r.greedy_match);
+  if (gm_top1_margin_rows) assert_true(r.top1_agree_m05 * 100 >= r.rows_m05 * min_top1_pct);
+  else assert_true(r.top1_agree * 100 >= r.rows * min_top1_pct);
+  if (gm_greedy_assert) assert_true(r.greedy_match);
   assert_true(r.greedy_checked > 0 || r.fixture_inconsistent);
   return r;
 }

@@ -1,8 +1,17 @@
 /* Golden fixtures on the CUDA backend (tests/golden/README.md, GPU tolerances): qwen3-tiny in
- * every weight type, qwen35-tiny, and the trained demo model. The backend keeps fp32
- * activations, so the bar is 10x the CPU tolerance (1e-2 max row relative error; the demo's
- * tighter fp16/fp32 bar is the same 1e-2), top-1 agreement on >= 99 % of rows and greedy
- * generation up to the first small reference margin. Skips (with a message) without a GPU.
+ * every weight type, qwen35-tiny, and the trained demo model, each twice:
+ * - fp32 KV pools (`--kv-dtype fp32`): the backend keeps fp32 activations, so the bar is 10x
+ *   the CPU tolerance (1e-2 max row relative error; the demo's tighter fp16/fp32 bar is the same
+ *   1e-2), top-1 agreement on >= 99 % of all rows and greedy generation up to the first small
+ *   reference margin;
+ * - bf16 KV pools (the default): a reduced-precision path. Rounding K and V to bf16 alone moves
+ *   the logits of the chaotic random tiny models by 4e-3..5.5e-3 (measured on the CPU backend
+ *   with kv_set_type(BF16), exact fp32 attention: qwen3-tiny bf16 case 0 then leaves the greedy
+ *   reference at token 5 and agrees on 30/31 top-1 rows), so the bar is the README's
+ *   reduced-precision one: the same 1e-2 max row error, top-1 agreement on >= 99 % of the rows
+ *   whose reference margin is >= 0.05, greedy generation printed, and asserted only on the trained
+ *   demo model (top-1 on every row as well).
+ * Skips (with a message) without a GPU.
  * GANTRY_GOLDEN_ONLY=<substring of the label> runs only the matching tests (memcheck runs). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +28,8 @@
 
 #define GPU_TOL 1e-2
 
+static int g_kv_bf16; /* the KV pool type of the backends cuda_factory makes */
+
 static be_t *cuda_factory(void) {
   be_t *be = NULL;
   gt_err_t err = {0};
@@ -26,7 +37,18 @@ static be_t *cuda_factory(void) {
     fprintf(stderr, "be_cuda_create: %s\n", err.msg);
     return NULL;
   }
+  if (be_kv_set_type(be, g_kv_bf16 ? GT_TYPE_BF16 : GT_TYPE_F32)) {
+    be_destroy(be);
+    return NULL;
+  }
   return be;
+}
+
+/* the bar of the pool type (see the top of the file) */
+static void kv_mode(int bf16, int trained) {
+  g_kv_bf16 = bf16;
+  gm_top1_margin_rows = bf16;
+  gm_greedy_assert = !bf16 || trained;
 }
 
 /* Skips (before anything is allocated) without a GPU or when GANTRY_GOLDEN_ONLY excludes it. */
@@ -39,10 +61,11 @@ static void need(const char *label) {
   if (only && !strstr(label, only)) skip();
 }
 
-static void tiny(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16) {
+static void tiny(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16, int kv_bf16) {
   char label[64];
   snprintf(label, sizeof label, "%s %s", model, type);
   need(label);
+  kv_mode(kv_bf16, 0);
   json_t *man = tu_json("manifest.json");
   json_t *mdl = json_object_get(json_object_get(man, "models"), model);
   const char *file = json_string_value(json_object_get(json_object_get(mdl, "gguf"), type));
@@ -51,27 +74,37 @@ static void tiny(const char *model, const char *type, const char *cases_key, int
   gm_backend_factory = cuda_factory;
   char path[4096], l[96];
   snprintf(path, sizeof path, "%s", tu_golden(file));
-  snprintf(l, sizeof l, "cuda %s", label);
+  snprintf(l, sizeof l, "cuda %s kv %s", label, kv_bf16 ? "bf16" : "fp32");
   gm_check_cases(path, json_object_get(mdl, cases_key), "", chunk, l, GPU_TOL, 99);
   json_decref(man);
 }
 
-static void test_qwen3_bf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1); }
-static void test_qwen3_bf16_chunked(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1); }
-static void test_qwen3_q8_0(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0); }
-static void test_qwen3_q4_k_m(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0); }
-static void test_qwen3_q6_k(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0); }
+static void test_qwen3_bf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1, 0); }
+static void test_qwen3_bf16_kvbf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1, 1); }
+static void test_qwen3_bf16_chunked(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1, 0); }
+static void test_qwen3_bf16_chunked_kvbf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1, 1); }
+static void test_qwen3_q8_0(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, 0); }
+static void test_qwen3_q8_0_kvbf16(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, 1); }
+static void test_qwen3_q4_k_m(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, 0); }
+static void test_qwen3_q4_k_m_kvbf16(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, 1); }
+static void test_qwen3_q6_k(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, 0); }
+static void test_qwen3_q6_k_kvbf16(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, 1); }
 /* the qwen35 reference, like qwen3's bf16 one, used bf16-rounded RoPE frequencies */
-static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1); }
-static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1); }
+static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1, 0); }
+static void test_qwen35_bf16_kvbf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1, 1); }
+static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1, 0); }
+static void test_qwen35_bf16_chunked_kvbf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1, 1); }
 
 /* each case on the weights its reference ran on (gm_demo_model_for_case); a trained model:
  * top-1 on every row (all reference margins >= 0.05) */
-static void test_demo(void **st) {
+static void demo(int kv_bf16) {
   need("demo Q4_K_M");
+  kv_mode(kv_bf16, 1);
   gm_backend_factory = cuda_factory;
-  gm_check_demo("cuda demo", GPU_TOL, 100);
+  gm_check_demo(kv_bf16 ? "cuda demo kv bf16" : "cuda demo kv fp32", GPU_TOL, 100);
 }
+static void test_demo(void **st) { demo(0); }
+static void test_demo_kvbf16(void **st) { demo(1); }
 
 int main(void) {
   if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
@@ -83,6 +116,10 @@ int main(void) {
       cmocka_unit_test(test_qwen3_q8_0),   cmocka_unit_test(test_qwen3_q4_k_m),
       cmocka_unit_test(test_qwen3_q6_k),   cmocka_unit_test(test_qwen35_bf16),
       cmocka_unit_test(test_qwen35_bf16_chunked), cmocka_unit_test(test_demo),
+      cmocka_unit_test(test_qwen3_bf16_kvbf16),   cmocka_unit_test(test_qwen3_bf16_chunked_kvbf16),
+      cmocka_unit_test(test_qwen3_q8_0_kvbf16),   cmocka_unit_test(test_qwen3_q4_k_m_kvbf16),
+      cmocka_unit_test(test_qwen3_q6_k_kvbf16),   cmocka_unit_test(test_qwen35_bf16_kvbf16),
+      cmocka_unit_test(test_qwen35_bf16_chunked_kvbf16), cmocka_unit_test(test_demo_kvbf16),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,13 +140,29 @@ static void test_errors(void **st) {
   snprintf(args, sizeof args, "generate --model %s --prompt hi", tu_golden("qwen3-vocab.gguf"));
   expect_error(args, "error");
   expect_error_lines("frobnicate", "unknown command", 0); /* followed by the usage */
+  /* --kv-dtype takes bf16 or fp32, checked before the model is opened */
+  expect_error("serve --model /nonexistent.gguf --kv-dtype fp8", "--kv-dtype must be bf16 or fp32");
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --kv-dtype q8", tu_golden("qwen3-tiny.bf16.gguf"));
+  expect_error(args, "--kv-dtype must be bf16 or fp32");
+  snprintf(args, sizeof args, "bench --model %s --kv-dtype f16", tu_golden("qwen3-tiny.bf16.gguf"));
+  expect_error(args, "--kv-dtype must be bf16 or fp32");
+}
+
+/* --kv-dtype bf16 on the CPU backend: fp32 pools holding bf16-rounded K/V (the GPU's values) */
+static void test_kv_dtype(void **st) {
+  char *out = NULL;
+  int rc = run(&out, "%s generate --model %s --prompt hi --max-tokens 4 --threads 1 --kv-dtype bf16 2>&1",
+               tu_bin("gantry-engine"), tu_golden("qwen3-tiny.bf16.gguf"));
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  free(out);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_mkmodel_qwen3_tiny), cmocka_unit_test(test_mkmodel_qwen35_tiny),
       cmocka_unit_test(test_demo_writes_python), cmocka_unit_test(test_eval_matches_golden),
-      cmocka_unit_test(test_errors), cmocka_unit_test(test_bench),
+      cmocka_unit_test(test_errors), cmocka_unit_test(test_bench),     cmocka_unit_test(test_kv_dtype),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

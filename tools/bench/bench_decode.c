@@ -13,17 +13,18 @@
 #include "engine/models/bench.h"
 
 int main(int argc, char **argv) {
-  const char *path = NULL, *batches = "1,8,32";
+  const char *path = NULL, *batches = "1,8,32", *kv_dtype = "bf16";
   int prompt = 512, gen = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model")) path = argv[i + 1];
     else if (!strcmp(argv[i], "--batch")) batches = argv[i + 1];
     else if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--gen")) gen = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--kv-dtype")) kv_dtype = argv[i + 1];
   }
   int b[64], nb = eb_parse_batches(batches, b, 64), maxb = 1;
-  if (!path || prompt < 1 || gen < 2 || nb <= 0) {
-    fprintf(stderr, "usage: bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512] [--gen 256]\n");
+  if (!path || prompt < 1 || gen < 2 || nb <= 0 || (strcmp(kv_dtype, "bf16") && strcmp(kv_dtype, "fp32"))) {
+    fprintf(stderr, "usage: bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512] [--gen 256] [--kv-dtype bf16|fp32]\n");
     return 2;
   }
   for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
   be_t *be = NULL;
   model_t *m = NULL;
   if (gguf_open(path, &g, &err) || be_cuda_create(0, &be, &err) ||
+      be_kv_set_type(be, strcmp(kv_dtype, "fp32") ? GT_TYPE_BF16 : GT_TYPE_F32) ||
       model_load(g, be, prompt > maxb ? prompt : maxb, &m, &err)) {
     fprintf(stderr, "bench_decode: %s\n", err.msg);
     return 1;

@@ -1,0 +1,26 @@
+/* kernels/attn_decode.cuh — causal GQA attention over bf16 paged KV pools for decode tokens
+ * (and short prefill pieces): out[n_tok, n_head * head_dim] for the tokens whose sequence brings
+ * fewer than fa_min tokens to the batch (the others are left untouched: kc_attn_flash serves
+ * them). Token t attends to its sequence's positions 0..pos[t]; head h reads kv head
+ * h / (n_head / n_kv_head). head_dim % 32 == 0, <= 256; kv.bf16 must be set.
+ *
+ * Split over the sequence (flash-decoding): token t's context is cut into n_eff <= n_split
+ * contiguous ranges of at least KC_AD_MIN_SPLIT_LEN positions (n_eff depends on the token's own
+ * context, so a graph captured with one n_split serves every context), block (range, kv head,
+ * token) serves the G query heads of the kv head, then a combine pass merges the ranges.
+ * part: scratch of kc_attn_decode_part_floats(...) floats. Returns a cudaError_t value. */
+#ifndef GANTRY_KERNELS_ATTN_DECODE_CUH
+#define GANTRY_KERNELS_ATTN_DECODE_CUH
+#include "kernels/common.cuh"
+
+#define KC_AD_MAX_SPLIT 128
+#define KC_ATTN_DEC_MAX_HD 256
+#define KC_AD_MIN_SPLIT_LEN 64
+
+/* Ranges per token for n_tok tokens of n_kv_head kv heads whose contexts reach at most max_ctx
+ * (for a captured decode graph: max_blocks * block_tokens, fixed per graph). */
+KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx);
+KC_API size_t kc_attn_decode_part_floats(int n_tok, int n_head, int head_dim, int n_split);
+KC_API int kc_attn_decode(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float *q, float *out, int n_head,
+                          int n_kv_head, int head_dim, float scale, int n_split, int fa_min, float *part);
+#endif
