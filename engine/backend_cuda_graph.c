@@ -147,7 +147,8 @@ static int prepare_capture(be_t *be) {
       const int n_w = r->op == OP_MATMUL ? 1 : r->op == OP_FFN_SWIGLU ? 2 : (int)r->i[1];
       for (int k = 0; k < n_w; k++) {
         const be_weight_t w = rec_get_w(r, k);
-        const size_t n = cu__bf16_gemm_floats(&w, (int)r->i[0]);
+        size_t n = cu__bf16_gemm_floats(&w, (int)r->i[0]);
+        if (!n && ((uintptr_t)r->p[0] & 15) == 0) n = cu__mmq_floats(&w, (int)r->i[0]);
         if (n) {
           if (n > need) need = n;
         } else if (((uintptr_t)r->p[0] & 15) != 0 || r->i[0] > KC_MATVEC_MAX_ROWS) {
@@ -196,7 +197,7 @@ static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   }
   if (n_mat && len < n) {
     const be_weight_t w = rec_get_w(r, 0);
-    snprintf(buf + len, n - len, " x%d%s", rows, cu__bf16_gemm_floats(&w, rows) ? " gemm" : "");
+    snprintf(buf + len, n - len, " x%d%s", rows, cu__bf16_gemm_floats(&w, rows) ? " gemm" : cu__mmq_floats(&w, rows) ? " mmq" : "");
   }
 }
 
