@@ -5,7 +5,8 @@
 # build-cuda-dist/, then $CARRY/gpu/suite.sh runs the GPU tests, bench_matvec (K-quant types) and
 # bench_decode per MODELS (decode 1/8/32, prefill 512/2048, per-op profile, combined table);
 # then prefill again with x in one bf16 part (GANTRY_PREFILL_XPARTS=1) and with the previous
-# paths (GANTRY_MMQ=0) for comparison. Logs under $OUT. Env: MODELS, GEN, TESTS, MICRO,
+# paths (GANTRY_MMQ=0) for comparison (PREFILL_ENVS: the list of settings). Logs under $OUT. Env:
+# MODELS, GEN, TESTS, MICRO, *_TIMEOUT,
 # PREFILL_ONLY_MODELS (models for the two extra prefill runs; default the first of MODELS).
 set -u
 C=${CARRY:-devcarry/k1}
@@ -23,7 +24,7 @@ export LD_LIBRARY_PATH="$PWD/build-cuda-dist/lib:/usr/local/cuda/lib64:${LD_LIBR
 for spec in ${PREFILL_ONLY_MODELS:-${MODELS%% *}}; do
   m=/tmp/${spec%%:*}.${spec#*:}.gguf
   [ -s "$m" ] || continue
-  for envs in GANTRY_PREFILL_XPARTS=1 GANTRY_MMQ=0; do
+  for envs in ${PREFILL_ENVS:-GANTRY_PREFILL_XPARTS=1 GANTRY_MMQ=0}; do
     echo "== prefill $spec $envs"
     env $envs timeout "${PREFILL_TIMEOUT:-40}" build-cuda-dist/bench_decode --model "$m" --batch 1 --prompt "$PROMPT" \
       --gen 4 >"$OUT/prefill.$spec.$envs.txt" 2>&1
