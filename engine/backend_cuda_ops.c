@@ -85,7 +85,7 @@ static void mmq_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, cons
   be_cuda_t *c = CU(be);
   const int parts = kc_mmq_parts(rows);
   float *sc = cu__scratch(be, cu__mmq_floats(w0, rows));
-  if (!sc || KC_CUDA(ERR(be), kc_mmq_prep(c->stream, x, w0->cols, rows, parts, sc))) return;
+  if (!sc || KC_CUDA(ERR(be), kc_mmq_prep(c->stream, type, x, w0->cols, rows, parts, sc))) return;
   KC_CUDA(ERR(be), kc_mmq_launch(c->stream, type, n_seg, segs, wup, w0->cols, sc, rows, parts));
 }
 

@@ -1,7 +1,8 @@
 /* kernels/mmq.cuh — tensor-core product of a K-quant / Q8_0 weight with n >= 3 rows of x (decode
  * batches and prefill): out[n, n_out] = x[n, cols] · Wᵀ, W [n_out, cols] of type Q4_K, Q5_K, Q6_K
  * or Q8_0 (cols % 256 == 0). Each weight element is read once per 32 rows of x (once per decode
- * step up to 32 sequences).
+ * step up to 32 sequences); K is split over a cluster of up to 8 blocks whose sums are added in
+ * distributed shared memory (sm_90).
  *
  * Two steps on one stream:
  *  1. kc_mmq_prep: x -> `parts` bf16 parts (x = hi + mid + lo + e, |e| <= 2^-24 |x| for 3 parts;
@@ -38,13 +39,14 @@ KC_API void kc_mmq_set_occ(int occ);
 /* Scratch bytes kc_mmq_prep needs for n rows of cols with parts (a multiple of 16). */
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts);
 /* x [n, cols] fp32 (16-byte aligned, cols % 256 == 0) -> scratch (kc_mmq_scratch_bytes, 16-byte
- * aligned): parts x npad x cols bf16 then npad x cols/32 fp32 sums, npad = n rounded up to 32
- * (rows >= n copy row n - 1). */
-KC_API int kc_mmq_prep(cudaStream_t st, const float *x, int64_t cols, int n, int parts, void *scratch);
+ * aligned) for weights of type: parts x npad x cols bf16 in the type's fragment order
+ * (kernels/mmq.cu), then npad x cols/32 fp32 sums, npad = n rounded up to 32 (rows >= n copy
+ * row n - 1). */
+KC_API int kc_mmq_prep(cudaStream_t st, int type, const float *x, int64_t cols, int n, int parts, void *scratch);
 /* 1 <= n_seg <= KC_MATVEC_MAX_SEGS weights of type with the same cols (each kc_mmq_ok, n_out >
  * 0; out row stride n_out), or with wup != NULL the swiglu product (n_seg 1, segs[0].w the gate,
  * wup the up weight of the same shape; out = silu(gate) * up as kernels/swiglu.cu). scratch as
- * kc_mmq_prep left it for the same n, cols and parts. Each output equals that of a launch for its
+ * kc_mmq_prep left it for the same type, n, cols and parts. Each output equals that of a launch for its
  * weight alone. */
 KC_API int kc_mmq_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
                          int64_t cols, const void *scratch, int n, int parts);

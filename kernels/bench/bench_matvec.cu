@@ -16,7 +16,7 @@
  * with GB = weights + x + out bytes, copy BW = 2 * bytes / time of a 1 GiB cudaMemcpy D2D.
  * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
  * "mmqP/O" with P bf16 parts of x, built for O blocks per SM) for n = 1..512 on the same shapes, checked the same way (bound
- * 1e-5, 4e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
+ * 1e-5, 6e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
  * Exit status 1 if any check fails. */
 #include <math.h>
 #include <stdio.h>
@@ -347,9 +347,9 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
       BM_CHECK(cudaMalloc((void **)&dout, sizeof(float) * (size_t)n * n_out));
       BM_CHECK(cudaMemset(dout, 0xff, sizeof(float) * (size_t)n * n_out));
       const kc_mv_seg_t seg0 = {w.d, dout, n_out, w.row_bytes};
-      BM_CHECK(kc_mmq_prep(0, dx, cols, n, parts, sc));
+      BM_CHECK(kc_mmq_prep(0, t, dx, cols, n, parts, sc));
       BM_CHECK(kc_mmq_launch(0, t, 1, &seg0, NULL, cols, sc, n, parts));
-      const double e = bm_err(&w, hx, dout, n < 16 ? n : 16), tol = parts == 1 ? 4e-3 : BM_TOL;
+      const double e = bm_err(&w, hx, dout, n < 16 ? n : 16), tol = parts == 1 ? 6e-3 : BM_TOL;
       char path[16];
       snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
       g_path = path;
@@ -360,7 +360,7 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
       BM_CHECK(cudaEventRecord(e0));
       for (int k = 0; k < reps; k++) {
         const kc_mv_seg_t seg = {w.d + w.bytes * (size_t)(k % w.copies), dout, n_out, w.row_bytes};
-        kc_mmq_prep(0, dx, cols, n, parts, sc);
+        kc_mmq_prep(0, t, dx, cols, n, parts, sc);
         kc_mmq_launch(0, t, 1, &seg, NULL, cols, sc, n, parts);
       }
       BM_CHECK(cudaEventRecord(e1));
