@@ -1,45 +1,26 @@
-/* kernels/mmq.cu — see mmq.cuh. Fragment layout and exactness: kernels/matvec_mma.cu.
+/* kernels/mmq.cu — see mmq.cuh: the API, and the kernel for decode batches (n <= KC_MMQ_EXACT_ROWS;
+ * prefill rows: kernels/mmq_prefill.cu). Fragment layout and exactness: kernels/matvec_mma.cu.
  *
- * Prep. x goes to the "fragment-major" layout of the decoder D: for part p, tile of 8 x rows,
- * chunk kb, k-step s and lane (g, tig), 8 bytes = B registers b0, b1 = elements kbase(s, tig)
- * + 0..3 of x row 8 tile + g: a warp's B load of one k-step is one contiguous 256-byte read.
- *
- * Work split. Clusters of S blocks (S = split-K parts, mmq_split): block `part`
- * of a cluster takes the 256-element chunks kb = part, part + S, ... of 256 weight rows (8 warps
- * x two groups of 16 rows; swiglu: 128 features, group 0 = 16 gate rows, group 1 = the 16 up
- * rows of the same features) for one tile of 32 x rows; its 8 warps read the same x fragments
- * (L1 reuse). Blocks of one weight-row range and consecutive x tiles are adjacent in the grid, so
- * the tiles of a prefill read the same weights out of L2. Per chunk a lane loads its quant words
+ * Work split. A block of 8 warps = S column parts x 8/S row warps, for one tile of 32 x rows
+ * (blocks of one weight-row range and consecutive x tiles are adjacent in the grid, so the
+ * tiles of a prefill read the same weights out of L2). A warp owns two groups of 16 weight
+ * rows (swiglu: 16 gate rows and the 16 up rows of the same features) and one part; it takes the
+ * 256-element chunks kb = part, part + S, ... in order. Per chunk a lane loads its quant words
  * of rows g and g + 8 of both groups; the warp decodes the 32 rows' scale slots into shared
  * memory (lane L: row L/2, half L%2). Per sub-block and group, c = Σ q·x per (row, x row) from
- * zero by mma (A = exact q of the weights, B = the x parts), then acc += d_sc · c [- dmin_m ·
- * Σx]. Every part of x goes into the same c (products exact). Lane (g, tig) ends with rows g,
- * g + 8 x x rows 8j + 2tig, +1, written to shared memory; block 0 of the cluster adds the S
- * blocks' sums in part order through distributed shared memory and writes the outputs (swiglu:
- * silu(gate) * up). A feature's result depends on (type, S, its row, x, parts) only, so a weight
- * gives the same products alone, in a multi launch or as the gate of a swiglu. */
-#include <cooperative_groups.h>
+ * zero by mma (A = exact q of the weights, B = the x parts straight from the prep buffer: lane
+ * (g, tig) loads elements kbase(s, tig) + 0..3 of x row 8j + g as one 8-byte word per part),
+ * then acc += d_sc · c [- dmin_m · Σx]. Every part of x goes into the same c (products exact).
+ * Lane (g, tig) ends with rows g, g + 8 x x rows 8j + 2tig, +1; the parts are added in part
+ * order through shared memory. A feature's result depends on (type, S, its row, x, parts) only;
+ * S is mmq_split of the weight's own n_out and the tile count, so a weight gives the same
+ * products alone, in a multi launch or as the gate of a swiglu. */
 #include <stdlib.h>
 
 #include "engine/dtype.h"
-#include "kernels/mma_dec.cuh"
-#include "kernels/mmq.cuh"
+#include "kernels/mmq_internal.cuh"
 
-#define MMQ_WARPS 8
-
-typedef struct {
-  const uint8_t *w[KC_MATVEC_MAX_SEGS]; /* swiglu: w[0] gate */
-  const uint8_t *wup;
-  float *out[KC_MATVEC_MAX_SEGS];
-  int64_t n_out[KC_MATVEC_MAX_SEGS];
-  size_t row_bytes[KC_MATVEC_MAX_SEGS];
-  unsigned blk_end[KC_MATVEC_MAX_SEGS]; /* weight blocks: segment s owns [blk_end[s-1], blk_end[s]) */
-  int n_seg, swiglu;
-  unsigned ny; /* x tiles */
-  int S;       /* split-K parts = cluster size */
-} mmq_args_t;
-
-static int64_t mmq_npad(int n) { return ((int64_t)n + KC_MMQ_TILE_ROWS - 1) / KC_MMQ_TILE_ROWS * KC_MMQ_TILE_ROWS; }
+#define MMQ_TARGET_WARPS 2048
 
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts) {
   const size_t np = (size_t)mmq_npad(n);
@@ -47,86 +28,75 @@ KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts) {
 }
 
 /* thread per quad (4 elements) of a padded row; 8 consecutive lanes = one 32-element sub-block */
-template <class D>
 __global__ void mmq_prep_kernel(const float *__restrict__ x, int64_t cols, int n, int64_t npad, int parts,
-                                uint2 *__restrict__ xf, float *__restrict__ sx) {
+                                uint2 *__restrict__ xp, float *__restrict__ sx) {
   const int64_t qpr = cols / 4, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= npad * qpr) return; /* whole warps: qpr % 64 == 0 */
-  const int64_t r = t / qpr, qq = t % qpr, kb = qq >> 6;
-  const int q = (int)(qq & 63), s = D::kstep(q), lane = 4 * (int)(r & 7) + D::ktig(q);
-  const int64_t idx = (((r >> 3) * (cols >> 8) + kb) * 16 + s) * 32 + lane, pst = npad * qpr;
+  const int64_t r = t / qpr, q = t % qpr;
   const int64_t rr = r < n ? r : n - 1;
-  const float4 v = __ldg((const float4 *)(x + rr * cols) + qq);
+  const float4 v = __ldg((const float4 *)(x + rr * cols) + q);
   const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-  xf[idx] = make_uint2(mvm_bits(h01), mvm_bits(h23));
+  xp[t] = make_uint2(mvm_bits(h01), mvm_bits(h23));
   if (parts > 1) {
     const float4 r1 = make_float4(v.x - __low2float(h01), v.y - __high2float(h01), v.z - __low2float(h23),
                                   v.w - __high2float(h23));
     const __nv_bfloat162 m01 = __floats2bfloat162_rn(r1.x, r1.y), m23 = __floats2bfloat162_rn(r1.z, r1.w);
-    xf[pst + idx] = make_uint2(mvm_bits(m01), mvm_bits(m23));
+    xp[npad * qpr + t] = make_uint2(mvm_bits(m01), mvm_bits(m23));
     if (parts > 2) {
       const __nv_bfloat162 l01 = __floats2bfloat162_rn(r1.x - __low2float(m01), r1.y - __high2float(m01));
       const __nv_bfloat162 l23 = __floats2bfloat162_rn(r1.z - __low2float(m23), r1.w - __high2float(m23));
-      xf[2 * pst + idx] = make_uint2(mvm_bits(l01), mvm_bits(l23));
+      xp[2 * npad * qpr + t] = make_uint2(mvm_bits(l01), mvm_bits(l23));
     }
   }
   float p = (v.x + v.y) + (v.z + v.w);
   p += __shfl_xor_sync(KC_FULL_MASK, p, 1);
   p += __shfl_xor_sync(KC_FULL_MASK, p, 2);
   p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
-  if ((qq & 7) == 0) sx[(qq >> 3) * npad + r] = p; /* [sub-block][row] */
-}
-
-template <class D>
-static int mmq_prep_go(cudaStream_t st, const float *x, int64_t cols, int n, int parts, void *scratch) {
-  const int64_t npad = mmq_npad(n), total = npad * (cols / 4);
-  float *sx = (float *)((uint8_t *)scratch + ((size_t)parts * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
-  const int64_t blocks = (total + 255) / 256;
-  if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
-  mmq_prep_kernel<D><<<(unsigned)blocks, 256, 0, st>>>(x, cols, n, npad, parts, (uint2 *)scratch, sx);
-  return (int)cudaGetLastError();
+  if ((q & 7) == 0) sx[(q >> 3) * npad + r] = p; /* [sub-block][row] */
 }
 
 KC_API int kc_mmq_prep(cudaStream_t st, int type, const float *x, int64_t cols, int n, int parts, void *scratch) {
   if (n < 1 || cols <= 0 || cols % 256 != 0 || parts < 1 || parts > 3 || ((uintptr_t)x & 15) != 0 ||
       ((uintptr_t)scratch & 15) != 0)
     return (int)cudaErrorInvalidValue;
-  switch (type) {
-    case GT_TYPE_Q4_K: return mmq_prep_go<mvm_q4k>(st, x, cols, n, parts, scratch);
-    case GT_TYPE_Q5_K: return mmq_prep_go<mvm_q5k>(st, x, cols, n, parts, scratch);
-    case GT_TYPE_Q6_K: return mmq_prep_go<mvm_q6k>(st, x, cols, n, parts, scratch);
-    case GT_TYPE_Q8_0: return mmq_prep_go<mvm_q8_0>(st, x, cols, n, parts, scratch);
-    default: return (int)cudaErrorInvalidValue;
-  }
+  if (n > KC_MMQ_EXACT_ROWS) return mmq_pf_prep(st, type, x, cols, n, parts, scratch);
+  /* decode rows: row-major parts, the same for every type */
+  const int64_t npad = mmq_npad(n), total = npad * (cols / 4);
+  uint2 *xp = (uint2 *)scratch;
+  float *sx = (float *)((uint8_t *)scratch + ((size_t)parts * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
+  const int64_t blocks = (total + 255) / 256;
+  if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
+  mmq_prep_kernel<<<(unsigned)blocks, 256, 0, st>>>(x, cols, n, npad, parts, xp, sx);
+  return (int)cudaGetLastError();
 }
 
 template <class D, int NT, int NP, int OCC>
 __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
-    mmq_kernel(const mmq_args_t a, const uint2 *__restrict__ xf, const float *__restrict__ sx, int64_t cols, int n,
-               int64_t npad) {
+    mmq_kernel(const mmq_args_t a, const uint16_t *__restrict__ xp, const float *__restrict__ sx, int64_t cols,
+               int n, int64_t npad) {
   /* per warp: scale slots [group][row][16] while the chunks run, then [group][row][x col] sums */
-  constexpr int XC = NT * 8, WS = 2 * 16 * (XC > 16 ? XC : 16);
+  constexpr int WS = 2 * 16 * (NT * 8 > 16 ? NT * 8 : 16);
   __shared__ __align__(16) float sm[MMQ_WARPS * WS];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
-  const int S = a.S, part = (int)(blockIdx.x % (unsigned)S);
-  const unsigned rest = blockIdx.x / (unsigned)S, yb = rest % a.ny, wblk = rest / a.ny;
+  const unsigned yb = blockIdx.x % a.ny, wblk = blockIdx.x / a.ny;
   int sg = 0;
   while (sg + 1 < a.n_seg && wblk >= a.blk_end[sg]) sg++;
-  const int64_t blk = wblk - (sg ? a.blk_end[sg - 1] : 0u);
+  const unsigned blk = wblk - (sg ? a.blk_end[sg - 1] : 0u);
+  const int S = a.split[sg], gpb = MMQ_WARPS / S, part = wi % S, rw = wi / S;
   const int fpw = a.swiglu ? 16 : 32; /* output features per warp */
-  const int64_t n_out = a.n_out[sg], f0 = (blk * MMQ_WARPS + wi) * fpw;
+  const int64_t n_out = a.n_out[sg], grp0 = (int64_t)blk * gpb;
   const size_t rbytes = a.row_bytes[sg];
   auto row_of = [&](int i, int m) -> const uint8_t * {
-    int64_t o = f0 + (a.swiglu ? 0 : 16 * i) + m;
+    int64_t o = (grp0 + rw) * fpw + (a.swiglu ? 0 : 16 * i) + m;
     if (o > n_out - 1) o = n_out - 1;
     return (a.swiglu && i ? a.wup : a.w[sg]) + (size_t)o * rbytes;
   };
   const uint8_t *wa[2], *wb[2], *ws[2];
 #pragma unroll
   for (int i = 0; i < 2; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
-  const int64_t xr0 = (int64_t)yb * KC_MMQ_TILE_ROWS, nkb = cols >> 8;
-  const int64_t pst = npad * cols / 4; /* uint2 per part */
-  const uint2 *xb = xf + (xr0 >> 3) * nkb * 512 + lane;
+  const int64_t xr0 = (int64_t)yb * KC_MMQ_TILE_ROWS;
+  const int64_t pstride = npad * cols; /* elements between parts */
+  const uint16_t *xb = xp + (xr0 + g) * cols;
   float *scs = sm + wi * WS;
 
   float acc[2][NT][4];
@@ -134,6 +104,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
   for (int i = 0; i < 2; i++)
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+  const int64_t nkb = cols >> 8;
   for (int64_t kb = part; kb < nkb; kb += S) {
     typename D::raw ra[2], rb[2];
     typename D::sraw sr[2];
@@ -147,7 +118,6 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
 #pragma unroll
     for (int i = 0; i < 2; i++) D::sdecode(sr[i], lane & 1, (float4 *)(scs + i * 256 + (lane >> 1) * 16 + 8 * (lane & 1)));
     __syncwarp();
-    const uint2 *xk = xb + kb * 512;
 #pragma unroll
     for (int sb = 0; sb < D::NSUB; sb++) {
       float c[2][NT][4];
@@ -158,11 +128,12 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
 #pragma unroll
       for (int h = 0; h < D::SPS; h++) {
         const int s = D::SPS * sb + h;
+        const uint16_t *xs = xb + kb * 256 + D::kbase(s, tig);
         uint2 bq[NT][NP];
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
-          for (int p = 0; p < NP; p++) bq[j][p] = __ldg(xk + p * pst + (int64_t)j * nkb * 512 + s * 32);
+          for (int p = 0; p < NP; p++) bq[j][p] = __ldg((const uint2 *)(xs + p * pstride + (int64_t)8 * j * cols));
 #pragma unroll
         for (int i = 0; i < 2; i++) {
           const uint32_t af[4] = {D::apair(ra[i], s, 0), D::apair(rb[i], s, 0), D::apair(ra[i], s, 1),
@@ -170,8 +141,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
 #pragma unroll
           for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int p = 0; p < NP; p++)
-              mvm_mma(c[i][j], af, bq[j][p].x, bq[j][p].y);
+            for (int p = 0; p < NP; p++) mvm_mma(c[i][j], af, bq[j][p].x, bq[j][p].y);
         }
       }
       [[maybe_unused]] float2 sv[NT];
@@ -205,9 +175,9 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
     }
   }
 
-  /* sums [warp][group][row 16][x col XC] in this block's shared memory, in the warp's own region
-   * (its scale slots are not read any more) */
-  __syncwarp();
+  /* red [warp][group][row 16][x col NT*8] */
+  constexpr int XC = NT * 8;
+  __syncthreads(); /* every warp done with its scale slots */
 #pragma unroll
   for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -215,78 +185,63 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
       float *r0 = scs + (i * 16 + g) * XC + 8 * j + 2 * tig, *r8 = r0 + 8 * XC;
       r0[0] = acc[i][j][0], r0[1] = acc[i][j][1], r8[0] = acc[i][j][2], r8[1] = acc[i][j][3];
     }
-  cooperative_groups::cluster_group cl = cooperative_groups::this_cluster();
-  cl.sync(); /* every block's sums written (release / acquire over the cluster) */
-  if (part == 0) {
-    const float *rk[MMQ_WARPS];
-    for (int k = 0; k < S; k++) rk[k] = cl.map_shared_rank(sm, k); /* block rank k = part k */
-    float *out = a.out[sg];
-    for (int t = threadIdx.x; t < MMQ_WARPS * 2 * 16 * XC; t += MMQ_WARPS * 32) {
-      const int w = t / (2 * 16 * XC), i = (t / (16 * XC)) % 2, m = (t / XC) % 16, r = t % XC;
-      const int64_t xr = xr0 + r, o = (blk * MMQ_WARPS + w) * fpw + (a.swiglu ? 0 : 16 * i) + m;
-      if (xr >= n || o >= n_out || (a.swiglu && i)) continue;
-      const int off = w * WS + (i * 16 + m) * XC + r;
-      float v = rk[0][off];
-      for (int k = 1; k < S; k++) v += rk[k][off];
-      if (!a.swiglu) {
-        out[xr * n_out + o] = v;
-      } else {
-        float u = rk[0][off + 16 * XC];
-        for (int k = 1; k < S; k++) u += rk[k][off + 16 * XC];
-        out[xr * n_out + o] = v / (1.0f + expf(-v)) * u; /* as kernels/swiglu.cu */
-      }
+  __syncthreads();
+  float *out = a.out[sg];
+  for (int t = threadIdx.x; t < gpb * 2 * 16 * XC; t += MMQ_WARPS * 32) {
+    const int w = t / (2 * 16 * XC), i = (t / (16 * XC)) % 2, m = (t / XC) % 16, r = t % XC;
+    const int64_t xr = xr0 + r;
+    if (xr >= n) continue;
+    const float *base = sm + (w * S) * WS + (i * 16 + m) * XC + r;
+    float s = base[0];
+    for (int p = 1; p < S; p++) s += base[p * WS];
+    if (!a.swiglu) {
+      const int64_t o = (grp0 + w) * fpw + 16 * i + m;
+      if (o < n_out) out[xr * n_out + o] = s;
+    } else if (i == 0) {
+      const float *ub = base + 16 * XC;
+      float u = ub[0];
+      for (int p = 1; p < S; p++) u += ub[p * WS];
+      const int64_t o = (grp0 + w) * fpw + m;
+      if (o < n_out) out[xr * n_out + o] = s / (1.0f + expf(-s)) * u; /* as kernels/swiglu.cu */
     }
   }
-  cl.sync(); /* the other blocks' shared memory stays until block 0 has read it */
 }
 
-/* Split-K parts (the cluster size): a function of cols and the x tile count only (so every entry
- * point sums a weight's products the same way): the largest power of two S <= chunks with
- * S * tiles <= 8 (decode batches of <= 32 rows: 8; prefill of >= 160 rows: 1, no reduction). */
-static int mmq_split(int64_t nkb, unsigned ny) {
+/* Column parts: a function of the weight's own n_out and the tile count only. */
+static int mmq_split(int64_t n_out, int64_t nkb, unsigned ny) {
+  const int64_t warps = (n_out + 31) / 32 * (int64_t)ny;
   int S = 1;
-  while (2 * S <= MMQ_WARPS && 2 * S <= nkb && 2 * S * (int64_t)ny <= MMQ_WARPS) S *= 2;
+  while (S < MMQ_WARPS && warps * S < MMQ_TARGET_WARPS && 2 * S <= nkb) S *= 2;
   return S;
 }
 
 template <class D, int NT, int NP, int OCC>
 static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scratch, int n) {
   const int64_t npad = mmq_npad(n), nkb = cols >> 8;
-  const int fpb = (a.swiglu ? 16 : 32) * MMQ_WARPS; /* output features per block */
+  const int fpw = a.swiglu ? 16 : 32;
   a.ny = (unsigned)(npad / KC_MMQ_TILE_ROWS);
-  a.S = mmq_split(nkb, a.ny);
   int64_t wblocks = 0;
   for (int s = 0; s < a.n_seg; s++) {
-    wblocks += (a.n_out[s] + fpb - 1) / fpb;
-    if (wblocks * a.ny * a.S > 0x7fffffff) return (int)cudaErrorInvalidValue;
+    a.split[s] = mmq_split(a.n_out[s], nkb, a.ny);
+    const int64_t groups = (a.n_out[s] + fpw - 1) / fpw, gpb = MMQ_WARPS / a.split[s];
+    wblocks += (groups + gpb - 1) / gpb;
+    if (wblocks * a.ny > 0x7fffffff) return (int)cudaErrorInvalidValue;
     a.blk_end[s] = (unsigned)wblocks;
   }
-  const uint2 *xf = (const uint2 *)scratch;
+  const uint16_t *xp = (const uint16_t *)scratch;
   const float *sx = (const float *)((const uint8_t *)scratch + ((size_t)NP * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(wblocks * a.ny * a.S));
-  cfg.blockDim = dim3(MMQ_WARPS * 32);
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = (unsigned)a.S, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, mmq_kernel<D, NT, NP, OCC>, a, xf, sx, cols, n, npad);
-  return (int)(e != cudaSuccess ? e : cudaGetLastError());
+  mmq_kernel<D, NT, NP, OCC><<<(unsigned)(wblocks * a.ny), MMQ_WARPS * 32, 0, st>>>(a, xp, sx, cols, n, npad);
+  return (int)cudaGetLastError();
 }
 
-static int g_occ = -1; /* blocks per SM the kernel is compiled for: 1 (255 registers) or 2 (128) */
+static int g_occ = -1; /* GANTRY_MMQ_OCC / kc_mmq_set_occ; -1: not read yet */
 
-/* Occupancy: GANTRY_MMQ_OCC = 1 or 2 (kc_mmq_set_occ), else 2 where 128 registers spill
- * little (one x tile of 8 rows, Q4_K / Q5_K / Q6_K words), else 1. */
-template <class D, int NT> static int mmq_occ() {
+int mmq_occ_env(void) {
   if (g_occ < 0) {
     const char *e = getenv("GANTRY_MMQ_OCC");
     g_occ = e && (e[0] == '1' || e[0] == '2') && e[1] == '\0' ? e[0] - '0' : 0;
   }
-  if (g_occ) return g_occ;
-  return NT == 1 && sizeof(typename D::raw) <= 48 ? 2 : 1;
+  return g_occ;
 }
 
 template <class D, int NT, int NP> static int mmq_o(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n) {
@@ -359,6 +314,7 @@ KC_API int kc_mmq_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
   a.n_seg = n_seg;
   a.wup = (const uint8_t *)wup;
   a.swiglu = wup != NULL;
+  if (n > KC_MMQ_EXACT_ROWS) return mmq_pf_launch(st, type, a, cols, scratch, n, parts);
   switch (type) {
     case GT_TYPE_Q4_K: return mmq_np<mvm_q4k>(st, a, cols, scratch, n, parts);
     case GT_TYPE_Q5_K: return mmq_np<mvm_q5k>(st, a, cols, scratch, n, parts);
