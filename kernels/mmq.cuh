@@ -1,8 +1,9 @@
 /* kernels/mmq.cuh — tensor-core product of a K-quant / Q8_0 weight with n >= 3 rows of x (decode
  * batches and prefill): out[n, n_out] = x[n, cols] · Wᵀ, W [n_out, cols] of type Q4_K, Q5_K, Q6_K
  * or Q8_0 (cols % 256 == 0). Each weight element is read once per 32 rows of x (once per decode
- * step up to 32 sequences); K is split over a cluster of up to 8 blocks whose sums are added in
- * distributed shared memory (sm_90).
+ * step up to 32 sequences). Decode rows (<= KC_MMQ_EXACT_ROWS) run kernels/mmq.cu's kernel (K
+ * split over the warps of a block), prefill rows kernels/mmq_prefill.cu's (x in fragment order,
+ * K split over a cluster of up to 8 blocks summed in distributed shared memory, sm_90).
  *
  * Two steps on one stream:
  *  1. kc_mmq_prep: x -> `parts` bf16 parts (x = hi + mid + lo + e, |e| <= 2^-24 |x| for 3 parts;
