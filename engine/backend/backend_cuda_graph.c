@@ -232,7 +232,8 @@ static int prepare_capture(be_t *be) {
       be_weight_t w[REC_MAX_W];
       const int n_w = rec_weights(r, w);
       for (int j = 0; j < n_w; j++) {
-        const size_t n = cu__bf16_gemm_floats(&w[j], rows);
+        size_t n = cu__bf16_gemm_floats(&w[j], rows);
+        if (!n && ((uintptr_t)x & 15) == 0) n = cu__mmq_floats(&w[j], rows);
         if (n) {
           if (n > need) need = n;
         } else if (((uintptr_t)x & 15) != 0 || rows > KC_MATVEC_MAX_ROWS) {
@@ -276,7 +277,8 @@ static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
     n_mat++;
   }
   if (n_mat && len < n)
-    snprintf(buf + len, n - len, " x%d%s", rows, cu__bf16_gemm_floats(&w[0], rows) ? " gemm" : "");
+    snprintf(buf + len, n - len, " x%d%s", rows,
+             cu__bf16_gemm_floats(&w[0], rows) ? " gemm" : cu__mmq_floats(&w[0], rows) ? " mmq" : "");
 }
 
 static void prof_add(be_cuda_t *c, const char *label, double us) {

@@ -25,6 +25,7 @@
 #include "kernels/kv_store.cuh"
 #include "kernels/l2norm.cuh"
 #include "kernels/matvec.cuh"
+#include "kernels/mmq.cuh"
 #include "kernels/mul_sigmoid.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rmsnorm_gated.cuh"
@@ -88,11 +89,37 @@ size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows) {
   return n <= 4 * CU_TILE_FLOATS ? n : 0;
 }
 
+/* Scratch floats the tensor-core K-quant path (kernels/mmq.cuh) needs for w and rows, or 0 when
+ * w does not take it (type, alignment, rows < KC_MMQ_MIN_ROWS, GANTRY_MMQ=0). */
+size_t cu__mmq_floats(const be_weight_t *w, int rows) {
+  if (!w || !w->data || rows < KC_MMQ_MIN_ROWS || !kc_mmq_ok((int)w->type, w->data, w->row_bytes, w->cols)) return 0;
+  return kc_mmq_scratch_bytes(w->cols, rows, kc_mmq_parts(rows)) / sizeof(float);
+}
+
+static int takes_mmq(const be_weight_t *w, const float *x, int rows) {
+  return ((uintptr_t)x & 15) == 0 && cu__mmq_floats(w, rows) != 0;
+}
+
+/* n_seg products of x on the mmq path (segs as kc_mmq_launch; wup: the swiglu up weight) */
+static void mmq_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup, const be_weight_t *w0,
+                    const float *x, int rows) {
+  be_cuda_t *c = CU_BE(be);
+  const int parts = kc_mmq_parts(rows);
+  float *sc = cu__scratch(be, cu__mmq_floats(w0, rows));
+  if (!sc || KC_CUDA(CU_ERR(be), kc_mmq_prep(c->stream, type, x, w0->cols, rows, parts, sc))) return;
+  KC_CUDA(CU_ERR(be), kc_mmq_launch(c->stream, type, n_seg, segs, wup, w0->cols, sc, rows, parts));
+}
+
 void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows) {
   be_cuda_t *c = CU_BE(be);
   if (cu_failed(be) || rows <= 0) return;
   if (!dense_ok(w)) {
     cu_fail(be, GT_EUNSUPPORTED, "matmul", "weight type or width not supported");
+    return;
+  }
+  if (takes_mmq(w, x, rows)) {
+    const kc_mv_seg_t seg = {w->data, out, w->rows, w->row_bytes};
+    mmq_run(be, (int)w->type, 1, &seg, NULL, w, x, rows);
     return;
   }
   const size_t gemm_floats = cu__bf16_gemm_floats(w, rows);
@@ -104,12 +131,15 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
     float *c2 = sc;
     void *xs = sc + ((size_t)2 * rows * n_out + 63) / 64 * 64;
     const float one = 1.0f, zero = 0.0f;
+    /* prefill rows with one x part (kc_mmq_parts, GANTRY_PREFILL_XPARTS=1): x in bf16, one GEMM into out */
+    const int one_part = kc_mmq_parts(rows) == 1;
     if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, xs)) ||
-        KC_CUBLAS(CU_ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, 2 * rows, (int)k, &one, w->data,
-                                        CUDA_R_16BF, (int)k, xs, CUDA_R_16BF, (int)k, &zero, c2, CUDA_R_32F, (int)n_out,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+        KC_CUBLAS(CU_ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, one_part ? rows : 2 * rows, (int)k,
+                                        &one, w->data, CUDA_R_16BF, (int)k, xs, CUDA_R_16BF, (int)k, &zero,
+                                        one_part ? out : c2, CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT)))
       return;
-    KC_CUDA(CU_ERR(be), kc_join_halves(c->stream, c2, out, rows, n_out));
+    if (!one_part) KC_CUDA(CU_ERR(be), kc_join_halves(c->stream, c2, out, rows, n_out));
     return;
   }
   if (rows <= KC_MATVEC_MAX_ROWS && ((uintptr_t)x & 15) == 0) {
@@ -142,7 +172,7 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
 
 /* 1 when cu__matmul takes the matvec path for w and rows of x. */
 static int takes_matvec(const be_weight_t *w, const float *x, int rows) {
-  return dense_ok(w) && rows > 0 && rows <= KC_MATVEC_MAX_ROWS && ((uintptr_t)x & 15) == 0 && !cu__bf16_gemm_floats(w, rows);
+  return dense_ok(w) && rows > 0 && !takes_mmq(w, x, rows) && rows <= KC_MATVEC_MAX_ROWS && ((uintptr_t)x & 15) == 0 && !cu__bf16_gemm_floats(w, rows);
 }
 
 /* n products of one x: runs of consecutive weights of one type on the matvec path go to one
@@ -161,6 +191,15 @@ void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float
       return;
     }
   for (int i = 0; i < n && !cu_failed(be);) {
+    if (takes_mmq(w[i], x, rows)) { /* one launch for a run of one type (scratch: the largest cols is the same) */
+      kc_mv_seg_t segs[BE_MATMUL_MULTI_MAX];
+      int ns = 0;
+      for (int j = i; j < n && ns < KC_MATVEC_MAX_SEGS && w[j]->type == w[i]->type && takes_mmq(w[j], x, rows); j++)
+        segs[ns++] = (kc_mv_seg_t){.w = w[j]->data, .out = out[j], .n_out = w[j]->rows, .row_bytes = w[j]->row_bytes};
+      mmq_run(be, (int)w[i]->type, ns, segs, NULL, w[i], x, rows);
+      i += ns;
+      continue;
+    }
     if (!takes_matvec(w[i], x, rows)) {
       cu__matmul(be, w[i], x, out[i], rows);
       i++;
@@ -187,6 +226,11 @@ void cu__ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, cons
   if (cu_failed(be) || rows <= 0) return;
   if (!wg || !wu || wg->rows != wu->rows || wg->cols != wu->cols) {
     cu_fail(be, GT_EINVAL, "ffn_swiglu", "gate and up weights differ in shape");
+    return;
+  }
+  if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && takes_mmq(wg, x, rows) && takes_mmq(wu, x, rows)) {
+    const kc_mv_seg_t seg = {wg->data, gate, wg->rows, wg->row_bytes};
+    mmq_run(be, (int)wg->type, 1, &seg, wu->data, wg, x, rows);
     return;
   }
   if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && takes_matvec(wg, x, rows) && takes_matvec(wu, x, rows)) {

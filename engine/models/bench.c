@@ -34,12 +34,14 @@ static double copy_bw(be_t *be, size_t bytes) {
   return a && b ? 2.0 * rows * (double)cols * 4 / best : 0;
 }
 
-int eb_parse_batches(const char *s, int *b, int cap) {
+int eb_parse_batches(const char *s, int *b, int cap) { return eb_parse_list(s, b, cap, 4096); }
+
+int eb_parse_list(const char *s, int *b, int cap, long max) {
   int n = 0;
   for (const char *p = s; p && *p && n < cap;) {
     char *end;
     long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 4096) return -1;
+    if (end == p || v < 1 || v > max) return -1;
     b[n++] = (int)v;
     p = *end == ',' ? end + 1 : NULL;
     if (!p && *end) return -1;
@@ -136,11 +138,14 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   be_t *be = m->be;
   int maxb = 1;
   for (int i = 0; i < o->n_batches; i++) maxb = o->batches[i] > maxb ? o->batches[i] : maxb;
-  if (o->prompt < 1 || o->prompt > m->max_tokens || o->gen < 2 || maxb > m->max_tokens)
-    return gt_err_set(err, GT_EINVAL, "prompt %d (1..%d), gen %d (>= 2), batch %d (<= %d)", o->prompt, m->max_tokens,
+  int maxp = o->prompt;
+  for (int i = 0; i < o->n_prefill; i++) maxp = o->prefill[i] > maxp ? o->prefill[i] : maxp;
+  if (o->prompt < 1 || maxp > m->max_tokens || o->gen < 2 || maxb > m->max_tokens || o->n_prefill < 0 ||
+      (o->n_prefill > 0 && !o->prefill))
+    return gt_err_set(err, GT_EINVAL, "prompt %d (1..%d), gen %d (>= 2), batch %d (<= %d)", maxp, m->max_tokens,
                       o->gen, maxb, m->max_tokens);
-  /* blocks for prompt + gen tokens and at least one more block: the profile's steps follow */
-  const int bt = 16, mb = (o->prompt + o->gen + bt - 1) / bt + 1, V = m->hp.n_vocab;
+  /* blocks for the longest prompt + gen tokens and at least one more block: the profile's steps follow */
+  const int bt = 16, mb = (maxp + o->gen + bt - 1) / bt + 1, V = m->hp.n_vocab;
   int rc = model_cache_init(m, maxb * mb, bt, maxb, err);
   if (rc) return rc;
   const gguf_tensor_t *emb = gguf_find_tensor(g, "token_embd.weight");
@@ -154,7 +159,7 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   fprintf(out, "%s copy bandwidth: %.1f GB/s (read + write, %.2f GB buffers)\n", be->ops->name, bw / 1e9,
           o->copy_bytes / 1e9);
 
-  size_t nt = (size_t)(o->prompt > maxb ? o->prompt : maxb);
+  size_t nt = (size_t)(maxp > maxb ? maxp : maxb);
   eb_buf_t x = {.mb = mb, .V = V, .seed = 7};
   x.tok = malloc(sizeof(int32_t) * nt);
   x.pos = malloc(sizeof(int32_t) * nt);
@@ -220,6 +225,19 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
       for (int k = 0; k <= EB_PROF_GRAPH_STEPS && !rc; k++) rc = eb_decode(m, &x, B, o->prompt + o->gen + k, err);
       p->n = o->prof_get(be, p->rows, EB_PROF_ROWS, &p->sum);
     }
+  }
+  if (o->n_prefill > 0 && !rc) fprintf(out, "\n| prompt | prefill ms | prefill tok/s |\n|---|---|---|\n");
+  for (int i = 0; i < o->n_prefill && !rc; i++) {
+    const int P = o->prefill[i];
+    double best = 0;
+    for (int k = 0; k < 3 && !rc; k++) { /* run 0 warms up (scratch sizes, GEMM plans) */
+      const double t0 = gt_now_ms();
+      rc = eb_prefill(m, &x, 0, P, err);
+      const double ms = gt_now_ms() - t0;
+      if (k > 0 && (best == 0 || ms < best)) best = ms;
+    }
+    if (!rc) fprintf(out, "| %d | %.1f | %.0f |\n", P, best, P / (best / 1e3));
+    fflush(out);
   }
   for (int bi = 0; bi < o->n_batches && prof && !rc; bi++) print_profile(&prof[bi], out);
 done:

@@ -23,6 +23,10 @@ typedef struct {
   const int *batches; /* batch sizes, each >= 1 */
   int n_batches;
   int prompt;         /* prompt tokens per sequence (>= 1; the model's max_tokens must allow it) */
+  /* optional prompt lengths timed as one-sequence prefills after the decode table ("| prompt |
+   * prefill ms | prefill tok/s |", best of two runs after a warm-up run); each <= max_tokens */
+  const int *prefill;
+  int n_prefill;
   int gen;            /* decode steps (>= 2) */
   size_t copy_bytes;  /* buffer size of the copy-bandwidth measurement */
   /* optional per-op profile of one decode step per batch size: be_cuda_profile_arm /
@@ -31,10 +35,13 @@ typedef struct {
   int (*prof_get)(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum_t *sum);
 } eb_opts_t;
 
-/* m must have been loaded with max_tokens >= prompt; its cache is (re)initialised here. */
+/* m must have been loaded with max_tokens >= prompt and every prefill length; its cache is
+ * (re)initialised here. */
 int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t *err);
 
-/* Parses "1,8,32" into b[cap]; returns the count or -1 on a bad list. */
+/* Parses "1,8,32" into b[cap] (each 1..max); returns the count or -1 on a bad list. */
+int eb_parse_list(const char *s, int *b, int cap, long max);
+/* eb_parse_list with max 4096 */
 int eb_parse_batches(const char *s, int *b, int cap);
 
 #endif

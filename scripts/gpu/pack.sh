@@ -27,6 +27,7 @@ EXTRA=
   grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/cuda[^/]*/|libcuda\.so|libcublas' |
   while read -r l; do cp -L "$l" "$D/lib/"; done
 strip "$D"/* 2>/dev/null || true
+echo "commit $(git -C "$SRC" rev-parse --short HEAD)$(git -C "$SRC" diff --quiet HEAD -- 2>/dev/null || echo +dirty)" >"$D/COMMIT"
 # the device call carries at most 64 MiB with the tree: ship the programs compressed
 mkdir -p "$SRC/build-cuda-pack"
 # xz -9: its 64 MiB window folds the near-identical CUDA binaries into one

@@ -5,19 +5,23 @@
 #      test_cuda_sample, test_cuda_kvmem when packed);
 #   2. for each model of MODELS: gantry-mkmodel (kept in $MODELDIR for later calls on the same
 #      machine; all models generated in the background while the tests run), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/models/bench.h
-#      table + the per-op profile of one decode step per batch size); a combined table at the end;
+#      table, prefill per PROMPT length, the per-op profile of one decode step per batch size); at the
+#      end one combined table (decode per batch size, prefill per length, % of roofline) and the
+#      largest ops of the first and last batch size's profile per model;
 #   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
 #      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0;
 #   4. STACK=1 (pack with STACK=1): the serving path, scripts/gpu/stack.sh, per STACK_MODELS entry.
 # Env: TESTS=0 / BENCH=0 / MICRO=0 skip 1 / 2 / the kernel microbenchmarks (bench_matvec,
 # bench_gdn_scan, bench_attn, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
-# qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512), GEN (256);
-# OUT (logs, default /tmp/gpu-suite). Exit 1 when a step failed.
+# qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512,2048: decode after the
+# first, each timed as a prefill), GEN (256);
+# OUT (logs, default /tmp/gpu-suite); BENCH_MATVEC_ARGS (e.g. "--types Q4_K,Q6_K --reps 20"),
+# MICRO_TIMEOUT (180 s per microbenchmark). Exit 1 when a step failed.
 # Wall time on one H200 (a device call allows 600 s): tests ~1 min; mkmodel up to ~90 s per
 # model (qwen35-9b Q4_K_M); bench_decode 1,8,32 x 256 steps ~1-2 min per model: run one or two
 # models per call, e.g. MODELS=qwen3-8b:bf16 TESTS=0.
 set -u
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
+SRC=${GANTRY_SRC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)} # GANTRY_SRC_ROOT: a copy run from elsewhere
 cd "$SRC" || exit 1
 D=${DIST:-$SRC/build-cuda-dist} # DIST=build-x DEVICE=cpu: the SERVE part against a local build
 [ -z "${DIST:-}" ] && [ -f build-cuda-pack/dist.tar.xz ] && [ ! -x "$D/bench_decode" ] && tar xJf build-cuda-pack/dist.tar.xz
@@ -26,7 +30,7 @@ MODELDIR=${MODELDIR:-/tmp}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export GANTRY_GOLDEN="$SRC/tests/golden"
-BATCH=${BATCH:-1,8,32} PROMPT=${PROMPT:-512} GEN=${GEN:-256}
+BATCH=${BATCH:-1,8,32} PROMPT=${PROMPT:-512,2048} GEN=${GEN:-256}
 MODELS=${MODELS:-"qwen3-8b:bf16 qwen3-8b:Q4_K_M qwen35-9b:Q4_K_M"}
 rc=0
 
@@ -75,7 +79,9 @@ fi
 if [ "${MICRO:-1}" = 1 ]; then
   for mb in bench_matvec bench_gdn_scan bench_attn; do
     [ -x "$D/$mb" ] || continue
-    timeout 180 "$D/$mb" >"$OUT/$mb.txt" 2>&1
+    args=
+    [ "$mb" = bench_matvec ] && args=${BENCH_MATVEC_ARGS:-}
+    timeout "${MICRO_TIMEOUT:-180}" "$D/$mb" $args >"$OUT/$mb.txt" 2>&1
     r=$?
     echo "== $mb rc=$r (log $OUT/$mb.txt)"
     [ $r -eq 0 ] || rc=1
@@ -99,13 +105,35 @@ if [ "${BENCH:-1}" = 1 ]; then
     [ $r -eq 0 ] || rc=1
   done
   echo
-  echo "== combined: model | batch | decode ms/step | tok/s total | % of roofline | graph/eager steps"
+  echo "== combined ($(cat "$D/COMMIT" 2>/dev/null || echo "commit unknown"); bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN)"
+  hdr="| model"
+  for b in $(echo "$BATCH" | tr , ' '); do hdr="$hdr | b$b ms/step | b$b tok/s | b$b % roofline"; done
+  for p in $(echo "$PROMPT" | tr , ' '); do hdr="$hdr | prefill $p tok/s"; done
+  echo "$hdr |"
   for spec in $MODELS; do
     preset=${spec%%:*} type=${spec#*:}
     log=$OUT/bench.$preset.$type.txt
     [ -f "$log" ] || continue
-    awk -F'|' -v m="$preset $type" '/^\| [0-9]+ \|/ {printf "%s | %s | %s | %s | %s | %s\n", m, $2, $4, $6, $10, $11}' "$log"
-    grep -E "^sum of ops" "$log" | sed "s/^/$preset $type: /"
+    row="| $preset $type"
+    for b in $(echo "$BATCH" | tr , ' '); do
+      row="$row | $(awk -F'|' -v b="$b" 'NF == 12 && $2 + 0 == b && $2 ~ /[0-9]/ {gsub(/ /, "", $4); gsub(/ /, "", $6); gsub(/^ +| +$/, "", $10); print $4 " | " $6 " | " $10; exit}' "$log")"
+    done
+    for p in $(echo "$PROMPT" | tr , ' '); do
+      row="$row | $(awk -F'|' -v p="$p" 'NF == 5 && $2 + 0 == p && $2 ~ /[0-9]/ {gsub(/ /, "", $4); print $4; exit}' "$log")"
+    done
+    echo "$row |"
+  done
+  # per-op share of the first and the last batch size: the 8 largest ops of each profile
+  b_first=${BATCH%%,*} b_last=${BATCH##*,}
+  for spec in $MODELS; do
+    preset=${spec%%:*} type=${spec#*:}
+    log=$OUT/bench.$preset.$type.txt
+    [ -f "$log" ] || continue
+    for b in $b_first $b_last; do
+      echo "-- $preset $type batch $b, largest ops (% of the step):"
+      awk -v b="$b" '/^batch [0-9]+, one decode step/ {on = ($2 + 0 == b); next} on && /^\| [^o-]/ && !/gap|overhead|labels/ {print} on && /^sum of ops/ {print; on = 0}' "$log" |
+        sort -t'|' -k4 -g -r | head -9
+    done
   done
 fi
 

@@ -772,6 +772,60 @@ static void test_ffn_swiglu(void **st) {
   }
 }
 
+/* ---- the tensor-core K-quant path (kernels/mmq.cu): every K-quant and Q8_0, rows 1..64 and
+ * prefill counts, n_out not a multiple of the 32-row warp tile, cols of 2 / 3 / 4 chunks; each
+ * against the CPU and against the CUDA-core path (GANTRY_MMQ off); BF16 weights at prefill counts. Decode rows (<= 64) use x in
+ * three bf16 parts (fp32-exact, bound TOL); prefill rows take KC_MMQ_PREFILL_PARTS (2: hi + mid,
+ * 2^-16 per element, bound TOL) or 1 part (bf16 x, bound MMQ_BF16_TOL, pinned from the H200 run). */
+void kc_mmq_set(int on, int prefill_parts); /* kernels/mmq.cuh */
+/* bf16 x (unit roundoff 2^-8): measured on the H200 2.97e-3 (matmul) and 4.30e-3 (ffn_swiglu,
+ * gate and up errors combined) at 132 rows; pinned at 6e-3 */
+#define MMQ_BF16_TOL 6e-3
+static void test_mmq(void **st) {
+  NEED_GPU();
+  /* BF16: only the prefill counts (one bf16 cuBLAS GEMM with 1 part, x = hi + lo with 2 or 3) */
+  const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_Q8_0, GT_TYPE_BF16};
+  const int64_t shapes[][2] = {{300, 1024}, {72, 768}, {40, 512}};
+  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+      const int64_t n_out = shapes[si][0], cols = shapes[si][1];
+      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f);
+      for (int rows = 1; rows <= 200; rows += rows < 64 ? (si == 0 ? 1 : 3) : 68) {
+        if (types[ti] == GT_TYPE_BF16 && rows <= 64) continue;
+        for (int parts = 1; parts <= (rows > 64 ? 3 : 1); parts++) {
+          kc_mmq_set(-1, rows > 64 ? parts : 0);
+          const double tol = rows > 64 && parts == 1 ? MMQ_BF16_TOL : TOL;
+          float *x = rnd((size_t)rows * cols, 1.0f);
+          const size_t no = (size_t)rows * n_out;
+          buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
+                ro = putf(NULL, no), rg = putf(NULL, no);
+          CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
+          GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
+          CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
+          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
+          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0); /* the switch below takes effect at launch */
+          kc_mmq_set(0, 0); /* the previous CUDA paths */
+          GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, ro.g, rows);
+          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, rg.g, bu.g, rows);
+          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+          kc_mmq_set(-1, 0);
+          char what[96];
+          snprintf(what, sizeof what, "mmq %s %lldx%lld rows %d parts %d", dt_name(types[ti]), (long long)n_out,
+                   (long long)cols, rows, rows > 64 ? parts : 3);
+          cmp(what, bo, no, tol);
+          gpu_vs_gpu("  vs the CUDA-core path", bo.g, ro.g, no, tol);
+          cmp("  ffn_swiglu", bg, no, tol);
+          gpu_vs_gpu("  ffn_swiglu vs the CUDA-core path", bg.g, rg.g, no, tol);
+          drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&ro), drop(&rg);
+          free(x);
+        }
+      }
+      wdrop(&w), wdrop(&wu);
+    }
+  }
+  kc_mmq_set(-1, 0);
+}
+
 /* One attn_qk_prep case on a fresh 2-layer pool: q/k vs the CPU and vs the unfused CUDA ops;
  * the pool through attention (head_dim % 32 == 0) against the CPU's. */
 static void qk_prep_case(tbatch_t *tb, int n_head, int n_kv, int hd, int n_rot, int bf16, int max_blocks) {
@@ -1032,7 +1086,7 @@ int main(void) {
       cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_gdn),
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
-      cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv),
+      cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
       cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -97,16 +97,24 @@ static void test_eval_matches_golden(void **st) {
   json_decref(man);
 }
 
-/* the decode benchmark runs on the CPU and prints one table row per batch size */
+/* the decode benchmark runs on the CPU and prints one table row per batch size, then one
+ * prefill row per --prompt length */
 static void test_bench(void **st) {
   char *out = NULL;
-  int rc = run(&out, "%s bench --model %s --batch 1,3 --prompt 16 --gen 4 --threads 1 2>&1", tu_bin("gantry-engine"),
+  int rc = run(&out, "%s bench --model %s --batch 1,3 --prompt 16,40 --gen 4 --threads 1 2>&1", tu_bin("gantry-engine"),
                tu_golden("qwen3-tiny.Q8_0.gguf"));
   printf("%s", out);
   assert_int_equal(rc, 0);
   assert_non_null(strstr(out, "| batch | prefill tok/s"));
   assert_non_null(strstr(out, "\n| 1 | "));
   assert_non_null(strstr(out, "\n| 3 | "));
+  assert_non_null(strstr(out, "| prompt | prefill ms | prefill tok/s |"));
+  assert_non_null(strstr(out, "\n| 16 | "));
+  assert_non_null(strstr(out, "\n| 40 | "));
+  free(out);
+  rc = run(&out, "%s bench --model %s --prompt 16,x 2>&1", tu_bin("gantry-engine"), tu_golden("qwen3-tiny.Q8_0.gguf"));
+  assert_true(rc != 0);
+  assert_non_null(strstr(out, "--prompt"));
   free(out);
   rc = run(&out, "%s bench --model %s --batch 0 2>&1", tu_bin("gantry-engine"), tu_golden("qwen3-tiny.Q8_0.gguf"));
   assert_true(rc != 0);

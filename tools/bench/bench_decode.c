@@ -1,8 +1,9 @@
 /* tools/bench/bench_decode.c — `gantry-engine bench --device cuda` as a standalone program
  * that links only the engine core and the CUDA backend (no gRPC), so it can be carried to a GPU
  * machine by scripts/gpu/pack.sh:
- *   bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512] [--gen 256]
- * Prints engine/models/bench.h's table and per-op profile of one decode step per batch size, then the
+ *   bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512[,2048...]] [--gen 256] [--kv-dtype bf16|fp32]
+ * Prints engine/models/bench.h's table (decode after a prompt of the first --prompt length; every
+ * length also timed as a one-sequence prefill) and per-op profile of one decode step per batch size, then the
  * decode batch sizes that have a captured CUDA graph. GANTRY_CUDA_GRAPHS=0 runs decode without
  * graphs. */
 #include <stdio.h>
@@ -13,21 +14,24 @@
 #include "engine/models/bench.h"
 
 int main(int argc, char **argv) {
-  const char *path = NULL, *batches = "1,8,32", *kv_dtype = "bf16";
-  int prompt = 512, gen = 256;
+  const char *path = NULL, *batches = "1,8,32", *prompts = "512", *kv_dtype = "bf16";
+  int gen = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model")) path = argv[i + 1];
     else if (!strcmp(argv[i], "--batch")) batches = argv[i + 1];
-    else if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--prompt")) prompts = argv[i + 1];
     else if (!strcmp(argv[i], "--gen")) gen = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--kv-dtype")) kv_dtype = argv[i + 1];
   }
-  int b[64], nb = eb_parse_batches(batches, b, 64), maxb = 1;
-  if (!path || prompt < 1 || gen < 2 || nb <= 0 || (strcmp(kv_dtype, "bf16") && strcmp(kv_dtype, "fp32"))) {
-    fprintf(stderr, "usage: bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512] [--gen 256] [--kv-dtype bf16|fp32]\n");
+  int b[64], nb = eb_parse_batches(batches, b, 64), maxb = 1, pl[16], np = eb_parse_list(prompts, pl, 16, 1 << 20);
+  if (!path || np <= 0 || gen < 2 || nb <= 0 || (strcmp(kv_dtype, "bf16") && strcmp(kv_dtype, "fp32"))) {
+    fprintf(stderr, "usage: bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512[,2048...]] [--gen 256] "
+                    "[--kv-dtype bf16|fp32]\n");
     return 2;
   }
+  const int prompt = pl[0];
   for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
+  for (int i = 0; i < np; i++) maxb = pl[i] > maxb ? pl[i] : maxb; /* max_tokens */
   gt_err_t err = {0};
   gguf_t *g = NULL;
   be_t *be = NULL;
@@ -38,7 +42,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_decode: %s\n", err.msg);
     return 1;
   }
-  eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = prompt, .gen = gen, .copy_bytes = (size_t)2 << 30,
+  eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = prompt, .prefill = pl, .n_prefill = np, .gen = gen,
+                 .copy_bytes = (size_t)2 << 30,
                  .prof_arm = be_cuda_profile_arm, .prof_get = be_cuda_profile_get};
   int rc = eb_run(m, g, &o, stdout, &err);
   if (rc) fprintf(stderr, "bench_decode: %s\n", err.msg);

@@ -14,6 +14,9 @@
  * 64 copies) and the copies cycled so that each rep streams from HBM, not L2. Prints
  *   shape | type | path | n | us | GB/s | % of copy BW
  * with GB = weights + x + out bytes, copy BW = 2 * bytes / time of a 1 GiB cudaMemcpy D2D.
+ * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
+ * "mmqP/O" with P bf16 parts of x, built for O blocks per SM) for n = 1..512 on the same shapes, checked the same way (bound
+ * 1e-5, 6e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
  * Exit status 1 if any check fails. */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +31,7 @@ extern "C" { /* plain C headers */
 }
 #include "kernels/matvec.cuh"
 #include "kernels/matvec_mma.cuh"
+#include "kernels/mmq.cuh"
 #include "kernels/swiglu.cuh"
 
 #define BM_CHECK(expr)                                                                            \
@@ -318,6 +322,66 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
   bm_wfree(&u);
 }
 
+/* the mmq path (kernels/mmq.cu) for n rows: prep + launch per rep */
+static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, const float *dx, int reps, cudaEvent_t e0,
+                   cudaEvent_t e1) {
+  bm_w_t w = bm_weight(t, n_out, cols, 1, (unsigned)(n_out * 31 + cols + t));
+  char shape[48];
+  snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_out, (long long)cols);
+  if (!kc_mmq_ok(t, w.d, w.row_bytes, cols)) {
+    printf("FAIL %s %s: the mmq path refuses the weight\n", shape, dt_name(t));
+    g_fail = 1;
+    bm_wfree(&w);
+    return;
+  }
+  const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
+  for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+    const int n = ns[i];
+    if ((double)n * n_out > 32.0 * 151936) continue;
+    for (int po = 0; po < (n > 64 ? 6 : 2); po++) {
+      const int parts = n > 64 ? 1 + po / 2 : 3, occ = 1 + po % 2;
+      kc_mmq_set_occ(occ);
+      void *sc;
+      float *dout;
+      BM_CHECK(cudaMalloc(&sc, kc_mmq_scratch_bytes(cols, n, parts)));
+      BM_CHECK(cudaMalloc((void **)&dout, sizeof(float) * (size_t)n * n_out));
+      BM_CHECK(cudaMemset(dout, 0xff, sizeof(float) * (size_t)n * n_out));
+      const kc_mv_seg_t seg0 = {w.d, dout, n_out, w.row_bytes};
+      BM_CHECK(kc_mmq_prep(0, t, dx, cols, n, parts, sc));
+      BM_CHECK(kc_mmq_launch(0, t, 1, &seg0, NULL, cols, sc, n, parts));
+      const double e = bm_err(&w, hx, dout, n < 16 ? n : 16), tol = parts == 1 ? 6e-3 : BM_TOL;
+      char path[16];
+      snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
+      g_path = path;
+      if (!(e <= tol)) {
+        printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), path, n, e, tol);
+        g_fail = 1;
+      }
+      BM_CHECK(cudaEventRecord(e0));
+      for (int k = 0; k < reps; k++) {
+        const kc_mv_seg_t seg = {w.d + w.bytes * (size_t)(k % w.copies), dout, n_out, w.row_bytes};
+        kc_mmq_prep(0, t, dx, cols, n, parts, sc);
+        kc_mmq_launch(0, t, 1, &seg, NULL, cols, sc, n, parts);
+      }
+      BM_CHECK(cudaEventRecord(e1));
+      BM_CHECK(cudaEventSynchronize(e1));
+      BM_CHECK(cudaGetLastError());
+      float ms;
+      BM_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      printf("%-22s | %-4s | %-4s | %3d | %9.2f | %7.1f | %5.1f %% | %.1f TFLOP/s (e %.1e)\n", shape, dt_name(t), path, n,
+             ms * 1e3 / reps, ((double)w.bytes + 4.0 * n * (cols + n_out)) / (ms * 1e-3 / reps) / 1e9,
+             100.0 * ((double)w.bytes + 4.0 * n * (cols + n_out)) / (ms * 1e-3 / reps) / g_copy_bw,
+             2.0 * n * n_out * cols / (ms * 1e-3 / reps) / 1e12, e);
+      fflush(stdout);
+      cudaFree(sc);
+      cudaFree(dout);
+    }
+  }
+  g_path = "dflt";
+  kc_mmq_set_occ(0);
+  bm_wfree(&w);
+}
+
 int main(int argc, char **argv) {
   int reps = 50;
   const char *types_arg = "BF16,Q8_0,Q4_K,Q5_K,Q6_K";
@@ -341,13 +405,13 @@ int main(int argc, char **argv) {
   bm_copy_bw();
 
   const int64_t max_cols = 12288, max_out = 151936;
-  float *hx = (float *)malloc(sizeof(float) * 32 * max_cols);
-  for (size_t i = 0; i < 32 * (size_t)max_cols; i++) hx[i] = bm_rand();
+  float *hx = (float *)malloc(sizeof(float) * 512 * max_cols); /* 512 rows for bm_mmq, 32 for the rest */
+  for (size_t i = 0; i < 512 * (size_t)max_cols; i++) hx[i] = bm_rand();
   float *dx, *dout, *dref;
-  BM_CHECK(cudaMalloc((void **)&dx, sizeof(float) * 32 * max_cols));
+  BM_CHECK(cudaMalloc((void **)&dx, sizeof(float) * 512 * max_cols));
   BM_CHECK(cudaMalloc((void **)&dout, sizeof(float) * 32 * max_out));
   BM_CHECK(cudaMalloc((void **)&dref, sizeof(float) * 32 * max_out));
-  BM_CHECK(cudaMemcpy(dx, hx, sizeof(float) * 32 * max_cols, cudaMemcpyHostToDevice));
+  BM_CHECK(cudaMemcpy(dx, hx, sizeof(float) * 512 * max_cols, cudaMemcpyHostToDevice));
   cudaEvent_t e0, e1;
   BM_CHECK(cudaEventCreate(&e0));
   BM_CHECK(cudaEventCreate(&e1));
@@ -367,6 +431,14 @@ int main(int argc, char **argv) {
       bm_plain(t, shapes[s][0], shapes[s][1], hx, dx, dout, reps, e0, e1);
     bm_multi(t, hx, dx, dout, dref, reps, e0, e1);
     bm_swiglu(t, dx, dout, dref, reps, e0, e1);
+  }
+  printf("\n%-22s | %-4s | %-4s | %3s | %9s | %7s | %s\n", "shape", "type", "path", "n", "us", "GB/s", "% of copy BW");
+  snprintf(list, sizeof list, "%s", types_arg);
+  for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+    const gt_type_t t = (gt_type_t)dt_from_name(tok);
+    if (t != GT_TYPE_Q4_K && t != GT_TYPE_Q5_K && t != GT_TYPE_Q6_K && t != GT_TYPE_Q8_0) continue;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+      if (shapes[s][0] != 1024) bm_mmq(t, shapes[s][0], shapes[s][1], hx, dx, reps, e0, e1);
   }
   printf(g_fail ? "VALIDATION FAILED\n" : "all checks passed\n");
   free(hx);
