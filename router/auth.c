@@ -8,7 +8,7 @@
 
 #include "common/log.h"
 #include "common/sha256.h"
-#include "router/router.h"
+#include "router/auth.h"
 
 struct auth {
   rc_t *rc;

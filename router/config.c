@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/router.h"
+#include "router/config.h"
 
 const char *rt_usage(void) {
   return "usage: gantry-router [--http HOST:PORT] [--grpc HOST:PORT] [--redis redis://HOST:PORT]\n"

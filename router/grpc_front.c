@@ -10,6 +10,7 @@
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "gantry/v1/router.pb-c.h"
+#include "router/grpc_front.h"
 #include "router/router.h"
 
 #define M_GENERATE "/gantry.v1.Router/Generate"
@@ -19,7 +20,7 @@
 #define M_QUEUES "/gantry.v1.Admin/ListQueues"
 
 typedef struct gctx {
-  struct grpc_front *g;
+  rgf_t *g;
   gt_rpc_call_t *call;
   uint64_t call_id;
   rq_t *rq;
@@ -27,7 +28,7 @@ typedef struct gctx {
   struct gctx *prev, *next;
 } gctx_t;
 
-struct grpc_front {
+struct rgf {
   router_t *rt;
   gt_rpc_server_t *srv;
   gctx_t *live; /* Generate calls in progress (loop thread) */
@@ -137,7 +138,7 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
 }
 
 static void gen_loop(void *a, void *b, intptr_t x) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
   gctx_t *c = calloc(1, sizeof *c);
@@ -155,7 +156,7 @@ static void gen_loop(void *a, void *b, intptr_t x) {
 }
 
 static void cancel_loop(void *a, void *b, intptr_t id) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   (void)b;
   for (gctx_t *c = g->live; c; c = c->next)
     if (c->call_id == (uint64_t)id && c->rq) {
@@ -168,19 +169,19 @@ static void cancel_loop(void *a, void *b, intptr_t id) {
 }
 
 static void on_generate(void *user, gt_rpc_call_t *call) {
-  struct grpc_front *g = user;
+  rgf_t *g = user;
   if (mbox_post(g->rt->mb, gen_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
-  struct grpc_front *g = user;
+  rgf_t *g = user;
   (void)code;
   mbox_post(g->rt->mb, cancel_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
 }
 
 /* ---- ListModels ---- */
 static void models_loop(void *a, void *b, intptr_t x) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
   pool_t *p = g->rt->pool;
@@ -212,13 +213,13 @@ static void models_loop(void *a, void *b, intptr_t x) {
 }
 
 static void on_models(void *user, gt_rpc_call_t *call) {
-  struct grpc_front *g = user;
+  rgf_t *g = user;
   if (mbox_post(g->rt->mb, models_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 /* ---- Admin ---- */
 typedef struct actx {
-  struct grpc_front *g;
+  rgf_t *g;
   gt_rpc_call_t *call;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
 } actx_t;
@@ -324,7 +325,7 @@ static void admin_auth(void *arg, auth_status_t st, const char *tenant) {
 }
 
 static void admin_loop(void *a, void *b, intptr_t x) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
   actx_t *c = calloc(1, sizeof *c);
@@ -339,12 +340,12 @@ static void admin_loop(void *a, void *b, intptr_t x) {
 }
 
 static void on_admin(void *user, gt_rpc_call_t *call) {
-  struct grpc_front *g = user;
+  rgf_t *g = user;
   if (mbox_post(g->rt->mb, admin_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-struct grpc_front *grpc_front_start(router_t *rt, gt_err_t *err) {
-  struct grpc_front *g = calloc(1, sizeof *g);
+rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
+  rgf_t *g = calloc(1, sizeof *g);
   if (!g) {
     gt_err_set(err, GT_ENOMEM, "grpc: out of memory");
     return NULL;
@@ -375,7 +376,7 @@ fail:
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their
  * calls first, then shut down with no grace. */
-void grpc_front_stop(struct grpc_front *g) {
+void rgf_stop(rgf_t *g) {
   if (!g) return;
   while (g->live) {
     gctx_t *c = g->live;

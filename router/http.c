@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "router/http.h"
 #include "router/router.h"
 
 struct http_front {

@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/router.h"
+#include "router/metrics.h"
+#include "router/openai.h"
 
 #define MAX_SERIES 128
 

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "router/rq.h"
 #include "router/router.h"
 
 struct rq {

@@ -1,4 +1,4 @@
-/* router/dispatch.c — the engine pool: engines per model (--engine MODEL=HOST:PORT), checked
+/* router/pool.c — the engine pool: engines per model (--engine MODEL=HOST:PORT), checked
  * with application-level Health (and Info until it answered once) RPCs on a timer. An engine is
  * marked down after two consecutive failed checks and up again after one success. Requests go
  * to the ready engine of their model with the fewest streams in flight. */
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "router/pool.h"
 #include "router/router.h"
 
 #define POOL_AFFINITY_SLACK 2 /* extra in-flight streams accepted to keep a prefix on its engine */

@@ -1,0 +1,22 @@
+/* router/auth.h — API key (SHA-256 in Redis hash <prefix>apikeys) -> tenant; admin key. */
+#ifndef GANTRY_ROUTER_AUTH_H
+#define GANTRY_ROUTER_AUTH_H
+
+#include <stdbool.h>
+#include "common/err.h"
+#include "router/admission.h"
+#include "router/redis_conn.h"
+
+typedef struct auth auth_t;
+typedef enum { AUTH_OK = 0, AUTH_DENIED, AUTH_UNAVAILABLE } auth_status_t;
+typedef void (*auth_cb)(void *arg, auth_status_t st, const char *tenant);
+auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, gt_err_t *err);
+void auth_destroy(auth_t *a);
+/* Shutdown: the Redis connection is going away; later checks answer AUTH_UNAVAILABLE. */
+void auth_detach(auth_t *a);
+/* Resolves an API key (NULL/"" = none) to a tenant; cb fires later on the loop. */
+void auth_check(auth_t *a, const char *key, bool admin, auth_cb cb, void *arg);
+/* Extracts the key from "Bearer K" (or the raw value); NULL if none. */
+const char *auth_bearer(const char *header);
+
+#endif
