@@ -15,7 +15,7 @@ target_include_directories(gantry_router_proto PUBLIC ${GANTRY_PROTO_GEN_DIR})
 target_link_libraries(gantry_router_proto PUBLIC gantry_proto)
 target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
 
-add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router.c router/rq.c router/auth.c
+add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router.c router/dataguard.c router/rq.c router/auth.c
   router/metrics.c router/config.c router/http.c router/grpc_front.c router/registry.c
   router/register_cmd.c)
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
@@ -58,3 +58,6 @@ add_dependencies(test_router_fault gantry-router gantry-fake-engine)
 # Benchmark (prints numbers; not a test): router-bench [--engine HOST:PORT]
 add_executable(router-bench tests/bench/router_bench.c)
 target_link_libraries(router-bench PRIVATE gantry_router_harness gantry_test_redis)
+gt_add_test(test_router_auth SOURCES tests/integration/test_router_auth.c
+  LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
+add_dependencies(test_router_auth gantry-router)

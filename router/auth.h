@@ -8,9 +8,15 @@
 #include "router/redis_conn.h"
 
 typedef struct auth auth_t;
-typedef enum { AUTH_OK = 0, AUTH_DENIED, AUTH_UNAVAILABLE } auth_status_t;
+/* AUTH_DENIED: 401. AUTH_UNAVAILABLE: Redis unreachable, 503. AUTH_NOKEYS: keys are required
+ * but none are readable (the keys hash is empty or missing), 503. */
+typedef enum { AUTH_OK = 0, AUTH_DENIED, AUTH_UNAVAILABLE, AUTH_NOKEYS } auth_status_t;
+#define AUTH_NOKEYS_MSG                                                                 \
+  "API keys are required (--auth keys) but none are configured or readable in Redis " \
+  "(<prefix>apikeys is empty or missing): add keys, or restore Redis"
 typedef void (*auth_cb)(void *arg, auth_status_t st, const char *tenant);
-auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, gt_err_t *err);
+/* required: --auth keys (see auth.c for both modes). */
+auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, bool required, gt_err_t *err);
 void auth_destroy(auth_t *a);
 /* Shutdown: the Redis connection is going away; later checks answer AUTH_UNAVAILABLE. */
 void auth_detach(auth_t *a);

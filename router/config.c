@@ -7,7 +7,7 @@
 
 const char *rt_usage(void) {
   return "usage: gantry-router [--http HOST:PORT] [--grpc HOST:PORT] [--redis redis://HOST:PORT]\n"
-         "                     --engine MODEL=HOST:PORT [--engine ...] [--admin-key K]\n"
+         "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
          "                     [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
@@ -18,8 +18,10 @@ const char *rt_usage(void) {
          "  --http 127.0.0.1:8080 (OpenAI API, /health, /ready, /metrics, /admin/*), --grpc off unless given.\n"
          "  Engines come from --engine and/or the Redis hash <prefix>engines (MODEL=HOST:PORT -> unix ms of\n"
          "  the last heartbeat); a registered engine without a heartbeat for --engine-stale-ms is skipped.\n"
-         "  The admin key also comes from $GANTRY_ADMIN_KEY. API keys: Redis hash <prefix>apikeys,\n"
-         "  field sha256hex(key) -> tenant; with none, every request is tenant 'default'.\n";
+         "  --auth keys (default): every request needs an API key from the Redis hash <prefix>apikeys\n"
+         "  (field sha256hex(key) -> tenant); none readable -> 503. --auth none: no key needed (tenant\n"
+         "  'default' unless a known key is given). Admin routes need --admin-key (or $GANTRY_ADMIN_KEY);\n"
+         "  without one they are closed with --auth keys and open with --auth none.\n";
 }
 
 void rt_config_defaults(rt_config_t *c) {
@@ -34,6 +36,7 @@ void rt_config_defaults(rt_config_t *c) {
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
   c->engine_stale_ms = 10000;
+  c->auth_required = true;
   const char *ak = getenv("GANTRY_ADMIN_KEY");
   if (ak) snprintf(c->admin_key, sizeof c->admin_key, "%s", ak);
 }
@@ -95,7 +98,11 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
         return gt_err_set(err, GT_EINVAL, "--engine %s: model names may not contain ':', '*' or spaces", v);
       c->n_engines++;
     } else if (!strcmp(a, "--admin-key")) snprintf(c->admin_key, sizeof c->admin_key, "%s", v);
-    else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
+    else if (!strcmp(a, "--auth")) {
+      if (!strcmp(v, "keys")) c->auth_required = true;
+      else if (!strcmp(v, "none")) c->auth_required = false;
+      else return gt_err_set(err, GT_EINVAL, "--auth %s: expected keys or none", v);
+    } else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
     else if (!strcmp(a, "--reasoning-field")) {
       if (!strcmp(v, "both")) c->reasoning_field = OA_REASONING_BOTH;
       else if (!strcmp(v, "reasoning")) c->reasoning_field = OA_REASONING_ONLY;

@@ -16,7 +16,8 @@ typedef struct rt_config {
   char key_prefix[64];   /* Redis key prefix, default "gantry:" */
   struct { char model[ADM_NAME_MAX + 1]; char target[256]; } engines[RT_MAX_ENGINES];
   int n_engines;
-  char admin_key[256];   /* "" = none (admin routes open only when no API keys exist) */
+  char admin_key[256];   /* "" = none (admin routes closed with --auth keys, open with none) */
+  bool auth_required;    /* --auth keys (default) | none: never inferred from Redis data */
   oa_reasoning_field_t reasoning_field;
   long max_body_bytes;   /* 413 above this; default 8 MiB */
   int http_timeout_s;    /* header/body read timeout; default 30 */

@@ -91,7 +91,9 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   router_t *rt = c->g->rt;
   if (st != AUTH_OK) {
     gctx_done(c, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
-              st == AUTH_DENIED ? "invalid or missing API key" : "cannot check the API key: Redis is unreachable");
+              st == AUTH_DENIED   ? "invalid or missing API key"
+              : st == AUTH_NOKEYS ? AUTH_NOKEYS_MSG
+                                  : "cannot check the API key: Redis is unreachable");
     return;
   }
   if (gt_rpc_call_is_cancelled(c->call)) {

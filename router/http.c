@@ -467,6 +467,11 @@ static void on_auth(void *arg, auth_status_t st, const char *tenant) {
     reply_errf(h, 503, "server_error", "auth_unavailable", "cannot check the API key: Redis is unreachable");
     return;
   }
+  if (st == AUTH_NOKEYS) {
+    metrics_reject(h->rt->metrics, "auth_no_keys");
+    reply_errf(h, 503, "server_error", "auth_no_keys", AUTH_NOKEYS_MSG);
+    return;
+  }
   if (st == AUTH_DENIED) {
     metrics_reject(h->rt->metrics, "unauthorized");
     bool admin = h->route == R_LIMITS || h->route == R_QUEUES;
@@ -506,6 +511,7 @@ static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_r
   (void)msg;
   adm_stats_t as;
   adm_stats(h->rt->adm, &as);
+  metrics_set_dataguard(h->rt->metrics, dg_losses(h->rt->dg), dg_snapshot_entries(h->rt->dg));
   char *t = metrics_render(h->rt->metrics, &as, h->rt->pool, status == GT_OK ? rows : NULL, status == GT_OK ? n : 0);
   reply_text(h, 200, "text/plain; version=0.0.4", t ? t : "");
   free(t);

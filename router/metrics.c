@@ -24,6 +24,7 @@ struct metrics {
   int nreq;
   reason_t rej[32];
   int nrej;
+  uint64_t data_losses, snapshot_entries;
 };
 
 metrics_t *metrics_create(void) { return calloc(1, sizeof(metrics_t)); }
@@ -51,6 +52,11 @@ void metrics_reject(metrics_t *m, const char *reason) {
   if (m->nrej == 32) return;
   snprintf(m->rej[m->nrej].name, sizeof m->rej[0].name, "%s", reason);
   m->rej[m->nrej++].n = 1;
+}
+
+void metrics_set_dataguard(metrics_t *m, uint64_t losses, uint64_t snapshot_entries) {
+  m->data_losses = losses;
+  m->snapshot_entries = snapshot_entries;
 }
 
 char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_queue_row_t *rows, int nrows) {
@@ -86,6 +92,12 @@ char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_q
   OUT("# TYPE gantry_router_waiting gauge\ngantry_router_waiting %u\n", as->waiting_now);
   OUT("# TYPE gantry_router_leases_held gauge\ngantry_router_leases_held %u\n", as->held_now);
   OUT("# TYPE gantry_router_redis_up gauge\ngantry_router_redis_up %d\n", as->redis_up ? 1 : 0);
+  OUT("# HELP gantry_router_redis_data_loss_total Times this router found Redis had lost its data (epoch changed).\n");
+  OUT("# TYPE gantry_router_redis_data_loss_total counter\ngantry_router_redis_data_loss_total %llu\n",
+      (unsigned long long)m->data_losses);
+  OUT("# HELP gantry_router_redis_snapshot_entries API key and limit entries this router would restore after a data loss.\n");
+  OUT("# TYPE gantry_router_redis_snapshot_entries gauge\ngantry_router_redis_snapshot_entries %llu\n",
+      (unsigned long long)m->snapshot_entries);
   OUT("# HELP gantry_router_queue_depth Requests queued in Redis per pool (tenant=\"\") and tenant.\n");
   OUT("# TYPE gantry_router_queue_depth gauge\n");
   for (int i = 0; i < nrows; i++)

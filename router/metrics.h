@@ -10,6 +10,8 @@ metrics_t *metrics_create(void);
 void metrics_destroy(metrics_t *m);
 void metrics_request(metrics_t *m, const char *route, int status);
 void metrics_reject(metrics_t *m, const char *reason);
+/* Dataguard state: Redis data losses detected so far, entries in its last snapshot. */
+void metrics_set_dataguard(metrics_t *m, uint64_t losses, uint64_t snapshot_entries);
 /* Prometheus text (malloc'd) of counters + admission stats + engines + queue rows. */
 char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_queue_row_t *rows, int nrows);
 

@@ -38,18 +38,12 @@ static void on_rc_state(void *arg, bool up) {
   GT_LOG_INFO("redis connected host=%s port=%d", rt->cfg.redis_host, rt->cfg.redis_port);
 }
 
-static void warn_no_keys(void *arg, auth_status_t st, const char *tenant) {
-  (void)arg;
-  if (st == AUTH_OK && tenant && !strcmp(tenant, "default"))
-    GT_LOG_WARN("no API keys configured (Redis hash %sapikeys is empty): every request runs as open tenant 'default'",
-                ((router_t *)arg)->cfg.key_prefix);
-}
-
-static void key_check_timer(evutil_socket_t fd, short what, void *arg) {
+/* Once a second: Redis data-loss watch. */
+static void guard_timer(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
   router_t *rt = arg;
-  if (rc_connected(rt->rc)) auth_check(rt->auth, NULL, false, warn_no_keys, rt);
+  dg_tick(rt->dg);
 }
 
 router_t *rt_create(const rt_config_t *cfg, gt_err_t *err) {
@@ -77,7 +71,8 @@ router_t *rt_create(const rt_config_t *cfg, gt_err_t *err) {
   if (!(rt->adm = adm_create(rt->base, &ac, err))) goto fail;
   rc_config_t rcc = {.host = rt->cfg.redis_host, .port = rt->cfg.redis_port, .name = "router-auth"};
   if (!(rt->rc = rc_create(rt->base, &rcc, on_rc_state, rt, err))) goto fail;
-  if (!(rt->auth = auth_create(rt->rc, rt->cfg.key_prefix, rt->cfg.admin_key, err))) goto fail;
+  if (!(rt->auth = auth_create(rt->rc, rt->cfg.key_prefix, rt->cfg.admin_key, rt->cfg.auth_required, err))) goto fail;
+  if (!(rt->dg = dg_create(rt->rc, rt->cfg.key_prefix, err))) goto fail;
   if (!(rt->pool = pool_create(rt, rt->base, rt->mb, rt->cfg.health_ms, err))) goto fail;
   for (int i = 0; i < rt->cfg.n_engines; i++)
     if (pool_add(rt->pool, rt->cfg.engines[i].model, rt->cfg.engines[i].target, err)) goto fail;
@@ -86,7 +81,7 @@ router_t *rt_create(const rt_config_t *cfg, gt_err_t *err) {
   if (rt->cfg.grpc_addr[0] && !(rt->grpc = rgf_start(rt, err))) goto fail;
   rt->sigint = evsignal_new(rt->base, SIGINT, on_signal, rt);
   rt->sigterm = evsignal_new(rt->base, SIGTERM, on_signal, rt);
-  rt->key_timer = event_new(rt->base, -1, 0, key_check_timer, rt);
+  rt->key_timer = event_new(rt->base, -1, EV_PERSIST, guard_timer, rt);
   if (!rt->sigint || !rt->sigterm || !rt->key_timer) {
     gt_err_set(err, GT_ENOMEM, "out of memory");
     goto fail;
@@ -108,7 +103,10 @@ void rt_run(router_t *rt) {
   /* machine-readable line for tests and scripts (ports may be 0 = chosen by the OS) */
   printf("listening http_port=%d grpc_port=%d\n", rt->http_port, rt->grpc_port);
   fflush(stdout);
-  if (!rt->cfg.admin_key[0]) GT_LOG_WARN("no admin key (--admin-key / GANTRY_ADMIN_KEY): admin routes are open while no API keys exist");
+  if (!rt->cfg.auth_required) GT_LOG_WARN("--auth none: no API key is needed; requests without a known key run as tenant 'default'");
+  if (!rt->cfg.admin_key[0])
+    GT_LOG_WARN("no admin key (--admin-key / GANTRY_ADMIN_KEY): admin routes are %s",
+                rt->cfg.auth_required ? "closed" : "open to anyone (--auth none)");
   event_base_dispatch(rt->base);
 }
 
@@ -121,6 +119,7 @@ void rt_destroy(router_t *rt) {
    * that wait for them still exist; then the fronts; then live requests are cancelled. */
   registry_stop(rt->registry);
   auth_detach(rt->auth);
+  dg_detach(rt->dg);
   if (rt->rc) rc_destroy(rt->rc);
   rt->rc = NULL;
   rgf_stop(rt->grpc);
@@ -138,6 +137,7 @@ void rt_destroy(router_t *rt) {
   registry_free(rt->registry);
   pool_destroy(rt->pool);
   auth_destroy(rt->auth);
+  dg_destroy(rt->dg);
   mbox_destroy(rt->mb);
   metrics_destroy(rt->metrics);
   if (rt->base) event_base_free(rt->base);

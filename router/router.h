@@ -14,6 +14,7 @@
 #include "router/admission.h"
 #include "router/auth.h"
 #include "router/config.h"
+#include "router/dataguard.h"
 #include "router/grpc_front.h"
 #include "router/http.h"
 #include "router/mailbox.h"
@@ -33,6 +34,7 @@ struct router {
   adm_t *adm;
   rc_t *rc;       /* router's own Redis connection (auth) */
   auth_t *auth;
+  dg_t *dg;       /* Redis data-loss watch (on rc) */
   pool_t *pool;
   metrics_t *metrics;
   struct http_front *http;

@@ -363,7 +363,15 @@ int rp_start(rp_t *r, const char *const *args) {
   argv[n++] = bin;
   argv[n++] = "--http";
   argv[n++] = "127.0.0.1:0";
-  for (int i = 0; args[i] && n < 62; i++) argv[n++] = args[i];
+  bool auth = false;
+  for (int i = 0; args[i] && n < 60; i++) {
+    auth |= !strcmp(args[i], "--auth");
+    argv[n++] = args[i];
+  }
+  if (!auth) { /* most tests run without API keys; test_router_auth passes --auth keys */
+    argv[n++] = "--auth";
+    argv[n++] = "none";
+  }
   argv[n] = NULL;
   pid_t pid = fork();
   if (pid < 0) return -1;

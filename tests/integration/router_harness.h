@@ -44,7 +44,7 @@ typedef struct rp {
   int out_fd; /* router stdout */
 } rp_t;
 /* Starts $GANTRY_BIN/gantry-router with the arguments (NULL-terminated array) plus
- * --http 127.0.0.1:0; waits for its "listening" line. 0 or -1. */
+ * --http 127.0.0.1:0 (and --auth none unless the arguments name --auth); waits for its "listening" line. 0 or -1. */
 int rp_start(rp_t *r, const char *const *args);
 /* Waits until GET /ready is 200 (up to ms). 1 if ready. */
 int rp_wait_ready(rp_t *r, int ms);
