@@ -68,6 +68,8 @@ typedef struct gt_rpc_stream_args {
   gt_rpc_stream_msg_fn on_msg;
   gt_rpc_stream_done_fn on_done;
   void *user;
+  int manual_read; /* 1: after each message the next is read only on gt_rpc_stream_read_next;
+                      unread data keeps the HTTP/2 window closed, so the server is held back */
 } gt_rpc_stream_args_t;
 
 /* Starts a server-streaming (or unary, read as a one-message stream) call. Callable from
@@ -80,6 +82,10 @@ int gt_rpc_client_stream(gt_rpc_client_t *c, const gt_rpc_stream_args_t *a, gt_r
 /* Cancels the stream (any thread, idempotent): on_done follows with CANCELLED unless the
  * stream already ended. */
 void gt_rpc_stream_cancel(gt_rpc_stream_t *s);
+
+/* manual_read streams: read the next message (any thread; once per delivered message; a no-op
+ * once the stream's reads have ended). */
+void gt_rpc_stream_read_next(gt_rpc_stream_t *s);
 
 /* Gives back the application's reference; callbacks keep running until on_done. */
 void gt_rpc_stream_release(gt_rpc_stream_t *s);

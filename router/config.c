@@ -10,6 +10,7 @@ const char *rt_usage(void) {
          "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
          "                     [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
+         "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
@@ -32,6 +33,8 @@ void rt_config_defaults(rt_config_t *c) {
   snprintf(c->key_prefix, sizeof c->key_prefix, "gantry:");
   c->reasoning_field = OA_REASONING_BOTH;
   c->max_body_bytes = 8L << 20;
+  c->stream_buffer_bytes = 1L << 20;
+  c->stream_write_timeout_s = 30;
   c->http_timeout_s = 30;
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
@@ -111,6 +114,8 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
     } else {
       struct { const char *name; long lo, hi; void *dst; int is_long; } nums[] = {
           {"--max-body-bytes", 1024, 1L << 30, &c->max_body_bytes, 1},
+          {"--stream-buffer-bytes", 4096, 1L << 30, &c->stream_buffer_bytes, 1},
+          {"--stream-write-timeout-s", 1, 3600, &c->stream_write_timeout_s, 0},
           {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},
           {"--health-ms", 50, 600000, &c->health_ms, 0},
           {"--request-timeout-s", 1, 86400, &c->request_timeout_ms, 0},

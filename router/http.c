@@ -48,6 +48,10 @@ typedef struct hreq {
   char model[ADM_NAME_MAX + 1], atenant[ADM_NAME_MAX + 1];
   adm_limits_t lim;
   struct event *watch; /* EOF on the client socket while we owe it an answer */
+  /* flow control of a stream whose client reads slower than the engine writes */
+  struct evbuffer *out;               /* the connection's output buffer while paused */
+  struct evbuffer_cb_entry *drain_cb; /* set while paused */
+  struct event *wtimer;               /* write timeout while paused */
 } hreq_t;
 
 static void stop_watch(hreq_t *h) {
@@ -55,8 +59,17 @@ static void stop_watch(hreq_t *h) {
   h->watch = NULL;
 }
 
+static void unpause(hreq_t *h) {
+  if (h->drain_cb) evbuffer_remove_cb_entry(h->out, h->drain_cb);
+  h->drain_cb = NULL;
+  h->out = NULL;
+  if (h->wtimer) event_free(h->wtimer);
+  h->wtimer = NULL;
+}
+
 static void hreq_free(hreq_t *h) {
   stop_watch(h);
+  unpause(h);
   oa_req_free(&h->oa);
   oa_resp_free(h->resp);
   free(h->body);
@@ -188,6 +201,51 @@ static void start_stream_reply(hreq_t *h) {
   h->streaming = true;
 }
 
+/* The client read part of a paused stream: below half the bound, read from the engine again. */
+static void on_out_drained(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg) {
+  hreq_t *h = arg;
+  if (!info->n_deleted || evbuffer_get_length(b) > (size_t)h->rt->cfg.stream_buffer_bytes / 2) return;
+  unpause(h);
+  rq_resume(h->rq);
+}
+
+/* A paused stream did not drain for --stream-write-timeout-s: the client does not read. Cancel
+ * the request (engine stream, lease) and drop the connection with everything buffered for it. */
+static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
+  hreq_t *h = arg;
+  (void)fd;
+  (void)what;
+  size_t unsent = h->out ? evbuffer_get_length(h->out) : 0;
+  GT_LOG_WARN("rid=%s client does not read: stream cancelled after %d s with %zu bytes unsent", h->id,
+              h->rt->cfg.stream_write_timeout_s, unsent);
+  metrics_reject(h->rt->metrics, "client_write_timeout");
+  metrics_request(h->rt->metrics, route_names[h->route], 499);
+  unpause(h);
+  rq_t *q = h->rq;
+  h->rq = NULL;
+  rq_cancel(q);
+  struct evhttp_connection *conn = h->conn;
+  if (conn) evhttp_connection_set_closecb(conn, NULL, NULL);
+  hreq_free(h);
+  if (conn) evhttp_connection_free(conn); /* frees the request and its output */
+}
+
+/* After a chunk went out: a stream whose unsent output reached the bound pauses the engine. */
+static void maybe_pause(hreq_t *h, const rq_event_t *ev) {
+  struct bufferevent *bev = h->conn ? evhttp_connection_get_bufferevent(h->conn) : NULL;
+  struct evbuffer *out = bev ? bufferevent_get_output(bev) : NULL;
+  if (!out || h->drain_cb || evbuffer_get_length(out) < (size_t)h->rt->cfg.stream_buffer_bytes) return;
+  h->out = out;
+  h->drain_cb = evbuffer_add_cb(out, on_out_drained, h);
+  h->wtimer = evtimer_new(h->rt->base, on_write_timeout, h);
+  struct timeval tv = {h->rt->cfg.stream_write_timeout_s, 0};
+  if (!h->drain_cb || !h->wtimer || evtimer_add(h->wtimer, &tv)) {
+    unpause(h); /* out of memory: keep reading rather than stall forever */
+    return;
+  }
+  *ev->pause = true;
+}
+
 static void on_rq_event(void *sink, const rq_event_t *ev) {
   hreq_t *h = sink;
   if (ev->kind == RQ_EV_ERROR) {
@@ -216,6 +274,8 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
       h->rq = NULL;
       evhttp_send_reply_end(h->req);
       finish(h, 200);
+    } else {
+      maybe_pause(h, ev);
     }
     return;
   }

@@ -22,6 +22,7 @@ struct rq {
   uint64_t ticket;
   char lease[160];
   bool have_lease, waiting, cancelled, terminal, started, retried;
+  bool paused;             /* the sink is full: the next engine read waits for rq_resume */
   pool_engine_t *engine;   /* engine of the open stream */
   ec_stream_t *stream;     /* open stream (NULL when none) */
   int attempt;
@@ -69,7 +70,10 @@ static int start_stream(rq_t *q, const pool_engine_t *avoid) {
   const int64_t total = q->rt->cfg.request_timeout_ms; /* <= 0: no deadline */
   if (q->deadline_ms == 0) q->deadline_ms = now + (double)total;
   const double left = q->deadline_ms - now;
-  ec_call_opts_t o = {.timeout_ms = total <= 0 ? 0 : left < 1 ? 1 : (int64_t)left, .request_id = q->id};
+  /* manual reads: one response at a time, the next only when the sink has room (flow control
+   * holds the engine back while a client does not read) */
+  ec_call_opts_t o = {.timeout_ms = total <= 0 ? 0 : left < 1 ? 1 : (int64_t)left, .request_id = q->id,
+                      .manual_read = true};
   gt_err_t err;
   q->attempt++;
   if (ec_generate(e->ec, q->gen, &o, on_resp, on_done, q, &q->stream, &err)) {
@@ -90,6 +94,7 @@ static void resp_loop(void *a, void *b, intptr_t c) {
   (void)c;
   if (q->cancelled || q->terminal) {
     protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (q->stream) ec_stream_read_next(q->stream); /* read on to the end so on_done comes */
     return;
   }
   bool final = r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL;
@@ -100,10 +105,21 @@ static void resp_loop(void *a, void *b, intptr_t c) {
     q->terminal = true;
     release_lease(q); /* the slot frees as soon as the answer is complete */
   }
-  bool taken = false;
-  rq_event_t ev = {.kind = RQ_EV_MSG, .msg = r, .taken = &taken, .final = final, .started = q->started};
+  bool taken = false, pause = false;
+  rq_event_t ev = {.kind = RQ_EV_MSG, .msg = r, .taken = &taken, .final = final, .started = q->started,
+                   .pause = &pause};
+  ec_stream_t *s = q->stream; /* the callback may cancel q (then q->stream is cancelled, not freed) */
   q->cb(q->sink, &ev);
   if (!taken) protobuf_c_message_free_unpacked(&r->base, NULL);
+  if (q->cancelled || !s) return;
+  if (pause) q->paused = true;
+  else ec_stream_read_next(s);
+}
+
+void rq_resume(rq_t *q) {
+  if (!q || !q->paused) return;
+  q->paused = false;
+  if (q->stream && !q->cancelled) ec_stream_read_next(q->stream);
 }
 
 static void done_loop(void *a, void *b, intptr_t c) {

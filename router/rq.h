@@ -18,6 +18,8 @@ typedef struct rq_event {
   oa_error_t err;                    /* ERROR (terminal) */
   int retry_after_s;                 /* ERROR 429 */
   bool started;                      /* a delta was already delivered */
+  bool *pause;                       /* MSG: the sink sets *pause = true when its output is full:
+                                        no more is read from the engine until rq_resume */
 } rq_event_t;
 /* Terminal events (Final / ERROR) come exactly once unless rq_cancel came first. */
 typedef void (*rq_cb)(void *sink, const rq_event_t *ev);
@@ -29,6 +31,8 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
 /* Client gone: stops everything (admission wait, engine stream), releases the lease; no more
  * callbacks. */
 void rq_cancel(rq_t *q);
+/* The sink's output drained after it paused: read from the engine again. */
+void rq_resume(rq_t *q);
 /* Shutdown: cancels every live request (their streams end later through the mailbox). */
 void rq_cancel_all(router_t *rt);
 

@@ -135,6 +135,17 @@ static void *run_job(void *arg) {
     send_tok(c, 2, NULL, " think");
     send_tok(c, 3, "42", NULL);
     final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 3, 2, 0);
+  } else if (strstr(j->text, "FLOOD")) {
+    static char kib[1025];
+    memset(kib, 'f', 1024);
+    int n = j->max_tokens > 0 ? j->max_tokens : 50;
+    for (int i = 0; i < n; i++) {
+      if (cancelled(j)) goto out;
+      send_tok(c, 100 + i, kib, NULL);
+      if (i % 64 == 63) usleep(1000); /* lets a cancel be seen */
+    }
+    if (cancelled(j)) goto out;
+    final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, pt, (uint32_t)n, 0, 0);
   } else if (strstr(j->text, "SLOW")) {
     int n = j->max_tokens > 0 ? j->max_tokens : 50;
     for (int i = 0; i < n; i++) {
@@ -416,6 +427,31 @@ int rp_wait_ready(rp_t *r, int ms) {
     usleep(20000); /* polling the router's own readiness endpoint: nothing to wait on */
   }
   return 0;
+}
+
+long long rp_metric(rp_t *r, const char *name, const char *hdr) {
+  char *b = NULL;
+  const char *h[] = {hdr, NULL};
+  long long v = -1;
+  if (http_req(r->http_port, "GET", "/metrics", h, NULL, 0, &b, NULL) == 200) {
+    char pat[160];
+    snprintf(pat, sizeof pat, "\n%s ", name);
+    const char *p = strstr(b, pat);
+    if (p) v = atoll(p + strlen(pat));
+  }
+  free(b);
+  return v;
+}
+
+long rp_peak_rss_kib(const rp_t *r) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)r->pid);
+  FILE *f = fopen(path, "r");
+  long kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6)) kib = atol(line + 6);
+  if (f) fclose(f);
+  return kib;
 }
 
 int rp_stop(rp_t *r) {

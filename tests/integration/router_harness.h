@@ -4,6 +4,7 @@
  *   TOOL      one tool call get_weather({"city":"Paris"}) in two argument fragments
  *   THINK     reasoning "let me think" (2 tokens) then content "42"
  *   SLOW      max_tokens (default 50) tokens, one per 20 ms
+ *   FLOOD     max_tokens (default 50) tokens of 1 KiB each, as fast as the stream takes them
  *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
  *   FAILFIRST every other such call (process-wide, the 1st, 3rd, ...) fails before the first token
  *   TOOLONG   INVALID_ARGUMENT "prompt has 5000 tokens but the context length is 4096"
@@ -48,6 +49,11 @@ typedef struct rp {
 int rp_start(rp_t *r, const char *const *args);
 /* Waits until GET /ready is 200 (up to ms). 1 if ready. */
 int rp_wait_ready(rp_t *r, int ms);
+/* Value of the unlabelled metric `name` in the router's /metrics (sent with the optional
+ * "Name: value" header hdr), or -1. */
+long long rp_metric(rp_t *r, const char *name, const char *hdr);
+/* Peak resident memory (VmHWM) of the router process in KiB, or -1. */
+long rp_peak_rss_kib(const rp_t *r);
 /* SIGTERM and wait; returns the exit status (or -1). */
 int rp_stop(rp_t *r);
 /* SIGKILL and reap. */

@@ -32,21 +32,6 @@ static long chat(const rp_t *rp, const char *key, char **body) {
   return http_req(rp->http_port, "POST", "/v1/chat/completions", h, REQ, strlen(REQ), body, NULL);
 }
 
-/* Value of a metric line "name value" in /metrics, or -1. */
-static long long metric(const rp_t *rp, const char *name) {
-  char *b = NULL;
-  const char *h[] = {"Authorization: Bearer adm", NULL};
-  long long v = -1;
-  if (http_req(rp->http_port, "GET", "/metrics", h, NULL, 0, &b, NULL) == 200) {
-    char pat[160];
-    snprintf(pat, sizeof pat, "\n%s ", name);
-    const char *p = strstr(b, pat);
-    if (p) v = atoll(p + strlen(pat));
-  }
-  free(b);
-  return v;
-}
-
 static void test_keys_fail_closed(void **st) {
   (void)st;
   gt_err_t err;
@@ -99,9 +84,9 @@ static void test_keys_fail_closed(void **st) {
   /* the router's snapshot holds the key and the limit: 1 key + pools member + tenants member
    * + max_inflight (it polls once a second) */
   double end = gt_now_ms() + 10000;
-  while (metric(&rp, "gantry_router_redis_snapshot_entries") < 4 && gt_now_ms() < end) usleep(50000);
-  assert_true(metric(&rp, "gantry_router_redis_snapshot_entries") >= 4);
-  assert_int_equal(metric(&rp, "gantry_router_redis_data_loss_total"), 0);
+  while (rp_metric(&rp, "gantry_router_redis_snapshot_entries", NULL) < 4 && gt_now_ms() < end) usleep(50000);
+  assert_true(rp_metric(&rp, "gantry_router_redis_snapshot_entries", NULL) >= 4);
+  assert_int_equal(rp_metric(&rp, "gantry_router_redis_data_loss_total", NULL), 0);
 
   /* Redis loses everything */
   redisFree(rc);
@@ -122,7 +107,7 @@ static void test_keys_fail_closed(void **st) {
     if (!ok) usleep(100000);
   }
   assert_true(ok);
-  assert_int_equal(metric(&rp, "gantry_router_redis_data_loss_total"), 1);
+  assert_int_equal(rp_metric(&rp, "gantry_router_redis_data_loss_total", NULL), 1);
   redisReply *r = redisCommand(rc, "HGET gantry:apikeys %s", sha);
   assert_int_equal(r->type, REDIS_REPLY_STRING);
   assert_string_equal(r->str, "acme");
