@@ -449,3 +449,4 @@ void gt_rpc_stream_cancel(gt_rpc_stream_t *s) {
 void gt_rpc_stream_read_next(gt_rpc_stream_t *s) { arm_recv(s); }
 void gt_rpc_stream_release(gt_rpc_stream_t *s) { stream_unref(s); }
 void *gt_rpc_stream_user(const gt_rpc_stream_t *s) { return s->user; }
+void gt_rpc_client_reset_backoff(gt_rpc_client_t *c) { grpc_channel_reset_connect_backoff(c->ch); }

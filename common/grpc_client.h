@@ -93,6 +93,10 @@ void gt_rpc_stream_release(gt_rpc_stream_t *s);
 /* User pointer given at start. */
 void *gt_rpc_stream_user(const gt_rpc_stream_t *s);
 
+/* Ends the channel's reconnect backoff: the next call (or a connection in backoff) connects now
+ * (any thread). Health checks call it so a restarted server is found within one check. */
+void gt_rpc_client_reset_backoff(gt_rpc_client_t *c);
+
 /* Streams started and not yet fully released (for tests and metrics). */
 int gt_rpc_client_live_streams(gt_rpc_client_t *c);
 

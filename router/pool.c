@@ -1,6 +1,7 @@
 /* router/pool.c — the engine pool: engines per model (--engine MODEL=HOST:PORT), checked
  * with application-level Health (and Info until it answered once) RPCs on a timer. An engine is
- * marked down after two consecutive failed checks and up again after one success. Requests go
+ * marked down after two consecutive failed checks and up again after one success; a failed check
+ * resets the channel's reconnect backoff, so a restarted engine serves within two checks. Requests go
  * to the ready engine of their model with the fewest streams in flight. */
 #include <event2/event.h>
 #include <stdio.h>
@@ -57,6 +58,9 @@ static void check_done_loop(void *a, void *b, intptr_t code) {
     e->up = true;
     e->ever_up = true;
   } else {
+    /* the channel backs off reconnects up to minutes; a restarted engine must be found by the
+     * next check, so every failed check ends the backoff */
+    gt_rpc_client_reset_backoff(ec_rpc(e->ec));
     e->checks_failed++;
     e->fails++;
     if (e->up && e->fails >= 2) {

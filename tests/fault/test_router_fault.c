@@ -260,11 +260,60 @@ static void test_redis_restart_under_load(void **st) {
   rs_stop(rs);
 }
 
+/* An engine that stays down while the channel's reconnect backoff grows (10 s: attempts at about
+ * 1, 2.6, 5.2, 9.3, 15.8 s) and then comes back on its port serves again within two health checks
+ * (issue 15 item 3: before, the router answered 503 until the next backoff attempt). */
+static int ready_code(int port) {
+  char *b = NULL;
+  long code = http_req(port, "GET", "/ready", NULL, NULL, 0, &b, NULL);
+  free(b);
+  return (int)code;
+}
+
+static void test_engine_restart_recovers_fast(void **st) {
+  (void)st;
+  gt_err_t err;
+  rs_t *rs = rs_start(&err);
+  assert_non_null(rs);
+  fe_t *fe = fe_start("R");
+  assert_non_null(fe);
+  const int eport = fe_port(fe);
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", eport);
+  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "200", "--admission-hold-ms", "1", NULL};
+  rp_t r;
+  assert_int_equal(rp_start(&r, args), 0);
+  assert_true(rp_wait_ready(&r, 20000));
+  fe_stop(fe);
+  double t0 = gt_now_ms();
+  while (ready_code(r.http_port) != 503 && gt_now_ms() - t0 < 5000) usleep(20000);
+  assert_int_equal(ready_code(r.http_port), 503);
+  sleep(10); /* the engine stays down while the reconnect backoff grows */
+  fe = fe_start_at("R", eport);
+  assert_non_null(fe);
+  t0 = gt_now_ms();
+  while (ready_code(r.http_port) != 200 && gt_now_ms() - t0 < 30000) usleep(10000);
+  const double ms = gt_now_ms() - t0;
+  printf("engine restarted after 10 s down: router ready again in %.0f ms (--health-ms 200)\n", ms);
+  assert_int_equal(ready_code(r.http_port), 200);
+  assert_true(ms < 1200); /* two health intervals plus the connect */
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  const char *h[] = {"Content-Type: application/json", NULL};
+  char *b = NULL;
+  assert_int_equal(http_req(r.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 200);
+  free(b);
+  assert_int_equal(rp_stop(&r), 0);
+  fe_stop(fe);
+  rs_stop(rs);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_ALL);
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill9_router_lease_reclaimed),
                                      cmocka_unit_test(test_kill9_engine_mid_stream),
-                                     cmocka_unit_test(test_redis_restart_under_load)};
+                                     cmocka_unit_test(test_redis_restart_under_load),
+                                     cmocka_unit_test(test_engine_restart_recovers_fast)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();
   return rc;

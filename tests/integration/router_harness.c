@@ -247,7 +247,9 @@ static void on_tokenize(void *user, gt_rpc_call_t *call) {
   gt_rpc_call_reply(call, &r->base);
 }
 
-fe_t *fe_start(const char *name) {
+fe_t *fe_start(const char *name) { return fe_start_at(name, 0); }
+
+fe_t *fe_start_at(const char *name, int port) {
   fe_t *f = calloc(1, sizeof *f);
   snprintf(f->name, sizeof f->name, "%s", name);
   pthread_mutex_init(&f->mu, NULL);
@@ -267,7 +269,9 @@ fe_t *fe_start(const char *name) {
   };
   for (size_t i = 0; i < 4; i++)
     if (gt_rpc_server_add_method(f->srv, &ms[i], &err)) return NULL;
-  if (gt_rpc_server_start(f->srv, "127.0.0.1:0", &f->port, &err)) return NULL;
+  char addr[32];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  if (gt_rpc_server_start(f->srv, addr, &f->port, &err)) return NULL;
   return f;
 }
 

@@ -20,6 +20,8 @@
 
 typedef struct fe fe_t;
 fe_t *fe_start(const char *name);
+/* The same on a given port (0: any; a restarted engine comes back on its old port). */
+fe_t *fe_start_at(const char *name, int port);
 int fe_port(const fe_t *f);
 void fe_set_ready(fe_t *f, bool ready);
 /* Counters: Generate calls received, calls that ended cancelled, streams open now. */
