@@ -42,6 +42,7 @@ struct srv {
   char **wtypes;
   int n_wtypes;
   int n_ctx;
+  size_t max_tok_bytes;   /* longest token text: prompts longer than n_ctx * this cannot fit */
   pthread_t th;
   int th_started;
   /* shared */
@@ -221,6 +222,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   const char **stop_buf = NULL;
   sched_req_t q;
   int rc = srv_conv_check(r, &err);
+  if (!rc) rc = srv_conv_check_bytes(r, s->n_ctx, s->max_tok_bytes, &err);
   if (!rc) rc = srv_conv_prompt(r, s->tok, s->have_fam ? &s->fam : NULL, s->fam_reason, &ids, &n_ids, &opens, &err);
   /* a prompt that fills the context is refused by sched_submit (INVALID_ARGUMENT, same message) */
   pthread_mutex_lock(&s->mu);
@@ -484,6 +486,7 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
   sched_stats_t st;
   sched_stats(s->sched, &st);
   s->n_ctx = st.n_ctx;
+  s->max_tok_bytes = srv_conv_max_token_bytes(tok);
   s->model_name = strdup(info && info->model_name ? info->model_name : m->hp.name);
   s->arch = strdup(info && info->architecture ? info->architecture : m->hp.arch);
   s->version = strdup(info && info->version ? info->version : "");

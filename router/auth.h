@@ -20,8 +20,11 @@ auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, boo
 void auth_destroy(auth_t *a);
 /* Shutdown: the Redis connection is going away; later checks answer AUTH_UNAVAILABLE. */
 void auth_detach(auth_t *a);
-/* Resolves an API key (NULL/"" = none) to a tenant; cb fires later on the loop. */
-void auth_check(auth_t *a, const char *key, bool admin, auth_cb cb, void *arg);
+/* What a route accepts: an API key, the admin key, or either (info routes: /metrics, models). */
+typedef enum { AUTH_FOR_API = 0, AUTH_FOR_ADMIN, AUTH_FOR_ANY } auth_for_t;
+/* Resolves a key (NULL/"" = none) to a tenant ("admin" for the admin key); cb fires on the loop
+ * (at once or later). */
+void auth_check(auth_t *a, const char *key, auth_for_t what, auth_cb cb, void *arg);
 /* Extracts the key from "Bearer K" (or the raw value); NULL if none. */
 const char *auth_bearer(const char *header);
 

@@ -8,7 +8,7 @@
 const char *rt_usage(void) {
   return "usage: gantry-router [--http HOST:PORT] [--grpc HOST:PORT] [--redis redis://HOST:PORT]\n"
          "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
-         "                     [--reasoning-field both|reasoning|reasoning_content]\n"
+         "                     [--protect-info] [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
          "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
@@ -22,7 +22,9 @@ const char *rt_usage(void) {
          "  --auth keys (default): every request needs an API key from the Redis hash <prefix>apikeys\n"
          "  (field sha256hex(key) -> tenant); none readable -> 503. --auth none: no key needed (tenant\n"
          "  'default' unless a known key is given). Admin routes need --admin-key (or $GANTRY_ADMIN_KEY);\n"
-         "  without one they are closed with --auth keys and open with --auth none.\n";
+         "  without one they are closed with --auth keys and open with --auth none. --protect-info:\n"
+         "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
+         "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n";
 }
 
 void rt_config_defaults(rt_config_t *c) {
@@ -81,6 +83,10 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       *help = true;
       return GT_OK;
+    }
+    if (!strcmp(a, "--protect-info")) {
+      c->protect_info = true;
+      continue;
     }
     if (i + 1 >= argc) return gt_err_set(err, GT_EINVAL, "%s needs a value", a);
     const char *v = argv[++i];

@@ -17,6 +17,7 @@ typedef struct rt_config {
   struct { char model[ADM_NAME_MAX + 1]; char target[256]; } engines[RT_MAX_ENGINES];
   int n_engines;
   char admin_key[256];   /* "" = none (admin routes closed with --auth keys, open with none) */
+  bool protect_info;     /* --protect-info: /metrics, /v1/models, ListModels need a key */
   bool auth_required;    /* --auth keys (default) | none: never inferred from Redis data */
   oa_reasoning_field_t reasoning_field;
   long max_body_bytes;   /* 413 above this; default 8 MiB */

@@ -154,7 +154,7 @@ static void gen_loop(void *a, void *b, intptr_t x) {
   c->next = g->live;
   if (g->live) g->live->prev = c;
   g->live = c;
-  auth_check(g->rt->auth, md_key(call), false, gen_auth, c);
+  auth_check(g->rt->auth, md_key(call), AUTH_FOR_API, gen_auth, c);
 }
 
 static void cancel_loop(void *a, void *b, intptr_t id) {
@@ -214,9 +214,43 @@ static void models_loop(void *a, void *b, intptr_t x) {
   gt_rpc_call_reply(call, &r->base);
 }
 
+typedef struct mctx {
+  rgf_t *g;
+  gt_rpc_call_t *call;
+} mctx_t;
+
+static void models_auth(void *arg, auth_status_t st, const char *tenant) {
+  mctx_t *m = arg;
+  (void)tenant;
+  if (st == AUTH_OK) models_loop(m->g, m->call, 0);
+  else {
+    metrics_request(m->g->rt->metrics, "grpc:ListModels", st == AUTH_DENIED ? 401 : 503);
+    gt_rpc_call_finish(m->call, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
+                       st == AUTH_DENIED ? "ListModels needs an API key (--protect-info)" : "cannot check the API key");
+  }
+  free(m);
+}
+
+/* --protect-info: ListModels needs an API key or the admin key. */
+static void models_check(void *a, void *b, intptr_t x) {
+  rgf_t *g = a;
+  gt_rpc_call_t *call = b;
+  if (!g->rt->cfg.protect_info) {
+    models_loop(g, call, x);
+    return;
+  }
+  mctx_t *m = malloc(sizeof *m);
+  if (!m) {
+    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  *m = (mctx_t){g, call};
+  auth_check(g->rt->auth, md_key(call), AUTH_FOR_ANY, models_auth, m);
+}
+
 static void on_models(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  if (mbox_post(g->rt->mb, models_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  if (mbox_post(g->rt->mb, models_check, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 /* ---- Admin ---- */
@@ -338,7 +372,7 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   c->g = g;
   c->call = call;
   metrics_request(g->rt->metrics, gt_rpc_call_method(call), 200);
-  auth_check(g->rt->auth, md_key(call), true, admin_auth, c);
+  auth_check(g->rt->auth, md_key(call), AUTH_FOR_ADMIN, admin_auth, c);
 }
 
 static void on_admin(void *user, gt_rpc_call_t *call) {
@@ -353,7 +387,9 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
     return NULL;
   }
   g->rt = rt;
-  if (gt_rpc_server_create(NULL, &g->srv, err)) {
+  /* the same request size cap as the HTTP front (--max-body-bytes) */
+  gt_rpc_server_opts_t so = {.max_message_bytes = (int)rt->cfg.max_body_bytes};
+  if (gt_rpc_server_create(&so, &g->srv, err)) {
     free(g);
     return NULL;
   }

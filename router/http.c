@@ -516,6 +516,8 @@ static void admin_after_auth(hreq_t *h) {
 }
 
 /* ---- dispatch ---- */
+static void info_after_auth(hreq_t *h);
+
 static void on_auth(void *arg, auth_status_t st, const char *tenant) {
   hreq_t *h = arg;
   if (h->gone) { /* the client left while its key was checked */
@@ -545,6 +547,8 @@ static void on_auth(void *arg, auth_status_t st, const char *tenant) {
     case R_CHAT:
     case R_COMPL: gen_after_auth(h); break;
     case R_TOKENIZE: tokenize_after_auth(h); break;
+    case R_MODELS:
+    case R_METRICS: info_after_auth(h); break;
     default: admin_after_auth(h); break;
   }
 }
@@ -575,6 +579,24 @@ static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_r
   char *t = metrics_render(h->rt->metrics, &as, h->rt->pool, status == GT_OK ? rows : NULL, status == GT_OK ? n : 0);
   reply_text(h, 200, "text/plain; version=0.0.4", t ? t : "");
   free(t);
+}
+
+/* A request body's Content-Type: absent or application/json (parameters such as charset allowed). */
+static bool json_content_type(const char *ct) {
+  if (!ct) return true;
+  while (*ct == ' ') ct++;
+  size_t n = strlen("application/json");
+  return !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+/* /v1/models and /metrics (after the key check with --protect-info). */
+static void info_after_auth(hreq_t *h) {
+  if (h->route == R_MODELS) {
+    models(h);
+    return;
+  }
+  gt_err_t err;
+  if (adm_queues_list(h->rt->adm, NULL, metrics_cb, h, &err)) metrics_cb(h, GT_EIO, err.msg, NULL, 0);
 }
 
 static int route_of(const char *path) {
@@ -613,12 +635,13 @@ static void on_request(struct evhttp_request *req, void *arg) {
       reply_jobj(h, ok ? 200 : 503, json_pack("{s:s,s:s?}", "status", ok ? "ready" : "not_ready", "reason", ok ? NULL : why));
       return;
     }
-    case R_MODELS: models(h); return;
-    case R_METRICS: {
-      gt_err_t err;
-      if (adm_queues_list(hf->rt->adm, NULL, metrics_cb, h, &err)) metrics_cb(h, GT_EIO, err.msg, NULL, 0);
-      return;
-    }
+    case R_MODELS:
+    case R_METRICS:
+      if (!hf->rt->cfg.protect_info) {
+        info_after_auth(h);
+        return;
+      }
+      break; /* --protect-info: a key first */
     case R_OTHER: {
       char msg[300];
       snprintf(msg, sizeof msg, "no route %.200s", path ? path : "?");
@@ -628,9 +651,17 @@ static void on_request(struct evhttp_request *req, void *arg) {
     default: break;
   }
   bool admin = h->route == R_LIMITS || h->route == R_QUEUES;
-  bool ok_method = admin ? (m == EVHTTP_REQ_GET || (h->route == R_LIMITS && m == EVHTTP_REQ_PUT)) : m == EVHTTP_REQ_POST;
+  bool info = h->route == R_MODELS || h->route == R_METRICS;
+  bool ok_method = info    ? m == EVHTTP_REQ_GET
+                   : admin ? (m == EVHTTP_REQ_GET || (h->route == R_LIMITS && m == EVHTTP_REQ_PUT))
+                           : m == EVHTTP_REQ_POST;
   if (!ok_method) {
     reply_errf(h, 405, "invalid_request_error", "method_not_allowed", "method not allowed on this route");
+    return;
+  }
+  if (m != EVHTTP_REQ_GET && !json_content_type(evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type"))) {
+    reply_errf(h, 415, "invalid_request_error", "unsupported_media_type",
+               "Content-Type must be application/json");
     return;
   }
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -646,7 +677,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   start_watch(h);
   const char *key = auth_bearer(evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
   if (!key) key = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Api-Key");
-  auth_check(hf->rt->auth, key, admin, on_auth, h);
+  auth_check(hf->rt->auth, key, admin ? AUTH_FOR_ADMIN : info ? AUTH_FOR_ANY : AUTH_FOR_API, on_auth, h);
 }
 
 struct http_front *http_front_start(router_t *rt, gt_err_t *err) {

@@ -214,6 +214,16 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
     oa_err(e, 404, "invalid_request_error", "model", "model_not_found", "The model '%s' does not exist", model);
     return NULL;
   }
+  const uint32_t ctx = pool_context(rt->pool, model);
+  if (ctx && gen->max_tokens_opt_case == GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS &&
+      gen->max_tokens > ctx) {
+    const uint32_t mt = gen->max_tokens;
+    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    metrics_reject(rt->metrics, "bad_request");
+    oa_err(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+           "max_tokens is %u, but this model's maximum context length is %u tokens", mt, ctx);
+    return NULL;
+  }
   rq_t *q = calloc(1, sizeof *q);
   if (!q) {
     protobuf_c_message_free_unpacked(&gen->base, NULL);

@@ -374,6 +374,30 @@ static void test_status_codes(void **state) {
   efx_stop(&f);
 }
 
+/* A prompt whose bytes cannot fit the context is refused before tokenization (issue 15 item 4:
+ * a 60 MB prompt used to be tokenized first, holding up other requests), and the engine keeps
+ * serving. */
+static void test_prompt_bytes_over_context(void **state) {
+  (void)state;
+  efx_t f;
+  sched_config_t cfg = {.max_num_seqs = 2, .max_batch_tokens = 256, .n_ctx = 1024};
+  assert_int_equal(efx_start(&f, MODEL, &cfg), 0);
+  const size_t n = 8u << 20; /* 8 MiB: more than 1024 tokens of any length */
+  char *big = malloc(n + 1);
+  for (size_t i = 0; i < n; i++) big[i] = (char)('a' + i % 26);
+  big[n] = '\0';
+  reqb_t b;
+  reqb_prompt(&b, big, 4);
+  char msg[512];
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, "8388608 bytes"));
+  assert_non_null(strstr(msg, "1024"));
+  free(big);
+  reqb_prompt(&b, "hello there", 4);
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_OK);
+  efx_stop(&f);
+}
+
 /* Info, Health, Tokenize, chat + prompt input, /metrics over HTTP. */
 static void test_unary_and_metrics(void **state) {
   (void)state;
@@ -504,6 +528,7 @@ int main(void) {
       cmocka_unit_test(test_chunked_prefill_interleaves),
       cmocka_unit_test(test_preemption),
       cmocka_unit_test(test_status_codes),
+      cmocka_unit_test(test_prompt_bytes_over_context),
       cmocka_unit_test(test_unary_and_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

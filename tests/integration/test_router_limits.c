@@ -1,0 +1,162 @@
+/* tests/integration/test_router_limits.c — request caps and small protocol defects of issue 15
+ * (items 4 and 6), with a real redis-server, the real router (--auth keys --protect-info
+ * --max-body-bytes 65536, HTTP and gRPC fronts) and a scripted fake engine (context 4096):
+ *   - the gRPC front caps request messages like HTTP bodies (it accepted 64 MiB);
+ *   - max_tokens beyond the context: 400 context_length_exceeded (HTTP) / INVALID_ARGUMENT;
+ *   - Content-Type text/plain: 415;
+ *   - --protect-info: /metrics, /v1/models and ListModels need an API key or the admin key. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "common/grpc_client.h"
+#include "common/sha256.h"
+#include "gantry/v1/router.pb-c.h"
+#include "tests/common/redis_server.h"
+#include "tests/integration/router_harness.h"
+
+static rs_t *g_rs;
+static fe_t *g_fe;
+static rp_t g_rp;
+static gt_rpc_client_t *g_rpc;
+
+static int setup(void **st) {
+  (void)st;
+  gt_err_t err;
+  g_rs = rs_start(&err);
+  if (!g_rs) fail_msg("redis: %s", err.msg);
+  g_fe = fe_start("A");
+  assert_non_null(g_fe);
+  redisContext *rc = redisConnect("127.0.0.1", rs_port(g_rs));
+  char sha[65];
+  gt_sha256_hex("k1", 2, sha);
+  freeReplyObject(redisCommand(rc, "HSET gantry:apikeys %s acme", sha));
+  redisFree(rc);
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(g_rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(g_fe));
+  const char *args[] = {"--redis", redis, "--engine", eng, "--grpc", "127.0.0.1:0", "--auth", "keys", "--admin-key", "adm",
+                        "--protect-info", "--max-body-bytes", "65536", "--health-ms", "100", "--admission-hold-ms", "1", NULL};
+  assert_int_equal(rp_start(&g_rp, args), 0);
+  assert_true(rp_wait_ready(&g_rp, 20000));
+  char target[32];
+  snprintf(target, sizeof target, "127.0.0.1:%d", g_rp.grpc_port);
+  assert_int_equal(gt_rpc_client_create(target, NULL, &g_rpc, &err), GT_OK);
+  return 0;
+}
+
+static int teardown(void **st) {
+  (void)st;
+  gt_rpc_client_destroy(g_rpc);
+  int rc = rp_stop(&g_rp);
+  fe_stop(g_fe);
+  rs_stop(g_rs);
+  assert_int_equal(rc, 0);
+  return 0;
+}
+
+/* Router/Generate with a prompt of n bytes: the status code (the call is refused before any
+ * token in every case here). */
+static int grpc_generate(size_t n, uint32_t max_tokens) {
+  char *prompt = malloc(n + 1);
+  memset(prompt, 'a', n);
+  prompt[n] = '\0';
+  Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
+  g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
+  g.prompt = prompt;
+  g.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
+  g.max_tokens = max_tokens;
+  Gantry__V1__RouterGenerateRequest r = GANTRY__V1__ROUTER_GENERATE_REQUEST__INIT;
+  r.model = "tiny";
+  r.request = &g;
+  gt_rpc_md_t md[] = {{"authorization", "Bearer k1"}};
+  ProtobufCMessage *resp = NULL;
+  gt_rpc_status_t s;
+  gt_rpc_code_t code = gt_rpc_client_unary(g_rpc, "/gantry.v1.Router/Generate", &r.base,
+                                           &gantry__v1__generate_response__descriptor, 10000, md, 1, &resp, &s);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  free(prompt);
+  return code;
+}
+
+static void test_grpc_front_message_cap(void **st) {
+  (void)st;
+  /* 100 KB > --max-body-bytes 65536: refused by the transport, never reaches admission */
+  assert_int_equal(grpc_generate(100000, 16), GT_RPC_RESOURCE_EXHAUSTED);
+  /* 1 KB passes the cap (and is refused for max_tokens, below) */
+  assert_int_equal(grpc_generate(1000, 1000000), GT_RPC_INVALID_ARGUMENT);
+  assert_int_equal(fe_generates(g_fe), 0);
+}
+
+static void test_max_tokens_beyond_context(void **st) {
+  (void)st;
+  const char *req = "{\"model\":\"tiny\",\"max_tokens\":1000000000000,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  const char *h[] = {"Content-Type: application/json", "Authorization: Bearer k1", NULL};
+  char *b = NULL;
+  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 400);
+  assert_non_null(strstr(b, "\"context_length_exceeded\""));
+  assert_non_null(strstr(b, "4096"));
+  free(b);
+  const char *ok = "{\"model\":\"tiny\",\"max_tokens\":4096,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, ok, strlen(ok), &b, NULL), 200);
+  free(b);
+}
+
+static void test_content_type_415(void **st) {
+  (void)st;
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  const char *h[] = {"Content-Type: text/plain", "Authorization: Bearer k1", NULL};
+  char *b = NULL;
+  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 415);
+  assert_non_null(strstr(b, "\"unsupported_media_type\""));
+  free(b);
+  const char *h2[] = {"Content-Type: application/json; charset=utf-8", "Authorization: Bearer k1", NULL};
+  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h2, req, strlen(req), &b, NULL), 200);
+  free(b);
+}
+
+static void test_protect_info(void **st) {
+  (void)st;
+  const char *paths[] = {"/metrics", "/v1/models"};
+  for (int i = 0; i < 2; i++) {
+    char *b = NULL;
+    assert_int_equal(http_req(g_rp.http_port, "GET", paths[i], NULL, NULL, 0, &b, NULL), 401);
+    free(b);
+    const char *api[] = {"Authorization: Bearer k1", NULL};
+    assert_int_equal(http_req(g_rp.http_port, "GET", paths[i], api, NULL, 0, &b, NULL), 200);
+    free(b);
+    const char *adm[] = {"Authorization: Bearer adm", NULL};
+    assert_int_equal(http_req(g_rp.http_port, "GET", paths[i], adm, NULL, 0, &b, NULL), 200);
+    free(b);
+  }
+  Gantry__V1__ListModelsRequest lr = GANTRY__V1__LIST_MODELS_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  gt_rpc_status_t s;
+  assert_int_equal(gt_rpc_client_unary(g_rpc, "/gantry.v1.Router/ListModels", &lr.base,
+                                       &gantry__v1__list_models_response__descriptor, 5000, NULL, 0, &resp, &s),
+                   GT_RPC_UNAUTHENTICATED);
+  gt_rpc_md_t md[] = {{"authorization", "Bearer k1"}};
+  assert_int_equal(gt_rpc_client_unary(g_rpc, "/gantry.v1.Router/ListModels", &lr.base,
+                                       &gantry__v1__list_models_response__descriptor, 5000, md, 1, &resp, &s),
+                   GT_RPC_OK);
+  assert_int_equal(((Gantry__V1__ListModelsResponse *)resp)->n_models, 1);
+  protobuf_c_message_free_unpacked(resp, NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_grpc_front_message_cap),
+      cmocka_unit_test(test_max_tokens_beyond_context),
+      cmocka_unit_test(test_content_type_415),
+      cmocka_unit_test(test_protect_info),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
