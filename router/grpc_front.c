@@ -387,8 +387,10 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
     return NULL;
   }
   g->rt = rt;
-  /* the same request size cap as the HTTP front (--max-body-bytes) */
-  gt_rpc_server_opts_t so = {.max_message_bytes = (int)rt->cfg.max_body_bytes};
+  /* the same request size cap as the HTTP front (--max-body-bytes), and the same time to send
+   * a request (--http-timeout-s) */
+  gt_rpc_server_opts_t so = {.max_message_bytes = (int)rt->cfg.max_body_bytes,
+                             .recv_timeout_ms = rt->cfg.http_timeout_s * 1000};
   if (gt_rpc_server_create(&so, &g->srv, err)) {
     free(g);
     return NULL;

@@ -136,8 +136,8 @@ static void *run_job(void *arg) {
     send_tok(c, 3, "42", NULL);
     final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 3, 2, 0);
   } else if (strstr(j->text, "FLOOD")) {
-    static char kib[1025];
-    memset(kib, 'f', 1024);
+    static char kib[16385];
+    memset(kib, 'f', 16384);
     int n = j->max_tokens > 0 ? j->max_tokens : 50;
     for (int i = 0; i < n; i++) {
       if (cancelled(j)) goto out;
