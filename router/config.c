@@ -10,7 +10,7 @@ const char *rt_usage(void) {
          "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
          "                     [--protect-info] [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
-         "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S]\n"
+         "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S] [--drain-timeout-s S]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
@@ -40,6 +40,7 @@ void rt_config_defaults(rt_config_t *c) {
   c->http_timeout_s = 30;
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
+  c->drain_timeout_s = 30;
   c->engine_stale_ms = 10000;
   c->auth_required = true;
   const char *ak = getenv("GANTRY_ADMIN_KEY");
@@ -123,6 +124,7 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
           {"--stream-buffer-bytes", 4096, 1L << 30, &c->stream_buffer_bytes, 1},
           {"--stream-write-timeout-s", 1, 3600, &c->stream_write_timeout_s, 0},
           {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},
+          {"--drain-timeout-s", 0, 3600, &c->drain_timeout_s, 0},
           {"--health-ms", 50, 600000, &c->health_ms, 0},
           {"--request-timeout-s", 1, 86400, &c->request_timeout_ms, 0},
           {"--lease-ttl-ms", 300, 3600000, &c->lease_ttl_ms, 0},

@@ -26,6 +26,7 @@ typedef struct rt_config {
   int http_timeout_s;    /* header/body read timeout; default 30 */
   int health_ms;         /* health check period; default 1000 */
   int request_timeout_ms;/* engine stream deadline; default 600000 */
+  int drain_timeout_s;   /* SIGTERM: live streams get this long to finish; default 30 */
   int engine_stale_ms;   /* registered engine without heartbeat for this long: not routable */
   int lease_ttl_ms, queue_timeout_ms, hold_ms, default_max_inflight, default_max_queued;
 } rt_config_t;

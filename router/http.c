@@ -599,6 +599,29 @@ static void info_after_auth(hreq_t *h) {
   if (adm_queues_list(h->rt->adm, NULL, metrics_cb, h, &err)) metrics_cb(h, GT_EIO, err.msg, NULL, 0);
 }
 
+/* GET /ready: 200 when Redis is up and every model has a ready engine; 503 otherwise and while
+ * the router drains. Engines whose Health says DRAINING are listed either way. */
+static void ready(hreq_t *h) {
+  char why[256] = "";
+  adm_stats_t as;
+  adm_stats(h->rt->adm, &as);
+  if (!as.redis_up) snprintf(why, sizeof why, "redis unreachable");
+  bool ok = as.redis_up && pool_all_ready(h->rt->pool, why, sizeof why);
+  if (h->rt->draining) {
+    ok = false;
+    snprintf(why, sizeof why, "router draining");
+  }
+  json_t *o = json_pack("{s:s,s:s?}", "status", ok ? "ready" : h->rt->draining ? "draining" : "not_ready", "reason",
+                        ok ? NULL : why);
+  json_t *dr = json_array();
+  for (int i = 0; i < pool_count(h->rt->pool); i++) {
+    pool_engine_t *e = pool_at(h->rt->pool, i);
+    if (e->draining) json_array_append_new(dr, json_pack("{s:s,s:s}", "model", e->model, "engine", e->target));
+  }
+  json_object_set_new(o, "engines_draining", dr);
+  reply_jobj(h, ok ? 200 : 503, o);
+}
+
 static int route_of(const char *path) {
   for (int i = 0; i < R_OTHER; i++)
     if (!strcmp(path, route_names[i])) return i;
@@ -626,15 +649,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
 
   switch (h->route) {
     case R_HEALTH: reply_jobj(h, 200, json_pack("{s:s}", "status", "ok")); return;
-    case R_READY: {
-      char why[256] = "";
-      adm_stats_t as;
-      adm_stats(hf->rt->adm, &as);
-      if (!as.redis_up) snprintf(why, sizeof why, "redis unreachable");
-      bool ok = as.redis_up && pool_all_ready(hf->rt->pool, why, sizeof why);
-      reply_jobj(h, ok ? 200 : 503, json_pack("{s:s,s:s?}", "status", ok ? "ready" : "not_ready", "reason", ok ? NULL : why));
-      return;
-    }
+    case R_READY: ready(h); return;
     case R_MODELS:
     case R_METRICS:
       if (!hf->rt->cfg.protect_info) {

@@ -47,6 +47,9 @@ static void check_done_loop(void *a, void *b, intptr_t code) {
     } else {
       Gantry__V1__HealthResponse *h = (Gantry__V1__HealthResponse *)c->resp;
       ok = h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY;
+      bool draining = h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING;
+      if (draining && !e->draining) GT_LOG_INFO("engine draining model=%s target=%s", e->model, e->target);
+      e->draining = draining;
     }
   }
   if (c->resp) protobuf_c_message_free_unpacked(c->resp, NULL);

@@ -26,6 +26,7 @@ typedef struct pool_engine {
   uint64_t checks_ok, checks_failed;
   bool registered;    /* came from the Redis registry (needs heartbeats) */
   bool stale;         /* registered and its heartbeat is too old: not routable */
+  bool draining;      /* its last Health said DRAINING (it finishes its streams, takes no new) */
 } pool_engine_t;
 
 typedef struct pool pool_t;

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/evbase.h"
 #include "common/log.h"
 #include "router/router.h"
@@ -22,11 +23,41 @@ void rt_request_id(router_t *rt, char out[40]) {
   snprintf(out, 40, "%016llx", (unsigned long long)x);
 }
 
+#define DRAIN_TICK_MS 50
+
+/* Every tick while draining: stop when no request is left; at the deadline, end the rest
+ * with an error event and stop once their ends went out. */
+static void drain_tick(evutil_socket_t fd, short what, void *arg) {
+  (void)fd;
+  (void)what;
+  router_t *rt = arg;
+  if (rt->n_rqs > 0 && gt_now_ms() >= rt->drain_deadline_ms) {
+    GT_LOG_WARN("drain: %d request(s) still running after %d s: ending them", rt->n_rqs, rt->cfg.drain_timeout_s);
+    rq_abort_all(rt, "the router is shutting down");
+    rt->drain_deadline_ms = gt_now_ms() + 1e9;
+  }
+  if (rt->n_rqs == 0) {
+    /* one more tick lets the last replies reach the sockets */
+    struct timeval tv = {0, DRAIN_TICK_MS * 1000};
+    event_base_loopexit(rt->base, &tv);
+  }
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg) {
   (void)what;
   router_t *rt = arg;
-  GT_LOG_INFO("signal %d: shutting down", (int)sig);
-  event_base_loopbreak(rt->base);
+  if (rt->draining || rt->cfg.drain_timeout_s == 0) {
+    GT_LOG_INFO("signal %d: shutting down now", (int)sig);
+    event_base_loopbreak(rt->base);
+    return;
+  }
+  GT_LOG_INFO("signal %d: draining (readiness 503; %d live request(s) get up to %d s)", (int)sig, rt->n_rqs,
+              rt->cfg.drain_timeout_s);
+  rt->draining = true;
+  rt->drain_deadline_ms = gt_now_ms() + rt->cfg.drain_timeout_s * 1000.0;
+  rt->drain_timer = event_new(rt->base, -1, EV_PERSIST, drain_tick, rt);
+  struct timeval tv = {0, DRAIN_TICK_MS * 1000};
+  if (!rt->drain_timer || event_add(rt->drain_timer, &tv)) event_base_loopbreak(rt->base);
 }
 
 static void on_rc_state(void *arg, bool up) {
@@ -115,6 +146,7 @@ void rt_destroy(router_t *rt) {
   if (rt->sigint) event_free(rt->sigint);
   if (rt->sigterm) event_free(rt->sigterm);
   if (rt->key_timer) event_free(rt->key_timer);
+  if (rt->drain_timer) event_free(rt->drain_timer);
   /* Redis auth connection first: auth checks still pending are answered (503) while the fronts
    * that wait for them still exist; then the fronts; then live requests are cancelled. */
   registry_stop(rt->registry);

@@ -44,6 +44,9 @@ struct router {
   rq_t *rqs;      /* live requests */
   int n_rqs;
   int http_port, grpc_port;
+  bool draining;  /* SIGTERM seen: /ready 503, new requests 503, live streams finish */
+  double drain_deadline_ms;
+  struct event *drain_timer;
   struct event *sigint, *sigterm, *key_timer;
 };
 
@@ -53,7 +56,9 @@ void rt_request_id(router_t *rt, char out[40]);
 /* Builds every part from cfg (copied): Redis, admission, auth, pool, registry, fronts.
  * NULL with err filled on failure (everything built so far is torn down). */
 router_t *rt_create(const rt_config_t *cfg, gt_err_t *err);
-/* Runs the loop until SIGINT/SIGTERM. */
+/* Runs the loop until SIGINT/SIGTERM and the drain that follows: /ready turns 503, new
+ * requests get 503, live streams get --drain-timeout-s to finish, then the rest end with an
+ * error event (and [DONE]). A second signal ends the drain at once. */
 void rt_run(router_t *rt);
 /* Stops the fronts, cancels live requests (bounded wait for the engines) and frees rt. */
 void rt_destroy(router_t *rt);

@@ -208,6 +208,12 @@ static void on_admit(void *arg, const adm_result_t *res) {
 
 rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *request_id,
                Gantry__V1__GenerateRequest *gen, rq_cb cb, void *sink, oa_error_t *e) {
+  if (rt->draining) {
+    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    metrics_reject(rt->metrics, "draining");
+    oa_err(e, 503, "server_error", NULL, "router_draining", "the router is shutting down; retry on another router");
+    return NULL;
+  }
   if (!pool_has_model(rt->pool, model)) {
     protobuf_c_message_free_unpacked(&gen->base, NULL);
     metrics_reject(rt->metrics, "unknown_model");
@@ -273,6 +279,18 @@ void rq_cancel(rq_t *q) {
   release_lease(q);
   if (q->stream) ec_stream_cancel(q->stream); /* engine frees the sequence; done_loop frees q */
   maybe_free(q);
+}
+
+void rq_abort_all(router_t *rt, const char *why) {
+  rq_t *q = rt->rqs;
+  while (q) {
+    rq_t *next = q->next;
+    if (!q->terminal && !q->cancelled) {
+      fail(q, 503, "server_error", "router_shutdown", 0, "%s", why);
+      rq_cancel(q); /* the sink is done with q: engine stream, queue entry, lease */
+    }
+    q = next;
+  }
 }
 
 void rq_cancel_all(router_t *rt) {

@@ -33,6 +33,9 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
 void rq_cancel(rq_t *q);
 /* The sink's output drained after it paused: read from the engine again. */
 void rq_resume(rq_t *q);
+/* Drain deadline: every live request ends with an ERROR event (503 router_shutdown) to its
+ * sink, then its engine stream is cancelled and its lease released. */
+void rq_abort_all(router_t *rt, const char *why);
 /* Shutdown: cancels every live request (their streams end later through the mailbox). */
 void rq_cancel_all(router_t *rt);
 

@@ -308,12 +308,99 @@ static void test_engine_restart_recovers_fast(void **st) {
   rs_stop(rs);
 }
 
+static int ready_body(int port, char **body) { return (int)http_req(port, "GET", "/ready", NULL, NULL, 0, body, NULL); }
+
+static int drain_idle(fe_t *f) { return fe_active(f) == 0; }
+
+/* SIGTERM drains (issue 15 item 7): readiness turns 503 at once, new requests get 503, a stream
+ * that finishes within --drain-timeout-s ends normally, the one that does not ends with an
+ * error event and [DONE], the router exits 0 and the engine streams are gone. /ready also lists
+ * engines whose Health says DRAINING. */
+static void test_router_drain_sigterm(void **st) {
+  (void)st;
+  gt_err_t err;
+  rs_t *rs = rs_start(&err);
+  assert_non_null(rs);
+  fe_t *fe = fe_start("D"), *fe2 = fe_start("D2");
+  char redis[64], eng[64], eng2[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
+  snprintf(eng2, sizeof eng2, "other=127.0.0.1:%d", fe_port(fe2));
+  const char *args[] = {"--redis", redis, "--engine", eng, "--engine", eng2, "--health-ms", "100", "--drain-timeout-s", "1",
+                        "--admission-hold-ms", "1", NULL};
+  rp_t r;
+  assert_int_equal(rp_start(&r, args), 0);
+  assert_true(rp_wait_ready(&r, 20000));
+  /* an engine that drains shows in /ready */
+  fe_set_draining(fe2, true);
+  char *b = NULL;
+  double t0 = gt_now_ms();
+  int code = 0;
+  char want[64];
+  snprintf(want, sizeof want, "127.0.0.1:%d", fe_port(fe2));
+  while (gt_now_ms() - t0 < 5000) {
+    free(b);
+    code = ready_body(r.http_port, &b);
+    if (code == 503 && strstr(b, "engines_draining") && strstr(b, want)) break;
+    usleep(20000);
+  }
+  assert_int_equal(code, 503);
+  assert_non_null(strstr(b, want));
+  free(b);
+  b = NULL;
+  fe_set_draining(fe2, false);
+  assert_true(rp_wait_ready(&r, 5000));
+
+  int fa = open_stream(r.http_port, 20);  /* 0.4 s: finishes within the drain */
+  int fb = open_stream(r.http_port, 500); /* 10 s: cut at the drain deadline */
+  t0 = gt_now_ms();
+  kill(r.pid, SIGTERM);
+  code = 0;
+  while (gt_now_ms() - t0 < 900) {
+    code = ready_body(r.http_port, &b);
+    if (code == 503) break;
+    free(b);
+    b = NULL;
+    usleep(5000);
+  }
+  assert_int_equal(code, 503);
+  assert_non_null(strstr(b, "draining"));
+  free(b);
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  const char *h[] = {"Content-Type: application/json", NULL};
+  assert_int_equal(http_req(r.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 503);
+  assert_non_null(strstr(b, "router_draining"));
+  free(b);
+  char *sa = read_all(fa, 10000);
+  assert_non_null(strstr(sa, "\"finish_reason\":\"length\""));
+  assert_non_null(strstr(sa, "data: [DONE]"));
+  assert_null(strstr(sa, "\"error\""));
+  char *sb = read_all(fb, 10000);
+  assert_non_null(strstr(sb, "router_shutdown"));
+  assert_non_null(strstr(sb, "data: [DONE]"));
+  printf("drain: the long stream ended after %.0f ms (--drain-timeout-s 1)\n", gt_now_ms() - t0);
+  free(sa);
+  free(sb);
+  close(fa);
+  close(fb);
+  int status = -1;
+  assert_int_equal(waitpid(r.pid, &status, 0), r.pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_true(fe_wait(fe, drain_idle, 5000));
+  assert_true(fe_cancelled(fe) >= 1);
+  close(r.out_fd);
+  fe_stop(fe);
+  fe_stop(fe2);
+  rs_stop(rs);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_ALL);
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill9_router_lease_reclaimed),
                                      cmocka_unit_test(test_kill9_engine_mid_stream),
                                      cmocka_unit_test(test_redis_restart_under_load),
-                                     cmocka_unit_test(test_engine_restart_recovers_fast)};
+                                     cmocka_unit_test(test_engine_restart_recovers_fast),
+                                     cmocka_unit_test(test_router_drain_sigterm)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();
   return rc;

@@ -31,6 +31,7 @@ struct fe {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool ready;
+  bool draining; /* Health says DRAINING */
   int generates, cancelled, active;
   char seen[64][256];
   int nseen;
@@ -218,7 +219,9 @@ static void on_health(void *user, gt_rpc_call_t *call) {
   Gantry__V1__HealthResponse *r = malloc(sizeof *r);
   gantry__v1__health_response__init(r);
   pthread_mutex_lock(&f->mu);
-  r->status = f->ready ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING;
+  r->status = f->draining ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING
+              : f->ready  ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY
+                          : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING;
   r->running = (uint32_t)f->active;
   pthread_mutex_unlock(&f->mu);
   gt_rpc_call_reply(call, &r->base);
@@ -276,6 +279,12 @@ fe_t *fe_start_at(const char *name, int port) {
 }
 
 int fe_port(const fe_t *f) { return f->port; }
+void fe_set_draining(fe_t *f, bool draining) {
+  pthread_mutex_lock(&f->mu);
+  f->draining = draining;
+  pthread_mutex_unlock(&f->mu);
+}
+
 void fe_set_ready(fe_t *f, bool ready) {
   pthread_mutex_lock(&f->mu);
   f->ready = ready;

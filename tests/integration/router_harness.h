@@ -24,6 +24,8 @@ fe_t *fe_start(const char *name);
 fe_t *fe_start_at(const char *name, int port);
 int fe_port(const fe_t *f);
 void fe_set_ready(fe_t *f, bool ready);
+/* Health answers DRAINING while set. */
+void fe_set_draining(fe_t *f, bool draining);
 /* Counters: Generate calls received, calls that ended cancelled, streams open now. */
 int fe_generates(fe_t *f);
 int fe_cancelled(fe_t *f);
