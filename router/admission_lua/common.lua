@@ -1,21 +1,27 @@
 -- common.lua: prelude of every admission script (concatenated in front of each step at load time).
--- ARGV[1] key prefix, ARGV[2] lease/entry TTL ms, ARGV[3] hold ms after a fresh Redis,
+-- ARGV[1] key prefix, ARGV[2] lease/entry TTL ms, ARGV[3] hold ms after a fresh Redis (negative:
+-- the same length, but the caller has no evidence of an earlier life of this Redis),
 -- ARGV[4] default pool max_inflight, ARGV[5] default pool max_queued, ARGV[6] max admissions
 -- per call. Step-specific arguments start at ARGV[7]. Key layout: see router/ADMISSION.md.
 local P = ARGV[1]
 local TTL = tonumber(ARGV[2])
-local HOLD = tonumber(ARGV[3])
+local HOLD = math.abs(tonumber(ARGV[3]))
+local EVIDENCE = tonumber(ARGV[3]) > 0
 local DEF_INF = tonumber(ARGV[4])
 local DEF_Q = tonumber(ARGV[5])
 local MAX_ADMIT = tonumber(ARGV[6])
 local tm = redis.call('TIME')
 local NOW = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 
--- A Redis without our epoch key is new or lost its data: hold admissions for one lease TTL so
--- every live router re-registers the leases it holds (heartbeat) before anything is admitted.
+-- A Redis without our epoch key is new or lost its data. When there is evidence of an earlier
+-- life (the caller has used a Redis at this address before, or pools are still listed), hold
+-- admissions for one lease TTL so every live router re-registers the leases it holds
+-- (heartbeat) before anything is admitted. A brand-new deployment admits at once.
 if redis.call('EXISTS', P .. 'epoch') == 0 then
   redis.call('SET', P .. 'epoch', tostring(NOW))
-  redis.call('SET', P .. 'hold', tostring(NOW + HOLD))
+  if EVIDENCE or redis.call('EXISTS', P .. 'pools') == 1 then
+    redis.call('SET', P .. 'hold', tostring(NOW + HOLD))
+  end
 end
 
 local function hold_left()

@@ -394,13 +394,62 @@ static void test_router_drain_sigterm(void **st) {
   rs_stop(rs);
 }
 
+/* A fresh Redis (issue 15 item 8): the first request is admitted at once, not after the
+ * admission hold (default: one lease TTL, 15 s). After Redis loses its data while a lease is
+ * held, the hold applies (this router has used the Redis before) and is logged. */
+static long timed_chat(int port, double *ms) {
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  const char *h[] = {"Content-Type: application/json", NULL};
+  char *b = NULL;
+  double t0 = gt_now_ms();
+  long code = http_req(port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL);
+  *ms = gt_now_ms() - t0;
+  free(b);
+  return code;
+}
+
+static void test_fresh_redis_no_hold(void **st) {
+  (void)st;
+  gt_err_t err;
+  rs_t *rs = rs_start(&err);
+  assert_non_null(rs);
+  fe_t *fe = fe_start("F");
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
+  /* no --admission-hold-ms: the hold is one lease TTL (3 s here) */
+  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "100", "--lease-ttl-ms", "3000", NULL};
+  rp_t r;
+  assert_int_equal(rp_start(&r, args), 0);
+  assert_true(rp_wait_ready(&r, 20000));
+  double ms = 0;
+  assert_int_equal(timed_chat(r.http_port, &ms), 200);
+  printf("fresh Redis: first request answered in %.0f ms (hold would be 3000 ms)\n", ms);
+  assert_true(ms < 1500);
+  /* Redis loses everything while a stream holds its lease: now the hold applies */
+  int fd = open_stream(r.http_port, 100); /* 2 s */
+  assert_int_equal(rs_kill(rs), GT_OK);
+  assert_int_equal(rs_restart(rs, &err), GT_OK);
+  usleep(300000); /* the router reconnects (backoff <= 750 ms) and re-registers its lease */
+  assert_int_equal(timed_chat(r.http_port, &ms), 200);
+  printf("after a data loss: request answered in %.0f ms (hold 3000 ms)\n", ms);
+  assert_true(ms > 1000);
+  char *s2 = read_all(fd, 10000);
+  free(s2);
+  close(fd);
+  assert_int_equal(rp_stop(&r), 0);
+  fe_stop(fe);
+  rs_stop(rs);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_ALL);
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill9_router_lease_reclaimed),
                                      cmocka_unit_test(test_kill9_engine_mid_stream),
                                      cmocka_unit_test(test_redis_restart_under_load),
                                      cmocka_unit_test(test_engine_restart_recovers_fast),
-                                     cmocka_unit_test(test_router_drain_sigterm)};
+                                     cmocka_unit_test(test_router_drain_sigterm),
+                                     cmocka_unit_test(test_fresh_redis_no_hold)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();
   return rc;
