@@ -23,7 +23,7 @@ typedef struct gt_rpc_stream gt_rpc_stream_t;
 typedef struct gt_rpc_client_opts {
   int own_thread;          /* 1: start a thread that drives the queue; 0: call _poll yourself */
   int max_message_bytes;   /* receive limit; 0 -> 64 MiB */
-  int flow_window_bytes;   /* >0: fixed HTTP/2 stream window, BDP probing off (tests); 0 default */
+  int flow_window_bytes;   /* >0: fixed HTTP/2 stream window, BDP probing off; 0 default */
 } gt_rpc_client_opts_t;
 
 /* Creates a client for target ("127.0.0.1:50051", "dns:///engine:50051"); insecure channel,

@@ -150,7 +150,9 @@ int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err) {
   if (!e) return gt_err_set(err, GT_ENOMEM, "pool: out of memory");
   snprintf(e->model, sizeof e->model, "%s", model);
   snprintf(e->target, sizeof e->target, "%s", target);
-  gt_rpc_client_opts_t o = {.own_thread = 1};
+  /* a fixed 1 MiB stream window: a stream paused for a slow client holds at most that much unread
+   * engine output in gRPC (BDP probing grows the window to many MB on a fast link) */
+  gt_rpc_client_opts_t o = {.own_thread = 1, .flow_window_bytes = 1 << 20};
   int rc = ec_open(target, &o, &e->ec, err);
   if (rc) {
     free(e);

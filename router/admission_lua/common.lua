@@ -132,6 +132,28 @@ local function router_dead(r)
   return d and tonumber(d) < NOW
 end
 
+-- Admission rate of pool m (P rate:M: s first admission, t last update, r decayed sum), an
+-- exponentially weighted rate over RATE_TAU_MS with the start-up bias corrected, so that a
+-- Retry-After can say when the queue will have drained.
+local RATE_TAU_MS = 10000
+local function note_admissions(m, n)
+  local k = P .. 'rate:' .. m
+  local v = redis.call('HMGET', k, 's', 't', 'r')
+  local s, t, r = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
+  if t then r = r * math.exp(-(NOW - t) / RATE_TAU_MS) else s = NOW end
+  redis.call('HSET', k, 's', s, 't', NOW, 'r', tostring(r + n))
+end
+
+-- Admissions per second of pool m lately (0 when unknown).
+local function admission_rate(m)
+  local v = redis.call('HMGET', P .. 'rate:' .. m, 's', 't', 'r')
+  local s, t, r = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+  if not (s and t and r) then return 0 end
+  local span = math.max(NOW - s, 1000) -- at least a second of history
+  local seen = 1 - math.exp(-span / RATE_TAU_MS)
+  return r * math.exp(-(NOW - t) / RATE_TAU_MS) / seen * 1000 / RATE_TAU_MS
+end
+
 -- Admits as many waiting entries of pool m as the caps allow (at most MAX_ADMIT): interactive
 -- class (0) before batch (1); within a class the eligible tenant (below its max_inflight) with
 -- the smallest pass wins and its pass advances by 1/weight (stride scheduling); FIFO within a
@@ -194,5 +216,6 @@ local function admit(m, skip_id)
       n = n + 1
     end
   end
+  if n > 0 then note_admissions(m, n) end
   return n
 end

@@ -142,7 +142,9 @@ static void *run_job(void *arg) {
     int n = j->max_tokens > 0 ? j->max_tokens : 50;
     for (int i = 0; i < n; i++) {
       if (cancelled(j)) goto out;
-      send_tok(c, 100 + i, kib, NULL);
+      gt_genresp_t *r = gt_delta_new(); /* unmerged: each token its own message */
+      gt_delta_add_token(r, 100 + i, kib, NULL);
+      gt_rpc_call_send(c, &r->base, GT_RPC_SEND_NO_MERGE);
       if (i % 64 == 63) usleep(1000); /* lets a cancel be seen */
     }
     if (cancelled(j)) goto out;

@@ -4,7 +4,7 @@
  *   TOOL      one tool call get_weather({"city":"Paris"}) in two argument fragments
  *   THINK     reasoning "let me think" (2 tokens) then content "42"
  *   SLOW      max_tokens (default 50) tokens, one per 20 ms
- *   FLOOD     max_tokens (default 50) tokens of 16 KiB each, as fast as the stream takes them
+ *   FLOOD     max_tokens (default 50) tokens of 16 KiB each, one message each, as fast as it can
  *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
  *   FAILFIRST every other such call (process-wide, the 1st, 3rd, ...) fails before the first token
  *   TOOLONG   INVALID_ARGUMENT "prompt has 5000 tokens but the context length is 4096"

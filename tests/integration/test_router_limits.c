@@ -4,7 +4,9 @@
  *   - the gRPC front caps request messages like HTTP bodies (it accepted 64 MiB);
  *   - max_tokens beyond the context: 400 context_length_exceeded (HTTP) / INVALID_ARGUMENT;
  *   - Content-Type text/plain: 415;
- *   - --protect-info: /metrics, /v1/models and ListModels need an API key or the admin key. */
+ *   - --protect-info: /metrics, /v1/models and ListModels need an API key or the admin key;
+ *   - a 429's Retry-After comes from the measured admission rate (it said 26 s for a queue that
+ *     drained in 7 s). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,10 +15,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
+#include <jansson.h>
 
+#include "common/clock.h"
 #include "common/grpc_client.h"
 #include "common/sha256.h"
 #include "gantry/v1/router.pb-c.h"
@@ -151,12 +159,82 @@ static void test_protect_info(void **st) {
   protobuf_c_message_free_unpacked(resp, NULL);
 }
 
+static const char *ADM_HDR[] = {"Content-Type: application/json", "Authorization: Bearer adm", NULL};
+
+static long put_limits(const char *json) {
+  char *b = NULL;
+  long s = http_req(g_rp.http_port, "PUT", "/admin/limits", ADM_HDR, json, strlen(json), &b, NULL);
+  free(b);
+  return s;
+}
+
+/* Requests waiting in the pool's queue (GET /admin/queues), or -1. */
+static long pool_queued(void) {
+  char *b = NULL;
+  long v = -1;
+  if (http_req(g_rp.http_port, "GET", "/admin/queues?model=tiny", ADM_HDR, NULL, 0, &b, NULL) == 200) {
+    json_t *j = json_loads(b, 0, NULL);
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(j, "queues"), i, r) {
+      json_t *t = json_object_get(r, "tenant");
+      if (!t || json_is_null(t)) v = (long)json_integer_value(json_object_get(r, "queued"));
+    }
+    json_decref(j);
+  }
+  free(b);
+  return v;
+}
+
+/* A streaming SLOW request on a raw socket, not waited for. */
+static int start_slow(int tokens) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_rp.http_port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char body[200], req[512];
+  snprintf(body, sizeof body, "{\"model\":\"tiny\",\"stream\":true,\"max_tokens\":%d,\"messages\":[{\"role\":\"user\",\"content\":\"SLOW\"}]}", tokens);
+  int n = snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   "Authorization: Bearer k1\r\nContent-Length: %zu\r\n\r\n%s", strlen(body), body);
+  assert_int_equal(write(fd, req, (size_t)n), n);
+  return fd;
+}
+
+static void test_retry_after_from_admission_rate(void **st) {
+  (void)st;
+  assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":1,\"max_queued\":5}"), 200);
+  /* about 10 admissions a second: 20 requests of 5 tokens at 20 ms */
+  const char *h[] = {"Content-Type: application/json", "Authorization: Bearer k1", NULL};
+  const char *slow = "{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"SLOW\"}]}";
+  for (int i = 0; i < 20; i++) {
+    char *b = NULL;
+    assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, NULL), 200);
+    free(b);
+  }
+  int fds[6];
+  for (int i = 0; i < 6; i++) fds[i] = start_slow(5); /* one runs, five wait */
+  double end = gt_now_ms() + 5000;
+  while (pool_queued() < 5 && gt_now_ms() < end) usleep(2000);
+  char *b = NULL, *hd = NULL;
+  long s = http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, &hd);
+  const char *ra = hd ? strcasestr(hd, "Retry-After:") : NULL;
+  printf("queue of 5 at ~10 admissions/s: status %ld, %.20s\n", s, ra ? ra : "no Retry-After");
+  assert_int_equal(s, 429);
+  assert_non_null(ra);
+  assert_true(atoi(ra + 12) <= 2); /* the pool-cap guess said 6 s */
+  free(b);
+  free(hd);
+  for (int i = 0; i < 6; i++) close(fds[i]);
+  assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":64,\"max_queued\":1024}"), 200);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grpc_front_message_cap),
       cmocka_unit_test(test_max_tokens_beyond_context),
       cmocka_unit_test(test_content_type_415),
       cmocka_unit_test(test_protect_info),
+      cmocka_unit_test(test_retry_after_from_admission_rate),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
