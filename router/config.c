@@ -14,6 +14,7 @@ const char *rt_usage(void) {
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
+         "       gantry-router --version\n"
          "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
          "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
          "  --http 127.0.0.1:8080 (OpenAI API, /health, /ready, /metrics, /admin/*), --grpc off unless given.\n"

@@ -11,6 +11,11 @@ int main(int argc, char **argv) {
   gt_log_init_from_env();
   signal(SIGPIPE, SIG_IGN);
   if (argc > 1 && !strcmp(argv[1], "register")) return registry_sidecar(argc, argv);
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--version")) {
+      printf("gantry-router %s\n", GANTRY_VERSION);
+      return 0;
+    }
   static rt_config_t cfg;
   gt_err_t err = {0};
   bool help;
