@@ -27,6 +27,7 @@ struct rq {
   ec_stream_t *stream;     /* open stream (NULL when none) */
   int attempt;
   double deadline_ms;      /* gt_now_ms() deadline of the engine stream (first attempt + timeout) */
+  double t_arrival_ms;     /* rq_start (router-side TTFT and end-to-end latency) */
   rq_t *prev, *next;       /* router's list of live requests */
 };
 
@@ -98,10 +99,13 @@ static void resp_loop(void *a, void *b, intptr_t c) {
     return;
   }
   bool final = r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL;
+  const double age_s = (gt_now_ms() - q->t_arrival_ms) / 1000;
   if (!final) {
+    if (!q->started) metrics_observe(q->rt->metrics, METRICS_TTFT, q->model, age_s);
     q->started = true;
     if (q->have_lease) adm_touch(q->rt->adm, q->lease);
   } else {
+    metrics_observe(q->rt->metrics, METRICS_E2E, q->model, age_s);
     q->terminal = true;
     release_lease(q); /* the slot frees as soon as the answer is complete */
   }
@@ -237,6 +241,7 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
     return NULL;
   }
   q->rt = rt;
+  q->t_arrival_ms = gt_now_ms();
   snprintf(q->model, sizeof q->model, "%s", model);
   snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
   snprintf(q->id, sizeof q->id, "%s", request_id);

@@ -273,8 +273,17 @@ static void test_models_tokenize_metrics(void **st) {
   free(b);
   assert_int_equal(http_req(g_rp.http_port, "GET", "/metrics", NULL, NULL, 0, &b, NULL), 200);
   assert_non_null(strstr(b, "gantry_router_requests_total{route=\"/v1/chat/completions\",status=\"200\"}"));
-  assert_non_null(strstr(b, "gantry_router_engine_up{model=\"tiny\""));
-  assert_non_null(strstr(b, "gantry_router_admission_wait_ms_bucket"));
+  assert_non_null(strstr(b, "gantry_router_engine_up{model_name=\"tiny\""));
+  assert_non_null(strstr(b, "gantry_router_admission_wait_seconds_bucket{le=\"0.005\"}"));
+  assert_non_null(strstr(b, "gantry_router_time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.005\"}"));
+  assert_non_null(strstr(b, "gantry_router_e2e_request_latency_seconds_count{model_name=\"tiny\"}"));
+  /* every family has HELP and TYPE */
+  for (const char *p = strstr(b, "# TYPE "); p; p = strstr(p + 1, "# TYPE ")) {
+    char fam[128], help[160];
+    sscanf(p + 7, "%127s", fam);
+    snprintf(help, sizeof help, "# HELP %s ", fam);
+    if (!strstr(b, help)) fail_msg("no HELP for %s", fam);
+  }
   free(b);
 }
 
