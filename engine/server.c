@@ -366,6 +366,20 @@ static void on_info(void *user, gt_rpc_call_t *call) {
   gt_rpc_call_reply(call, &r->base);
 }
 
+/* GET /health and /ready on the metrics port (Kubernetes probes): /health is 200 while the
+ * process serves, /ready 200 only when a model is loaded and the engine is not draining. */
+static int http_probe(void *ud, const char *path, char *msg, size_t n) {
+  srv_t *s = ud;
+  srv_state_t st = get_state(s);
+  const char *word = st == SRV_LOADING ? "loading" : st == SRV_READY ? "ready" : "draining";
+  if (!strcmp(path, "/health")) {
+    snprintf(msg, n, "ok");
+    return 200;
+  }
+  snprintf(msg, n, "%s", word);
+  return st == SRV_READY ? 200 : 503;
+}
+
 static void on_health(void *user, gt_rpc_call_t *call) {
   srv_t *s = user;
   Gantry__V1__HealthResponse *r = malloc(sizeof *r);
@@ -448,6 +462,7 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
   }
   s->prep_started = 1;
   srv_metrics_init(&s->met, o->metrics);
+  if (o->metrics) gt_metrics_on_probe(o->metrics, http_probe, s);
   int rc = gt_rpc_server_create(NULL, &s->rpc, err);
   const gt_rpc_method_t methods[] = {
       {EC_METHOD_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__generate_request__descriptor, on_generate, on_cancel,
@@ -560,7 +575,10 @@ void srv_free(srv_t *s, int64_t grace_ms) {
     gt_rpc_server_shutdown(s->rpc, grace_ms);
     gt_rpc_server_destroy(s->rpc);
   }
-  if (s->met.reg) gt_metrics_on_collect(s->met.reg, NULL, NULL);
+  if (s->met.reg) {
+    gt_metrics_on_collect(s->met.reg, NULL, NULL);
+    gt_metrics_on_probe(s->met.reg, NULL, NULL); /* waits for a probe in progress */
+  }
   if (s->prep_started) { /* every call is finished by now: the queue is empty */
     pthread_mutex_lock(&s->mu);
     s->prep_stop = 1;

@@ -485,6 +485,24 @@ static void test_unary_and_metrics(void **state) {
   assert_non_null(body);
   assert_non_null(strstr(body, "404"));
   free(body);
+  /* Kubernetes probes on the metrics port (issue 15): /health and /ready, then /ready 503
+   * while draining; short bucket bounds */
+  body = efx_http_get(mport, "/health");
+  assert_non_null(strstr(body, "200 OK"));
+  free(body);
+  body = efx_http_get(mport, "/ready");
+  assert_non_null(strstr(body, "200 OK"));
+  assert_non_null(strstr(body, "\"ready\""));
+  free(body);
+  body = efx_http_get(mport, "/metrics");
+  assert_non_null(strstr(body, "gantry_engine_time_to_first_token_seconds_bucket{le=\"0.005\"}"));
+  assert_null(strstr(body, "0000000000"));
+  free(body);
+  srv_drain(f.srv);
+  body = efx_http_get(mport, "/ready");
+  assert_non_null(strstr(body, "503"));
+  assert_non_null(strstr(body, "\"draining\""));
+  free(body);
   gt_metrics_http_stop(http);
   efx_stop(&f);
 }
