@@ -14,6 +14,7 @@
 #include "engine/prompt.h"
 #include "engine/server_convert.h"
 #include "engine/server_metrics.h"
+#include "grpc/health/v1/health.pb-c.h"
 
 /* One Generate call handed to the scheduler. Lives from the handler until the final event. */
 typedef struct live {
@@ -380,6 +381,26 @@ static int http_probe(void *ud, const char *path, char *msg, size_t n) {
   return st == SRV_READY ? 200 : 503;
 }
 
+/* grpc.health.v1.Health/Check: SERVING when a model is loaded and the engine is not draining.
+ * Service "" (the server) or "gantry.v1.Engine"; any other name is NOT_FOUND (the protocol). */
+static void on_grpc_health(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  const Grpc__Health__V1__HealthCheckRequest *q = (const Grpc__Health__V1__HealthCheckRequest *)gt_rpc_call_request(call);
+  if (q->service[0] && strcmp(q->service, "gantry.v1.Engine")) {
+    gt_rpc_call_finish(call, GT_RPC_NOT_FOUND, "unknown service");
+    return;
+  }
+  Grpc__Health__V1__HealthCheckResponse *r = malloc(sizeof *r);
+  if (!r) {
+    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  grpc__health__v1__health_check_response__init(r);
+  r->status = get_state(s) == SRV_READY ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                                        : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+  gt_rpc_call_reply(call, &r->base);
+}
+
 static void on_health(void *user, gt_rpc_call_t *call) {
   srv_t *s = user;
   Gantry__V1__HealthResponse *r = malloc(sizeof *r);
@@ -470,6 +491,8 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
       {EC_METHOD_TOKENIZE, GT_RPC_UNARY, &gantry__v1__tokenize_request__descriptor, on_tokenize, NULL, NULL, s},
       {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, on_info, NULL, NULL, s},
       {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, on_health, NULL, NULL, s},
+      {"/grpc.health.v1.Health/Check", GT_RPC_UNARY, &grpc__health__v1__health_check_request__descriptor,
+       on_grpc_health, NULL, NULL, s},
   };
   for (size_t i = 0; !rc && i < sizeof methods / sizeof *methods; i++) rc = gt_rpc_server_add_method(s->rpc, &methods[i], err);
   if (!rc) rc = gt_rpc_server_start(s->rpc, o->listen, port, err);

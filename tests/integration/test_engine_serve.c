@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "tests/common/testutil.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "tests/integration/engine_fixture.h"
 
 #define MODEL "qwen3-tiny.bf16.gguf"
@@ -498,7 +499,28 @@ static void test_unary_and_metrics(void **state) {
   assert_non_null(strstr(body, "gantry_engine_time_to_first_token_seconds_bucket{le=\"0.005\"}"));
   assert_null(strstr(body, "0000000000"));
   free(body);
+  /* grpc.health.v1: SERVING, then NOT_SERVING while draining; unknown service NOT_FOUND */
+  Grpc__Health__V1__HealthCheckRequest hq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  ProtobufCMessage *hr = NULL;
+  gt_rpc_status_t hs;
+  assert_int_equal(gt_rpc_client_unary(ec_rpc(f.ec), "/grpc.health.v1.Health/Check", &hq.base,
+                                       &grpc__health__v1__health_check_response__descriptor, 5000, NULL, 0, &hr, &hs),
+                   GT_RPC_OK);
+  assert_int_equal(((Grpc__Health__V1__HealthCheckResponse *)hr)->status,
+                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  protobuf_c_message_free_unpacked(hr, NULL);
+  hq.service = "nope";
+  assert_int_equal(gt_rpc_client_unary(ec_rpc(f.ec), "/grpc.health.v1.Health/Check", &hq.base,
+                                       &grpc__health__v1__health_check_response__descriptor, 5000, NULL, 0, &hr, &hs),
+                   GT_RPC_NOT_FOUND);
+  hq.service = "";
   srv_drain(f.srv);
+  assert_int_equal(gt_rpc_client_unary(ec_rpc(f.ec), "/grpc.health.v1.Health/Check", &hq.base,
+                                       &grpc__health__v1__health_check_response__descriptor, 5000, NULL, 0, &hr, &hs),
+                   GT_RPC_OK);
+  assert_int_equal(((Grpc__Health__V1__HealthCheckResponse *)hr)->status,
+                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  protobuf_c_message_free_unpacked(hr, NULL);
   body = efx_http_get(mport, "/ready");
   assert_non_null(strstr(body, "503"));
   assert_non_null(strstr(body, "\"draining\""));
