@@ -352,6 +352,10 @@ static void admin_auth(void *arg, auth_status_t st, const char *tenant) {
     if (r->max_inflight_opt_case) { l.has_max_inflight = true; l.max_inflight = r->max_inflight; }
     if (r->max_queued_opt_case) { l.has_max_queued = true; l.max_queued = r->max_queued; }
     if (r->weight_opt_case) { l.has_weight = true; l.weight = r->weight; }
+    if (!pool_has_model(c->g->rt->pool, c->model)) { /* a typo would otherwise make a new pool */
+      admin_fail(c, GT_RPC_NOT_FOUND, "unknown model: no engine serves it");
+      return;
+    }
     rc = adm_limits_set(adm, c->model, c->tenant, &l, set_done, c, &err);
   } else {
     const Gantry__V1__ListQueuesRequest *r = (const void *)gt_rpc_call_request(c->call);

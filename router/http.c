@@ -510,6 +510,12 @@ static void admin_after_auth(hreq_t *h) {
     reply_errf(h, 400, "invalid_request_error", "invalid_limits", err.msg);
     return;
   }
+  if (!pool_has_model(h->rt->pool, h->model)) { /* a typo would otherwise make a new pool */
+    char msg[ADM_NAME_MAX + 96];
+    snprintf(msg, sizeof msg, "unknown model '%s': no engine serves it (--engine or the registry)", h->model);
+    reply_errf(h, 404, "invalid_request_error", "model_not_found", msg);
+    return;
+  }
   if (adm_limits_set(h->rt->adm, h->model, h->atenant, &h->lim, on_limits_set, h, &err))
     reply_errf(h, err.code == GT_EINVAL ? 400 : 503, err.code == GT_EINVAL ? "invalid_request_error" : "server_error",
                NULL, err.msg);
@@ -717,10 +723,13 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   evhttp_set_timeout(hf->http, rt->cfg.http_timeout_s);
   evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
   evhttp_set_gencb(hf->http, on_request, hf);
+  errno = 0;
   struct evhttp_bound_socket *s = evhttp_bind_socket_with_handle(hf->http, host, (ev_uint16_t)port);
   if (!s) {
+    const int e = errno;
     http_front_stop(hf);
-    gt_err_set(err, GT_EIO, "--http %s: cannot listen", rt->cfg.http_addr);
+    gt_err_set(err, GT_EIO, "--http %s: cannot listen: %s", rt->cfg.http_addr,
+               e ? strerror(e) : "bad address");
     return NULL;
   }
   struct sockaddr_storage ss;

@@ -63,7 +63,7 @@ static void check_done_loop(void *a, void *b, intptr_t code) {
   } else {
     /* the channel backs off reconnects up to minutes; a restarted engine must be found by the
      * next check, so every failed check ends the backoff */
-    gt_rpc_client_reset_backoff(ec_rpc(e->ec));
+    if (e->ec) gt_rpc_client_reset_backoff(ec_rpc(e->ec)); /* NULL: the pool is closing */
     e->checks_failed++;
     e->fails++;
     if (e->up && e->fails >= 2) {
@@ -167,7 +167,10 @@ int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err) {
 void pool_destroy(pool_t *p) {
   if (!p) return;
   if (p->timer) event_free(p->timer);
-  for (int i = 0; i < p->n; i++) ec_close(p->e[i]->ec); /* posts the last check results */
+  for (int i = 0; i < p->n; i++) {
+    ec_close(p->e[i]->ec); /* posts the last check results */
+    p->e[i]->ec = NULL;
+  }
   mbox_drain(p->mb);
   for (int i = 0; i < p->n; i++) free(p->e[i]);
   free(p);

@@ -202,6 +202,8 @@ static int start_slow(int tokens) {
 
 static void test_retry_after_from_admission_rate(void **st) {
   (void)st;
+  /* limits for a model no engine serves: 404 (a typo used to create a new pool silently) */
+  assert_int_equal(put_limits("{\"model\":\"tinny\",\"max_inflight\":1}"), 404);
   assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":1,\"max_queued\":5}"), 200);
   /* about 10 admissions a second: 20 requests of 5 tokens at 20 ms */
   const char *h[] = {"Content-Type: application/json", "Authorization: Bearer k1", NULL};
@@ -228,6 +230,21 @@ static void test_retry_after_from_admission_rate(void **st) {
   assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":64,\"max_queued\":1024}"), 200);
 }
 
+/* "cannot listen" says why (issue 15: it did not say the address was in use). */
+static void test_listen_error_says_why(void **st) {
+  (void)st;
+  char cmd[512], out[1024] = "";
+  snprintf(cmd, sizeof cmd, "%s/gantry-router --http 127.0.0.1:%d --engine tiny=127.0.0.1:1 --auth none 2>&1",
+           getenv("GANTRY_BIN") ? getenv("GANTRY_BIN") : ".", g_rp.http_port);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  int rc = pclose(p);
+  assert_int_not_equal(rc, 0);
+  if (!strstr(out, "Address already in use")) fail_msg("no reason in: %s", out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grpc_front_message_cap),
@@ -235,6 +252,7 @@ int main(void) {
       cmocka_unit_test(test_content_type_415),
       cmocka_unit_test(test_protect_info),
       cmocka_unit_test(test_retry_after_from_admission_rate),
+      cmocka_unit_test(test_listen_error_says_why),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
