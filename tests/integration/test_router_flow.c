@@ -77,7 +77,9 @@ static void test_unread_stream_bounded_and_cancelled(void **st) {
   assert_true(fe_wait(fe, engine_idle, 5000));
   const long grown = rp_peak_rss_kib(&rp) - rss0;
   printf("router peak RSS grew by %ld KiB while a client did not read a 64 MiB stream\n", grown);
+#ifndef __SANITIZE_ADDRESS__ /* ASan's quarantine keeps freed memory resident */
   assert_true(grown < 16 * 1024);
+#endif
   /* the lease came back and the router answers others */
   double end = gt_now_ms() + 5000;
   while (rp_metric(&rp, "gantry_router_leases_held", NULL) != 0 && gt_now_ms() < end) usleep(20000);
