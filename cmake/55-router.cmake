@@ -28,7 +28,7 @@ target_compile_definitions(gantry-router PRIVATE GANTRY_VERSION="${PROJECT_VERSI
 # Integration tests: real redis-server, the gantry-router binary, scripted fake engines.
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
 add_library(gantry_router_harness STATIC tests/integration/router_harness.c)
-target_link_libraries(gantry_router_harness PUBLIC gantry_grpc PkgConfig::CURL)
+target_link_libraries(gantry_router_harness PUBLIC gantry_grpc gantry_test_redis PkgConfig::CURL)
 gt_add_test(test_router_http SOURCES tests/integration/test_router_http.c
   LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
 add_dependencies(test_router_http gantry-router)

@@ -272,26 +272,18 @@ static int ready_code(int port) {
 
 static void test_engine_restart_recovers_fast(void **st) {
   (void)st;
-  gt_err_t err;
-  rs_t *rs = rs_start(&err);
-  assert_non_null(rs);
-  fe_t *fe = fe_start("R");
-  assert_non_null(fe);
-  const int eport = fe_port(fe);
-  char redis[64], eng[64];
-  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
-  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", eport);
-  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "200", "--admission-hold-ms", "1", NULL};
-  rp_t r;
-  assert_int_equal(rp_start(&r, args), 0);
+  rstack_t k;
+  rstack_start(&k, "R", (const char *[]){"--health-ms", "200", NULL});
+  rp_t r = k.rp;
+  const int eport = fe_port(k.fe);
   assert_true(rp_wait_ready(&r, 20000));
-  fe_stop(fe);
+  fe_stop(k.fe);
   double t0 = gt_now_ms();
   while (ready_code(r.http_port) != 503 && gt_now_ms() - t0 < 5000) usleep(20000);
   assert_int_equal(ready_code(r.http_port), 503);
   sleep(10); /* the engine stays down while the reconnect backoff grows */
-  fe = fe_start_at("R", eport);
-  assert_non_null(fe);
+  k.fe = fe_start_at("R", eport);
+  assert_non_null(k.fe);
   t0 = gt_now_ms();
   while (ready_code(r.http_port) != 200 && gt_now_ms() - t0 < 30000) usleep(10000);
   const double ms = gt_now_ms() - t0;
@@ -303,9 +295,7 @@ static void test_engine_restart_recovers_fast(void **st) {
   char *b = NULL;
   assert_int_equal(http_req(r.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 200);
   free(b);
-  assert_int_equal(rp_stop(&r), 0);
-  fe_stop(fe);
-  rs_stop(rs);
+  assert_int_equal(rstack_stop(&k), 0);
 }
 
 static int ready_body(int port, char **body) { return (int)http_req(port, "GET", "/ready", NULL, NULL, 0, body, NULL); }
@@ -411,16 +401,10 @@ static long timed_chat(int port, double *ms) {
 static void test_fresh_redis_no_hold(void **st) {
   (void)st;
   gt_err_t err;
-  rs_t *rs = rs_start(&err);
-  assert_non_null(rs);
-  fe_t *fe = fe_start("F");
-  char redis[64], eng[64];
-  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
-  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
-  /* no --admission-hold-ms: the hold is one lease TTL (3 s here) */
-  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "100", "--lease-ttl-ms", "3000", NULL};
-  rp_t r;
-  assert_int_equal(rp_start(&r, args), 0);
+  rstack_t k; /* no --admission-hold-ms: the hold is one lease TTL (3 s here) */
+  rstack_start(&k, "F", (const char *[]){"--health-ms", "100", "--lease-ttl-ms", "3000", NULL});
+  rp_t r = k.rp;
+  rs_t *rs = k.rs;
   assert_true(rp_wait_ready(&r, 20000));
   double ms = 0;
   assert_int_equal(timed_chat(r.http_port, &ms), 200);
@@ -437,9 +421,7 @@ static void test_fresh_redis_no_hold(void **st) {
   char *s2 = read_all(fd, 10000);
   free(s2);
   close(fd);
-  assert_int_equal(rp_stop(&r), 0);
-  fe_stop(fe);
-  rs_stop(rs);
+  assert_int_equal(rstack_stop(&k), 0);
 }
 
 int main(void) {

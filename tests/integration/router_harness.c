@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "common/grpc_delta.h"
 #include "common/grpc_server.h"
 #include "common/engine_client.h"
+#include "tests/common/redis_server.h"
 
 struct fe {
   char name[32];
@@ -548,4 +550,37 @@ long http_req(int port, const char *method, const char *path, const char *const 
   if (hdr_out) *hdr_out = h.p ? h.p : strdup("");
   else free(h.p);
   return st;
+}
+
+/* A test stack that cannot start: say why and end the test process (a failed test). */
+__attribute__((format(printf, 1, 2), noreturn)) static void rh_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "router_harness: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  abort();
+}
+
+void rstack_start(rstack_t *s, const char *fe_name, const char *const *extra) {
+  gt_err_t err;
+  memset(s, 0, sizeof *s);
+  if (!(s->rs = rs_start(&err))) rh_fail("redis: %s", err.msg);
+  if (!(s->fe = fe_start(fe_name))) rh_fail("fake engine %s did not start", fe_name);
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(s->rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(s->fe));
+  const char *args[64] = {"--redis", redis, "--engine", eng};
+  int n = 4;
+  for (int i = 0; extra && extra[i] && n < 63; i++) args[n++] = extra[i];
+  args[n] = NULL;
+  if (rp_start(&s->rp, args)) rh_fail("gantry-router did not start");
+}
+
+int rstack_stop(rstack_t *s) {
+  int rc = rp_stop(&s->rp);
+  fe_stop(s->fe);
+  rs_stop(s->rs);
+  return rc;
 }

@@ -63,6 +63,17 @@ int rp_stop(rp_t *r);
 /* SIGKILL and reap. */
 void rp_kill9(rp_t *r);
 
+/* The usual stack of a router test: a redis-server, one fake engine for model "tiny" and the
+ * router (--redis, --engine tiny=..., then extra, NULL-terminated). rstack_start aborts the
+ * test process when something does not start; rstack_stop returns rp_stop's status. */
+typedef struct rstack {
+  struct rs *rs;
+  fe_t *fe;
+  rp_t rp;
+} rstack_t;
+void rstack_start(rstack_t *s, const char *fe_name, const char *const *extra);
+int rstack_stop(rstack_t *s);
+
 /* HTTP request to 127.0.0.1:port. hdrs: NULL-terminated "Name: value" list (may be NULL).
  * *body (malloc'd) gets the response body, *hdr_out (optional) the response headers. Returns
  * the status, or -1 on a transport error. */

@@ -35,17 +35,12 @@ static long chat(const rp_t *rp, const char *key, char **body) {
 static void test_keys_fail_closed(void **st) {
   (void)st;
   gt_err_t err;
-  rs_t *rs = rs_start(&err);
-  if (!rs) fail_msg("redis: %s", err.msg);
-  fe_t *fe = fe_start("A");
-  assert_non_null(fe);
-  char redis[64], eng[64];
-  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
-  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
-  const char *args[] = {"--redis", redis, "--engine", eng, "--auth", "keys", "--admin-key", "adm", "--health-ms", "100",
-                        "--admission-hold-ms", "300", "--lease-ttl-ms", "900", NULL};
-  rp_t rp;
-  assert_int_equal(rp_start(&rp, args), 0);
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--auth", "keys", "--admin-key", "adm", "--health-ms", "100",
+                                          "--admission-hold-ms", "300", "--lease-ttl-ms", "900", NULL});
+  rp_t rp = k.rp;
+  fe_t *fe = k.fe;
+  rs_t *rs = k.rs;
   assert_true(rp_wait_ready(&rp, 20000));
 
   /* no keys in Redis: closed with a clear error, with or without a key */
@@ -126,9 +121,7 @@ static void test_keys_fail_closed(void **st) {
   assert_int_equal(chat(&rp, NULL, &b), 503);
   free(b);
   redisFree(rc);
-  assert_int_equal(rp_stop(&rp), 0);
-  fe_stop(fe);
-  rs_stop(rs);
+  assert_int_equal(rstack_stop(&k), 0);
 }
 
 int main(void) {

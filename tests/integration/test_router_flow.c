@@ -53,18 +53,10 @@ static int send_unread_stream(int port, const char *content, int max_tokens) {
 
 static void test_unread_stream_bounded_and_cancelled(void **st) {
   (void)st;
-  gt_err_t err;
-  rs_t *rs = rs_start(&err);
-  if (!rs) fail_msg("redis: %s", err.msg);
-  fe_t *fe = fe_start("A");
-  assert_non_null(fe);
-  char redis[64], eng[64];
-  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
-  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
-  const char *args[] = {"--redis", redis, "--engine", eng, "--health-ms", "100", "--admission-hold-ms", "1",
-                        "--stream-write-timeout-s", "2", NULL};
-  rp_t rp;
-  assert_int_equal(rp_start(&rp, args), 0);
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--health-ms", "100", "--stream-write-timeout-s", "2", NULL});
+  rp_t rp = k.rp;
+  fe_t *fe = k.fe;
   assert_true(rp_wait_ready(&rp, 20000));
   const long rss0 = rp_peak_rss_kib(&rp);
   assert_true(rss0 > 0);
@@ -97,9 +89,7 @@ static void test_unread_stream_bounded_and_cancelled(void **st) {
   printf("the client could still read %zu bytes before the connection ended\n", total);
   assert_true(total < 16u << 20);
   close(fd);
-  assert_int_equal(rp_stop(&rp), 0);
-  fe_stop(fe);
-  rs_stop(rs);
+  assert_int_equal(rstack_stop(&k), 0);
 }
 
 /* ---- raw HTTP/2 ---- */
@@ -150,17 +140,9 @@ static int h2_wait_stream_end(int fd, int ms) {
 
 static void test_grpc_half_sent_message_deadline(void **st) {
   (void)st;
-  gt_err_t err;
-  rs_t *rs = rs_start(&err);
-  if (!rs) fail_msg("redis: %s", err.msg);
-  fe_t *fe = fe_start("A");
-  char redis[64], eng[64];
-  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
-  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
-  const char *args[] = {"--redis", redis, "--engine", eng, "--grpc", "127.0.0.1:0", "--http-timeout-s", "1",
-                        "--admission-hold-ms", "1", NULL};
-  rp_t rp;
-  assert_int_equal(rp_start(&rp, args), 0);
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--http-timeout-s", "1", NULL});
+  rp_t rp = k.rp;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rp.grpc_port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -169,14 +151,14 @@ static void test_grpc_half_sent_message_deadline(void **st) {
   assert_int_equal(write(fd, preface, sizeof preface - 1), (ssize_t)(sizeof preface - 1));
   h2_frame(fd, 4, 0, 0, NULL, 0); /* SETTINGS */
   uint8_t hb[512];
-  size_t k = 0;
-  k += hpack_lit(hb + k, ":method", "POST");
-  k += hpack_lit(hb + k, ":scheme", "http");
-  k += hpack_lit(hb + k, ":path", "/gantry.v1.Router/Generate");
-  k += hpack_lit(hb + k, ":authority", "localhost");
-  k += hpack_lit(hb + k, "content-type", "application/grpc");
-  k += hpack_lit(hb + k, "te", "trailers");
-  h2_frame(fd, 1, 0x4, 1, hb, k); /* HEADERS, END_HEADERS */
+  size_t hl = 0;
+  hl += hpack_lit(hb + hl, ":method", "POST");
+  hl += hpack_lit(hb + hl, ":scheme", "http");
+  hl += hpack_lit(hb + hl, ":path", "/gantry.v1.Router/Generate");
+  hl += hpack_lit(hb + hl, ":authority", "localhost");
+  hl += hpack_lit(hb + hl, "content-type", "application/grpc");
+  hl += hpack_lit(hb + hl, "te", "trailers");
+  h2_frame(fd, 1, 0x4, 1, hb, hl); /* HEADERS, END_HEADERS */
   /* a message declared as 60000 bytes, of which 1000 are sent */
   static uint8_t data[1005];
   const uint32_t declared = 60000;
@@ -190,9 +172,7 @@ static void test_grpc_half_sent_message_deadline(void **st) {
   printf("half-sent gRPC message: stream ended by the router after %.0f ms (--http-timeout-s 1)\n", gt_now_ms() - t0);
   assert_true(ended);
   close(fd);
-  assert_int_equal(rp_stop(&rp), 0);
-  fe_stop(fe);
-  rs_stop(rs);
+  assert_int_equal(rstack_stop(&k), 0);
 }
 
 int main(void) {
