@@ -38,6 +38,11 @@ static int append_q(char *q, size_t cap, const char *key, const char *val) {
 }
 
 int gc_cmd_limits(gc_cli_t *cli, int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    }
   if (argc < 2 || (strcmp(argv[1], "get") && strcmp(argv[1], "set"))) {
     usage(stderr);
     return 2;

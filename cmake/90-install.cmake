@@ -9,6 +9,9 @@ foreach(t ${GANTRY_INSTALL_PROGRAMS})
     install(TARGETS ${t} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
 endforeach()
+if(TARGET gantry-engine)
+  target_compile_definitions(gantry-engine PRIVATE GANTRY_VERSION="${PROJECT_VERSION}")
+endif()
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docker/systemd/ DESTINATION ${CMAKE_INSTALL_DATADIR}/gantry/systemd
         FILES_MATCHING PATTERN "*.service")
 

@@ -16,5 +16,15 @@ for p in "$TMP"/bin/*; do
 done
 [ "$n" -ge 5 ] || { echo "FAIL: only $n programs installed"; ls -l "$TMP/bin"; exit 1; }
 ls "$TMP"/share/gantry/systemd/*.service >/dev/null || { echo "FAIL: no systemd units installed"; exit 1; }
-"$TMP/bin/gantry-router" --version | grep -q '^gantry-router [0-9]' || { echo "FAIL: gantry-router --version"; exit 1; }
+for p in gantry gantry-router gantry-engine; do
+  "$TMP/bin/$p" --version | grep -q "^$p [0-9]" || { echo "FAIL: $p --version"; exit 1; }
+  echo "ok: $p --version"
+done
+# subcommands answer --help too (gantry chat said "--help needs a value")
+for sub in "gantry chat" "gantry limits" "gantry bench" "gantry-engine serve" "gantry-engine generate"; do
+  set -- $sub
+  out=$("$TMP/bin/$1" "${@:2}" --help 2>&1) || { echo "FAIL: $sub --help exited $?: $out" | head -3; exit 1; }
+  grep -qi 'usage' <<<"$out" || { echo "FAIL: $sub --help prints no usage"; exit 1; }
+  echo "ok: $sub --help"
+done
 echo "installed and ran $n programs"
