@@ -67,4 +67,4 @@ gt_add_test(test_router_flow SOURCES tests/integration/test_router_flow.c
 add_dependencies(test_router_flow gantry-router)
 gt_add_test(test_router_limits SOURCES tests/integration/test_router_limits.c
   LIBS gantry_router_harness gantry_router_proto gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
-add_dependencies(test_router_limits gantry-router)
+add_dependencies(test_router_limits gantry-router gantry)

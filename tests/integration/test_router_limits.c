@@ -245,6 +245,38 @@ static void test_listen_error_says_why(void **st) {
   if (!strstr(out, "Address already in use")) fail_msg("no reason in: %s", out);
 }
 
+/* Runs cmd through popen; its output (malloc'd). */
+static char *run_out(const char *cmd) {
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char *out = calloc(1, 65536);
+  size_t n = fread(out, 1, 65535, p);
+  out[n] = '\0';
+  pclose(p);
+  return out;
+}
+
+/* `gantry queues` / `limits get`: a table on a terminal, JSON otherwise or with --json. */
+static void test_cli_table_on_terminal(void **st) {
+  (void)st;
+  const char *bin = getenv("GANTRY_BIN") ? getenv("GANTRY_BIN") : ".";
+  char base[256], cmd[768];
+  snprintf(base, sizeof base, "%s/gantry --url http://127.0.0.1:%d --admin-key adm", bin, g_rp.http_port);
+  snprintf(cmd, sizeof cmd, "script -qec '%s queues' /dev/null", base); /* a pseudo-terminal */
+  char *t = run_out(cmd);
+  if (!strstr(t, "MODEL") || !strstr(t, "MAX_INFLIGHT") || !strstr(t, "tiny")) fail_msg("no table: %s", t);
+  assert_null(strstr(t, "{"));
+  free(t);
+  snprintf(cmd, sizeof cmd, "script -qec '%s limits get --model tiny --json' /dev/null", base);
+  t = run_out(cmd);
+  assert_non_null(strstr(t, "\"max_inflight\""));
+  free(t);
+  snprintf(cmd, sizeof cmd, "%s queues", base); /* a pipe: JSON */
+  t = run_out(cmd);
+  assert_non_null(strstr(t, "\"queues\""));
+  free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grpc_front_message_cap),
@@ -253,6 +285,7 @@ int main(void) {
       cmocka_unit_test(test_protect_info),
       cmocka_unit_test(test_retry_after_from_admission_rate),
       cmocka_unit_test(test_listen_error_says_why),
+      cmocka_unit_test(test_cli_table_on_terminal),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
