@@ -256,7 +256,8 @@ static char *run_out(const char *cmd) {
   return out;
 }
 
-/* `gantry queues` / `limits get`: a table on a terminal, JSON otherwise or with --json. */
+/* `gantry queues` / `limits get`: a table on a terminal, JSON otherwise or with --json; `gantry
+ * check --model M` reports on M. */
 static void test_cli_table_on_terminal(void **st) {
   (void)st;
   const char *bin = getenv("GANTRY_BIN") ? getenv("GANTRY_BIN") : ".";
@@ -274,6 +275,15 @@ static void test_cli_table_on_terminal(void **st) {
   snprintf(cmd, sizeof cmd, "%s queues", base); /* a pipe: JSON */
   t = run_out(cmd);
   assert_non_null(strstr(t, "\"queues\""));
+  free(t);
+  /* gantry check --model M reports on M (it reported the first model listed) */
+  snprintf(cmd, sizeof cmd, "%s/gantry --api-key k1 check http://127.0.0.1:%d --model nope 2>&1", bin, g_rp.http_port);
+  t = run_out(cmd);
+  if (!strstr(t, "model nope is not served") || !strstr(t, "lists: tiny")) fail_msg("check: %s", t);
+  free(t);
+  snprintf(cmd, sizeof cmd, "%s/gantry --api-key k1 check http://127.0.0.1:%d --model tiny 2>&1", bin, g_rp.http_port);
+  t = run_out(cmd);
+  if (!strstr(t, "model tiny")) fail_msg("check: %s", t);
   free(t);
 }
 
