@@ -30,5 +30,8 @@ int gc_cmd_queues(gc_cli_t *cli, int argc, char **argv);
 /* Id of the first model of GET /v1/models into out; GT_ENOTFOUND when the list is empty.
  * *max_len gets its max_model_len when the server says (else -1); max_len may be NULL. */
 int gc_first_model(const gc_http_t *h, char *out, size_t cap, int *max_len, gt_err_t *err);
+/* The entry of model `want` in GET /v1/models: its max_model_len (-1 when not given) into
+ * *max_len; GT_ENOTFOUND with the models it does list when want is not one of them. */
+int gc_find_model(const gc_http_t *h, const char *want, int *max_len, gt_err_t *err);
 
 #endif

@@ -48,6 +48,10 @@ int gc_cmd_chat(gc_cli_t *cli, int argc, char **argv) {
       prompt = a;
       continue;
     }
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: gantry chat [--model M] [--max-tokens N] [--temperature T] [--system S] \"prompt\"\n");
+      return 0;
+    }
     if (!v) {
       fprintf(stderr, "gantry chat: %s needs a value\n", a);
       return 2;

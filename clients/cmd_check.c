@@ -223,7 +223,14 @@ int gc_cmd_check(gc_cli_t *cli, int argc, char **argv) {
   gt_err_t err = {0};
   char first[256];
   int have_model = 0;
-  if (gc_first_model(&h, first, sizeof first, &s.max_len, &err)) {
+  if (model) { /* report on the model asked for, not the first one listed */
+    if (gc_find_model(&h, model, &s.max_len, &err)) {
+      report(&s, "models", 0, "%s", err.msg);
+      model = NULL;
+    } else {
+      report(&s, "models", 1, "model %s%s", model, s.max_len > 0 ? "" : " (no max_model_len)");
+    }
+  } else if (gc_first_model(&h, first, sizeof first, &s.max_len, &err)) {
     report(&s, "models", 0, "%s", err.msg);
   } else {
     report(&s, "models", 1, "first model %s%s", first, s.max_len > 0 ? "" : " (no max_model_len)");
@@ -237,7 +244,7 @@ int gc_cmd_check(gc_cli_t *cli, int argc, char **argv) {
     check_determinism(&s);
     check_too_long(&s);
   } else {
-    report(&s, "chat", 0, "skipped the chat checks: no model (pass --model)");
+    report(&s, "chat", 0, "skipped the chat checks: no model to check (pass --model M of a served model)");
   }
   if (s.n_fail) {
     printf("FAILED: %s\n", s.failed);

@@ -6,18 +6,66 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clients/cmd.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: gantry limits get [--model M] [--tenant T]\n"
+          "usage: gantry limits get [--model M] [--tenant T] [--json]\n"
           "       gantry limits set --model M [--tenant T] [--max-inflight N] [--max-queued N] [--weight W]\n");
 }
 
-/* Prints a JSON body indented (or raw when it is not JSON). */
+/* One table cell: a string, a number, or "-". */
+static void cell(const json_t *row, const char *key, int width) {
+  const json_t *v = json_object_get(row, key);
+  if (json_is_string(v)) printf("%-*s", width, json_string_value(v));
+  else if (json_is_integer(v)) printf("%*lld", width, (long long)json_integer_value(v));
+  else if (json_is_real(v)) printf("%*g", width, json_real_value(v));
+  else printf("%*s", width, "-");
+}
+
+/* Limits / queue rows as a table: {"queues":[rows]}, [rows] or one row object. 0 if printed. */
+static int print_table(const json_t *j) {
+  const json_t *rows = json_is_object(j) && json_is_array(json_object_get(j, "queues")) ? json_object_get(j, "queues") : j;
+  json_t *one = NULL;
+  if (json_is_object(rows)) {
+    if (!json_object_get(rows, "model")) return -1;
+    one = json_array();
+    json_array_append(one, (json_t *)rows);
+    rows = one;
+  }
+  if (!json_is_array(rows)) return -1;
+  printf("%-24s %-16s %8s %8s %12s %10s %7s\n", "MODEL", "TENANT", "QUEUED", "INFLIGHT", "MAX_INFLIGHT", "MAX_QUEUED",
+         "WEIGHT");
+  size_t i;
+  const json_t *r;
+  json_array_foreach(rows, i, r) {
+    cell(r, "model", 24);
+    printf(" ");
+    cell(r, "tenant", 16);
+    static const char *num[] = {"queued", "inflight", "max_inflight", "max_queued", "weight"};
+    static const int w[] = {8, 8, 12, 10, 7};
+    for (int k = 0; k < 5; k++) {
+      printf(" ");
+      cell(r, num[k], w[k]);
+    }
+    printf("\n");
+  }
+  json_decref(one);
+  return 0;
+}
+
+static int g_json = 0; /* --json: JSON even on a terminal */
+
+/* Prints a body: a table on a terminal (unless --json), else JSON indented (raw when it is not
+ * JSON). */
 static void print_body(const char *body) {
   json_t *j = json_loads(body, JSON_DECODE_ANY, NULL);
+  if (j && !g_json && isatty(STDOUT_FILENO) && !print_table(j)) {
+    json_decref(j);
+    return;
+  }
   if (j) {
     char *t = json_dumps(j, JSON_INDENT(2) | JSON_ENCODE_ANY);
     printf("%s\n", t ? t : body);
@@ -38,6 +86,18 @@ static int append_q(char *q, size_t cap, const char *key, const char *val) {
 }
 
 int gc_cmd_limits(gc_cli_t *cli, int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return 0;
+    }
+  /* --json (anywhere): JSON even on a terminal */
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) g_json = 1;
+    else argv[n++] = argv[i];
+  }
+  argc = n;
   if (argc < 2 || (strcmp(argv[1], "get") && strcmp(argv[1], "set"))) {
     usage(stderr);
     return 2;
@@ -124,10 +184,10 @@ int gc_cmd_limits(gc_cli_t *cli, int argc, char **argv) {
 }
 
 int gc_cmd_queues(gc_cli_t *cli, int argc, char **argv) {
-  (void)argv;
-  if (argc > 1) {
-    fprintf(stderr, "usage: gantry queues\n");
-    return 2;
+  if (argc > 1 && !strcmp(argv[1], "--json")) g_json = 1;
+  if (argc > 2 || (argc == 2 && !g_json)) {
+    fprintf(stderr, "usage: gantry queues [--json]   (a table on a terminal, else JSON)\n");
+    return argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? 0 : 2;
   }
   gc_http_t h = cli->http;
   if (cli->admin_key) h.api_key = cli->admin_key;

@@ -44,6 +44,34 @@ int gc_first_model(const gc_http_t *h, char *out, size_t cap, int *max_len, gt_e
   return rc;
 }
 
+int gc_find_model(const gc_http_t *h, const char *want, int *max_len, gt_err_t *err) {
+  json_t *root;
+  json_t *data = models_list(h, &root, err);
+  if (!data) {
+    json_decref(root);
+    return err ? err->code : GT_EFORMAT;
+  }
+  char listed[512] = "";
+  size_t i;
+  json_t *m;
+  int rc = GT_ENOTFOUND;
+  json_array_foreach(data, i, m) {
+    const char *id = json_string_value(json_object_get(m, "id"));
+    if (!id) continue;
+    if (!strcmp(id, want)) {
+      json_t *ml = json_object_get(m, "max_model_len");
+      if (max_len) *max_len = json_is_integer(ml) ? (int)json_integer_value(ml) : -1;
+      rc = GT_OK;
+      break;
+    }
+    size_t n = strlen(listed);
+    snprintf(listed + n, sizeof listed - n, "%s%s", n ? ", " : "", id);
+  }
+  json_decref(root);
+  if (rc) gt_err_set(err, GT_ENOTFOUND, "model %s is not served (GET /v1/models lists: %s)", want, listed[0] ? listed : "none");
+  return rc;
+}
+
 int gc_cmd_models(gc_cli_t *cli, int argc, char **argv) {
   (void)argv;
   if (argc > 1) {

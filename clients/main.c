@@ -14,7 +14,7 @@ static void usage(FILE *f) {
           "  bench ...                     telemetry matrix (gantry bench --help)\n"
           "  limits get [--model M] [--tenant T]\n"
           "  limits set --model M [--tenant T] [--max-inflight N] [--max-queued N] [--weight W]\n"
-          "  queues                        /admin/queues (admission queues)\n"
+          "  queues [--json]               /admin/queues (admission queues; a table on a terminal)\n"
           "  health                        /health and /ready\n"
           "  models                        /v1/models\n"
           "  tokenize [--model M] \"text\"   the server's /tokenize\n"

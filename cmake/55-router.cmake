@@ -15,7 +15,7 @@ target_include_directories(gantry_router_proto PUBLIC ${GANTRY_PROTO_GEN_DIR})
 target_link_libraries(gantry_router_proto PUBLIC gantry_proto)
 target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
 
-add_library(gantry_router_rt STATIC router/mailbox.c router/dispatch.c router/rq.c router/auth.c
+add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router.c router/dataguard.c router/rq.c router/auth.c
   router/metrics.c router/config.c router/http.c router/grpc_front.c router/registry.c
   router/register_cmd.c)
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
@@ -23,11 +23,12 @@ target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_p
 
 add_executable(gantry-router router/main.c)
 target_link_libraries(gantry-router PRIVATE gantry_router_rt)
+target_compile_definitions(gantry-router PRIVATE GANTRY_VERSION="${PROJECT_VERSION}")
 
 # Integration tests: real redis-server, the gantry-router binary, scripted fake engines.
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
 add_library(gantry_router_harness STATIC tests/integration/router_harness.c)
-target_link_libraries(gantry_router_harness PUBLIC gantry_grpc PkgConfig::CURL)
+target_link_libraries(gantry_router_harness PUBLIC gantry_grpc gantry_test_redis PkgConfig::CURL)
 gt_add_test(test_router_http SOURCES tests/integration/test_router_http.c
   LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
 add_dependencies(test_router_http gantry-router)
@@ -58,3 +59,12 @@ add_dependencies(test_router_fault gantry-router gantry-fake-engine)
 # Benchmark (prints numbers; not a test): router-bench [--engine HOST:PORT]
 add_executable(router-bench tests/bench/router_bench.c)
 target_link_libraries(router-bench PRIVATE gantry_router_harness gantry_test_redis)
+gt_add_test(test_router_auth SOURCES tests/integration/test_router_auth.c
+  LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
+add_dependencies(test_router_auth gantry-router)
+gt_add_test(test_router_flow SOURCES tests/integration/test_router_flow.c
+  LIBS gantry_router_harness gantry_test_redis TIMEOUT 120)
+add_dependencies(test_router_flow gantry-router)
+gt_add_test(test_router_limits SOURCES tests/integration/test_router_limits.c
+  LIBS gantry_router_harness gantry_router_proto gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
+add_dependencies(test_router_limits gantry-router gantry)

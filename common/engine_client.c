@@ -117,6 +117,7 @@ int ec_generate(ec_client_t *c, const Gantry__V1__GenerateRequest *req, const ec
       .on_msg = gen_on_msg,
       .on_done = gen_on_done,
       .user = g,
+      .manual_read = o && o->manual_read,
   };
   int rc = gt_rpc_client_stream(c->rpc, &a, out, err);
   if (rc != GT_OK) free(g);
@@ -125,3 +126,4 @@ int ec_generate(ec_client_t *c, const Gantry__V1__GenerateRequest *req, const ec
 
 void ec_stream_cancel(ec_stream_t *s) { gt_rpc_stream_cancel(s); }
 void ec_stream_release(ec_stream_t *s) { gt_rpc_stream_release(s); }
+void ec_stream_read_next(ec_stream_t *s) { gt_rpc_stream_read_next(s); }

@@ -4,6 +4,8 @@
 #ifndef GANTRY_COMMON_ENGINE_CLIENT_H
 #define GANTRY_COMMON_ENGINE_CLIENT_H
 
+#include <stdbool.h>
+
 #include "common/engine_rpc.h" /* EC_METHOD_* */
 #include "common/grpc_client.h"
 #include "gantry/v1/engine.pb-c.h"
@@ -17,6 +19,7 @@ typedef struct ec_call_opts {
   const char *request_id;  /* sent as x-request-id; Generate defaults to req->request_id */
   const gt_rpc_md_t *md;   /* extra metadata */
   size_t n_md;
+  bool manual_read;        /* Generate: read the next response only on ec_stream_read_next */
 } ec_call_opts_t;
 
 /* Opens a client for target ("host:port"). opts may be NULL (own queue thread). */
@@ -52,6 +55,8 @@ int ec_generate(ec_client_t *c, const Gantry__V1__GenerateRequest *req, const ec
                 gt_err_t *err);
 /* Cancels a stream (any thread, idempotent); on_done follows with CANCELLED if still open. */
 void ec_stream_cancel(ec_stream_t *s);
+/* manual_read streams: read the next response (any thread, once per delivered response). */
+void ec_stream_read_next(ec_stream_t *s);
 /* Gives back the caller's reference (any time, also inside on_done). */
 void ec_stream_release(ec_stream_t *s);
 

@@ -48,7 +48,9 @@ struct gt_rpc_stream {
   grpc_slice details;
   grpc_byte_buffer *recv_bb;
   pthread_mutex_t bmu; /* serializes grpc_call_start_batch between the starter and the queue */
-  /* queue-thread state */
+  int manual_read;     /* the next read waits for gt_rpc_stream_read_next */
+  int read_pending;    /* a RECV_MESSAGE batch is outstanding (under bmu) */
+  /* queue-thread state (recv_ended is also read under bmu by arm_recv) */
   int start_done, recv_ended, status_done, bad_msg;
   /* under cl->mu */
   int refs; /* app + queue (until on_done) */
@@ -107,23 +109,30 @@ static void maybe_done(gt_rpc_stream_t *s) {
   stream_unref_ex(s, 1); /* the queue's reference */
 }
 
+/* Posts the next read unless one is outstanding or the stream's reads have ended (any thread). */
 static void arm_recv(gt_rpc_stream_t *s) {
   grpc_op op;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &s->recv_bb;
   pthread_mutex_lock(&s->bmu);
-  grpc_call_error e = grpc_call_start_batch(s->call, &op, 1, &s->recv_tag, NULL);
-  pthread_mutex_unlock(&s->bmu);
-  if (e != GRPC_CALL_OK) {
-    s->recv_ended = 1; /* before the cancel, whose completion reads it */
-    grpc_call_cancel_with_status(s->call, GRPC_STATUS_INTERNAL, "recv batch failed", NULL);
+  if (s->read_pending || s->recv_ended) {
+    pthread_mutex_unlock(&s->bmu);
+    return;
   }
+  grpc_call_error e = grpc_call_start_batch(s->call, &op, 1, &s->recv_tag, NULL);
+  if (e == GRPC_CALL_OK) s->read_pending = 1;
+  else s->recv_ended = 1; /* before the cancel, whose completion reads it */
+  pthread_mutex_unlock(&s->bmu);
+  if (e != GRPC_CALL_OK) grpc_call_cancel_with_status(s->call, GRPC_STATUS_INTERNAL, "recv batch failed", NULL);
 }
 
 static void on_recv(gt_rpc_stream_t *s, int ok) {
-  if (!ok || !s->recv_bb) {
-    s->recv_ended = 1;
+  pthread_mutex_lock(&s->bmu);
+  s->read_pending = 0;
+  if (!ok || !s->recv_bb) s->recv_ended = 1;
+  pthread_mutex_unlock(&s->bmu);
+  if (s->recv_ended) {
     maybe_done(s);
     return;
   }
@@ -139,7 +148,7 @@ static void on_recv(gt_rpc_stream_t *s, int ok) {
   }
   if (s->on_msg) s->on_msg(s->user, s, m);
   else protobuf_c_message_free_unpacked(m, NULL);
-  arm_recv(s);
+  if (!s->manual_read) arm_recv(s);
   if (s->recv_ended) maybe_done(s);
 }
 
@@ -378,6 +387,7 @@ int gt_rpc_client_stream(gt_rpc_client_t *c, const gt_rpc_stream_args_t *a, gt_r
   s->on_msg = a->on_msg;
   s->on_done = a->on_done;
   s->user = a->user;
+  s->manual_read = a->manual_read;
   s->start_tag = (tag_t){TAG_START, s};
   s->recv_tag = (tag_t){TAG_RECV, s};
   s->details = grpc_empty_slice();
@@ -430,6 +440,13 @@ int gt_rpc_client_stream(gt_rpc_client_t *c, const gt_rpc_stream_args_t *a, gt_r
   return GT_OK;
 }
 
-void gt_rpc_stream_cancel(gt_rpc_stream_t *s) { grpc_call_cancel(s->call, NULL); }
+void gt_rpc_stream_cancel(gt_rpc_stream_t *s) {
+  grpc_call_cancel(s->call, NULL);
+  /* a paused stream has no read outstanding: post one so the end is seen and on_done fires */
+  if (s->manual_read) arm_recv(s);
+}
+
+void gt_rpc_stream_read_next(gt_rpc_stream_t *s) { arm_recv(s); }
 void gt_rpc_stream_release(gt_rpc_stream_t *s) { stream_unref(s); }
 void *gt_rpc_stream_user(const gt_rpc_stream_t *s) { return s->user; }
+void gt_rpc_client_reset_backoff(gt_rpc_client_t *c) { grpc_channel_reset_connect_backoff(c->ch); }

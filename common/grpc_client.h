@@ -23,7 +23,7 @@ typedef struct gt_rpc_stream gt_rpc_stream_t;
 typedef struct gt_rpc_client_opts {
   int own_thread;          /* 1: start a thread that drives the queue; 0: call _poll yourself */
   int max_message_bytes;   /* receive limit; 0 -> 64 MiB */
-  int flow_window_bytes;   /* >0: fixed HTTP/2 stream window, BDP probing off (tests); 0 default */
+  int flow_window_bytes;   /* >0: fixed HTTP/2 stream window, BDP probing off; 0 default */
 } gt_rpc_client_opts_t;
 
 /* Creates a client for target ("127.0.0.1:50051", "dns:///engine:50051"); insecure channel,
@@ -68,6 +68,8 @@ typedef struct gt_rpc_stream_args {
   gt_rpc_stream_msg_fn on_msg;
   gt_rpc_stream_done_fn on_done;
   void *user;
+  int manual_read; /* 1: after each message the next is read only on gt_rpc_stream_read_next;
+                      unread data keeps the HTTP/2 window closed, so the server is held back */
 } gt_rpc_stream_args_t;
 
 /* Starts a server-streaming (or unary, read as a one-message stream) call. Callable from
@@ -81,11 +83,19 @@ int gt_rpc_client_stream(gt_rpc_client_t *c, const gt_rpc_stream_args_t *a, gt_r
  * stream already ended. */
 void gt_rpc_stream_cancel(gt_rpc_stream_t *s);
 
+/* manual_read streams: read the next message (any thread; once per delivered message; a no-op
+ * once the stream's reads have ended). */
+void gt_rpc_stream_read_next(gt_rpc_stream_t *s);
+
 /* Gives back the application's reference; callbacks keep running until on_done. */
 void gt_rpc_stream_release(gt_rpc_stream_t *s);
 
 /* User pointer given at start. */
 void *gt_rpc_stream_user(const gt_rpc_stream_t *s);
+
+/* Ends the channel's reconnect backoff: the next call (or a connection in backoff) connects now
+ * (any thread). Health checks call it so a restarted server is found within one check. */
+void gt_rpc_client_reset_backoff(gt_rpc_client_t *c);
 
 /* Streams started and not yet fully released (for tests and metrics). */
 int gt_rpc_client_live_streams(gt_rpc_client_t *c);

@@ -11,6 +11,7 @@
 
 #include <grpc/grpc_security.h>
 
+#include "common/clock.h"
 #include "common/grpc_util_internal.h"
 #include "common/log.h"
 
@@ -18,7 +19,8 @@
 #define ACCEPTORS_PER_METHOD 4
 #define DEADLINE_SLACK_MS 100
 
-enum { TAG_ACCEPT = 1, TAG_SEND, TAG_CLOSE, TAG_SHUTDOWN, TAG_UNKNOWN, TAG_UNKNOWN_DONE };
+enum { TAG_ACCEPT = 1, TAG_RECV_REQ, TAG_SEND, TAG_CLOSE, TAG_SHUTDOWN, TAG_UNKNOWN, TAG_UNKNOWN_DONE };
+#define RECV_SCAN_MS 100 /* how often calls waiting for their request message are checked */
 
 /* Every completion-queue tag starts with its kind. */
 typedef struct tag {
@@ -39,7 +41,6 @@ typedef struct acceptor {
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array md;
-  grpc_byte_buffer *payload;
 } acceptor_t;
 
 /* A pending grpc_server_request_call: calls to methods nobody registered, answered with
@@ -66,6 +67,9 @@ struct gt_rpc_server {
   int shutdown_notified;  /* under mu */
   int shutting_down;      /* under mu */
   int stopped;            /* shutdown completed */
+  int recv_timeout_ms;
+  /* cq thread only: calls accepted whose request message is still arriving */
+  struct gt_rpc_call *recv_wait;
 };
 
 typedef struct qitem {
@@ -86,8 +90,14 @@ struct gt_rpc_call {
   size_t n_md;
   ProtobufCMessage *req;
   void *app_user;
-  tag_t send_tag, close_tag;
+  tag_t send_tag, close_tag, recv_tag;
   int close_cancelled; /* written by gRPC on RECV_CLOSE_ON_SERVER */
+  /* the request message (cq thread): received after the headers, within recv_timeout_ms */
+  grpc_byte_buffer *recv_bb;
+  int64_t recv_deadline_ms;
+  int recv_expired;
+  struct gt_rpc_call *wprev, *wnext; /* srv->recv_wait */
+  int handed;          /* the handler has the call (under mu): cancels are reported */
   atomic_int cancelled;
 
   pthread_mutex_t mu; /* guards everything below */
@@ -226,7 +236,7 @@ static void on_close(gt_rpc_call_t *c) {
     atomic_store(&c->cancelled, 1);
     c->broken = 1;
     free_queue(c);
-    notify = !c->finish_called;
+    notify = !c->finish_called && c->handed;
   }
   pthread_mutex_unlock(&c->mu);
   if (notify && c->rm->m.on_cancel) {
@@ -245,10 +255,9 @@ static void on_close(gt_rpc_call_t *c) {
 
 static int arm_acceptor(acceptor_t *a) {
   a->call = NULL;
-  a->payload = NULL;
   grpc_metadata_array_init(&a->md);
   grpc_call_error e = grpc_server_request_registered_call(
-      a->srv->server, a->rm->handle, &a->call, &a->deadline, &a->md, &a->payload, a->srv->cq,
+      a->srv->server, a->rm->handle, &a->call, &a->deadline, &a->md, NULL, a->srv->cq,
       a->srv->cq, &a->tag);
   if (e != GRPC_CALL_OK) {
     grpc_metadata_array_destroy(&a->md);
@@ -273,7 +282,6 @@ static void start_call(acceptor_t *a) {
   if (!c) {
     grpc_call_cancel_with_status(a->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory", NULL);
     grpc_call_unref(a->call);
-    if (a->payload) grpc_byte_buffer_destroy(a->payload);
     grpc_metadata_array_destroy(&a->md);
     return;
   }
@@ -298,10 +306,6 @@ static void start_call(acceptor_t *a) {
     }
   }
   grpc_metadata_array_destroy(&a->md);
-  if (a->payload) {
-    c->req = gt_rpc_unpack(a->rm->m.request, a->payload);
-    grpc_byte_buffer_destroy(a->payload);
-  }
   pthread_mutex_lock(&s->mu);
   s->live_calls++;
   pthread_mutex_unlock(&s->mu);
@@ -316,17 +320,65 @@ static void start_call(acceptor_t *a) {
     c->broken = 1;
     atomic_store(&c->cancelled, 1);
   }
-  if (!c->req) {
-    gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "request is not a valid protobuf message");
+  /* the request message: read with a deadline, so a client that sends part of it and stalls
+   * does not hold the call (and what it sent) forever */
+  grpc_op rop;
+  memset(&rop, 0, sizeof rop);
+  rop.op = GRPC_OP_RECV_MESSAGE;
+  rop.data.recv_message.recv_message = &c->recv_bb;
+  c->recv_tag = (tag_t){TAG_RECV_REQ, c};
+  c->refs++; /* the RECV_MESSAGE batch */
+  if (grpc_call_start_batch(c->call, &rop, 1, &c->recv_tag, NULL) != GRPC_CALL_OK) {
+    c->refs--;
+    gt_rpc_call_finish(c, GT_RPC_INTERNAL, "cannot read the request message");
     return;
   }
-  c->rm->m.handler(c->rm->m.user, c);
+  c->recv_deadline_ms = (int64_t)gt_now_ms() + s->recv_timeout_ms;
+  c->wnext = s->recv_wait;
+  if (s->recv_wait) s->recv_wait->wprev = c;
+  s->recv_wait = c;
+}
+
+/* The request message arrived (or the call ended first): run the handler (cq thread). */
+static void on_recv_req(gt_rpc_call_t *c, int ok) {
+  gt_rpc_server_t *s = c->srv;
+  if (c->wprev) c->wprev->wnext = c->wnext;
+  else s->recv_wait = c->wnext;
+  if (c->wnext) c->wnext->wprev = c->wprev;
+  c->wprev = c->wnext = NULL;
+  if (ok && c->recv_bb) c->req = gt_rpc_unpack(c->rm->m.request, c->recv_bb);
+  if (c->recv_bb) grpc_byte_buffer_destroy(c->recv_bb);
+  c->recv_bb = NULL;
+  if (c->recv_expired) {
+    gt_rpc_call_finish(c, GT_RPC_DEADLINE_EXCEEDED, "request message not received in time");
+  } else if (!c->req) {
+    gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT,
+                       ok ? "request is not a valid protobuf message" : "no request message");
+  } else {
+    pthread_mutex_lock(&c->mu);
+    c->handed = 1;
+    pthread_mutex_unlock(&c->mu);
+    c->rm->m.handler(c->rm->m.user, c);
+  }
+  call_unref(c); /* the RECV_MESSAGE reference */
+}
+
+/* Ends the calls whose request message did not arrive within recv_timeout_ms (cq thread). */
+static void expire_recv(gt_rpc_server_t *s) {
+  const int64_t now = (int64_t)gt_now_ms();
+  for (gt_rpc_call_t *c = s->recv_wait; c; c = c->wnext) {
+    if (c->recv_expired || now < c->recv_deadline_ms) continue;
+    c->recv_expired = 1;
+    GT_LOG_WARN("grpc call=%llu method=%s: request message not complete after %d ms: ended",
+                (unsigned long long)c->id, c->rm->m.name, s->recv_timeout_ms);
+    grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, "request message not received in time",
+                                 NULL);
+  }
 }
 
 static void on_accept(acceptor_t *a, int ok) {
   if (!ok) { /* shutting down: this request was failed */
     grpc_metadata_array_destroy(&a->md);
-    if (a->payload) grpc_byte_buffer_destroy(a->payload);
     free(a);
     return;
   }
@@ -383,13 +435,19 @@ static void on_unknown(gt_rpc_server_t *s, unknown_call_t *u, int ok) {
 
 static void *cq_thread(void *arg) {
   gt_rpc_server_t *s = arg;
+  int64_t next_scan = (int64_t)gt_now_ms() + RECV_SCAN_MS;
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev = grpc_completion_queue_next(s->cq, gt_rpc_deadline_in(RECV_SCAN_MS), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if ((int64_t)gt_now_ms() >= next_scan) {
+      expire_recv(s);
+      next_scan = (int64_t)gt_now_ms() + RECV_SCAN_MS;
+    }
     if (ev.type != GRPC_OP_COMPLETE) continue;
     tag_t *t = ev.tag;
     switch (t->kind) {
       case TAG_ACCEPT: on_accept((acceptor_t *)t, ev.success); break;
+      case TAG_RECV_REQ: on_recv_req(t->owner, ev.success); break;
       case TAG_SEND: on_send_done(t->owner, ev.success); break;
       case TAG_CLOSE: on_close(t->owner); break;
       case TAG_UNKNOWN: on_unknown(s, (unknown_call_t *)t, ev.success); break;
@@ -414,6 +472,7 @@ int gt_rpc_server_create(const gt_rpc_server_opts_t *opts, gt_rpc_server_t **out
   if (!s) return gt_err_set(err, GT_ENOMEM, "grpc server: out of memory");
   gt_rpc_global_init();
   int max_msg = opts && opts->max_message_bytes > 0 ? opts->max_message_bytes : 64 << 20;
+  s->recv_timeout_ms = opts && opts->recv_timeout_ms > 0 ? opts->recv_timeout_ms : 30000;
   grpc_arg args[2];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -443,7 +502,7 @@ int gt_rpc_server_add_method(gt_rpc_server_t *s, const gt_rpc_method_t *m, gt_er
   reg_method_t *rm = &s->methods[s->n_methods];
   rm->m = *m;
   rm->handle = grpc_server_register_method(s->server, m->name, NULL,
-                                           GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+                                           GRPC_SRM_PAYLOAD_NONE, 0);
   if (!rm->handle) return gt_err_set(err, GT_EINVAL, "grpc server: cannot register %s", m->name);
   s->n_methods++;
   return GT_OK;

@@ -53,6 +53,8 @@ typedef struct gt_rpc_method {
 
 typedef struct gt_rpc_server_opts {
   int max_message_bytes;  /* receive limit; 0 -> 64 MiB */
+  int recv_timeout_ms;    /* a call whose request message is not complete this long after its
+                             headers is ended with DEADLINE_EXCEEDED; 0 -> 30000 */
 } gt_rpc_server_opts_t;
 
 /* Creates a server (not yet listening). opts may be NULL. Returns GT_OK or GT_E*. */

@@ -34,11 +34,32 @@ struct gt_metrics {
   int n, cap;
   gt_metrics_collect_fn collect;
   void *collect_ud;
+  pthread_mutex_t probe_mu; /* guards probe and its calls (never taken with mu) */
+  gt_metrics_probe_fn probe;
+  void *probe_ud;
 };
+
+void gt_metrics_on_probe(gt_metrics_t *m, gt_metrics_probe_fn fn, void *ud) {
+  pthread_mutex_lock(&m->probe_mu);
+  m->probe = fn;
+  m->probe_ud = ud;
+  pthread_mutex_unlock(&m->probe_mu);
+}
+
+/* HTTP status of a probe path (0: no probe answers it), msg its state word. */
+static int run_probe(gt_metrics_t *m, const char *path, char *msg, size_t n) {
+  pthread_mutex_lock(&m->probe_mu);
+  int st = m->probe ? m->probe(m->probe_ud, path, msg, n) : 0;
+  pthread_mutex_unlock(&m->probe_mu);
+  return st;
+}
 
 gt_metrics_t *gt_metrics_create(void) {
   gt_metrics_t *m = calloc(1, sizeof *m);
-  if (m) pthread_mutex_init(&m->mu, NULL);
+  if (m) {
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_mutex_init(&m->probe_mu, NULL);
+  }
   return m;
 }
 
@@ -56,6 +77,7 @@ void gt_metrics_free(gt_metrics_t *m) {
   for (int i = 0; i < m->n; i++) metric_free(m->v[i]);
   free(m->v);
   pthread_mutex_destroy(&m->mu);
+  pthread_mutex_destroy(&m->probe_mu);
   free(m);
 }
 
@@ -147,7 +169,13 @@ static const char *kind_name(gt_metric_kind_t k) {
   return k == GT_METRIC_COUNTER ? "counter" : k == GT_METRIC_GAUGE ? "gauge" : "histogram";
 }
 
-static void fmt_num(char *s, size_t n, double v) { snprintf(s, n, "%.17g", v); }
+/* The shortest text that reads back as v ("0.005", not "0.0050000000000000001"). */
+static void fmt_num(char *s, size_t n, double v) {
+  for (int prec = 6; prec <= 17; prec++) {
+    snprintf(s, n, "%.*g", prec, v);
+    if (strtod(s, NULL) == v) return;
+  }
+}
 
 int gt_metrics_render(gt_metrics_t *m, char **out, size_t *len, gt_err_t *err) {
   pthread_mutex_lock(&m->mu);
@@ -242,6 +270,23 @@ static void serve_one(gt_metrics_http_t *h, int c) {
     }
     const char *e = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
     write_all(c, e, strlen(e));
+    return;
+  }
+  for (int i = 0; i < 2; i++) {
+    static const char *paths[] = {"/health", "/ready"};
+    size_t pl = strlen(paths[i]);
+    if (strncmp(req, "GET ", 4) || strncmp(req + 4, paths[i], pl) || (req[4 + pl] != ' ' && req[4 + pl] != '?')) continue;
+    char msg[64] = "";
+    int st = run_probe(h->m, paths[i], msg, sizeof msg);
+    if (!st) break;
+    char body[128];
+    int bl = snprintf(body, sizeof body, "{\"status\":\"%s\"}\n", msg);
+    int k = snprintf(hdr, sizeof hdr,
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                     "Connection: close\r\n\r\n",
+                     st, st == 200 ? "OK" : "Service Unavailable", bl);
+    write_all(c, hdr, (size_t)k);
+    write_all(c, body, (size_t)bl);
     return;
   }
   const char *nf = "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n"

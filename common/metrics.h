@@ -38,11 +38,19 @@ double gt_metric_sum(gt_metric_t *x);             /* histogram sum */
 typedef void (*gt_metrics_collect_fn)(void *ud);
 void gt_metrics_on_collect(gt_metrics_t *m, gt_metrics_collect_fn fn, void *ud);
 
+/* Probe behind GET /health and GET /ready on the listener: returns the HTTP status (200 or 503)
+ * and writes a short state word into msg, or 0 for a path it does not answer (404). Runs on the
+ * listener thread. gt_metrics_on_probe(m, NULL, NULL) removes it and waits for a call in
+ * progress, so the probe's owner may be freed afterwards. */
+typedef int (*gt_metrics_probe_fn)(void *ud, const char *path, char *msg, size_t n);
+void gt_metrics_on_probe(gt_metrics_t *m, gt_metrics_probe_fn fn, void *ud);
+
 /* The registry in Prometheus text format: *out malloc'd, NUL-terminated (caller frees). */
 int gt_metrics_render(gt_metrics_t *m, char **out, size_t *len, gt_err_t *err);
 
 /* HTTP listener on host:port (port 0: any free port, *bound_port receives it) with its own
- * thread: GET /metrics -> the registry, anything else -> 404. */
+ * thread: GET /metrics -> the registry, GET /health and /ready -> the probe (if any), anything
+ * else -> 404. */
 typedef struct gt_metrics_http gt_metrics_http_t;
 int gt_metrics_http_start(gt_metrics_t *m, const char *host, int port, int *bound_port, gt_metrics_http_t **out,
                           gt_err_t *err);

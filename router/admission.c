@@ -55,6 +55,9 @@ int adm__eval(adm_t *adm, int s, const char **extra, int n, rc_reply_cb cb, void
   const char **av = n + ADM__NCOMMON <= 16 + ADM__NCOMMON ? stackv : malloc((size_t)(n + ADM__NCOMMON) * sizeof *av);
   if (!av) return GT_ENOMEM;
   for (int i = 0; i < ADM__NCOMMON; i++) av[i] = adm->common[i];
+  char nohold[24]; /* no evidence of an earlier life yet: the hold length, negated (common.lua) */
+  snprintf(nohold, sizeof nohold, "-%d", adm->hold_ms);
+  if (!adm->evidence) av[2] = nohold;
   for (int i = 0; i < n; i++) av[ADM__NCOMMON + i] = extra[i];
   int rv = rc_eval(adm->rc, adm->scr[s], 0, ADM__NCOMMON + n, av, NULL, cb, arg);
   if (av != stackv) free(av);

@@ -59,6 +59,8 @@ struct adm {
   rc_t *rcb; /* BLPOP on this instance's ticket list */
   int scr[ADM__SCR_N];
   bool destroying;
+  bool evidence;  /* a heartbeat succeeded: this router has used this Redis (a later empty one
+                     lost data -> hold) */
   uint64_t next_ticket;
   adm__ent_t **buckets;
   size_t nbuckets, nents;

@@ -18,6 +18,8 @@ enum { REAP_LIMIT = 256 };    /* entries reclaimed per pool and kind per reap ca
 
 void adm__schedule_kick(adm_t *adm, long long hold_ms) {
   if (hold_ms <= 0 || evtimer_pending(adm->kick_ev, NULL)) return;
+  GT_LOG_WARN("admission holding for %lld ms: Redis is new but shows an earlier life (it lost its data); "
+              "routers re-register their leases before anything is admitted", hold_ms);
   hold_ms += 5;
   struct timeval tv = {(time_t)(hold_ms / 1000), (suseconds_t)((hold_ms % 1000) * 1000)};
   evtimer_add(adm->kick_ev, &tv);
@@ -30,6 +32,7 @@ static void on_heartbeat_reply(void *arg, redisReply *r, const char *err) {
     GT_LOG_ERROR("admission heartbeat failed err=%s", r->type == REDIS_REPLY_ERROR ? r->str : "reply");
     return;
   }
+  adm->evidence = true;
   long long rl = adm__reply_int(r->element[1]), rw = adm__reply_int(r->element[2]);
   adm->st.restored_leases += (uint64_t)rl;
   adm->st.restored_waiting += (uint64_t)rw;

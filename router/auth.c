@@ -1,37 +1,41 @@
 /* router/auth.c — API keys: Redis hash <prefix>apikeys maps SHA-256(key) (hex) -> tenant.
- * With no keys configured (the hash is empty or missing) every request is tenant "default".
- * Admin routes need the admin key (--admin-key); without one they are open only while no API
- * keys exist. Keys are never stored or logged in clear. */
+ * Whether a key is needed is the router's --auth setting, never inferred from Redis data:
+ *   keys: no key or an unknown key -> AUTH_DENIED; no keys readable (the hash is empty or
+ *         missing) -> AUTH_NOKEYS (503). Admin routes need --admin-key (closed without one).
+ *   none: every request runs; a known key picks its tenant, otherwise tenant "default". Admin
+ *         routes need --admin-key when one is set, else they are open.
+ * Keys are never stored or logged in clear. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/sha256.h"
-#include "router/router.h"
+#include "router/auth.h"
 
 struct auth {
   rc_t *rc;
   char hash_key[96];
   char admin_sha[65]; /* "" = no admin key */
+  bool required;      /* --auth keys */
 };
 
 typedef struct op {
   auth_t *a;
   bool admin;
-  bool admin_ok;      /* admin key matched */
   char sha[65];
   auth_cb cb;
   void *arg;
 } op_t;
 
-auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, gt_err_t *err) {
+auth_t *auth_create(rc_t *rc, const char *key_prefix, const char *admin_key, bool required, gt_err_t *err) {
   auth_t *a = calloc(1, sizeof *a);
   if (!a) {
     gt_err_set(err, GT_ENOMEM, "auth: out of memory");
     return NULL;
   }
   a->rc = rc;
+  a->required = required;
   snprintf(a->hash_key, sizeof a->hash_key, "%sapikeys", key_prefix);
   if (admin_key && admin_key[0]) gt_sha256_hex(admin_key, strlen(admin_key), a->admin_sha);
   return a;
@@ -57,18 +61,13 @@ static int ct_equal(const char *a, const char *b) {
   return d == 0;
 }
 
+/* The key (or its absence) matched nothing: r is the HLEN of the keys hash. */
 static void on_hlen(void *arg, redisReply *r, const char *err) {
   op_t *o = arg;
-  if (!r || r->type != REDIS_REPLY_INTEGER) {
-    o->cb(o->arg, AUTH_UNAVAILABLE, NULL);
-  } else if (r->integer == 0) {
-    /* no keys configured: open tenant (admin open too unless an admin key is set) */
-    if (o->admin && o->a->admin_sha[0]) o->cb(o->arg, AUTH_DENIED, NULL);
-    else o->cb(o->arg, AUTH_OK, "default");
-  } else {
-    o->cb(o->arg, AUTH_DENIED, NULL);
-  }
   (void)err;
+  if (!r || r->type != REDIS_REPLY_INTEGER) o->cb(o->arg, AUTH_UNAVAILABLE, NULL);
+  else if (o->a->required) o->cb(o->arg, r->integer == 0 ? AUTH_NOKEYS : AUTH_DENIED, NULL);
+  else o->cb(o->arg, AUTH_OK, "default");
   free(o);
 }
 
@@ -80,14 +79,15 @@ static void on_hget(void *arg, redisReply *r, const char *err) {
     free(o);
     return;
   }
-  if (r->type == REDIS_REPLY_STRING && !o->admin) {
+  if (r->type == REDIS_REPLY_STRING) {
     char tenant[ADM_NAME_MAX + 1];
     snprintf(tenant, sizeof tenant, "%.*s", (int)r->len, r->str);
     o->cb(o->arg, AUTH_OK, tenant);
     free(o);
     return;
   }
-  /* unknown key (or an API key on an admin route): denied unless no keys exist at all */
+  /* unknown key: denied (--auth keys), tenant "default" (--auth none); HLEN tells "denied" from
+   * "no keys readable" */
   const char *argv[] = {"HLEN", o->a->hash_key};
   if (!o->a->rc || rc_command(o->a->rc, 2, argv, NULL, on_hlen, o) != GT_OK) {
     o->cb(o->arg, AUTH_UNAVAILABLE, NULL);
@@ -95,7 +95,8 @@ static void on_hget(void *arg, redisReply *r, const char *err) {
   }
 }
 
-void auth_check(auth_t *a, const char *key, bool admin, auth_cb cb, void *arg) {
+void auth_check(auth_t *a, const char *key, auth_for_t what, auth_cb cb, void *arg) {
+  const bool admin = what == AUTH_FOR_ADMIN;
   op_t *o = calloc(1, sizeof *o);
   if (!o) {
     cb(arg, AUTH_UNAVAILABLE, NULL);
@@ -111,18 +112,29 @@ void auth_check(auth_t *a, const char *key, bool admin, auth_cb cb, void *arg) {
     return;
   }
   if (key && key[0]) gt_sha256_hex(key, strlen(key), o->sha);
-  if (admin && key && a->admin_sha[0] && ct_equal(o->sha, a->admin_sha)) {
+  if (what == AUTH_FOR_ANY && key && key[0] && a->admin_sha[0] && ct_equal(o->sha, a->admin_sha)) {
     free(o);
     cb(arg, AUTH_OK, "admin");
     return;
   }
+  if (admin) {
+    /* admin routes: the admin key; without one configured, open only with --auth none */
+    bool ok = a->admin_sha[0] ? key && key[0] && ct_equal(o->sha, a->admin_sha) : !a->required;
+    free(o);
+    cb(arg, ok ? AUTH_OK : AUTH_DENIED, ok ? "admin" : NULL);
+    return;
+  }
   int rc;
-  if (key && key[0] && !admin) {
+  if (key && key[0]) {
     const char *argv[] = {"HGET", a->hash_key, o->sha};
     rc = rc_command(a->rc, 3, argv, NULL, on_hget, o);
-  } else {
+  } else if (a->required) {
     const char *argv[] = {"HLEN", a->hash_key};
     rc = rc_command(a->rc, 2, argv, NULL, on_hlen, o);
+  } else {
+    free(o);
+    cb(arg, AUTH_OK, "default");
+    return;
   }
   if (rc != GT_OK) {
     free(o);

@@ -3,23 +3,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/router.h"
+#include "router/config.h"
 
 const char *rt_usage(void) {
   return "usage: gantry-router [--http HOST:PORT] [--grpc HOST:PORT] [--redis redis://HOST:PORT]\n"
-         "                     --engine MODEL=HOST:PORT [--engine ...] [--admin-key K]\n"
-         "                     [--reasoning-field both|reasoning|reasoning_content]\n"
+         "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
+         "                     [--protect-info] [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
+         "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S] [--drain-timeout-s S]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
+         "       gantry-router --version\n"
          "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
          "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
          "  --http 127.0.0.1:8080 (OpenAI API, /health, /ready, /metrics, /admin/*), --grpc off unless given.\n"
          "  Engines come from --engine and/or the Redis hash <prefix>engines (MODEL=HOST:PORT -> unix ms of\n"
          "  the last heartbeat); a registered engine without a heartbeat for --engine-stale-ms is skipped.\n"
-         "  The admin key also comes from $GANTRY_ADMIN_KEY. API keys: Redis hash <prefix>apikeys,\n"
-         "  field sha256hex(key) -> tenant; with none, every request is tenant 'default'.\n";
+         "  --auth keys (default): every request needs an API key from the Redis hash <prefix>apikeys\n"
+         "  (field sha256hex(key) -> tenant); none readable -> 503. --auth none: no key needed (tenant\n"
+         "  'default' unless a known key is given). Admin routes need --admin-key (or $GANTRY_ADMIN_KEY);\n"
+         "  without one they are closed with --auth keys and open with --auth none. --protect-info:\n"
+         "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
+         "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n";
 }
 
 void rt_config_defaults(rt_config_t *c) {
@@ -30,10 +36,14 @@ void rt_config_defaults(rt_config_t *c) {
   snprintf(c->key_prefix, sizeof c->key_prefix, "gantry:");
   c->reasoning_field = OA_REASONING_BOTH;
   c->max_body_bytes = 8L << 20;
+  c->stream_buffer_bytes = 1L << 20;
+  c->stream_write_timeout_s = 30;
   c->http_timeout_s = 30;
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
+  c->drain_timeout_s = 30;
   c->engine_stale_ms = 10000;
+  c->auth_required = true;
   const char *ak = getenv("GANTRY_ADMIN_KEY");
   if (ak) snprintf(c->admin_key, sizeof c->admin_key, "%s", ak);
 }
@@ -76,6 +86,10 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
       *help = true;
       return GT_OK;
     }
+    if (!strcmp(a, "--protect-info")) {
+      c->protect_info = true;
+      continue;
+    }
     if (i + 1 >= argc) return gt_err_set(err, GT_EINVAL, "%s needs a value", a);
     const char *v = argv[++i];
     long n;
@@ -95,7 +109,11 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
         return gt_err_set(err, GT_EINVAL, "--engine %s: model names may not contain ':', '*' or spaces", v);
       c->n_engines++;
     } else if (!strcmp(a, "--admin-key")) snprintf(c->admin_key, sizeof c->admin_key, "%s", v);
-    else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
+    else if (!strcmp(a, "--auth")) {
+      if (!strcmp(v, "keys")) c->auth_required = true;
+      else if (!strcmp(v, "none")) c->auth_required = false;
+      else return gt_err_set(err, GT_EINVAL, "--auth %s: expected keys or none", v);
+    } else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
     else if (!strcmp(a, "--reasoning-field")) {
       if (!strcmp(v, "both")) c->reasoning_field = OA_REASONING_BOTH;
       else if (!strcmp(v, "reasoning")) c->reasoning_field = OA_REASONING_ONLY;
@@ -104,7 +122,10 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
     } else {
       struct { const char *name; long lo, hi; void *dst; int is_long; } nums[] = {
           {"--max-body-bytes", 1024, 1L << 30, &c->max_body_bytes, 1},
+          {"--stream-buffer-bytes", 4096, 1L << 30, &c->stream_buffer_bytes, 1},
+          {"--stream-write-timeout-s", 1, 3600, &c->stream_write_timeout_s, 0},
           {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},
+          {"--drain-timeout-s", 0, 3600, &c->drain_timeout_s, 0},
           {"--health-ms", 50, 600000, &c->health_ms, 0},
           {"--request-timeout-s", 1, 86400, &c->request_timeout_ms, 0},
           {"--lease-ttl-ms", 300, 3600000, &c->lease_ttl_ms, 0},

@@ -10,6 +10,7 @@
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "gantry/v1/router.pb-c.h"
+#include "router/grpc_front.h"
 #include "router/router.h"
 
 #define M_GENERATE "/gantry.v1.Router/Generate"
@@ -19,7 +20,7 @@
 #define M_QUEUES "/gantry.v1.Admin/ListQueues"
 
 typedef struct gctx {
-  struct grpc_front *g;
+  rgf_t *g;
   gt_rpc_call_t *call;
   uint64_t call_id;
   rq_t *rq;
@@ -27,7 +28,7 @@ typedef struct gctx {
   struct gctx *prev, *next;
 } gctx_t;
 
-struct grpc_front {
+struct rgf {
   router_t *rt;
   gt_rpc_server_t *srv;
   gctx_t *live; /* Generate calls in progress (loop thread) */
@@ -90,7 +91,9 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   router_t *rt = c->g->rt;
   if (st != AUTH_OK) {
     gctx_done(c, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
-              st == AUTH_DENIED ? "invalid or missing API key" : "cannot check the API key: Redis is unreachable");
+              st == AUTH_DENIED   ? "invalid or missing API key"
+              : st == AUTH_NOKEYS ? AUTH_NOKEYS_MSG
+                                  : "cannot check the API key: Redis is unreachable");
     return;
   }
   if (gt_rpc_call_is_cancelled(c->call)) {
@@ -137,7 +140,7 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
 }
 
 static void gen_loop(void *a, void *b, intptr_t x) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
   gctx_t *c = calloc(1, sizeof *c);
@@ -151,11 +154,11 @@ static void gen_loop(void *a, void *b, intptr_t x) {
   c->next = g->live;
   if (g->live) g->live->prev = c;
   g->live = c;
-  auth_check(g->rt->auth, md_key(call), false, gen_auth, c);
+  auth_check(g->rt->auth, md_key(call), AUTH_FOR_API, gen_auth, c);
 }
 
 static void cancel_loop(void *a, void *b, intptr_t id) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   (void)b;
   for (gctx_t *c = g->live; c; c = c->next)
     if (c->call_id == (uint64_t)id && c->rq) {
@@ -168,19 +171,19 @@ static void cancel_loop(void *a, void *b, intptr_t id) {
 }
 
 static void on_generate(void *user, gt_rpc_call_t *call) {
-  struct grpc_front *g = user;
+  rgf_t *g = user;
   if (mbox_post(g->rt->mb, gen_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
-  struct grpc_front *g = user;
+  rgf_t *g = user;
   (void)code;
   mbox_post(g->rt->mb, cancel_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
 }
 
 /* ---- ListModels ---- */
 static void models_loop(void *a, void *b, intptr_t x) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
   pool_t *p = g->rt->pool;
@@ -211,14 +214,48 @@ static void models_loop(void *a, void *b, intptr_t x) {
   gt_rpc_call_reply(call, &r->base);
 }
 
+typedef struct mctx {
+  rgf_t *g;
+  gt_rpc_call_t *call;
+} mctx_t;
+
+static void models_auth(void *arg, auth_status_t st, const char *tenant) {
+  mctx_t *m = arg;
+  (void)tenant;
+  if (st == AUTH_OK) models_loop(m->g, m->call, 0);
+  else {
+    metrics_request(m->g->rt->metrics, "grpc:ListModels", st == AUTH_DENIED ? 401 : 503);
+    gt_rpc_call_finish(m->call, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
+                       st == AUTH_DENIED ? "ListModels needs an API key (--protect-info)" : "cannot check the API key");
+  }
+  free(m);
+}
+
+/* --protect-info: ListModels needs an API key or the admin key. */
+static void models_check(void *a, void *b, intptr_t x) {
+  rgf_t *g = a;
+  gt_rpc_call_t *call = b;
+  if (!g->rt->cfg.protect_info) {
+    models_loop(g, call, x);
+    return;
+  }
+  mctx_t *m = malloc(sizeof *m);
+  if (!m) {
+    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  *m = (mctx_t){g, call};
+  auth_check(g->rt->auth, md_key(call), AUTH_FOR_ANY, models_auth, m);
+}
+
 static void on_models(void *user, gt_rpc_call_t *call) {
-  struct grpc_front *g = user;
-  if (mbox_post(g->rt->mb, models_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  rgf_t *g = user;
+  if (mbox_post(g->rt->mb, models_check, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 /* ---- Admin ---- */
 typedef struct actx {
-  struct grpc_front *g;
+  rgf_t *g;
   gt_rpc_call_t *call;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
 } actx_t;
@@ -315,6 +352,10 @@ static void admin_auth(void *arg, auth_status_t st, const char *tenant) {
     if (r->max_inflight_opt_case) { l.has_max_inflight = true; l.max_inflight = r->max_inflight; }
     if (r->max_queued_opt_case) { l.has_max_queued = true; l.max_queued = r->max_queued; }
     if (r->weight_opt_case) { l.has_weight = true; l.weight = r->weight; }
+    if (!pool_has_model(c->g->rt->pool, c->model)) { /* a typo would otherwise make a new pool */
+      admin_fail(c, GT_RPC_NOT_FOUND, "unknown model: no engine serves it");
+      return;
+    }
     rc = adm_limits_set(adm, c->model, c->tenant, &l, set_done, c, &err);
   } else {
     const Gantry__V1__ListQueuesRequest *r = (const void *)gt_rpc_call_request(c->call);
@@ -324,7 +365,7 @@ static void admin_auth(void *arg, auth_status_t st, const char *tenant) {
 }
 
 static void admin_loop(void *a, void *b, intptr_t x) {
-  struct grpc_front *g = a;
+  rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
   actx_t *c = calloc(1, sizeof *c);
@@ -335,22 +376,26 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   c->g = g;
   c->call = call;
   metrics_request(g->rt->metrics, gt_rpc_call_method(call), 200);
-  auth_check(g->rt->auth, md_key(call), true, admin_auth, c);
+  auth_check(g->rt->auth, md_key(call), AUTH_FOR_ADMIN, admin_auth, c);
 }
 
 static void on_admin(void *user, gt_rpc_call_t *call) {
-  struct grpc_front *g = user;
+  rgf_t *g = user;
   if (mbox_post(g->rt->mb, admin_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-struct grpc_front *grpc_front_start(router_t *rt, gt_err_t *err) {
-  struct grpc_front *g = calloc(1, sizeof *g);
+rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
+  rgf_t *g = calloc(1, sizeof *g);
   if (!g) {
     gt_err_set(err, GT_ENOMEM, "grpc: out of memory");
     return NULL;
   }
   g->rt = rt;
-  if (gt_rpc_server_create(NULL, &g->srv, err)) {
+  /* the same request size cap as the HTTP front (--max-body-bytes), and the same time to send
+   * a request (--http-timeout-s) */
+  gt_rpc_server_opts_t so = {.max_message_bytes = (int)rt->cfg.max_body_bytes,
+                             .recv_timeout_ms = rt->cfg.http_timeout_s * 1000};
+  if (gt_rpc_server_create(&so, &g->srv, err)) {
     free(g);
     return NULL;
   }
@@ -375,7 +420,7 @@ fail:
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their
  * calls first, then shut down with no grace. */
-void grpc_front_stop(struct grpc_front *g) {
+void rgf_stop(rgf_t *g) {
   if (!g) return;
   while (g->live) {
     gctx_t *c = g->live;

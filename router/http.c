@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "router/http.h"
 #include "router/router.h"
 
 struct http_front {
@@ -47,6 +48,10 @@ typedef struct hreq {
   char model[ADM_NAME_MAX + 1], atenant[ADM_NAME_MAX + 1];
   adm_limits_t lim;
   struct event *watch; /* EOF on the client socket while we owe it an answer */
+  /* flow control of a stream whose client reads slower than the engine writes */
+  struct evbuffer *out;               /* the connection's output buffer while paused */
+  struct evbuffer_cb_entry *drain_cb; /* set while paused */
+  struct event *wtimer;               /* write timeout while paused */
 } hreq_t;
 
 static void stop_watch(hreq_t *h) {
@@ -54,8 +59,17 @@ static void stop_watch(hreq_t *h) {
   h->watch = NULL;
 }
 
+static void unpause(hreq_t *h) {
+  if (h->drain_cb) evbuffer_remove_cb_entry(h->out, h->drain_cb);
+  h->drain_cb = NULL;
+  h->out = NULL;
+  if (h->wtimer) event_free(h->wtimer);
+  h->wtimer = NULL;
+}
+
 static void hreq_free(hreq_t *h) {
   stop_watch(h);
+  unpause(h);
   oa_req_free(&h->oa);
   oa_resp_free(h->resp);
   free(h->body);
@@ -187,6 +201,51 @@ static void start_stream_reply(hreq_t *h) {
   h->streaming = true;
 }
 
+/* The client read part of a paused stream: below half the bound, read from the engine again. */
+static void on_out_drained(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg) {
+  hreq_t *h = arg;
+  if (!info->n_deleted || evbuffer_get_length(b) > (size_t)h->rt->cfg.stream_buffer_bytes / 2) return;
+  unpause(h);
+  rq_resume(h->rq);
+}
+
+/* A paused stream did not drain for --stream-write-timeout-s: the client does not read. Cancel
+ * the request (engine stream, lease) and drop the connection with everything buffered for it. */
+static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
+  hreq_t *h = arg;
+  (void)fd;
+  (void)what;
+  size_t unsent = h->out ? evbuffer_get_length(h->out) : 0;
+  GT_LOG_WARN("rid=%s client does not read: stream cancelled after %d s with %zu bytes unsent", h->id,
+              h->rt->cfg.stream_write_timeout_s, unsent);
+  metrics_reject(h->rt->metrics, "client_write_timeout");
+  metrics_request(h->rt->metrics, route_names[h->route], 499);
+  unpause(h);
+  rq_t *q = h->rq;
+  h->rq = NULL;
+  rq_cancel(q);
+  struct evhttp_connection *conn = h->conn;
+  if (conn) evhttp_connection_set_closecb(conn, NULL, NULL);
+  hreq_free(h);
+  if (conn) evhttp_connection_free(conn); /* frees the request and its output */
+}
+
+/* After a chunk went out: a stream whose unsent output reached the bound pauses the engine. */
+static void maybe_pause(hreq_t *h, const rq_event_t *ev) {
+  struct bufferevent *bev = h->conn ? evhttp_connection_get_bufferevent(h->conn) : NULL;
+  struct evbuffer *out = bev ? bufferevent_get_output(bev) : NULL;
+  if (!out || h->drain_cb || evbuffer_get_length(out) < (size_t)h->rt->cfg.stream_buffer_bytes) return;
+  h->out = out;
+  h->drain_cb = evbuffer_add_cb(out, on_out_drained, h);
+  h->wtimer = evtimer_new(h->rt->base, on_write_timeout, h);
+  struct timeval tv = {h->rt->cfg.stream_write_timeout_s, 0};
+  if (!h->drain_cb || !h->wtimer || evtimer_add(h->wtimer, &tv)) {
+    unpause(h); /* out of memory: keep reading rather than stall forever */
+    return;
+  }
+  *ev->pause = true;
+}
+
 static void on_rq_event(void *sink, const rq_event_t *ev) {
   hreq_t *h = sink;
   if (ev->kind == RQ_EV_ERROR) {
@@ -215,6 +274,8 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
       h->rq = NULL;
       evhttp_send_reply_end(h->req);
       finish(h, 200);
+    } else {
+      maybe_pause(h, ev);
     }
     return;
   }
@@ -449,12 +510,20 @@ static void admin_after_auth(hreq_t *h) {
     reply_errf(h, 400, "invalid_request_error", "invalid_limits", err.msg);
     return;
   }
+  if (!pool_has_model(h->rt->pool, h->model)) { /* a typo would otherwise make a new pool */
+    char msg[ADM_NAME_MAX + 96];
+    snprintf(msg, sizeof msg, "unknown model '%s': no engine serves it (--engine or the registry)", h->model);
+    reply_errf(h, 404, "invalid_request_error", "model_not_found", msg);
+    return;
+  }
   if (adm_limits_set(h->rt->adm, h->model, h->atenant, &h->lim, on_limits_set, h, &err))
     reply_errf(h, err.code == GT_EINVAL ? 400 : 503, err.code == GT_EINVAL ? "invalid_request_error" : "server_error",
                NULL, err.msg);
 }
 
 /* ---- dispatch ---- */
+static void info_after_auth(hreq_t *h);
+
 static void on_auth(void *arg, auth_status_t st, const char *tenant) {
   hreq_t *h = arg;
   if (h->gone) { /* the client left while its key was checked */
@@ -464,6 +533,11 @@ static void on_auth(void *arg, auth_status_t st, const char *tenant) {
   if (st == AUTH_UNAVAILABLE) {
     metrics_reject(h->rt->metrics, "auth_unavailable");
     reply_errf(h, 503, "server_error", "auth_unavailable", "cannot check the API key: Redis is unreachable");
+    return;
+  }
+  if (st == AUTH_NOKEYS) {
+    metrics_reject(h->rt->metrics, "auth_no_keys");
+    reply_errf(h, 503, "server_error", "auth_no_keys", AUTH_NOKEYS_MSG);
     return;
   }
   if (st == AUTH_DENIED) {
@@ -479,6 +553,8 @@ static void on_auth(void *arg, auth_status_t st, const char *tenant) {
     case R_CHAT:
     case R_COMPL: gen_after_auth(h); break;
     case R_TOKENIZE: tokenize_after_auth(h); break;
+    case R_MODELS:
+    case R_METRICS: info_after_auth(h); break;
     default: admin_after_auth(h); break;
   }
 }
@@ -505,9 +581,51 @@ static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_r
   (void)msg;
   adm_stats_t as;
   adm_stats(h->rt->adm, &as);
+  metrics_set_dataguard(h->rt->metrics, dg_losses(h->rt->dg), dg_snapshot_entries(h->rt->dg));
   char *t = metrics_render(h->rt->metrics, &as, h->rt->pool, status == GT_OK ? rows : NULL, status == GT_OK ? n : 0);
   reply_text(h, 200, "text/plain; version=0.0.4", t ? t : "");
   free(t);
+}
+
+/* A request body's Content-Type: absent or application/json (parameters such as charset allowed). */
+static bool json_content_type(const char *ct) {
+  if (!ct) return true;
+  while (*ct == ' ') ct++;
+  size_t n = strlen("application/json");
+  return !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+/* /v1/models and /metrics (after the key check with --protect-info). */
+static void info_after_auth(hreq_t *h) {
+  if (h->route == R_MODELS) {
+    models(h);
+    return;
+  }
+  gt_err_t err;
+  if (adm_queues_list(h->rt->adm, NULL, metrics_cb, h, &err)) metrics_cb(h, GT_EIO, err.msg, NULL, 0);
+}
+
+/* GET /ready: 200 when Redis is up and every model has a ready engine; 503 otherwise and while
+ * the router drains. Engines whose Health says DRAINING are listed either way. */
+static void ready(hreq_t *h) {
+  char why[256] = "";
+  adm_stats_t as;
+  adm_stats(h->rt->adm, &as);
+  if (!as.redis_up) snprintf(why, sizeof why, "redis unreachable");
+  bool ok = as.redis_up && pool_all_ready(h->rt->pool, why, sizeof why);
+  if (h->rt->draining) {
+    ok = false;
+    snprintf(why, sizeof why, "router draining");
+  }
+  json_t *o = json_pack("{s:s,s:s?}", "status", ok ? "ready" : h->rt->draining ? "draining" : "not_ready", "reason",
+                        ok ? NULL : why);
+  json_t *dr = json_array();
+  for (int i = 0; i < pool_count(h->rt->pool); i++) {
+    pool_engine_t *e = pool_at(h->rt->pool, i);
+    if (e->draining) json_array_append_new(dr, json_pack("{s:s,s:s}", "model", e->model, "engine", e->target));
+  }
+  json_object_set_new(o, "engines_draining", dr);
+  reply_jobj(h, ok ? 200 : 503, o);
 }
 
 static int route_of(const char *path) {
@@ -537,21 +655,14 @@ static void on_request(struct evhttp_request *req, void *arg) {
 
   switch (h->route) {
     case R_HEALTH: reply_jobj(h, 200, json_pack("{s:s}", "status", "ok")); return;
-    case R_READY: {
-      char why[256] = "";
-      adm_stats_t as;
-      adm_stats(hf->rt->adm, &as);
-      if (!as.redis_up) snprintf(why, sizeof why, "redis unreachable");
-      bool ok = as.redis_up && pool_all_ready(hf->rt->pool, why, sizeof why);
-      reply_jobj(h, ok ? 200 : 503, json_pack("{s:s,s:s?}", "status", ok ? "ready" : "not_ready", "reason", ok ? NULL : why));
-      return;
-    }
-    case R_MODELS: models(h); return;
-    case R_METRICS: {
-      gt_err_t err;
-      if (adm_queues_list(hf->rt->adm, NULL, metrics_cb, h, &err)) metrics_cb(h, GT_EIO, err.msg, NULL, 0);
-      return;
-    }
+    case R_READY: ready(h); return;
+    case R_MODELS:
+    case R_METRICS:
+      if (!hf->rt->cfg.protect_info) {
+        info_after_auth(h);
+        return;
+      }
+      break; /* --protect-info: a key first */
     case R_OTHER: {
       char msg[300];
       snprintf(msg, sizeof msg, "no route %.200s", path ? path : "?");
@@ -561,9 +672,17 @@ static void on_request(struct evhttp_request *req, void *arg) {
     default: break;
   }
   bool admin = h->route == R_LIMITS || h->route == R_QUEUES;
-  bool ok_method = admin ? (m == EVHTTP_REQ_GET || (h->route == R_LIMITS && m == EVHTTP_REQ_PUT)) : m == EVHTTP_REQ_POST;
+  bool info = h->route == R_MODELS || h->route == R_METRICS;
+  bool ok_method = info    ? m == EVHTTP_REQ_GET
+                   : admin ? (m == EVHTTP_REQ_GET || (h->route == R_LIMITS && m == EVHTTP_REQ_PUT))
+                           : m == EVHTTP_REQ_POST;
   if (!ok_method) {
     reply_errf(h, 405, "invalid_request_error", "method_not_allowed", "method not allowed on this route");
+    return;
+  }
+  if (m != EVHTTP_REQ_GET && !json_content_type(evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type"))) {
+    reply_errf(h, 415, "invalid_request_error", "unsupported_media_type",
+               "Content-Type must be application/json");
     return;
   }
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
@@ -579,7 +698,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   start_watch(h);
   const char *key = auth_bearer(evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization"));
   if (!key) key = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Api-Key");
-  auth_check(hf->rt->auth, key, admin, on_auth, h);
+  auth_check(hf->rt->auth, key, admin ? AUTH_FOR_ADMIN : info ? AUTH_FOR_ANY : AUTH_FOR_API, on_auth, h);
 }
 
 struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
@@ -604,10 +723,13 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   evhttp_set_timeout(hf->http, rt->cfg.http_timeout_s);
   evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
   evhttp_set_gencb(hf->http, on_request, hf);
+  errno = 0;
   struct evhttp_bound_socket *s = evhttp_bind_socket_with_handle(hf->http, host, (ev_uint16_t)port);
   if (!s) {
+    const int e = errno;
     http_front_stop(hf);
-    gt_err_set(err, GT_EIO, "--http %s: cannot listen", rt->cfg.http_addr);
+    gt_err_set(err, GT_EIO, "--http %s: cannot listen: %s", rt->cfg.http_addr,
+               e ? strerror(e) : "bad address");
     return NULL;
   }
   struct sockaddr_storage ss;

@@ -6,7 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "router/router.h"
+#include "router/mailbox.h"
 
 typedef struct item {
   mbox_fn fn;

@@ -1,66 +1,26 @@
-/* router/main.c — gantry-router: one libevent loop carrying the HTTP front, Redis (admission +
- * auth) and the hand-offs from the gRPC threads (engine streams, the gRPC front). */
-#include <event2/event.h>
+/* router/main.c — gantry-router: parses the command line and runs the router (router.c), or the
+ * `register` heartbeat sidecar (register_cmd.c). */
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "common/evbase.h"
 #include "common/log.h"
 #include "router/router.h"
-
-void rt_request_id(router_t *rt, char out[40]) {
-  static uint64_t salt;
-  if (!salt) salt = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)rt;
-  uint64_t x = salt + ++rt->next_id * 0x9e3779b97f4a7c15ULL;
-  x ^= x >> 31;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 29;
-  snprintf(out, 40, "%016llx", (unsigned long long)x);
-}
-
-static void on_signal(evutil_socket_t sig, short what, void *arg) {
-  (void)what;
-  router_t *rt = arg;
-  GT_LOG_INFO("signal %d: shutting down", (int)sig);
-  event_base_loopbreak(rt->base);
-}
-
-static void on_rc_state(void *arg, bool up) {
-  router_t *rt = arg;
-  if (!up) {
-    GT_LOG_WARN("redis connection lost (auth)");
-    return;
-  }
-  GT_LOG_INFO("redis connected host=%s port=%d", rt->cfg.redis_host, rt->cfg.redis_port);
-}
-
-static void warn_no_keys(void *arg, auth_status_t st, const char *tenant) {
-  (void)arg;
-  if (st == AUTH_OK && tenant && !strcmp(tenant, "default"))
-    GT_LOG_WARN("no API keys configured (Redis hash %sapikeys is empty): every request runs as open tenant 'default'",
-                ((router_t *)arg)->cfg.key_prefix);
-}
-
-static void key_check_timer(evutil_socket_t fd, short what, void *arg) {
-  (void)fd;
-  (void)what;
-  router_t *rt = arg;
-  if (rc_connected(rt->rc)) auth_check(rt->auth, NULL, false, warn_no_keys, rt);
-}
 
 int main(int argc, char **argv) {
   gt_log_init_from_env();
   signal(SIGPIPE, SIG_IGN);
   if (argc > 1 && !strcmp(argv[1], "register")) return registry_sidecar(argc, argv);
-  router_t *rt = calloc(1, sizeof *rt);
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--version")) {
+      printf("gantry-router %s\n", GANTRY_VERSION);
+      return 0;
+    }
+  static rt_config_t cfg;
   gt_err_t err = {0};
   bool help;
-  rt_config_defaults(&rt->cfg);
-  if (rt_config_parse(&rt->cfg, argc, argv, &help, &err)) {
+  rt_config_defaults(&cfg);
+  if (rt_config_parse(&cfg, argc, argv, &help, &err)) {
     fprintf(stderr, "gantry-router: %s\n%s", err.msg, rt_usage());
     return 2;
   }
@@ -68,73 +28,12 @@ int main(int argc, char **argv) {
     fputs(rt_usage(), stdout);
     return 0;
   }
-  int rc = 1;
-  rt->base = gt_event_base_new();
-  rt->metrics = metrics_create();
-  if (!rt->base || !rt->metrics || !(rt->mb = mbox_create(rt->base, &err))) goto out;
-  adm_config_t ac = {.redis_host = rt->cfg.redis_host, .redis_port = rt->cfg.redis_port, .router_id = "router",
-                     .lease_ttl_ms = rt->cfg.lease_ttl_ms, .queue_timeout_ms = rt->cfg.queue_timeout_ms,
-                     .hold_ms = rt->cfg.hold_ms,
-                     .default_max_inflight = rt->cfg.default_max_inflight,
-                     .default_max_queued = rt->cfg.default_max_queued};
-  char prefix[96];
-  snprintf(prefix, sizeof prefix, "%sadm:", rt->cfg.key_prefix);
-  ac.key_prefix = prefix;
-  if (!(rt->adm = adm_create(rt->base, &ac, &err))) goto out;
-  rc_config_t rcc = {.host = rt->cfg.redis_host, .port = rt->cfg.redis_port, .name = "router-auth"};
-  if (!(rt->rc = rc_create(rt->base, &rcc, on_rc_state, rt, &err))) goto out;
-  if (!(rt->auth = auth_create(rt->rc, rt->cfg.key_prefix, rt->cfg.admin_key, &err))) goto out;
-  if (!(rt->pool = pool_create(rt, rt->base, rt->mb, rt->cfg.health_ms, &err))) goto out;
-  for (int i = 0; i < rt->cfg.n_engines; i++)
-    if (pool_add(rt->pool, rt->cfg.engines[i].model, rt->cfg.engines[i].target, &err)) goto out;
-  if (!(rt->registry = registry_start(rt, rt->cfg.health_ms, rt->cfg.engine_stale_ms, &err))) goto out;
-  if (rt->cfg.http_addr[0] && !(rt->http = http_front_start(rt, &err))) goto out;
-  if (rt->cfg.grpc_addr[0] && !(rt->grpc = grpc_front_start(rt, &err))) goto out;
-  struct event *sigint = evsignal_new(rt->base, SIGINT, on_signal, rt);
-  struct event *sigterm = evsignal_new(rt->base, SIGTERM, on_signal, rt);
-  evsignal_add(sigint, NULL);
-  evsignal_add(sigterm, NULL);
-  struct event *keyt = event_new(rt->base, -1, 0, key_check_timer, rt);
-  struct timeval one = {1, 0};
-  event_add(keyt, &one);
-  GT_LOG_INFO("gantry-router listening http=%s http_port=%d grpc=%s grpc_port=%d redis=%s:%d engines=%d",
-              rt->cfg.http_addr, rt->http_port, rt->cfg.grpc_addr[0] ? rt->cfg.grpc_addr : "-", rt->grpc_port,
-              rt->cfg.redis_host, rt->cfg.redis_port, rt->cfg.n_engines);
-  /* machine-readable line for tests and scripts (ports may be 0 = chosen by the OS) */
-  printf("listening http_port=%d grpc_port=%d\n", rt->http_port, rt->grpc_port);
-  fflush(stdout);
-  if (!rt->cfg.admin_key[0]) GT_LOG_WARN("no admin key (--admin-key / GANTRY_ADMIN_KEY): admin routes are open while no API keys exist");
-  event_base_dispatch(rt->base);
-  event_free(sigint);
-  event_free(sigterm);
-  event_free(keyt);
-  rc = 0;
-out:
-  if (rc) fprintf(stderr, "gantry-router: %s\n", err.msg);
-  /* Redis auth connection first: auth checks still pending are answered (503) while the fronts
-   * that wait for them still exist; then the fronts; then live requests are cancelled. */
-  registry_stop(rt->registry);
-  auth_detach(rt->auth);
-  if (rt->rc) rc_destroy(rt->rc);
-  rt->rc = NULL;
-  grpc_front_stop(rt->grpc);
-  http_front_stop(rt->http);
-  if (rt->base) {
-    /* every live request: cancel its stream and wait (bounded) for the engines to confirm */
-    rq_cancel_all(rt);
-    for (int i = 0; i < 500 && rt->n_rqs > 0; i++) {
-      struct timeval tick = {0, 10000};
-      event_base_loopexit(rt->base, &tick);
-      event_base_dispatch(rt->base);
-    }
+  router_t *rt = rt_create(&cfg, &err);
+  if (!rt) {
+    fprintf(stderr, "gantry-router: %s\n", err.msg);
+    return 1;
   }
-  if (rt->adm) adm_destroy(rt->adm);
-  registry_free(rt->registry);
-  pool_destroy(rt->pool);
-  auth_destroy(rt->auth);
-  mbox_destroy(rt->mb);
-  metrics_destroy(rt->metrics);
-  if (rt->base) event_base_free(rt->base);
-  free(rt);
-  return rc;
+  rt_run(rt);
+  rt_destroy(rt);
+  return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "common/engine_client.h"
 #include "common/log.h"
+#include "router/registry.h"
 #include "router/router.h"
 
 static volatile sig_atomic_t g_stop;

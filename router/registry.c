@@ -10,6 +10,7 @@
 #include <sys/time.h>
 
 #include "common/log.h"
+#include "router/registry.h"
 #include "router/router.h"
 
 struct registry {

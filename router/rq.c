@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "router/rq.h"
 #include "router/router.h"
 
 struct rq {
@@ -21,10 +22,12 @@ struct rq {
   uint64_t ticket;
   char lease[160];
   bool have_lease, waiting, cancelled, terminal, started, retried;
+  bool paused;             /* the sink is full: the next engine read waits for rq_resume */
   pool_engine_t *engine;   /* engine of the open stream */
   ec_stream_t *stream;     /* open stream (NULL when none) */
   int attempt;
   double deadline_ms;      /* gt_now_ms() deadline of the engine stream (first attempt + timeout) */
+  double t_arrival_ms;     /* rq_start (router-side TTFT and end-to-end latency) */
   rq_t *prev, *next;       /* router's list of live requests */
 };
 
@@ -68,7 +71,10 @@ static int start_stream(rq_t *q, const pool_engine_t *avoid) {
   const int64_t total = q->rt->cfg.request_timeout_ms; /* <= 0: no deadline */
   if (q->deadline_ms == 0) q->deadline_ms = now + (double)total;
   const double left = q->deadline_ms - now;
-  ec_call_opts_t o = {.timeout_ms = total <= 0 ? 0 : left < 1 ? 1 : (int64_t)left, .request_id = q->id};
+  /* manual reads: one response at a time, the next only when the sink has room (flow control
+   * holds the engine back while a client does not read) */
+  ec_call_opts_t o = {.timeout_ms = total <= 0 ? 0 : left < 1 ? 1 : (int64_t)left, .request_id = q->id,
+                      .manual_read = true};
   gt_err_t err;
   q->attempt++;
   if (ec_generate(e->ec, q->gen, &o, on_resp, on_done, q, &q->stream, &err)) {
@@ -89,20 +95,35 @@ static void resp_loop(void *a, void *b, intptr_t c) {
   (void)c;
   if (q->cancelled || q->terminal) {
     protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (q->stream) ec_stream_read_next(q->stream); /* read on to the end so on_done comes */
     return;
   }
   bool final = r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL;
+  const double age_s = (gt_now_ms() - q->t_arrival_ms) / 1000;
   if (!final) {
+    if (!q->started) metrics_observe(q->rt->metrics, METRICS_TTFT, q->model, age_s);
     q->started = true;
     if (q->have_lease) adm_touch(q->rt->adm, q->lease);
   } else {
+    metrics_observe(q->rt->metrics, METRICS_E2E, q->model, age_s);
     q->terminal = true;
     release_lease(q); /* the slot frees as soon as the answer is complete */
   }
-  bool taken = false;
-  rq_event_t ev = {.kind = RQ_EV_MSG, .msg = r, .taken = &taken, .final = final, .started = q->started};
+  bool taken = false, pause = false;
+  rq_event_t ev = {.kind = RQ_EV_MSG, .msg = r, .taken = &taken, .final = final, .started = q->started,
+                   .pause = &pause};
+  ec_stream_t *s = q->stream; /* the callback may cancel q (then q->stream is cancelled, not freed) */
   q->cb(q->sink, &ev);
   if (!taken) protobuf_c_message_free_unpacked(&r->base, NULL);
+  if (q->cancelled || !s) return;
+  if (pause) q->paused = true;
+  else ec_stream_read_next(s);
+}
+
+void rq_resume(rq_t *q) {
+  if (!q || !q->paused) return;
+  q->paused = false;
+  if (q->stream && !q->cancelled) ec_stream_read_next(q->stream);
 }
 
 static void done_loop(void *a, void *b, intptr_t c) {
@@ -191,10 +212,26 @@ static void on_admit(void *arg, const adm_result_t *res) {
 
 rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *request_id,
                Gantry__V1__GenerateRequest *gen, rq_cb cb, void *sink, oa_error_t *e) {
+  if (rt->draining) {
+    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    metrics_reject(rt->metrics, "draining");
+    oa_err(e, 503, "server_error", NULL, "router_draining", "the router is shutting down; retry on another router");
+    return NULL;
+  }
   if (!pool_has_model(rt->pool, model)) {
     protobuf_c_message_free_unpacked(&gen->base, NULL);
     metrics_reject(rt->metrics, "unknown_model");
     oa_err(e, 404, "invalid_request_error", "model", "model_not_found", "The model '%s' does not exist", model);
+    return NULL;
+  }
+  const uint32_t ctx = pool_context(rt->pool, model);
+  if (ctx && gen->max_tokens_opt_case == GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS &&
+      gen->max_tokens > ctx) {
+    const uint32_t mt = gen->max_tokens;
+    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    metrics_reject(rt->metrics, "bad_request");
+    oa_err(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",
+           "max_tokens is %u, but this model's maximum context length is %u tokens", mt, ctx);
     return NULL;
   }
   rq_t *q = calloc(1, sizeof *q);
@@ -204,6 +241,7 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
     return NULL;
   }
   q->rt = rt;
+  q->t_arrival_ms = gt_now_ms();
   snprintf(q->model, sizeof q->model, "%s", model);
   snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
   snprintf(q->id, sizeof q->id, "%s", request_id);
@@ -246,6 +284,18 @@ void rq_cancel(rq_t *q) {
   release_lease(q);
   if (q->stream) ec_stream_cancel(q->stream); /* engine frees the sequence; done_loop frees q */
   maybe_free(q);
+}
+
+void rq_abort_all(router_t *rt, const char *why) {
+  rq_t *q = rt->rqs;
+  while (q) {
+    rq_t *next = q->next;
+    if (!q->terminal && !q->cancelled) {
+      fail(q, 503, "server_error", "router_shutdown", 0, "%s", why);
+      rq_cancel(q); /* the sink is done with q: engine stream, queue entry, lease */
+    }
+    q = next;
+  }
 }
 
 void rq_cancel_all(router_t *rt) {

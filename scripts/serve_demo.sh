@@ -38,7 +38,7 @@ EPORT=$(free_port)
 PIDS+=("$!")
 HPORT=$(free_port)
 "$BIN/gantry-router" --http "127.0.0.1:$HPORT" --redis "redis://127.0.0.1:$RPORT" \
-  --engine "demo=127.0.0.1:$EPORT" --admission-hold-ms 1 >"$TMP/router.out" 2>"$TMP/router.log" &
+  --engine "demo=127.0.0.1:$EPORT" --auth none >"$TMP/router.out" 2>"$TMP/router.log" &
 PIDS+=("$!")
 echo "== redis :$RPORT, engine :$EPORT ($MODEL_FILE), router http://127.0.0.1:$HPORT"
 for i in $(seq 300); do

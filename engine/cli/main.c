@@ -20,6 +20,10 @@ static void usage(FILE *f) {
         f);
 }
 
+#ifndef GANTRY_VERSION /* set by cmake/90-install.cmake */
+#define GANTRY_VERSION "unknown"
+#endif
+
 int main(int argc, char **argv) {
   /* OpenMP threads that spin while waiting collapse throughput (100x measured) as soon as
    * another process wants the cores; sleeping waits cost little. Set before any parallel region. */
@@ -28,6 +32,10 @@ int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("gantry-engine %s\n", GANTRY_VERSION);
+    return 0;
   }
   const char *cmd = argv[1];
   argc--, argv++;

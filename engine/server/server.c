@@ -14,6 +14,7 @@
 #include "engine/chat/prompt.h"
 #include "engine/server/server_convert.h"
 #include "engine/server/server_metrics.h"
+#include "grpc/health/v1/health.pb-c.h"
 
 /* One Generate call handed to the scheduler. Lives from the handler until the final event. */
 typedef struct live {
@@ -42,6 +43,7 @@ struct srv {
   char **wtypes;
   int n_wtypes;
   int n_ctx;
+  size_t max_tok_bytes;   /* longest token text: prompts longer than n_ctx * this cannot fit */
   pthread_t th;
   int th_started;
   /* shared */
@@ -221,6 +223,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   const char **stop_buf = NULL;
   sched_req_t q;
   int rc = srv_conv_check(r, &err);
+  if (!rc) rc = srv_conv_check_bytes(r, s->n_ctx, s->max_tok_bytes, &err);
   if (!rc) rc = srv_conv_prompt(r, s->tok, s->have_fam ? &s->fam : NULL, s->fam_reason, &ids, &n_ids, &opens, &err);
   /* a prompt that fills the context is refused by sched_submit (INVALID_ARGUMENT, same message) */
   pthread_mutex_lock(&s->mu);
@@ -364,6 +367,40 @@ static void on_info(void *user, gt_rpc_call_t *call) {
   gt_rpc_call_reply(call, &r->base);
 }
 
+/* GET /health and /ready on the metrics port (Kubernetes probes): /health is 200 while the
+ * process serves, /ready 200 only when a model is loaded and the engine is not draining. */
+static int http_probe(void *ud, const char *path, char *msg, size_t n) {
+  srv_t *s = ud;
+  srv_state_t st = get_state(s);
+  const char *word = st == SRV_LOADING ? "loading" : st == SRV_READY ? "ready" : "draining";
+  if (!strcmp(path, "/health")) {
+    snprintf(msg, n, "ok");
+    return 200;
+  }
+  snprintf(msg, n, "%s", word);
+  return st == SRV_READY ? 200 : 503;
+}
+
+/* grpc.health.v1.Health/Check: SERVING when a model is loaded and the engine is not draining.
+ * Service "" (the server) or "gantry.v1.Engine"; any other name is NOT_FOUND (the protocol). */
+static void on_grpc_health(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  const Grpc__Health__V1__HealthCheckRequest *q = (const Grpc__Health__V1__HealthCheckRequest *)gt_rpc_call_request(call);
+  if (q->service[0] && strcmp(q->service, "gantry.v1.Engine")) {
+    gt_rpc_call_finish(call, GT_RPC_NOT_FOUND, "unknown service");
+    return;
+  }
+  Grpc__Health__V1__HealthCheckResponse *r = malloc(sizeof *r);
+  if (!r) {
+    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  grpc__health__v1__health_check_response__init(r);
+  r->status = get_state(s) == SRV_READY ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                                        : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+  gt_rpc_call_reply(call, &r->base);
+}
+
 static void on_health(void *user, gt_rpc_call_t *call) {
   srv_t *s = user;
   Gantry__V1__HealthResponse *r = malloc(sizeof *r);
@@ -446,6 +483,7 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
   }
   s->prep_started = 1;
   srv_metrics_init(&s->met, o->metrics);
+  if (o->metrics) gt_metrics_on_probe(o->metrics, http_probe, s);
   int rc = gt_rpc_server_create(NULL, &s->rpc, err);
   const gt_rpc_method_t methods[] = {
       {EC_METHOD_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__generate_request__descriptor, on_generate, on_cancel,
@@ -453,6 +491,8 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
       {EC_METHOD_TOKENIZE, GT_RPC_UNARY, &gantry__v1__tokenize_request__descriptor, on_tokenize, NULL, NULL, s},
       {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, on_info, NULL, NULL, s},
       {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, on_health, NULL, NULL, s},
+      {"/grpc.health.v1.Health/Check", GT_RPC_UNARY, &grpc__health__v1__health_check_request__descriptor,
+       on_grpc_health, NULL, NULL, s},
   };
   for (size_t i = 0; !rc && i < sizeof methods / sizeof *methods; i++) rc = gt_rpc_server_add_method(s->rpc, &methods[i], err);
   if (!rc) rc = gt_rpc_server_start(s->rpc, o->listen, port, err);
@@ -484,6 +524,7 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
   sched_stats_t st;
   sched_stats(s->sched, &st);
   s->n_ctx = st.n_ctx;
+  s->max_tok_bytes = srv_conv_max_token_bytes(tok);
   s->model_name = strdup(info && info->model_name ? info->model_name : m->hp.name);
   s->arch = strdup(info && info->architecture ? info->architecture : m->hp.arch);
   s->version = strdup(info && info->version ? info->version : "");
@@ -557,7 +598,10 @@ void srv_free(srv_t *s, int64_t grace_ms) {
     gt_rpc_server_shutdown(s->rpc, grace_ms);
     gt_rpc_server_destroy(s->rpc);
   }
-  if (s->met.reg) gt_metrics_on_collect(s->met.reg, NULL, NULL);
+  if (s->met.reg) {
+    gt_metrics_on_collect(s->met.reg, NULL, NULL);
+    gt_metrics_on_probe(s->met.reg, NULL, NULL); /* waits for a probe in progress */
+  }
   if (s->prep_started) { /* every call is finished by now: the queue is empty */
     pthread_mutex_lock(&s->mu);
     s->prep_stop = 1;

@@ -314,3 +314,29 @@ gt_genresp_t *srv_conv_final(sched_finish_t why, const char *error, const sched_
   }
   return r;
 }
+
+static size_t add_len(size_t n, const char *s) { return s ? n + strlen(s) : n; }
+
+int srv_conv_check_bytes(const Gantry__V1__GenerateRequest *r, int n_ctx, size_t max_tok_bytes, gt_err_t *err) {
+  size_t bytes = 0;
+  if (r->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) {
+    bytes = add_len(0, r->prompt);
+  } else if (r->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT) {
+    for (size_t i = 0; i < r->chat->n_messages; i++) bytes = add_len(bytes, r->chat->messages[i]->content);
+  }
+  const size_t fit = (size_t)(n_ctx > 0 ? n_ctx : 0) * (max_tok_bytes ? max_tok_bytes : 1);
+  if (bytes > fit)
+    return gt_err_set(err, GT_EINVAL,
+                      "prompt has %zu bytes: at least %zu tokens (a token covers at most %zu bytes), but the context "
+                      "length is %d", bytes, (bytes + max_tok_bytes - 1) / max_tok_bytes, max_tok_bytes, n_ctx);
+  return GT_OK;
+}
+
+size_t srv_conv_max_token_bytes(const tok_t *tok) {
+  size_t mx = 1;
+  for (size_t i = 0; i < tok_n_vocab(tok); i++) {
+    size_t len = 0;
+    if (tok_piece(tok, (int32_t)i, &len) && len > mx) mx = len;
+  }
+  return mx;
+}

@@ -13,6 +13,13 @@
 /* Rejects unknown fields (anywhere in the request, named by message and field number) and
  * out-of-range values that the scheduler would not name (GT_EINVAL with the field). */
 int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err);
+/* Refuses (GT_EINVAL) text input that cannot fit n_ctx tokens whatever it tokenizes to: every
+ * token covers at most max_tok_bytes bytes, so a prompt (or the chat messages' text) of more
+ * than n_ctx * max_tok_bytes bytes needs more than n_ctx tokens. Checked before tokenizing, so
+ * a huge prompt costs no tokenizer time. */
+int srv_conv_check_bytes(const Gantry__V1__GenerateRequest *r, int n_ctx, size_t max_tok_bytes, gt_err_t *err);
+/* Longest token text of the vocabulary, bytes (>= 1). */
+size_t srv_conv_max_token_bytes(const tok_t *tok);
 
 /* Token ids of r's input: chat (rendered with fam; fam NULL -> GT_EINVAL carrying
  * fam_reason), raw prompt text, or ids. *ids malloc'd (caller frees). *opens_reasoning is set

@@ -1,21 +1,27 @@
 -- common.lua: prelude of every admission script (concatenated in front of each step at load time).
--- ARGV[1] key prefix, ARGV[2] lease/entry TTL ms, ARGV[3] hold ms after a fresh Redis,
+-- ARGV[1] key prefix, ARGV[2] lease/entry TTL ms, ARGV[3] hold ms after a fresh Redis (negative:
+-- the same length, but the caller has no evidence of an earlier life of this Redis),
 -- ARGV[4] default pool max_inflight, ARGV[5] default pool max_queued, ARGV[6] max admissions
 -- per call. Step-specific arguments start at ARGV[7]. Key layout: see router/ADMISSION.md.
 local P = ARGV[1]
 local TTL = tonumber(ARGV[2])
-local HOLD = tonumber(ARGV[3])
+local HOLD = math.abs(tonumber(ARGV[3]))
+local EVIDENCE = tonumber(ARGV[3]) > 0
 local DEF_INF = tonumber(ARGV[4])
 local DEF_Q = tonumber(ARGV[5])
 local MAX_ADMIT = tonumber(ARGV[6])
 local tm = redis.call('TIME')
 local NOW = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 
--- A Redis without our epoch key is new or lost its data: hold admissions for one lease TTL so
--- every live router re-registers the leases it holds (heartbeat) before anything is admitted.
+-- A Redis without our epoch key is new or lost its data. When there is evidence of an earlier
+-- life (the caller has used a Redis at this address before, or pools are still listed), hold
+-- admissions for one lease TTL so every live router re-registers the leases it holds
+-- (heartbeat) before anything is admitted. A brand-new deployment admits at once.
 if redis.call('EXISTS', P .. 'epoch') == 0 then
   redis.call('SET', P .. 'epoch', tostring(NOW))
-  redis.call('SET', P .. 'hold', tostring(NOW + HOLD))
+  if EVIDENCE or redis.call('EXISTS', P .. 'pools') == 1 then
+    redis.call('SET', P .. 'hold', tostring(NOW + HOLD))
+  end
 end
 
 local function hold_left()
@@ -126,6 +132,28 @@ local function router_dead(r)
   return d and tonumber(d) < NOW
 end
 
+-- Admission rate of pool m (P rate:M: s first admission, t last update, r decayed sum), an
+-- exponentially weighted rate over RATE_TAU_MS with the start-up bias corrected, so that a
+-- Retry-After can say when the queue will have drained.
+local RATE_TAU_MS = 10000
+local function note_admissions(m, n)
+  local k = P .. 'rate:' .. m
+  local v = redis.call('HMGET', k, 's', 't', 'r')
+  local s, t, r = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]) or 0
+  if t then r = r * math.exp(-(NOW - t) / RATE_TAU_MS) else s = NOW end
+  redis.call('HSET', k, 's', s, 't', NOW, 'r', tostring(r + n))
+end
+
+-- Admissions per second of pool m lately (0 when unknown).
+local function admission_rate(m)
+  local v = redis.call('HMGET', P .. 'rate:' .. m, 's', 't', 'r')
+  local s, t, r = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+  if not (s and t and r) then return 0 end
+  local span = math.max(NOW - s, 1000) -- at least a second of history
+  local seen = 1 - math.exp(-span / RATE_TAU_MS)
+  return r * math.exp(-(NOW - t) / RATE_TAU_MS) / seen * 1000 / RATE_TAU_MS
+end
+
 -- Admits as many waiting entries of pool m as the caps allow (at most MAX_ADMIT): interactive
 -- class (0) before batch (1); within a class the eligible tenant (below its max_inflight) with
 -- the smallest pass wins and its pass advances by 1/weight (stride scheduling); FIFO within a
@@ -188,5 +216,6 @@ local function admit(m, skip_id)
       n = n + 1
     end
   end
+  if n > 0 then note_admissions(m, n) end
   return n
 end

@@ -18,7 +18,12 @@ local st = redis.call('HGET', P .. 'e:' .. id, 'st')
 if st == 'L' then return {'L', 0} end
 if pool_waiting >= pq or ten_waiting >= tq then
   drop_waiting(id, m, tn, p)
-  local ra = math.ceil((pool_waiting + 1) / math.max(pinf, 1))
+  -- Retry-After: when the queue ahead will have drained at the measured admission rate (without
+  -- a measure yet: one second per pool-cap's worth of waiting requests)
+  local rate = admission_rate(m)
+  local ra
+  if rate > 0.01 then ra = math.ceil((pool_waiting + 1) / rate)
+  else ra = math.ceil((pool_waiting + 1) / math.max(pinf, 1)) end
   if ra < 1 then ra = 1 end
   if ra > 60 then ra = 60 end
   return {'F', ra}

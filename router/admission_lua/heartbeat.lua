@@ -34,5 +34,11 @@ for i = 8, #ARGV, 6 do
     end
   end
 end
+-- Leases Redis had lost, within one hold of a new epoch: a router without evidence created the
+-- epoch first (no hold). Hold now until one hold after the epoch, so the others re-register too.
+if rl > 0 and hold_left() == 0 then
+  local ep = tonumber(redis.call('GET', P .. 'epoch')) or NOW
+  if NOW - ep < HOLD then redis.call('SET', P .. 'hold', tostring(ep + HOLD)) end
+end
 for m in pairs(pools) do admitted = admitted + admit(m, nil) end
 return {renewed, rl, rw, admitted, admitted_ids}

@@ -210,7 +210,7 @@ int main(int argc, char **argv) {
   char redis[64], eng[200];
   snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
   snprintf(eng, sizeof eng, "m=%s", target);
-  const char *args[] = {"--redis", redis, "--engine", eng, "--admission-hold-ms", "1", "--default-max-inflight", "256", NULL};
+  const char *args[] = {"--redis", redis, "--engine", eng, "--admission-hold-ms", "1", "--default-max-inflight", "256", "--auth", "none", NULL};
   rp_t rp;
   if (rp_start(&rp, args) || !rp_wait_ready(&rp, 60000)) {
     fprintf(stderr, "router did not start\n");

@@ -79,7 +79,7 @@ else
 fi
 
 "$BIN/gantry-router" --http 127.0.0.1:0 --grpc 127.0.0.1:0 --redis "redis://127.0.0.1:$RPORT" \
-  --engine "$MODEL=127.0.0.1:$EPORT" --health-ms 200 --admission-hold-ms 1 >"$TMP/router.out" 2>"$TMP/router.log" &
+  --engine "$MODEL=127.0.0.1:$EPORT" --health-ms 200 --admission-hold-ms 1 --auth none >"$TMP/router.out" 2>"$TMP/router.log" &
 PIDS+=("$!")
 LINE=$(wait_line "$TMP/router.out" 'listening http_port=[0-9]+ grpc_port=[0-9]+') || { echo "router did not start:"; cat "$TMP/router.log"; exit 1; }
 HPORT=$(echo "$LINE" | sed -E 's/.*http_port=([0-9]+).*/\1/')

@@ -260,11 +260,178 @@ static void test_redis_restart_under_load(void **st) {
   rs_stop(rs);
 }
 
+/* An engine that stays down while the channel's reconnect backoff grows (10 s: attempts at about
+ * 1, 2.6, 5.2, 9.3, 15.8 s) and then comes back on its port serves again within two health checks
+ * (issue 15 item 3: before, the router answered 503 until the next backoff attempt). */
+static int ready_code(int port) {
+  char *b = NULL;
+  long code = http_req(port, "GET", "/ready", NULL, NULL, 0, &b, NULL);
+  free(b);
+  return (int)code;
+}
+
+static void test_engine_restart_recovers_fast(void **st) {
+  (void)st;
+  rstack_t k;
+  rstack_start(&k, "R", (const char *[]){"--health-ms", "200", NULL});
+  rp_t r = k.rp;
+  const int eport = fe_port(k.fe);
+  assert_true(rp_wait_ready(&r, 20000));
+  fe_stop(k.fe);
+  double t0 = gt_now_ms();
+  while (ready_code(r.http_port) != 503 && gt_now_ms() - t0 < 5000) usleep(20000);
+  assert_int_equal(ready_code(r.http_port), 503);
+  sleep(10); /* the engine stays down while the reconnect backoff grows */
+  k.fe = fe_start_at("R", eport);
+  assert_non_null(k.fe);
+  t0 = gt_now_ms();
+  while (ready_code(r.http_port) != 200 && gt_now_ms() - t0 < 30000) usleep(10000);
+  const double ms = gt_now_ms() - t0;
+  printf("engine restarted after 10 s down: router ready again in %.0f ms (--health-ms 200)\n", ms);
+  assert_int_equal(ready_code(r.http_port), 200);
+  assert_true(ms < 1200); /* two health intervals plus the connect */
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  const char *h[] = {"Content-Type: application/json", NULL};
+  char *b = NULL;
+  assert_int_equal(http_req(r.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 200);
+  free(b);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
+static int ready_body(int port, char **body) { return (int)http_req(port, "GET", "/ready", NULL, NULL, 0, body, NULL); }
+
+static int drain_idle(fe_t *f) { return fe_active(f) == 0; }
+
+/* SIGTERM drains (issue 15 item 7): readiness turns 503 at once, new requests get 503, a stream
+ * that finishes within --drain-timeout-s ends normally, the one that does not ends with an
+ * error event and [DONE], the router exits 0 and the engine streams are gone. /ready also lists
+ * engines whose Health says DRAINING. */
+static void test_router_drain_sigterm(void **st) {
+  (void)st;
+  gt_err_t err;
+  rs_t *rs = rs_start(&err);
+  assert_non_null(rs);
+  fe_t *fe = fe_start("D"), *fe2 = fe_start("D2");
+  char redis[64], eng[64], eng2[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
+  snprintf(eng2, sizeof eng2, "other=127.0.0.1:%d", fe_port(fe2));
+  const char *args[] = {"--redis", redis, "--engine", eng, "--engine", eng2, "--health-ms", "100", "--drain-timeout-s", "1",
+                        "--admission-hold-ms", "1", NULL};
+  rp_t r;
+  assert_int_equal(rp_start(&r, args), 0);
+  assert_true(rp_wait_ready(&r, 20000));
+  /* an engine that drains shows in /ready */
+  fe_set_draining(fe2, true);
+  char *b = NULL;
+  double t0 = gt_now_ms();
+  int code = 0;
+  char want[64];
+  snprintf(want, sizeof want, "127.0.0.1:%d", fe_port(fe2));
+  while (gt_now_ms() - t0 < 5000) {
+    free(b);
+    code = ready_body(r.http_port, &b);
+    if (code == 503 && strstr(b, "engines_draining") && strstr(b, want)) break;
+    usleep(20000);
+  }
+  assert_int_equal(code, 503);
+  assert_non_null(strstr(b, want));
+  free(b);
+  b = NULL;
+  fe_set_draining(fe2, false);
+  assert_true(rp_wait_ready(&r, 5000));
+
+  int fa = open_stream(r.http_port, 20);  /* 0.4 s: finishes within the drain */
+  int fb = open_stream(r.http_port, 500); /* 10 s: cut at the drain deadline */
+  t0 = gt_now_ms();
+  kill(r.pid, SIGTERM);
+  code = 0;
+  while (gt_now_ms() - t0 < 900) {
+    code = ready_body(r.http_port, &b);
+    if (code == 503) break;
+    free(b);
+    b = NULL;
+    usleep(5000);
+  }
+  assert_int_equal(code, 503);
+  assert_non_null(strstr(b, "draining"));
+  free(b);
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  const char *h[] = {"Content-Type: application/json", NULL};
+  assert_int_equal(http_req(r.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 503);
+  assert_non_null(strstr(b, "router_draining"));
+  free(b);
+  char *sa = read_all(fa, 10000);
+  assert_non_null(strstr(sa, "\"finish_reason\":\"length\""));
+  assert_non_null(strstr(sa, "data: [DONE]"));
+  assert_null(strstr(sa, "\"error\""));
+  char *sb = read_all(fb, 10000);
+  assert_non_null(strstr(sb, "router_shutdown"));
+  assert_non_null(strstr(sb, "data: [DONE]"));
+  printf("drain: the long stream ended after %.0f ms (--drain-timeout-s 1)\n", gt_now_ms() - t0);
+  free(sa);
+  free(sb);
+  close(fa);
+  close(fb);
+  int status = -1;
+  assert_int_equal(waitpid(r.pid, &status, 0), r.pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  assert_true(fe_wait(fe, drain_idle, 5000));
+  assert_true(fe_cancelled(fe) >= 1);
+  close(r.out_fd);
+  fe_stop(fe);
+  fe_stop(fe2);
+  rs_stop(rs);
+}
+
+/* A fresh Redis (issue 15 item 8): the first request is admitted at once, not after the
+ * admission hold (default: one lease TTL, 15 s). After Redis loses its data while a lease is
+ * held, the hold applies (this router has used the Redis before) and is logged. */
+static long timed_chat(int port, double *ms) {
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  const char *h[] = {"Content-Type: application/json", NULL};
+  char *b = NULL;
+  double t0 = gt_now_ms();
+  long code = http_req(port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL);
+  *ms = gt_now_ms() - t0;
+  free(b);
+  return code;
+}
+
+static void test_fresh_redis_no_hold(void **st) {
+  (void)st;
+  gt_err_t err;
+  rstack_t k; /* no --admission-hold-ms: the hold is one lease TTL (3 s here) */
+  rstack_start(&k, "F", (const char *[]){"--health-ms", "100", "--lease-ttl-ms", "3000", NULL});
+  rp_t r = k.rp;
+  rs_t *rs = k.rs;
+  assert_true(rp_wait_ready(&r, 20000));
+  double ms = 0;
+  assert_int_equal(timed_chat(r.http_port, &ms), 200);
+  printf("fresh Redis: first request answered in %.0f ms (hold would be 3000 ms)\n", ms);
+  assert_true(ms < 1500);
+  /* Redis loses everything while a stream holds its lease: now the hold applies */
+  int fd = open_stream(r.http_port, 100); /* 2 s */
+  assert_int_equal(rs_kill(rs), GT_OK);
+  assert_int_equal(rs_restart(rs, &err), GT_OK);
+  usleep(300000); /* the router reconnects (backoff <= 750 ms) and re-registers its lease */
+  assert_int_equal(timed_chat(r.http_port, &ms), 200);
+  printf("after a data loss: request answered in %.0f ms (hold 3000 ms)\n", ms);
+  assert_true(ms > 1000);
+  char *s2 = read_all(fd, 10000);
+  free(s2);
+  close(fd);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
 int main(void) {
   curl_global_init(CURL_GLOBAL_ALL);
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill9_router_lease_reclaimed),
                                      cmocka_unit_test(test_kill9_engine_mid_stream),
-                                     cmocka_unit_test(test_redis_restart_under_load)};
+                                     cmocka_unit_test(test_redis_restart_under_load),
+                                     cmocka_unit_test(test_engine_restart_recovers_fast),
+                                     cmocka_unit_test(test_router_drain_sigterm),
+                                     cmocka_unit_test(test_fresh_redis_no_hold)};
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   curl_global_cleanup();
   return rc;

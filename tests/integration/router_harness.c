@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "common/grpc_delta.h"
 #include "common/grpc_server.h"
 #include "common/engine_client.h"
+#include "tests/common/redis_server.h"
 
 struct fe {
   char name[32];
@@ -31,6 +33,7 @@ struct fe {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool ready;
+  bool draining; /* Health says DRAINING */
   int generates, cancelled, active;
   char seen[64][256];
   int nseen;
@@ -135,6 +138,19 @@ static void *run_job(void *arg) {
     send_tok(c, 2, NULL, " think");
     send_tok(c, 3, "42", NULL);
     final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, pt, 3, 2, 0);
+  } else if (strstr(j->text, "FLOOD")) {
+    static char kib[16385];
+    memset(kib, 'f', 16384);
+    int n = j->max_tokens > 0 ? j->max_tokens : 50;
+    for (int i = 0; i < n; i++) {
+      if (cancelled(j)) goto out;
+      gt_genresp_t *r = gt_delta_new(); /* unmerged: each token its own message */
+      gt_delta_add_token(r, 100 + i, kib, NULL);
+      gt_rpc_call_send(c, &r->base, GT_RPC_SEND_NO_MERGE);
+      if (i % 64 == 63) usleep(1000); /* lets a cancel be seen */
+    }
+    if (cancelled(j)) goto out;
+    final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, pt, (uint32_t)n, 0, 0);
   } else if (strstr(j->text, "SLOW")) {
     int n = j->max_tokens > 0 ? j->max_tokens : 50;
     for (int i = 0; i < n; i++) {
@@ -207,7 +223,9 @@ static void on_health(void *user, gt_rpc_call_t *call) {
   Gantry__V1__HealthResponse *r = malloc(sizeof *r);
   gantry__v1__health_response__init(r);
   pthread_mutex_lock(&f->mu);
-  r->status = f->ready ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING;
+  r->status = f->draining ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING
+              : f->ready  ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY
+                          : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING;
   r->running = (uint32_t)f->active;
   pthread_mutex_unlock(&f->mu);
   gt_rpc_call_reply(call, &r->base);
@@ -236,7 +254,9 @@ static void on_tokenize(void *user, gt_rpc_call_t *call) {
   gt_rpc_call_reply(call, &r->base);
 }
 
-fe_t *fe_start(const char *name) {
+fe_t *fe_start(const char *name) { return fe_start_at(name, 0); }
+
+fe_t *fe_start_at(const char *name, int port) {
   fe_t *f = calloc(1, sizeof *f);
   snprintf(f->name, sizeof f->name, "%s", name);
   pthread_mutex_init(&f->mu, NULL);
@@ -256,11 +276,19 @@ fe_t *fe_start(const char *name) {
   };
   for (size_t i = 0; i < 4; i++)
     if (gt_rpc_server_add_method(f->srv, &ms[i], &err)) return NULL;
-  if (gt_rpc_server_start(f->srv, "127.0.0.1:0", &f->port, &err)) return NULL;
+  char addr[32];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  if (gt_rpc_server_start(f->srv, addr, &f->port, &err)) return NULL;
   return f;
 }
 
 int fe_port(const fe_t *f) { return f->port; }
+void fe_set_draining(fe_t *f, bool draining) {
+  pthread_mutex_lock(&f->mu);
+  f->draining = draining;
+  pthread_mutex_unlock(&f->mu);
+}
+
 void fe_set_ready(fe_t *f, bool ready) {
   pthread_mutex_lock(&f->mu);
   f->ready = ready;
@@ -363,7 +391,15 @@ int rp_start(rp_t *r, const char *const *args) {
   argv[n++] = bin;
   argv[n++] = "--http";
   argv[n++] = "127.0.0.1:0";
-  for (int i = 0; args[i] && n < 62; i++) argv[n++] = args[i];
+  bool auth = false;
+  for (int i = 0; args[i] && n < 60; i++) {
+    auth |= !strcmp(args[i], "--auth");
+    argv[n++] = args[i];
+  }
+  if (!auth) { /* most tests run without API keys; test_router_auth passes --auth keys */
+    argv[n++] = "--auth";
+    argv[n++] = "none";
+  }
   argv[n] = NULL;
   pid_t pid = fork();
   if (pid < 0) return -1;
@@ -408,6 +444,31 @@ int rp_wait_ready(rp_t *r, int ms) {
     usleep(20000); /* polling the router's own readiness endpoint: nothing to wait on */
   }
   return 0;
+}
+
+long long rp_metric(rp_t *r, const char *name, const char *hdr) {
+  char *b = NULL;
+  const char *h[] = {hdr, NULL};
+  long long v = -1;
+  if (http_req(r->http_port, "GET", "/metrics", h, NULL, 0, &b, NULL) == 200) {
+    char pat[160];
+    snprintf(pat, sizeof pat, "\n%s ", name);
+    const char *p = strstr(b, pat);
+    if (p) v = atoll(p + strlen(pat));
+  }
+  free(b);
+  return v;
+}
+
+long rp_peak_rss_kib(const rp_t *r) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)r->pid);
+  FILE *f = fopen(path, "r");
+  long kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6)) kib = atol(line + 6);
+  if (f) fclose(f);
+  return kib;
 }
 
 int rp_stop(rp_t *r) {
@@ -489,4 +550,37 @@ long http_req(int port, const char *method, const char *path, const char *const 
   if (hdr_out) *hdr_out = h.p ? h.p : strdup("");
   else free(h.p);
   return st;
+}
+
+/* A test stack that cannot start: say why and end the test process (a failed test). */
+__attribute__((format(printf, 1, 2), noreturn)) static void rh_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "router_harness: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  abort();
+}
+
+void rstack_start(rstack_t *s, const char *fe_name, const char *const *extra) {
+  gt_err_t err;
+  memset(s, 0, sizeof *s);
+  if (!(s->rs = rs_start(&err))) rh_fail("redis: %s", err.msg);
+  if (!(s->fe = fe_start(fe_name))) rh_fail("fake engine %s did not start", fe_name);
+  char redis[64], eng[64];
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(s->rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(s->fe));
+  const char *args[64] = {"--redis", redis, "--engine", eng};
+  int n = 4;
+  for (int i = 0; extra && extra[i] && n < 63; i++) args[n++] = extra[i];
+  args[n] = NULL;
+  if (rp_start(&s->rp, args)) rh_fail("gantry-router did not start");
+}
+
+int rstack_stop(rstack_t *s) {
+  int rc = rp_stop(&s->rp);
+  fe_stop(s->fe);
+  rs_stop(s->rs);
+  return rc;
 }

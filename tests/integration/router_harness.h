@@ -4,6 +4,7 @@
  *   TOOL      one tool call get_weather({"city":"Paris"}) in two argument fragments
  *   THINK     reasoning "let me think" (2 tokens) then content "42"
  *   SLOW      max_tokens (default 50) tokens, one per 20 ms
+ *   FLOOD     max_tokens (default 50) tokens of 16 KiB each, one message each, as fast as it can
  *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
  *   FAILFIRST every other such call (process-wide, the 1st, 3rd, ...) fails before the first token
  *   TOOLONG   INVALID_ARGUMENT "prompt has 5000 tokens but the context length is 4096"
@@ -19,8 +20,12 @@
 
 typedef struct fe fe_t;
 fe_t *fe_start(const char *name);
+/* The same on a given port (0: any; a restarted engine comes back on its old port). */
+fe_t *fe_start_at(const char *name, int port);
 int fe_port(const fe_t *f);
 void fe_set_ready(fe_t *f, bool ready);
+/* Health answers DRAINING while set. */
+void fe_set_draining(fe_t *f, bool draining);
 /* Counters: Generate calls received, calls that ended cancelled, streams open now. */
 int fe_generates(fe_t *f);
 int fe_cancelled(fe_t *f);
@@ -44,14 +49,30 @@ typedef struct rp {
   int out_fd; /* router stdout */
 } rp_t;
 /* Starts $GANTRY_BIN/gantry-router with the arguments (NULL-terminated array) plus
- * --http 127.0.0.1:0; waits for its "listening" line. 0 or -1. */
+ * --http 127.0.0.1:0 (and --auth none unless the arguments name --auth); waits for its "listening" line. 0 or -1. */
 int rp_start(rp_t *r, const char *const *args);
 /* Waits until GET /ready is 200 (up to ms). 1 if ready. */
 int rp_wait_ready(rp_t *r, int ms);
+/* Value of the unlabelled metric `name` in the router's /metrics (sent with the optional
+ * "Name: value" header hdr), or -1. */
+long long rp_metric(rp_t *r, const char *name, const char *hdr);
+/* Peak resident memory (VmHWM) of the router process in KiB, or -1. */
+long rp_peak_rss_kib(const rp_t *r);
 /* SIGTERM and wait; returns the exit status (or -1). */
 int rp_stop(rp_t *r);
 /* SIGKILL and reap. */
 void rp_kill9(rp_t *r);
+
+/* The usual stack of a router test: a redis-server, one fake engine for model "tiny" and the
+ * router (--redis, --engine tiny=..., then extra, NULL-terminated). rstack_start aborts the
+ * test process when something does not start; rstack_stop returns rp_stop's status. */
+typedef struct rstack {
+  struct rs *rs;
+  fe_t *fe;
+  rp_t rp;
+} rstack_t;
+void rstack_start(rstack_t *s, const char *fe_name, const char *const *extra);
+int rstack_stop(rstack_t *s);
 
 /* HTTP request to 127.0.0.1:port. hdrs: NULL-terminated "Name: value" list (may be NULL).
  * *body (malloc'd) gets the response body, *hdr_out (optional) the response headers. Returns

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "tests/common/testutil.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "tests/integration/engine_fixture.h"
 
 #define MODEL "qwen3-tiny.bf16.gguf"
@@ -374,6 +375,30 @@ static void test_status_codes(void **state) {
   efx_stop(&f);
 }
 
+/* A prompt whose bytes cannot fit the context is refused before tokenization (issue 15 item 4:
+ * a 60 MB prompt used to be tokenized first, holding up other requests), and the engine keeps
+ * serving. */
+static void test_prompt_bytes_over_context(void **state) {
+  (void)state;
+  efx_t f;
+  sched_config_t cfg = {.max_num_seqs = 2, .max_batch_tokens = 256, .n_ctx = 1024};
+  assert_int_equal(efx_start(&f, MODEL, &cfg), 0);
+  const size_t n = 8u << 20; /* 8 MiB: more than 1024 tokens of any length */
+  char *big = malloc(n + 1);
+  for (size_t i = 0; i < n; i++) big[i] = (char)('a' + i % 26);
+  big[n] = '\0';
+  reqb_t b;
+  reqb_prompt(&b, big, 4);
+  char msg[512];
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, "8388608 bytes"));
+  assert_non_null(strstr(msg, "1024"));
+  free(big);
+  reqb_prompt(&b, "hello there", 4);
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_OK);
+  efx_stop(&f);
+}
+
 /* Info, Health, Tokenize, chat + prompt input, /metrics over HTTP. */
 static void test_unary_and_metrics(void **state) {
   (void)state;
@@ -461,6 +486,45 @@ static void test_unary_and_metrics(void **state) {
   assert_non_null(body);
   assert_non_null(strstr(body, "404"));
   free(body);
+  /* Kubernetes probes on the metrics port (issue 15): /health and /ready, then /ready 503
+   * while draining; short bucket bounds */
+  body = efx_http_get(mport, "/health");
+  assert_non_null(strstr(body, "200 OK"));
+  free(body);
+  body = efx_http_get(mport, "/ready");
+  assert_non_null(strstr(body, "200 OK"));
+  assert_non_null(strstr(body, "\"ready\""));
+  free(body);
+  body = efx_http_get(mport, "/metrics");
+  assert_non_null(strstr(body, "gantry_engine_time_to_first_token_seconds_bucket{le=\"0.005\"}"));
+  assert_null(strstr(body, "0000000000"));
+  free(body);
+  /* grpc.health.v1: SERVING, then NOT_SERVING while draining; unknown service NOT_FOUND */
+  Grpc__Health__V1__HealthCheckRequest hq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  ProtobufCMessage *hr = NULL;
+  gt_rpc_status_t hs;
+  assert_int_equal(gt_rpc_client_unary(ec_rpc(f.ec), "/grpc.health.v1.Health/Check", &hq.base,
+                                       &grpc__health__v1__health_check_response__descriptor, 5000, NULL, 0, &hr, &hs),
+                   GT_RPC_OK);
+  assert_int_equal(((Grpc__Health__V1__HealthCheckResponse *)hr)->status,
+                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  protobuf_c_message_free_unpacked(hr, NULL);
+  hq.service = "nope";
+  assert_int_equal(gt_rpc_client_unary(ec_rpc(f.ec), "/grpc.health.v1.Health/Check", &hq.base,
+                                       &grpc__health__v1__health_check_response__descriptor, 5000, NULL, 0, &hr, &hs),
+                   GT_RPC_NOT_FOUND);
+  hq.service = "";
+  srv_drain(f.srv);
+  assert_int_equal(gt_rpc_client_unary(ec_rpc(f.ec), "/grpc.health.v1.Health/Check", &hq.base,
+                                       &grpc__health__v1__health_check_response__descriptor, 5000, NULL, 0, &hr, &hs),
+                   GT_RPC_OK);
+  assert_int_equal(((Grpc__Health__V1__HealthCheckResponse *)hr)->status,
+                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  protobuf_c_message_free_unpacked(hr, NULL);
+  body = efx_http_get(mport, "/ready");
+  assert_non_null(strstr(body, "503"));
+  assert_non_null(strstr(body, "\"draining\""));
+  free(body);
   gt_metrics_http_stop(http);
   efx_stop(&f);
 }
@@ -504,6 +568,7 @@ int main(void) {
       cmocka_unit_test(test_chunked_prefill_interleaves),
       cmocka_unit_test(test_preemption),
       cmocka_unit_test(test_status_codes),
+      cmocka_unit_test(test_prompt_bytes_over_context),
       cmocka_unit_test(test_unary_and_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

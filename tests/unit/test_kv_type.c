@@ -1,4 +1,4 @@
-/* tests/unit/test_kv_type.c — the KV element type contract on the CPU backend (engine/backend.h
+/* tests/unit/test_kv_type.c — the KV element type contract on the CPU backend (engine/backend/backend.h
  * kv_set_type): the pools stay fp32 (be_kv_type F32, be_kv_token_bytes 8 per element pair, so
  * model_kv_bytes_per_token is what the pools take); kv_set_type(BF16) makes kv_store (and
  * attn_qk_prep, which stores through it) keep each K and V value rounded to bf16 (nearest even,

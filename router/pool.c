@@ -1,6 +1,7 @@
-/* router/dispatch.c — the engine pool: engines per model (--engine MODEL=HOST:PORT), checked
+/* router/pool.c — the engine pool: engines per model (--engine MODEL=HOST:PORT), checked
  * with application-level Health (and Info until it answered once) RPCs on a timer. An engine is
- * marked down after two consecutive failed checks and up again after one success. Requests go
+ * marked down after two consecutive failed checks and up again after one success; a failed check
+ * resets the channel's reconnect backoff, so a restarted engine serves within two checks. Requests go
  * to the ready engine of their model with the fewest streams in flight. */
 #include <event2/event.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "router/pool.h"
 #include "router/router.h"
 
 #define POOL_AFFINITY_SLACK 2 /* extra in-flight streams accepted to keep a prefix on its engine */
@@ -45,6 +47,9 @@ static void check_done_loop(void *a, void *b, intptr_t code) {
     } else {
       Gantry__V1__HealthResponse *h = (Gantry__V1__HealthResponse *)c->resp;
       ok = h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY;
+      bool draining = h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING;
+      if (draining && !e->draining) GT_LOG_INFO("engine draining model=%s target=%s", e->model, e->target);
+      e->draining = draining;
     }
   }
   if (c->resp) protobuf_c_message_free_unpacked(c->resp, NULL);
@@ -56,6 +61,9 @@ static void check_done_loop(void *a, void *b, intptr_t code) {
     e->up = true;
     e->ever_up = true;
   } else {
+    /* the channel backs off reconnects up to minutes; a restarted engine must be found by the
+     * next check, so every failed check ends the backoff */
+    if (e->ec) gt_rpc_client_reset_backoff(ec_rpc(e->ec)); /* NULL: the pool is closing */
     e->checks_failed++;
     e->fails++;
     if (e->up && e->fails >= 2) {
@@ -142,7 +150,9 @@ int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err) {
   if (!e) return gt_err_set(err, GT_ENOMEM, "pool: out of memory");
   snprintf(e->model, sizeof e->model, "%s", model);
   snprintf(e->target, sizeof e->target, "%s", target);
-  gt_rpc_client_opts_t o = {.own_thread = 1};
+  /* a fixed 1 MiB stream window: a stream paused for a slow client holds at most that much unread
+   * engine output in gRPC (BDP probing grows the window to many MB on a fast link) */
+  gt_rpc_client_opts_t o = {.own_thread = 1, .flow_window_bytes = 1 << 20};
   int rc = ec_open(target, &o, &e->ec, err);
   if (rc) {
     free(e);
@@ -157,7 +167,10 @@ int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err) {
 void pool_destroy(pool_t *p) {
   if (!p) return;
   if (p->timer) event_free(p->timer);
-  for (int i = 0; i < p->n; i++) ec_close(p->e[i]->ec); /* posts the last check results */
+  for (int i = 0; i < p->n; i++) {
+    ec_close(p->e[i]->ec); /* posts the last check results */
+    p->e[i]->ec = NULL;
+  }
   mbox_drain(p->mb);
   for (int i = 0; i < p->n; i++) free(p->e[i]);
   free(p);

@@ -1,0 +1,15 @@
+/* router/grpc_front.h — the router's gRPC front (rgf_): gantry.v1.Router and gantry.v1.Admin.
+ * Calls arrive on gRPC threads and are handed to the loop through the mailbox. */
+#ifndef GANTRY_ROUTER_GRPC_FRONT_H
+#define GANTRY_ROUTER_GRPC_FRONT_H
+
+#include "common/err.h"
+
+typedef struct router router_t;
+typedef struct rgf rgf_t;
+
+/* Binds cfg.grpc_addr (sets rt->grpc_port); NULL with err filled on failure. */
+rgf_t *rgf_start(router_t *rt, gt_err_t *err);
+void rgf_stop(rgf_t *g);
+
+#endif
