@@ -11,7 +11,8 @@
  *                           GC_BURST_FLAG_PCT % of the per-token intervals (token-weighted) are
  *                           under GC_BURST_MS, or the median itself is (> 10,000 tok/s per user).
  *                           No decoder streams like that; something between the engine and the
- *                           client buffered the stream, so ITL / decode tok/s are not decode speed. */
+ *                           client's clock buffered the stream (a proxy, the server's writes, or a
+ *                           client that got no CPU), so ITL / decode tok/s are not decode speed. */
 #ifndef GANTRY_CLIENTS_BENCH_STATS_H
 #define GANTRY_CLIENTS_BENCH_STATS_H
 
