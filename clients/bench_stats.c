@@ -21,7 +21,7 @@ static void burst_check(gc_cell_t *c, const double *iv, const double *w, int k) 
   }
   c->burst_pct = tot > 0 ? 100.0 * burst / tot : 0;
   c->itl_min_ms = mn;
-  if (c->burst_pct < GC_BURST_FLAG_PCT && !(c->itl_p50 >= 0 && c->itl_p50 < GC_BURST_MS)) return;
+  if (c->burst_pct < GC_BURST_FLAG_PCT && !(c->itl_p50 >= 0 && c->itl_p50 < GC_BURST_MS)) return; /* median real */
   c->implausible = 1;
   char peak[64];
   if (mn > 0) snprintf(peak, sizeof peak, "fastest %.4f ms = %.0f tok/s per user", mn, 1000.0 / mn);
