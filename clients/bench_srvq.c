@@ -105,8 +105,11 @@ void gc_cell_queue(gc_cell_t *c, const gc_req_t *r, int n, const gc_srvq_snap_t 
   const char *where = src == Q_ROUTER ? "the router's admission queue (a max_inflight cap)"
                       : src >= P_VLLM ? "a queue before prefill"
                                       : "the engine's scheduler queue (its max-num-seqs or KV-cache limit)";
-  snprintf(c->note_cap, sizeof c->note_cap,
+  char note[1536]; /* room for any double; the cell keeps what fits */
+  snprintf(note, sizeof note,
            "queued: requests waited %.0f ms on average in %s%s; the server worked on %.1f streams while the "
            "client kept %.1f open, so this cell measures that limit, not the engine at this load",
            q, where, how, c->srv_inflight, c->cli_inflight);
+  strncpy(c->note_cap, note, sizeof c->note_cap - 1);
+  c->note_cap[sizeof c->note_cap - 1] = 0;
 }

@@ -21,15 +21,19 @@ static void burst_check(gc_cell_t *c, const double *iv, const double *w, int k) 
   }
   c->burst_pct = tot > 0 ? 100.0 * burst / tot : 0;
   c->itl_min_ms = mn;
-  if (c->burst_pct < GC_BURST_FLAG_PCT && !(c->itl_p50 >= 0 && c->itl_p50 < GC_BURST_MS)) return;
+  if (c->burst_pct < GC_BURST_FLAG_PCT && !(c->itl_p50 >= 0 && c->itl_p50 < GC_BURST_MS)) return; /* median real */
   c->implausible = 1;
   char peak[64];
   if (mn > 0) snprintf(peak, sizeof peak, "fastest %.4f ms = %.0f tok/s per user", mn, 1000.0 / mn);
   else snprintf(peak, sizeof peak, "fastest 0 ms: several chunks in one read");
-  snprintf(c->note_implausible, sizeof c->note_implausible,
+  char note[1024]; /* room for any double; the cell keeps what fits */
+  snprintf(note, sizeof note,
            "implausible: %.1f%% of token intervals < %g ms (%s): chunks arrive in bursts (a buffering proxy, "
-           "or a server flushing many tokens at once), so itl and dec_tok/s are not decode speed",
+           "a server flushing many tokens at once, or this client starved of CPU), so itl and dec_tok/s are not "
+           "decode speed",
            c->burst_pct, GC_BURST_MS, peak);
+  strncpy(c->note_implausible, note, sizeof c->note_implausible - 1);
+  c->note_implausible[sizeof c->note_implausible - 1] = 0;
 }
 
 int gc_cell_compute(gc_cell_t *c, const gc_req_t *r, int n, double wall_s) {
