@@ -10,7 +10,7 @@ static const struct {
   const char *name;
   double to_ms; /* unit of the series -> ms */
 } series[GC_SRVQ_SOURCES] = {
-    {"gantry_router_admission_wait_ms", 1},           {"vllm:request_queue_time_seconds", 1e3},
+    {"gantry_router_admission_wait_seconds", 1e3},    {"vllm:request_queue_time_seconds", 1e3},
     {"gantry_engine_request_queue_time_seconds", 1e3}, {"vllm:request_prefill_time_seconds", 1e3},
     {"gantry_engine_request_prefill_time_seconds", 1e3}};
 

@@ -4,7 +4,7 @@
  * queue time (usage has token counts only, no timing headers), so /metrics is where it is.
  *
  * Queue series, first found wins:
- *   gantry_router_admission_wait_ms          gantry router: waiting for a max_inflight slot (a cap)
+ *   gantry_router_admission_wait_seconds        gantry router: waiting for a max_inflight slot (a cap)
  *   vllm:request_queue_time_seconds          vLLM scheduler's waiting queue
  *   gantry_engine_request_queue_time_seconds gantry engine scheduler (its own /metrics)
  * Without one, a prefill series (vllm:request_prefill_time_seconds,

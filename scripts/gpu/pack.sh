@@ -31,5 +31,5 @@ echo "commit $(git -C "$SRC" rev-parse --short HEAD)$(git -C "$SRC" diff --quiet
 # the device call carries at most 64 MiB with the tree: ship the programs compressed
 mkdir -p "$SRC/build-cuda-pack"
 # xz -9: its 64 MiB window folds the near-identical CUDA binaries into one
-tar -C "$SRC" -cf - build-cuda-dist | xz -9 -T1 >"$SRC/build-cuda-pack/dist.tar.xz"
+tar -C "$SRC" -cf - build-cuda-dist | xz -9 -T2 >"$SRC/build-cuda-pack/dist.tar.xz"
 du -sh "$D" "$SRC/build-cuda-pack/dist.tar.xz"

@@ -119,7 +119,7 @@ static void test_cap_limited_note(void **st) {
   assert_non_null(res);
   json_t *c = json_array_get(json_object_get(res, "cells"), 0);
   assert_true(json_is_true(json_object_get(c, "cap_limited")));
-  assert_string_equal(json_string_value(json_object_get(c, "srv_queue_source")), "gantry_router_admission_wait_ms");
+  assert_string_equal(json_string_value(json_object_get(c, "srv_queue_source")), "gantry_router_admission_wait_seconds");
   double srv = json_real_value(json_object_get(c, "server_inflight")), cli = json_real_value(json_object_get(c, "client_inflight"));
   print_message("client kept %.2f streams open, the server worked on %.2f\n", cli, srv);
   if (!(srv < 1.5 && cli > 2)) fail_msg("client %.2f, server %.2f streams", cli, srv);

@@ -369,9 +369,9 @@ static void test_bench_notes(void **st) {
   json_t *script = json_pack(
       "{s:{s:{s:i, s:o}, s:{s:s}, s:[{s:s}, {s:s}]}}", "routes", "POST /v1/chat/completions", "status", 200,
       "events", stream_events(100, 11, 10), "POST /tokenize", "tokenize", "words", "GET /metrics", "text",
-      "# TYPE gantry_router_admission_wait_ms histogram\ngantry_router_admission_wait_ms_sum 10\n"
-      "gantry_router_admission_wait_ms_count 2\n",
-      "text", "gantry_router_admission_wait_ms_sum 1210\ngantry_router_admission_wait_ms_count 10\n");
+      "# TYPE gantry_router_admission_wait_seconds histogram\ngantry_router_admission_wait_seconds_sum 0.01\n"
+      "gantry_router_admission_wait_seconds_count 2\n",
+      "text", "gantry_router_admission_wait_seconds_sum 1.21\ngantry_router_admission_wait_seconds_count 10\n");
   char *text = json_dumps(script, JSON_COMPACT);
   json_decref(script);
   sse_srv_t *s = start_text(text);
@@ -393,7 +393,7 @@ static void test_bench_notes(void **st) {
   json_t *c = json_array_get(json_object_get(res, "cells"), 0);
   assert_true(json_is_true(json_object_get(c, "cap_limited")));
   assert_true(fabs(json_real_value(json_object_get(c, "srv_queue_ms")) - 150) < 1e-9);
-  assert_string_equal(json_string_value(json_object_get(c, "srv_queue_source")), "gantry_router_admission_wait_ms");
+  assert_string_equal(json_string_value(json_object_get(c, "srv_queue_source")), "gantry_router_admission_wait_seconds");
   double cli = json_real_value(json_object_get(c, "client_inflight")), srv = json_real_value(json_object_get(c, "server_inflight"));
   if (!(cli > 3 && cli <= 4 && srv < 0.8 * cli)) fail_msg("client in flight %.2f, server %.2f", cli, srv);
   json_decref(res);

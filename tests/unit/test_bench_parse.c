@@ -474,9 +474,9 @@ static void queue_between(gc_cell_t *c, const gc_req_t *r, const char *before, c
 static void test_srvq_parse_and_note(void **st) {
   (void)st;
   gc_srvq_snap_t a, b;
-  gc_srvq_parse("# HELP gantry_router_admission_wait_ms Wait.\n# TYPE gantry_router_admission_wait_ms histogram\n"
-                "gantry_router_admission_wait_ms_bucket{le=\"1\"} 3\ngantry_router_admission_wait_ms_sum 120.5\n"
-                "gantry_router_admission_wait_ms_count 4\ngantry_router_admission_wait_ms_summary 9\n"
+  gc_srvq_parse("# HELP gantry_router_admission_wait_seconds Wait.\n# TYPE gantry_router_admission_wait_seconds histogram\n"
+                "gantry_router_admission_wait_seconds_bucket{le=\"1\"} 3\ngantry_router_admission_wait_seconds_sum 0.1205\n"
+                "gantry_router_admission_wait_seconds_count 4\ngantry_router_admission_wait_seconds_summary 9\n"
                 "vllm:request_queue_time_seconds_sum{model_name=\"a\"} 1.5\n"
                 "vllm:request_queue_time_seconds_sum{model_name=\"b}\\\"x\"} 0.5\n"
                 "vllm:request_queue_time_seconds_count{model_name=\"a\"} 3\n"
@@ -495,16 +495,16 @@ static void test_srvq_parse_and_note(void **st) {
   assert_int_equal(gc_cell_compute(&c, r, 4, 0.2), 0);
   assert_true(fabs(c.cli_inflight - 4) < 1e-9);
   /* the router says they waited 150 ms each for admission: the engine had 1 at a time */
-  const char *before = "gantry_router_admission_wait_ms_sum 50\ngantry_router_admission_wait_ms_count 10\n";
-  queue_between(&c, r, before, "gantry_router_admission_wait_ms_sum 650\ngantry_router_admission_wait_ms_count 14\n");
+  const char *before = "gantry_router_admission_wait_seconds_sum 0.05\ngantry_router_admission_wait_seconds_count 10\n";
+  queue_between(&c, r, before, "gantry_router_admission_wait_seconds_sum 0.65\ngantry_router_admission_wait_seconds_count 14\n");
   assert_true(fabs(c.srv_queue_ms - 150) < 1e-9);
-  assert_string_equal(c.srv_queue_src, "gantry_router_admission_wait_ms");
+  assert_string_equal(c.srv_queue_src, "gantry_router_admission_wait_seconds");
   assert_true(fabs(c.srv_inflight - 1) < 1e-9);
   assert_true(c.cap_limited);
   assert_non_null(strstr(c.note_cap, "150 ms on average in the router's admission queue (a max_inflight cap)"));
   assert_non_null(strstr(c.note_cap, "worked on 1.0 streams while the client kept 4.0 open"));
   /* 5 ms of admission: reported, no note */
-  queue_between(&c, r, before, "gantry_router_admission_wait_ms_sum 70\ngantry_router_admission_wait_ms_count 14\n");
+  queue_between(&c, r, before, "gantry_router_admission_wait_seconds_sum 0.07\ngantry_router_admission_wait_seconds_count 14\n");
   assert_true(fabs(c.srv_queue_ms - 5) < 1e-9);
   assert_false(c.cap_limited);
   assert_string_equal(c.note_cap, "");
