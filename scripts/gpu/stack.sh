@@ -34,8 +34,10 @@ free_port() {
   local p
   while :; do p=$((20000 + RANDOM % 40000)); (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }; done
 }
+# the machine's own curl, never with the packed libraries (its libcurl may be older than ours)
+sys_curl() { env -u LD_LIBRARY_PATH curl "$@"; }
 http_code() { # GET url -> status code (curl when present, else bash /dev/tcp)
-  if command -v curl >/dev/null; then curl -s -o /dev/null -w '%{http_code}' "$1"; return; fi
+  if command -v curl >/dev/null; then sys_curl -s -o /dev/null -w '%{http_code}' "$1"; return; fi
   local hp=${1#http://} path
   path=/${hp#*/} hp=${hp%%/*}
   exec 3<>"/dev/tcp/${hp%:*}/${hp#*:}" 2>/dev/null || { echo 000; return; }
@@ -89,6 +91,6 @@ echo "== stack bench rc=$r (logs $OUT)"
 [ "$r" = 0 ] || rc=1
 echo "== engine metrics"
 if command -v curl >/dev/null; then
-  curl -s "http://127.0.0.1:$MPORT/metrics" | grep -E "^gantry_engine_(eager_steps_total|steps_total|generation_tokens_total|prompt_tokens_total|prefix_cache)" | head -12
+  sys_curl -s "http://127.0.0.1:$MPORT/metrics" | grep -E "^gantry_engine_(eager_steps_total|steps_total|generation_tokens_total|prompt_tokens_total|prefix_cache)" | head -12
 fi
 exit $rc

@@ -165,7 +165,7 @@ if [ "${SERVE:-0}" = 1 ]; then
     echo "== serve generate rc=$r"
     [ $r -eq 0 ] || rc=1
     if command -v curl >/dev/null; then
-      metrics=$(curl -s "http://127.0.0.1:$mp/metrics")
+      metrics=$(env -u LD_LIBRARY_PATH curl -s "http://127.0.0.1:$mp/metrics") # not with the packed libs
     else
       exec 3<>"/dev/tcp/127.0.0.1/$mp" && printf 'GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n' >&3 && metrics=$(cat <&3)
       exec 3>&-
