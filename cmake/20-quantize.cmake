@@ -5,9 +5,11 @@ target_link_libraries(gantry_quant PUBLIC gantry_gguf gantry_common Threads::Thr
 
 add_executable(gantry-quantize tools/quantize_main.c)
 target_link_libraries(gantry-quantize PRIVATE gantry_quant)
+target_compile_definitions(gantry-quantize PRIVATE GANTRY_VERSION="${PROJECT_VERSION}")
 
 add_executable(gantry-mkmodel tools/mkmodel_main.c)
 target_link_libraries(gantry-mkmodel PRIVATE gantry_quant)
+target_compile_definitions(gantry-mkmodel PRIVATE GANTRY_VERSION="${PROJECT_VERSION}")
 
 gt_add_test(test_quantize SOURCES tests/unit/test_quantize.c LIBS gantry_quant gantry_testutil TIMEOUT 300)
 add_dependencies(test_quantize gantry-quantize)

@@ -10,10 +10,14 @@
 
 #include "tools/mkmodel.h"
 
+#ifndef GANTRY_VERSION /* set by cmake/20-quantize.cmake */
+#define GANTRY_VERSION "unknown"
+#endif
+
 static void usage(FILE *f) {
   fprintf(f, "usage: gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]\n"
              "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp]\n"
-             "       gantry-mkmodel --list\n"
+             "       gantry-mkmodel --list | --version\n"
              "  --mtp: append the checkpoint's MTP (nextn) layers; without it the file is what llama.cpp's\n"
              "         converter writes (no MTP layers), loadable by gantry and by llama.cpp\n  presets:");
   for (int i = 0; mk_preset_name(i); i++) fprintf(f, " %s", mk_preset_name(i));
@@ -65,7 +69,10 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--keep-output-bf16") == 0) keep = 1;
     else if (strcmp(a, "--no-keep-output-bf16") == 0) keep = 0;
     else if (strcmp(a, "--mtp") == 0) mtp = 1;
-    else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    else if (strcmp(a, "--version") == 0) {
+      printf("gantry-mkmodel %s\n", GANTRY_VERSION);
+      return 0;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--preset") || !strcmp(a, "--type") || !strcmp(a, "--out") ||

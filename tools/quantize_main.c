@@ -7,8 +7,12 @@
 
 #include "tools/quantize.h"
 
+#ifndef GANTRY_VERSION /* set by cmake/20-quantize.cmake */
+#define GANTRY_VERSION "unknown"
+#endif
+
 static void usage(FILE *f) {
-  fprintf(f, "usage: gantry-quantize IN.gguf OUT.gguf TYPE [--keep-output-bf16] [--threads N]\n"
+  fprintf(f, "usage: gantry-quantize IN.gguf OUT.gguf TYPE [--keep-output-bf16] [--threads N] | --version\n"
              "  TYPE: Q8_0 | Q4_K | Q5_K | Q6_K | Q4_K_M | F16 | BF16 | F32\n");
 }
 
@@ -48,6 +52,9 @@ int main(int argc, char **argv) {
       o.n_threads = (int)v;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("gantry-quantize %s\n", GANTRY_VERSION);
       return 0;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "gantry-quantize: unknown option '%s'\n", argv[i]);

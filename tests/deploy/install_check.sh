@@ -16,7 +16,7 @@ for p in "$TMP"/bin/*; do
 done
 [ "$n" -ge 5 ] || { echo "FAIL: only $n programs installed"; ls -l "$TMP/bin"; exit 1; }
 ls "$TMP"/share/gantry/systemd/*.service >/dev/null || { echo "FAIL: no systemd units installed"; exit 1; }
-for p in gantry gantry-router gantry-engine; do
+for p in gantry gantry-router gantry-engine gantry-quantize gantry-mkmodel; do
   "$TMP/bin/$p" --version | grep -q "^$p [0-9]" || { echo "FAIL: $p --version"; exit 1; }
   echo "ok: $p --version"
 done
