@@ -150,13 +150,12 @@ int cmd_serve(int argc, char **argv) {
     tensor_bytes += t->nbytes;
     if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
   }
-  if (cli_create_backend(device, (int)threads, &be)) goto out;
+  if (cli_create_backend(device, (int)threads, &be) || cli_kv_dtype(be, kv_dtype)) goto out;
   if (sched_mem_check_weights(be, tensor_bytes, &err)) {
     cli_fail("%s", err.msg);
     rc = 2;
     goto out;
   }
-  if (cli_create_backend(device, (int)threads, &be) || cli_kv_dtype(be, kv_dtype)) goto out;
   if (model_load(g, be, (int)max_batch, &m, &err)) {
     cli_fail("%s: %s", model, err.msg);
     rc = err.code == GT_ENOMEM ? 2 : 1;
