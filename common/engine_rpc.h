@@ -6,6 +6,7 @@
 
 #define EC_METHOD_GENERATE "/gantry.v1.Engine/Generate"
 #define EC_METHOD_TOKENIZE "/gantry.v1.Engine/Tokenize"
+#define EC_METHOD_DETOKENIZE "/gantry.v1.Engine/Detokenize"
 #define EC_METHOD_INFO "/gantry.v1.Engine/Info"
 #define EC_METHOD_HEALTH "/gantry.v1.Engine/Health"
 

@@ -146,3 +146,7 @@ int stop_matcher_flush(stop_matcher_t *m, stop_result_t *res, gt_err_t *err) {
   m->done = true;
   return GT_OK;
 }
+
+const char *stop_matcher_string(const stop_matcher_t *m, int i) {
+  return m && i >= 0 && (size_t)i < m->n ? m->stops[i] : NULL;
+}

@@ -36,6 +36,9 @@ int stop_matcher_feed(stop_matcher_t *m, const char *text, size_t n, stop_result
 /* End of stream: returns (in *res) everything still held back (no match possible now). */
 int stop_matcher_flush(stop_matcher_t *m, stop_result_t *res, gt_err_t *err);
 
+/* The i-th stop string (NUL-terminated, owned by m); NULL if i is out of range. */
+const char *stop_matcher_string(const stop_matcher_t *m, int i);
+
 /* Bytes currently held back (for tests and accounting). */
 size_t stop_matcher_pending(const stop_matcher_t *m);
 

@@ -23,6 +23,8 @@ typedef struct req {
   int32_t *tokens;   /* [cap] prompt + generated */
   int32_t *stop_ids; /* copy of r.stop_ids */
   int n_stop_ids;
+  int32_t *bias_ids; /* copy of r.bias_ids / r.bias_vals */
+  float *bias_vals;
   int n_tokens, cap, n_prompt;
   int n_computed;    /* tokens whose K/V (and state) are computed */
   int n_generated;
@@ -90,6 +92,8 @@ static void free_req(req_t *q) {
   seqout_free(q->out);
   free(q->tokens);
   free(q->stop_ids);
+  free(q->bias_ids);
+  free(q->bias_vals);
   free(q->blocks);
   free(q->r.prompt);
   free(q);
@@ -328,6 +332,12 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
         break;
       }
   }
+  for (int i = 0; !rc && i < r->n_bias; i++) {
+    if (r->bias_ids[i] < 0 || r->bias_ids[i] >= s->V)
+      rc = gt_err_set(err, GT_EINVAL, "logit_bias: token id %d is outside the vocabulary of %d", r->bias_ids[i], s->V);
+    else if (!(r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f))
+      rc = gt_err_set(err, GT_EINVAL, "logit_bias: the bias of token %d must be in [-100, 100]", r->bias_ids[i]);
+  }
   if (!rc) rc = sampler_check(&r->sampling, err);
   if (!rc && !(q = calloc(1, sizeof *q))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
   if (!rc) {
@@ -345,7 +355,17 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
       q->n_stop_ids = q->stop_ids ? r->n_stop_ids : 0;
     }
     q->r.stop_ids = NULL;
-    if (!q->tokens || !q->blocks) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+    if (r->n_bias > 0) {
+      q->bias_ids = malloc(sizeof(int32_t) * (size_t)r->n_bias);
+      q->bias_vals = malloc(sizeof(float) * (size_t)r->n_bias);
+      if (q->bias_ids && q->bias_vals) {
+        memcpy(q->bias_ids, r->bias_ids, sizeof(int32_t) * (size_t)r->n_bias);
+        memcpy(q->bias_vals, r->bias_vals, sizeof(float) * (size_t)r->n_bias);
+      }
+    }
+    q->r.bias_ids = NULL;
+    q->r.bias_vals = NULL;
+    if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
   }
   if (!rc) {
     memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
@@ -582,13 +602,15 @@ static int is_eos(const sched_t *s, int32_t id) {
  * with a draw from q's sampler (see device_rows). Returns 1 + sched_finish_t if q is done, else 0. */
 static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   gt_err_t err = {0};
-  /* logprobs are of the raw logits: sampler_sample changes lg only through the penalties, so a
-   * copy is taken only then (one O(vocab) pass per token saved otherwise) */
+  /* logprobs are of the raw logits: only the penalties and logit_bias change lg before the
+   * draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
   const float *raw = lg;
-  if (lg && q->r.logprobs >= 0 && sampler_has_penalties(&q->r.sampling)) {
+  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling))) {
     memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
     raw = s->raw;
   }
+  if (lg)
+    for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
   int32_t t = lg ? sampler_sample(q->smp, lg) : sampled;
   sampler_accept(q->smp, t, 1);
   q->n_generated++;
@@ -615,14 +637,14 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
 }
 
 /* Device sampling for this step's n_out output rows: possible when the backend has `sample` and
- * no output row's request needs penalties or logprobs. Then fills b_rows (drawing each request's
+ * no output row's request needs penalties, logit_bias or logprobs (those need the host sampler). Then fills b_rows (drawing each request's
  * uniform now: its RNG advances once per token on either path) and returns 1; else 0. */
 static int device_rows(sched_t *s, int n_seq, int n_out) {
   if (!s->m->be->ops->sample || n_out == 0) return 0;
   for (int i = 0; i < n_seq; i++) {
     const req_t *q = s->b_req[i];
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
-    if (q->r.logprobs >= 0 || sampler_has_penalties(&q->r.sampling)) return 0;
+    if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling)) return 0;
   }
   int o = 0;
   for (int i = 0; i < n_seq; i++) {

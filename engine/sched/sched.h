@@ -84,6 +84,9 @@ typedef struct {
   int logprobs;             /* < 0: none; 0..20: the chosen token's logprob plus top n */
   const int32_t *stop_ids;  /* extra token ids that end the output (copied at submit) */
   int n_stop_ids;
+  const int32_t *bias_ids;  /* logit_bias: logits[bias_ids[i]] += bias_vals[i] before sampling */
+  const float *bias_vals;   /* [n_bias], each in [-100, 100]; ids in the vocabulary (copied at submit) */
+  int n_bias;
   seqout_config_t out;      /* stop strings / ids, reasoning and tool-call parsing */
   sched_event_fn on_event;
   void *ud;

@@ -14,6 +14,7 @@ struct seqout {
   stop_matcher_t *stop;
   chat_parser_t *parser; /* NULL: all text is content */
   int stopped, finished;
+  int include_stop;      /* cfg->include_stop */
   int in_reasoning, reasoning_tokens, tool_calls;
   /* pending delta */
   int32_t *ids; int n_ids, cap_ids;
@@ -42,7 +43,8 @@ int seqout_create(const tok_t *tok, const seqout_config_t *cfg, seqout_t **out, 
   seqout_t *o = calloc(1, sizeof *o);
   if (!o) return gt_err_set(err, GT_ENOMEM, "out of memory");
   o->tok = tok;
-  tok_stream_init(&o->ts, tok, TOK_SKIP_CONTROL);
+  tok_stream_init(&o->ts, tok, cfg && cfg->keep_special ? 0 : TOK_SKIP_CONTROL);
+  o->include_stop = cfg && cfg->include_stop;
   int rc = stop_matcher_new(cfg ? cfg->stop : NULL, cfg ? (size_t)cfg->n_stop : 0, &o->stop, err);
   if (!rc && cfg && cfg->parse_output) {
     chat_parser_opts_t po = {.starts_in_reasoning = cfg->starts_in_reasoning, .parse_tool_calls = cfg->parse_tool_calls,
@@ -152,6 +154,14 @@ static int add_id(seqout_t *o, int32_t id) {
 
 void seqout_push_id(seqout_t *o, int32_t id) { add_id(o, id); }
 
+/* Routes a match's text: what came before the stop string, then (include_stop) the string. */
+static int route_stop(seqout_t *o, const stop_result_t *sr, int *got_c, int *got_r, gt_err_t *err) {
+  int rc = route(o, sr->emit, sr->emit_len, 0, got_c, got_r, err);
+  const char *st = sr->matched && o->include_stop ? stop_matcher_string(o->stop, sr->which) : NULL;
+  if (!rc && st) rc = route(o, st, strlen(st), 0, got_c, got_r, err);
+  return rc;
+}
+
 int seqout_push(seqout_t *o, int32_t id, int check_stop, gt_err_t *err) {
   if (o->finished) return gt_err_set(err, GT_EINVAL, "seqout: push after finish");
   if (add_id(o, id)) return gt_err_set(err, GT_ENOMEM, "out of memory");
@@ -166,7 +176,7 @@ int seqout_push(seqout_t *o, int32_t id, int check_stop, gt_err_t *err) {
     if ((rc = route(o, t, n, 0, &got_c, &got_r, err))) return rc;
   } else if (n) {
     if ((rc = stop_matcher_feed(o->stop, t, n, &sr, err))) return rc;
-    if ((rc = route(o, sr.emit, sr.emit_len, 0, &got_c, &got_r, err))) return rc;
+    if ((rc = route_stop(o, &sr, &got_c, &got_r, err))) return rc;
   }
   if (got_r && !got_c) o->in_reasoning = 1;
   if (got_c) o->in_reasoning = 0;
@@ -199,7 +209,7 @@ int seqout_finish(seqout_t *o, gt_err_t *err) {
   if (!o->stopped) {
     if ((rc = tok_stream_flush(&o->ts, &t, &n, err))) return rc;
     if (n && (rc = stop_matcher_feed(o->stop, t, n, &sr, err))) return rc;
-    if (n && (rc = route(o, sr.emit, sr.emit_len, 0, &got_c, &got_r, err))) return rc;
+    if (n && (rc = route_stop(o, &sr, &got_c, &got_r, err))) return rc;
     if (!sr.matched) {
       if ((rc = stop_matcher_flush(o->stop, &sr, err))) return rc;
       if ((rc = route(o, sr.emit, sr.emit_len, 0, &got_c, &got_r, err))) return rc;

@@ -19,6 +19,8 @@ typedef struct {
   int parse_tool_calls;     /* recognise tool calls (the request offered tools) */
   const char *tools_json;   /* the request's tools (copied; Qwen3.5 string parameters) */
   uint64_t id_seed;         /* tool-call ids */
+  int keep_special;         /* keep control tokens' text (skip_special_tokens false); else dropped */
+  int include_stop;         /* keep the matched stop string at the end of the text */
 } seqout_config_t;
 
 typedef struct {

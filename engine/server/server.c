@@ -11,6 +11,7 @@
 #include "common/engine_rpc.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
+#include "common/strbuf.h"
 #include "engine/chat/prompt.h"
 #include "engine/server/server_convert.h"
 #include "engine/server/server_metrics.h"
@@ -220,7 +221,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   int32_t *ids = NULL;
   size_t n_ids = 0;
   int opens = 0;
-  const char **stop_buf = NULL;
+  srv_conv_bufs_t bufs = {0};
   sched_req_t q;
   int rc = srv_conv_check(r, &err);
   if (!rc) rc = srv_conv_check_bytes(r, s->n_ctx, s->max_tok_bytes, &err);
@@ -229,12 +230,12 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   pthread_mutex_lock(&s->mu);
   uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
   pthread_mutex_unlock(&s->mu);
-  if (!rc) rc = srv_conv_request(r, s->n_ctx, opens, seed, &q, &stop_buf, &err);
+  if (!rc) rc = srv_conv_request(r, s->n_ctx, opens, seed, &q, &bufs, &err);
   live_t *l = NULL;
   if (!rc && !(l = calloc(1, sizeof *l))) rc = gt_err_set(&err, GT_ENOMEM, "out of memory");
   if (rc) {
     free(ids);
-    free(stop_buf);
+    srv_conv_bufs_free(&bufs);
     gt_metric_inc(s->met.rejected_invalid, 1);
     gt_rpc_code_t code = request_status(rc);
     GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", r->request_id, (int)code, err.msg);
@@ -258,7 +259,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   s->n_live++;
   pthread_mutex_unlock(&s->mu);
   int64_t id = sched_submit(s->sched, &q, &err); /* takes ids */
-  free(stop_buf);
+  srv_conv_bufs_free(&bufs);
   if (id < 0) {
     pthread_mutex_lock(&s->mu);
     unlink_live(s, l);
@@ -468,6 +469,41 @@ static void on_tokenize(void *user, gt_rpc_call_t *call) {
   gt_rpc_call_reply(call, &r->base);
 }
 
+/* Detokenize: ids -> text with special tokens kept, as valid UTF-8 (tok_stream: an incomplete
+ * character becomes U+FFFD); an id outside the vocabulary -> INVALID_ARGUMENT naming it. */
+static void on_detokenize(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  if (get_state(s) == SRV_LOADING) {
+    gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "the engine is loading its model");
+    return;
+  }
+  const Gantry__V1__DetokenizeRequest *d = (const Gantry__V1__DetokenizeRequest *)gt_rpc_call_request(call);
+  gt_err_t err = {0};
+  gt_sb_t out = {0};
+  tok_stream_t ts;
+  tok_stream_init(&ts, s->tok, 0);
+  int rc = d->base.n_unknown_fields ? gt_err_set(&err, GT_EINVAL, "unknown field number %u in DetokenizeRequest",
+                                                 d->base.unknown_fields[0].tag)
+                                    : GT_OK;
+  const char *t;
+  size_t n;
+  for (size_t i = 0; !rc && i <= d->n_ids; i++) {
+    rc = i < d->n_ids ? tok_stream_push(&ts, d->ids[i], &t, &n, &err) : tok_stream_flush(&ts, &t, &n, &err);
+    if (!rc && n && gt_sb_add(&out, t, n)) rc = gt_err_set(&err, GT_ENOMEM, "out of memory");
+    if (rc == GT_EINVAL && i < d->n_ids) gt_err_set(&err, GT_EINVAL, "token id %d at position %zu is outside the vocabulary", d->ids[i], i);
+  }
+  tok_stream_free(&ts);
+  Gantry__V1__DetokenizeResponse *r = rc ? NULL : malloc(sizeof *r);
+  if (!r) {
+    free(out.p);
+    gt_rpc_call_finish(call, rc == GT_EINVAL ? GT_RPC_INVALID_ARGUMENT : GT_RPC_INTERNAL, rc ? err.msg : "out of memory");
+    return;
+  }
+  gantry__v1__detokenize_response__init(r);
+  r->text = out.p ? out.p : (char *)protobuf_c_empty_string;
+  gt_rpc_call_reply(call, &r->base);
+}
+
 /* ---- lifecycle ---- */
 
 int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
@@ -489,6 +525,7 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
       {EC_METHOD_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__generate_request__descriptor, on_generate, on_cancel,
        gt_delta_merge, s},
       {EC_METHOD_TOKENIZE, GT_RPC_UNARY, &gantry__v1__tokenize_request__descriptor, on_tokenize, NULL, NULL, s},
+      {EC_METHOD_DETOKENIZE, GT_RPC_UNARY, &gantry__v1__detokenize_request__descriptor, on_detokenize, NULL, NULL, s},
       {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, on_info, NULL, NULL, s},
       {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, on_health, NULL, NULL, s},
       {"/grpc.health.v1.Health/Check", GT_RPC_UNARY, &grpc__health__v1__health_check_request__descriptor,

@@ -51,6 +51,12 @@ int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err) {
     if (s->presence_penalty_opt_case && (rc = finite_in("presence_penalty", s->presence_penalty, -2, 2, err))) return rc;
     if (s->frequency_penalty_opt_case && (rc = finite_in("frequency_penalty", s->frequency_penalty, -2, 2, err))) return rc;
   }
+  for (size_t i = 0; i < r->n_logit_bias; i++) {
+    if ((rc = unknown(&r->logit_bias[i]->base, "GenerateRequest.logit_bias[]", err))) return rc;
+    float b = r->logit_bias[i]->bias;
+    if (!isfinite(b) || b < -100 || b > 100)
+      return gt_err_set(err, GT_EINVAL, "logit_bias of token %d must be in [-100, 100], got %g", r->logit_bias[i]->id, (double)b);
+  }
   if (r->max_tokens_opt_case && r->max_tokens == 0) return gt_err_set(err, GT_EINVAL, "max_tokens must be at least 1, got 0");
   if (r->top_logprobs_opt_case && r->top_logprobs > SEQOUT_MAX_TOP)
     return gt_err_set(err, GT_EINVAL, "top_logprobs must be at most %d, got %u", SEQOUT_MAX_TOP, r->top_logprobs);
@@ -142,10 +148,17 @@ int srv_conv_prompt(const Gantry__V1__GenerateRequest *r, const tok_t *tok, cons
 
 /* ---- request ---- */
 
+void srv_conv_bufs_free(srv_conv_bufs_t *b) {
+  free(b->stop);
+  free(b->bias_ids);
+  free(b->bias_vals);
+  *b = (srv_conv_bufs_t){0};
+}
+
 int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_reasoning, uint64_t seed,
-                     sched_req_t *q, const char ***stop_buf, gt_err_t *err) {
+                     sched_req_t *q, srv_conv_bufs_t *bufs, gt_err_t *err) {
   memset(q, 0, sizeof *q);
-  *stop_buf = NULL;
+  *bufs = (srv_conv_bufs_t){0};
   sampler_params_t sp = sampler_defaults();
   sp.temperature = 1.0f; /* the OpenAI / vLLM default when unset */
   sp.seed = seed;
@@ -172,10 +185,27 @@ int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_
     const char **st = malloc(sizeof *st * r->n_stop);
     if (!st) return gt_err_set(err, GT_ENOMEM, "out of memory");
     for (size_t i = 0; i < r->n_stop; i++) st[i] = r->stop[i];
-    *stop_buf = st;
+    bufs->stop = st;
     q->out.stop = st;
     q->out.n_stop = (int)r->n_stop;
   }
+  if (r->n_logit_bias) {
+    bufs->bias_ids = malloc(sizeof(int32_t) * r->n_logit_bias);
+    bufs->bias_vals = malloc(sizeof(float) * r->n_logit_bias);
+    if (!bufs->bias_ids || !bufs->bias_vals) {
+      srv_conv_bufs_free(bufs);
+      return gt_err_set(err, GT_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < r->n_logit_bias; i++) {
+      bufs->bias_ids[i] = r->logit_bias[i]->id;
+      bufs->bias_vals[i] = r->logit_bias[i]->bias;
+    }
+    q->bias_ids = bufs->bias_ids;
+    q->bias_vals = bufs->bias_vals;
+    q->n_bias = (int)r->n_logit_bias;
+  }
+  q->out.keep_special = r->skip_special_tokens_opt_case && !r->skip_special_tokens;
+  q->out.include_stop = r->include_stop_str_in_output;
   int chat = r->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT;
   q->out.parse_output = chat;
   q->out.starts_in_reasoning = chat && opens_reasoning;

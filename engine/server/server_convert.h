@@ -32,10 +32,19 @@ int srv_conv_chat(const Gantry__V1__ChatInput *c, int add_generation_prompt, int
                   const chat_family_t *fam, const char *fam_reason, int32_t **ids, size_t *n, int *opens_reasoning,
                   gt_err_t *err);
 
+/* Arrays that a converted sched_req_t points into (malloc'd; NULL when empty). */
+typedef struct {
+  const char **stop;  /* [n_stop] pointers into the request's strings */
+  int32_t *bias_ids;  /* [n_logit_bias] */
+  float *bias_vals;   /* [n_logit_bias] */
+} srv_conv_bufs_t;
+void srv_conv_bufs_free(srv_conv_bufs_t *b);
+
 /* Fills *q from r (everything but prompt, on_event and ud). Pointers in *q borrow from r and
- * from *stop_buf (a malloc'd array the caller frees after sched_submit, which copies). */
+ * from *bufs (the caller frees it with srv_conv_bufs_free after sched_submit, which copies;
+ * on error *bufs is already freed). */
 int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_reasoning, uint64_t seed,
-                     sched_req_t *q, const char ***stop_buf, gt_err_t *err);
+                     sched_req_t *q, srv_conv_bufs_t *bufs, gt_err_t *err);
 
 /* GenerateResponse{delta} of a scheduler delta (token ids, text, reasoning, tool-call
  * fragments, logprobs with token bytes from tok). NULL on allocation failure. */

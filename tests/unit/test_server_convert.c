@@ -73,7 +73,7 @@ static void test_request(void **state) {
   r.n_stop = 2;
   r.priority = 5;
   sched_req_t q;
-  const char **buf = NULL;
+  srv_conv_bufs_t buf;
   assert_int_equal(srv_conv_request(&r, 1000, 0, 77, &q, &buf, &err), GT_OK);
   assert_true(q.sampling.temperature == 1.0f); /* unset: default 1 */
   assert_int_equal(q.sampling.seed, 77);
@@ -83,7 +83,7 @@ static void test_request(void **state) {
   assert_int_equal(q.out.n_stop, 2);
   assert_string_equal(q.out.stop[1], "###");
   assert_int_equal(q.out.parse_output, 0);
-  free(buf);
+  srv_conv_bufs_free(&buf);
 
   Gantry__V1__SamplingParams sp;
   gantry__v1__sampling_params__init(&sp);
@@ -101,7 +101,36 @@ static void test_request(void **state) {
   assert_int_equal(q.sampling.seed, 9);
   assert_int_equal(q.max_tokens, 3);
   assert_int_equal(q.logprobs, 0);
-  assert_null(buf);
+  assert_null(buf.stop);
+  assert_null(buf.bias_ids);
+  assert_int_equal(q.out.keep_special, 0); /* skip_special_tokens unset: true */
+  assert_int_equal(q.out.include_stop, 0);
+
+  /* logit_bias, skip_special_tokens false, include_stop_str_in_output */
+  Gantry__V1__TokenBias b0, b1;
+  gantry__v1__token_bias__init(&b0);
+  gantry__v1__token_bias__init(&b1);
+  b0.id = 5;
+  b0.bias = 100;
+  b1.id = 9;
+  b1.bias = -2.5f;
+  Gantry__V1__TokenBias *bl[2] = {&b0, &b1};
+  r.logit_bias = bl;
+  r.n_logit_bias = 2;
+  r.skip_special_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__SKIP_SPECIAL_TOKENS_OPT_SKIP_SPECIAL_TOKENS;
+  r.skip_special_tokens = false;
+  r.include_stop_str_in_output = true;
+  assert_int_equal(srv_conv_check(&r, &err), GT_OK);
+  assert_int_equal(srv_conv_request(&r, 1000, 0, 77, &q, &buf, &err), GT_OK);
+  assert_int_equal(q.n_bias, 2);
+  assert_int_equal(q.bias_ids[1], 9);
+  assert_true(q.bias_vals[0] == 100.0f && q.bias_vals[1] == -2.5f);
+  assert_int_equal(q.out.keep_special, 1);
+  assert_int_equal(q.out.include_stop, 1);
+  srv_conv_bufs_free(&buf);
+  b1.bias = -100.5f; /* out of range: refused naming the token */
+  assert_int_equal(srv_conv_check(&r, &err), GT_EINVAL);
+  assert_non_null(strstr(err.msg, "logit_bias of token 9"));
 }
 
 /* Feeds text as the model would produce it (TOK_SPECIAL ids) through a seqout and maps every
