@@ -24,6 +24,7 @@ target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_p
 add_executable(gantry-router router/main.c)
 target_link_libraries(gantry-router PRIVATE gantry_router_rt)
 target_compile_definitions(gantry-router PRIVATE GANTRY_VERSION="${PROJECT_VERSION}")
+target_compile_definitions(gantry_router_rt PRIVATE GANTRY_VERSION="${PROJECT_VERSION}") # GET /version
 
 # Integration tests: real redis-server, the gantry-router binary, scripted fake engines.
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)

@@ -24,9 +24,16 @@ struct http_front {
   struct evhttp *http;
 };
 
-enum { R_CHAT, R_COMPL, R_MODELS, R_TOKENIZE, R_HEALTH, R_READY, R_METRICS, R_LIMITS, R_QUEUES, R_OTHER };
-static const char *route_names[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/tokenize",
-                                    "/health", "/ready", "/metrics", "/admin/limits", "/admin/queues", "other"};
+#ifndef GANTRY_VERSION
+#define GANTRY_VERSION "unknown"
+#endif
+
+/* R_MODEL is /v1/models/{id} (a prefix match); the others are exact paths. */
+enum { R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_READY, R_VERSION, R_METRICS,
+       R_LIMITS, R_QUEUES, R_OTHER };
+static const char *route_names[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{id}",
+                                    "/tokenize", "/detokenize", "/health", "/ready", "/version", "/metrics",
+                                    "/admin/limits", "/admin/queues", "other"};
 
 typedef struct hreq {
   router_t *rt;
@@ -316,19 +323,24 @@ typedef struct tok_op {
   hreq_t *h;
   ProtobufCMessage *resp;
   uint32_t ctx;
+  bool detok; /* a Detokenize call */
 } tok_op_t;
 
 static void tok_loop(void *a, void *b, intptr_t code) {
   tok_op_t *t = a;
   gt_rpc_status_t *st = b;
   hreq_t *h = t->h;
-  if (code == GT_RPC_OK && t->resp) {
+  if (code == GT_RPC_OK && t->resp && t->detok) {
+    reply_jobj(h, 200, json_pack("{s:s}", "prompt", ((Gantry__V1__DetokenizeResponse *)t->resp)->text));
+  } else if (code == GT_RPC_OK && t->resp) {
     Gantry__V1__TokenizeResponse *r = (Gantry__V1__TokenizeResponse *)t->resp;
     json_t *ids = json_array();
     for (size_t i = 0; i < r->n_ids; i++) json_array_append_new(ids, json_integer(r->ids[i]));
     reply_jobj(h, 200, json_pack("{s:i,s:i,s:o}", "count", (int)r->n_ids, "max_model_len", (int)t->ctx, "tokens", ids));
   } else if (code == GT_RPC_INVALID_ARGUMENT) {
-    reply_errf(h, 400, "invalid_request_error", NULL, st->message);
+    oa_error_t e;
+    oa_err(&e, 400, "invalid_request_error", t->detok ? "tokens" : NULL, NULL, "%s", st->message);
+    reply_error(h, &e, 0);
   } else {
     reply_errf(h, 503, "server_error", "engine_unavailable", st->message);
   }
@@ -351,6 +363,9 @@ static void tok_done(void *user, gt_rpc_stream_t *s, const gt_rpc_status_t *st) 
   if (c) *c = *st;
   if (!c || mbox_post(t->h->rt->mb, tok_loop, t, c, st->code)) free(c); /* OOM: the reply never comes */
 }
+
+static void tok_call(hreq_t *h, pool_engine_t *eng, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp, bool detok);
 
 static void tokenize_after_auth(hreq_t *h) {
   oa_error_t e;
@@ -401,21 +416,58 @@ static void tokenize_after_auth(hreq_t *h) {
     oa_req_free(&oa);
     return;
   }
+  tok_call(h, eng, EC_METHOD_TOKENIZE, &tr.base, &gantry__v1__tokenize_response__descriptor, false);
+  oa_req_free(&oa);
+}
+
+/* Starts a unary Tokenize / Detokenize call on eng; the reply comes from tok_loop. */
+static void tok_call(hreq_t *h, pool_engine_t *eng, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp, bool detok) {
   tok_op_t *t = calloc(1, sizeof *t);
   gt_rpc_stream_t *st = NULL;
   gt_err_t err;
-  gt_rpc_stream_args_t a = {.method = EC_METHOD_TOKENIZE, .request = &tr.base,
-                            .response = &gantry__v1__tokenize_response__descriptor, .timeout_ms = 30000,
+  gt_rpc_stream_args_t a = {.method = method, .request = req, .response = resp, .timeout_ms = 30000,
                             .on_msg = tok_msg, .on_done = tok_done, .user = t};
-  if (t) {
-    t->h = h;
-    t->ctx = eng->context_length;
-  }
+  if (t) *t = (tok_op_t){.h = h, .ctx = eng->context_length, .detok = detok};
   if (!t || gt_rpc_client_stream(ec_rpc(eng->ec), &a, &st, &err)) {
     free(t);
-    reply_errf(h, 503, "server_error", "engine_unavailable", "tokenize call failed");
+    reply_errf(h, 503, "server_error", "engine_unavailable", detok ? "detokenize call failed" : "tokenize call failed");
   }
-  oa_req_free(&oa);
+}
+
+/* POST /detokenize (vLLM): {"model", "tokens": [ids]} -> {"prompt": text}; special tokens are kept. */
+static void detokenize_after_auth(hreq_t *h) {
+  oa_error_t e;
+  json_error_t je;
+  json_t *b = h->body_len ? json_loadb(h->body, h->body_len, 0, &je) : NULL;
+  json_t *model = json_object_get(b, "model"), *toks = json_object_get(b, "tokens");
+  Gantry__V1__DetokenizeRequest dr = GANTRY__V1__DETOKENIZE_REQUEST__INIT;
+  if (!b || !json_is_object(b)) {
+    oa_err(&e, 400, NULL, NULL, "invalid_json", "body must be a JSON object {\"model\", \"tokens\": [ids]}");
+  } else if (!json_is_string(model) || !json_string_length(model)) {
+    oa_err(&e, 400, NULL, "model", "missing_required_parameter", "'model' must be a non-empty string");
+  } else if (!json_is_array(toks)) {
+    oa_err(&e, 400, NULL, "tokens", "missing_required_parameter", "'tokens' must be an array of token ids");
+  } else if (!pool_has_model(h->rt->pool, json_string_value(model))) {
+    oa_err(&e, 404, NULL, "model", "model_not_found", "The model '%.200s' does not exist", json_string_value(model));
+  } else {
+    e.status = 0;
+    dr.n_ids = json_array_size(toks);
+    dr.ids = calloc(dr.n_ids ? dr.n_ids : 1, sizeof *dr.ids);
+    if (!dr.ids) oa_err(&e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; dr.ids && !e.status && i < dr.n_ids; i++) {
+      json_t *v = json_array_get(toks, i);
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        oa_err(&e, 400, NULL, "tokens", "invalid_value", "'tokens[%zu]' must be a token id (an integer >= 0)", i);
+      else dr.ids[i] = (int32_t)json_integer_value(v);
+    }
+  }
+  pool_engine_t *eng = e.status ? NULL : pool_pick(h->rt->pool, json_string_value(model), NULL, 0);
+  if (!e.status && !eng) oa_err(&e, 503, "server_error", NULL, "engine_unavailable", "no ready engine for this model");
+  if (e.status) reply_error(h, &e, 0);
+  else tok_call(h, eng, EC_METHOD_DETOKENIZE, &dr.base, &gantry__v1__detokenize_response__descriptor, true);
+  free(dr.ids);
+  json_decref(b);
 }
 
 /* ---- admin ---- */
@@ -553,10 +605,19 @@ static void on_auth(void *arg, auth_status_t st, const char *tenant) {
     case R_CHAT:
     case R_COMPL: gen_after_auth(h); break;
     case R_TOKENIZE: tokenize_after_auth(h); break;
+    case R_DETOKENIZE: detokenize_after_auth(h); break;
     case R_MODELS:
+    case R_MODEL:
     case R_METRICS: info_after_auth(h); break;
     default: admin_after_auth(h); break;
   }
+}
+
+static json_t *model_obj(pool_t *p, const char *id) {
+  json_t *m = json_pack("{s:s,s:s,s:i,s:s}", "id", id, "object", "model", "created", 0, "owned_by", "gantry");
+  uint32_t ctx = pool_context(p, id);
+  if (ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
+  return m;
 }
 
 static void models(hreq_t *h) {
@@ -567,13 +628,28 @@ static void models(hreq_t *h) {
     bool seen = false;
     for (int k = 0; k < i; k++)
       if (!strcmp(pool_at(p, k)->model, e->model)) seen = true;
-    if (seen) continue;
-    json_t *m = json_pack("{s:s,s:s,s:i,s:s}", "id", e->model, "object", "model", "created", 0, "owned_by", "gantry");
-    uint32_t ctx = pool_context(p, e->model);
-    if (ctx) json_object_set_new(m, "max_model_len", json_integer(ctx));
-    json_array_append_new(data, m);
+    if (!seen) json_array_append_new(data, model_obj(p, e->model));
   }
   reply_jobj(h, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+}
+
+/* GET /v1/models/{id}: the model object, or a 404 OpenAI error (code model_not_found). The id
+ * is percent-decoded and may contain '/' (e.g. "Qwen/Qwen3-0.6B"). */
+static void model_one(hreq_t *h) {
+  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(h->req);
+  const char *path = u ? evhttp_uri_get_path(u) : NULL;
+  size_t n = 0;
+  char *id = path ? evhttp_uridecode(path + strlen("/v1/models/"), 0, &n) : NULL;
+  oa_error_t e;
+  if (!id) reply_errf(h, 500, "server_error", NULL, "out of memory");
+  else if (strlen(id) != n || !gt_utf8_valid(id, n) || !pool_has_model(h->rt->pool, id)) {
+    oa_err(&e, 404, "invalid_request_error", "model", "model_not_found", "The model '%.200s' does not exist",
+           strlen(id) == n && gt_utf8_valid(id, n) ? id : "?");
+    reply_error(h, &e, 0);
+  } else {
+    reply_jobj(h, 200, model_obj(h->rt->pool, id));
+  }
+  free(id);
 }
 
 static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
@@ -595,10 +671,10 @@ static bool json_content_type(const char *ct) {
   return !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
-/* /v1/models and /metrics (after the key check with --protect-info). */
+/* /v1/models, /v1/models/{id} and /metrics (after the key check with --protect-info). */
 static void info_after_auth(hreq_t *h) {
-  if (h->route == R_MODELS) {
-    models(h);
+  if (h->route == R_MODELS || h->route == R_MODEL) {
+    h->route == R_MODELS ? models(h) : model_one(h);
     return;
   }
   gt_err_t err;
@@ -630,7 +706,8 @@ static void ready(hreq_t *h) {
 
 static int route_of(const char *path) {
   for (int i = 0; i < R_OTHER; i++)
-    if (!strcmp(path, route_names[i])) return i;
+    if (i != R_MODEL && !strcmp(path, route_names[i])) return i;
+  if (!strncmp(path, "/v1/models/", strlen("/v1/models/")) && path[strlen("/v1/models/")]) return R_MODEL;
   return R_OTHER;
 }
 
@@ -656,7 +733,9 @@ static void on_request(struct evhttp_request *req, void *arg) {
   switch (h->route) {
     case R_HEALTH: reply_jobj(h, 200, json_pack("{s:s}", "status", "ok")); return;
     case R_READY: ready(h); return;
+    case R_VERSION: reply_jobj(h, 200, json_pack("{s:s}", "version", GANTRY_VERSION)); return;
     case R_MODELS:
+    case R_MODEL:
     case R_METRICS:
       if (!hf->rt->cfg.protect_info) {
         info_after_auth(h);
@@ -672,7 +751,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     default: break;
   }
   bool admin = h->route == R_LIMITS || h->route == R_QUEUES;
-  bool info = h->route == R_MODELS || h->route == R_METRICS;
+  bool info = h->route == R_MODELS || h->route == R_MODEL || h->route == R_METRICS;
   bool ok_method = info    ? m == EVHTTP_REQ_GET
                    : admin ? (m == EVHTTP_REQ_GET || (h->route == R_LIMITS && m == EVHTTP_REQ_PUT))
                            : m == EVHTTP_REQ_POST;

@@ -1,4 +1,5 @@
 /* router/openai_req.c — OpenAI request JSON -> gantry.v1.GenerateRequest, with validation. */
+#include <errno.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -12,6 +13,8 @@
 
 #define MAX_STOP 16
 #define MAX_LOGPROBS 20
+#define MAX_LOGIT_BIAS 1024
+#define MAX_STOP_IDS 64
 
 int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,
            const char *fmt, ...) {
@@ -319,6 +322,63 @@ static int parse_stop(json_t *body, Gantry__V1__GenerateRequest *g, oa_error_t *
   return 0;
 }
 
+/* logit_bias {"<token id>": bias in [-100, 100]}, stop_token_ids [ids], skip_special_tokens,
+ * include_stop_str_in_output (vLLM) -> g. Token ids beyond the vocabulary: the engine says so. */
+static int parse_token_params(json_t *b, Gantry__V1__GenerateRequest *g, oa_error_t *e) {
+  json_t *lb = json_object_get(b, "logit_bias");
+  if (lb && !json_is_null(lb)) {
+    if (!json_is_object(lb)) return oa_err(e, 400, NULL, "logit_bias", "invalid_type", "'logit_bias' must be an object {\"<token id>\": bias}");
+    size_t n = json_object_size(lb);
+    if (n > MAX_LOGIT_BIAS)
+      return oa_err(e, 400, NULL, "logit_bias", "invalid_value", "'logit_bias' has %zu entries (at most %d)", n, MAX_LOGIT_BIAS);
+    if (n && !(g->logit_bias = calloc(n, sizeof *g->logit_bias))) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach(lb, k, v) {
+      char *end = NULL;
+      errno = 0;
+      long long id = strtoll(k, &end, 10);
+      if (!k[0] || *end || errno || id < 0 || id > INT32_MAX)
+        return oa_err(e, 400, NULL, "logit_bias", "invalid_value", "'logit_bias' key '%.40s' is not a token id", k);
+      double d = json_is_number(v) ? json_number_value(v) : NAN;
+      if (!isfinite(d) || d < -100 || d > 100)
+        return oa_err(e, 400, NULL, "logit_bias", "invalid_value", "'logit_bias' of token %lld must be a number in [-100, 100]", id);
+      Gantry__V1__TokenBias *tb = malloc(sizeof *tb);
+      if (!tb) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+      gantry__v1__token_bias__init(tb);
+      tb->id = (int32_t)id;
+      tb->bias = (float)d;
+      g->logit_bias[g->n_logit_bias++] = tb;
+    }
+  }
+  json_t *st = json_object_get(b, "stop_token_ids");
+  if (st && !json_is_null(st)) {
+    size_t n = json_is_array(st) ? json_array_size(st) : 0;
+    if (!json_is_array(st)) return oa_err(e, 400, NULL, "stop_token_ids", "invalid_type", "'stop_token_ids' must be an array of token ids");
+    if (n > MAX_STOP_IDS)
+      return oa_err(e, 400, NULL, "stop_token_ids", "invalid_value", "'stop_token_ids' has %zu entries (at most %d)", n, MAX_STOP_IDS);
+    if (n && !(g->stop_token_ids = calloc(n, sizeof *g->stop_token_ids)))
+      return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+      json_t *v = json_array_get(st, i);
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        return oa_err(e, 400, NULL, "stop_token_ids", "invalid_value", "'stop_token_ids[%zu]' must be a token id (an integer >= 0)", i);
+      g->stop_token_ids[g->n_stop_token_ids++] = (int32_t)json_integer_value(v);
+    }
+  }
+  bool v = true;
+  int r = get_bool(b, "skip_special_tokens", &v, e);
+  if (r < 0) return -1;
+  if (r) {
+    g->skip_special_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__SKIP_SPECIAL_TOKENS_OPT_SKIP_SPECIAL_TOKENS;
+    g->skip_special_tokens = v;
+  }
+  v = false;
+  if (get_bool(b, "include_stop_str_in_output", &v, e) < 0) return -1;
+  g->include_stop_str_in_output = v;
+  return 0;
+}
+
 static int parse_sampling(json_t *b, Gantry__V1__SamplingParams *sp, oa_error_t *e) {
   double d;
   long long x;
@@ -446,6 +506,7 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
   }
   if (parse_sampling(b, sp, e)) goto fail;
   if (parse_stop(b, g, e)) goto fail;
+  if (parse_token_params(b, g, e)) goto fail;
   long long mint = 0;
   if (get_int(b, "min_tokens", 0, UINT32_MAX, &mint, e) < 0) goto fail;
   g->min_tokens = (uint32_t)mint;

@@ -174,3 +174,134 @@ test('engine failure mid-stream surfaces as an error', { skip: !FAKE && 'needs a
     return true;
   });
 });
+
+// ---- issue 16 items 4 and 5: token-level parameters and the extra endpoints ----------------
+const HEADERS = { 'content-type': 'application/json', authorization: `Bearer ${process.env.GANTRY_API_KEY || 'none'}` };
+async function postJson(path, body) {
+  const r = await fetch(`${URL}${path}`, { method: 'POST', headers: HEADERS, body: JSON.stringify(body) });
+  return [r.status, await r.json()];
+}
+const tokenize = async (body) => (await postJson('/tokenize', { model: MODEL, ...body }))[1].tokens;
+const detokenize = async (tokens) => {
+  const [status, b] = await postJson('/detokenize', { model: MODEL, tokens });
+  assert.equal(status, 200, JSON.stringify(b));
+  return b.prompt;
+};
+const REAL = { skip: FAKE && 'needs the real engine' };
+
+test('GET /version', async () => {
+  const r = await fetch(`${URL}/version`);
+  assert.equal(r.status, 200);
+  const b = await r.json();
+  assert.match(b.version, /^\d+\.\d+\.\d+/);
+});
+
+test('models.retrieve: one model object, 404 model_not_found for an unknown id', async () => {
+  const m = await client.models.retrieve(MODEL);
+  assert.equal(m.id, MODEL);
+  assert.equal(m.object, 'model');
+  assert.equal(m.owned_by, 'gantry');
+  await assert.rejects(client.models.retrieve('no-such-model'), (e) => {
+    assert.ok(e instanceof OpenAI.NotFoundError, String(e));
+    assert.equal(e.code, 'model_not_found');
+    assert.equal(e.param, 'model');
+    return true;
+  });
+});
+
+test('POST /detokenize: tokens -> prompt; bad ids and unknown models are refused', REAL, async () => {
+  const text = 'Hello world, 1 2 3 café';
+  const ids = await tokenize({ prompt: text });
+  assert.ok(ids.length > 3);
+  assert.equal(await detokenize(ids), text);
+  // special tokens are kept: the chat template's first id is <|im_start|>
+  const chat = await tokenize({ messages: [{ role: 'user', content: 'hi' }] });
+  assert.equal(await detokenize([chat[0]]), '<|im_start|>');
+  let [status, b] = await postJson('/detokenize', { model: MODEL, tokens: [1, 1 << 30] });
+  assert.equal(status, 400);
+  assert.equal(b.error.param, 'tokens');
+  [status, b] = await postJson('/detokenize', { model: MODEL, tokens: ['a'] });
+  assert.equal(status, 400);
+  assert.equal(b.error.param, 'tokens');
+  [status, b] = await postJson('/detokenize', { model: 'no-such-model', tokens: [1] });
+  assert.equal(status, 404);
+  assert.equal(b.error.code, 'model_not_found');
+});
+
+test('logit_bias: +100 forces a token, -100 bans the greedy ones', REAL, async () => {
+  const prompt = 'def fibonacci(n):\n    ';
+  const [x] = await tokenize({ prompt: ' banana' });
+  const piece = await detokenize([x]);
+  const base = await client.completions.create({ model: MODEL, prompt, max_tokens: 4, temperature: 0 });
+  assert.notEqual(base.choices[0].text, piece.repeat(4));
+  const forced = await client.completions.create({
+    model: MODEL, prompt, max_tokens: 4, temperature: 0, logit_bias: { [x]: 100 },
+  });
+  assert.equal(forced.choices[0].text, piece.repeat(4));
+  // sampled (temperature 1), streamed, through chat
+  const s = await client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, temperature: 1, seed: 3,
+    logit_bias: { [x]: 100 }, stream: true,
+  });
+  let text = '';
+  for await (const c of s) text += c.choices[0]?.delta?.content ?? '';
+  assert.equal(text, piece.repeat(4));
+  // -100 on every token of the greedy answer: none of them comes back
+  const banned = await tokenize({ prompt: base.choices[0].text });
+  const bias = Object.fromEntries(banned.map((id) => [id, -100]));
+  const other = await client.completions.create({
+    model: MODEL, prompt, max_tokens: 4, temperature: 0, logit_bias: bias, logprobs: 0,
+  });
+  const pieces = new Set(await Promise.all(banned.map((id) => detokenize([id]))));
+  assert.equal(other.choices[0].logprobs.tokens.length, 4);
+  for (const t of other.choices[0].logprobs.tokens) assert.ok(!pieces.has(t), `banned token ${JSON.stringify(t)} came back`);
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 1, logit_bias: { [x]: 101 } }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, 'logit_bias');
+    return true;
+  });
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 1, logit_bias: { 999999999: 1 } }), (e) => {
+    assert.equal(e.status, 400);
+    assert.match(e.message, /logit_bias/);
+    return true;
+  });
+});
+
+test('stop_token_ids and include_stop_str_in_output', REAL, async () => {
+  const prompt = 'Once upon a time';
+  const [x] = await tokenize({ prompt: ' banana' });
+  const piece = await detokenize([x]);
+  const req = { model: MODEL, prompt, max_tokens: 4, temperature: 0, logit_bias: { [x]: 100 } };
+  // the forced token is a stop token: the output ends at once, without its text
+  const st = await client.completions.create({ ...req, stop_token_ids: [x] });
+  assert.equal(st.choices[0].finish_reason, 'stop');
+  assert.equal(st.choices[0].text, '');
+  assert.equal(st.usage.completion_tokens, 1);
+  // the forced piece as a stop string: cut by default, kept with include_stop_str_in_output
+  const cut = await client.completions.create({ ...req, stop: [piece.repeat(2)] });
+  assert.equal(cut.choices[0].finish_reason, 'stop');
+  assert.equal(cut.choices[0].text, '');
+  const kept = await client.completions.create({ ...req, stop: [piece.repeat(2)], include_stop_str_in_output: true });
+  assert.equal(kept.choices[0].finish_reason, 'stop');
+  assert.equal(kept.choices[0].text, piece.repeat(2));
+  await assert.rejects(client.completions.create({ ...req, stop_token_ids: [-1] }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, 'stop_token_ids');
+    return true;
+  });
+});
+
+test('skip_special_tokens: false keeps a control token in the text', REAL, async () => {
+  const [imStart] = await tokenize({ messages: [{ role: 'user', content: 'hi' }] });
+  const req = { model: MODEL, prompt: 'Hello', max_tokens: 3, temperature: 0, logit_bias: { [imStart]: 100 } };
+  const skipped = await client.completions.create(req);
+  assert.equal(skipped.choices[0].text, '');
+  assert.equal(skipped.usage.completion_tokens, 3);
+  const kept = await client.completions.create({ ...req, skip_special_tokens: false });
+  assert.equal(kept.choices[0].text, '<|im_start|>'.repeat(3));
+  await assert.rejects(client.completions.create({ ...req, skip_special_tokens: 'no' }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, 'skip_special_tokens');
+    return true;
+  });
+});

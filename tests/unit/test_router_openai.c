@@ -91,6 +91,48 @@ static void test_completion_prompt_forms(void **st) {
   oa_req_free(&r);
 }
 
+/* logit_bias, stop_token_ids, skip_special_tokens, include_stop_str_in_output -> GenerateRequest */
+static void test_token_params(void **st) {
+  (void)st;
+  oa_req_t r;
+  oa_error_t e;
+  assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\"}", &r, &e), 0);
+  assert_int_equal(r.gen->n_logit_bias, 0);
+  assert_int_equal(r.gen->n_stop_token_ids, 0);
+  assert_int_equal(r.gen->skip_special_tokens_opt_case, GANTRY__V1__GENERATE_REQUEST__SKIP_SPECIAL_TOKENS_OPT__NOT_SET);
+  assert_false(r.gen->include_stop_str_in_output);
+  oa_req_free(&r);
+  assert_int_equal(parse(OA_CHAT,
+                         "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                         "\"logit_bias\":{\"50256\":-100,\"7\":100,\"12\":0.5},\"stop_token_ids\":[3,151645],"
+                         "\"skip_special_tokens\":false,\"include_stop_str_in_output\":true}",
+                         &r, &e),
+                   0);
+  assert_int_equal(r.gen->n_logit_bias, 3);
+  assert_int_equal(r.gen->logit_bias[0]->id, 50256);
+  assert_true(r.gen->logit_bias[0]->bias == -100.0f);
+  assert_int_equal(r.gen->logit_bias[1]->id, 7);
+  assert_true(r.gen->logit_bias[2]->bias == 0.5f);
+  assert_int_equal(r.gen->n_stop_token_ids, 2);
+  assert_int_equal(r.gen->stop_token_ids[1], 151645);
+  assert_int_equal(r.gen->skip_special_tokens_opt_case, GANTRY__V1__GENERATE_REQUEST__SKIP_SPECIAL_TOKENS_OPT_SKIP_SPECIAL_TOKENS);
+  assert_false(r.gen->skip_special_tokens);
+  assert_true(r.gen->include_stop_str_in_output);
+  oa_req_free(&r);
+#define P "{\"model\":\"m\",\"prompt\":\"x\","
+  expect_err(OA_COMPLETION, P "\"logit_bias\":[1]}", 400, "invalid_type", "logit_bias");
+  expect_err(OA_COMPLETION, P "\"logit_bias\":{\"abc\":1}}", 400, "invalid_value", "logit_bias");
+  expect_err(OA_COMPLETION, P "\"logit_bias\":{\"-1\":1}}", 400, "invalid_value", "logit_bias");
+  expect_err(OA_COMPLETION, P "\"logit_bias\":{\"5\":101}}", 400, "invalid_value", "logit_bias");
+  expect_err(OA_COMPLETION, P "\"logit_bias\":{\"5\":\"high\"}}", 400, "invalid_value", "logit_bias");
+  expect_err(OA_COMPLETION, P "\"stop_token_ids\":5}", 400, "invalid_type", "stop_token_ids");
+  expect_err(OA_COMPLETION, P "\"stop_token_ids\":[1,-2]}", 400, "invalid_value", "stop_token_ids");
+  expect_err(OA_COMPLETION, P "\"stop_token_ids\":[1.5]}", 400, "invalid_value", "stop_token_ids");
+  expect_err(OA_COMPLETION, P "\"skip_special_tokens\":1}", 400, "invalid_type", "skip_special_tokens");
+  expect_err(OA_COMPLETION, P "\"include_stop_str_in_output\":\"y\"}", 400, "invalid_type", "include_stop_str_in_output");
+#undef P
+}
+
 static void test_bad_requests(void **st) {
   (void)st;
   expect_err(OA_CHAT, "", 400, "invalid_json", NULL);
@@ -243,6 +285,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_completion_prompt_forms),
       cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_utf8_validator),
+      cmocka_unit_test(test_token_params),
       cmocka_unit_test(test_chat_stream_logprobs_and_reasoning_field), cmocka_unit_test(test_final_error_and_body),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
