@@ -1,7 +1,10 @@
-/* Per-request output parameters at the engine level (CPU backend, qwen3-tiny bf16): logit_bias
+/* Per-request output parameters at the engine level (qwen3-tiny bf16): logit_bias
  * (+100 forces a token, -100 bans it, logprobs stay raw, bad values are refused),
  * stop_token_ids (the output ends at the first one, finish STOP), and in the output pipeline
- * (seqout) skip_special_tokens (keep_special) and include_stop_str_in_output (include_stop). */
+ * (seqout) skip_special_tokens (keep_special) and include_stop_str_in_output (include_stop).
+ * Built twice: on the CPU backend (test_sched_params) and, with SCHED_PARAMS_CUDA, on the CUDA
+ * backend, whose device sampler hands biased rows to the host sampler (test_cuda_sched_params;
+ * exit 77 = skipped without a GPU). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,9 @@
 #include "format/tokenizer.h"
 #include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
+#ifdef SCHED_PARAMS_CUDA
+#include "engine/backend/backend_cuda.h"
+#endif
 
 #define MAX_OUT 64
 
@@ -195,11 +201,43 @@ static void test_special_tokens_and_stop_string(void **state) {
   free(t);
 }
 
+#ifdef SCHED_PARAMS_CUDA
+static int setup(void **state) {
+  static tu_model_fx_t f;
+  gt_err_t err = {0};
+  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f.g, &err) || be_cuda_create(0, &f.be, &err) ||
+      model_load(f.g, f.be, 64, &f.m, &err) || tok_load(f.g, &f.tok, &err)) {
+    print_message("setup: %s\n", err.msg);
+    return -1;
+  }
+  *state = &f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fx_t *f = *state;
+  tok_free(f->tok);
+  model_free(f->m);
+  be_destroy(f->be);
+  gguf_close(f->g);
+  return 0;
+}
+#else
+#define setup tu_model_fx_setup
+#define teardown tu_model_fx_teardown
+#endif
+
 int main(void) {
+#ifdef SCHED_PARAMS_CUDA
+  if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
+    printf("no CUDA device visible: GPU tests skipped\n");
+    return 77;
+  }
+#endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_logit_bias),
       cmocka_unit_test(test_stop_token_ids),
       cmocka_unit_test(test_special_tokens_and_stop_string),
   };
-  return cmocka_run_group_tests(tests, tu_model_fx_setup, tu_model_fx_teardown);
+  return cmocka_run_group_tests(tests, setup, teardown);
 }
