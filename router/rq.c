@@ -57,6 +57,9 @@ static void fail(rq_t *q, int status, const char *type, const char *code, int re
   q->terminal = true;
   rq_event_t ev = {.kind = RQ_EV_ERROR, .retry_after_s = retry_after, .started = q->started};
   oa_err(&ev.err, status, type, NULL, code, fmt, detail ? detail : "");
+  /* the engine checks logit_bias ids against the vocabulary; its message starts with the param */
+  if (status == 400 && !strncmp(ev.err.message, "logit_bias", strlen("logit_bias")))
+    snprintf(ev.err.param, sizeof ev.err.param, "logit_bias");
   q->cb(q->sink, &ev);
 }
 
