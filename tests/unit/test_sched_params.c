@@ -131,6 +131,53 @@ static void test_logit_bias(void **state) {
   assert_non_null(strstr(err.msg, "logit_bias"));
 }
 
+/* A biased request moves its whole batch to the host sampler; an unbiased, sampled neighbour
+ * gets the same tokens as when it runs alone (on the backend's `sample` op). */
+static void test_logit_bias_batch(void **state) {
+  fx_t *f = *state;
+  gt_err_t err = {0};
+  static out_t alone, a, b;
+  sampler_params_t hot = sampler_defaults();
+  hot.temperature = 1.0f;
+  hot.seed = 11;
+  assert_true(run(f, hot, 12, NULL, NULL, 0, NULL, 0, -1, &alone, &err) > 0);
+  assert_int_equal(alone.n, 12);
+  sched_config_t c = {.max_num_seqs = 2, .max_batch_tokens = 64, .n_ctx = 512};
+  sched_t *s = NULL;
+  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  int32_t x = (int32_t)(tok_n_vocab(f->tok) / 3);
+  float plus = 100;
+  for (int k = 0; k < 2; k++) {
+    sched_req_t r = {0};
+    r.prompt = malloc(sizeof(int32_t) * 12);
+    for (int i = 0; i < 12; i++) r.prompt[i] = (int32_t)(100 + i * 37);
+    r.n_prompt = 12;
+    r.sampling = hot;
+    r.max_tokens = 12;
+    r.ignore_eos = 1;
+    r.logprobs = -1;
+    if (k == 1) {
+      r.bias_ids = &x;
+      r.bias_vals = &plus;
+      r.n_bias = 1;
+    }
+    r.on_event = on_event;
+    r.ud = k ? &b : &a;
+    assert_true(sched_submit(s, &r, &err) > 0);
+  }
+  for (int i = 0; i < 10000; i++) {
+    int rc = sched_step(s, &err);
+    assert_true(rc >= 0);
+    if (rc == 0) break;
+  }
+  sched_free(s);
+  assert_int_equal(a.n, 12);
+  assert_memory_equal(a.ids, alone.ids, sizeof(int32_t) * 12);
+  for (int i = 0; i < 12; i++) assert_int_equal(b.ids[i], x);
+}
+
 static void test_stop_token_ids(void **state) {
   fx_t *f = *state;
   gt_err_t err = {0};
@@ -236,6 +283,7 @@ int main(void) {
 #endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_logit_bias),
+      cmocka_unit_test(test_logit_bias_batch),
       cmocka_unit_test(test_stop_token_ids),
       cmocka_unit_test(test_special_tokens_and_stop_string),
   };
