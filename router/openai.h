@@ -44,6 +44,8 @@ typedef struct oa_req {
   bool continuous_usage;    /* stream_options.continuous_usage_stats (vLLM) */
   bool logprobs;            /* logprobs requested (chat: logprobs true; completions: logprobs n) */
   bool has_tools;
+  char *echo_text;          /* completions with echo: the prompt text that precedes the choice's
+                               text (owned; NULL without echo) */
   Gantry__V1__GenerateRequest *gen; /* owned: what goes to the engine (free with oa_req_free) */
 } oa_req_t;
 
@@ -51,7 +53,8 @@ typedef struct oa_req {
  * (OA_CHAT) or /v1/completions (OA_COMPLETION) request. On success returns 0 and fills *out
  * (release with oa_req_free). On bad input returns -1 with e filled (status 400 and the
  * offending param); out needs no freeing then. Checks: valid UTF-8, JSON object, types, model,
- * non-empty messages / prompt, max_tokens > 0, n == 1, ranges of the sampling values. */
+ * non-empty messages / prompt, max_tokens > 0, n == 1, echo only with a text prompt and without
+ * logprobs, ranges of the sampling values. */
 int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out, oa_error_t *e);
 void oa_req_free(oa_req_t *r);
 

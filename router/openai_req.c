@@ -414,7 +414,10 @@ static int reject_unsupported(json_t *b, oa_kind_t kind, oa_error_t *e) {
   bool v = false;
   if (kind == OA_COMPLETION) {
     if (get_bool(b, "echo", &v, e) < 0) return -1;
-    if (v) return oa_err(e, 400, NULL, "echo", "unsupported_value", "'echo' is not supported");
+    json_t *lp = json_object_get(b, "logprobs");
+    if (v && lp && !json_is_null(lp))
+      return oa_err(e, 400, NULL, "echo", "unsupported_value",
+                    "'echo' with 'logprobs' (prompt logprobs) is not supported");
     json_t *s = json_object_get(b, "suffix");
     if (s && !json_is_null(s)) return oa_err(e, 400, NULL, "suffix", "unsupported_value", "'suffix' is not supported");
     long long bo = 1;
@@ -566,6 +569,16 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
     }
   } else {
     if (parse_prompt(b, g, e)) goto fail;
+    bool echo = false;
+    if (get_bool(b, "echo", &echo, e) < 0) goto fail;
+    if (echo && g->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) {
+      oa_err(e, 400, NULL, "echo", "unsupported_value", "'echo' needs a text prompt, not token ids");
+      goto fail;
+    }
+    if (echo && !(out->echo_text = strdup(g->prompt))) {
+      oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+      goto fail;
+    }
   }
   json_decref(b);
   out->gen = g;
@@ -579,4 +592,6 @@ fail:
 void oa_req_free(oa_req_t *r) {
   if (r && r->gen) protobuf_c_message_free_unpacked(&r->gen->base, NULL);
   if (r) r->gen = NULL;
+  if (r) free(r->echo_text);
+  if (r) r->echo_text = NULL;
 }

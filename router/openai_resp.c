@@ -29,6 +29,8 @@ struct oa_resp {
   json_t *lp_content; /* chat: logprobs.content entries; completions: built at the end */
   json_t *lp_tokens, *lp_token_lps, *lp_tops, *lp_offsets;
   size_t text_offset;
+  char *echo;      /* completions with echo: prompt text not yet emitted (owned; NULL once sent) */
+  char *echo_body; /* the same text for the non-streaming body (owned) */
 };
 
 oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_reasoning_field_t rf) {
@@ -43,6 +45,10 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
   snprintf(r->id, sizeof r->id, "%s-%s", req->kind == OA_CHAT ? "chatcmpl" : "cmpl", id);
   snprintf(r->model, sizeof r->model, "%s", req->model);
   r->created = created;
+  if (req->echo_text && (!(r->echo = strdup(req->echo_text)) || !(r->echo_body = strdup(req->echo_text)))) {
+    oa_resp_free(r);
+    return NULL;
+  }
   if (r->logprobs) {
     r->lp_content = json_array();
     r->lp_tokens = json_array();
@@ -67,6 +73,8 @@ void oa_resp_free(oa_resp_t *r) {
   json_decref(r->lp_token_lps);
   json_decref(r->lp_tops);
   json_decref(r->lp_offsets);
+  free(r->echo);
+  free(r->echo_body);
   free(r);
 }
 
@@ -191,6 +199,20 @@ static tool_acc_t *tool_at(oa_resp_t *r, uint32_t index) {
   return index < MAX_TOOLS ? &r->tools[index] : NULL;
 }
 
+/* echo: the first streamed completion chunk's text is the prompt followed by its own text.
+ * Returns 0 or -1 on OOM. */
+static int echo_prefix(oa_resp_t *r, json_t *choice) {
+  if (!r->echo) return 0;
+  oa_sb_t t = {0};
+  const char *own = json_string_value(json_object_get(choice, "text"));
+  int rc = oa_sb_append(&t, r->echo, strlen(r->echo)) || oa_sb_append(&t, own ? own : "", own ? strlen(own) : 0);
+  if (!rc) rc = json_object_set_new(choice, "text", json_stringn(t.p, t.len));
+  oa_sb_free(&t);
+  free(r->echo);
+  r->echo = NULL;
+  return rc ? -1 : 0;
+}
+
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   r->tokens += (uint32_t)d->n_token_ids;
   size_t tl = d->text ? strlen(d->text) : 0, rl = d->reasoning_text ? strlen(d->reasoning_text) : 0;
@@ -210,6 +232,11 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
     json_t *c = chunk_base(r);
     json_t *ch = json_pack("{s:i,s:s%,s:o,s:n}", "index", 0, "text", tl ? d->text : "", tl,
                            "logprobs", lp ? lp : json_null(), "finish_reason");
+    if (echo_prefix(r, ch)) {
+      json_decref(c);
+      json_decref(ch);
+      return -1;
+    }
     json_object_set_new(c, "choices", json_pack("[o]", ch));
     if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, NULL, r->tokens));
     return emit(out, c);
@@ -336,8 +363,13 @@ int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out) {
     json_object_set_new(c, "choices", json_pack("[{s:i,s:o,s:n,s:s}]", "index", 0, "delta", delta,
                                                  "logprobs", "finish_reason", finish_str(r, f->finish_reason)));
   } else {
-    json_object_set_new(c, "choices", json_pack("[{s:i,s:s,s:n,s:s}]", "index", 0, "text", "", "logprobs",
-                                                "finish_reason", finish_str(r, f->finish_reason)));
+    json_t *ch = json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
+                           finish_str(r, f->finish_reason));
+    json_object_set_new(c, "choices", json_pack("[o]", ch));
+    if (echo_prefix(r, ch)) {
+      json_decref(c);
+      return -1;
+    }
   }
   if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, f->usage, r->tokens));
   if (emit(out, c)) return -1;
@@ -374,7 +406,19 @@ char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
     json_object_set_new(choice, "logprobs",
                         r->logprobs ? json_pack("{s:O}", "content", r->lp_content) : json_null());
   } else {
-    json_object_set_new(choice, "text", json_string(text));
+    if (r->echo_body) {
+      oa_sb_t t = {0};
+      if (oa_sb_append(&t, r->echo_body, strlen(r->echo_body)) || oa_sb_append(&t, text, strlen(text))) {
+        oa_sb_free(&t);
+        json_decref(choice);
+        json_decref(o);
+        return NULL;
+      }
+      json_object_set_new(choice, "text", json_stringn(t.p, t.len));
+      oa_sb_free(&t);
+    } else {
+      json_object_set_new(choice, "text", json_string(text));
+    }
     json_object_set_new(choice, "logprobs",
                         r->logprobs ? json_pack("{s:O,s:O,s:O,s:O}", "tokens", r->lp_tokens, "token_logprobs",
                                                 r->lp_token_lps, "top_logprobs", r->lp_tops, "text_offset",

@@ -77,6 +77,23 @@ test('completions, streamed and not', async () => {
   assert.equal(text, r.choices[0].text, 'greedy: streamed text equals the non-streamed one');
 });
 
+test('completions echo: the prompt precedes the text, streamed and not; echo+logprobs is a 400', async () => {
+  const prompt = 'def fibonacci(n):\n    ';
+  const base = await client.completions.create({ model: MODEL, prompt, max_tokens: 6, temperature: 0 });
+  const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 6, temperature: 0, echo: true });
+  assert.equal(r.choices[0].text, prompt + base.choices[0].text);
+  assert.equal(r.usage.completion_tokens, base.usage.completion_tokens);
+  const s = await client.completions.create({ model: MODEL, prompt, max_tokens: 6, temperature: 0, echo: true, stream: true });
+  let text = '';
+  for await (const c of s) if (c.choices.length) text += c.choices[0].text;
+  assert.equal(text, prompt + base.choices[0].text);
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 1, echo: true, logprobs: 1 }), (e) => {
+    assert.equal(e.status, 400);
+    assert.equal(e.param, 'echo');
+    return true;
+  });
+});
+
 test('cached tokens on a repeated prompt', async () => {
   const long = 'The quick brown fox jumps over the lazy dog. '.repeat(20);
   const ask = () => client.chat.completions.create({

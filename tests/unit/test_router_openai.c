@@ -157,7 +157,8 @@ static void test_bad_requests(void **st) {
   expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\",\"tools\":[]}", 400, "invalid_value", NULL);
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\"}", 400, "empty_prompt", "prompt");
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", 400, "unsupported_value", "prompt");
-  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true}", 400, "unsupported_value", "echo");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 400, "unsupported_value", "echo");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2],\"echo\":true}", 400, "unsupported_value", "echo");
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"caf\xc3\"}", 400, "invalid_utf8", NULL);
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}", 400, "invalid_utf8", NULL); /* surrogate */
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\xc0\xaf\"}", 400, "invalid_utf8", NULL);     /* overlong */
@@ -281,12 +282,50 @@ static void test_final_error_and_body(void **st) {
   oa_req_free(&q);
 }
 
+/* echo: the prompt precedes the choice's text, in the body and in the first streamed chunk */
+static void test_echo(void **st) {
+  (void)st;
+  for (int stream = 0; stream < 2; stream++) {
+    oa_req_t q;
+    oa_error_t e;
+    assert_int_equal(parse(OA_COMPLETION, stream ? "{\"model\":\"m\",\"prompt\":\"ab\",\"echo\":true,\"stream\":true}"
+                                                 : "{\"model\":\"m\",\"prompt\":\"ab\",\"echo\":true}",
+                           &q, &e), 0);
+    assert_string_equal(q.echo_text, "ab");
+    oa_resp_t *r = oa_resp_new(&q, "1", 1, OA_REASONING_BOTH);
+    oa_sb_t out = {0};
+    const char *parts[] = {"c", "d"};
+    for (int i = 0; i < 2; i++) {
+      gt_genresp_t *m = gt_delta_new();
+      assert_int_equal(gt_delta_add_token(m, 7 + i, parts[i], NULL), 0);
+      assert_int_equal(oa_resp_delta(r, m->delta, &out), 0);
+      gt_genresp_free(m);
+    }
+    gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, NULL);
+    if (stream) {
+      assert_int_equal(oa_resp_final_sse(r, f->final, &out), 0);
+      assert_non_null(strstr(out.p, "\"text\":\"abc\""));
+      assert_non_null(strstr(out.p, "\"text\":\"d\""));
+      assert_null(strstr(out.p, "\"text\":\"c\""));
+    } else {
+      char *body = oa_resp_body(r, f->final);
+      assert_non_null(strstr(body, "\"text\":\"abcd\""));
+      free(body);
+    }
+    gt_genresp_free(f);
+    oa_sb_free(&out);
+    oa_resp_free(r);
+    oa_req_free(&q);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_completion_prompt_forms),
       cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_utf8_validator),
       cmocka_unit_test(test_token_params),
       cmocka_unit_test(test_chat_stream_logprobs_and_reasoning_field), cmocka_unit_test(test_final_error_and_body),
+      cmocka_unit_test(test_echo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
