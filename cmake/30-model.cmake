@@ -32,6 +32,7 @@ add_library(gantry_model_fx STATIC tests/common/model_fx.c)
 target_link_libraries(gantry_model_fx PUBLIC gantry_model gantry_tok gantry_testutil)
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 gt_add_test(test_sched_params SOURCES tests/unit/test_sched_params.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
+gt_add_test(test_sched_fork SOURCES tests/unit/test_sched_fork.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 # the memory plan: the pure sizing rule, and sched_create sizing from the backend's reported memory
 gt_add_test(test_sched_mem SOURCES tests/unit/test_sched_mem.c LIBS gantry_sched gantry_model_fx TIMEOUT 120)
 gt_add_test(test_sampler SOURCES tests/unit/test_sampler.c LIBS gantry_model TIMEOUT 60)

@@ -129,6 +129,7 @@ int gt_delta_merge(void *user, ProtobufCMessage *into_m, ProtobufCMessage *next_
       next->kind_case != GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA)
     return 0;
   Gantry__V1__Delta *a = into->delta, *b = next->delta;
+  if (a->index != b->index) return 0; /* different choices (n > 1) */
 
   /* Allocate everything first so that a failure leaves both messages unchanged. */
   char *text = NULL, *reason = NULL, *args = NULL;

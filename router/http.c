@@ -288,10 +288,14 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
   }
   if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) {
     oa_resp_delta(h->resp, r->delta, NULL);
-  } else if (ev->final) {
+  } else if (!ev->final) { /* n > 1: a choice ended, others run on */
+    oa_resp_final(h->resp, r->final);
+  } else {
     h->rq = NULL;
-    if (r->final->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR) {
-      reply_errf(h, 500, "server_error", "engine_error", r->final->error && r->final->error[0] ? r->final->error : "generation failed");
+    oa_resp_final(h->resp, r->final);
+    const char *why = oa_resp_error(h->resp);
+    if (r->final->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR || why) {
+      reply_errf(h, 500, "server_error", "engine_error", why ? why : "generation failed");
       return;
     }
     char *s = oa_resp_body(h->resp, r->final);

@@ -16,6 +16,9 @@
 
 typedef enum { OA_CHAT = 0, OA_COMPLETION = 1 } oa_kind_t;
 
+/* Most choices per request (n); the engine may refuse fewer (its max_num_seqs, its KV pool). */
+#define OA_MAX_N 16
+
 /* Which field carries reasoning text (--reasoning-field). */
 typedef enum { OA_REASONING_BOTH = 0, OA_REASONING_ONLY = 1, OA_REASONING_CONTENT_ONLY = 2 } oa_reasoning_field_t;
 
@@ -53,7 +56,7 @@ typedef struct oa_req {
  * (OA_CHAT) or /v1/completions (OA_COMPLETION) request. On success returns 0 and fills *out
  * (release with oa_req_free). On bad input returns -1 with e filled (status 400 and the
  * offending param); out needs no freeing then. Checks: valid UTF-8, JSON object, types, model,
- * non-empty messages / prompt, max_tokens > 0, n == 1, echo only with a text prompt and without
+ * non-empty messages / prompt, max_tokens > 0, 1 <= n <= OA_MAX_N, echo only with a text prompt and without
  * logprobs, ranges of the sampling values. */
 int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out, oa_error_t *e);
 void oa_req_free(oa_req_t *r);
@@ -77,12 +80,19 @@ void oa_resp_free(oa_resp_t *r);
 /* Streaming: appends the SSE events ("data: {...}\n\n") for one Delta to out. Also
  * accumulates for the non-streaming body. Returns 0 or -1 on OOM. */
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out);
-/* Streaming end: the chunk with finish_reason, the usage chunk (include_usage) and
- * "data: [DONE]". A Final with finish_reason ERROR gives an error event then [DONE]. */
+/* Streaming end of one choice (Final.index; n > 1: one Final per choice): its chunk with
+ * finish_reason; after the last choice's, the usage chunk (include_usage, completion tokens
+ * summed over the choices, the prompt counted once) and "data: [DONE]". A Final with
+ * finish_reason ERROR gives an error event then [DONE]; later calls then add nothing. */
 int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out);
 /* Streaming failure after the stream started (engine died): error event + [DONE]. */
 int oa_resp_error_sse(oa_resp_t *r, const oa_error_t *e, oa_sb_t *out);
-/* Non-streaming: the whole chat.completion / text_completion JSON (malloc'd). */
+/* Non-streaming, n > 1: records a choice's Final before the last one; returns 1 once every
+ * choice has its Final, else 0. oa_resp_error: the first failed choice's message, or NULL. */
+int oa_resp_final(oa_resp_t *r, const Gantry__V1__Final *f);
+const char *oa_resp_error(const oa_resp_t *r);
+/* Non-streaming: the whole chat.completion / text_completion JSON (malloc'd), with f (the last
+ * Final) recorded first; choices in index order, usage summed as in oa_resp_final_sse. */
 char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f);
 /* Tokens seen so far (sum of token_ids over deltas). */
 uint32_t oa_resp_tokens(const oa_resp_t *r);

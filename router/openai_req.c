@@ -460,8 +460,8 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
 
   long long n = 1;
   if (get_int(b, "n", LLONG_MIN, LLONG_MAX, &n, e) < 0) goto fail;
-  if (n != 1) {
-    oa_err(e, 400, NULL, "n", "invalid_value", "'n' must be 1 (got %lld): one choice per request", n);
+  if (n < 1 || n > OA_MAX_N) {
+    oa_err(e, 400, NULL, "n", "invalid_value", "'n' must be in [1, %d] (got %lld)", OA_MAX_N, n);
     goto fail;
   }
   if (get_bool(b, "stream", &out->stream, e) < 0) goto fail;
@@ -580,6 +580,7 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
       goto fail;
     }
   }
+  g->n = n > 1 ? (uint32_t)n : 0;
   json_decref(b);
   out->gen = g;
   return 0;

@@ -14,6 +14,21 @@ typedef struct tool_acc {
   bool announced; /* streamed the id/type/name header */
 } tool_acc_t;
 
+/* One choice's accumulated output (n > 1: one per index). */
+typedef struct oa_choice {
+  int index;
+  bool role_sent;
+  oa_sb_t content, reasoning;
+  tool_acc_t tools[MAX_TOOLS];
+  int ntools;
+  json_t *lp_content; /* chat: logprobs.content entries; completions: built at the end */
+  json_t *lp_tokens, *lp_token_lps, *lp_tops, *lp_offsets;
+  size_t text_offset;
+  char *echo;         /* completions with echo: prompt text not yet streamed (owned; NULL once sent) */
+  bool finished;
+  Gantry__V1__FinishReason finish;
+} oa_choice_t;
+
 struct oa_resp {
   oa_kind_t kind;
   bool stream, include_usage, continuous_usage, logprobs;
@@ -21,16 +36,16 @@ struct oa_resp {
   char id[160];
   char model[256];
   int64_t created;
-  bool role_sent;
-  uint32_t tokens;
-  oa_sb_t content, reasoning;
-  tool_acc_t tools[MAX_TOOLS];
-  int ntools;
-  json_t *lp_content; /* chat: logprobs.content entries; completions: built at the end */
-  json_t *lp_tokens, *lp_token_lps, *lp_tops, *lp_offsets;
-  size_t text_offset;
-  char *echo;      /* completions with echo: prompt text not yet emitted (owned; NULL once sent) */
-  char *echo_body; /* the same text for the non-streaming body (owned) */
+  uint32_t tokens;    /* all choices */
+  int n;              /* choices */
+  oa_choice_t *ch;    /* [n] */
+  oa_choice_t *c;     /* the choice of the message being converted */
+  int n_finals;
+  Gantry__V1__Usage usage; /* summed over the choices' finals (prompt and cached: the first's) */
+  char *error;        /* the first ERROR final's message (owned) */
+  bool have_usage;
+  bool sse_done;      /* [DONE] sent */
+  char *echo_body;    /* echo: the prompt text for the non-streaming body (owned) */
 };
 
 oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_reasoning_field_t rf) {
@@ -45,35 +60,52 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
   snprintf(r->id, sizeof r->id, "%s-%s", req->kind == OA_CHAT ? "chatcmpl" : "cmpl", id);
   snprintf(r->model, sizeof r->model, "%s", req->model);
   r->created = created;
-  if (req->echo_text && (!(r->echo = strdup(req->echo_text)) || !(r->echo_body = strdup(req->echo_text)))) {
-    oa_resp_free(r);
+  gantry__v1__usage__init(&r->usage);
+  r->n = req->gen && req->gen->n > 1 ? (int)req->gen->n : 1;
+  if (!(r->ch = calloc((size_t)r->n, sizeof *r->ch))) {
+    free(r);
     return NULL;
   }
-  if (r->logprobs) {
-    r->lp_content = json_array();
-    r->lp_tokens = json_array();
-    r->lp_token_lps = json_array();
-    r->lp_tops = json_array();
-    r->lp_offsets = json_array();
+  r->c = &r->ch[0];
+  if (req->echo_text && !(r->echo_body = strdup(req->echo_text))) goto oom;
+  for (int i = 0; i < r->n; i++) {
+    oa_choice_t *c = &r->ch[i];
+    c->index = i;
+    if (req->echo_text && !(c->echo = strdup(req->echo_text))) goto oom;
+    if (r->logprobs) {
+      c->lp_content = json_array();
+      c->lp_tokens = json_array();
+      c->lp_token_lps = json_array();
+      c->lp_tops = json_array();
+      c->lp_offsets = json_array();
+    }
   }
   return r;
+oom:
+  oa_resp_free(r);
+  return NULL;
 }
 
 void oa_resp_free(oa_resp_t *r) {
   if (!r) return;
-  oa_sb_free(&r->content);
-  oa_sb_free(&r->reasoning);
-  for (int i = 0; i < r->ntools; i++) {
-    free(r->tools[i].id);
-    free(r->tools[i].name);
-    oa_sb_free(&r->tools[i].args);
+  for (int k = 0; k < r->n; k++) {
+    oa_choice_t *c = &r->ch[k];
+    oa_sb_free(&c->content);
+    oa_sb_free(&c->reasoning);
+    for (int i = 0; i < c->ntools; i++) {
+      free(c->tools[i].id);
+      free(c->tools[i].name);
+      oa_sb_free(&c->tools[i].args);
+    }
+    json_decref(c->lp_content);
+    json_decref(c->lp_tokens);
+    json_decref(c->lp_token_lps);
+    json_decref(c->lp_tops);
+    json_decref(c->lp_offsets);
+    free(c->echo);
   }
-  json_decref(r->lp_content);
-  json_decref(r->lp_tokens);
-  json_decref(r->lp_token_lps);
-  json_decref(r->lp_tops);
-  json_decref(r->lp_offsets);
-  free(r->echo);
+  free(r->ch);
+  free(r->error);
   free(r->echo_body);
   free(r);
 }
@@ -140,14 +172,14 @@ static json_t *completion_lp(oa_resp_t *r, const Gantry__V1__Delta *d) {
       json_decref(tt);
     }
     json_array_append(toks, tok);
-    json_array_append(r->lp_tokens, tok);
+    json_array_append(r->c->lp_tokens, tok);
     json_array_append_new(lps, json_real(t->logprob));
-    json_array_append_new(r->lp_token_lps, json_real(t->logprob));
+    json_array_append_new(r->c->lp_token_lps, json_real(t->logprob));
     json_array_append(tops, top);
-    json_array_append(r->lp_tops, top);
-    json_array_append_new(offs, json_integer((json_int_t)r->text_offset));
-    json_array_append_new(r->lp_offsets, json_integer((json_int_t)r->text_offset));
-    r->text_offset += t->token.len;
+    json_array_append(r->c->lp_tops, top);
+    json_array_append_new(offs, json_integer((json_int_t)r->c->text_offset));
+    json_array_append_new(r->c->lp_offsets, json_integer((json_int_t)r->c->text_offset));
+    r->c->text_offset += t->token.len;
     json_decref(tok);
     json_decref(top);
   }
@@ -190,34 +222,38 @@ static json_t *usage_json(const oa_resp_t *r, const Gantry__V1__Usage *u, uint32
 }
 
 static tool_acc_t *tool_at(oa_resp_t *r, uint32_t index) {
-  for (int i = 0; i < r->ntools; i++)
-    if ((uint32_t)(i) == index) return &r->tools[i];
-  while ((uint32_t)r->ntools <= index && r->ntools < MAX_TOOLS) {
-    memset(&r->tools[r->ntools], 0, sizeof r->tools[0]);
-    r->ntools++;
+  for (int i = 0; i < r->c->ntools; i++)
+    if ((uint32_t)(i) == index) return &r->c->tools[i];
+  while ((uint32_t)r->c->ntools <= index && r->c->ntools < MAX_TOOLS) {
+    memset(&r->c->tools[r->c->ntools], 0, sizeof r->c->tools[0]);
+    r->c->ntools++;
   }
-  return index < MAX_TOOLS ? &r->tools[index] : NULL;
+  return index < MAX_TOOLS ? &r->c->tools[index] : NULL;
 }
 
 /* echo: the first streamed completion chunk's text is the prompt followed by its own text.
  * Returns 0 or -1 on OOM. */
 static int echo_prefix(oa_resp_t *r, json_t *choice) {
-  if (!r->echo) return 0;
+  if (!r->c->echo) return 0;
   oa_sb_t t = {0};
   const char *own = json_string_value(json_object_get(choice, "text"));
-  int rc = oa_sb_append(&t, r->echo, strlen(r->echo)) || oa_sb_append(&t, own ? own : "", own ? strlen(own) : 0);
+  int rc = oa_sb_append(&t, r->c->echo, strlen(r->c->echo)) || oa_sb_append(&t, own ? own : "", own ? strlen(own) : 0);
   if (!rc) rc = json_object_set_new(choice, "text", json_stringn(t.p, t.len));
   oa_sb_free(&t);
-  free(r->echo);
-  r->echo = NULL;
+  free(r->c->echo);
+  r->c->echo = NULL;
   return rc ? -1 : 0;
 }
 
+/* Makes choice `index` current (an index beyond n, which the engine never sends: choice 0). */
+static void select_choice(oa_resp_t *r, uint32_t index) { r->c = &r->ch[index < (uint32_t)r->n ? index : 0]; }
+
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
+  select_choice(r, d->index);
   r->tokens += (uint32_t)d->n_token_ids;
   size_t tl = d->text ? strlen(d->text) : 0, rl = d->reasoning_text ? strlen(d->reasoning_text) : 0;
-  if (tl && oa_sb_append(&r->content, d->text, tl)) return -1;
-  if (rl && oa_sb_append(&r->reasoning, d->reasoning_text, rl)) return -1;
+  if (tl && oa_sb_append(&r->c->content, d->text, tl)) return -1;
+  if (rl && oa_sb_append(&r->c->reasoning, d->reasoning_text, rl)) return -1;
 
   if (r->kind == OA_COMPLETION) {
     json_t *lp = r->logprobs ? completion_lp(r, d) : NULL;
@@ -230,7 +266,7 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
       return 0;
     }
     json_t *c = chunk_base(r);
-    json_t *ch = json_pack("{s:i,s:s%,s:o,s:n}", "index", 0, "text", tl ? d->text : "", tl,
+    json_t *ch = json_pack("{s:i,s:s%,s:o,s:n}", "index", r->c->index, "text", tl ? d->text : "", tl,
                            "logprobs", lp ? lp : json_null(), "finish_reason");
     if (echo_prefix(r, ch)) {
       json_decref(c);
@@ -248,7 +284,7 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
     lpc = json_array();
     for (size_t i = 0; i < d->n_logprobs; i++) {
       json_t *x = lp_entry(d->logprobs[i]);
-      json_array_append(r->lp_content, x);
+      json_array_append(r->c->lp_content, x);
       json_array_append_new(lpc, x);
     }
   }
@@ -291,16 +327,16 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
     return 0;
   }
   int rc = 0;
-  if (tl || rl || lpc || (!tc_header && !tc_args && d->n_token_ids && !r->role_sent)) {
+  if (tl || rl || lpc || (!tc_header && !tc_args && d->n_token_ids && !r->c->role_sent)) {
     json_t *delta = json_object();
-    if (!r->role_sent) {
+    if (!r->c->role_sent) {
       json_object_set_new(delta, "role", json_string("assistant"));
-      r->role_sent = true;
+      r->c->role_sent = true;
     }
     if (rl) set_reasoning(r, delta, d->reasoning_text, rl);
     if (tl || !rl) json_object_set_new(delta, "content", json_stringn(d->text ? d->text : "", tl));
     json_t *c = chunk_base(r);
-    json_t *ch = json_pack("{s:i,s:o,s:o,s:n}", "index", 0, "delta", delta, "logprobs",
+    json_t *ch = json_pack("{s:i,s:o,s:o,s:n}", "index", r->c->index, "delta", delta, "logprobs",
                            lpc ? json_pack("{s:o}", "content", lpc) : json_null(), "finish_reason");
     lpc = NULL;
     json_object_set_new(c, "choices", json_pack("[o]", ch));
@@ -312,14 +348,14 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   for (int k = 0; k < 2; k++) {
     if (!parts[k]) continue;
     json_t *delta = json_object();
-    if (!r->role_sent) {
+    if (!r->c->role_sent) {
       json_object_set_new(delta, "role", json_string("assistant"));
-      r->role_sent = true;
+      r->c->role_sent = true;
     }
     json_object_set_new(delta, "tool_calls", parts[k]);
     json_t *c = chunk_base(r);
     json_object_set_new(c, "choices",
-                        json_pack("[{s:i,s:o,s:n,s:n}]", "index", 0, "delta", delta, "logprobs", "finish_reason"));
+                        json_pack("[{s:i,s:o,s:n,s:n}]", "index", r->c->index, "delta", delta, "logprobs", "finish_reason"));
     if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, NULL, r->tokens));
     rc |= emit(out, c);
   }
@@ -330,7 +366,7 @@ static const char *finish_str(const oa_resp_t *r, Gantry__V1__FinishReason f) {
   switch (f) {
     case GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH: return "length";
     case GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS: return "tool_calls";
-    default: return r->ntools > 0 && r->kind == OA_CHAT ? "tool_calls" : "stop";
+    default: return r->c->ntools > 0 && r->kind == OA_CHAT ? "tool_calls" : "stop";
   }
 }
 
@@ -344,26 +380,57 @@ int oa_resp_error_sse(oa_resp_t *r, const oa_error_t *e, oa_sb_t *out) {
   return rc ? -1 : 0;
 }
 
+/* Records f as its choice's final (a repeat is ignored): usage summed, the first error kept.
+ * Returns true once every choice has its final. */
+static bool record_final(oa_resp_t *r, const Gantry__V1__Final *f) {
+  select_choice(r, f->index);
+  if (!r->c->finished) {
+    r->c->finished = true;
+    r->c->finish = f->finish_reason;
+    if (f->usage) {
+      if (!r->have_usage) {
+        r->usage.prompt_tokens = f->usage->prompt_tokens; /* one prompt for every choice */
+        r->usage.cached_prompt_tokens = f->usage->cached_prompt_tokens;
+      }
+      r->have_usage = true;
+      r->usage.completion_tokens += f->usage->completion_tokens;
+      r->usage.reasoning_tokens += f->usage->reasoning_tokens;
+    }
+    if (!r->error && f->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR)
+      r->error = strdup(f->error && f->error[0] ? f->error : "generation failed");
+    r->n_finals++;
+  }
+  return r->n_finals >= r->n;
+}
+
+int oa_resp_final(oa_resp_t *r, const Gantry__V1__Final *f) { return record_final(r, f) ? 1 : 0; }
+
+const char *oa_resp_error(const oa_resp_t *r) { return r->error; }
+
 int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out) {
+  if (r->sse_done) return 0;
+  const bool all = record_final(r, f);
   if (f->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR ||
       f->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_CANCELLED) {
     oa_error_t e;
     oa_err(&e, 500, "server_error", NULL, "engine_error", "engine error: %s",
            f->error && f->error[0] ? f->error : "generation failed");
+    r->sse_done = true;
     return oa_resp_error_sse(r, &e, out);
   }
+  const Gantry__V1__Usage *u = r->have_usage ? &r->usage : NULL;
   json_t *c = chunk_base(r);
   if (r->kind == OA_CHAT) {
     json_t *delta = json_object();
-    if (!r->role_sent) {
+    if (!r->c->role_sent) {
       json_object_set_new(delta, "role", json_string("assistant"));
       json_object_set_new(delta, "content", json_string(""));
-      r->role_sent = true;
+      r->c->role_sent = true;
     }
-    json_object_set_new(c, "choices", json_pack("[{s:i,s:o,s:n,s:s}]", "index", 0, "delta", delta,
+    json_object_set_new(c, "choices", json_pack("[{s:i,s:o,s:n,s:s}]", "index", r->c->index, "delta", delta,
                                                  "logprobs", "finish_reason", finish_str(r, f->finish_reason)));
   } else {
-    json_t *ch = json_pack("{s:i,s:s,s:n,s:s}", "index", 0, "text", "", "logprobs", "finish_reason",
+    json_t *ch = json_pack("{s:i,s:s,s:n,s:s}", "index", r->c->index, "text", "", "logprobs", "finish_reason",
                            finish_str(r, f->finish_reason));
     json_object_set_new(c, "choices", json_pack("[o]", ch));
     if (echo_prefix(r, ch)) {
@@ -371,31 +438,31 @@ int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out) {
       return -1;
     }
   }
-  if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, f->usage, r->tokens));
+  if (r->continuous_usage) json_object_set_new(c, "usage", usage_json(r, u, r->tokens));
   if (emit(out, c)) return -1;
+  if (!all) return 0; /* n > 1: the other choices are still running */
+  r->sse_done = true;
   if (r->include_usage) {
-    json_t *u = chunk_base(r);
-    json_object_set_new(u, "choices", json_array());
-    json_object_set_new(u, "usage", usage_json(r, f->usage, r->tokens));
-    if (emit(out, u)) return -1;
+    json_t *uc = chunk_base(r);
+    json_object_set_new(uc, "choices", json_array());
+    json_object_set_new(uc, "usage", usage_json(r, u, r->tokens));
+    if (emit(out, uc)) return -1;
   }
   return oa_sb_append(out, "data: [DONE]\n\n", 14);
 }
 
-char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
-  json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
-                        r->kind == OA_CHAT ? "chat.completion" : "text_completion", "created",
-                        (json_int_t)r->created, "model", r->model);
-  json_t *choice = json_pack("{s:i}", "index", 0);
-  const char *text = r->content.p ? r->content.p : "";
+/* One choice of the non-streaming body (r->c), or NULL on OOM. */
+static json_t *body_choice(oa_resp_t *r) {
+  json_t *choice = json_pack("{s:i}", "index", r->c->index);
+  const char *text = r->c->content.p ? r->c->content.p : "";
   if (r->kind == OA_CHAT) {
     json_t *msg = json_pack("{s:s}", "role", "assistant");
-    json_object_set_new(msg, "content", r->ntools && !r->content.len ? json_null() : json_string(text));
-    if (r->reasoning.len) set_reasoning(r, msg, r->reasoning.p, r->reasoning.len);
-    if (r->ntools) {
+    json_object_set_new(msg, "content", r->c->ntools && !r->c->content.len ? json_null() : json_string(text));
+    if (r->c->reasoning.len) set_reasoning(r, msg, r->c->reasoning.p, r->c->reasoning.len);
+    if (r->c->ntools) {
       json_t *tcs = json_array();
-      for (int i = 0; i < r->ntools; i++) {
-        tool_acc_t *a = &r->tools[i];
+      for (int i = 0; i < r->c->ntools; i++) {
+        tool_acc_t *a = &r->c->tools[i];
         json_array_append_new(tcs, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", a->id ? a->id : "", "type",
                                              "function", "function", "name", a->name ? a->name : "",
                                              "arguments", a->args.p ? a->args.p : ""));
@@ -404,14 +471,13 @@ char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
     }
     json_object_set_new(choice, "message", msg);
     json_object_set_new(choice, "logprobs",
-                        r->logprobs ? json_pack("{s:O}", "content", r->lp_content) : json_null());
+                        r->logprobs ? json_pack("{s:O}", "content", r->c->lp_content) : json_null());
   } else {
     if (r->echo_body) {
       oa_sb_t t = {0};
       if (oa_sb_append(&t, r->echo_body, strlen(r->echo_body)) || oa_sb_append(&t, text, strlen(text))) {
         oa_sb_free(&t);
         json_decref(choice);
-        json_decref(o);
         return NULL;
       }
       json_object_set_new(choice, "text", json_stringn(t.p, t.len));
@@ -420,14 +486,33 @@ char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
       json_object_set_new(choice, "text", json_string(text));
     }
     json_object_set_new(choice, "logprobs",
-                        r->logprobs ? json_pack("{s:O,s:O,s:O,s:O}", "tokens", r->lp_tokens, "token_logprobs",
-                                                r->lp_token_lps, "top_logprobs", r->lp_tops, "text_offset",
-                                                r->lp_offsets)
+                        r->logprobs ? json_pack("{s:O,s:O,s:O,s:O}", "tokens", r->c->lp_tokens, "token_logprobs",
+                                                r->c->lp_token_lps, "top_logprobs", r->c->lp_tops, "text_offset",
+                                                r->c->lp_offsets)
                                     : json_null());
   }
-  json_object_set_new(choice, "finish_reason", json_string(finish_str(r, f->finish_reason)));
-  json_object_set_new(o, "choices", json_pack("[o]", choice));
-  json_object_set_new(o, "usage", usage_json(r, f->usage, r->tokens));
+  json_object_set_new(choice, "finish_reason", json_string(finish_str(r, r->c->finish)));
+  return choice;
+}
+
+char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
+  record_final(r, f);
+  json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
+                        r->kind == OA_CHAT ? "chat.completion" : "text_completion", "created",
+                        (json_int_t)r->created, "model", r->model);
+  json_t *choices = json_array();
+  for (int i = 0; i < r->n; i++) {
+    r->c = &r->ch[i];
+    json_t *choice = body_choice(r);
+    if (!choice) {
+      json_decref(choices);
+      json_decref(o);
+      return NULL;
+    }
+    json_array_append_new(choices, choice);
+  }
+  json_object_set_new(o, "choices", choices);
+  json_object_set_new(o, "usage", usage_json(r, r->have_usage ? &r->usage : NULL, r->tokens));
   char *s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   return s;

@@ -28,6 +28,7 @@ struct rq {
   int attempt;
   double deadline_ms;      /* gt_now_ms() deadline of the engine stream (first attempt + timeout) */
   double t_arrival_ms;     /* rq_start (router-side TTFT and end-to-end latency) */
+  uint32_t n_choices, n_finals; /* GenerateRequest.n (at least 1); Finals seen */
   rq_t *prev, *next;       /* router's list of live requests */
 };
 
@@ -60,6 +61,8 @@ static void fail(rq_t *q, int status, const char *type, const char *code, int re
   /* the engine checks logit_bias ids against the vocabulary; its message starts with the param */
   if (status == 400 && !strncmp(ev.err.message, "logit_bias", strlen("logit_bias")))
     snprintf(ev.err.param, sizeof ev.err.param, "logit_bias");
+  /* ... and n against its max_num_seqs and KV pool ("n must ...", "n = 4 choices ...") */
+  if (status == 400 && !strncmp(ev.err.message, "n ", 2)) snprintf(ev.err.param, sizeof ev.err.param, "n");
   q->cb(q->sink, &ev);
 }
 
@@ -101,7 +104,8 @@ static void resp_loop(void *a, void *b, intptr_t c) {
     if (q->stream) ec_stream_read_next(q->stream); /* read on to the end so on_done comes */
     return;
   }
-  bool final = r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL;
+  /* n > 1: one Final per choice; the last one ends the request */
+  bool final = r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL && ++q->n_finals >= q->n_choices;
   const double age_s = (gt_now_ms() - q->t_arrival_ms) / 1000;
   if (!final) {
     if (!q->started) metrics_observe(q->rt->metrics, METRICS_TTFT, q->model, age_s);
@@ -249,6 +253,7 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
   snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
   snprintf(q->id, sizeof q->id, "%s", request_id);
   q->gen = gen;
+  q->n_choices = gen->n > 1 ? gen->n : 1;
   q->next = rt->rqs;
   if (rt->rqs) rt->rqs->prev = q;
   rt->rqs = q;

@@ -216,6 +216,8 @@ typedef struct be_ops {
   int (*state_init)(be_t *be, int n_layers, int n_slots, size_t conv_dim, size_t ssm_dim);
   int (*state_copy)(be_t *be, int dst_slot, int src_slot); /* all layers; snapshot/restore */
   int (*state_zero)(be_t *be, int slot);
+  /* K and V of physical block src copied to block dst, every layer (forking a sequence: n > 1) */
+  int (*kv_block_copy)(be_t *be, int dst_block, int src_block);
 
   int (*set_batch)(be_t *be, const be_batch_t *b);
 

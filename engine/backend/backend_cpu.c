@@ -167,6 +167,18 @@ static int cpu_state_copy(be_t *be, int dst, int src) {
   return GT_OK;
 }
 
+static int cpu_kv_block_copy(be_t *be, int dst, int src) {
+  be_cpu_t *c = CPU(be);
+  if (dst < 0 || src < 0 || dst >= c->kv_blocks || src >= c->kv_blocks)
+    return gt_err_set(&be->err, GT_EINVAL, "cpu backend: kv_block_copy %d <- %d of %d blocks", dst, src, c->kv_blocks);
+  const size_t per = (size_t)c->kv_block_tokens * c->kv_dim; /* floats of one block */
+  for (int l = 0; l < c->kv_layers; l++) {
+    memcpy(c->k[l] + (size_t)dst * per, c->k[l] + (size_t)src * per, per * sizeof(float));
+    memcpy(c->v[l] + (size_t)dst * per, c->v[l] + (size_t)src * per, per * sizeof(float));
+  }
+  return GT_OK;
+}
+
 static int cpu_state_zero(be_t *be, int slot) {
   be_cpu_t *c = CPU(be);
   if (slot < 0 || slot >= c->st_slots)
@@ -552,6 +564,7 @@ static const be_ops_t cpu_ops = {
     .kv_init = cpu_kv_init,
     .state_init = cpu_state_init,
     .state_copy = cpu_state_copy,
+    .kv_block_copy = cpu_kv_block_copy,
     .state_zero = cpu_state_zero,
     .set_batch = cpu_set_batch,
 #define CPU_OP(name) .name = cpu_##name,

@@ -197,6 +197,23 @@ static int cu_state_copy(be_t *be, int dst, int src) {
   return GT_OK;
 }
 
+static int cu_kv_block_copy(be_t *be, int dst, int src) {
+  be_cuda_t *c = CU_BE(be);
+  if (dst < 0 || src < 0 || dst >= c->kv_blocks || src >= c->kv_blocks)
+    return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda kv_block_copy %d <- %d of %d blocks", dst, src, c->kv_blocks);
+  cu__flush_eager(be);
+  const size_t per = (size_t)c->kv_block_tokens * c->kv_dim * (c->kv_bf16 ? 2 : sizeof(float)); /* bytes of one block */
+  for (int l = 0; l < c->kv_layers; l++) {
+    kc_kv_t kv = kv_of(c, l);
+    if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync((char *)kv.k + (size_t)dst * per, (char *)kv.k + (size_t)src * per, per,
+                                         cudaMemcpyDeviceToDevice, c->stream)) ||
+        KC_CUDA(CU_ERR(be), cudaMemcpyAsync((char *)kv.v + (size_t)dst * per, (char *)kv.v + (size_t)src * per, per,
+                                         cudaMemcpyDeviceToDevice, c->stream)))
+      return GT_EINTERNAL;
+  }
+  return GT_OK;
+}
+
 static int cu_state_zero(be_t *be, int slot) {
   be_cuda_t *c = CU_BE(be);
   if (slot < 0 || slot >= c->st_slots)
@@ -366,6 +383,7 @@ static const be_ops_t cuda_ops = {
     .kv_init = cu_kv_init,
     .state_init = cu_state_init,
     .state_copy = cu_state_copy,
+    .kv_block_copy = cu_kv_block_copy,
     .state_zero = cu_state_zero,
     .set_batch = cu_set_batch,
 #define CU_OP(name) .name = cu_##name,

@@ -54,6 +54,8 @@ int32_t kv_alloc(kv_pool_t *p);
 void kv_commit(kv_pool_t *p, int32_t block, uint64_t h, const int32_t *tokens);
 /* Attaches a snapshot id to a committed block (replacing and reporting a previous one). */
 void kv_set_snapshot(kv_pool_t *p, int32_t block, int snapshot_id);
+/* One more reference on a block that is referenced already (a forked sequence shares it). */
+void kv_ref(kv_pool_t *p, int32_t block);
 /* Drops one reference; an unreferenced committed block stays cached (LRU), others are freed. */
 void kv_release(kv_pool_t *p, int32_t block);
 

@@ -42,6 +42,9 @@ typedef struct req {
   seqout_t *out;
   double t_submit, t_admit, t_first, t_prefill_done;
   struct req *next;  /* incoming list */
+  int index;         /* choice (sched_req_t.n); the choices of one request share its id */
+  struct req **forks; /* choices 1 .. n-1 until the fork (owned; none running yet) */
+  int n_fork;
 } req_t;
 
 struct sched {
@@ -72,6 +75,7 @@ struct sched {
   be_sample_row_t *b_rows; /* [max_num_seqs] device sampling: one row per output */
   int32_t *b_ids;          /* [max_num_seqs] its sampled ids */
   float *logits, *raw;
+  float *fork_lg, *fork_tmp; /* [V] the forked prompt's logits row, and a copy to sample from */
 };
 
 static double now_ms(void) { return gt_now_ms(); }
@@ -88,6 +92,9 @@ static void release_resources(sched_t *s, req_t *q) {
 }
 
 static void free_req(req_t *q) {
+  if (!q) return;
+  for (int i = 0; i < q->n_fork; i++) free_req(q->forks[i]);
+  free(q->forks);
   sampler_free(q->smp);
   seqout_free(q->out);
   free(q->tokens);
@@ -103,7 +110,7 @@ static void free_req(req_t *q) {
 static void emit_delta(req_t *q) {
   const seqout_delta_t *d = seqout_take(q->out);
   if (seqout_delta_empty(d)) return;
-  sched_event_t ev = {.is_final = 0, .delta = d};
+  sched_event_t ev = {.index = q->index, .is_final = 0, .delta = d};
   q->r.on_event(q->r.ud, &ev);
 }
 
@@ -111,6 +118,9 @@ static void emit_delta(req_t *q) {
  * caller has already removed q from the waiting / running arrays. */
 static void finish(sched_t *s, req_t *q, sched_finish_t why, const char *error) {
   gt_err_t err = {0};
+  /* choices not forked yet (q ended before its prompt was computed) end the same way */
+  for (int i = 0; i < q->n_fork; i++) finish(s, q->forks[i], why, error);
+  q->n_fork = 0;
   if (why != SCHED_FINISH_ERROR && why != SCHED_FINISH_CANCELLED) {
     if (seqout_finish(q->out, &err)) {
       why = SCHED_FINISH_ERROR;
@@ -128,7 +138,7 @@ static void finish(sched_t *s, req_t *q, sched_finish_t why, const char *error) 
       .ttft_ms = q->t_first > 0 ? q->t_first - q->t_submit : 0,
       .decode_ms = q->t_first > 0 ? t - q->t_first : 0,
   };
-  sched_event_t ev = {.is_final = 1, .finish = why, .error = error, .usage = &u};
+  sched_event_t ev = {.index = q->index, .is_final = 1, .finish = why, .error = error, .usage = &u};
   release_resources(s, q);
   pthread_mutex_lock(&s->mu);
   s->st.finished[why]++;
@@ -248,9 +258,11 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->raw = malloc(sizeof(float) * (size_t)s->V);
   s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)S);
   s->b_ids = malloc(sizeof(int32_t) * (size_t)S);
+  s->fork_lg = malloc(sizeof(float) * (size_t)s->V);
+  s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
   if (!s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
-      !s->b_rows || !s->b_ids) {
+      !s->b_rows || !s->b_ids || !s->fork_lg || !s->fork_tmp) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
     goto fail;
   }
@@ -301,12 +313,64 @@ void sched_free(sched_t *s) {
   free(s->raw);
   free(s->b_rows);
   free(s->b_ids);
+  free(s->fork_lg);
+  free(s->fork_tmp);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);
 }
 
 /* ---- submission (any thread) ---- */
+
+/* A request for choice `index` of r (validated): its own copies of the prompt, stop ids and
+ * biases, its sampler (seed + index) and output state; q->r.prompt stays NULL (the caller
+ * owns r->prompt). GT_ENOMEM (or the sampler's / seqout's error) with nothing kept. */
+static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_err_t *err) {
+  req_t *q = calloc(1, sizeof *q);
+  if (!q) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  int rc = GT_OK;
+  q->r = *r;
+  q->r.prompt = NULL;
+  q->r.sampling.seed += (uint64_t)index;
+  q->index = index;
+  q->slot = -1;
+  q->n_prompt = r->n_prompt;
+  int room = s->cfg.n_ctx - r->n_prompt;
+  if (q->r.max_tokens > room) q->r.max_tokens = room;
+  q->cap = r->n_prompt + q->r.max_tokens;
+  q->tokens = malloc(sizeof(int32_t) * (size_t)q->cap);
+  q->blocks = malloc(sizeof(int32_t) * (size_t)s->max_blocks);
+  if (r->n_stop_ids > 0) {
+    q->stop_ids = malloc(sizeof(int32_t) * (size_t)r->n_stop_ids);
+    if (q->stop_ids) memcpy(q->stop_ids, r->stop_ids, sizeof(int32_t) * (size_t)r->n_stop_ids);
+    q->n_stop_ids = q->stop_ids ? r->n_stop_ids : 0;
+  }
+  q->r.stop_ids = NULL;
+  if (r->n_bias > 0) {
+    q->bias_ids = malloc(sizeof(int32_t) * (size_t)r->n_bias);
+    q->bias_vals = malloc(sizeof(float) * (size_t)r->n_bias);
+    if (q->bias_ids && q->bias_vals) {
+      memcpy(q->bias_ids, r->bias_ids, sizeof(int32_t) * (size_t)r->n_bias);
+      memcpy(q->bias_vals, r->bias_vals, sizeof(float) * (size_t)r->n_bias);
+    }
+  }
+  q->r.bias_ids = NULL;
+  q->r.bias_vals = NULL;
+  if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  if (!rc) {
+    memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    q->n_tokens = r->n_prompt;
+    rc = sampler_create(&q->r.sampling, s->V, &q->smp, err);
+  }
+  if (!rc) rc = seqout_create(s->tok, &r->out, &q->out, err);
+  if (rc) {
+    free_req(q);
+    return rc;
+  }
+  for (int i = 0; i < r->n_prompt; i++) sampler_accept(q->smp, r->prompt[i], 0);
+  *out = q;
+  return GT_OK;
+}
 
 int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
   int rc = GT_OK;
@@ -338,43 +402,26 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
     else if (!(r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f))
       rc = gt_err_set(err, GT_EINVAL, "logit_bias: the bias of token %d must be in [-100, 100]", r->bias_ids[i]);
   }
+  const int n = r->n <= 0 ? 1 : r->n;
+  if (!rc && (n > SCHED_MAX_N || n > s->cfg.max_num_seqs))
+    rc = gt_err_set(err, GT_EINVAL, "n must be at most %d (the engine runs %d sequences at once), got %d",
+                    SCHED_MAX_N < s->cfg.max_num_seqs ? SCHED_MAX_N : s->cfg.max_num_seqs, s->cfg.max_num_seqs, n);
+  if (!rc && n > 1) { /* every choice at its longest must fit the pool at once */
+    const int bt = s->cfg.block_tokens, room = s->cfg.n_ctx - r->n_prompt;
+    const int mt = r->max_tokens < room ? r->max_tokens : room;
+    const int64_t need = (r->n_prompt / bt) + (int64_t)n * ((r->n_prompt % bt + mt + bt - 1) / bt);
+    if (need > s->cfg.n_blocks)
+      rc = gt_err_set(err, GT_EINVAL, "n = %d choices of up to %d tokens need %lld KV blocks; the pool has %d", n, mt,
+                      (long long)need, s->cfg.n_blocks);
+  }
   if (!rc) rc = sampler_check(&r->sampling, err);
-  if (!rc && !(q = calloc(1, sizeof *q))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
-  if (!rc) {
-    q->r = *r;
-    q->slot = -1;
-    q->n_prompt = r->n_prompt;
-    int room = s->cfg.n_ctx - r->n_prompt;
-    if (q->r.max_tokens > room) q->r.max_tokens = room;
-    q->cap = r->n_prompt + q->r.max_tokens;
-    q->tokens = malloc(sizeof(int32_t) * (size_t)q->cap);
-    q->blocks = malloc(sizeof(int32_t) * (size_t)s->max_blocks);
-    if (r->n_stop_ids > 0) {
-      q->stop_ids = malloc(sizeof(int32_t) * (size_t)r->n_stop_ids);
-      if (q->stop_ids) memcpy(q->stop_ids, r->stop_ids, sizeof(int32_t) * (size_t)r->n_stop_ids);
-      q->n_stop_ids = q->stop_ids ? r->n_stop_ids : 0;
-    }
-    q->r.stop_ids = NULL;
-    if (r->n_bias > 0) {
-      q->bias_ids = malloc(sizeof(int32_t) * (size_t)r->n_bias);
-      q->bias_vals = malloc(sizeof(float) * (size_t)r->n_bias);
-      if (q->bias_ids && q->bias_vals) {
-        memcpy(q->bias_ids, r->bias_ids, sizeof(int32_t) * (size_t)r->n_bias);
-        memcpy(q->bias_vals, r->bias_vals, sizeof(float) * (size_t)r->n_bias);
-      }
-    }
-    q->r.bias_ids = NULL;
-    q->r.bias_vals = NULL;
-    if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  if (!rc) rc = req_new(s, r, 0, &q, err);
+  if (!rc && n > 1 && !(q->forks = calloc((size_t)n - 1, sizeof *q->forks))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  for (int i = 1; !rc && i < n; i++) {
+    rc = req_new(s, r, i, &q->forks[i - 1], err);
+    if (!rc) q->n_fork = i;
   }
   if (!rc) {
-    memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
-    q->n_tokens = r->n_prompt;
-    rc = sampler_create(&r->sampling, s->V, &q->smp, err);
-  }
-  if (!rc) rc = seqout_create(s->tok, &r->out, &q->out, err);
-  if (!rc) {
-    for (int i = 0; i < r->n_prompt; i++) sampler_accept(q->smp, r->prompt[i], 0);
     q->t_submit = now_ms();
     pthread_mutex_lock(&s->mu);
     if (s->draining || s->stop) {
@@ -392,14 +439,12 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
     pthread_mutex_unlock(&s->mu);
   }
   if (rc) {
-    if (q) {
-      q->r.prompt = NULL;
-      free_req(q);
-    }
+    free_req(q);
     free(r->prompt);
     r->prompt = NULL;
     return rc;
   }
+  q->r.prompt = r->prompt;
   r->prompt = NULL; /* owned by the request now (q->r.prompt) */
   return q->id;
 }
@@ -461,21 +506,25 @@ static void take_inbox(sched_t *s) {
     q->next = NULL;
     insert_waiting(s, q);
   }
-  for (int c = 0; c < n_c; c++) {
-    for (int i = 0; i < s->n_waiting; i++)
-      if (s->waiting[i]->id == cancels[c]) {
-        req_t *q = s->waiting[i];
-        remove_at(s->waiting, &s->n_waiting, i);
-        finish(s, q, SCHED_FINISH_CANCELLED, NULL);
-        break;
+  for (int c = 0; c < n_c; c++) { /* every choice of the request (they share its id) */
+    for (int i = 0; i < s->n_waiting;) {
+      if (s->waiting[i]->id != cancels[c]) {
+        i++;
+        continue;
       }
-    for (int i = 0; i < s->n_running; i++)
-      if (s->running[i]->id == cancels[c]) {
-        req_t *q = s->running[i];
-        remove_at(s->running, &s->n_running, i);
-        finish(s, q, SCHED_FINISH_CANCELLED, NULL);
-        break;
+      req_t *q = s->waiting[i];
+      remove_at(s->waiting, &s->n_waiting, i);
+      finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+    }
+    for (int i = 0; i < s->n_running;) {
+      if (s->running[i]->id != cancels[c]) {
+        i++;
+        continue;
       }
+      req_t *q = s->running[i];
+      remove_at(s->running, &s->n_running, i);
+      finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+    }
   }
   free(cancels);
   waiting_changed(s);
@@ -498,8 +547,11 @@ static int decode_headroom(const sched_t *s) {
 static void admit(sched_t *s) {
   const int bt = s->cfg.block_tokens;
   int spare = kv_n_available(s->kv) - decode_headroom(s);
-  while (s->n_waiting > 0 && s->n_running < s->cfg.max_num_seqs) {
+  int reserved = 0; /* running places (and state slots) kept for choices still to fork */
+  for (int i = 0; i < s->n_running; i++) reserved += s->running[i]->n_fork;
+  while (s->n_waiting > 0 && s->n_running + reserved + 1 + s->waiting[0]->n_fork <= s->cfg.max_num_seqs) {
     req_t *q = s->waiting[0];
+    reserved += q->n_fork;
     const int chunk = q->n_tokens < s->cfg.max_batch_tokens ? q->n_tokens : s->cfg.max_batch_tokens;
     const int need = (chunk + bt - 1) / bt;
     if (s->n_running > 0 && spare < need) break;
@@ -644,7 +696,7 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
   for (int i = 0; i < n_seq; i++) {
     const req_t *q = s->b_req[i];
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
-    if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling)) return 0;
+    if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
   }
   int o = 0;
   for (int i = 0; i < n_seq; i++) {
@@ -668,6 +720,68 @@ static void publish_stats(sched_t *s) {
 }
 
 static int step(sched_t *s, gt_err_t *err);
+
+/* Forks q's pending choices once its prompt is computed (step): each shares q's full blocks,
+ * copies the partial last block and the recurrent state, and takes its first token from row
+ * (q's logits, before q samples from it). A choice that gets no block waits (recompute). */
+static void fork_choices(sched_t *s, req_t *q, const float *row) {
+  be_t *be = s->m->be;
+  const int bt = s->cfg.block_tokens, full = q->n_computed / bt, part = q->n_computed % bt;
+  memcpy(s->fork_lg, row, sizeof(float) * (size_t)s->V);
+  for (int k = 0; k < q->n_fork; k++) {
+    req_t *c = q->forks[k];
+    c->id = q->id;
+    c->arrival = q->arrival;
+    c->t_submit = q->t_submit;
+    c->t_admit = q->t_admit;
+    c->t_prefill_done = q->t_prefill_done;
+    c->cached_tokens = q->cached_tokens;
+    for (int b = 0; b < full; b++) {
+      kv_ref(s->kv, q->blocks[b]);
+      c->blocks[c->n_blocks++] = q->blocks[b];
+    }
+    c->n_committed = q->n_committed;
+    c->chain = q->chain;
+    int ok = 1;
+    if (part) {
+      int32_t nb = kv_alloc(s->kv);
+      if (nb >= 0 && be->ops->kv_block_copy(be, nb, q->blocks[full]) == GT_OK) {
+        c->blocks[c->n_blocks++] = nb;
+      } else {
+        if (nb >= 0) kv_release(s->kv, nb);
+        ok = 0;
+      }
+    }
+    if (ok && s->hybrid) {
+      c->slot = s->slot_free[--s->n_slot_free]; /* reserved by admit */
+      if (be->ops->state_copy(be, c->slot, q->slot)) ok = 0;
+    }
+    if (ok) {
+      c->n_computed = q->n_computed;
+    } else {
+      release_resources(s, c);
+      c->n_computed = 0;
+    }
+    memcpy(s->fork_tmp, s->fork_lg, sizeof(float) * (size_t)s->V);
+    int done = take_token(s, c, s->fork_tmp, -1);
+    if (!done && c->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
+    if (done) {
+      finish(s, c, (sched_finish_t)(done - 1), done - 1 == SCHED_FINISH_ERROR ? "output processing failed" : NULL);
+      continue;
+    }
+    emit_delta(c);
+    if (ok) {
+      c->running = 1;
+      insert_ordered(s->running, &s->n_running, c);
+    } else {
+      insert_waiting(s, c);
+      waiting_changed(s);
+    }
+  }
+  free(q->forks);
+  q->forks = NULL;
+  q->n_fork = 0;
+}
 
 int sched_step(sched_t *s, gt_err_t *err) {
   int rc = step(s, err);
@@ -737,6 +851,7 @@ static int step(sched_t *s, gt_err_t *err) {
   int rc = on_dev ? model_forward_sample(s->m, &b, s->b_rows, s->b_ids, err) : model_forward(s->m, &b, s->logits, err);
   pthread_mutex_lock(&s->mu);
   s->st.steps++;
+  s->st.computed_tokens += (uint64_t)n_tok;
   pthread_mutex_unlock(&s->mu);
   if (rc) {
     while (s->n_running) {
@@ -759,6 +874,7 @@ static int step(sched_t *s, gt_err_t *err) {
     }
     if (q->n_computed < q->n_tokens) continue; /* mid-prompt chunk: no token yet */
     if (q->t_prefill_done == 0) q->t_prefill_done = now_ms();
+    if (q->n_fork > 0) fork_choices(s, q, s->logits + (size_t)o * s->V); /* host row: device_rows */
     int done = on_dev ? take_token(s, q, NULL, s->b_ids[o]) : take_token(s, q, s->logits + (size_t)o * s->V, -1);
     o++;
     if (!done && q->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;

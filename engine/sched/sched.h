@@ -63,6 +63,7 @@ typedef enum {
 } sched_finish_t;
 
 typedef struct {
+  int index;                     /* which choice (0 .. n-1, sched_req_t.n) */
   int is_final;
   const seqout_delta_t *delta;   /* !is_final: what this step produced (never empty) */
   sched_finish_t finish;         /* is_final */
@@ -70,7 +71,8 @@ typedef struct {
   const sched_usage_t *usage;    /* is_final */
 } sched_event_t;
 
-/* Called on the scheduler thread; after the final event the request is gone (ud may be freed). */
+/* Called on the scheduler thread; each choice ends with one final event; after the n-th the
+ * request is gone (ud may be freed). */
 typedef void (*sched_event_fn)(void *ud, const sched_event_t *ev);
 
 typedef struct {
@@ -88,9 +90,17 @@ typedef struct {
   const float *bias_vals;   /* [n_bias], each in [-100, 100]; ids in the vocabulary (copied at submit) */
   int n_bias;
   seqout_config_t out;      /* stop strings / ids, reasoning and tool-call parsing */
+  /* choices (0 or 1: one; at most SCHED_MAX_N and max_num_seqs). The prompt is prefilled once;
+   * when its last token is computed the sequence forks: each choice shares the prompt's full KV
+   * blocks (references), gets a copy of the partial last block (and of the recurrent state) and
+   * samples its first token from the same logits with seed sampling.seed + index. A fork that
+   * finds no free block waits like a preempted sequence (its prompt is prefix-cached). */
+  int n;
   sched_event_fn on_event;
   void *ud;
 } sched_req_t;
+
+#define SCHED_MAX_N 16
 
 /* cfg may be NULL (defaults). The scheduler uses m (its backend cache is (re)initialised) and
  * tok; both must outlive it. With n_blocks 0 the pool is planned from the memory m's backend
@@ -99,8 +109,9 @@ typedef struct {
 int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err);
 void sched_free(sched_t *s); /* finishes every request with CANCELLED first */
 
-/* Queues a request; returns its id (> 0) or a negative error: GT_EINVAL (bad parameters or a
- * prompt that leaves no room to generate: the message has the numbers), GT_EBUSY (waiting
+/* Queues a request; returns its id (> 0) or a negative error: GT_EINVAL (bad parameters, a
+ * prompt that leaves no room to generate, or n choices that exceed SCHED_MAX_N, max_num_seqs or
+ * the KV pool: the message has the numbers; for n it starts with "n "), GT_EBUSY (waiting
  * queue full), GT_ECANCELLED (draining). On error nothing is kept and req->prompt is freed. */
 int64_t sched_submit(sched_t *s, sched_req_t *req, gt_err_t *err);
 /* Cancels a request (queued or running): it gets a final CANCELLED event before the next step
@@ -145,6 +156,7 @@ typedef struct {
   int n_ctx, max_num_seqs, block_tokens;
   uint64_t prefix_queried_tokens, prefix_hit_tokens;
   uint64_t prompt_tokens, generation_tokens;
+  uint64_t computed_tokens;     /* tokens run through the model: prompt chunks and decodes */
   uint64_t preemptions, steps;
   uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
   uint64_t finished[6];         /* by sched_finish_t */

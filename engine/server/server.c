@@ -26,6 +26,7 @@ typedef struct live {
   int cancel_pending;    /* on_cancel came before sched_id was known */
   double t_arrival, t_last;
   int n_out;
+  int n_choices, n_finals; /* GenerateRequest.n (at least 1); the call ends with the last final */
   char rid[64];
   struct live *prev, *next;
 } live_t;
@@ -109,10 +110,17 @@ static void on_event(void *ud, const sched_event_t *ev) {
       gt_metric_inc(s->met.gen_tokens, d->n_ids);
     }
     gt_genresp_t *r = srv_conv_delta(d, s->tok);
+    if (r) r->delta->index = (uint32_t)ev->index;
     if (r) gt_rpc_call_send(l->call, &r->base, 0);
     return;
   }
   const sched_usage_t *u = ev->usage;
+  if (++l->n_finals < l->n_choices) { /* n > 1: this choice's final; the call goes on */
+    gt_genresp_t *r = gt_rpc_call_is_cancelled(l->call) ? NULL : srv_conv_final(ev->finish, ev->error, u);
+    if (r) r->final->index = (uint32_t)ev->index;
+    if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
+    return;
+  }
   srv_metrics_finished(&s->met, ev->finish, u, (t - l->t_arrival) / 1e3);
   GT_LOG_INFO("request_id=%s finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d ttft_ms=%.1f e2e_ms=%.1f",
               l->rid, srv_finish_name(ev->finish), u ? u->prompt_tokens : 0, u ? u->completion_tokens : 0,
@@ -121,6 +129,7 @@ static void on_event(void *ud, const sched_event_t *ev) {
     gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
   } else {
     gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
+    if (r) r->final->index = (uint32_t)ev->index;
     if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
     gt_rpc_call_finish(l->call, r ? GT_RPC_OK : GT_RPC_INTERNAL, r ? NULL : "out of memory building the final message");
   }
@@ -246,6 +255,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   l->call = call;
   l->call_id = gt_rpc_call_id(call);
   l->t_arrival = t_arrival;
+  l->n_choices = q.n > 1 ? q.n : 1;
   const char *rid = gt_rpc_call_metadata(call, "x-request-id");
   snprintf(l->rid, sizeof l->rid, "%s", rid && *rid ? rid : r->request_id[0] ? r->request_id : "-");
   q.prompt = ids;

@@ -160,7 +160,7 @@ test('error objects: OpenAI-style with the right status', async () => {
     [{ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }, 404, 'model_not_found'],
     [{ model: MODEL, messages: [] }, 400, 'empty_array'],
     [{ model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 0 }, 400, 'invalid_value'],
-    [{ model: MODEL, messages: [{ role: 'user', content: 'x' }], n: 2 }, 400, 'invalid_value'],
+    [{ model: MODEL, messages: [{ role: 'user', content: 'x' }], n: 17 }, 400, 'invalid_value'],
     [{ model: MODEL, messages: [{ role: 'user', content: 'x' }], temperature: 'hot' }, 400, 'invalid_type'],
   ];
   for (const [body, status, code] of cases) {
