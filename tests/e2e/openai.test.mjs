@@ -323,3 +323,56 @@ test('skip_special_tokens: false keeps a control token in the text', REAL, async
     return true;
   });
 });
+
+test('n > 1 on completions: indexed choices, each equal to a solo run with seed + i; usage sums the choices', REAL, async () => {
+  const prompt = 'def fibonacci(n):\n    ';
+  const req = { model: MODEL, prompt, max_tokens: 8, temperature: 1, ignore_eos: true };
+  const r = await client.completions.create({ ...req, n: 3, seed: 5 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  const solo = [];
+  for (let i = 0; i < 3; i++) solo.push(await client.completions.create({ ...req, seed: 5 + i }));
+  for (let i = 0; i < 3; i++) {
+    assert.equal(r.choices[i].text, solo[i].choices[0].text, `choice ${i} = the solo run with seed ${5 + i}`);
+    assert.equal(r.choices[i].finish_reason, 'length');
+  }
+  assert.ok(new Set(r.choices.map((c) => c.text)).size > 1, 'different seeds give different choices');
+  assert.equal(r.usage.completion_tokens, 24);
+  assert.equal(r.usage.prompt_tokens, solo[0].usage.prompt_tokens, 'the prompt is counted once');
+  // streamed: the same texts by index, one finish per choice, then the summed usage
+  const s = await client.completions.create({ ...req, n: 3, seed: 5, stream: true, stream_options: { include_usage: true } });
+  const text = ['', '', ''], finish = [null, null, null];
+  let usage = null;
+  for await (const c of s) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      text[ch.index] += ch.text;
+      if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+    }
+  }
+  assert.deepEqual(text, r.choices.map((c) => c.text));
+  assert.deepEqual(finish, ['length', 'length', 'length']);
+  assert.equal(usage.completion_tokens, 24);
+  // echo with n: every choice starts with the prompt
+  const e = await client.completions.create({ ...req, n: 2, seed: 5, echo: true });
+  for (let i = 0; i < 2; i++) assert.equal(e.choices[i].text, prompt + r.choices[i].text);
+});
+
+test('n > 1 on chat, streamed and not; n beyond the bound is a 400 naming n', REAL, async () => {
+  const req = { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 6, temperature: 1, seed: 9 };
+  const r = await client.chat.completions.create({ ...req, n: 2 });
+  assert.equal(r.choices.length, 2);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  const one = await client.chat.completions.create({ ...req, seed: 10 });
+  assert.equal(r.choices[1].message.content, one.choices[0].message.content, 'choice 1 = the solo run with seed + 1');
+  const s = await client.chat.completions.create({ ...req, n: 2, stream: true });
+  const text = ['', ''];
+  for await (const c of s) for (const ch of c.choices) text[ch.index] += ch.delta.content ?? '';
+  assert.deepEqual(text, r.choices.map((c) => c.message.content));
+  for (const n of [0, 17]) {
+    await assert.rejects(client.chat.completions.create({ ...req, n }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.param, 'n');
+      return true;
+    });
+  }
+});
