@@ -18,6 +18,8 @@ typedef enum { OA_CHAT = 0, OA_COMPLETION = 1 } oa_kind_t;
 
 /* Most choices per request (n); the engine may refuse fewer (its max_num_seqs, its KV pool). */
 #define OA_MAX_N 16
+/* Most prompts in one /v1/completions list (the engine takes up to 64). */
+#define OA_MAX_PROMPTS 64
 
 /* Which field carries reasoning text (--reasoning-field). */
 typedef enum { OA_REASONING_BOTH = 0, OA_REASONING_ONLY = 1, OA_REASONING_CONTENT_ONLY = 2 } oa_reasoning_field_t;
@@ -47,8 +49,9 @@ typedef struct oa_req {
   bool continuous_usage;    /* stream_options.continuous_usage_stats (vLLM) */
   bool logprobs;            /* logprobs requested (chat: logprobs true; completions: logprobs n) */
   bool has_tools;
-  char *echo_text;          /* completions with echo: the prompt text that precedes the choice's
-                               text (owned; NULL without echo) */
+  int n_prompts;            /* completions: prompts in the request (a list: > 1); chat: 1 */
+  char **echo_texts;        /* completions with echo: [n_prompts] each prompt's text, which
+                               precedes its choices' text (owned; NULL without echo) */
   Gantry__V1__GenerateRequest *gen; /* owned: what goes to the engine (free with oa_req_free) */
 } oa_req_t;
 

@@ -257,11 +257,83 @@ static int parse_tools(json_t *body, Gantry__V1__ChatInput *chat, bool *has_tool
   return 0;
 }
 
-static int parse_prompt(json_t *body, Gantry__V1__GenerateRequest *g, oa_error_t *e) {
+/* A token-id array prompt (param names it) as TokenIds; NULL with e filled. */
+static Gantry__V1__TokenIds *token_prompt(json_t *p, const char *param, oa_error_t *e) {
+  size_t n = json_array_size(p), i;
+  json_t *v;
+  if (n == 0) {
+    oa_err(e, 400, NULL, "prompt", "empty_prompt", "'%s' must not be empty", param);
+    return NULL;
+  }
+  json_array_foreach(p, i, v) {
+    if (!json_is_integer(v)) {
+      oa_err(e, 400, NULL, "prompt", "invalid_type", "'%s' must be a string or an array of token ids", param);
+      return NULL;
+    }
+    long long x = json_integer_value(v);
+    if (x < 0 || x > INT32_MAX) {
+      oa_err(e, 400, NULL, "prompt", "invalid_value", "'%s[%zu]' is not a token id", param, i);
+      return NULL;
+    }
+  }
+  Gantry__V1__TokenIds *t = malloc(sizeof *t);
+  if (t) gantry__v1__token_ids__init(t);
+  if (t && !(t->ids = malloc(n * sizeof *t->ids))) {
+    free(t);
+    t = NULL;
+  }
+  if (!t) {
+    oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    return NULL;
+  }
+  json_array_foreach(p, i, v) t->ids[t->n_ids++] = (int32_t)json_integer_value(v);
+  return t;
+}
+
+/* prompt: a string, token ids, or a list (at most OA_MAX_PROMPTS) of strings or of token-id
+ * arrays: the first goes to g's input, the rest to more_prompts / more_tokens. Sets
+ * *n_prompts. */
+static int parse_prompt(json_t *body, Gantry__V1__GenerateRequest *g, int *n_prompts, oa_error_t *e) {
   json_t *p = json_object_get(body, "prompt");
+  *n_prompts = 1;
   if (!p || json_is_null(p)) return oa_err(e, 400, NULL, "prompt", "missing_required_parameter", "'prompt' is required");
-  if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
-    p = json_array_get(p, 0);
+  json_t *first = json_is_array(p) ? json_array_get(p, 0) : NULL;
+  if (first && (json_is_string(first) || json_is_array(first))) { /* a list of prompts */
+    const size_t n = json_array_size(p);
+    if (n > OA_MAX_PROMPTS)
+      return oa_err(e, 400, NULL, "prompt", "invalid_value", "a list of prompts has at most %d prompts, got %zu", OA_MAX_PROMPTS, n);
+    const bool text = json_is_string(first);
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v) {
+      if (text ? !json_is_string(v) : !json_is_array(v))
+        return oa_err(e, 400, NULL, "prompt", "invalid_type", "'prompt' must be a list of strings or a list of token-id arrays, not both");
+      if (text && json_string_length(v) == 0)
+        return oa_err(e, 400, NULL, "prompt", "empty_prompt", "'prompt[%zu]' must not be empty", i);
+    }
+    if (n > 1 && text && !(g->more_prompts = calloc(n - 1, sizeof *g->more_prompts)))
+      return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (n > 1 && !text && !(g->more_tokens = calloc(n - 1, sizeof *g->more_tokens)))
+      return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    json_array_foreach(p, i, v) {
+      char name[32];
+      snprintf(name, sizeof name, "prompt[%zu]", i);
+      if (text) {
+        char *t = strndup(json_string_value(v), json_string_length(v));
+        if (!t) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+        if (i == 0) g->prompt = t;
+        else g->more_prompts[g->n_more_prompts++] = t;
+      } else {
+        Gantry__V1__TokenIds *t = token_prompt(v, name, e);
+        if (!t) return -1;
+        if (i == 0) g->tokens = t;
+        else g->more_tokens[g->n_more_tokens++] = t;
+      }
+    }
+    g->input_case = text ? GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT : GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS;
+    *n_prompts = (int)n;
+    return 0;
+  }
   if (json_is_string(p)) {
     if (json_string_length(p) == 0) return oa_err(e, 400, NULL, "prompt", "empty_prompt", "'prompt' must not be empty");
     g->input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
@@ -269,27 +341,10 @@ static int parse_prompt(json_t *body, Gantry__V1__GenerateRequest *g, oa_error_t
     return g->prompt ? 0 : oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
   }
   if (json_is_array(p)) {
-    size_t n = json_array_size(p);
-    if (n == 0) return oa_err(e, 400, NULL, "prompt", "empty_prompt", "'prompt' must not be empty");
-    size_t i;
-    json_t *v;
-    json_array_foreach(p, i, v) {
-      if (!json_is_integer(v)) {
-        if (json_is_string(v))
-          return oa_err(e, 400, NULL, "prompt", "unsupported_value", "a batch of prompts is not supported: send one prompt per request");
-        return oa_err(e, 400, NULL, "prompt", "invalid_type", "'prompt' must be a string or an array of token ids");
-      }
-      long long x = json_integer_value(v);
-      if (x < 0 || x > INT32_MAX) return oa_err(e, 400, NULL, "prompt", "invalid_value", "'prompt[%zu]' is not a token id", i);
-    }
-    Gantry__V1__TokenIds *t = malloc(sizeof *t);
-    if (!t) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
-    gantry__v1__token_ids__init(t);
+    Gantry__V1__TokenIds *t = token_prompt(p, "prompt", e);
+    if (!t) return -1;
     g->input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS;
     g->tokens = t;
-    t->ids = malloc(n * sizeof *t->ids);
-    if (!t->ids) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
-    json_array_foreach(p, i, v) t->ids[t->n_ids++] = (int32_t)json_integer_value(v);
     return 0;
   }
   return oa_err(e, 400, NULL, "prompt", "invalid_type", "'prompt' must be a string or an array of token ids");
@@ -431,6 +486,7 @@ static int reject_unsupported(json_t *b, oa_kind_t kind, oa_error_t *e) {
 
 int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out, oa_error_t *e) {
   memset(out, 0, sizeof *out);
+  out->n_prompts = 1;
   out->kind = kind;
   if (len == 0) return oa_err(e, 400, NULL, NULL, "invalid_json", "request body is empty: expected a JSON object");
   if (!oa_utf8_valid(body, len))
@@ -568,17 +624,22 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
       }
     }
   } else {
-    if (parse_prompt(b, g, e)) goto fail;
+    if (parse_prompt(b, g, &out->n_prompts, e)) goto fail;
     bool echo = false;
     if (get_bool(b, "echo", &echo, e) < 0) goto fail;
     if (echo && g->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) {
       oa_err(e, 400, NULL, "echo", "unsupported_value", "'echo' needs a text prompt, not token ids");
       goto fail;
     }
-    if (echo && !(out->echo_text = strdup(g->prompt))) {
+    if (echo && !(out->echo_texts = calloc((size_t)out->n_prompts, sizeof *out->echo_texts))) {
       oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
       goto fail;
     }
+    for (int k = 0; echo && k < out->n_prompts; k++)
+      if (!(out->echo_texts[k] = strdup(k == 0 ? g->prompt : g->more_prompts[k - 1]))) {
+        oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+      }
   }
   g->n = n > 1 ? (uint32_t)n : 0;
   json_decref(b);
@@ -587,12 +648,15 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
 fail:
   if (g) protobuf_c_message_free_unpacked(&g->base, NULL);
   json_decref(b);
+  out->gen = NULL;
+  oa_req_free(out);
   return -1;
 }
 
 void oa_req_free(oa_req_t *r) {
   if (r && r->gen) protobuf_c_message_free_unpacked(&r->gen->base, NULL);
   if (r) r->gen = NULL;
-  if (r) free(r->echo_text);
-  if (r) r->echo_text = NULL;
+  for (int k = 0; r && r->echo_texts && k < r->n_prompts; k++) free(r->echo_texts[k]);
+  if (r) free(r->echo_texts);
+  if (r) r->echo_texts = NULL;
 }

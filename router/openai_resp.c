@@ -25,6 +25,7 @@ typedef struct oa_choice {
   json_t *lp_tokens, *lp_token_lps, *lp_tops, *lp_offsets;
   size_t text_offset;
   char *echo;         /* completions with echo: prompt text not yet streamed (owned; NULL once sent) */
+  const char *echo_body; /* its prompt's text for the non-streaming body (oa_resp.echo_texts) */
   bool finished;
   Gantry__V1__FinishReason finish;
 } oa_choice_t;
@@ -45,7 +46,8 @@ struct oa_resp {
   char *error;        /* the first ERROR final's message (owned) */
   bool have_usage;
   bool sse_done;      /* [DONE] sent */
-  char *echo_body;    /* echo: the prompt text for the non-streaming body (owned) */
+  int n_per_prompt;   /* choices per prompt (n); choice i answers prompt i / n_per_prompt */
+  char **echo_texts;  /* echo: [n / n_per_prompt] the prompts' texts (owned) */
 };
 
 oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_reasoning_field_t rf) {
@@ -61,17 +63,24 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
   snprintf(r->model, sizeof r->model, "%s", req->model);
   r->created = created;
   gantry__v1__usage__init(&r->usage);
-  r->n = req->gen && req->gen->n > 1 ? (int)req->gen->n : 1;
+  const int n_prompts = req->n_prompts > 1 ? req->n_prompts : 1;
+  r->n_per_prompt = req->gen && req->gen->n > 1 ? (int)req->gen->n : 1;
+  r->n = r->n_per_prompt * n_prompts;
   if (!(r->ch = calloc((size_t)r->n, sizeof *r->ch))) {
     free(r);
     return NULL;
   }
   r->c = &r->ch[0];
-  if (req->echo_text && !(r->echo_body = strdup(req->echo_text))) goto oom;
+  if (req->echo_texts) {
+    if (!(r->echo_texts = calloc((size_t)n_prompts, sizeof *r->echo_texts))) goto oom;
+    for (int k = 0; k < n_prompts; k++)
+      if (!(r->echo_texts[k] = strdup(req->echo_texts[k]))) goto oom;
+  }
   for (int i = 0; i < r->n; i++) {
     oa_choice_t *c = &r->ch[i];
     c->index = i;
-    if (req->echo_text && !(c->echo = strdup(req->echo_text))) goto oom;
+    if (r->echo_texts) c->echo_body = r->echo_texts[i / r->n_per_prompt];
+    if (c->echo_body && !(c->echo = strdup(c->echo_body))) goto oom;
     if (r->logprobs) {
       c->lp_content = json_array();
       c->lp_tokens = json_array();
@@ -104,9 +113,10 @@ void oa_resp_free(oa_resp_t *r) {
     json_decref(c->lp_offsets);
     free(c->echo);
   }
+  for (int k = 0; r->echo_texts && k < r->n / r->n_per_prompt; k++) free(r->echo_texts[k]);
+  free(r->echo_texts);
   free(r->ch);
   free(r->error);
-  free(r->echo_body);
   free(r);
 }
 
@@ -388,9 +398,9 @@ static bool record_final(oa_resp_t *r, const Gantry__V1__Final *f) {
     r->c->finished = true;
     r->c->finish = f->finish_reason;
     if (f->usage) {
-      if (!r->have_usage) {
-        r->usage.prompt_tokens = f->usage->prompt_tokens; /* one prompt for every choice */
-        r->usage.cached_prompt_tokens = f->usage->cached_prompt_tokens;
+      if (r->c->index % r->n_per_prompt == 0) { /* each prompt once, not once per choice */
+        r->usage.prompt_tokens += f->usage->prompt_tokens;
+        r->usage.cached_prompt_tokens += f->usage->cached_prompt_tokens;
       }
       r->have_usage = true;
       r->usage.completion_tokens += f->usage->completion_tokens;
@@ -473,9 +483,9 @@ static json_t *body_choice(oa_resp_t *r) {
     json_object_set_new(choice, "logprobs",
                         r->logprobs ? json_pack("{s:O}", "content", r->c->lp_content) : json_null());
   } else {
-    if (r->echo_body) {
+    if (r->c->echo_body) {
       oa_sb_t t = {0};
-      if (oa_sb_append(&t, r->echo_body, strlen(r->echo_body)) || oa_sb_append(&t, text, strlen(text))) {
+      if (oa_sb_append(&t, r->c->echo_body, strlen(r->c->echo_body)) || oa_sb_append(&t, text, strlen(text))) {
         oa_sb_free(&t);
         json_decref(choice);
         return NULL;

@@ -253,7 +253,8 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
   snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
   snprintf(q->id, sizeof q->id, "%s", request_id);
   q->gen = gen;
-  q->n_choices = gen->n > 1 ? gen->n : 1;
+  /* one Final per choice: n per prompt, for each prompt of a list */
+  q->n_choices = (gen->n > 1 ? gen->n : 1) * (uint32_t)(1 + gen->n_more_prompts + gen->n_more_tokens);
   q->next = rt->rqs;
   if (rt->rqs) rt->rqs->prev = q;
   rt->rqs = q;

@@ -17,13 +17,28 @@
 #include "engine/server/server_metrics.h"
 #include "grpc/health/v1/health.pb-c.h"
 
-/* One Generate call handed to the scheduler. Lives from the handler until the final event. */
+#define SRV_MAX_PROMPTS 64 /* prompts in one Generate call (more_prompts / more_tokens + 1) */
+
+struct live;
+/* One prompt of a call: the scheduler request's ud (its choices' indexes start at base). */
+typedef struct live_sub {
+  struct live *l;
+  int base;
+} live_sub_t;
+
+/* One Generate call handed to the scheduler. Lives from the handler until the final event of
+ * its last choice. n_choices, n_finals, failed and the sched ids are guarded by srv.mu. */
 typedef struct live {
   struct srv *srv;
   gt_rpc_call_t *call;
   uint64_t call_id;
-  int64_t sched_id;      /* 0 until sched_submit returned */
+  int64_t sched_id[SRV_MAX_PROMPTS]; /* 0 until sched_submit returned */
+  live_sub_t sub[SRV_MAX_PROMPTS];
+  int n_sub;
   int cancel_pending;    /* on_cancel came before sched_id was known */
+  int failed;            /* a later prompt was refused: the others were cancelled, nothing more is sent */
+  gt_rpc_code_t fail_code;
+  char fail_msg[sizeof(((gt_err_t *)0)->msg)];
   double t_arrival, t_last;
   int n_out;
   int n_choices, n_finals; /* GenerateRequest.n (at least 1); the call ends with the last final */
@@ -92,9 +107,17 @@ static void unlink_live(srv_t *s, live_t *l) {
 /* ---- scheduler events (scheduler thread) ---- */
 
 static void on_event(void *ud, const sched_event_t *ev) {
-  live_t *l = ud;
+  live_sub_t *sub = ud;
+  live_t *l = sub->l;
   srv_t *s = l->srv;
+  const int index = sub->base + ev->index;
   double t = gt_now_ms();
+  pthread_mutex_lock(&s->mu);
+  const int failed = l->failed;
+  int last = 0;
+  if (ev->is_final) last = ++l->n_finals >= l->n_choices;
+  pthread_mutex_unlock(&s->mu);
+  if (failed && !last) return;
   if (!ev->is_final) {
     const seqout_delta_t *d = ev->delta;
     if (d->n_ids > 0) {
@@ -110,14 +133,14 @@ static void on_event(void *ud, const sched_event_t *ev) {
       gt_metric_inc(s->met.gen_tokens, d->n_ids);
     }
     gt_genresp_t *r = srv_conv_delta(d, s->tok);
-    if (r) r->delta->index = (uint32_t)ev->index;
+    if (r) r->delta->index = (uint32_t)index;
     if (r) gt_rpc_call_send(l->call, &r->base, 0);
     return;
   }
   const sched_usage_t *u = ev->usage;
-  if (++l->n_finals < l->n_choices) { /* n > 1: this choice's final; the call goes on */
+  if (!last) { /* n > 1 or a prompt list: this choice's final; the call goes on */
     gt_genresp_t *r = gt_rpc_call_is_cancelled(l->call) ? NULL : srv_conv_final(ev->finish, ev->error, u);
-    if (r) r->final->index = (uint32_t)ev->index;
+    if (r) r->final->index = (uint32_t)index;
     if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
     return;
   }
@@ -127,9 +150,11 @@ static void on_event(void *ud, const sched_event_t *ev) {
               u ? u->cached_tokens : 0, u ? u->ttft_ms : 0.0, t - l->t_arrival);
   if (gt_rpc_call_is_cancelled(l->call)) {
     gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
+  } else if (failed) {
+    gt_rpc_call_finish(l->call, l->fail_code, l->fail_msg);
   } else {
     gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
-    if (r) r->final->index = (uint32_t)ev->index;
+    if (r) r->final->index = (uint32_t)index;
     if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
     gt_rpc_call_finish(l->call, r ? GT_RPC_OK : GT_RPC_INTERNAL, r ? NULL : "out of memory building the final message");
   }
@@ -220,6 +245,40 @@ static gt_rpc_code_t request_status(int rc) {
   return gt_rpc_code_from_err(rc);
 }
 
+/* The k-th prompt of r (k > 0: more_prompts / more_tokens[k - 1]) as a request of its own: a
+ * shallow copy of r (it points into r). */
+static Gantry__V1__GenerateRequest prompt_at(const Gantry__V1__GenerateRequest *r, int k) {
+  Gantry__V1__GenerateRequest sub = *r;
+  if (k > 0 && r->n_more_prompts) sub.prompt = r->more_prompts[k - 1];
+  if (k > 0 && r->n_more_tokens) sub.tokens = r->more_tokens[k - 1];
+  return sub;
+}
+
+/* Prompts of r: 1 + its list, checked (one kind, the input's, at most SRV_MAX_PROMPTS). */
+static int n_prompts(const Gantry__V1__GenerateRequest *r, int *out, gt_err_t *err) {
+  *out = 1 + (int)(r->n_more_prompts + r->n_more_tokens);
+  if (r->n_more_prompts && r->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT)
+    return gt_err_set(err, GT_EINVAL, "more_prompts needs a text prompt as input");
+  if (r->n_more_tokens && r->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS)
+    return gt_err_set(err, GT_EINVAL, "more_tokens needs token ids as input");
+  for (size_t i = 0; i < r->n_more_tokens; i++)
+    if (r->more_tokens[i]->base.n_unknown_fields)
+      return gt_err_set(err, GT_EINVAL, "unknown field in GenerateRequest.more_tokens[]");
+  if (*out > SRV_MAX_PROMPTS)
+    return gt_err_set(err, GT_EINVAL, "a list of prompts has at most %d prompts, got %d", SRV_MAX_PROMPTS, *out);
+  return GT_OK;
+}
+
+/* Counts a refused Generate call in the metrics, logs it and finishes it. */
+static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg) {
+  gt_rpc_code_t code = request_status(rc);
+  if (code == GT_RPC_RESOURCE_EXHAUSTED) gt_metric_inc(s->met.rejected_full, 1);
+  else if (code == GT_RPC_UNAVAILABLE) gt_metric_inc(s->met.rejected_unavailable, 1);
+  else gt_metric_inc(s->met.rejected_invalid, 1);
+  GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", rid, (int)code, msg);
+  gt_rpc_call_finish(call, code, msg);
+}
+
 static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   const Gantry__V1__GenerateRequest *r = (const Gantry__V1__GenerateRequest *)gt_rpc_call_request(call);
   if (gt_rpc_call_is_cancelled(call)) { /* gone while queued */
@@ -227,73 +286,107 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     return;
   }
   gt_err_t err = {0};
-  int32_t *ids = NULL;
-  size_t n_ids = 0;
-  int opens = 0;
-  srv_conv_bufs_t bufs = {0};
-  sched_req_t q;
+  int P = 1;
   int rc = srv_conv_check(r, &err);
-  if (!rc) rc = srv_conv_check_bytes(r, s->n_ctx, s->max_tok_bytes, &err);
-  if (!rc) rc = srv_conv_prompt(r, s->tok, s->have_fam ? &s->fam : NULL, s->fam_reason, &ids, &n_ids, &opens, &err);
-  /* a prompt that fills the context is refused by sched_submit (INVALID_ARGUMENT, same message) */
-  pthread_mutex_lock(&s->mu);
-  uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
-  pthread_mutex_unlock(&s->mu);
-  if (!rc) rc = srv_conv_request(r, s->n_ctx, opens, seed, &q, &bufs, &err);
+  if (!rc) rc = n_prompts(r, &P, &err);
+  /* every prompt is converted before any is submitted: bad input refuses the whole call */
+  sched_req_t q[SRV_MAX_PROMPTS];
+  srv_conv_bufs_t bufs[SRV_MAX_PROMPTS];
+  memset(bufs, 0, sizeof bufs);
+  int n_conv = 0;
+  for (int k = 0; !rc && k < P; k++) {
+    Gantry__V1__GenerateRequest sub = prompt_at(r, k);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int opens = 0;
+    rc = srv_conv_check_bytes(&sub, s->n_ctx, s->max_tok_bytes, &err);
+    if (!rc) rc = srv_conv_prompt(&sub, s->tok, s->have_fam ? &s->fam : NULL, s->fam_reason, &ids, &n_ids, &opens, &err);
+    /* a prompt that fills the context is refused by sched_submit (INVALID_ARGUMENT, same message) */
+    pthread_mutex_lock(&s->mu);
+    uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
+    pthread_mutex_unlock(&s->mu);
+    if (!rc) rc = srv_conv_request(&sub, s->n_ctx, opens, seed, &q[k], &bufs[k], &err);
+    if (rc) {
+      free(ids);
+      break;
+    }
+    q[k].prompt = ids;
+    q[k].n_prompt = (int)n_ids;
+    q[k].on_event = on_event;
+    n_conv = k + 1;
+  }
   live_t *l = NULL;
   if (!rc && !(l = calloc(1, sizeof *l))) rc = gt_err_set(&err, GT_ENOMEM, "out of memory");
   if (rc) {
-    free(ids);
-    srv_conv_bufs_free(&bufs);
-    gt_metric_inc(s->met.rejected_invalid, 1);
-    gt_rpc_code_t code = request_status(rc);
-    GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", r->request_id, (int)code, err.msg);
-    gt_rpc_call_finish(call, code, err.msg);
+    for (int k = 0; k < n_conv; k++) {
+      free(q[k].prompt);
+      srv_conv_bufs_free(&bufs[k]);
+    }
+    reject(s, call, r->request_id, rc, err.msg);
     return;
   }
   l->srv = s;
   l->call = call;
   l->call_id = gt_rpc_call_id(call);
   l->t_arrival = t_arrival;
-  l->n_choices = q.n > 1 ? q.n : 1;
+  const int n = q[0].n > 1 ? q[0].n : 1;
+  l->n_choices = P * n;
   const char *rid = gt_rpc_call_metadata(call, "x-request-id");
   snprintf(l->rid, sizeof l->rid, "%s", rid && *rid ? rid : r->request_id[0] ? r->request_id : "-");
-  q.prompt = ids;
-  q.n_prompt = (int)n_ids;
-  q.on_event = on_event;
-  q.ud = l;
   pthread_mutex_lock(&s->mu);
   l->next = s->live;
   if (s->live) s->live->prev = l;
   s->live = l;
   s->n_live++;
   pthread_mutex_unlock(&s->mu);
-  int64_t id = sched_submit(s->sched, &q, &err); /* takes ids */
-  srv_conv_bufs_free(&bufs);
-  if (id < 0) {
+  for (int k = 0; k < P; k++) {
+    l->sub[k] = (live_sub_t){.l = l, .base = k * n};
+    q[k].ud = &l->sub[k];
+    int64_t id = sched_submit(s->sched, &q[k], &err); /* takes q[k].prompt */
+    srv_conv_bufs_free(&bufs[k]);
+    if (id < 0) {
+      for (int j = k + 1; j < P; j++) {
+        free(q[j].prompt);
+        srv_conv_bufs_free(&bufs[j]);
+      }
+      pthread_mutex_lock(&s->mu);
+      if (k > 0) { /* the submitted prompts are cancelled; the last of their finals ends the call */
+        l->failed = 1;
+        l->fail_code = request_status((int)id);
+        snprintf(l->fail_msg, sizeof l->fail_msg, "%s", err.msg);
+        l->n_choices = k * n;
+        for (int j = 0; j < k; j++) sched_cancel(s->sched, l->sched_id[j]);
+        s->kicks++;
+        pthread_cond_broadcast(&s->cv);
+        const int done = l->n_finals >= l->n_choices; /* all of them ended already */
+        if (done) unlink_live(s, l);
+        pthread_mutex_unlock(&s->mu);
+        if (done) {
+          reject(s, call, l->rid, (int)id, err.msg);
+          free(l);
+        }
+        return;
+      }
+      unlink_live(s, l);
+      pthread_mutex_unlock(&s->mu);
+      reject(s, call, l->rid, (int)id, err.msg);
+      free(l);
+      return;
+    }
+    /* after the last submit l may already be gone (a very short request finished on the
+     * scheduler thread); before it, it waits for the later prompts' finals */
     pthread_mutex_lock(&s->mu);
-    unlink_live(s, l);
+    live_t *still = find_live(s, gt_rpc_call_id(call));
+    if (still) {
+      still->sched_id[k] = id;
+      still->n_sub = k + 1;
+      /* a cancel before this point found no sched id: apply it now */
+      if (still->cancel_pending || gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
+    }
+    s->kicks++;
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    gt_rpc_code_t code = request_status((int)id);
-    if (code == GT_RPC_RESOURCE_EXHAUSTED) gt_metric_inc(s->met.rejected_full, 1);
-    else if (code == GT_RPC_UNAVAILABLE) gt_metric_inc(s->met.rejected_unavailable, 1);
-    else gt_metric_inc(s->met.rejected_invalid, 1);
-    GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", l->rid, (int)code, err.msg);
-    gt_rpc_call_finish(call, code, err.msg);
-    free(l);
-    return;
   }
-  /* l may already be gone (a very short request finished on the scheduler thread) */
-  pthread_mutex_lock(&s->mu);
-  live_t *still = find_live(s, gt_rpc_call_id(call));
-  if (still) {
-    still->sched_id = id;
-    /* a cancel before this point found no sched id: apply it now */
-    if (still->cancel_pending || gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
-  }
-  s->kicks++;
-  pthread_cond_broadcast(&s->cv);
-  pthread_mutex_unlock(&s->mu);
 }
 
 static void *prep_main(void *arg) {
@@ -324,8 +417,9 @@ static void on_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   pthread_mutex_lock(&s->mu);
   live_t *l = find_live(s, gt_rpc_call_id(call));
   if (l) {
-    if (l->sched_id > 0) sched_cancel(s->sched, l->sched_id);
-    else l->cancel_pending = 1;
+    for (int k = 0; k < l->n_sub; k++)
+      if (l->sched_id[k] > 0) sched_cancel(s->sched, l->sched_id[k]);
+    if (l->n_sub == 0 || l->sched_id[l->n_sub - 1] <= 0) l->cancel_pending = 1;
   }
   s->kicks++;
   pthread_cond_broadcast(&s->cv);

@@ -376,3 +376,41 @@ test('n > 1 on chat, streamed and not; n beyond the bound is a 400 naming n', RE
     });
   }
 });
+
+test('a list of prompts on completions: choice prompt_i * n + j, each equal to its own request; usage summed', REAL, async () => {
+  const prompts = ['def fibonacci(n):\n    ', 'import os\n', 'class Stack:\n    '];
+  const req = { model: MODEL, max_tokens: 6, temperature: 0, ignore_eos: true };
+  const solo = [];
+  for (const prompt of prompts) solo.push(await client.completions.create({ ...req, prompt }));
+  const r = await client.completions.create({ ...req, prompt: prompts });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (let i = 0; i < 3; i++) assert.equal(r.choices[i].text, solo[i].choices[0].text);
+  const promptTokens = solo.reduce((a, s) => a + s.usage.prompt_tokens, 0);
+  assert.equal(r.usage.prompt_tokens, promptTokens);
+  assert.equal(r.usage.completion_tokens, 18);
+  // with n = 2 and echo: index = prompt_i * 2 + j, each choice starts with its own prompt
+  const e = await client.completions.create({ ...req, prompt: prompts, n: 2, echo: true });
+  assert.equal(e.choices.length, 6);
+  for (let i = 0; i < 6; i++) {
+    assert.equal(e.choices[i].index, i);
+    assert.equal(e.choices[i].text, prompts[Math.floor(i / 2)] + solo[Math.floor(i / 2)].choices[0].text);
+  }
+  assert.equal(e.usage.prompt_tokens, promptTokens, 'each prompt counted once, not once per choice');
+  assert.equal(e.usage.completion_tokens, 36);
+  // token-id prompts, streamed
+  const ids = [await tokenize({ prompt: prompts[0] }), await tokenize({ prompt: prompts[1] })];
+  const s = await client.completions.create({ ...req, prompt: ids, stream: true, stream_options: { include_usage: true } });
+  const text = ['', ''];
+  let usage = null;
+  for await (const c of s) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) text[ch.index] += ch.text;
+  }
+  assert.deepEqual(text, [solo[0].choices[0].text, solo[1].choices[0].text]);
+  assert.equal(usage.completion_tokens, 12);
+  await assert.rejects(client.completions.create({ ...req, prompt: ['a', [1, 2]] }), (err) => {
+    assert.equal(err.status, 400);
+    assert.equal(err.param, 'prompt');
+    return true;
+  });
+});

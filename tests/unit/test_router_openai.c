@@ -157,7 +157,9 @@ static void test_bad_requests(void **st) {
   expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "invalid_value", NULL);
   expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\",\"tools\":[]}", 400, "invalid_value", NULL);
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\"}", 400, "empty_prompt", "prompt");
-  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", 400, "unsupported_value", "prompt");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",[1]]}", 400, "invalid_type", "prompt");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"\"]}", 400, "empty_prompt", "prompt");
+  expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[[1],[]]}", 400, "empty_prompt", "prompt");
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 400, "unsupported_value", "echo");
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2],\"echo\":true}", 400, "unsupported_value", "echo");
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"caf\xc3\"}", 400, "invalid_utf8", NULL);
@@ -292,7 +294,7 @@ static void test_echo(void **st) {
     assert_int_equal(parse(OA_COMPLETION, stream ? "{\"model\":\"m\",\"prompt\":\"ab\",\"echo\":true,\"stream\":true}"
                                                  : "{\"model\":\"m\",\"prompt\":\"ab\",\"echo\":true}",
                            &q, &e), 0);
-    assert_string_equal(q.echo_text, "ab");
+    assert_string_equal(q.echo_texts[0], "ab");
     oa_resp_t *r = oa_resp_new(&q, "1", 1, OA_REASONING_BOTH);
     oa_sb_t out = {0};
     const char *parts[] = {"c", "d"};
