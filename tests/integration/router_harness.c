@@ -180,6 +180,10 @@ out:
 static void on_gen(void *user, gt_rpc_call_t *call) {
   fe_t *f = user;
   const Gantry__V1__GenerateRequest *req = (const void *)gt_rpc_call_request(call);
+  if (req->n > 1 || req->n_more_prompts || req->n_more_tokens) { /* not scripted: refused like a real bound */
+    gt_rpc_call_finish(call, GT_RPC_INVALID_ARGUMENT, "n > 1 and prompt lists are not scripted in the fake engine");
+    return;
+  }
   job_t *j = calloc(1, sizeof *j);
   j->f = f;
   j->call = call;

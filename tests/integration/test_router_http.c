@@ -346,7 +346,13 @@ static void test_bad_max_tokens(void **st) {
 }
 static void test_bad_n(void **st) {
   (void)st;
-  expect_400("/v1/chat/completions", "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "invalid_value");
+  expect_400("/v1/chat/completions", "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", "invalid_value");
+  /* the engine's refusal of n (its bound) is a 400 naming n */
+  char *b;
+  long status = post("/v1/chat/completions", "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", &b);
+  if (status != 400) fail_msg("status %ld: %s", status, b);
+  assert_non_null(strstr(b, "\"param\":\"n\""));
+  free(b);
 }
 static void test_bad_prompt_too_long(void **st) {
   (void)st;

@@ -61,6 +61,22 @@ static void test_final_never_merges(void **state) {
   gt_genresp_free(f);
 }
 
+/* n > 1: deltas of different choices stay apart (their text must not mix) */
+static void test_other_choice_never_merges(void **state) {
+  (void)state;
+  gt_genresp_t *a = gt_delta_new(), *b = gt_delta_new();
+  assert_int_equal(gt_delta_add_token(a, 1, "x", NULL), 0);
+  assert_int_equal(gt_delta_add_token(b, 2, "y", NULL), 0);
+  b->delta->index = 1;
+  assert_int_equal(gt_delta_merge(NULL, &a->base, &b->base), 0);
+  assert_string_equal(a->delta->text, "x");
+  a->delta->index = 1;
+  assert_int_equal(gt_delta_merge(NULL, &a->base, &b->base), 1);
+  assert_string_equal(a->delta->text, "xy");
+  gt_genresp_free(a);
+  gt_genresp_free(b);
+}
+
 static void test_round_trip(void **state) {
   (void)state;
   gt_genresp_t *a = gt_delta_new();
@@ -85,6 +101,7 @@ int main(void) {
       cmocka_unit_test(test_merge_tokens_text),
       cmocka_unit_test(test_merge_tool_calls),
       cmocka_unit_test(test_final_never_merges),
+      cmocka_unit_test(test_other_choice_never_merges),
       cmocka_unit_test(test_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

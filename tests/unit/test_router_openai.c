@@ -322,13 +322,52 @@ static void test_echo(void **st) {
   }
 }
 
+/* n = 2 over a list of 2 prompts: deltas of 4 choices interleave; each choice gets its own
+ * finish chunk; [DONE] and the usage (completion tokens summed, each prompt counted once) come
+ * only after the last Final */
+static void test_choices_by_index(void **st) {
+  (void)st;
+  oa_req_t q;
+  oa_error_t e;
+  assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"],\"n\":2,\"stream\":true,"
+                                        "\"stream_options\":{\"include_usage\":true}}", &q, &e), 0);
+  assert_int_equal(q.n_prompts, 2);
+  assert_int_equal(q.gen->n, 2);
+  assert_int_equal(q.gen->n_more_prompts, 1);
+  oa_resp_t *r = oa_resp_new(&q, "1", 1, OA_REASONING_BOTH);
+  oa_sb_t out = {0};
+  for (int i = 3; i >= 0; i--) {
+    gt_genresp_t *m = gt_delta_new();
+    char t[2] = {(char)('p' + i), 0};
+    assert_int_equal(gt_delta_add_token(m, 7, t, NULL), 0);
+    m->delta->index = (uint32_t)i;
+    assert_int_equal(oa_resp_delta(r, m->delta, &out), 0);
+    gt_genresp_free(m);
+  }
+  assert_non_null(strstr(out.p, "\"index\":3,\"text\":\"s\""));
+  assert_non_null(strstr(out.p, "\"index\":0,\"text\":\"p\""));
+  for (int i = 0; i < 4; i++) {
+    gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, NULL);
+    f->final->index = (uint32_t)i;
+    f->final->usage->prompt_tokens = i < 2 ? 5 : 7;
+    f->final->usage->completion_tokens = 1;
+    assert_int_equal(oa_resp_final_sse(r, f->final, &out), 0);
+    gt_genresp_free(f);
+    assert_true((strstr(out.p, "[DONE]") != NULL) == (i == 3));
+  }
+  assert_non_null(strstr(out.p, "\"prompt_tokens\":12,\"completion_tokens\":4"));
+  oa_sb_free(&out);
+  oa_resp_free(r);
+  oa_req_free(&q);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_completion_prompt_forms),
       cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_utf8_validator),
       cmocka_unit_test(test_token_params),
       cmocka_unit_test(test_chat_stream_logprobs_and_reasoning_field), cmocka_unit_test(test_final_error_and_body),
-      cmocka_unit_test(test_echo),
+      cmocka_unit_test(test_echo),                 cmocka_unit_test(test_choices_by_index),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
