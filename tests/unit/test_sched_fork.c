@@ -1,6 +1,8 @@
-/* n > 1 in the scheduler (sched_req_t.n) on the CPU backend, on qwen3-tiny and the hybrid
- * qwen35-tiny: the prompt is computed once and forked; each choice equals a solo run with seed
- * + index; cancelling or finishing leaves no block referenced; bounds on n are GT_EINVAL. */
+/* n > 1 in the scheduler (sched_req_t.n), on qwen3-tiny and the hybrid qwen35-tiny: the prompt
+ * is computed once and forked; each choice equals a solo run with seed + index; cancelling or
+ * finishing leaves no block referenced; bounds on n are GT_EINVAL. Built twice: on the CPU
+ * backend (test_sched_fork) and, with SCHED_FORK_CUDA, on the CUDA backend, whose
+ * kv_block_copy / state_copy the forks use (test_cuda_sched_fork; exit 77 without a GPU). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,12 @@
 #include "format/tokenizer.h"
 #include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
+#ifdef SCHED_FORK_CUDA
+#include "engine/backend/backend_cuda.h"
+#define be_create(be, err) be_cuda_create(0, be, err)
+#else
+#define be_create(be, err) be_cpu_create(2, be, err)
+#endif
 
 #define MAXN 8
 #define MAXT 64
@@ -135,7 +143,7 @@ static void test_fork_hybrid(void **state) {
   model_t *m = NULL;
   tok_t *tok = NULL;
   gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &g, &err) || be_cpu_create(2, &be, &err) ||
+  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &g, &err) || be_create(&be, &err) ||
       model_load(g, be, 64, &m, &err) || tok_load(g, &tok, &err))
     fail_msg("qwen35-tiny: %s", err.msg);
   assert_true(m->hp.n_gdn_layers > 0);
@@ -233,11 +241,43 @@ static void test_fork_bounds(void **state) {
   sched_free(s);
 }
 
+#ifdef SCHED_FORK_CUDA
+static int setup(void **state) {
+  static tu_model_fx_t f;
+  gt_err_t err = {0};
+  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f.g, &err) || be_create(&f.be, &err) ||
+      model_load(f.g, f.be, 64, &f.m, &err) || tok_load(f.g, &f.tok, &err)) {
+    print_message("setup: %s\n", err.msg);
+    return -1;
+  }
+  *state = &f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  tu_model_fx_t *f = *state;
+  tok_free(f->tok);
+  model_free(f->m);
+  be_destroy(f->be);
+  gguf_close(f->g);
+  return 0;
+}
+#else
+#define setup tu_model_fx_setup
+#define teardown tu_model_fx_teardown
+#endif
+
 int main(void) {
+#ifdef SCHED_FORK_CUDA
+  if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
+    printf("no CUDA device visible: GPU tests skipped\n");
+    return 77;
+  }
+#endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fork_equals_solo),   cmocka_unit_test(test_fork_hybrid),
       cmocka_unit_test(test_fork_cancel_no_leak), cmocka_unit_test(test_fork_small_pool),
       cmocka_unit_test(test_fork_bounds),
   };
-  return cmocka_run_group_tests(tests, tu_model_fx_setup, tu_model_fx_teardown);
+  return cmocka_run_group_tests(tests, setup, teardown);
 }
