@@ -315,6 +315,8 @@ static int parse_prompt(json_t *body, Gantry__V1__GenerateRequest *g, int *n_pro
       return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
     if (n > 1 && !text && !(g->more_tokens = calloc(n - 1, sizeof *g->more_tokens)))
       return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    /* set first: a failure below then frees what was parsed with g */
+    g->input_case = text ? GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT : GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS;
     json_array_foreach(p, i, v) {
       char name[32];
       snprintf(name, sizeof name, "prompt[%zu]", i);
@@ -330,7 +332,6 @@ static int parse_prompt(json_t *body, Gantry__V1__GenerateRequest *g, int *n_pro
         else g->more_tokens[g->n_more_tokens++] = t;
       }
     }
-    g->input_case = text ? GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT : GANTRY__V1__GENERATE_REQUEST__INPUT_TOKENS;
     *n_prompts = (int)n;
     return 0;
   }
