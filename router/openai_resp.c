@@ -308,7 +308,8 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
     if (t->name && t->name[0] && !a->name) a->name = strdup(t->name);
     if (!a->id) {
       char buf[200];
-      snprintf(buf, sizeof buf, "call_%s_%u", r->id, t->index);
+      if (r->n > 1) snprintf(buf, sizeof buf, "call_%s_%d_%u", r->id, r->c->index, t->index); /* unique per choice */
+      else snprintf(buf, sizeof buf, "call_%s_%u", r->id, t->index);
       a->id = strdup(buf);
     }
     size_t al = t->arguments ? strlen(t->arguments) : 0;

@@ -362,7 +362,9 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
     q->n_tokens = r->n_prompt;
     rc = sampler_create(&q->r.sampling, s->V, &q->smp, err);
   }
-  if (!rc) rc = seqout_create(s->tok, &r->out, &q->out, err);
+  seqout_config_t oc = r->out;
+  oc.id_seed += (uint64_t)index; /* each choice's tool-call ids differ */
+  if (!rc) rc = seqout_create(s->tok, &oc, &q->out, err);
   if (rc) {
     free_req(q);
     return rc;
