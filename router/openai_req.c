@@ -468,6 +468,27 @@ static int parse_sampling(json_t *b, Gantry__V1__SamplingParams *sp, oa_error_t 
 /* Fields we refuse rather than silently ignore (they would change the result). */
 static int reject_unsupported(json_t *b, oa_kind_t kind, oa_error_t *e) {
   bool v = false;
+  /* structured outputs need constrained decoding, which the engine does not have yet: a client that
+   * asks for JSON must not get prose back with a 200. {"type": "text"} is the default and fine. */
+  json_t *rf = json_object_get(b, "response_format");
+  if (rf && !json_is_null(rf)) {
+    const char *t = json_is_object(rf) ? json_string_value(json_object_get(rf, "type")) : NULL;
+    if (!t) return oa_err(e, 400, NULL, "response_format", "invalid_type", "'response_format' must be {\"type\": ...}");
+    if (strcmp(t, "text"))
+      return oa_err(e, 400, NULL, "response_format", "unsupported_value",
+                    "'response_format' type '%s' is not supported (structured outputs are not implemented yet)", t);
+  }
+  static const char *const k_refused[] = {"guided_choice", "guided_regex", "guided_json", "guided_grammar",
+                                          "prompt_logprobs", "chat_template"};
+  for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++) {
+    json_t *f = json_object_get(b, k_refused[i]);
+    if (f && !json_is_null(f) && !(json_is_integer(f) && json_integer_value(f) == 0 && !strcmp(k_refused[i], "prompt_logprobs")))
+      return oa_err(e, 400, NULL, k_refused[i], "unsupported_value", "'%s' is not supported", k_refused[i]);
+  }
+  if (get_bool(b, "return_tokens_as_token_ids", &v, e) < 0) return -1;
+  if (v)
+    return oa_err(e, 400, NULL, "return_tokens_as_token_ids", "unsupported_value",
+                  "'return_tokens_as_token_ids' is not supported");
   if (kind == OA_COMPLETION) {
     if (get_bool(b, "echo", &v, e) < 0) return -1;
     json_t *lp = json_object_get(b, "logprobs");

@@ -162,6 +162,34 @@ static void test_bad_requests(void **st) {
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[[1],[]]}", 400, "empty_prompt", "prompt");
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 400, "unsupported_value", "echo");
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2],\"echo\":true}", 400, "unsupported_value", "echo");
+  /* issue 16's rule: accepted-and-ignored parameters are refused with a 400 naming them */
+  static const char *const refused[][2] = {
+      {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+      {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}", "response_format"},
+      {"\"guided_choice\":[\"a\",\"b\"]", "guided_choice"},
+      {"\"guided_regex\":\"a+\"", "guided_regex"},
+      {"\"guided_json\":{}", "guided_json"},
+      {"\"prompt_logprobs\":1", "prompt_logprobs"},
+      {"\"return_tokens_as_token_ids\":true", "return_tokens_as_token_ids"},
+      {"\"chat_template\":\"{{ messages }}\"", "chat_template"}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", refused[i][0]);
+    expect_err(OA_CHAT, body, 400, "unsupported_value", refused[i][1]);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"x\",%s}", refused[i][0]);
+    expect_err(OA_COMPLETION, body, 400, "unsupported_value", refused[i][1]);
+  }
+  expect_err(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}",
+             400, "invalid_type", "response_format");
+  { /* the defaults stay accepted */
+    oa_req_t r;
+    oa_error_t e;
+    assert_int_equal(parse(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                    "\"response_format\":{\"type\":\"text\"},\"prompt_logprobs\":null,"
+                                    "\"return_tokens_as_token_ids\":false,\"guided_choice\":null}",
+                           &r, &e), 0);
+    oa_req_free(&r);
+  }
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"caf\xc3\"}", 400, "invalid_utf8", NULL);
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\xed\xa0\x80\"}", 400, "invalid_utf8", NULL); /* surrogate */
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"\xc0\xaf\"}", 400, "invalid_utf8", NULL);     /* overlong */
