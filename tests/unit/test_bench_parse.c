@@ -364,6 +364,15 @@ static void test_svg_robust_axis(void **st) {
   /* two outliers of eight points: both clipped */
   s[1].y[3] = 9000;
   assert_true(fabs(gc_svg_clip_level(s, 2) - 84) < 1e-9);
+  f = open_memstream(&buf, &len);
+  gc_svg_plot(f, "t", "x", "y", s, 2, 1);
+  fclose(f);
+  assert_non_null(strstr(buf, "axis clipped at 100: 2 points above"));
+  clipped = 0;
+  for (char *p = buf; (p = strstr(p, "class=\"clipped\"")); p++) clipped++;
+  assert_int_equal(clipped, 2);
+  assert_non_null(strstr(buf, "9000 (clipped)"));
+  free(buf);
   /* TTFT over context grows steeply but steadily: not an outlier */
   gc_series_t t;
   memset(&t, 0, sizeof t);
