@@ -31,32 +31,23 @@
 #include "tests/common/redis_server.h"
 #include "tests/integration/router_harness.h"
 
-static rs_t *g_rs;
-static fe_t *g_fe;
-static rp_t g_rp;
+static rstack_t g_k; /* redis, fake engine "A", router */
 static gt_rpc_client_t *g_rpc;
 
 static int setup(void **st) {
   (void)st;
   gt_err_t err;
-  g_rs = rs_start(&err);
-  if (!g_rs) fail_msg("redis: %s", err.msg);
-  g_fe = fe_start("A");
-  assert_non_null(g_fe);
-  redisContext *rc = redisConnect("127.0.0.1", rs_port(g_rs));
+  rstack_start(&g_k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--auth", "keys", "--admin-key", "adm",
+                                            "--protect-info", "--max-body-bytes", "65536", "--health-ms", "100",
+                                            "--admission-hold-ms", "1", NULL});
+  redisContext *rc = redisConnect("127.0.0.1", rs_port(g_k.rs));
   char sha[65];
   gt_sha256_hex("k1", 2, sha);
   freeReplyObject(redisCommand(rc, "HSET gantry:apikeys %s acme", sha));
   redisFree(rc);
-  char redis[64], eng[64];
-  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(g_rs));
-  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(g_fe));
-  const char *args[] = {"--redis", redis, "--engine", eng, "--grpc", "127.0.0.1:0", "--auth", "keys", "--admin-key", "adm",
-                        "--protect-info", "--max-body-bytes", "65536", "--health-ms", "100", "--admission-hold-ms", "1", NULL};
-  assert_int_equal(rp_start(&g_rp, args), 0);
-  assert_true(rp_wait_ready(&g_rp, 20000));
+  assert_true(rp_wait_ready(&g_k.rp, 20000));
   char target[32];
-  snprintf(target, sizeof target, "127.0.0.1:%d", g_rp.grpc_port);
+  snprintf(target, sizeof target, "127.0.0.1:%d", g_k.rp.grpc_port);
   assert_int_equal(gt_rpc_client_create(target, NULL, &g_rpc, &err), GT_OK);
   return 0;
 }
@@ -64,10 +55,7 @@ static int setup(void **st) {
 static int teardown(void **st) {
   (void)st;
   gt_rpc_client_destroy(g_rpc);
-  int rc = rp_stop(&g_rp);
-  fe_stop(g_fe);
-  rs_stop(g_rs);
-  assert_int_equal(rc, 0);
+  assert_int_equal(rstack_stop(&g_k), 0);
   return 0;
 }
 
@@ -101,7 +89,7 @@ static void test_grpc_front_message_cap(void **st) {
   assert_int_equal(grpc_generate(100000, 16), GT_RPC_RESOURCE_EXHAUSTED);
   /* 1 KB passes the cap (and is refused for max_tokens, below) */
   assert_int_equal(grpc_generate(1000, 1000000), GT_RPC_INVALID_ARGUMENT);
-  assert_int_equal(fe_generates(g_fe), 0);
+  assert_int_equal(fe_generates(g_k.fe), 0);
 }
 
 static void test_max_tokens_beyond_context(void **st) {
@@ -109,12 +97,12 @@ static void test_max_tokens_beyond_context(void **st) {
   const char *req = "{\"model\":\"tiny\",\"max_tokens\":1000000000000,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
   const char *h[] = {"Content-Type: application/json", "Authorization: Bearer k1", NULL};
   char *b = NULL;
-  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 400);
+  assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 400);
   assert_non_null(strstr(b, "\"context_length_exceeded\""));
   assert_non_null(strstr(b, "4096"));
   free(b);
   const char *ok = "{\"model\":\"tiny\",\"max_tokens\":4096,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
-  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, ok, strlen(ok), &b, NULL), 200);
+  assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h, ok, strlen(ok), &b, NULL), 200);
   free(b);
 }
 
@@ -123,11 +111,11 @@ static void test_content_type_415(void **st) {
   const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
   const char *h[] = {"Content-Type: text/plain", "Authorization: Bearer k1", NULL};
   char *b = NULL;
-  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 415);
+  assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 415);
   assert_non_null(strstr(b, "\"unsupported_media_type\""));
   free(b);
   const char *h2[] = {"Content-Type: application/json; charset=utf-8", "Authorization: Bearer k1", NULL};
-  assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h2, req, strlen(req), &b, NULL), 200);
+  assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h2, req, strlen(req), &b, NULL), 200);
   free(b);
 }
 
@@ -136,13 +124,13 @@ static void test_protect_info(void **st) {
   const char *paths[] = {"/metrics", "/v1/models"};
   for (int i = 0; i < 2; i++) {
     char *b = NULL;
-    assert_int_equal(http_req(g_rp.http_port, "GET", paths[i], NULL, NULL, 0, &b, NULL), 401);
+    assert_int_equal(http_req(g_k.rp.http_port, "GET", paths[i], NULL, NULL, 0, &b, NULL), 401);
     free(b);
     const char *api[] = {"Authorization: Bearer k1", NULL};
-    assert_int_equal(http_req(g_rp.http_port, "GET", paths[i], api, NULL, 0, &b, NULL), 200);
+    assert_int_equal(http_req(g_k.rp.http_port, "GET", paths[i], api, NULL, 0, &b, NULL), 200);
     free(b);
     const char *adm[] = {"Authorization: Bearer adm", NULL};
-    assert_int_equal(http_req(g_rp.http_port, "GET", paths[i], adm, NULL, 0, &b, NULL), 200);
+    assert_int_equal(http_req(g_k.rp.http_port, "GET", paths[i], adm, NULL, 0, &b, NULL), 200);
     free(b);
   }
   Gantry__V1__ListModelsRequest lr = GANTRY__V1__LIST_MODELS_REQUEST__INIT;
@@ -163,7 +151,7 @@ static const char *ADM_HDR[] = {"Content-Type: application/json", "Authorization
 
 static long put_limits(const char *json) {
   char *b = NULL;
-  long s = http_req(g_rp.http_port, "PUT", "/admin/limits", ADM_HDR, json, strlen(json), &b, NULL);
+  long s = http_req(g_k.rp.http_port, "PUT", "/admin/limits", ADM_HDR, json, strlen(json), &b, NULL);
   free(b);
   return s;
 }
@@ -172,7 +160,7 @@ static long put_limits(const char *json) {
 static long pool_queued(void) {
   char *b = NULL;
   long v = -1;
-  if (http_req(g_rp.http_port, "GET", "/admin/queues?model=tiny", ADM_HDR, NULL, 0, &b, NULL) == 200) {
+  if (http_req(g_k.rp.http_port, "GET", "/admin/queues?model=tiny", ADM_HDR, NULL, 0, &b, NULL) == 200) {
     json_t *j = json_loads(b, 0, NULL);
     size_t i;
     json_t *r;
@@ -189,7 +177,7 @@ static long pool_queued(void) {
 /* A streaming SLOW request on a raw socket, not waited for. */
 static int start_slow(int tokens) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_rp.http_port)};
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_k.rp.http_port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   char body[200], req[512];
@@ -210,7 +198,7 @@ static void test_retry_after_from_admission_rate(void **st) {
   const char *slow = "{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"SLOW\"}]}";
   for (int i = 0; i < 20; i++) {
     char *b = NULL;
-    assert_int_equal(http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, NULL), 200);
+    assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, NULL), 200);
     free(b);
   }
   int fds[6];
@@ -218,7 +206,7 @@ static void test_retry_after_from_admission_rate(void **st) {
   double end = gt_now_ms() + 5000;
   while (pool_queued() < 5 && gt_now_ms() < end) usleep(2000);
   char *b = NULL, *hd = NULL;
-  long s = http_req(g_rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, &hd);
+  long s = http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, &hd);
   const char *ra = hd ? strcasestr(hd, "Retry-After:") : NULL;
   printf("queue of 5 at ~10 admissions/s: status %ld, %.20s\n", s, ra ? ra : "no Retry-After");
   assert_int_equal(s, 429);
@@ -235,7 +223,7 @@ static void test_listen_error_says_why(void **st) {
   (void)st;
   char cmd[512], out[1024] = "";
   snprintf(cmd, sizeof cmd, "%s/gantry-router --http 127.0.0.1:%d --engine tiny=127.0.0.1:1 --auth none 2>&1",
-           getenv("GANTRY_BIN") ? getenv("GANTRY_BIN") : ".", g_rp.http_port);
+           getenv("GANTRY_BIN") ? getenv("GANTRY_BIN") : ".", g_k.rp.http_port);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   size_t n = fread(out, 1, sizeof out - 1, p);
@@ -262,7 +250,7 @@ static void test_cli_table_on_terminal(void **st) {
   (void)st;
   const char *bin = getenv("GANTRY_BIN") ? getenv("GANTRY_BIN") : ".";
   char base[256], cmd[768];
-  snprintf(base, sizeof base, "%s/gantry --url http://127.0.0.1:%d --admin-key adm", bin, g_rp.http_port);
+  snprintf(base, sizeof base, "%s/gantry --url http://127.0.0.1:%d --admin-key adm", bin, g_k.rp.http_port);
   snprintf(cmd, sizeof cmd, "script -qec '%s queues' /dev/null", base); /* a pseudo-terminal */
   char *t = run_out(cmd);
   if (!strstr(t, "MODEL") || !strstr(t, "MAX_INFLIGHT") || !strstr(t, "tiny")) fail_msg("no table: %s", t);
@@ -277,11 +265,11 @@ static void test_cli_table_on_terminal(void **st) {
   assert_non_null(strstr(t, "\"queues\""));
   free(t);
   /* gantry check --model M reports on M (it reported the first model listed) */
-  snprintf(cmd, sizeof cmd, "%s/gantry --api-key k1 check http://127.0.0.1:%d --model nope 2>&1", bin, g_rp.http_port);
+  snprintf(cmd, sizeof cmd, "%s/gantry --api-key k1 check http://127.0.0.1:%d --model nope 2>&1", bin, g_k.rp.http_port);
   t = run_out(cmd);
   if (!strstr(t, "model nope is not served") || !strstr(t, "lists: tiny")) fail_msg("check: %s", t);
   free(t);
-  snprintf(cmd, sizeof cmd, "%s/gantry --api-key k1 check http://127.0.0.1:%d --model tiny 2>&1", bin, g_rp.http_port);
+  snprintf(cmd, sizeof cmd, "%s/gantry --api-key k1 check http://127.0.0.1:%d --model tiny 2>&1", bin, g_k.rp.http_port);
   t = run_out(cmd);
   if (!strstr(t, "model tiny")) fail_msg("check: %s", t);
   free(t);
