@@ -35,7 +35,6 @@ typedef struct live {
   int64_t sched_id[SRV_MAX_PROMPTS]; /* 0 until sched_submit returned */
   live_sub_t sub[SRV_MAX_PROMPTS];
   int n_sub;
-  int cancel_pending;    /* on_cancel came before sched_id was known */
   int failed;            /* a later prompt was refused: the others were cancelled, nothing more is sent */
   gt_rpc_code_t fail_code;
   char fail_msg[sizeof(((gt_err_t *)0)->msg)];
@@ -380,8 +379,9 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     if (still) {
       still->sched_id[k] = id;
       still->n_sub = k + 1;
-      /* a cancel before this point found no sched id: apply it now */
-      if (still->cancel_pending || gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
+      /* a cancel before this point found no sched id: apply it now (the call is marked
+       * cancelled before on_cancel runs, so this or on_cancel sees the id) */
+      if (gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
     }
     s->kicks++;
     pthread_cond_broadcast(&s->cv);
@@ -419,7 +419,6 @@ static void on_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   if (l) {
     for (int k = 0; k < l->n_sub; k++)
       if (l->sched_id[k] > 0) sched_cancel(s->sched, l->sched_id[k]);
-    if (l->n_sub == 0 || l->sched_id[l->n_sub - 1] <= 0) l->cancel_pending = 1;
   }
   s->kicks++;
   pthread_cond_broadcast(&s->cv);
