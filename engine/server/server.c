@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,7 +36,8 @@ typedef struct live {
   int64_t sched_id[SRV_MAX_PROMPTS]; /* 0 until sched_submit returned */
   live_sub_t sub[SRV_MAX_PROMPTS];
   int n_sub;
-  int failed;            /* a later prompt was refused: the others were cancelled, nothing more is sent */
+  atomic_int failed;     /* a later prompt was refused: the others were cancelled, nothing more is sent
+                          * (set under srv.mu; deltas read it without the lock) */
   gt_rpc_code_t fail_code;
   char fail_msg[sizeof(((gt_err_t *)0)->msg)];
   double t_arrival, t_last;
@@ -111,11 +113,15 @@ static void on_event(void *ud, const sched_event_t *ev) {
   srv_t *s = l->srv;
   const int index = sub->base + ev->index;
   double t = gt_now_ms();
-  pthread_mutex_lock(&s->mu);
-  const int failed = l->failed;
-  int last = 0;
-  if (ev->is_final) last = ++l->n_finals >= l->n_choices;
-  pthread_mutex_unlock(&s->mu);
+  int failed, last = 0;
+  if (ev->is_final) { /* n_finals and n_choices under the lock: prepare() may shrink n_choices */
+    pthread_mutex_lock(&s->mu);
+    failed = atomic_load(&l->failed);
+    last = ++l->n_finals >= l->n_choices;
+    pthread_mutex_unlock(&s->mu);
+  } else { /* per token: no lock */
+    failed = atomic_load_explicit(&l->failed, memory_order_relaxed);
+  }
   if (failed && !last) return;
   if (!ev->is_final) {
     const seqout_delta_t *d = ev->delta;
@@ -350,7 +356,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
       }
       pthread_mutex_lock(&s->mu);
       if (k > 0) { /* the submitted prompts are cancelled; the last of their finals ends the call */
-        l->failed = 1;
+        atomic_store(&l->failed, 1);
         l->fail_code = request_status((int)id);
         snprintf(l->fail_msg, sizeof l->fail_msg, "%s", err.msg);
         l->n_choices = k * n;
