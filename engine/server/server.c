@@ -38,7 +38,7 @@ typedef struct live {
   int n_sub;
   atomic_int failed;     /* a later prompt was refused: the others were cancelled, nothing more is sent
                           * (set under srv.mu; deltas read it without the lock) */
-  gt_rpc_code_t fail_code;
+  int fail_rc;           /* the refusal (GT_E*), finished through reject() */
   char fail_msg[sizeof(((gt_err_t *)0)->msg)];
   double t_arrival, t_last;
   int n_out;
@@ -105,6 +105,8 @@ static void unlink_live(srv_t *s, live_t *l) {
   pthread_cond_broadcast(&s->cv);
 }
 
+static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg);
+
 /* ---- scheduler events (scheduler thread) ---- */
 
 static void on_event(void *ud, const sched_event_t *ev) {
@@ -149,19 +151,21 @@ static void on_event(void *ud, const sched_event_t *ev) {
     if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
     return;
   }
-  srv_metrics_finished(&s->met, ev->finish, u, (t - l->t_arrival) / 1e3);
-  GT_LOG_INFO("request_id=%s finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d ttft_ms=%.1f e2e_ms=%.1f",
-              l->rid, srv_finish_name(ev->finish), u ? u->prompt_tokens : 0, u ? u->completion_tokens : 0,
-              u ? u->cached_tokens : 0, u ? u->ttft_ms : 0.0, t - l->t_arrival);
-  if (gt_rpc_call_is_cancelled(l->call)) {
-    gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
-  } else if (failed) {
-    gt_rpc_call_finish(l->call, l->fail_code, l->fail_msg);
+  if (failed) { /* a refused call: counted and finished as one, like a refusal before any submit */
+    reject(s, l->call, l->rid, l->fail_rc, l->fail_msg);
   } else {
-    gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
-    if (r) r->final->index = (uint32_t)index;
-    if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
-    gt_rpc_call_finish(l->call, r ? GT_RPC_OK : GT_RPC_INTERNAL, r ? NULL : "out of memory building the final message");
+    srv_metrics_finished(&s->met, ev->finish, u, (t - l->t_arrival) / 1e3);
+    GT_LOG_INFO("request_id=%s finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d ttft_ms=%.1f e2e_ms=%.1f",
+                l->rid, srv_finish_name(ev->finish), u ? u->prompt_tokens : 0, u ? u->completion_tokens : 0,
+                u ? u->cached_tokens : 0, u ? u->ttft_ms : 0.0, t - l->t_arrival);
+    if (gt_rpc_call_is_cancelled(l->call)) {
+      gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
+    } else {
+      gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
+      if (r) r->final->index = (uint32_t)index;
+      if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
+      gt_rpc_call_finish(l->call, r ? GT_RPC_OK : GT_RPC_INTERNAL, r ? NULL : "out of memory building the final message");
+    }
   }
   /* unlinked only now, so "idle" (srv_wait_idle) means every call has been finished; an
    * on_cancel racing with this finds sched_id of a request the scheduler no longer knows,
@@ -357,7 +361,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
       pthread_mutex_lock(&s->mu);
       if (k > 0) { /* the submitted prompts are cancelled; the last of their finals ends the call */
         atomic_store(&l->failed, 1);
-        l->fail_code = request_status((int)id);
+        l->fail_rc = (int)id;
         snprintf(l->fail_msg, sizeof l->fail_msg, "%s", err.msg);
         l->n_choices = k * n;
         for (int j = 0; j < k; j++) sched_cancel(s->sched, l->sched_id[j]);

@@ -283,8 +283,8 @@ static gt_rpc_code_t run_status(efx_t *f, const Gantry__V1__GenerateRequest *req
 }
 
 /* A prompt list whose second prompt the scheduler refuses (longer than the context) after the
- * first was submitted: the call ends once with the refusal's status, the first prompt's
- * sequence is cancelled and KV, running and live calls return to zero. max_tokens 900: the
+ * first was submitted: the call ends once with the refusal's status (and is counted as refused),
+ * the first prompt's sequence is cancelled and KV, running and live calls return to zero. max_tokens 900: the
  * first is still running when the second is refused; 1: it may have ended already. */
 static void test_prompt_list_fails_half_way(void **state) {
   (void)state;
@@ -314,6 +314,9 @@ static void test_prompt_list_fails_half_way(void **state) {
   assert_int_equal(gt_metrics_render(f.reg, &m, NULL, NULL), GT_OK);
   assert_non_null(strstr(m, "gantry_engine_requests_running 0\n"));
   assert_non_null(strstr(m, "gantry_engine_kv_cache_usage_ratio 0\n"));
+  /* both counted as refused, never as finished (cancelled) requests */
+  assert_non_null(strstr(m, "gantry_engine_requests_rejected_total{code=\"invalid_argument\"} 2\n"));
+  assert_non_null(strstr(m, "gantry_engine_request_success_total{finished_reason=\"cancelled\"} 0\n"));
   free(m);
   efx_stop(&f);
 }
