@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,9 +36,9 @@ typedef struct live {
   int64_t sched_id[SRV_MAX_PROMPTS]; /* 0 until sched_submit returned */
   live_sub_t sub[SRV_MAX_PROMPTS];
   int n_sub;
-  int cancel_pending;    /* on_cancel came before sched_id was known */
-  int failed;            /* a later prompt was refused: the others were cancelled, nothing more is sent */
-  gt_rpc_code_t fail_code;
+  atomic_int failed;     /* a later prompt was refused: the others were cancelled, nothing more is sent
+                          * (set under srv.mu; deltas read it without the lock) */
+  int fail_rc;           /* the refusal (GT_E*), finished through reject() */
   char fail_msg[sizeof(((gt_err_t *)0)->msg)];
   double t_arrival, t_last;
   int n_out;
@@ -104,6 +105,8 @@ static void unlink_live(srv_t *s, live_t *l) {
   pthread_cond_broadcast(&s->cv);
 }
 
+static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg);
+
 /* ---- scheduler events (scheduler thread) ---- */
 
 static void on_event(void *ud, const sched_event_t *ev) {
@@ -112,11 +115,15 @@ static void on_event(void *ud, const sched_event_t *ev) {
   srv_t *s = l->srv;
   const int index = sub->base + ev->index;
   double t = gt_now_ms();
-  pthread_mutex_lock(&s->mu);
-  const int failed = l->failed;
-  int last = 0;
-  if (ev->is_final) last = ++l->n_finals >= l->n_choices;
-  pthread_mutex_unlock(&s->mu);
+  int failed, last = 0;
+  if (ev->is_final) { /* n_finals and n_choices under the lock: prepare() may shrink n_choices */
+    pthread_mutex_lock(&s->mu);
+    failed = atomic_load(&l->failed);
+    last = ++l->n_finals >= l->n_choices;
+    pthread_mutex_unlock(&s->mu);
+  } else { /* per token: no lock */
+    failed = atomic_load_explicit(&l->failed, memory_order_relaxed);
+  }
   if (failed && !last) return;
   if (!ev->is_final) {
     const seqout_delta_t *d = ev->delta;
@@ -144,19 +151,21 @@ static void on_event(void *ud, const sched_event_t *ev) {
     if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
     return;
   }
-  srv_metrics_finished(&s->met, ev->finish, u, (t - l->t_arrival) / 1e3);
-  GT_LOG_INFO("request_id=%s finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d ttft_ms=%.1f e2e_ms=%.1f",
-              l->rid, srv_finish_name(ev->finish), u ? u->prompt_tokens : 0, u ? u->completion_tokens : 0,
-              u ? u->cached_tokens : 0, u ? u->ttft_ms : 0.0, t - l->t_arrival);
-  if (gt_rpc_call_is_cancelled(l->call)) {
-    gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
-  } else if (failed) {
-    gt_rpc_call_finish(l->call, l->fail_code, l->fail_msg);
+  if (failed) { /* a refused call: counted and finished as one, like a refusal before any submit */
+    reject(s, l->call, l->rid, l->fail_rc, l->fail_msg);
   } else {
-    gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
-    if (r) r->final->index = (uint32_t)index;
-    if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
-    gt_rpc_call_finish(l->call, r ? GT_RPC_OK : GT_RPC_INTERNAL, r ? NULL : "out of memory building the final message");
+    srv_metrics_finished(&s->met, ev->finish, u, (t - l->t_arrival) / 1e3);
+    GT_LOG_INFO("request_id=%s finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d ttft_ms=%.1f e2e_ms=%.1f",
+                l->rid, srv_finish_name(ev->finish), u ? u->prompt_tokens : 0, u ? u->completion_tokens : 0,
+                u ? u->cached_tokens : 0, u ? u->ttft_ms : 0.0, t - l->t_arrival);
+    if (gt_rpc_call_is_cancelled(l->call)) {
+      gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
+    } else {
+      gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
+      if (r) r->final->index = (uint32_t)index;
+      if (r) gt_rpc_call_send(l->call, &r->base, GT_RPC_SEND_NO_MERGE);
+      gt_rpc_call_finish(l->call, r ? GT_RPC_OK : GT_RPC_INTERNAL, r ? NULL : "out of memory building the final message");
+    }
   }
   /* unlinked only now, so "idle" (srv_wait_idle) means every call has been finished; an
    * on_cancel racing with this finds sched_id of a request the scheduler no longer knows,
@@ -351,8 +360,8 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
       }
       pthread_mutex_lock(&s->mu);
       if (k > 0) { /* the submitted prompts are cancelled; the last of their finals ends the call */
-        l->failed = 1;
-        l->fail_code = request_status((int)id);
+        atomic_store(&l->failed, 1);
+        l->fail_rc = (int)id;
         snprintf(l->fail_msg, sizeof l->fail_msg, "%s", err.msg);
         l->n_choices = k * n;
         for (int j = 0; j < k; j++) sched_cancel(s->sched, l->sched_id[j]);
@@ -380,8 +389,9 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     if (still) {
       still->sched_id[k] = id;
       still->n_sub = k + 1;
-      /* a cancel before this point found no sched id: apply it now */
-      if (still->cancel_pending || gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
+      /* a cancel before this point found no sched id: apply it now (the call is marked
+       * cancelled before on_cancel runs, so this or on_cancel sees the id) */
+      if (gt_rpc_call_is_cancelled(call)) sched_cancel(s->sched, id);
     }
     s->kicks++;
     pthread_cond_broadcast(&s->cv);
@@ -419,7 +429,6 @@ static void on_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   if (l) {
     for (int k = 0; k < l->n_sub; k++)
       if (l->sched_id[k] > 0) sched_cancel(s->sched, l->sched_id[k]);
-    if (l->n_sub == 0 || l->sched_id[l->n_sub - 1] <= 0) l->cancel_pending = 1;
   }
   s->kicks++;
   pthread_cond_broadcast(&s->cv);

@@ -282,6 +282,45 @@ static gt_rpc_code_t run_status(efx_t *f, const Gantry__V1__GenerateRequest *req
   return code;
 }
 
+/* A prompt list whose second prompt the scheduler refuses (longer than the context) after the
+ * first was submitted: the call ends once with the refusal's status (and is counted as refused),
+ * the first prompt's sequence is cancelled and KV, running and live calls return to zero. max_tokens 900: the
+ * first is still running when the second is refused; 1: it may have ended already. */
+static void test_prompt_list_fails_half_way(void **state) {
+  (void)state;
+  efx_t f;
+  start(&f, 4, 256, 0);
+  static int32_t ids[1100], ids3[8];
+  prompt_ids(ids, 1100, 11);
+  prompt_ids(ids3, 8, 12);
+  const int max_tokens[] = {900, 1};
+  for (int t = 0; t < 2; t++) {
+    reqb_t b;
+    reqb_tokens(&b, ids, 20, max_tokens[t]);
+    Gantry__V1__TokenIds long_p = GANTRY__V1__TOKEN_IDS__INIT, third = GANTRY__V1__TOKEN_IDS__INIT;
+    long_p.ids = ids;
+    long_p.n_ids = 1100;
+    third.ids = ids3;
+    third.n_ids = 8;
+    Gantry__V1__TokenIds *more[2] = {&long_p, &third};
+    b.req.more_tokens = more;
+    b.req.n_more_tokens = 2;
+    char msg[512];
+    assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "1100"));
+    assert_true(efx_wait_quiet(&f, 0, WAIT_MS));
+  }
+  char *m = NULL;
+  assert_int_equal(gt_metrics_render(f.reg, &m, NULL, NULL), GT_OK);
+  assert_non_null(strstr(m, "gantry_engine_requests_running 0\n"));
+  assert_non_null(strstr(m, "gantry_engine_kv_cache_usage_ratio 0\n"));
+  /* both counted as refused, never as finished (cancelled) requests */
+  assert_non_null(strstr(m, "gantry_engine_requests_rejected_total{code=\"invalid_argument\"} 2\n"));
+  assert_non_null(strstr(m, "gantry_engine_request_success_total{finished_reason=\"cancelled\"} 0\n"));
+  free(m);
+  efx_stop(&f);
+}
+
 /* Status codes: INVALID_ARGUMENT (unknown field, bad sampling, too long, empty), 
  * RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (draining). */
 static void test_status_codes(void **state) {
@@ -568,6 +607,7 @@ int main(void) {
       cmocka_unit_test(test_chunked_prefill_interleaves),
       cmocka_unit_test(test_preemption),
       cmocka_unit_test(test_status_codes),
+      cmocka_unit_test(test_prompt_list_fails_half_way),
       cmocka_unit_test(test_prompt_bytes_over_context),
       cmocka_unit_test(test_unary_and_metrics),
   };
