@@ -21,9 +21,9 @@
 #include "tests/common/testutil.h"
 #ifdef SCHED_FORK_CUDA
 #include "engine/backend/backend_cuda.h"
-#define be_create(be, err) be_cuda_create(0, be, err)
+static int be_new(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
 #else
-#define be_create(be, err) be_cpu_create(2, be, err)
+static int be_new(be_t **be, gt_err_t *err) { return be_cpu_create(2, be, err); }
 #endif
 
 #define MAXN 8
@@ -138,20 +138,12 @@ static void test_fork_equals_solo(void **state) {
 
 static void test_fork_hybrid(void **state) {
   (void)state;
-  gguf_t *g = NULL;
-  be_t *be = NULL;
-  model_t *m = NULL;
-  tok_t *tok = NULL;
+  tu_model_fx_t h;
   gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &g, &err) || be_create(&be, &err) ||
-      model_load(g, be, 64, &m, &err) || tok_load(g, &tok, &err))
-    fail_msg("qwen35-tiny: %s", err.msg);
-  assert_true(m->hp.n_gdn_layers > 0);
-  check_fork(m, tok); /* the forks copy the recurrent state slot */
-  tok_free(tok);
-  model_free(m);
-  be_destroy(be);
-  gguf_close(g);
+  if (tu_model_fx_open(&h, "qwen35-tiny.bf16.gguf", be_new, &err)) fail_msg("qwen35-tiny: %s", err.msg);
+  assert_true(h.m->hp.n_gdn_layers > 0);
+  check_fork(h.m, h.tok); /* the forks copy the recurrent state slot */
+  tu_model_fx_close(&h);
 }
 
 /* Cancelling mid-prompt (before the fork) and mid-decode (after it) ends every choice once and
@@ -241,31 +233,8 @@ static void test_fork_bounds(void **state) {
   sched_free(s);
 }
 
-#ifdef SCHED_FORK_CUDA
-static int setup(void **state) {
-  static tu_model_fx_t f;
-  gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f.g, &err) || be_create(&f.be, &err) ||
-      model_load(f.g, f.be, 64, &f.m, &err) || tok_load(f.g, &f.tok, &err)) {
-    print_message("setup: %s\n", err.msg);
-    return -1;
-  }
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  tu_model_fx_t *f = *state;
-  tok_free(f->tok);
-  model_free(f->m);
-  be_destroy(f->be);
-  gguf_close(f->g);
-  return 0;
-}
-#else
-#define setup tu_model_fx_setup
+static int setup(void **state) { return tu_model_fx_setup_on(state, be_new); }
 #define teardown tu_model_fx_teardown
-#endif
 
 int main(void) {
 #ifdef SCHED_FORK_CUDA

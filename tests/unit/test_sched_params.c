@@ -249,30 +249,12 @@ static void test_special_tokens_and_stop_string(void **state) {
 }
 
 #ifdef SCHED_PARAMS_CUDA
-static int setup(void **state) {
-  static tu_model_fx_t f;
-  gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f.g, &err) || be_cuda_create(0, &f.be, &err) ||
-      model_load(f.g, f.be, 64, &f.m, &err) || tok_load(f.g, &f.tok, &err)) {
-    print_message("setup: %s\n", err.msg);
-    return -1;
-  }
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_t *f = *state;
-  tok_free(f->tok);
-  model_free(f->m);
-  be_destroy(f->be);
-  gguf_close(f->g);
-  return 0;
-}
+static int cuda_be(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
+static int setup(void **state) { return tu_model_fx_setup_on(state, cuda_be); }
 #else
 #define setup tu_model_fx_setup
-#define teardown tu_model_fx_teardown
 #endif
+#define teardown tu_model_fx_teardown
 
 int main(void) {
 #ifdef SCHED_PARAMS_CUDA
