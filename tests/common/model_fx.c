@@ -1,9 +1,15 @@
 /* tests/common/model_fx.c — see model_fx.h. */
 #include "tests/common/model_fx.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #include "tests/common/testutil.h"
 
@@ -30,6 +36,8 @@ int tu_model_fx_setup_on(void **state, tu_be_new_fn be_new) {
   if (!f) return -1;
   if (tu_model_fx_open(f, "qwen3-tiny.bf16.gguf", be_new, &err)) {
     fprintf(stderr, "setup: %s\n", err.msg);
+    tu_model_fx_close(f);
+    free(f);
     return -1;
   }
   *state = f;
@@ -40,7 +48,19 @@ int tu_model_fx_setup(void **state) { return tu_model_fx_setup_on(state, cpu_be)
 
 int tu_model_fx_teardown(void **state) {
   tu_model_fx_t *f = *state;
+  if (!f) return 0; /* setup failed */
   tu_model_fx_close(f);
   free(f);
   return 0;
+}
+
+void tu_sched_run_all(sched_t *s, int64_t *steps) {
+  gt_err_t err = {0};
+  for (int i = 0; i < 100000; i++) {
+    int rc = sched_step(s, &err);
+    assert_true(rc >= 0);
+    if (rc == 0) return;
+    if (steps) (*steps)++;
+  }
+  fail_msg("scheduler did not go idle");
 }

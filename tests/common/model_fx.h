@@ -6,6 +6,7 @@
 #include "engine/backend/backend.h"
 #include "format/gguf.h"
 #include "engine/models/model.h"
+#include "engine/sched/sched.h"
 #include "format/tokenizer.h"
 
 typedef struct {
@@ -31,5 +32,9 @@ void tu_model_fx_close(tu_model_fx_t *f);
 int tu_model_fx_setup_on(void **state, tu_be_new_fn be_new);
 int tu_model_fx_setup(void **state);
 int tu_model_fx_teardown(void **state);
+
+/* Steps s until it is idle (a cmocka failure if a step fails or it is still busy after 100000
+ * steps); *steps (when not NULL) counts the steps that did work. */
+void tu_sched_run_all(sched_t *s, int64_t *steps);
 
 #endif

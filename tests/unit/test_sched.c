@@ -59,16 +59,7 @@ static sched_req_t make_req(int k, int n_prompt, int max_tokens, out_t *o) {
   return r;
 }
 
-static void run_all(sched_t *s) {
-  gt_err_t err = {0};
-  for (int i = 0; i < 100000; i++) {
-    int rc = sched_step(s, &err);
-    assert_true(rc >= 0);
-    if (rc == 0) return;
-    g_steps++;
-  }
-  fail_msg("scheduler did not go idle");
-}
+static void run_all(sched_t *s) { tu_sched_run_all(s, &g_steps); }
 
 static sched_t *mk(fx_t *f, int max_seqs, int max_batch, int n_blocks) {
   sched_config_t c = {.max_num_seqs = max_seqs, .max_batch_tokens = max_batch, .n_blocks = n_blocks, .n_ctx = 2048};

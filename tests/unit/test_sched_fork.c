@@ -73,15 +73,7 @@ static sched_req_t make_req(int n, uint64_t seed, int max_tokens, outs_t *o) {
   return r;
 }
 
-static void run_all(sched_t *s) {
-  gt_err_t err = {0};
-  for (int i = 0; i < 100000; i++) {
-    int rc = sched_step(s, &err);
-    assert_true(rc >= 0);
-    if (rc == 0) return;
-  }
-  fail_msg("scheduler did not go idle");
-}
+static void run_all(sched_t *s) { tu_sched_run_all(s, NULL); }
 
 static sched_t *mk(model_t *m, const tok_t *tok, int max_seqs, int n_blocks) {
   sched_config_t c = {.max_num_seqs = max_seqs, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 512};
