@@ -670,7 +670,8 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   if (lg && q->r.logprobs >= 0) {
     seqout_logprob_t lp = {.id = t, .logprob = sampler_logprob(raw, s->V, t)};
     lp.n_top = sampler_top_ids(raw, s->V, q->r.logprobs, lp.top_ids);
-    for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = sampler_logprob(raw, s->V, lp.top_ids[i]);
+    /* log-softmax is the logit less one constant: one O(vocab) pass for all, not one per top id */
+    for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = (float)((double)lp.logprob + ((double)raw[lp.top_ids[i]] - raw[t]));
     seqout_add_logprob(q->out, &lp);
   }
   int can_stop = q->n_generated >= q->r.min_tokens;
