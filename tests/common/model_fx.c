@@ -28,7 +28,7 @@ void tu_model_fx_close(tu_model_fx_t *f) {
   gguf_close(f->g);
 }
 
-static int cpu_be(be_t **be, gt_err_t *err) { return be_cpu_create(2, be, err); }
+int tu_be_cpu2(be_t **be, gt_err_t *err) { return be_cpu_create(2, be, err); }
 
 int tu_model_fx_setup_on(void **state, tu_be_new_fn be_new) {
   tu_model_fx_t *f = calloc(1, sizeof *f);
@@ -44,7 +44,7 @@ int tu_model_fx_setup_on(void **state, tu_be_new_fn be_new) {
   return 0;
 }
 
-int tu_model_fx_setup(void **state) { return tu_model_fx_setup_on(state, cpu_be); }
+int tu_model_fx_setup(void **state) { return tu_model_fx_setup_on(state, tu_be_cpu2); }
 
 int tu_model_fx_teardown(void **state) {
   tu_model_fx_t *f = *state;

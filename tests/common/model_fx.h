@@ -18,6 +18,8 @@ typedef struct {
 
 /* Makes a backend: 0 or an error code (err set). */
 typedef int (*tu_be_new_fn)(be_t **be, gt_err_t *err);
+/* The CPU backend of 2 threads. */
+int tu_be_cpu2(be_t **be, gt_err_t *err);
 
 /* Opens golden model `name` (e.g. "qwen3-tiny.bf16.gguf") on a backend from be_new, at most 64
  * tokens per step, with its tokenizer, into *f (zeroed first). 0, or non-zero with err set and

@@ -23,7 +23,7 @@
 #include "engine/backend/backend_cuda.h"
 static int be_new(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
 #else
-static int be_new(be_t **be, gt_err_t *err) { return be_cpu_create(2, be, err); }
+#define be_new tu_be_cpu2
 #endif
 
 #define MAXN 8
