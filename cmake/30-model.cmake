@@ -29,7 +29,7 @@ gt_add_test(test_kv_type SOURCES tests/unit/test_kv_type.c LIBS gantry_model TIM
 
 # qwen3-tiny on the CPU backend for scheduler-level tests (tests/common/model_fx.h)
 add_library(gantry_model_fx STATIC tests/common/model_fx.c)
-target_link_libraries(gantry_model_fx PUBLIC gantry_model gantry_tok gantry_testutil)
+target_link_libraries(gantry_model_fx PUBLIC gantry_sched gantry_model gantry_tok gantry_testutil)
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 gt_add_test(test_sched_params SOURCES tests/unit/test_sched_params.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 gt_add_test(test_sched_fork SOURCES tests/unit/test_sched_fork.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)

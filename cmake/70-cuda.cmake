@@ -37,7 +37,7 @@ if(CMAKE_CUDA_COMPILER)
   set_tests_properties(test_cuda_sample PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
   # the KV pool sized from the GPU's memory (--kv-memory fraction, default)
   gt_add_test(test_cuda_kvmem SOURCES tests/gpu/test_cuda_kvmem.c
-    LIBS gantry_cuda gantry_sched gantry_testutil TIMEOUT 300)
+    LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)
   set_tests_properties(test_cuda_kvmem PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
   # logit_bias / stop ids / output options with the CUDA backend (biased rows sample on the host)
   gt_add_test(test_cuda_sched_params SOURCES tests/unit/test_sched_params.c

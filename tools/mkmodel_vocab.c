@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/utf8.h"
 #include "tools/mkmodel_internal.h"
 #include "tools/mkmodel_template.h"
 
@@ -33,22 +34,6 @@ static void byte_chars(uint32_t cp[256]) {
     if (!is_printable[b]) cp[n++] = 256u + (uint32_t)extra++;
 }
 
-static size_t utf8(uint32_t c, char *o) {
-  if (c < 0x80) {
-    o[0] = (char)c;
-    return 1;
-  }
-  if (c < 0x800) {
-    o[0] = (char)(0xC0 | (c >> 6));
-    o[1] = (char)(0x80 | (c & 0x3F));
-    return 2;
-  }
-  o[0] = (char)(0xE0 | (c >> 12));
-  o[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-  o[2] = (char)(0x80 | (c & 0x3F));
-  return 3;
-}
-
 int mk_emit_tokenizer(gw_t *w, int n_vocab, const char *pre, gt_err_t *err) {
   if (n_vocab < 256 + N_SPECIAL)
     return gt_err_set(err, GT_EINVAL, "vocabulary of %d is smaller than %d", n_vocab, 256 + N_SPECIAL);
@@ -64,7 +49,7 @@ int mk_emit_tokenizer(gw_t *w, int n_vocab, const char *pre, gt_err_t *err) {
   TRY(gw_kv_str(w, "tokenizer.ggml.pre", pre, strlen(pre), err));
   TRY(gw_kv_arr_str_begin(w, "tokenizer.ggml.tokens", (uint64_t)n_vocab, err));
   char s[32];
-  for (int i = 0; i < 256; i++) TRY(gw_kv_arr_str_add(w, s, utf8(cp[i], s), err));
+  for (int i = 0; i < 256; i++) TRY(gw_kv_arr_str_add(w, s, (size_t)gt_utf8_put(cp[i], s), err));
   for (int i = 0; i < n_pairs; i++) {
     s[0] = (char)('a' + i / 26);
     s[1] = (char)('a' + i % 26);

@@ -40,9 +40,10 @@ int cmd_bench(int argc, char **argv) {
   if (nb <= 0) return cli_fail("--batch expects sizes like 1,8,32, got '%s'", batches), 2;
   int pl[16], np = eb_parse_list(prompts, pl, 16, 1 << 20);
   if (np <= 0) return cli_fail("--prompt expects lengths like 512,2048, got '%s'", prompts), 2;
-  int maxb = 1;
-  for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
-  for (int i = 0; i < np; i++) maxb = pl[i] > maxb ? pl[i] : maxb; /* max_tokens */
+  int max_batch = 1, max_prompt = 1;
+  for (int i = 0; i < nb; i++) max_batch = b[i] > max_batch ? b[i] : max_batch;
+  for (int i = 0; i < np; i++) max_prompt = pl[i] > max_prompt ? pl[i] : max_prompt;
+  const int maxb = max_batch > max_prompt ? max_batch : max_prompt; /* max_tokens */
   cli_model_t cm;
   if (cli_open_model(model, device, (int)threads, maxb, &cm)) return 1;
   if (cli_kv_dtype(cm.be, kv_dtype)) {
@@ -61,9 +62,6 @@ int cmd_bench(int argc, char **argv) {
   gt_err_t err = {0};
   /* eb_run's pool: the largest batch of sequences of the longest prompt + gen tokens and one more
    * block, 16-token blocks */
-  int max_batch = 1, max_prompt = 1;
-  for (int i = 0; i < nb; i++) max_batch = b[i] > max_batch ? b[i] : max_batch;
-  for (int i = 0; i < np; i++) max_prompt = pl[i] > max_prompt ? pl[i] : max_prompt;
   int rc = sched_mem_check(cm.model, max_batch * (int)((max_prompt + gen + 15) / 16 + 1), 16, max_batch, &err);
   if (!rc) rc = eb_run(cm.model, cm.gguf, &o, stdout, &err);
   if (rc) cli_fail("%s", err.msg);

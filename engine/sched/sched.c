@@ -75,7 +75,7 @@ struct sched {
   be_sample_row_t *b_rows; /* [max_num_seqs] device sampling: one row per output */
   int32_t *b_ids;          /* [max_num_seqs] its sampled ids */
   float *logits, *raw;
-  float *fork_lg, *fork_tmp; /* [V] the forked prompt's logits row, and a copy to sample from */
+  float *fork_tmp; /* [V] a copy of the forked prompt's logits row for each choice to sample from */
 };
 
 static double now_ms(void) { return gt_now_ms(); }
@@ -258,11 +258,10 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->raw = malloc(sizeof(float) * (size_t)s->V);
   s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)S);
   s->b_ids = malloc(sizeof(int32_t) * (size_t)S);
-  s->fork_lg = malloc(sizeof(float) * (size_t)s->V);
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
   if (!s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
-      !s->b_rows || !s->b_ids || !s->fork_lg || !s->fork_tmp) {
+      !s->b_rows || !s->b_ids || !s->fork_tmp) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
     goto fail;
   }
@@ -313,7 +312,6 @@ void sched_free(sched_t *s) {
   free(s->raw);
   free(s->b_rows);
   free(s->b_ids);
-  free(s->fork_lg);
   free(s->fork_tmp);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
@@ -672,7 +670,8 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   if (lg && q->r.logprobs >= 0) {
     seqout_logprob_t lp = {.id = t, .logprob = sampler_logprob(raw, s->V, t)};
     lp.n_top = sampler_top_ids(raw, s->V, q->r.logprobs, lp.top_ids);
-    for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = sampler_logprob(raw, s->V, lp.top_ids[i]);
+    /* log-softmax is the logit less one constant: one O(vocab) pass for all, not one per top id */
+    for (int i = 0; i < lp.n_top; i++) lp.top_lps[i] = (float)((double)lp.logprob + ((double)raw[lp.top_ids[i]] - raw[t]));
     seqout_add_logprob(q->out, &lp);
   }
   int can_stop = q->n_generated >= q->r.min_tokens;
@@ -729,7 +728,6 @@ static int step(sched_t *s, gt_err_t *err);
 static void fork_choices(sched_t *s, req_t *q, const float *row) {
   be_t *be = s->m->be;
   const int bt = s->cfg.block_tokens, full = q->n_computed / bt, part = q->n_computed % bt;
-  memcpy(s->fork_lg, row, sizeof(float) * (size_t)s->V);
   for (int k = 0; k < q->n_fork; k++) {
     req_t *c = q->forks[k];
     c->id = q->id;
@@ -764,7 +762,7 @@ static void fork_choices(sched_t *s, req_t *q, const float *row) {
       release_resources(s, c);
       c->n_computed = 0;
     }
-    memcpy(s->fork_tmp, s->fork_lg, sizeof(float) * (size_t)s->V);
+    memcpy(s->fork_tmp, row, sizeof(float) * (size_t)s->V); /* take_token writes the biases into it */
     int done = take_token(s, c, s->fork_tmp, -1);
     if (!done && c->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
     if (done) {

@@ -20,35 +20,14 @@
 #include "engine/models/model.h"
 #include "engine/sched/sched.h"
 #include "format/tokenizer.h"
+#include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
 
-typedef struct {
-  gguf_t *g;
-  be_t *be;
-  model_t *m;
-  tok_t *tok;
-} fx_t;
+typedef tu_model_fx_t fx_t; /* tests/common/model_fx.h */
 
-static int setup(void **state) {
-  static fx_t f;
-  gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f.g, &err) || be_cuda_create(0, &f.be, &err) ||
-      model_load(f.g, f.be, 64, &f.m, &err) || tok_load(f.g, &f.tok, &err)) {
-    print_message("setup: %s\n", err.msg);
-    return -1;
-  }
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_t *f = *state;
-  tok_free(f->tok);
-  model_free(f->m);
-  be_destroy(f->be);
-  gguf_close(f->g);
-  return 0;
-}
+static int cuda_be(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
+static int setup(void **state) { return tu_model_fx_setup_on(state, cuda_be); }
+#define teardown tu_model_fx_teardown
 
 static int g_finals, g_tokens;
 static void on_event(void *ud, const sched_event_t *ev) {

@@ -59,16 +59,7 @@ static sched_req_t make_req(int k, int n_prompt, int max_tokens, out_t *o) {
   return r;
 }
 
-static void run_all(sched_t *s) {
-  gt_err_t err = {0};
-  for (int i = 0; i < 100000; i++) {
-    int rc = sched_step(s, &err);
-    assert_true(rc >= 0);
-    if (rc == 0) return;
-    g_steps++;
-  }
-  fail_msg("scheduler did not go idle");
-}
+static void run_all(sched_t *s) { tu_sched_run_all(s, &g_steps); }
 
 static sched_t *mk(fx_t *f, int max_seqs, int max_batch, int n_blocks) {
   sched_config_t c = {.max_num_seqs = max_seqs, .max_batch_tokens = max_batch, .n_blocks = n_blocks, .n_ctx = 2048};
@@ -255,16 +246,11 @@ static void long_prompt_small_pool(fx_t *f) {
  * block boundary, recompute from zero state after the preemption) */
 static void test_long_prompt_small_pool(void **state) {
   long_prompt_small_pool(*state);
-  fx_t h = {0};
+  fx_t h;
   gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &h.g, &err) || be_cpu_create(2, &h.be, &err) ||
-      model_load(h.g, h.be, 64, &h.m, &err) || tok_load(h.g, &h.tok, &err))
-    fail_msg("qwen35-tiny: %s", err.msg);
+  if (tu_model_fx_open(&h, "qwen35-tiny.bf16.gguf", tu_be_cpu2, &err)) fail_msg("qwen35-tiny: %s", err.msg);
   long_prompt_small_pool(&h);
-  tok_free(h.tok);
-  model_free(h.m);
-  be_destroy(h.be);
-  gguf_close(h.g);
+  tu_model_fx_close(&h);
 }
 
 static void test_cancel_and_errors(void **state) {
@@ -362,20 +348,12 @@ static void check_warmup_invisible(model_t *m, const tok_t *tok) {
 static void test_warmup_invisible(void **state) {
   fx_t *f = *state;
   check_warmup_invisible(f->m, f->tok);
-  gguf_t *g = NULL;
-  be_t *be = NULL;
-  model_t *m = NULL;
-  tok_t *tok = NULL;
+  fx_t h;
   gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &g, &err) || be_cpu_create(2, &be, &err) ||
-      model_load(g, be, 64, &m, &err) || tok_load(g, &tok, &err))
-    fail_msg("qwen35-tiny: %s", err.msg);
-  assert_true(m->hp.n_gdn_layers > 0);
-  check_warmup_invisible(m, tok);
-  tok_free(tok);
-  model_free(m);
-  be_destroy(be);
-  gguf_close(g);
+  if (tu_model_fx_open(&h, "qwen35-tiny.bf16.gguf", tu_be_cpu2, &err)) fail_msg("qwen35-tiny: %s", err.msg);
+  assert_true(h.m->hp.n_gdn_layers > 0);
+  check_warmup_invisible(h.m, h.tok);
+  tu_model_fx_close(&h);
 
   static out_t o;
   memset(&o, 0, sizeof o);

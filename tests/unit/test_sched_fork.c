@@ -21,9 +21,9 @@
 #include "tests/common/testutil.h"
 #ifdef SCHED_FORK_CUDA
 #include "engine/backend/backend_cuda.h"
-#define be_create(be, err) be_cuda_create(0, be, err)
+static int be_new(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
 #else
-#define be_create(be, err) be_cpu_create(2, be, err)
+#define be_new tu_be_cpu2
 #endif
 
 #define MAXN 8
@@ -73,15 +73,7 @@ static sched_req_t make_req(int n, uint64_t seed, int max_tokens, outs_t *o) {
   return r;
 }
 
-static void run_all(sched_t *s) {
-  gt_err_t err = {0};
-  for (int i = 0; i < 100000; i++) {
-    int rc = sched_step(s, &err);
-    assert_true(rc >= 0);
-    if (rc == 0) return;
-  }
-  fail_msg("scheduler did not go idle");
-}
+static void run_all(sched_t *s) { tu_sched_run_all(s, NULL); }
 
 static sched_t *mk(model_t *m, const tok_t *tok, int max_seqs, int n_blocks) {
   sched_config_t c = {.max_num_seqs = max_seqs, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 512};
@@ -138,20 +130,12 @@ static void test_fork_equals_solo(void **state) {
 
 static void test_fork_hybrid(void **state) {
   (void)state;
-  gguf_t *g = NULL;
-  be_t *be = NULL;
-  model_t *m = NULL;
-  tok_t *tok = NULL;
+  tu_model_fx_t h;
   gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen35-tiny.bf16.gguf"), &g, &err) || be_create(&be, &err) ||
-      model_load(g, be, 64, &m, &err) || tok_load(g, &tok, &err))
-    fail_msg("qwen35-tiny: %s", err.msg);
-  assert_true(m->hp.n_gdn_layers > 0);
-  check_fork(m, tok); /* the forks copy the recurrent state slot */
-  tok_free(tok);
-  model_free(m);
-  be_destroy(be);
-  gguf_close(g);
+  if (tu_model_fx_open(&h, "qwen35-tiny.bf16.gguf", be_new, &err)) fail_msg("qwen35-tiny: %s", err.msg);
+  assert_true(h.m->hp.n_gdn_layers > 0);
+  check_fork(h.m, h.tok); /* the forks copy the recurrent state slot */
+  tu_model_fx_close(&h);
 }
 
 /* Cancelling mid-prompt (before the fork) and mid-decode (after it) ends every choice once and
@@ -241,31 +225,8 @@ static void test_fork_bounds(void **state) {
   sched_free(s);
 }
 
-#ifdef SCHED_FORK_CUDA
-static int setup(void **state) {
-  static tu_model_fx_t f;
-  gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f.g, &err) || be_create(&f.be, &err) ||
-      model_load(f.g, f.be, 64, &f.m, &err) || tok_load(f.g, &f.tok, &err)) {
-    print_message("setup: %s\n", err.msg);
-    return -1;
-  }
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  tu_model_fx_t *f = *state;
-  tok_free(f->tok);
-  model_free(f->m);
-  be_destroy(f->be);
-  gguf_close(f->g);
-  return 0;
-}
-#else
-#define setup tu_model_fx_setup
+static int setup(void **state) { return tu_model_fx_setup_on(state, be_new); }
 #define teardown tu_model_fx_teardown
-#endif
 
 int main(void) {
 #ifdef SCHED_FORK_CUDA

@@ -32,6 +32,7 @@ typedef struct {
   int finals;
   sched_finish_t finish;
   float lps[MAX_OUT]; /* the chosen token's logprob, when requested */
+  seqout_logprob_t top[MAX_OUT]; /* with its top ids */
   int n_lps;
 } out_t;
 
@@ -45,7 +46,10 @@ static void on_event(void *ud, const sched_event_t *ev) {
     return;
   }
   for (int i = 0; i < ev->delta->n_ids && o->n < MAX_OUT; i++) o->ids[o->n++] = ev->delta->ids[i];
-  for (int i = 0; i < ev->delta->n_lps && o->n_lps < MAX_OUT; i++) o->lps[o->n_lps++] = ev->delta->lps[i].logprob;
+  for (int i = 0; i < ev->delta->n_lps && o->n_lps < MAX_OUT; i++) {
+    o->top[o->n_lps] = ev->delta->lps[i];
+    o->lps[o->n_lps++] = ev->delta->lps[i].logprob;
+  }
 }
 
 /* Runs one request of a fixed 12-token prompt with sampling sp and the given bias / stop ids to
@@ -133,6 +137,31 @@ static void test_logit_bias(void **state) {
 
 /* A biased request moves its whole batch to the host sampler; an unbiased, sampled neighbour
  * gets the same tokens as when it runs alone (on the backend's `sample` op). */
+/* Top logprobs (greedy): the chosen id first with its own logprob, then descending, all of one
+ * distribution (their probabilities sum to at most 1). */
+static void test_top_logprobs(void **state) {
+  fx_t *f = *state;
+  gt_err_t err = {0};
+  static out_t o;
+  assert_true(run(f, sampler_defaults(), 8, NULL, NULL, 0, NULL, 0, 5, &o, &err) > 0);
+  assert_int_equal(o.n_lps, 8);
+  for (int i = 0; i < 8; i++) {
+    const seqout_logprob_t *lp = &o.top[i];
+    assert_int_equal(lp->id, o.ids[i]);
+    assert_int_equal(lp->n_top, 5);
+    assert_int_equal(lp->top_ids[0], o.ids[i]);
+    assert_true(lp->top_lps[0] == lp->logprob);
+    double sum = 0;
+    for (int k = 0; k < 5; k++) {
+      assert_true(lp->top_lps[k] <= 0);
+      if (k > 0) assert_true(lp->top_lps[k] <= lp->top_lps[k - 1]);
+      if (k > 0) assert_int_not_equal(lp->top_ids[k], lp->top_ids[0]);
+      sum += exp(lp->top_lps[k]);
+    }
+    assert_true(sum <= 1.0 + 1e-6);
+  }
+}
+
 static void test_logit_bias_batch(void **state) {
   fx_t *f = *state;
   gt_err_t err = {0};
@@ -249,30 +278,12 @@ static void test_special_tokens_and_stop_string(void **state) {
 }
 
 #ifdef SCHED_PARAMS_CUDA
-static int setup(void **state) {
-  static tu_model_fx_t f;
-  gt_err_t err = {0};
-  if (gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &f.g, &err) || be_cuda_create(0, &f.be, &err) ||
-      model_load(f.g, f.be, 64, &f.m, &err) || tok_load(f.g, &f.tok, &err)) {
-    print_message("setup: %s\n", err.msg);
-    return -1;
-  }
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx_t *f = *state;
-  tok_free(f->tok);
-  model_free(f->m);
-  be_destroy(f->be);
-  gguf_close(f->g);
-  return 0;
-}
+static int cuda_be(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
+static int setup(void **state) { return tu_model_fx_setup_on(state, cuda_be); }
 #else
 #define setup tu_model_fx_setup
-#define teardown tu_model_fx_teardown
 #endif
+#define teardown tu_model_fx_teardown
 
 int main(void) {
 #ifdef SCHED_PARAMS_CUDA
@@ -284,6 +295,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_logit_bias),
       cmocka_unit_test(test_logit_bias_batch),
+      cmocka_unit_test(test_top_logprobs),
       cmocka_unit_test(test_stop_token_ids),
       cmocka_unit_test(test_special_tokens_and_stop_string),
   };
