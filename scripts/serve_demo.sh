@@ -30,16 +30,41 @@ free_port() { # a port nothing listens on (best effort)
 SERVE=("$BIN/gantry-engine" serve)
 [ -x "$BIN/gantry-router" ] || die "no $BIN/gantry-router (build it first)"
 
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
-PIDS+=("$!")
-EPORT=$(free_port)
-"${SERVE[@]}" --model "$MODEL_FILE" --listen "127.0.0.1:$EPORT" --metrics-port 0 >"$TMP/engine.log" 2>&1 &
-PIDS+=("$!")
-HPORT=$(free_port)
-"$BIN/gantry-router" --http "127.0.0.1:$HPORT" --redis "redis://127.0.0.1:$RPORT" \
+# redis cannot listen on port 0: a free port, again if another process took it first
+for _ in 1 2 3 4 5; do
+  RPORT=$(free_port)
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+  rpid=$!
+  for _ in $(seq 50); do grep -q "Ready to accept" "$TMP/redis.log" && break; kill -0 "$rpid" 2>/dev/null || break; sleep 0.1; done
+  grep -q "Ready to accept" "$TMP/redis.log" && break
+  kill "$rpid" 2>/dev/null || true
+  wait "$rpid" 2>/dev/null || true
+done
+PIDS+=("$rpid")
+# engine and router listen on port 0 and say which port they got (no race with parallel tests)
+"${SERVE[@]}" --model "$MODEL_FILE" --listen "127.0.0.1:0" --metrics-port 0 >"$TMP/engine.log" 2>&1 &
+epid=$!
+PIDS+=("$epid")
+EPORT=
+for _ in $(seq 600); do
+  EPORT=$(sed -n 's/^ready grpc_port=\([0-9]*\).*/\1/p' "$TMP/engine.log" | head -1)
+  [ -n "$EPORT" ] && break
+  kill -0 "$epid" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$EPORT" ] || die "engine did not start"
+"$BIN/gantry-router" --http "127.0.0.1:0" --redis "redis://127.0.0.1:$RPORT" \
   --engine "demo=127.0.0.1:$EPORT" --auth none >"$TMP/router.out" 2>"$TMP/router.log" &
-PIDS+=("$!")
+hpid=$!
+PIDS+=("$hpid")
+HPORT=
+for _ in $(seq 300); do
+  HPORT=$(sed -n 's/.*gantry-router listening .* http_port=\([0-9]*\).*/\1/p' "$TMP/router.log" | head -1)
+  [ -n "$HPORT" ] && break
+  kill -0 "$hpid" 2>/dev/null || break
+  sleep 0.1
+done
+[ -n "$HPORT" ] || die "router did not start"
 echo "== redis :$RPORT, engine :$EPORT ($MODEL_FILE), router http://127.0.0.1:$HPORT"
 for i in $(seq 300); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready" || true)" = 200 ] && break
