@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "router/http.h"
+#include "router/http_errpage.h"
 #include "router/router.h"
 
 struct http_front {
@@ -802,7 +803,12 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   }
   *colon = '\0';
   int port = atoi(colon + 1);
+  /* a body over the cap is refused by libevent, from Content-Length before it is read or while
+   * chunks arrive; with lingering close the rest is read and dropped (never buffered) so the
+   * client gets the 413 instead of a reset; http_errpage turns libevent's page into JSON */
   evhttp_set_max_body_size(hf->http, rt->cfg.max_body_bytes);
+  evhttp_set_flags(hf->http, EVHTTP_SERVER_LINGERING_CLOSE);
+  evhttp_set_bevcb(hf->http, http_errpage_bev, NULL);
   evhttp_set_timeout(hf->http, rt->cfg.http_timeout_s);
   evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
   evhttp_set_gencb(hf->http, on_request, hf);
