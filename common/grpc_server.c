@@ -75,6 +75,7 @@ struct gt_rpc_server {
 typedef struct qitem {
   ProtobufCMessage *msg;
   unsigned flags;
+  size_t bytes; /* packed size of every message merged into msg (an upper bound of msg's) */
   struct qitem *next;
 } qitem_t;
 
@@ -113,6 +114,11 @@ struct gt_rpc_call {
   char *fin_msg;
   int status_sent;
   int broken;         /* a send failed or the call was cancelled: drop further sends */
+  size_t queued_bytes;    /* sum of the queue's qitem.bytes */
+  size_t in_flight_bytes; /* the message of the send batch in flight */
+  gt_rpc_drain_fn drain_cb; /* armed by gt_rpc_call_on_drain; one shot */
+  void *drain_user;
+  size_t drain_low;
   gt_rpc_call_stats_t stats;
 };
 
@@ -127,6 +133,7 @@ static void free_queue(gt_rpc_call_t *c) {
     it = n;
   }
   c->head = c->tail = NULL;
+  c->queued_bytes = 0;
 }
 
 static void call_free(gt_rpc_call_t *c) {
@@ -176,6 +183,8 @@ static void pump_locked(gt_rpc_call_t *c) {
     c->head = it->next;
     if (!c->head) c->tail = NULL;
     bb = gt_rpc_pack(it->msg);
+    c->queued_bytes -= it->bytes;
+    c->in_flight_bytes = bb ? grpc_byte_buffer_length(bb) : 0;
     protobuf_c_message_free_unpacked(it->msg, NULL);
     free(it);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
@@ -207,6 +216,7 @@ static void pump_locked(gt_rpc_call_t *c) {
     GT_LOG_ERROR("grpc send batch failed call=%llu err=%d", (unsigned long long)c->id, (int)e);
     c->in_flight = 0;
     c->in_flight_bb = NULL;
+    c->in_flight_bytes = 0;
     if (bb) grpc_byte_buffer_destroy(bb);
     c->refs--; /* the app or RECV_CLOSE still holds a reference */
     c->broken = 1;
@@ -219,13 +229,22 @@ static void on_send_done(gt_rpc_call_t *c, int ok) {
   if (c->in_flight_bb) grpc_byte_buffer_destroy(c->in_flight_bb);
   c->in_flight_bb = NULL;
   c->in_flight = 0;
+  c->in_flight_bytes = 0;
   if (c->in_flight_status) c->status_sent = 1;
   if (!ok) {
     c->broken = 1;
     free_queue(c);
   }
   pump_locked(c);
+  gt_rpc_drain_fn drained = NULL;
+  void *drain_user = NULL;
+  if (c->drain_cb && c->queued_bytes + c->in_flight_bytes <= c->drain_low) {
+    drained = c->drain_cb;
+    drain_user = c->drain_user;
+    c->drain_cb = NULL;
+  }
   pthread_mutex_unlock(&c->mu);
+  if (drained) drained(drain_user, c);
   call_unref(c);
 }
 
@@ -658,10 +677,13 @@ int gt_rpc_call_send(gt_rpc_call_t *c, ProtobufCMessage *msg, unsigned flags) {
     return rc;
   }
   c->n_msgs++;
+  const size_t bytes = protobuf_c_message_get_packed_size(msg) + 5; /* + the gRPC frame prefix */
   qitem_t *tail = c->tail;
   if (tail && c->rm->m.merge && !(tail->flags & GT_RPC_SEND_NO_MERGE) &&
       !(flags & GT_RPC_SEND_NO_MERGE) && c->rm->m.merge(c->rm->m.user, tail->msg, msg)) {
     c->stats.merged_msgs++;
+    tail->bytes += bytes;
+    c->queued_bytes += bytes;
     protobuf_c_message_free_unpacked(msg, NULL);
   } else {
     qitem_t *it = malloc(sizeof *it);
@@ -672,6 +694,8 @@ int gt_rpc_call_send(gt_rpc_call_t *c, ProtobufCMessage *msg, unsigned flags) {
     }
     it->msg = msg;
     it->flags = flags;
+    it->bytes = bytes;
+    c->queued_bytes += bytes;
     it->next = NULL;
     if (tail) tail->next = it;
     else c->head = it;
@@ -694,6 +718,43 @@ void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *messag
   c->fin_msg = message ? strdup(message) : NULL;
   pump_locked(c);
   pthread_mutex_unlock(&c->mu);
+  call_unref(c);
+}
+
+size_t gt_rpc_call_unsent_bytes(gt_rpc_call_t *c) {
+  pthread_mutex_lock(&c->mu);
+  size_t n = c->queued_bytes + c->in_flight_bytes;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void *user) {
+  pthread_mutex_lock(&c->mu);
+  int armed = 0;
+  if (c->queued_bytes + c->in_flight_bytes > low && !c->broken) {
+    c->drain_cb = cb;
+    c->drain_user = user;
+    c->drain_low = low;
+    armed = 1;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return armed;
+}
+
+void gt_rpc_call_abort(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message) {
+  pthread_mutex_lock(&c->mu);
+  if (c->finish_called) {
+    pthread_mutex_unlock(&c->mu);
+    GT_LOG_ERROR("grpc call finished twice call=%llu", (unsigned long long)c->id);
+    return;
+  }
+  c->finish_called = 1;
+  c->broken = 1;
+  c->drain_cb = NULL;
+  free_queue(c);
+  pthread_mutex_unlock(&c->mu);
+  /* fails the send in flight (its buffer is freed in on_send_done) and ends the stream */
+  grpc_call_cancel_with_status(c->call, (grpc_status_code)code, message ? message : "aborted", NULL);
   call_unref(c);
 }
 

@@ -14,6 +14,7 @@
 #ifndef GANTRY_COMMON_GRPC_SERVER_H
 #define GANTRY_COMMON_GRPC_SERVER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -110,6 +111,23 @@ int gt_rpc_call_send(gt_rpc_call_t *c, ProtobufCMessage *msg, unsigned flags);
  * `c` must not be used afterwards. message may be NULL. Always succeeds (after a
  * cancellation it only releases). */
 void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message);
+
+/* Bytes given to send and not yet taken by gRPC's transport: the queued messages (as sent,
+ * before merging: an upper bound) plus the one in flight. A client that does not read keeps
+ * this growing; the application bounds it by pausing its producer (gt_rpc_call_on_drain). */
+size_t gt_rpc_call_unsent_bytes(gt_rpc_call_t *c);
+
+/* Called on the cq thread, once, when a completed send leaves at most `low` unsent bytes.
+ * The call is valid during the callback; post a wake-up (call id) like on_cancel does. */
+typedef void (*gt_rpc_drain_fn)(void *user, gt_rpc_call_t *call);
+/* Arms cb (replacing an armed one). Returns 1 if armed, 0 if the call already has at most
+ * `low` unsent bytes (or is broken): then cb will not run and the caller need not wait. */
+int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void *user);
+
+/* Ends the call now with `code`: drops every queued message, cancels the stream (the message
+ * in flight is never delivered) and gives back the application's reference like
+ * gt_rpc_call_finish. For a peer that does not read, whose queue would never drain. */
+void gt_rpc_call_abort(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message);
 
 /* Unary convenience: gt_rpc_call_send(c, msg, NO_MERGE) + gt_rpc_call_finish(c, OK, NULL). */
 void gt_rpc_call_reply(gt_rpc_call_t *c, ProtobufCMessage *msg);

@@ -25,7 +25,9 @@ const char *rt_usage(void) {
          "  'default' unless a known key is given). Admin routes need --admin-key (or $GANTRY_ADMIN_KEY);\n"
          "  without one they are closed with --auth keys and open with --auth none. --protect-info:\n"
          "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
-         "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n";
+         "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n"
+         "  --stream-buffer-bytes bounds the unsent output of each stream (SSE and gRPC); a stream kept\n"
+         "  full for --stream-write-timeout-s is cancelled.\n";
 }
 
 void rt_config_defaults(rt_config_t *c) {

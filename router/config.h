@@ -21,7 +21,7 @@ typedef struct rt_config {
   bool auth_required;    /* --auth keys (default) | none: never inferred from Redis data */
   oa_reasoning_field_t reasoning_field;
   long max_body_bytes;   /* 413 above this; default 8 MiB */
-  long stream_buffer_bytes; /* SSE output buffered per stream before the engine is paused; 1 MiB */
+  long stream_buffer_bytes; /* output buffered per stream (SSE or gRPC) before the engine is paused; 1 MiB */
   int stream_write_timeout_s; /* a paused stream that does not drain for this long is cancelled; 30 */
   int http_timeout_s;    /* header/body read timeout; default 30 */
   int health_ms;         /* health check period; default 1000 */

@@ -1,7 +1,12 @@
 /* router/grpc_front.c — gantry.v1.Router (Generate, ListModels) and gantry.v1.Admin over the
  * gRPC server glue. Handlers run on the server's cq thread and only post the call to the loop;
  * everything else (auth, admission, engine streams) happens on the loop, like HTTP requests.
- * Tenant: metadata "authorization: Bearer K" or "x-api-key: K". */
+ * Tenant: metadata "authorization: Bearer K" or "x-api-key: K".
+ * Flow control, as on the HTTP front: a Generate stream whose unsent output reaches
+ * --stream-buffer-bytes stops reading from the engine until the client took half of it; if it
+ * does not within --stream-write-timeout-s, the request is cancelled (engine stream, lease) and
+ * the call aborted with DEADLINE_EXCEEDED, dropping everything queued for it. */
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +30,8 @@ typedef struct gctx {
   uint64_t call_id;
   rq_t *rq;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
+  char id[40];
+  struct event *wtimer; /* set while paused: the client does not take its output */
   struct gctx *prev, *next;
 } gctx_t;
 
@@ -47,13 +54,79 @@ static gt_rpc_code_t code_of_status(int http) {
   }
 }
 
-static void gctx_done(gctx_t *c, gt_rpc_code_t code, const char *msg) {
-  if (c->call) gt_rpc_call_finish(c->call, code, msg);
-  c->call = NULL;
+static void gctx_unlink(gctx_t *c) {
+  if (c->wtimer) event_free(c->wtimer);
   if (c->prev) c->prev->next = c->next;
   else c->g->live = c->next;
   if (c->next) c->next->prev = c->prev;
   free(c);
+}
+
+static void gctx_done(gctx_t *c, gt_rpc_code_t code, const char *msg) {
+  if (c->call) gt_rpc_call_finish(c->call, code, msg);
+  c->call = NULL;
+  gctx_unlink(c);
+}
+
+static gctx_t *gctx_find(rgf_t *g, uint64_t call_id) {
+  for (gctx_t *c = g->live; c; c = c->next)
+    if (c->call_id == call_id) return c;
+  return NULL;
+}
+
+/* ---- flow control ---- */
+/* Loop thread: the client took its output down to half the bound: read from the engine again. */
+static void drained_loop(void *a, void *b, intptr_t id) {
+  (void)b;
+  gctx_t *c = gctx_find(a, (uint64_t)id);
+  if (!c || !c->wtimer) return;
+  event_free(c->wtimer);
+  c->wtimer = NULL;
+  rq_resume(c->rq);
+}
+
+/* cq thread */
+static void on_drained(void *user, gt_rpc_call_t *call) {
+  rgf_t *g = user;
+  mbox_post(g->rt->mb, drained_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
+}
+
+/* A paused stream did not drain for --stream-write-timeout-s: the client does not read. */
+static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
+  gctx_t *c = arg;
+  (void)fd, (void)what;
+  router_t *rt = c->g->rt;
+  size_t unsent = gt_rpc_call_unsent_bytes(c->call);
+  GT_LOG_WARN("rid=%s client does not read: gRPC stream cancelled after %d s with %zu bytes unsent", c->id,
+              rt->cfg.stream_write_timeout_s, unsent);
+  metrics_reject(rt->metrics, "client_write_timeout");
+  rq_t *q = c->rq;
+  c->rq = NULL;
+  rq_cancel(q);
+  char msg[96];
+  snprintf(msg, sizeof msg, "the client did not read its stream for %d s", rt->cfg.stream_write_timeout_s);
+  gt_rpc_call_abort(c->call, GT_RPC_DEADLINE_EXCEEDED, msg);
+  c->call = NULL;
+  gctx_unlink(c);
+}
+
+/* After a delta was queued: a stream whose unsent output reached the bound pauses the engine. */
+static void maybe_pause(gctx_t *c, const rq_event_t *ev) {
+  router_t *rt = c->g->rt;
+  if (c->wtimer || gt_rpc_call_unsent_bytes(c->call) < (size_t)rt->cfg.stream_buffer_bytes) return;
+  c->wtimer = evtimer_new(rt->base, on_write_timeout, c);
+  struct timeval tv = {rt->cfg.stream_write_timeout_s, 0};
+  if (!c->wtimer || evtimer_add(c->wtimer, &tv)) {
+    if (c->wtimer) event_free(c->wtimer);
+    c->wtimer = NULL; /* out of memory: keep reading rather than stall forever */
+    return;
+  }
+  if (!gt_rpc_call_on_drain(c->call, (size_t)rt->cfg.stream_buffer_bytes / 2, on_drained, c->g)) {
+    event_free(c->wtimer); /* drained meanwhile */
+    c->wtimer = NULL;
+    return;
+  }
+  *ev->pause = true;
 }
 
 static void on_gen_event(void *sink, const rq_event_t *ev) {
@@ -77,6 +150,8 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
   if (ev->final) {
     c->rq = NULL;
     gctx_done(c, GT_RPC_OK, NULL);
+  } else {
+    maybe_pause(c, ev);
   }
 }
 
@@ -128,13 +203,12 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
     return;
   }
   gen->parse_special_tokens = false; /* user content is text, never control tokens */
-  char id[40];
   const char *rid = gt_rpc_call_metadata(c->call, "x-request-id");
-  if (rid && rid[0] && strlen(rid) < sizeof id && !strpbrk(rid, " :*")) snprintf(id, sizeof id, "%s", rid);
-  else rt_request_id(rt, id);
+  if (rid && rid[0] && strlen(rid) < sizeof c->id && !strpbrk(rid, " :*")) snprintf(c->id, sizeof c->id, "%s", rid);
+  else rt_request_id(rt, c->id);
   oa_error_t e;
   snprintf(c->model, sizeof c->model, "%s", in->model);
-  c->rq = rq_start(rt, c->model, c->tenant, id, gen, on_gen_event, c, &e);
+  c->rq = rq_start(rt, c->model, c->tenant, c->id, gen, on_gen_event, c, &e);
   metrics_request(rt->metrics, "grpc:Generate", c->rq ? 200 : e.status);
   if (!c->rq) gctx_done(c, code_of_status(e.status), e.message);
 }
@@ -158,16 +232,13 @@ static void gen_loop(void *a, void *b, intptr_t x) {
 }
 
 static void cancel_loop(void *a, void *b, intptr_t id) {
-  rgf_t *g = a;
   (void)b;
-  for (gctx_t *c = g->live; c; c = c->next)
-    if (c->call_id == (uint64_t)id && c->rq) {
-      rq_t *q = c->rq;
-      c->rq = NULL;
-      rq_cancel(q);
-      gctx_done(c, GT_RPC_CANCELLED, NULL);
-      return;
-    }
+  gctx_t *c = gctx_find(a, (uint64_t)id);
+  if (!c || !c->rq) return;
+  rq_t *q = c->rq;
+  c->rq = NULL;
+  rq_cancel(q);
+  gctx_done(c, GT_RPC_CANCELLED, NULL);
 }
 
 static void on_generate(void *user, gt_rpc_call_t *call) {

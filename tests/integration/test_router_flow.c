@@ -6,7 +6,10 @@
  * connection. Before the bound the router read all 64 MiB into its output buffer.
  * Also (item 5): a gRPC client that sends part of a request message and stalls is ended with
  * DEADLINE_EXCEEDED after --http-timeout-s (raw HTTP/2 frames: no gRPC library sends half a
- * message); before, the call and what it had sent were held until the client left. */
+ * message); before, the call and what it had sent were held until the client left.
+ * The same bound on the gRPC front: a raw HTTP/2 client that never opens its flow-control window
+ * past the first 64 KiB; before, the router merged the whole 64 MiB stream into one pending
+ * message and never cancelled it. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,6 +27,7 @@
 #include <cmocka.h>
 
 #include "common/clock.h"
+#include "gantry/v1/router.pb-c.h"
 #include "tests/common/redis_server.h"
 #include "tests/integration/router_harness.h"
 
@@ -175,8 +179,92 @@ static void test_grpc_half_sent_message_deadline(void **st) {
   assert_int_equal(rstack_stop(&k), 0);
 }
 
+/* Reads (and drops) the server's first frames for ms, acknowledging its SETTINGS; never sends
+ * WINDOW_UPDATE: the stream's window stays at the initial 64 KiB. */
+static void h2_settle(int fd, int ms) {
+  double end = gt_now_ms() + ms;
+  uint8_t buf[1 << 16];
+  size_t have = 0;
+  while (gt_now_ms() < end) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 20) <= 0) continue;
+    ssize_t n = read(fd, buf + have, sizeof buf - have);
+    if (n <= 0) return;
+    have += (size_t)n;
+    while (have >= 9) {
+      size_t len = ((size_t)buf[0] << 16) | ((size_t)buf[1] << 8) | buf[2];
+      if (have < 9 + len) break;
+      if (buf[3] == 4 && !(buf[4] & 1)) h2_frame(fd, 4, 1, 0, NULL, 0);
+      memmove(buf, buf + 9 + len, have - 9 - len);
+      have -= 9 + len;
+    }
+  }
+}
+
+static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
+  (void)st;
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--health-ms", "100", "--stream-write-timeout-s", "2", NULL});
+  rp_t rp = k.rp;
+  assert_true(rp_wait_ready(&rp, 20000));
+  const long rss0 = rp_peak_rss_kib(&rp);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rp.grpc_port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  assert_int_equal(write(fd, preface, sizeof preface - 1), (ssize_t)(sizeof preface - 1));
+  h2_frame(fd, 4, 0, 0, NULL, 0); /* SETTINGS: defaults (64 KiB initial window) */
+  uint8_t hb[512];
+  size_t hl = 0;
+  hl += hpack_lit(hb + hl, ":method", "POST");
+  hl += hpack_lit(hb + hl, ":scheme", "http");
+  hl += hpack_lit(hb + hl, ":path", "/gantry.v1.Router/Generate");
+  hl += hpack_lit(hb + hl, ":authority", "localhost");
+  hl += hpack_lit(hb + hl, "content-type", "application/grpc");
+  hl += hpack_lit(hb + hl, "te", "trailers");
+  h2_frame(fd, 1, 0x4, 1, hb, hl); /* HEADERS, END_HEADERS */
+  /* Generate "FLOOD", 4000 tokens of 16 KiB: 62.5 MiB */
+  Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
+  g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
+  g.prompt = "FLOOD";
+  g.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
+  g.max_tokens = 4000;
+  Gantry__V1__RouterGenerateRequest r = GANTRY__V1__ROUTER_GENERATE_REQUEST__INIT;
+  r.model = "tiny";
+  r.request = &g;
+  uint8_t msg[256];
+  size_t ml = protobuf_c_message_get_packed_size(&r.base);
+  assert_true(ml + 5 <= sizeof msg);
+  msg[0] = 0;
+  msg[1] = (uint8_t)(ml >> 24), msg[2] = (uint8_t)(ml >> 16), msg[3] = (uint8_t)(ml >> 8), msg[4] = (uint8_t)ml;
+  protobuf_c_message_pack(&r.base, msg + 5);
+  h2_frame(fd, 0, 0x1, 1, msg, ml + 5); /* DATA, END_STREAM */
+  h2_settle(fd, 300);
+  /* from here on the client reads nothing: the write timeout cancels the request */
+  double until = gt_now_ms() + 20000;
+  while (rp_metric(&rp, WT_METRIC, NULL) < 1 && gt_now_ms() < until) usleep(20000);
+  assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), 1);
+  assert_true(fe_wait(k.fe, engine_idle, 5000));
+  const long grown = rp_peak_rss_kib(&rp) - rss0;
+  printf("router peak RSS grew by %ld KiB while a gRPC client did not read a 62.5 MiB stream\n", grown);
+#ifndef __SANITIZE_ADDRESS__
+  assert_true(grown < 16 * 1024);
+#endif
+  double end = gt_now_ms() + 5000;
+  while (rp_metric(&rp, "gantry_router_leases_held", NULL) != 0 && gt_now_ms() < end) usleep(20000);
+  assert_int_equal(rp_metric(&rp, "gantry_router_leases_held", NULL), 0);
+  /* the stream was ended by the router (RST_STREAM or trailers behind what the client reads now) */
+  assert_true(h2_wait_stream_end(fd, 5000));
+  close(fd);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_unread_stream_bounded_and_cancelled),
-                                     cmocka_unit_test(test_grpc_half_sent_message_deadline)};
+                                     cmocka_unit_test(test_grpc_half_sent_message_deadline),
+                                     cmocka_unit_test(test_grpc_unread_stream_bounded_and_cancelled)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
