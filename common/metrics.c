@@ -34,6 +34,7 @@ struct gt_metrics {
   int n, cap;
   gt_metrics_collect_fn collect;
   void *collect_ud;
+  char *const_labels; /* `name="value"` put first on every series, or NULL */
   pthread_mutex_t probe_mu; /* guards probe and its calls (never taken with mu) */
   gt_metrics_probe_fn probe;
   void *probe_ud;
@@ -76,6 +77,7 @@ void gt_metrics_free(gt_metrics_t *m) {
   if (!m) return;
   for (int i = 0; i < m->n; i++) metric_free(m->v[i]);
   free(m->v);
+  free(m->const_labels);
   pthread_mutex_destroy(&m->mu);
   pthread_mutex_destroy(&m->probe_mu);
   free(m);
@@ -177,6 +179,49 @@ static void fmt_num(char *s, size_t n, double v) {
   }
 }
 
+/* One series' samples into b; labels (NULL: none) come before a histogram's le. */
+static void render_one(gt_sb_t *b, const gt_metric_t *x, const char *labels) {
+  char num[64];
+  if (x->kind != GT_METRIC_HISTOGRAM) {
+    fmt_num(num, sizeof num, x->value);
+    if (labels) gt_sb_printf(b, "%s{%s} %s\n", x->name, labels, num);
+    else gt_sb_printf(b, "%s %s\n", x->name, num);
+    return;
+  }
+  uint64_t cum = 0;
+  const char *sep = labels ? "," : "";
+  const char *lab = labels ? labels : "";
+  for (int k = 0; k <= x->n_bounds; k++) {
+    cum += x->buckets[k];
+    if (k < x->n_bounds) fmt_num(num, sizeof num, x->bounds[k]);
+    else snprintf(num, sizeof num, "+Inf");
+    gt_sb_printf(b, "%s_bucket{%s%sle=\"%s\"} %llu\n", x->name, lab, sep, num, (unsigned long long)cum);
+  }
+  fmt_num(num, sizeof num, x->sum);
+  if (labels) gt_sb_printf(b, "%s_sum{%s} %s\n%s_count{%s} %llu\n", x->name, lab, num, x->name, lab, (unsigned long long)x->count);
+  else gt_sb_printf(b, "%s_sum %s\n%s_count %llu\n", x->name, num, x->name, (unsigned long long)x->count);
+}
+
+int gt_metrics_set_label(gt_metrics_t *m, const char *name, const char *value) {
+  gt_sb_t b = {0};
+  gt_sb_printf(&b, "%s=\"", name);
+  for (const char *p = value; *p; p++) { /* the text format's escapes */
+    if (*p == '\\' || *p == '"') gt_sb_printf(&b, "\\%c", *p);
+    else if (*p == '\n') gt_sb_add(&b, "\\n", 2);
+    else gt_sb_add(&b, p, 1);
+  }
+  gt_sb_add(&b, "\"", 1);
+  if (b.oom) {
+    free(b.p);
+    return GT_ENOMEM;
+  }
+  pthread_mutex_lock(&m->mu);
+  free(m->const_labels);
+  m->const_labels = b.p;
+  pthread_mutex_unlock(&m->mu);
+  return GT_OK;
+}
+
 int gt_metrics_render(gt_metrics_t *m, char **out, size_t *len, gt_err_t *err) {
   pthread_mutex_lock(&m->mu);
   gt_metrics_collect_fn fn = m->collect;
@@ -190,28 +235,15 @@ int gt_metrics_render(gt_metrics_t *m, char **out, size_t *len, gt_err_t *err) {
     gt_metric_t *x = m->v[i];
     if (i == 0 || strcmp(m->v[i - 1]->name, x->name))
       gt_sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", x->name, x->help, x->name, kind_name(x->kind));
-    char num[64];
-    if (x->kind != GT_METRIC_HISTOGRAM) {
-      fmt_num(num, sizeof num, x->value);
-      if (x->labels) gt_sb_printf(&b, "%s{%s} %s\n", x->name, x->labels, num);
-      else gt_sb_printf(&b, "%s %s\n", x->name, num);
+    if (!m->const_labels) {
+      render_one(&b, x, x->labels);
       continue;
     }
-    uint64_t cum = 0;
-    const char *sep = x->labels ? "," : "";
-    const char *lab = x->labels ? x->labels : "";
-    for (int k = 0; k <= x->n_bounds; k++) {
-      cum += x->buckets[k];
-      if (k < x->n_bounds) fmt_num(num, sizeof num, x->bounds[k]);
-      else snprintf(num, sizeof num, "+Inf");
-      gt_sb_printf(&b, "%s_bucket{%s%sle=\"%s\"} %llu\n", x->name, lab, sep, num, (unsigned long long)cum);
-    }
-    fmt_num(num, sizeof num, x->sum);
-    if (x->labels) {
-      gt_sb_printf(&b, "%s_sum{%s} %s\n%s_count{%s} %llu\n", x->name, lab, num, x->name, lab, (unsigned long long)x->count);
-    } else {
-      gt_sb_printf(&b, "%s_sum %s\n%s_count %llu\n", x->name, num, x->name, (unsigned long long)x->count);
-    }
+    gt_sb_t lab = {0}; /* the constant labels, then the series' own */
+    gt_sb_printf(&lab, "%s%s%s", m->const_labels, x->labels ? "," : "", x->labels ? x->labels : "");
+    if (lab.oom) b.oom = 1;
+    else render_one(&b, x, lab.p);
+    free(lab.p);
   }
   pthread_mutex_unlock(&m->mu);
   if (b.oom) {

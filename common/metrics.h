@@ -28,6 +28,10 @@ void gt_metrics_free(gt_metrics_t *m);
 gt_metric_t *gt_metrics_add(gt_metrics_t *m, gt_metric_kind_t kind, const char *name, const char *help,
                             const char *labels, const double *bounds, int n_bounds);
 
+/* Puts name="value" (value escaped) first on every series of the registry, e.g. the engine's
+ * model_name; replaces one set before. GT_OK or GT_ENOMEM. */
+int gt_metrics_set_label(gt_metrics_t *m, const char *name, const char *value);
+
 void gt_metric_inc(gt_metric_t *x, double v);     /* counter / gauge: += v */
 void gt_metric_set(gt_metric_t *x, double v);     /* gauge (or a counter mirrored from elsewhere) */
 void gt_metric_observe(gt_metric_t *x, double v); /* histogram */

@@ -42,7 +42,7 @@ for _ in 1 2 3 4 5; do
 done
 PIDS+=("$rpid")
 # engine and router listen on port 0 and say which port they got (no race with parallel tests)
-"${SERVE[@]}" --model "$MODEL_FILE" --listen "127.0.0.1:0" --metrics-port 0 >"$TMP/engine.log" 2>&1 &
+"${SERVE[@]}" --model "$MODEL_FILE" --served-model-name demo --listen "127.0.0.1:0" --metrics-port 0 >"$TMP/engine.log" 2>&1 &
 epid=$!
 PIDS+=("$epid")
 EPORT=

@@ -39,6 +39,8 @@ static void usage(void) {
         "  --listen HOST:PORT      gRPC address (default 0.0.0.0:50051)\n"
         "  --metrics-port N        Prometheus /metrics port (default 9090; 0 = any free port, -1 = off)\n"
         "  --metrics-host H        metrics bind address (default 0.0.0.0)\n"
+        "  --served-model-name N   the model's name in Info and the metrics' model_name label; use the\n"
+        "                          router's model id (default: the GGUF's general.name)\n"
         "  --max-num-seqs N        sequences running at once (default 32)\n"
         "  --max-batch-tokens N    tokens per step, decode + prefill chunks (default 512)\n"
         "  --max-waiting N         waiting queue bound; more -> RESOURCE_EXHAUSTED (default 256)\n"
@@ -81,10 +83,10 @@ int cmd_serve(int argc, char **argv) {
       {"metrics-host", 1, 0, 'H'}, {"max-num-seqs", 1, 0, 's'},  {"max-batch-tokens", 1, 0, 'b'},
       {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
       {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"device", 1, 0, 'D'},
-      {"kv-dtype", 1, 0, 'K'},    {"help", 0, 0, 'h'},
+      {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"help", 0, 0, 'h'},
       {0, 0, 0, 0}};
   const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
-  const char *kv_dtype = NULL;
+  const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 512, max_waiting = 256, threads = 0, max_len = 0;
   double drain_s = 30;
   optind = 1;
@@ -95,6 +97,7 @@ int cmd_serve(int argc, char **argv) {
       case 'H': mhost = optarg; break;
       case 'k': kvmem = optarg; break;
       case 'D': device = optarg; break;
+      case 'n': served_name = optarg; break;
       case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
       case 'p': if (cli_int("--metrics-port", optarg, -1, 65535, &metrics_port)) return 2; break;
       case 's': if (cli_int("--max-num-seqs", optarg, 1, 4096, &max_seqs)) return 2; break;
@@ -108,6 +111,7 @@ int cmd_serve(int argc, char **argv) {
     }
   }
   if (!model) return cli_fail("--model is required"), 2;
+  if (served_name && !served_name[0]) return cli_fail("--served-model-name must not be empty"), 2;
   double kv_bytes = 0, kv_frac = 0;
   if (kvmem && parse_size(kvmem, &kv_bytes, &kv_frac))
     return cli_fail("--kv-memory expects bytes with an optional K/M/G suffix or a fraction in (0, 1), got '%s'", kvmem), 2;
@@ -181,7 +185,7 @@ int cmd_serve(int argc, char **argv) {
   /* the scheduler plans the KV pool from the device's memory and logs the plan (sched_mem.h) */
   sched_config_t cfg = {.max_num_seqs = (int)max_seqs, .max_batch_tokens = (int)max_batch, .max_waiting = (int)max_waiting,
                         .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac};
-  srv_model_info_t info = {.model_name = m->hp.name, .architecture = m->hp.arch, .version = GANTRY_VERSION,
+  srv_model_info_t info = {.model_name = served_name ? served_name : m->hp.name, .architecture = m->hp.arch, .version = GANTRY_VERSION,
                            .weight_types = wt, .n_weight_types = n_wt};
   if (srv_attach(srv, g, m, tok, &cfg, &info, &err)) {
     cli_fail("%s", err.msg);

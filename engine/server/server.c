@@ -676,6 +676,8 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
   s->n_ctx = st.n_ctx;
   s->max_tok_bytes = srv_conv_max_token_bytes(tok);
   s->model_name = strdup(info && info->model_name ? info->model_name : m->hp.name);
+  /* every gantry_engine_* series names the model, like the router's (model_name="...") */
+  if (s->met.reg && s->model_name) gt_metrics_set_label(s->met.reg, "model_name", s->model_name);
   s->arch = strdup(info && info->architecture ? info->architecture : m->hp.arch);
   s->version = strdup(info && info->version ? info->version : "");
   if (info && info->n_weight_types > 0) {

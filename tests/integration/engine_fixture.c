@@ -23,7 +23,7 @@ int efx_start(efx_t *f, const char *model_rel, const sched_config_t *cfg) {
   if (!rc) rc = tok_load(f->g, &f->tok, &err);
   if (!rc && !(f->reg = gt_metrics_create())) rc = GT_ENOMEM;
   if (!rc) rc = srv_create(&(srv_opts_t){.listen = "127.0.0.1:0", .metrics = f->reg}, &f->srv, &f->port, &err);
-  if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.version = "test"}, &err);
+  if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.model_name = "tiny", .version = "test"}, &err);
   char target[64];
   snprintf(target, sizeof target, "127.0.0.1:%d", f->port);
   if (!rc) rc = ec_open(target, NULL, &f->ec, &err);

@@ -129,9 +129,9 @@ static void test_cancel_frees_kv(void **state) {
   assert_true(efx_wait_quiet(&f, 0, WAIT_MS));
   char *m = NULL;
   assert_int_equal(gt_metrics_render(f.reg, &m, NULL, NULL), GT_OK);
-  assert_non_null(strstr(m, "gantry_engine_requests_running 0\n"));
-  assert_non_null(strstr(m, "gantry_engine_kv_cache_usage_ratio 0\n"));
-  assert_non_null(strstr(m, "gantry_engine_request_success_total{finished_reason=\"cancelled\"} 1\n"));
+  assert_non_null(strstr(m, "gantry_engine_requests_running{model_name=\"tiny\"} 0\n"));
+  assert_non_null(strstr(m, "gantry_engine_kv_cache_usage_ratio{model_name=\"tiny\"} 0\n"));
+  assert_non_null(strstr(m, "gantry_engine_request_success_total{model_name=\"tiny\",finished_reason=\"cancelled\"} 1\n"));
   free(m);
   coll_destroy(&c);
   efx_stop(&f);
@@ -183,7 +183,7 @@ static void test_prefix_cache(void **state) {
   assert_memory_equal(out[0], out[1], sizeof out[0]);
   char *m = NULL;
   assert_int_equal(gt_metrics_render(f.reg, &m, NULL, NULL), GT_OK);
-  assert_non_null(strstr(m, "gantry_engine_prefix_cache_hits_total 64\n"));
+  assert_non_null(strstr(m, "gantry_engine_prefix_cache_hits_total{model_name=\"tiny\"} 64\n"));
   free(m);
   efx_stop(&f);
 }
@@ -312,11 +312,11 @@ static void test_prompt_list_fails_half_way(void **state) {
   }
   char *m = NULL;
   assert_int_equal(gt_metrics_render(f.reg, &m, NULL, NULL), GT_OK);
-  assert_non_null(strstr(m, "gantry_engine_requests_running 0\n"));
-  assert_non_null(strstr(m, "gantry_engine_kv_cache_usage_ratio 0\n"));
+  assert_non_null(strstr(m, "gantry_engine_requests_running{model_name=\"tiny\"} 0\n"));
+  assert_non_null(strstr(m, "gantry_engine_kv_cache_usage_ratio{model_name=\"tiny\"} 0\n"));
   /* both counted as refused, never as finished (cancelled) requests */
-  assert_non_null(strstr(m, "gantry_engine_requests_rejected_total{code=\"invalid_argument\"} 2\n"));
-  assert_non_null(strstr(m, "gantry_engine_request_success_total{finished_reason=\"cancelled\"} 0\n"));
+  assert_non_null(strstr(m, "gantry_engine_requests_rejected_total{model_name=\"tiny\",code=\"invalid_argument\"} 2\n"));
+  assert_non_null(strstr(m, "gantry_engine_request_success_total{model_name=\"tiny\",finished_reason=\"cancelled\"} 0\n"));
   free(m);
   efx_stop(&f);
 }
@@ -508,14 +508,14 @@ static void test_unary_and_metrics(void **state) {
   assert_non_null(body);
   assert_non_null(strstr(body, "200 OK"));
   static const char *names[] = {
-      "gantry_engine_requests_running ", "gantry_engine_requests_waiting ", "gantry_engine_kv_cache_usage_ratio ",
-      "gantry_engine_prefix_cache_queries_total ", "gantry_engine_prefix_cache_hits_total ",
-      "gantry_engine_prompt_tokens_total ", "gantry_engine_generation_tokens_total ", "gantry_engine_preemptions_total ",
-      "gantry_engine_request_success_total{finished_reason=\"length\"} ", "gantry_engine_time_to_first_token_seconds_bucket{le=",
-      "gantry_engine_inter_token_latency_seconds_count ", "gantry_engine_request_queue_time_seconds_sum ",
-      "gantry_engine_request_prefill_time_seconds_count ", "gantry_engine_request_decode_time_seconds_count ",
-      "gantry_engine_e2e_request_latency_seconds_count 2\n", "gantry_engine_iteration_tokens_bucket{le=\"+Inf\"} ",
-      "gantry_engine_eager_steps_total 0\n"};
+      "gantry_engine_requests_running{model_name=\"tiny\"} ", "gantry_engine_requests_waiting{model_name=\"tiny\"} ", "gantry_engine_kv_cache_usage_ratio{model_name=\"tiny\"} ",
+      "gantry_engine_prefix_cache_queries_total{model_name=\"tiny\"} ", "gantry_engine_prefix_cache_hits_total{model_name=\"tiny\"} ",
+      "gantry_engine_prompt_tokens_total{model_name=\"tiny\"} ", "gantry_engine_generation_tokens_total{model_name=\"tiny\"} ", "gantry_engine_preemptions_total{model_name=\"tiny\"} ",
+      "gantry_engine_request_success_total{model_name=\"tiny\",finished_reason=\"length\"} ", "gantry_engine_time_to_first_token_seconds_bucket{model_name=\"tiny\",le=",
+      "gantry_engine_inter_token_latency_seconds_count{model_name=\"tiny\"} ", "gantry_engine_request_queue_time_seconds_sum{model_name=\"tiny\"} ",
+      "gantry_engine_request_prefill_time_seconds_count{model_name=\"tiny\"} ", "gantry_engine_request_decode_time_seconds_count{model_name=\"tiny\"} ",
+      "gantry_engine_e2e_request_latency_seconds_count{model_name=\"tiny\"} 2\n", "gantry_engine_iteration_tokens_bucket{model_name=\"tiny\",le=\"+Inf\"} ",
+      "gantry_engine_eager_steps_total{model_name=\"tiny\"} 0\n"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     if (!strstr(body, names[i])) print_message("missing: %s\n%s\n", names[i], body);
     assert_non_null(strstr(body, names[i]));
@@ -535,7 +535,7 @@ static void test_unary_and_metrics(void **state) {
   assert_non_null(strstr(body, "\"ready\""));
   free(body);
   body = efx_http_get(mport, "/metrics");
-  assert_non_null(strstr(body, "gantry_engine_time_to_first_token_seconds_bucket{le=\"0.005\"}"));
+  assert_non_null(strstr(body, "gantry_engine_time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"0.005\"}"));
   assert_null(strstr(body, "0000000000"));
   free(body);
   /* grpc.health.v1: SERVING, then NOT_SERVING while draining; unknown service NOT_FOUND */

@@ -106,12 +106,16 @@ static int wait_exit(pid_t pid) {
 static void test_sigterm_drains(void **state) {
   (void)state;
   proc_t p;
-  const char *extra[] = {"--metrics-port", "0", "--max-model-len", "1024", "--max-num-seqs", "4", "--drain-timeout", "60", NULL};
+  const char *extra[] = {"--metrics-port", "0", "--max-model-len", "1024", "--max-num-seqs", "4", "--drain-timeout", "60",
+                         "--served-model-name", "tiny \"q\"", NULL};
   spawn_serve(&p, extra);
   wait_ready(&p);
   char *body = efx_http_get(p.metrics_port, "/metrics");
   assert_non_null(body);
-  assert_non_null(strstr(body, "gantry_engine_requests_running 0"));
+  /* every series carries the served name (escaped), like the router's model_name */
+  assert_non_null(strstr(body, "gantry_engine_requests_running{model_name=\"tiny \\\"q\\\"\"} 0"));
+  assert_non_null(strstr(body, "gantry_engine_request_success_total{model_name=\"tiny \\\"q\\\"\",finished_reason=\"stop\"} 0"));
+  assert_null(strstr(body, "\ngantry_engine_requests_waiting 0"));
   free(body);
 
   efx_t f = {0};
