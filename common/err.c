@@ -11,6 +11,19 @@ int gt_err_set(gt_err_t *e, int code, const char *fmt, ...) {
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     e->code = code;
+    e->param[0] = '\0';
+  }
+  return code;
+}
+
+int gt_err_set_param(gt_err_t *e, int code, const char *param, const char *fmt, ...) {
+  if (e) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
   }
   return code;
 }

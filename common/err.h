@@ -23,11 +23,17 @@ enum {
 typedef struct gt_err {
   int code;
   char msg[512];
+  char param[48]; /* the request field a bad-request error is about, as its proto path
+                     ("logit_bias", "sampling.temperature"); "" if none (gt_err_set_param) */
 } gt_err_t;
 
 /* Formats msg into *e (if e is non-NULL) and returns code, so callers can write
  * `return gt_err_set(err, GT_EFORMAT, "tensor %s: offset %llu past end", ...);` */
 int gt_err_set(gt_err_t *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* gt_err_set that also names the request field the error is about (copied into e->param). */
+int gt_err_set_param(gt_err_t *e, int code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Prepends "prefix: " to an existing message (for adding context while unwinding). */
 int gt_err_wrap(gt_err_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -102,8 +102,7 @@ static void maybe_done(gt_rpc_stream_t *s) {
   if (s->bad_msg) {
     gt_rpc_status_set(&st, GT_RPC_INTERNAL, "response is not a valid protobuf message");
   } else {
-    st.code = (gt_rpc_code_t)s->status;
-    gt_rpc_slice_to_str(s->details, st.message, sizeof st.message);
+    gt_rpc_status_fill(&st, s->status, s->details, &s->trail_md);
   }
   if (s->on_done) s->on_done(s->user, s, &st);
   stream_unref_ex(s, 1); /* the queue's reference */
@@ -343,10 +342,7 @@ gt_rpc_code_t gt_rpc_client_unary(gt_rpc_client_t *c, const char *method,
   } else {
     grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     code = (gt_rpc_code_t)status;
-    if (st) {
-      st->code = code;
-      gt_rpc_slice_to_str(details, st->message, sizeof st->message);
-    }
+    if (st) gt_rpc_status_fill(st, status, details, &trail_md);
     if (code == GT_RPC_OK) {
       *resp = gt_rpc_unpack(resp_type, recv_bb);
       if (!*resp)

@@ -112,6 +112,7 @@ struct gt_rpc_call {
   int finish_called;
   gt_rpc_code_t fin_code;
   char *fin_msg;
+  char *trail_key, *trail_val; /* one trailing metadata pair sent with the status, or NULL */
   int status_sent;
   int broken;         /* a send failed or the call was cancelled: drop further sends */
   size_t queued_bytes;    /* sum of the queue's qitem.bytes */
@@ -148,6 +149,8 @@ static void call_free(gt_rpc_call_t *c) {
   free(c->md_vals);
   if (c->req) protobuf_c_message_free_unpacked(c->req, NULL);
   free(c->fin_msg);
+  free(c->trail_key);
+  free(c->trail_val);
   pthread_mutex_destroy(&c->mu);
   free(c);
   pthread_mutex_lock(&s->mu);
@@ -194,10 +197,20 @@ static void pump_locked(gt_rpc_call_t *c) {
   }
   grpc_slice details;
   int has_details = 0;
+  grpc_metadata trailer;
+  int has_trailer = 0;
   if (want_status) {
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)c->fin_code;
     ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+    if (c->trail_key && c->trail_val) {
+      memset(&trailer, 0, sizeof trailer);
+      trailer.key = grpc_slice_from_copied_string(c->trail_key);
+      trailer.value = grpc_slice_from_copied_string(c->trail_val);
+      has_trailer = 1;
+      ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+      ops[n].data.send_status_from_server.trailing_metadata = &trailer;
+    }
     if (c->fin_msg && c->fin_msg[0]) {
       details = grpc_slice_from_copied_string(c->fin_msg);
       has_details = 1;
@@ -212,6 +225,10 @@ static void pump_locked(gt_rpc_call_t *c) {
   c->refs++;
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->send_tag, NULL);
   if (has_details) grpc_slice_unref(details);
+  if (has_trailer) {
+    grpc_slice_unref(trailer.key);
+    grpc_slice_unref(trailer.value);
+  }
   if (e != GRPC_CALL_OK) {
     GT_LOG_ERROR("grpc send batch failed call=%llu err=%d", (unsigned long long)c->id, (int)e);
     c->in_flight = 0;
@@ -756,6 +773,17 @@ void gt_rpc_call_abort(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message
   /* fails the send in flight (its buffer is freed in on_send_done) and ends the stream */
   grpc_call_cancel_with_status(c->call, (grpc_status_code)code, message ? message : "aborted", NULL);
   call_unref(c);
+}
+
+void gt_rpc_call_set_trailer(gt_rpc_call_t *c, const char *key, const char *value) {
+  pthread_mutex_lock(&c->mu);
+  if (!c->finish_called) {
+    free(c->trail_key);
+    free(c->trail_val);
+    c->trail_key = key ? strdup(key) : NULL;
+    c->trail_val = value ? strdup(value) : NULL;
+  }
+  pthread_mutex_unlock(&c->mu);
 }
 
 void gt_rpc_call_reply(gt_rpc_call_t *c, ProtobufCMessage *msg) {

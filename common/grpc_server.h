@@ -129,6 +129,10 @@ int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void 
  * gt_rpc_call_finish. For a peer that does not read, whose queue would never drain. */
 void gt_rpc_call_abort(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message);
 
+/* One trailing metadata pair (copied) sent with the status of gt_rpc_call_finish, e.g.
+ * GT_RPC_MD_PARAM with the request field an INVALID_ARGUMENT is about. Call before finish. */
+void gt_rpc_call_set_trailer(gt_rpc_call_t *c, const char *key, const char *value);
+
 /* Unary convenience: gt_rpc_call_send(c, msg, NO_MERGE) + gt_rpc_call_finish(c, OK, NULL). */
 void gt_rpc_call_reply(gt_rpc_call_t *c, ProtobufCMessage *msg);
 

@@ -66,6 +66,7 @@ int gt_rpc_err_from_code(gt_rpc_code_t code) {
 gt_rpc_code_t gt_rpc_status_set(gt_rpc_status_t *st, gt_rpc_code_t code, const char *fmt, ...) {
   if (st) {
     st->code = code;
+    st->param[0] = '\0';
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(st->message, sizeof st->message, fmt, ap);
@@ -133,6 +134,18 @@ int64_t gt_rpc_ms_until(gpr_timespec deadline) {
   if (gpr_time_cmp(deadline, now) <= 0) return 0;
   gpr_timespec d = gpr_time_sub(deadline, now);
   return (int64_t)d.tv_sec * 1000 + d.tv_nsec / 1000000;
+}
+
+void gt_rpc_status_fill(gt_rpc_status_t *st, grpc_status_code code, grpc_slice details, const grpc_metadata_array *trailers) {
+  st->code = (gt_rpc_code_t)code;
+  gt_rpc_slice_to_str(details, st->message, sizeof st->message);
+  st->param[0] = '\0';
+  for (size_t i = 0; trailers && i < trailers->count; i++) {
+    const grpc_slice k = trailers->metadata[i].key;
+    if (GRPC_SLICE_LENGTH(k) == strlen(GT_RPC_MD_PARAM) &&
+        !memcmp(GRPC_SLICE_START_PTR(k), GT_RPC_MD_PARAM, strlen(GT_RPC_MD_PARAM)))
+      gt_rpc_slice_to_str(trailers->metadata[i].value, st->param, sizeof st->param);
+  }
 }
 
 void gt_rpc_slice_to_str(grpc_slice s, char *out, size_t cap) {

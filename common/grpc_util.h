@@ -29,10 +29,16 @@ typedef enum {
   GT_RPC_UNAUTHENTICATED = 16,
 } gt_rpc_code_t;
 
+/* Trailing metadata key of an error status: the request field the error is about, as its
+ * proto path ("logit_bias", "sampling.temperature", "n"), so that clients need not guess it from
+ * the message text. */
+#define GT_RPC_MD_PARAM "gantry-param"
+
 /* Final status of a call as seen by a client. */
 typedef struct gt_rpc_status {
   gt_rpc_code_t code;
   char message[512];
+  char param[64]; /* trailing metadata GT_RPC_MD_PARAM; "" if none */
 } gt_rpc_status_t;
 
 /* One metadata pair (keys lower-case ASCII, e.g. "x-request-id"). Borrowed strings. */

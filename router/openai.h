@@ -33,6 +33,12 @@ typedef struct oa_error {
   char message[512];
 } oa_error_t;
 
+/* The OpenAI parameter of an engine request field (GenerateRequest proto path, as the engine
+ * names it in gRPC trailing metadata "gantry-param"): "sampling.temperature" -> "temperature",
+ * "chat.messages" -> "messages", "tokens" -> "prompt", "logit_bias" -> "logit_bias". Written to
+ * buf; NULL when field is NULL or empty. */
+const char *oa_param_of_field(const char *field, char *buf, size_t n);
+
 /* Fills e and returns -1 (for `return oa_err(...)`). */
 int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,
            const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -30,6 +30,16 @@ int oa_err(oa_error_t *e, int status, const char *type, const char *param, const
   return -1;
 }
 
+const char *oa_param_of_field(const char *field, char *buf, size_t n) {
+  if (!field || !field[0]) return NULL;
+  static const char *const prefix[] = {"sampling.", "chat."};
+  for (size_t i = 0; i < sizeof prefix / sizeof *prefix; i++)
+    if (!strncmp(field, prefix[i], strlen(prefix[i]))) field += strlen(prefix[i]);
+  if (!strcmp(field, "tokens")) field = "prompt";
+  snprintf(buf, n, "%.*s", (int)strcspn(field, "[."), field); /* "stop[2]" -> "stop" */
+  return buf;
+}
+
 char *oa_error_json(const oa_error_t *e) {
   json_t *o = json_object();
   json_t *in = json_object();

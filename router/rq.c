@@ -51,19 +51,20 @@ static void maybe_free(rq_t *q) {
   }
 }
 
-static void fail(rq_t *q, int status, const char *type, const char *code, int retry_after, const char *fmt,
-                 const char *detail) {
+/* Ends q with an error event; param: the OpenAI parameter at fault, or NULL. */
+static void fail_param(rq_t *q, const char *param, int status, const char *type, const char *code, int retry_after,
+                       const char *fmt, const char *detail) {
   release_lease(q);
   if (q->terminal || q->cancelled) return;
   q->terminal = true;
   rq_event_t ev = {.kind = RQ_EV_ERROR, .retry_after_s = retry_after, .started = q->started};
-  oa_err(&ev.err, status, type, NULL, code, fmt, detail ? detail : "");
-  /* the engine checks logit_bias ids against the vocabulary; its message starts with the param */
-  if (status == 400 && !strncmp(ev.err.message, "logit_bias", strlen("logit_bias")))
-    snprintf(ev.err.param, sizeof ev.err.param, "logit_bias");
-  /* ... and n against its max_num_seqs and KV pool ("n must ...", "n = 4 choices ...") */
-  if (status == 400 && !strncmp(ev.err.message, "n ", 2)) snprintf(ev.err.param, sizeof ev.err.param, "n");
+  oa_err(&ev.err, status, type, param, code, fmt, detail ? detail : "");
   q->cb(q->sink, &ev);
+}
+
+static void fail(rq_t *q, int status, const char *type, const char *code, int retry_after, const char *fmt,
+                 const char *detail) {
+  fail_param(q, NULL, status, type, code, retry_after, fmt, detail);
 }
 
 static void on_resp(void *user, ec_stream_t *s, Gantry__V1__GenerateResponse *r);
@@ -146,8 +147,10 @@ static void done_loop(void *a, void *b, intptr_t c) {
     if (st->code == GT_RPC_OK) {
       fail(q, 502, "server_error", "engine_error", 0, "engine stream ended without a final message%s", "");
     } else if (st->code == GT_RPC_INVALID_ARGUMENT || st->code == GT_RPC_OUT_OF_RANGE) {
-      fail(q, 400, "invalid_request_error", st->code == GT_RPC_OUT_OF_RANGE ? "context_length_exceeded" : "invalid_request",
-           0, "%s", st->message);
+      /* the engine names the field at fault in trailing metadata (never guessed from the text) */
+      char param[64];
+      fail_param(q, oa_param_of_field(st->param, param, sizeof param), 400, "invalid_request_error",
+                 st->code == GT_RPC_OUT_OF_RANGE ? "context_length_exceeded" : "invalid_request", 0, "%s", st->message);
     } else if (st->code == GT_RPC_DEADLINE_EXCEEDED) {
       fail(q, 504, "server_error", "timeout", 0, "request timed out: %s", st->message);
     } else if (!q->started && !q->retried) {

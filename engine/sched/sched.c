@@ -392,26 +392,26 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
   } else {
     for (int i = 0; i < r->n_prompt; i++)
       if (r->prompt[i] < 0 || r->prompt[i] >= s->V) {
-        rc = gt_err_set(err, GT_EINVAL, "token id %d at position %d is outside the vocabulary of %d", r->prompt[i], i, s->V);
+        rc = gt_err_set_param(err, GT_EINVAL, "tokens", "token id %d at position %d is outside the vocabulary of %d", r->prompt[i], i, s->V);
         break;
       }
   }
   for (int i = 0; !rc && i < r->n_bias; i++) {
     if (r->bias_ids[i] < 0 || r->bias_ids[i] >= s->V)
-      rc = gt_err_set(err, GT_EINVAL, "logit_bias: token id %d is outside the vocabulary of %d", r->bias_ids[i], s->V);
+      rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: token id %d is outside the vocabulary of %d", r->bias_ids[i], s->V);
     else if (!(r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f))
-      rc = gt_err_set(err, GT_EINVAL, "logit_bias: the bias of token %d must be in [-100, 100]", r->bias_ids[i]);
+      rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: the bias of token %d must be in [-100, 100]", r->bias_ids[i]);
   }
   const int n = r->n <= 0 ? 1 : r->n;
   if (!rc && (n > SCHED_MAX_N || n > s->cfg.max_num_seqs))
-    rc = gt_err_set(err, GT_EINVAL, "n must be at most %d (the engine runs %d sequences at once), got %d",
+    rc = gt_err_set_param(err, GT_EINVAL, "n", "n must be at most %d (the engine runs %d sequences at once), got %d",
                     SCHED_MAX_N < s->cfg.max_num_seqs ? SCHED_MAX_N : s->cfg.max_num_seqs, s->cfg.max_num_seqs, n);
   if (!rc && n > 1) { /* every choice at its longest must fit the pool at once */
     const int bt = s->cfg.block_tokens, room = s->cfg.n_ctx - r->n_prompt;
     const int mt = r->max_tokens < room ? r->max_tokens : room;
     const int64_t need = (r->n_prompt / bt) + (int64_t)n * ((r->n_prompt % bt + mt + bt - 1) / bt);
     if (need > s->cfg.n_blocks)
-      rc = gt_err_set(err, GT_EINVAL, "n = %d choices of up to %d tokens need %lld KV blocks; the pool has %d", n, mt,
+      rc = gt_err_set_param(err, GT_EINVAL, "n", "n = %d choices of up to %d tokens need %lld KV blocks; the pool has %d", n, mt,
                       (long long)need, s->cfg.n_blocks);
   }
   if (!rc) rc = sampler_check(&r->sampling, err);

@@ -40,6 +40,7 @@ typedef struct live {
                           * (set under srv.mu; deltas read it without the lock) */
   int fail_rc;           /* the refusal (GT_E*), finished through reject() */
   char fail_msg[sizeof(((gt_err_t *)0)->msg)];
+  char fail_param[sizeof(((gt_err_t *)0)->param)];
   double t_arrival, t_last;
   int n_out;
   int n_choices, n_finals; /* GenerateRequest.n (at least 1); the call ends with the last final */
@@ -105,7 +106,7 @@ static void unlink_live(srv_t *s, live_t *l) {
   pthread_cond_broadcast(&s->cv);
 }
 
-static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg);
+static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg, const char *param);
 
 /* ---- scheduler events (scheduler thread) ---- */
 
@@ -152,7 +153,7 @@ static void on_event(void *ud, const sched_event_t *ev) {
     return;
   }
   if (failed) { /* a refused call: counted and finished as one, like a refusal before any submit */
-    reject(s, l->call, l->rid, l->fail_rc, l->fail_msg);
+    reject(s, l->call, l->rid, l->fail_rc, l->fail_msg, l->fail_param);
   } else {
     srv_metrics_finished(&s->met, ev->finish, u, (t - l->t_arrival) / 1e3);
     GT_LOG_INFO("request_id=%s finish=%s prompt_tokens=%d completion_tokens=%d cached_tokens=%d ttft_ms=%.1f e2e_ms=%.1f",
@@ -278,13 +279,15 @@ static int n_prompts(const Gantry__V1__GenerateRequest *r, int *out, gt_err_t *e
   return GT_OK;
 }
 
-/* Counts a refused Generate call in the metrics, logs it and finishes it. */
-static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg) {
+/* Counts a refused Generate call in the metrics, logs it and finishes it; param (the request
+ * field at fault, "" or NULL if none) goes to the client as trailing metadata GT_RPC_MD_PARAM. */
+static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg, const char *param) {
   gt_rpc_code_t code = request_status(rc);
   if (code == GT_RPC_RESOURCE_EXHAUSTED) gt_metric_inc(s->met.rejected_full, 1);
   else if (code == GT_RPC_UNAVAILABLE) gt_metric_inc(s->met.rejected_unavailable, 1);
   else gt_metric_inc(s->met.rejected_invalid, 1);
   GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", rid, (int)code, msg);
+  if (param && param[0]) gt_rpc_call_set_trailer(call, GT_RPC_MD_PARAM, param);
   gt_rpc_call_finish(call, code, msg);
 }
 
@@ -331,7 +334,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
       free(q[k].prompt);
       srv_conv_bufs_free(&bufs[k]);
     }
-    reject(s, call, r->request_id, rc, err.msg);
+    reject(s, call, r->request_id, rc, err.msg, err.param);
     return;
   }
   l->srv = s;
@@ -363,6 +366,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
         atomic_store(&l->failed, 1);
         l->fail_rc = (int)id;
         snprintf(l->fail_msg, sizeof l->fail_msg, "%s", err.msg);
+        snprintf(l->fail_param, sizeof l->fail_param, "%s", err.param);
         l->n_choices = k * n;
         for (int j = 0; j < k; j++) sched_cancel(s->sched, l->sched_id[j]);
         s->kicks++;
@@ -371,14 +375,14 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
         if (done) unlink_live(s, l);
         pthread_mutex_unlock(&s->mu);
         if (done) {
-          reject(s, call, l->rid, (int)id, err.msg);
+          reject(s, call, l->rid, (int)id, err.msg, err.param);
           free(l);
         }
         return;
       }
       unlink_live(s, l);
       pthread_mutex_unlock(&s->mu);
-      reject(s, call, l->rid, (int)id, err.msg);
+      reject(s, call, l->rid, (int)id, err.msg, err.param);
       free(l);
       return;
     }

@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +18,10 @@ static int unknown(const ProtobufCMessage *m, const char *what, gt_err_t *err) {
 }
 
 static int finite_in(const char *field, float v, float lo, float hi, gt_err_t *err) {
+  char param[48];
+  snprintf(param, sizeof param, "sampling.%s", field);
   if (!isfinite(v) || v < lo || v > hi)
-    return gt_err_set(err, GT_EINVAL, "sampling.%s must be in [%g, %g], got %g", field, (double)lo, (double)hi, (double)v);
+    return gt_err_set_param(err, GT_EINVAL, param, "%s must be in [%g, %g], got %g", param, (double)lo, (double)hi, (double)v);
   return GT_OK;
 }
 
@@ -43,11 +46,11 @@ int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err) {
   if (s) {
     if (s->temperature_opt_case && (rc = finite_in("temperature", s->temperature, 0, 100, err))) return rc;
     if (s->top_p_opt_case && (rc = finite_in("top_p", s->top_p, 0, 1, err))) return rc;
-    if (s->top_p_opt_case && s->top_p <= 0) return gt_err_set(err, GT_EINVAL, "sampling.top_p must be in (0, 1], got %g", (double)s->top_p);
+    if (s->top_p_opt_case && s->top_p <= 0) return gt_err_set_param(err, GT_EINVAL, "sampling.top_p", "sampling.top_p must be in (0, 1], got %g", (double)s->top_p);
     if (s->min_p_opt_case && (rc = finite_in("min_p", s->min_p, 0, 1, err))) return rc;
     if (s->repetition_penalty_opt_case && (rc = finite_in("repetition_penalty", s->repetition_penalty, 0, 100, err))) return rc;
     if (s->repetition_penalty_opt_case && s->repetition_penalty <= 0)
-      return gt_err_set(err, GT_EINVAL, "sampling.repetition_penalty must be > 0, got %g", (double)s->repetition_penalty);
+      return gt_err_set_param(err, GT_EINVAL, "sampling.repetition_penalty", "sampling.repetition_penalty must be > 0, got %g", (double)s->repetition_penalty);
     if (s->presence_penalty_opt_case && (rc = finite_in("presence_penalty", s->presence_penalty, -2, 2, err))) return rc;
     if (s->frequency_penalty_opt_case && (rc = finite_in("frequency_penalty", s->frequency_penalty, -2, 2, err))) return rc;
   }
@@ -55,15 +58,15 @@ int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err) {
     if ((rc = unknown(&r->logit_bias[i]->base, "GenerateRequest.logit_bias[]", err))) return rc;
     float b = r->logit_bias[i]->bias;
     if (!isfinite(b) || b < -100 || b > 100)
-      return gt_err_set(err, GT_EINVAL, "logit_bias of token %d must be in [-100, 100], got %g", r->logit_bias[i]->id, (double)b);
+      return gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias of token %d must be in [-100, 100], got %g", r->logit_bias[i]->id, (double)b);
   }
-  if (r->max_tokens_opt_case && r->max_tokens == 0) return gt_err_set(err, GT_EINVAL, "max_tokens must be at least 1, got 0");
+  if (r->max_tokens_opt_case && r->max_tokens == 0) return gt_err_set_param(err, GT_EINVAL, "max_tokens", "max_tokens must be at least 1, got 0");
   if (r->top_logprobs_opt_case && r->top_logprobs > SEQOUT_MAX_TOP)
-    return gt_err_set(err, GT_EINVAL, "top_logprobs must be at most %d, got %u", SEQOUT_MAX_TOP, r->top_logprobs);
+    return gt_err_set_param(err, GT_EINVAL, "top_logprobs", "top_logprobs must be at most %d, got %u", SEQOUT_MAX_TOP, r->top_logprobs);
   if (r->max_tokens_opt_case && r->min_tokens > r->max_tokens)
-    return gt_err_set(err, GT_EINVAL, "min_tokens (%u) must not exceed max_tokens (%u)", r->min_tokens, r->max_tokens);
+    return gt_err_set_param(err, GT_EINVAL, "min_tokens", "min_tokens (%u) must not exceed max_tokens (%u)", r->min_tokens, r->max_tokens);
   for (size_t i = 0; i < r->n_stop; i++)
-    if (!r->stop[i][0]) return gt_err_set(err, GT_EINVAL, "stop[%zu] is empty", i);
+    if (!r->stop[i][0]) return gt_err_set_param(err, GT_EINVAL, "stop", "stop[%zu] is empty", i);
   return GT_OK;
 }
 
@@ -74,7 +77,7 @@ int srv_conv_chat(const Gantry__V1__ChatInput *c, int add_generation_prompt, int
                   gt_err_t *err) {
   int rc = GT_OK;
   if (!fam) return gt_err_set(err, GT_EINVAL, "chat input is not available: %s", fam_reason ? fam_reason : "no chat template");
-  if (c->n_messages == 0) return gt_err_set(err, GT_EINVAL, "chat.messages is empty");
+  if (c->n_messages == 0) return gt_err_set_param(err, GT_EINVAL, "chat.messages", "chat.messages is empty");
   size_t n_calls = 0;
   for (size_t i = 0; i < c->n_messages; i++) n_calls += c->messages[i]->n_tool_calls;
   chat_msg_t *m = calloc(c->n_messages, sizeof *m);

@@ -115,6 +115,17 @@ static void *run_job(void *arg) {
   if (strstr(j->text, "TOOLONG")) {
     end_active(j);
     gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "prompt has 5000 tokens but the context length is 4096");
+  } else if (strstr(j->text, "BADPARAM_LB")) {
+    end_active(j);
+    gt_rpc_call_set_trailer(c, GT_RPC_MD_PARAM, "logit_bias");
+    gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "n is fine; logit_bias: token id 999999 is outside the vocabulary");
+  } else if (strstr(j->text, "BADPARAM_TEMP")) {
+    end_active(j);
+    gt_rpc_call_set_trailer(c, GT_RPC_MD_PARAM, "sampling.temperature");
+    gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "logit_bias is fine; sampling.temperature must be in [0, 100], got 900");
+  } else if (strstr(j->text, "BADPARAM_NONE")) {
+    end_active(j);
+    gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "n of the prompt's lines is odd");
   } else if (strstr(j->text, "FAILFIRST") && __atomic_fetch_add(&g_failfirst, 1, __ATOMIC_SEQ_CST) % 2 == 0) {
     end_active(j);
     gt_rpc_call_finish(c, GT_RPC_UNAVAILABLE, "engine failed before the first token");
@@ -181,6 +192,7 @@ static void on_gen(void *user, gt_rpc_call_t *call) {
   fe_t *f = user;
   const Gantry__V1__GenerateRequest *req = (const void *)gt_rpc_call_request(call);
   if (req->n > 1 || req->n_more_prompts || req->n_more_tokens) { /* not scripted: refused like a real bound */
+    if (req->n > 1) gt_rpc_call_set_trailer(call, GT_RPC_MD_PARAM, "n");
     gt_rpc_call_finish(call, GT_RPC_INVALID_ARGUMENT, "n > 1 and prompt lists are not scripted in the fake engine");
     return;
   }

@@ -8,6 +8,9 @@
  *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
  *   FAILFIRST every other such call (process-wide, the 1st, 3rd, ...) fails before the first token
  *   TOOLONG   INVALID_ARGUMENT "prompt has 5000 tokens but the context length is 4096"
+ *   BADPARAM_LB / BADPARAM_TEMP / BADPARAM_NONE  INVALID_ARGUMENT naming the field in trailing
+ *             metadata (logit_bias / sampling.temperature / none) with a message whose first
+ *             word names another one
  *   otherwise "Hello" + " world" (2 tokens); a repeated prompt reports cached tokens. */
 #ifndef GANTRY_TESTS_ROUTER_HARNESS_H
 #define GANTRY_TESTS_ROUTER_HARNESS_H

@@ -271,6 +271,8 @@ static void test_preemption(void **state) {
   efx_stop(&f);
 }
 
+static char g_param[64]; /* the last run_status's trailing metadata gantry-param ("" if none) */
+
 static gt_rpc_code_t run_status(efx_t *f, const Gantry__V1__GenerateRequest *req, char *msg, size_t cap) {
   coll_t c;
   coll_init(&c);
@@ -278,6 +280,7 @@ static gt_rpc_code_t run_status(efx_t *f, const Gantry__V1__GenerateRequest *req
   assert_true(coll_wait_done(&c, WAIT_MS));
   gt_rpc_code_t code = c.st.code;
   snprintf(msg, cap, "%s", c.st.message);
+  snprintf(g_param, sizeof g_param, "%s", c.st.param);
   coll_destroy(&c);
   return code;
 }
@@ -337,17 +340,25 @@ static void test_status_codes(void **state) {
   b.sp.temperature = -1;
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "temperature"));
+  assert_string_equal(g_param, "sampling.temperature"); /* the field, as trailing metadata */
 
   reqb_tokens(&b, ids, 10, 4);
   b.sp.top_p_opt_case = GANTRY__V1__SAMPLING_PARAMS__TOP_P_OPT_TOP_P;
   b.sp.top_p = 1.5f;
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "top_p"));
+  assert_string_equal(g_param, "sampling.top_p");
+
+  reqb_tokens(&b, ids, 10, 4);
+  b.req.n = 2; /* more than max_num_seqs 1 (checked by the scheduler) */
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
+  assert_string_equal(g_param, "n");
 
   reqb_tokens(&b, ids, 1100, 4);
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "1100"));
   assert_non_null(strstr(msg, "1024"));
+  assert_string_equal(g_param, ""); /* no one field */
 
   reqb_tokens(&b, ids, 0, 4);
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
@@ -356,6 +367,7 @@ static void test_status_codes(void **state) {
   b.ids[3] = 5000; /* outside the vocabulary of 1024 */
   assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "5000"));
+  assert_string_equal(g_param, "tokens");
 
   /* an unknown field (number 99, varint 1) */
   reqb_tokens(&b, ids, 10, 4);

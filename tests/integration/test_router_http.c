@@ -384,6 +384,26 @@ static void test_bad_prompt_too_long(void **st) {
   assert_non_null(strstr(b, "4096"));
   free(b);
 }
+/* The engine names the field at fault in trailing metadata; the router maps it to the OpenAI
+ * param and never reads it from the message (whose first words name another field here). */
+static void engine_param(const char *prompt, const char *want) {
+  char body[160], *b;
+  snprintf(body, sizeof body, "{\"model\":\"tiny\",\"prompt\":\"%s\"}", prompt);
+  assert_int_equal(post("/v1/completions", body, &b), 400);
+  assert_error(b, "invalid_request");
+  json_t *j = jparse(b);
+  json_t *p = json_object_get(json_object_get(j, "error"), "param");
+  if (want ? !json_is_string(p) || strcmp(json_string_value(p), want) : !json_is_null(p))
+    fail_msg("param, want %s: %s", want ? want : "null", b);
+  json_decref(j);
+  free(b);
+}
+static void test_engine_error_param(void **st) {
+  (void)st;
+  engine_param("BADPARAM_LB", "logit_bias");    /* message starts "n is fine; logit_bias: ..." */
+  engine_param("BADPARAM_TEMP", "temperature"); /* message starts "logit_bias is fine; ..." */
+  engine_param("BADPARAM_NONE", NULL);          /* message starts "n of ...", no field named */
+}
 static void test_bad_utf8(void **st) {
   (void)st;
   expect_400("/v1/completions", "{\"model\":\"tiny\",\"prompt\":\"caf\xc3\x28\"}", "invalid_utf8");
@@ -722,6 +742,7 @@ int main(void) {
       cmocka_unit_test(test_bad_max_tokens),
       cmocka_unit_test(test_bad_n),
       cmocka_unit_test(test_bad_prompt_too_long),
+      cmocka_unit_test(test_engine_error_param),
       cmocka_unit_test(test_bad_utf8),
       cmocka_unit_test(test_special_tokens_as_text),
       cmocka_unit_test(test_slow_client_header_timeout),
