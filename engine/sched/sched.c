@@ -37,7 +37,9 @@ typedef struct req {
   int cached_tokens;
   int chunk;         /* tokens fed this step */
   int running;
-  int cancelled;
+  int cancel_asked;  /* sched_cancel named its id (guarded by sched.mu; never cleared) */
+  int cancel_now;    /* cancel_asked as take_inbox saw it (scheduler thread) */
+  struct req *lprev, *lnext; /* sched.live (guarded by sched.mu) */
   sampler_t *smp;
   seqout_t *out;
   double t_submit, t_admit, t_first, t_prefill_done;
@@ -63,7 +65,10 @@ struct sched {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   req_t *incoming, *incoming_tail;
-  int64_t *cancels; int n_cancels, cap_cancels;
+  /* every submitted request and choice until its final event: sched_cancel marks them here
+   * (no allocation, so a cancel cannot be lost) and raises cancel_pending */
+  req_t *live;
+  int cancel_pending;
   int n_incoming, stop, draining;
   int n_waiting_seen; /* n_waiting as last published by the scheduler thread (under mu) */
   int64_t next_id;
@@ -106,6 +111,22 @@ static void free_req(req_t *q) {
   free(q);
 }
 
+/* sched.live, under s->mu. */
+static void live_link(sched_t *s, req_t *q) {
+  q->lprev = NULL;
+  q->lnext = s->live;
+  if (s->live) s->live->lprev = q;
+  s->live = q;
+}
+
+static void live_unlink(sched_t *s, req_t *q) {
+  if (!q->lprev && s->live != q) return; /* never linked (refused at submit) */
+  if (q->lprev) q->lprev->lnext = q->lnext;
+  else s->live = q->lnext;
+  if (q->lnext) q->lnext->lprev = q->lprev;
+  q->lprev = q->lnext = NULL;
+}
+
 /* Delivers the pending delta (if any) of q. */
 static void emit_delta(req_t *q) {
   const seqout_delta_t *d = seqout_take(q->out);
@@ -141,6 +162,7 @@ static void finish(sched_t *s, req_t *q, sched_finish_t why, const char *error) 
   sched_event_t ev = {.index = q->index, .is_final = 1, .finish = why, .error = error, .usage = &u};
   release_resources(s, q);
   pthread_mutex_lock(&s->mu);
+  live_unlink(s, q);
   s->st.finished[why]++;
   s->st.generation_tokens += (uint64_t)q->n_generated;
   pthread_mutex_unlock(&s->mu);
@@ -299,7 +321,6 @@ void sched_free(sched_t *s) {
   free(s->snap_free);
   free(s->waiting);
   free(s->running);
-  free(s->cancels);
   free(s->b_tok);
   free(s->b_pos);
   free(s->b_out);
@@ -431,6 +452,11 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
     } else {
       q->id = s->next_id++;
       q->arrival = s->arrivals++;
+      live_link(s, q);
+      for (int i = 0; i < q->n_fork; i++) { /* choices not forked yet carry the id for sched_cancel */
+        q->forks[i]->id = q->id;
+        live_link(s, q->forks[i]);
+      }
       if (s->incoming_tail) s->incoming_tail->next = q; else s->incoming = q;
       s->incoming_tail = q;
       s->n_incoming++;
@@ -451,15 +477,11 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
 
 void sched_cancel(sched_t *s, int64_t id) {
   pthread_mutex_lock(&s->mu);
-  if (s->n_cancels == s->cap_cancels) {
-    int cap = s->cap_cancels ? s->cap_cancels * 2 : 16;
-    int64_t *c = realloc(s->cancels, sizeof(int64_t) * (size_t)cap);
-    if (c) {
-      s->cancels = c;
-      s->cap_cancels = cap;
+  for (req_t *q = s->live; q; q = q->lnext)
+    if (q->id == id && !q->cancel_asked) {
+      q->cancel_asked = 1;
+      s->cancel_pending = 1;
     }
-  }
-  if (s->n_cancels < s->cap_cancels) s->cancels[s->n_cancels++] = id;
   pthread_cond_signal(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }
@@ -491,14 +513,6 @@ static void take_inbox(sched_t *s) {
   req_t *in = s->incoming;
   s->incoming = s->incoming_tail = NULL;
   s->n_incoming = 0;
-  int n_c = s->n_cancels;
-  int64_t *cancels = NULL;
-  if (n_c) {
-    cancels = malloc(sizeof(int64_t) * (size_t)n_c);
-    if (cancels) memcpy(cancels, s->cancels, sizeof(int64_t) * (size_t)n_c);
-    else n_c = 0;
-    s->n_cancels = 0;
-  }
   for (req_t *q = in; q; q = q->next) s->n_waiting_seen++; /* moving to waiting[] below */
   pthread_mutex_unlock(&s->mu);
   for (req_t *q = in, *n; q; q = n) {
@@ -506,27 +520,32 @@ static void take_inbox(sched_t *s) {
     q->next = NULL;
     insert_waiting(s, q);
   }
-  for (int c = 0; c < n_c; c++) { /* every choice of the request (they share its id) */
-    for (int i = 0; i < s->n_waiting;) {
-      if (s->waiting[i]->id != cancels[c]) {
-        i++;
-        continue;
-      }
-      req_t *q = s->waiting[i];
-      remove_at(s->waiting, &s->n_waiting, i);
-      finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  /* every choice of a cancelled request was marked (they share its id); choices not forked yet
+   * end with their parent */
+  pthread_mutex_lock(&s->mu);
+  const int cancels = s->cancel_pending;
+  s->cancel_pending = 0;
+  for (int i = 0; cancels && i < s->n_waiting; i++) s->waiting[i]->cancel_now = s->waiting[i]->cancel_asked;
+  for (int i = 0; cancels && i < s->n_running; i++) s->running[i]->cancel_now = s->running[i]->cancel_asked;
+  pthread_mutex_unlock(&s->mu);
+  for (int i = 0; cancels && i < s->n_waiting;) {
+    req_t *q = s->waiting[i];
+    if (!q->cancel_now) {
+      i++;
+      continue;
     }
-    for (int i = 0; i < s->n_running;) {
-      if (s->running[i]->id != cancels[c]) {
-        i++;
-        continue;
-      }
-      req_t *q = s->running[i];
-      remove_at(s->running, &s->n_running, i);
-      finish(s, q, SCHED_FINISH_CANCELLED, NULL);
-    }
+    remove_at(s->waiting, &s->n_waiting, i);
+    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
   }
-  free(cancels);
+  for (int i = 0; cancels && i < s->n_running;) {
+    req_t *q = s->running[i];
+    if (!q->cancel_now) {
+      i++;
+      continue;
+    }
+    remove_at(s->running, &s->n_running, i);
+    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  }
   waiting_changed(s);
 }
 
@@ -972,7 +991,7 @@ void sched_run(sched_t *s) {
   gt_err_t err = {0};
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    while (!s->stop && !s->incoming && !s->n_cancels && s->n_running == 0 && s->n_waiting == 0)
+    while (!s->stop && !s->incoming && !s->cancel_pending && s->n_running == 0 && s->n_waiting == 0)
       pthread_cond_wait(&s->cv, &s->mu);
     int stop = s->stop;
     pthread_mutex_unlock(&s->mu);

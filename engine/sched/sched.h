@@ -114,8 +114,9 @@ void sched_free(sched_t *s); /* finishes every request with CANCELLED first */
  * the KV pool: the message has the numbers; for n it starts with "n "), GT_EBUSY (waiting
  * queue full), GT_ECANCELLED (draining). On error nothing is kept and req->prompt is freed. */
 int64_t sched_submit(sched_t *s, sched_req_t *req, gt_err_t *err);
-/* Cancels a request (queued or running): it gets a final CANCELLED event before the next step
- * runs. Unknown ids are ignored. */
+/* Cancels a request (queued or running): every choice gets a final CANCELLED event before the
+ * next step runs. It marks the request itself (no allocation): a cancel is never lost. Unknown
+ * or finished ids are ignored. */
 void sched_cancel(sched_t *s, int64_t id);
 
 /* Largest decode batch sched_warmup runs: the CUDA backend captures graphs up to 32 sequences. */

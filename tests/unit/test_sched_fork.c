@@ -1,7 +1,7 @@
 /* n > 1 in the scheduler (sched_req_t.n), on qwen3-tiny and the hybrid qwen35-tiny: the prompt
  * is computed once and forked; each choice equals a solo run with seed + index; cancelling or
- * finishing leaves no block referenced; bounds on n are GT_EINVAL. Built twice: on the CPU
- * backend (test_sched_fork) and, with SCHED_FORK_CUDA, on the CUDA backend, whose
+ * finishing leaves no block referenced; bounds on n are GT_EINVAL; cancels are never lost.
+ * Built twice: on the CPU backend (test_sched_fork) and, with SCHED_FORK_CUDA, on the CUDA backend, whose
  * kv_block_copy / state_copy the forks use (test_cuda_sched_fork; exit 77 without a GPU). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -206,6 +206,44 @@ static void test_fork_small_pool(void **state) {
   }
 }
 
+/* Cancels are marks on the requests, not a list that has to grow: thousands of cancels of
+ * unknown and finished ids between two steps cost nothing and lose none of the real ones, which
+ * reach a request still in the inbox (every choice), a running forked one and a queued one. */
+static void test_cancel_storm(void **state) {
+  tu_model_fx_t *f = *state;
+  static outs_t o[4];
+  memset(o, 0, sizeof o);
+  gt_err_t err = {0};
+  sched_t *s = mk(f->m, f->tok, 4, 0);
+  int64_t id[4];
+  sched_req_t r = make_req(2, 1, 30, &o[0]);
+  assert_true((id[0] = sched_submit(s, &r, &err)) > 0);
+  r = make_req(2, 2, 30, &o[1]);
+  assert_true((id[1] = sched_submit(s, &r, &err)) > 0);
+  for (int i = 0; i < 3; i++) assert_true(sched_step(s, &err) > 0); /* both forked, running */
+  r = make_req(2, 3, 30, &o[2]); /* queued behind them (max_num_seqs 4) */
+  assert_true((id[2] = sched_submit(s, &r, &err)) > 0);
+  r = make_req(2, 4, 30, &o[3]); /* still in the inbox when cancelled */
+  assert_true((id[3] = sched_submit(s, &r, &err)) > 0);
+  for (int i = 0; i < 5000; i++) sched_cancel(s, 1000000 + i); /* never issued */
+  sched_cancel(s, id[1]);
+  sched_cancel(s, id[3]);
+  sched_cancel(s, id[1]); /* twice */
+  run_all(s);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  assert_int_equal(st.kv_used, 0);
+  sched_free(s);
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 2; i++) {
+      assert_int_equal(o[k].finals[i], 1);
+      const int cancelled = k == 1 || k == 3;
+      assert_int_equal(o[k].finish[i], cancelled ? SCHED_FINISH_CANCELLED : SCHED_FINISH_LENGTH);
+      if (!cancelled) assert_int_equal(o[k].n[i], 30);
+    }
+  assert_int_equal(o[3].n[0] + o[3].n[1], 0); /* cancelled before it ran */
+}
+
 static void test_fork_bounds(void **state) {
   tu_model_fx_t *f = *state;
   static outs_t o;
@@ -238,6 +276,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fork_equals_solo),   cmocka_unit_test(test_fork_hybrid),
       cmocka_unit_test(test_fork_cancel_no_leak), cmocka_unit_test(test_fork_small_pool),
+      cmocka_unit_test(test_cancel_storm),
       cmocka_unit_test(test_fork_bounds),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
