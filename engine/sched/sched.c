@@ -777,9 +777,12 @@ static void fork_choices(sched_t *s, req_t *q, const float *row) {
     }
     if (ok) {
       c->n_computed = q->n_computed;
-    } else {
+    } else { /* no block: the choice waits and is computed again (its prompt from the prefix cache) */
       release_resources(s, c);
       c->n_computed = 0;
+      pthread_mutex_lock(&s->mu);
+      s->st.fork_waits++;
+      pthread_mutex_unlock(&s->mu);
     }
     memcpy(s->fork_tmp, row, sizeof(float) * (size_t)s->V); /* take_token writes the biases into it */
     int done = take_token(s, c, s->fork_tmp, -1);

@@ -1,6 +1,7 @@
 /* n > 1 in the scheduler (sched_req_t.n), on qwen3-tiny and the hybrid qwen35-tiny: the prompt
  * is computed once and forked; each choice equals a solo run with seed + index; cancelling or
- * finishing leaves no block referenced; bounds on n are GT_EINVAL; cancels are never lost.
+ * finishing leaves no block referenced; bounds on n are GT_EINVAL; cancels are never lost; a
+ * choice that finds no free KV block at the fork waits and resumes from the prefix cache.
  * Built twice: on the CPU backend (test_sched_fork) and, with SCHED_FORK_CUDA, on the CUDA backend, whose
  * kv_block_copy / state_copy the forks use (test_cuda_sched_fork; exit 77 without a GPU). */
 #include <setjmp.h>
@@ -244,6 +245,60 @@ static void test_cancel_storm(void **state) {
   assert_int_equal(o[3].n[0] + o[3].n[1], 0); /* cancelled before it ran */
 }
 
+/* The fork's fallback: the forking request's prompt completes in the step that also gives
+ * another request's prompt the last free blocks, so its choices find no block for their copy of
+ * the partial last block. They wait (keeping the first token they sampled from the fork's row)
+ * and, once blocks are free, are admitted again and recompute from the prefix cache: each choice
+ * still equals its solo run, every request ends once, nothing leaks.
+ * Pool of 5 blocks of 16, 64 tokens per step: B (n = 3, 37 tokens: 3 blocks) is admitted first,
+ * then A (32 tokens: the 2 blocks left); step 1 runs B's 37 and A's first 27 and forks B. */
+static void test_fork_no_free_block_waits(void **state) {
+  tu_model_fx_t *f = *state;
+  enum { N = 3, T = 8, TA = 4 };
+  static outs_t a, o, solo;
+  memset(&a, 0, sizeof a);
+  memset(&o, 0, sizeof o);
+  gt_err_t err = {0};
+  sched_t *s = mk(f->m, f->tok, 8, 5);
+  sched_req_t r = make_req(N, 7, T, &o);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  sched_req_t ra = make_req(1, 1, TA, &a);
+  free(ra.prompt);
+  ra.n_prompt = 32;
+  ra.prompt = malloc(sizeof(int32_t) * 32);
+  for (int i = 0; i < 32; i++) ra.prompt[i] = (int32_t)(500 + i);
+  assert_true(sched_submit(s, &ra, &err) > 0);
+  run_all(s);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  print_message("fork waits %llu, prefix hits %llu tokens, computed %llu tokens, preemptions %llu\n",
+                (unsigned long long)st.fork_waits, (unsigned long long)st.prefix_hit_tokens,
+                (unsigned long long)st.computed_tokens, (unsigned long long)st.preemptions);
+  assert_int_equal(st.fork_waits, N - 1); /* both forks found the pool full */
+  /* the waiting choices were computed again from B's two full prompt blocks in the prefix
+   * cache: only the 5 tokens of the partial block, then their T - 1 decodes (without the cache
+   * each would recompute all 37) */
+  assert_int_equal(st.preemptions, 0);
+  assert_int_equal(st.computed_tokens, 37 + 32 + (T - 1) + (TA - 1) + (N - 1) * (5 + T - 1));
+  assert_int_equal(st.kv_used, 0);
+  assert_int_equal(st.running + st.waiting, 0);
+  sched_free(s);
+  assert_int_equal(a.finals[0], 1);
+  assert_int_equal(a.n[0], TA);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(o.finals[i], 1);
+    assert_int_equal(o.finish[i], SCHED_FINISH_LENGTH);
+    assert_int_equal(o.n[i], T);
+    memset(&solo, 0, sizeof solo);
+    s = mk(f->m, f->tok, 8, 0);
+    r = make_req(1, 7 + (uint64_t)i, T, &solo);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    run_all(s);
+    sched_free(s);
+    assert_memory_equal(o.ids[i], solo.ids[0], sizeof(int32_t) * T);
+  }
+}
+
 static void test_fork_bounds(void **state) {
   tu_model_fx_t *f = *state;
   static outs_t o;
@@ -276,6 +331,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fork_equals_solo),   cmocka_unit_test(test_fork_hybrid),
       cmocka_unit_test(test_fork_cancel_no_leak), cmocka_unit_test(test_fork_small_pool),
+      cmocka_unit_test(test_fork_no_free_block_waits),
       cmocka_unit_test(test_cancel_storm),
       cmocka_unit_test(test_fork_bounds),
   };
