@@ -220,6 +220,7 @@ static void long_prompt_small_pool(fx_t *f) {
     for (int k = 0; k < N; k++) streams_left += run[k].finals == 0;
     if (streams_left && st.waiting == 1) queued_steps++;
   }
+  if (steps == 1000) fail_msg("the scheduler was still busy after 1000 steps");
   sched_stats(s, &st);
   printf("long prompt: %d steps, queued in %d of them while streams ran, %llu preemptions, first token at step %lld\n",
          steps, queued_steps, (unsigned long long)st.preemptions, (long long)run[N].step_of_delta[0]);
