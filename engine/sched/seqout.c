@@ -21,8 +21,9 @@ struct seqout {
   gt_sb_t text, reasoning;
   seqout_tool_delta_t *tools; int n_tools, cap_tools;
   gt_sb_t *tool_args;     /* [cap_tools] argument buffers */
-  char **tool_strs;     /* ids / names copied for the pending delta, freed at take */
-  int n_strs, cap_strs;
+  char **tool_strs;     /* tool-call ids / names: [0, n_taken) of the last taken delta (freed at the
+                           next take), then those of the pending delta */
+  int n_strs, cap_strs, n_taken;
   seqout_logprob_t *lps; int n_lps, cap_lps;
   seqout_delta_t out;
 };
@@ -238,6 +239,13 @@ const seqout_delta_t *seqout_take(seqout_t *o) {
   o->reasoning.len = 0;
   o->n_tools = 0;
   o->n_lps = 0;
+  /* the previous delta's ids and names are no longer used; this one's live until the next take */
+  if (o->n_taken > 0) {
+    for (int i = 0; i < o->n_taken; i++) free(o->tool_strs[i]);
+    memmove(o->tool_strs, o->tool_strs + o->n_taken, sizeof(char *) * (size_t)(o->n_strs - o->n_taken));
+    o->n_strs -= o->n_taken;
+  }
+  o->n_taken = o->n_strs;
   return &o->out;
 }
 

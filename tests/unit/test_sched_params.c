@@ -1,10 +1,12 @@
 /* Per-request output parameters at the engine level (qwen3-tiny bf16): logit_bias
  * (+100 forces a token, -100 bans it, logprobs stay raw, bad values are refused),
  * stop_token_ids (the output ends at the first one, finish STOP), and in the output pipeline
- * (seqout) skip_special_tokens (keep_special) and include_stop_str_in_output (include_stop).
+ * (seqout) skip_special_tokens (keep_special) and include_stop_str_in_output (include_stop), and
+ * that a stream of tool calls does not keep every call's id and name until it ends.
  * Built twice: on the CPU backend (test_sched_params) and, with SCHED_PARAMS_CUDA, on the CUDA
  * backend, whose device sampler hands biased rows to the host sampler (test_cuda_sched_params;
  * exit 77 = skipped without a GPU). */
+#include <malloc.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -269,6 +271,46 @@ static void test_special_tokens_and_stop_string(void **state) {
   free(t);
 }
 
+/* 3000 tool calls through one seqout, a take after every token (as the scheduler does): the
+ * calls' ids and names are freed once the delta that carried them was taken, not kept until the
+ * sequence ends. Heap growth is measured between call 500 and call 3000 (not under ASan, whose
+ * allocator mallinfo does not see; there the test checks that every taken id stays readable). */
+static void test_tool_call_strings_freed(void **state) {
+  fx_t *f = *state;
+  gt_err_t err = {0};
+  const char *call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n";
+  int32_t *ids = NULL;
+  size_t n = 0;
+  assert_int_equal(tok_encode(f->tok, call, strlen(call), TOK_SPECIAL, &ids, &n, &err), GT_OK);
+  /* keep_special: the fixture's vocabulary marks <tool_call> as a control token */
+  seqout_config_t c = {.parse_output = 1, .parse_tool_calls = 1, .id_seed = 7, .keep_special = 1};
+  seqout_t *o = NULL;
+  assert_int_equal(seqout_create(f->tok, &c, &o, &err), GT_OK);
+  int calls = 0;
+  size_t heap500 = 0, heap3000 = 0;
+  for (int k = 0; k < 3000; k++) {
+    for (size_t i = 0; i < n; i++) {
+      assert_true(seqout_push(o, ids[i], 1, &err) >= 0);
+      const seqout_delta_t *d = seqout_take(o);
+      for (int t = 0; t < d->n_tools; t++)
+        if (d->tools[t].id) {
+          assert_true(strlen(d->tools[t].id) > 0); /* readable until the next take */
+          assert_string_equal(d->tools[t].name, "get_weather");
+          calls++;
+        }
+    }
+    if (k == 499) heap500 = mallinfo2().uordblks;
+  }
+  heap3000 = mallinfo2().uordblks;
+  assert_int_equal(calls, 3000);
+  print_message("heap in use grew by %lld bytes over 2500 tool calls\n", (long long)heap3000 - (long long)heap500);
+#ifndef __SANITIZE_ADDRESS__
+  assert_true(heap3000 < heap500 + 16384); /* before: ~2 strings and 2 pointers per call (> 100 KB) */
+#endif
+  seqout_free(o);
+  free(ids);
+}
+
 #ifdef SCHED_PARAMS_CUDA
 static int cuda_be(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
 static int setup(void **state) { return tu_model_fx_setup_on(state, cuda_be); }
@@ -290,6 +332,7 @@ int main(void) {
       cmocka_unit_test(test_top_logprobs),
       cmocka_unit_test(test_stop_token_ids),
       cmocka_unit_test(test_special_tokens_and_stop_string),
+      cmocka_unit_test(test_tool_call_strings_freed),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
