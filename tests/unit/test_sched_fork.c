@@ -2,8 +2,9 @@
  * is computed once and forked; each choice equals a solo run with seed + index; cancelling or
  * finishing leaves no block referenced; bounds on n are GT_EINVAL; cancels are never lost; a
  * choice that finds no free KV block at the fork waits and resumes from the prefix cache.
- * Built twice: on the CPU backend (test_sched_fork) and, with SCHED_FORK_CUDA, on the CUDA backend, whose
- * kv_block_copy / state_copy the forks use (test_cuda_sched_fork; exit 77 without a GPU). */
+ * Built twice: on the CPU backend (test_sched_fork) and, with SCHED_FORK_CUDA, on the CUDA
+ * backend, whose kv_block_copy / state_copy the forks use (test_cuda_sched_fork; exit 77 without
+ * a GPU). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
