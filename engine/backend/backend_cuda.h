@@ -31,7 +31,8 @@ void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st);
  * batch size are timed (events around the launch) until be_cuda_profile_get. */
 typedef struct {
   char label[64]; /* op kind; ops with a weight matrix add its type, cols x rows and the batch
-                   * rows, e.g. "matmul Q4_K 4096x12288 x1" ("gemm": the bf16 tensor-core path) */
+                   * rows of the product, e.g. "matmul Q4_K 4096x12288 x1" and the path of a product:
+                   * "gemm" (bf16 tensor-core GEMM), "deq-gemm" (fast prefill), "mmq" */
   int calls;      /* ops of this label in the step */
   double us;      /* their GPU time, summed */
 } be_cuda_prof_t;
@@ -59,6 +60,8 @@ int be_cuda_profile_get(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum
  * The default is BE_CUDA_PREFILL_FAST_DEFAULT unless GANTRY_PREFILL_PRECISION=exact|fast says
  * otherwise. be_cuda_set_prefill_precision("exact" | "fast") overrides both (NULL: back to the
  * environment); returns 0, or -1 for another name. Not thread-safe: call before serving. */
+/* exact: fast misses the golden bar on the tiny random models (max row error 1.0-1.2e-2 vs 1e-2,
+ * kernels/README.md "Prefill: dequantized weights + cuBLAS") */
 #define BE_CUDA_PREFILL_FAST_DEFAULT 0
 int be_cuda_set_prefill_precision(const char *name);
 /* "exact" or "fast": the setting products use now. */

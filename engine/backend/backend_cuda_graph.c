@@ -259,10 +259,16 @@ static const char *const op_names[] = {
 #undef OP_NAME
 };
 
-/* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ gemm]]": weight matrices (not vectors)
- * of the record with the batch rows; "gemm" when the first takes the bf16 tensor-core path. */
+/* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ PATH]]": weight matrices (not vectors)
+ * of the record with the batch rows (a product's own x rows: the output head runs on the rows
+ * that want logits); PATH, for products, the one the first weight takes: "gemm" (bf16
+ * tensor-core GEMM), "deq-gemm" (fast prefill), "mmq". */
 static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   const int op = (int)r->op;
+  const int product = op == OP_matmul || op == OP_matmul_multi || op == OP_ffn_swiglu;
+  if (op == OP_matmul) rows = (int)r->a.matmul.rows;
+  if (op == OP_matmul_multi) rows = (int)r->a.matmul_multi.rows;
+  if (op == OP_ffn_swiglu) rows = (int)r->a.ffn_swiglu.rows;
   size_t len = (size_t)snprintf(buf, n, "%s", op_names[op]);
   be_weight_t w[REC_MAX_W];
   const int n_w = rec_weights(r, w);
@@ -279,10 +285,11 @@ static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   }
   if (n_mat && len < n)
     snprintf(buf + len, n - len, " x%d%s", rows,
-             cu__bf16_gemm_floats(&w[0], rows)   ? " gemm"
-             : cu__deq_gemm_floats(&w[0], rows) ? " deq-gemm"
-             : cu__mmq_floats(&w[0], rows)      ? " mmq"
-                                                : "");
+             !product                           ? ""
+             : cu__bf16_gemm_floats(&w[0], rows) ? " gemm"
+             : cu__deq_gemm_floats(&w[0], rows)  ? " deq-gemm"
+             : cu__mmq_floats(&w[0], rows)       ? " mmq"
+                                                 : "");
 }
 
 static void prof_add(be_cuda_t *c, const char *label, double us) {

@@ -835,8 +835,10 @@ static void test_mmq(void **st) {
  * must exceed FAST_MIN (else the exact path ran) and stay within FAST_TOL_2 / FAST_TOL_1. Decode
  * rows (<= 64) must stay on the exact path (TOL). */
 #define FAST_MIN 1e-4
-#define FAST_TOL_2 1e-2 /* provisional until the H200 run */
-#define FAST_TOL_1 1e-2
+/* measured on the H200 (commit ae0c2c9, all four types, 65-263 rows): x in 2 parts 1.45-1.55e-3
+ * (matmul, matmul_multi), 2.22e-3 (ffn_swiglu); x in 1 part 2.06-2.19e-3, 3.07e-3. Pinned: */
+#define FAST_TOL_2 3e-3
+#define FAST_TOL_1 4.5e-3
 static void test_prefill_fast(void **st) {
   NEED_GPU();
   assert_int_equal(be_cuda_set_prefill_precision("fast"), 0);
