@@ -154,8 +154,8 @@ static void print_profile(const eb_prof_t *p, int prefill, FILE *out) {
                                      : "negative: the per-op event pairs cost more than the graph's gaps",
             p->wall_us, p->wall_us - s->graph_us);
   else
-    fprintf(out, "sum of ops %.1f us vs decode step wall %.1f us (median; no graph replay was timed): gap %.1f us\n",
-            s->ops_us, p->wall_us, p->wall_us - s->ops_us);
+    fprintf(out, "sum of ops %.1f us vs %s wall %.1f us (%s; no graph replay was timed): gap %.1f us\n", s->ops_us,
+            prefill ? "prefill" : "decode step", p->wall_us, prefill ? "best timed" : "median", p->wall_us - s->ops_us);
 }
 
 int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t *err) {
