@@ -6,4 +6,9 @@
 
 KC_API int kc_dequant_rows(cudaStream_t st, int type, const void *w, size_t row_bytes, int64_t row0, int64_t nrows,
                            int64_t cols, float *dst);
+/* The same rows as bf16 (each fp32 value of kc_dequant_rows rounded to nearest even) into
+ * dst[nrows, cols] (16-byte aligned): the weight tile of the fast prefill GEMM (bf16 tensor
+ * cores, backend_cuda_ops.c). */
+KC_API int kc_dequant_rows_bf16(cudaStream_t st, int type, const void *w, size_t row_bytes, int64_t row0,
+                                int64_t nrows, int64_t cols, void *dst);
 #endif

@@ -307,7 +307,8 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   int decode = nt > 0 && nt == ns && nt <= KC_MATVEC_MAX_ROWS && no <= nt;
   for (int s = 0; s < ns && decode; s++) decode = sn[s] == 1;
   c->decode_batch = decode;
-  if (decode && (c->graphs_on || c->prof_state == CU_PROF_ARMED)) {
+  /* an armed profile records any step (a prefill too); only decode steps become graphs */
+  if ((decode && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
     c->recording = 1;
     c->n_rec = 0;
   }

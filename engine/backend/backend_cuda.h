@@ -17,20 +17,22 @@ int be_cuda_create(int device, be_t **out, gt_err_t *err);
 typedef struct {
   long graph_steps, eager_steps, captures;
   uint64_t captured_sizes;
-  long profiled_steps; /* decode steps run for be_cuda_profile_arm (not in eager_steps) */
+  long profiled_steps; /* steps run for be_cuda_profile_arm (not in eager_steps) */
 } be_cuda_stats_t;
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st);
 
-/* Per-op profile of one decode step (gantry-engine bench / bench_decode).
- * be_cuda_profile_arm: the NEXT decode step runs eagerly instead of from its graph (counted in
- * profiled_steps, not eager_steps; the graphs are left as they are) with a cudaEvent pair around
+/* Per-op profile of one step (gantry-engine bench / bench_decode).
+ * be_cuda_profile_arm: the NEXT step (a decode step or a prefill) is recorded and then run eagerly
+ * instead of from a graph (counted in profiled_steps, not eager_steps; the graphs are left as
+ * they are) with a cudaEvent pair around
  * each recorded op. When every op of the step can be captured, the ops are queued in chunks
  * behind a host gate (cudaLaunchHostFunc) so the GPU runs each chunk back to back and host
  * launch latency is not counted as op time (gated = 1). Afterwards, graph replays of the same
  * batch size are timed (events around the launch) until be_cuda_profile_get. */
 typedef struct {
   char label[64]; /* op kind; ops with a weight matrix add its type, cols x rows and the batch
-                   * rows, e.g. "matmul Q4_K 4096x12288 x1" ("gemm": the bf16 tensor-core path) */
+                   * rows of the product, e.g. "matmul Q4_K 4096x12288 x1" and the path of a product:
+                   * "gemm" (bf16 tensor-core GEMM), "deq-gemm" (fast prefill), "mmq" */
   int calls;      /* ops of this label in the step */
   double us;      /* their GPU time, summed */
 } be_cuda_prof_t;
@@ -44,9 +46,26 @@ typedef struct {
 } be_cuda_prof_sum_t;
 void be_cuda_profile_arm(be_t *be);
 /* Copies the profiled step's rows, most time first, into out[max] and its totals into *sum;
- * returns the number of rows copied, 0 when no decode step ran since the arm. Stops the
+ * returns the number of rows copied, 0 when no step was profiled since the arm. Stops the
  * graph timing and disarms. */
 int be_cuda_profile_get(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum_t *sum);
+
+/* Prefill products of K-quant and Q8_0 weights (more than 64 rows of x; decode batches are not
+ * affected), process-wide:
+ * - "exact": kernels/mmq (the exact small integers of the weights in bf16, scales in fp32; x in
+ *   GANTRY_PREFILL_XPARTS bf16 parts, default 2: op error 2-6e-6);
+ * - "fast": each weight dequantized to bf16 (rounded to nearest even, 2^-9 relative) tile by tile
+ *   into scratch and multiplied by cuBLAS bf16 GEMMs with fp32 accumulation; x in one bf16 part
+ *   with GANTRY_PREFILL_XPARTS=1, else hi + lo (two GEMMs).
+ * The default is BE_CUDA_PREFILL_FAST_DEFAULT unless GANTRY_PREFILL_PRECISION=exact|fast says
+ * otherwise. be_cuda_set_prefill_precision("exact" | "fast") overrides both (NULL: back to the
+ * environment); returns 0, or -1 for another name. Not thread-safe: call before serving. */
+/* exact: fast misses the golden bar on the tiny random models (max row error 1.0-1.2e-2 vs 1e-2,
+ * kernels/README.md "Prefill: dequantized weights + cuBLAS") */
+#define BE_CUDA_PREFILL_FAST_DEFAULT 0
+int be_cuda_set_prefill_precision(const char *name);
+/* "exact" or "fast": the setting products use now. */
+const char *be_cuda_prefill_precision(void);
 
 /* 1 if this build has the CUDA backend and at least one device is visible. */
 int be_cuda_available(void);

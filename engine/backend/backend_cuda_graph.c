@@ -233,6 +233,7 @@ static int prepare_capture(be_t *be) {
       const int n_w = rec_weights(r, w);
       for (int j = 0; j < n_w; j++) {
         size_t n = cu__bf16_gemm_floats(&w[j], rows);
+        if (!n) n = cu__deq_gemm_floats(&w[j], rows);
         if (!n && ((uintptr_t)x & 15) == 0) n = cu__mmq_floats(&w[j], rows);
         if (n) {
           if (n > need) need = n;
@@ -258,10 +259,16 @@ static const char *const op_names[] = {
 #undef OP_NAME
 };
 
-/* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ gemm]]": weight matrices (not vectors)
- * of the record with the batch rows; "gemm" when the first takes the bf16 tensor-core path. */
+/* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ PATH]]": weight matrices (not vectors)
+ * of the record with the batch rows (a product's own x rows: the output head runs on the rows
+ * that want logits); PATH, for products, the one the first weight takes: "gemm" (bf16
+ * tensor-core GEMM), "deq-gemm" (fast prefill), "mmq". */
 static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   const int op = (int)r->op;
+  const int product = op == OP_matmul || op == OP_matmul_multi || op == OP_ffn_swiglu;
+  if (op == OP_matmul) rows = (int)r->a.matmul.rows;
+  if (op == OP_matmul_multi) rows = (int)r->a.matmul_multi.rows;
+  if (op == OP_ffn_swiglu) rows = (int)r->a.ffn_swiglu.rows;
   size_t len = (size_t)snprintf(buf, n, "%s", op_names[op]);
   be_weight_t w[REC_MAX_W];
   const int n_w = rec_weights(r, w);
@@ -278,7 +285,11 @@ static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   }
   if (n_mat && len < n)
     snprintf(buf + len, n - len, " x%d%s", rows,
-             cu__bf16_gemm_floats(&w[0], rows) ? " gemm" : cu__mmq_floats(&w[0], rows) ? " mmq" : "");
+             !product                           ? ""
+             : cu__bf16_gemm_floats(&w[0], rows) ? " gemm"
+             : cu__deq_gemm_floats(&w[0], rows)  ? " deq-gemm"
+             : cu__mmq_floats(&w[0], rows)       ? " mmq"
+                                                 : "");
 }
 
 static void prof_add(be_cuda_t *c, const char *label, double us) {
@@ -312,7 +323,7 @@ static void CUDART_CB prof_gate(void *p) {
   while (!__atomic_load_n(open, __ATOMIC_ACQUIRE) && gt_now_ms() - t0 < CU_PROF_GATE_MS) sched_yield();
 }
 
-/* Runs the recorded decode step eagerly with an event pair around each op, waits for it and
+/* Runs the recorded step (decode, or a prefill) eagerly with an event pair around each op, waits for it and
  * keeps the sums per label (c->prof_rows, c->prof_sum); then times graph replays. Gating needs
  * prepare_capture to succeed: it guarantees no op of the step synchronizes the stream (which
  * would wait on a closed gate). Without events (creation failed) the ops just run. */
@@ -322,7 +333,10 @@ static void profile_step(be_t *be) {
   c->recording = 0;
   c->prof_state = CU_PROF_OFF;
   c->prof_steps++;
-  int gated = !cu_failed(be) && prepare_capture(be) == 0;
+  /* a prefill runs ungated: prepare_capture sizes scratch for decode kernels (the split
+   * attention of every token would ask for gigabytes at long prompts), and its ops outlast the
+   * host's launches anyway; its own scratch was sized by the unprofiled steps before it */
+  int gated = c->decode_batch && !cu_failed(be) && prepare_capture(be) == 0;
   cudaEvent_t *ev = calloc((size_t)2 * n + 1, sizeof *ev);
   int *gate = calloc((size_t)n / CU_PROF_CHUNK + 1, sizeof *gate);
   if (!c->prof_rows) c->prof_rows = malloc(sizeof(be_cuda_prof_t) * CU_PROF_MAX_ROWS);

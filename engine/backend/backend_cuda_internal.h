@@ -135,7 +135,11 @@ static inline float *ssm_state(be_cuda_t *c, int layer, int slot) {
 float *cu__scratch(be_t *be, size_t n);
 /* Scratch floats the bf16 split GEMM needs for w and rows, or 0 when w does not take it. */
 size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows);
+/* Scratch floats the mmq path needs for w and rows, or 0 when w does not take it. */
 size_t cu__mmq_floats(const be_weight_t *w, int rows);
+/* Scratch floats the fast prefill product (dequantize to bf16 + cuBLAS GEMM, "fast" prefill
+ * precision) needs for w and rows, or 0 when w does not take it. */
+size_t cu__deq_gemm_floats(const be_weight_t *w, int rows);
 /* The device RoPE inverse-frequency table of (theta, n_rot, bf16), made once; NULL on failure
  * (error set). Not callable while capturing. */
 const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16);

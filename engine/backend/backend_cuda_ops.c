@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/add.cuh"
 #include "kernels/attention.cuh"
@@ -89,10 +90,87 @@ size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows) {
   return n <= 4 * CU_TILE_FLOATS ? n : 0;
 }
 
+/* ---- prefill precision (be_cuda_set_prefill_precision, backend_cuda.h) ---- */
+
+static int g_prefill_fast = -1; /* -1: GANTRY_PREFILL_PRECISION not read yet */
+
+int be_cuda_set_prefill_precision(const char *name) {
+  if (!name) g_prefill_fast = -1;
+  else if (!strcmp(name, "exact")) g_prefill_fast = 0;
+  else if (!strcmp(name, "fast")) g_prefill_fast = 1;
+  else return -1;
+  return 0;
+}
+
+static int prefill_fast(void) {
+  if (g_prefill_fast < 0) {
+    const char *e = getenv("GANTRY_PREFILL_PRECISION");
+    g_prefill_fast = e && !strcmp(e, "fast") ? 1 : e && !strcmp(e, "exact") ? 0 : BE_CUDA_PREFILL_FAST_DEFAULT;
+  }
+  return g_prefill_fast;
+}
+
+const char *be_cuda_prefill_precision(void) { return prefill_fast() ? "fast" : "exact"; }
+
+/* bf16 elements of one dequantized weight tile of the fast prefill product (128 MiB) */
+#define CU_DEQ_TILE_ELEMS ((size_t)64 << 20)
+
+static int64_t deq_tile_rows(const be_weight_t *w) {
+  int64_t t = (int64_t)(CU_DEQ_TILE_ELEMS / (size_t)w->cols);
+  return t < 1 ? 1 : t > w->rows ? w->rows : t;
+}
+
+/* x parts of the fast prefill product: 1 (bf16 x) when kc_mmq_parts says 1, else 2 (hi + lo) */
+static int deq_parts(int rows) { return kc_mmq_parts(rows) == 1 ? 1 : 2; }
+
+/* Scratch floats the fast prefill product needs for w and rows, or 0 when w does not take it:
+ * precision "fast", a K-quant or Q8_0 weight, more than KC_MMQ_EXACT_ROWS rows (prefill; decode
+ * batches keep the exact paths). Layout: xs [2][rows][cols] bf16 (hi, lo), then one weight tile
+ * [deq_tile_rows][cols] bf16. */
+size_t cu__deq_gemm_floats(const be_weight_t *w, int rows) {
+  if (!prefill_fast() || rows <= KC_MMQ_EXACT_ROWS || !w || !w->data || w->cols % 8 || w->cols > (1 << 30) ||
+      w->rows > (1 << 30))
+    return 0;
+  if (w->type != GT_TYPE_Q4_K && w->type != GT_TYPE_Q5_K && w->type != GT_TYPE_Q6_K && w->type != GT_TYPE_Q8_0) return 0;
+  const size_t xs = ((size_t)rows * (size_t)w->cols + 63) / 64 * 64; /* 2 x rows x cols bf16 */
+  const size_t wt = ((size_t)deq_tile_rows(w) * (size_t)w->cols / 2 + 63) / 64 * 64;
+  return xs + wt <= 8 * CU_TILE_FLOATS ? xs + wt : 0;
+}
+
+/* out[rows, n_out] = x[rows, k] · Wᵀ for cu__deq_gemm_floats' weights: x split into bf16 parts
+ * (kc_split_bf16: hi, and lo = bf16(x - hi) with 2 parts), W dequantized tile by tile to bf16
+ * (kc_dequant_rows_bf16: each weight rounded to nearest even, 2^-9 relative) and one cuBLAS bf16
+ * GEMM per tile and part with fp32 accumulation, the lo part added onto the hi part's result
+ * (beta = 1). Column-major view per tile: outᵀ (nt x rows, ld n_out) = W_tile (k x nt, op T)ᵀ · xsᵀ. */
+static void deq_gemm(be_t *be, const be_weight_t *w, const float *x, float *out, int rows) {
+  be_cuda_t *c = CU_BE(be);
+  const int parts = deq_parts(rows);
+  const int64_t n_out = w->rows, k = w->cols, tile = deq_tile_rows(w);
+  float *sc = cu__scratch(be, cu__deq_gemm_floats(w, rows));
+  if (!sc) return;
+  uint16_t *xs = (uint16_t *)sc; /* bf16 [2][rows][k]: hi, lo */
+  void *wt = sc + ((size_t)rows * (size_t)k + 63) / 64 * 64;
+  if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, xs))) return; /* hi and lo, lo unused with 1 part */
+  const float one = 1.0f, zero = 0.0f;
+  for (int64_t r0 = 0; r0 < n_out; r0 += tile) {
+    const int64_t nt = n_out - r0 < tile ? n_out - r0 : tile;
+    if (KC_CUDA(CU_ERR(be), kc_dequant_rows_bf16(c->stream, (int)w->type, w->data, w->row_bytes, r0, nt, k, wt))) return;
+    for (int p = 0; p < parts; p++)
+      if (KC_CUBLAS(CU_ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)nt, rows, (int)k, &one, wt,
+                                            CUDA_R_16BF, (int)k, xs + (size_t)p * rows * (size_t)k, CUDA_R_16BF,
+                                            (int)k, p ? &one : &zero, out + r0, CUDA_R_32F, (int)n_out,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)))
+        return;
+  }
+}
+
 /* Scratch floats the tensor-core K-quant path (kernels/mmq.cuh) needs for w and rows, or 0 when
- * w does not take it (type, alignment, rows < KC_MMQ_MIN_ROWS, GANTRY_MMQ=0). */
+ * w does not take it (type, alignment, rows < KC_MMQ_MIN_ROWS, GANTRY_MMQ=0, or the fast prefill
+ * product takes it). */
 size_t cu__mmq_floats(const be_weight_t *w, int rows) {
-  if (!w || !w->data || rows < KC_MMQ_MIN_ROWS || !kc_mmq_ok((int)w->type, w->data, w->row_bytes, w->cols)) return 0;
+  if (!w || !w->data || rows < KC_MMQ_MIN_ROWS || !kc_mmq_ok((int)w->type, w->data, w->row_bytes, w->cols) ||
+      cu__deq_gemm_floats(w, rows))
+    return 0;
   return kc_mmq_scratch_bytes(w->cols, rows, kc_mmq_parts(rows)) / sizeof(float);
 }
 
@@ -115,6 +193,10 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
   if (cu_failed(be) || rows <= 0) return;
   if (!dense_ok(w)) {
     cu_fail(be, GT_EUNSUPPORTED, "matmul", "weight type or width not supported");
+    return;
+  }
+  if (cu__deq_gemm_floats(w, rows)) {
+    deq_gemm(be, w, x, out, rows);
     return;
   }
   if (takes_mmq(w, x, rows)) {

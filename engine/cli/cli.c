@@ -47,6 +47,15 @@ int cli_kv_dtype(be_t *be, const char *v) {
   return 0;
 }
 
+int cli_prefill_precision(const char *v) {
+  if (!v) return 0;
+  if (strcmp(v, "exact") && strcmp(v, "fast")) return cli_fail("--prefill-precision must be exact or fast, got '%s'", v);
+#ifdef GANTRY_HAVE_CUDA
+  be_cuda_set_prefill_precision(v);
+#endif
+  return 0;
+}
+
 int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out) {
   gt_err_t err = {0};
   memset(out, 0, sizeof *out);

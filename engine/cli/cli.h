@@ -28,6 +28,13 @@ void cli_close_model(cli_model_t *m);
  * before its KV pool is made; be NULL only checks V. Prints the error, returns non-zero. */
 int cli_kv_dtype(be_t *be, const char *v);
 #define CLI_KV_DTYPE_HELP "  --kv-dtype T            KV cache element type: bf16 (CUDA default) or fp32\n"
+/* --prefill-precision V ("exact" or "fast"; NULL: the default / GANTRY_PREFILL_PRECISION): the
+ * CUDA backend's prefill products of K-quant weights (be_cuda_set_prefill_precision); no effect on
+ * the CPU backend. Prints the error, returns non-zero. */
+int cli_prefill_precision(const char *v);
+#define CLI_PREFILL_PRECISION_HELP                                                                   \
+  "  --prefill-precision P   CUDA prefill products of K-quant weights: exact (tensor-core mmq) or\n" \
+  "                          fast (bf16-dequantized weights + cuBLAS); see kernels/README.md\n"
 
 /* Prints "gantry-engine: error: <fmt>" and returns exit code 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -14,7 +14,8 @@
 int cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"device", 1, 0, 'D'}, {"batch", 1, 0, 'b'},
                                        {"prompt", 1, 0, 'p'}, {"gen", 1, 0, 'g'},   {"threads", 1, 0, 'j'},
-                                       {"kv-dtype", 1, 0, 'K'}, {"help", 0, 0, 'h'},   {0, 0, 0, 0}};
+                                       {"kv-dtype", 1, 0, 'K'}, {"prefill-precision", 1, 0, 'P'},
+                                       {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
   const char *model = NULL, *device = "cpu", *batches = "1,8,32", *prompts = "512", *kv_dtype = NULL;
   long gen = 256, threads = 0;
   optind = 1;
@@ -24,13 +25,15 @@ int cmd_bench(int argc, char **argv) {
       case 'D': device = optarg; break;
       case 'b': batches = optarg; break;
       case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
+      case 'P': if (cli_prefill_precision(optarg)) return 2; break;
       case 'p': prompts = optarg; break;
       case 'g': if (cli_int("--gen", optarg, 2, 1 << 20, &gen)) return 2; break;
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'h':
         puts("usage: gantry-engine bench --model M.gguf [--device cpu|cuda] [--batch 1,8,32] [--prompt 512[,2048...]] "
-             "[--gen 256] [--threads N] [--kv-dtype bf16|fp32]\n  decode after a prompt of the first --prompt "
-             "length; every length is also timed as a one-sequence prefill");
+             "[--gen 256] [--threads N] [--kv-dtype bf16|fp32] [--prefill-precision exact|fast]\n  decode after a "
+             "prompt of the first --prompt length; every length is also timed as a one-sequence prefill (on CUDA "
+             "with a per-op profile)");
         return 0;
       default: return 2;
     }
@@ -54,7 +57,7 @@ int cmd_bench(int argc, char **argv) {
   eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = pl[0], .prefill = pl, .n_prefill = np, .gen = (int)gen,
                  .copy_bytes = (size_t)(on_cuda ? 2048u : 256u) << 20};
 #ifdef GANTRY_HAVE_CUDA
-  if (on_cuda) { /* per-op profile of one decode step per batch size */
+  if (on_cuda) { /* per-op profile of one decode step per batch size and of one prefill per length */
     o.prof_arm = be_cuda_profile_arm;
     o.prof_get = be_cuda_profile_get;
   }

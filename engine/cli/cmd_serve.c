@@ -51,6 +51,7 @@ static void usage(void) {
         "  --threads N             CPU threads (default: every core)\n"
         "  --device D              cpu (default), cuda or cuda:N\n"
         CLI_KV_DTYPE_HELP
+        CLI_PREFILL_PRECISION_HELP
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
         stdout);
 }
@@ -83,7 +84,8 @@ int cmd_serve(int argc, char **argv) {
       {"metrics-host", 1, 0, 'H'}, {"max-num-seqs", 1, 0, 's'},  {"max-batch-tokens", 1, 0, 'b'},
       {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
       {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"device", 1, 0, 'D'},
-      {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"help", 0, 0, 'h'},
+      {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"prefill-precision", 1, 0, 'P'},
+      {"help", 0, 0, 'h'},
       {0, 0, 0, 0}};
   const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
   const char *kv_dtype = NULL, *served_name = NULL;
@@ -99,6 +101,7 @@ int cmd_serve(int argc, char **argv) {
       case 'D': device = optarg; break;
       case 'n': served_name = optarg; break;
       case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
+      case 'P': if (cli_prefill_precision(optarg)) return 2; break;
       case 'p': if (cli_int("--metrics-port", optarg, -1, 65535, &metrics_port)) return 2; break;
       case 's': if (cli_int("--max-num-seqs", optarg, 1, 4096, &max_seqs)) return 2; break;
       case 'b': if (cli_int("--max-batch-tokens", optarg, 1, 1 << 20, &max_batch)) return 2; break;

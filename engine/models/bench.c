@@ -99,16 +99,40 @@ typedef struct {
   be_cuda_prof_t rows[EB_PROF_ROWS];
 } eb_prof_t;
 
-static void print_profile(const eb_prof_t *p, FILE *out) {
+/* The share of a profile row's op kind: 0 products (matmul, matmul_multi, ffn_swiglu), 1
+ * attention (attention, attn_qk_prep, kv_store), 2 GDN (gdn_*, conv1d_silu, l2norm,
+ * rmsnorm_gated), 3 the rest (norms, rope, element-wise, embed, gather_out). */
+static int op_kind(const char *label) {
+  static const char *const pre[][5] = {{"matmul", "ffn_swiglu"},
+                                       {"attention", "attn_", "kv_store"},
+                                       {"gdn_", "conv1d", "l2norm", "rmsnorm_gated"}};
+  for (int k = 0; k < 3; k++)
+    for (int j = 0; j < 5 && pre[k][j]; j++)
+      if (!strncmp(label, pre[k][j], strlen(pre[k][j]))) return k;
+  return 3;
+}
+
+/* p: a profiled decode step of batch p->B, or with prefill != 0 a prefill of p->B tokens (its
+ * shares are of the best timed prefill's wall time, p->wall_us) */
+static void print_profile(const eb_prof_t *p, int prefill, FILE *out) {
   const be_cuda_prof_sum_t *s = &p->sum;
+  const char *what = prefill ? "prefill of" : "batch";
   if (p->n == 0) {
-    fprintf(out, "\nbatch %d: no decode step was profiled\n", p->B);
+    fprintf(out, "\n%s %d: no step was profiled\n", what, p->B);
     return;
   }
   const double step = s->graph_steps ? s->graph_us : p->wall_us;
-  fprintf(out, "\nbatch %d, one decode step per op (%d ops, eager with an event pair per op%s); %% of %s %.1f us:\n", p->B,
-          s->n_ops, s->gated ? "" : ", NOT gated: host launch gaps are inside the op times",
-          s->graph_steps ? "the GPU time of its graph replay" : "the median step wall time", step);
+  fprintf(out, "\n%s %d, one %s step per op (%d ops, eager with an event pair per op%s); %% of %s %.1f us:\n", what,
+          p->B, prefill ? "prefill" : "decode", s->n_ops,
+          s->gated ? "" : ", NOT gated: host launch gaps are inside the op times",
+          s->graph_steps ? "the GPU time of its graph replay"
+          : prefill      ? "the best timed prefill's wall time"
+                         : "the median step wall time",
+          step);
+  double kind_us[4] = {0};
+  for (int i = 0; i < p->n; i++) kind_us[op_kind(p->rows[i].label)] += p->rows[i].us;
+  fprintf(out, "by kind: products %.1f %%, attention %.1f %%, GDN %.1f %%, norms / rope / element-wise / rest %.1f %%\n",
+          100.0 * kind_us[0] / step, 100.0 * kind_us[1] / step, 100.0 * kind_us[2] / step, 100.0 * kind_us[3] / step);
   fprintf(out, "| op | calls | us | %% of step |\n|---|---|---|---|\n");
   double shown = 0;
   for (int i = 0; i < p->n; i++) {
@@ -130,8 +154,8 @@ static void print_profile(const eb_prof_t *p, FILE *out) {
                                      : "negative: the per-op event pairs cost more than the graph's gaps",
             p->wall_us, p->wall_us - s->graph_us);
   else
-    fprintf(out, "sum of ops %.1f us vs decode step wall %.1f us (median; no graph replay was timed): gap %.1f us\n",
-            s->ops_us, p->wall_us, p->wall_us - s->ops_us);
+    fprintf(out, "sum of ops %.1f us vs %s wall %.1f us (%s; no graph replay was timed): gap %.1f us\n", s->ops_us,
+            prefill ? "prefill" : "decode step", p->wall_us, prefill ? "best timed" : "median", p->wall_us - s->ops_us);
 }
 
 int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t *err) {
@@ -171,8 +195,9 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   x.logits = malloc(sizeof(float) * (size_t)maxb * V);
   double *steps = malloc(sizeof(double) * (size_t)o->gen);
   eb_prof_t *prof = o->prof_arm && o->prof_get ? calloc((size_t)o->n_batches, sizeof *prof) : NULL;
+  eb_prof_t *pprof = o->prof_arm && o->prof_get && o->n_prefill > 0 ? calloc((size_t)o->n_prefill, sizeof *pprof) : NULL;
   if (!x.tok || !x.pos || !x.first || !x.ntok || !x.slot || !x.outt || !x.table || !x.logits || !steps ||
-      (o->prof_arm && o->prof_get && !prof)) {
+      (o->prof_arm && o->prof_get && (!prof || (o->n_prefill > 0 && !pprof)))) {
     rc = gt_err_set(err, GT_ENOMEM, "bench buffers");
     goto done;
   }
@@ -238,8 +263,17 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     }
     if (!rc) fprintf(out, "| %d | %.1f | %.0f |\n", P, best, P / (best / 1e3));
     fflush(out);
+    if (pprof && !rc) { /* one more prefill of P, profiled per op */
+      eb_prof_t *p = &pprof[i];
+      p->B = P;
+      p->wall_us = best * 1e3;
+      o->prof_arm(be);
+      rc = eb_prefill(m, &x, 0, P, err);
+      p->n = o->prof_get(be, p->rows, EB_PROF_ROWS, &p->sum);
+    }
   }
-  for (int bi = 0; bi < o->n_batches && prof && !rc; bi++) print_profile(&prof[bi], out);
+  for (int bi = 0; bi < o->n_batches && prof && !rc; bi++) print_profile(&prof[bi], 0, out);
+  for (int i = 0; i < o->n_prefill && pprof && !rc; i++) print_profile(&pprof[i], 1, out);
 done:
   free(x.tok);
   free(x.pos);
@@ -251,5 +285,6 @@ done:
   free(x.logits);
   free(steps);
   free(prof);
+  free(pprof);
   return rc;
 }

@@ -9,7 +9,10 @@
  * steps' layout (a graph backend captures its decode graphs there; the captured sizes are
  * printed). With the profile hooks set, one more decode step per batch size is profiled per op
  * and a table "op | calls | us | % of step" follows, with the sum of op times against the GPU
- * time of a graph replay of the same step: the gap is launch / idle time inside the graph. */
+ * time of a graph replay of the same step: the gap is launch / idle time inside the graph. Each
+ * prefill length is profiled the same way (one more prefill of it, shares of its best timed
+ * wall time), and every profile starts with its shares by op kind (products, attention, GDN,
+ * the rest). */
 #ifndef GANTRY_ENGINE_BENCH_H
 #define GANTRY_ENGINE_BENCH_H
 
@@ -29,7 +32,7 @@ typedef struct {
   int n_prefill;
   int gen;            /* decode steps (>= 2) */
   size_t copy_bytes;  /* buffer size of the copy-bandwidth measurement */
-  /* optional per-op profile of one decode step per batch size: be_cuda_profile_arm /
+  /* optional per-op profile of one decode step per batch size and one prefill per length: be_cuda_profile_arm /
    * be_cuda_profile_get on CUDA; NULL: no profile */
   void (*prof_arm)(be_t *be);
   int (*prof_get)(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum_t *sum);

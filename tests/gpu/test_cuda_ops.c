@@ -783,6 +783,7 @@ void kc_mmq_set(int on, int prefill_parts); /* kernels/mmq.cuh */
 #define MMQ_BF16_TOL 6e-3
 static void test_mmq(void **st) {
   NEED_GPU();
+  assert_int_equal(be_cuda_set_prefill_precision("exact"), 0); /* the fast prefill product: test_prefill_fast */
   /* BF16: only the prefill counts (one bf16 cuBLAS GEMM with 1 part, x = hi + lo with 2 or 3) */
   const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_Q8_0, GT_TYPE_BF16};
   const int64_t shapes[][2] = {{300, 1024}, {72, 768}, {40, 512}};
@@ -824,6 +825,68 @@ static void test_mmq(void **st) {
     }
   }
   kc_mmq_set(-1, 0);
+  be_cuda_set_prefill_precision(NULL);
+}
+
+/* ---- the fast prefill product (be_cuda_set_prefill_precision "fast"): K-quant / Q8_0 weights
+ * dequantized to bf16 (2^-9 relative per weight) + cuBLAS bf16 GEMMs, x in 1 (bf16) or 2 (hi +
+ * lo) parts, at prefill row counts (> 64; odd ones, n_out not a multiple of any tile), through
+ * matmul, matmul_multi and ffn_swiglu, against the CPU. The rounding of W dominates: the error
+ * must exceed FAST_MIN (else the exact path ran) and stay within FAST_TOL_2 / FAST_TOL_1. Decode
+ * rows (<= 64) must stay on the exact path (TOL). */
+#define FAST_MIN 1e-4
+/* measured on the H200 (commit ae0c2c9, all four types, 65-263 rows): x in 2 parts 1.45-1.55e-3
+ * (matmul, matmul_multi), 2.22e-3 (ffn_swiglu); x in 1 part 2.06-2.19e-3, 3.07e-3. Pinned: */
+#define FAST_TOL_2 3e-3
+#define FAST_TOL_1 4.5e-3
+static void test_prefill_fast(void **st) {
+  NEED_GPU();
+  assert_int_equal(be_cuda_set_prefill_precision("fast"), 0);
+  assert_string_equal(be_cuda_prefill_precision(), "fast");
+  assert_int_equal(be_cuda_set_prefill_precision("fastest"), -1);
+  const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_Q8_0};
+  const int64_t shapes[][2] = {{300, 1024}, {72, 768}};
+  const int rows_list[] = {64, 65, 132, 263};
+  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+      const int64_t n_out = shapes[si][0], cols = shapes[si][1];
+      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
+              wk = weight(types[ti], n_out / 4, cols, 0.5f);
+      for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+        const int rows = rows_list[ri];
+        for (int parts = 1; parts <= 2; parts++) {
+          kc_mmq_set(-1, parts);
+          const double tol = rows <= 64 ? TOL : parts == 1 ? FAST_TOL_1 : FAST_TOL_2;
+          float *x = rnd((size_t)rows * cols, 1.0f);
+          const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (n_out / 4);
+          buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
+                bm = putf(NULL, no), bk = putf(NULL, nk);
+          CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
+          GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
+          CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
+          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
+          const be_weight_t *mc[] = {&w.c, &wk.c}, *mg[] = {&w.g, &wk.g};
+          float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
+          CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
+          GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
+          char what[96];
+          snprintf(what, sizeof what, "fast %s %lldx%lld rows %d parts %d", dt_name(types[ti]), (long long)n_out,
+                   (long long)cols, rows, parts);
+          const double e[] = {cmp(what, bo, no, tol), cmp("  ffn_swiglu", bg, no, tol),
+                              cmp("  matmul_multi 0", bm, no, tol), cmp("  matmul_multi 1", bk, nk, tol)};
+          for (int i = 0; i < 4; i++) {
+            if (rows > 64 && e[i] < FAST_MIN) fail_msg("%s: error %.3e: the fast path did not run", what, e[i]);
+            if (rows <= 64 && e[i] > TOL) fail_msg("%s: decode rows left the exact path", what);
+          }
+          drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
+          free(x);
+        }
+      }
+      wdrop(&w), wdrop(&wu), wdrop(&wk);
+    }
+  }
+  kc_mmq_set(-1, 0);
+  assert_int_equal(be_cuda_set_prefill_precision(NULL), 0);
 }
 
 /* One attn_qk_prep case on a fresh 2-layer pool: q/k vs the CPU and vs the unfused CUDA ops;
@@ -1087,6 +1150,7 @@ int main(void) {
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
+      cmocka_unit_test(test_prefill_fast),
       cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
   };
   return cmocka_run_group_tests(tests, setup, teardown);

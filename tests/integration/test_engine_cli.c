@@ -101,7 +101,8 @@ static void test_eval_matches_golden(void **st) {
  * prefill row per --prompt length */
 static void test_bench(void **st) {
   char *out = NULL;
-  int rc = run(&out, "%s bench --model %s --batch 1,3 --prompt 16,40 --gen 4 --threads 1 2>&1", tu_bin("gantry-engine"),
+  int rc = run(&out, "%s bench --model %s --batch 1,3 --prompt 16,40 --gen 4 --threads 1 --prefill-precision fast 2>&1",
+               tu_bin("gantry-engine"),
                tu_golden("qwen3-tiny.Q8_0.gguf"));
   printf("%s", out);
   assert_int_equal(rc, 0);
@@ -154,6 +155,10 @@ static void test_errors(void **st) {
   expect_error(args, "--kv-dtype must be bf16 or fp32");
   snprintf(args, sizeof args, "bench --model %s --kv-dtype f16", tu_golden("qwen3-tiny.bf16.gguf"));
   expect_error(args, "--kv-dtype must be bf16 or fp32");
+  /* --prefill-precision takes exact or fast, checked before the model is opened */
+  expect_error("serve --model /nonexistent.gguf --prefill-precision slow", "--prefill-precision must be exact or fast");
+  snprintf(args, sizeof args, "bench --model %s --prefill-precision bf16", tu_golden("qwen3-tiny.bf16.gguf"));
+  expect_error(args, "--prefill-precision must be exact or fast");
 }
 
 /* --kv-dtype bf16 on the CPU backend: fp32 pools holding bf16-rounded K/V (the GPU's values).
