@@ -108,12 +108,18 @@ template <class D, int RG> static int mvm2_go(cudaStream_t st, mvm_args_t a, int
   if (blocks == 0) return 0;
   static int attr_set; /* once per process (a function attribute, not a stream operation) */
   if (!attr_set) {
-    cudaError_t e = cudaFuncSetAttribute(mvm2_kernel<D, RG>, cudaFuncAttributeMaxDynamicSharedMemorySize, MVM2_SMEM_MAX);
+    /* the first call may come while a decode graph is being captured: relaxed mode for the calls */
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e != cudaSuccess) return (int)e;
+    e = cudaFuncSetAttribute(mvm2_kernel<D, RG>, cudaFuncAttributeMaxDynamicSharedMemorySize, MVM2_SMEM_MAX);
     /* all of the unified L1 / shared memory as shared: two blocks of 12288 columns per SM */
     if (e == cudaSuccess)
       e = cudaFuncSetAttribute(mvm2_kernel<D, RG>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared);
+    const cudaError_t e2 = cudaThreadExchangeStreamCaptureMode(&mode); /* back to the caller's mode */
     if (e != cudaSuccess) return (int)e;
+    if (e2 != cudaSuccess) return (int)e2;
     attr_set = 1;
   }
   mvm2_kernel<D, RG><<<(unsigned)blocks, MVM_WARPS * 32, sm, st>>>(a, x, cols, n);
