@@ -26,8 +26,9 @@ cat "$D/COMMIT" 2>/dev/null
 export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export GANTRY_GOLDEN="$SRC/tests/golden" GANTRY_SRC="$SRC" GANTRY_BIN="$D"
 M=/tmp/qwen3-8b.Q4_K_M.gguf
-( timeout 200 "$D/gantry-mkmodel" --preset qwen3-8b --type Q4_K_M --out "$M.tmp" --threads 12 >/tmp/mk.txt 2>&1 &&
-  mv "$M.tmp" "$M" ) &
+rm -f /tmp/mk.done
+( timeout 200 "$D/gantry-mkmodel" --preset qwen3-8b --type Q4_K_M --out "$M.tmp" --threads 10 >/tmp/mk.txt 2>&1 &&
+  mv "$M.tmp" "$M"; touch /tmp/mk.done ) &
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 
 # step NAME TIMEOUT COMMAND...: output appended to all.txt after a "#### NAME" line
@@ -45,8 +46,8 @@ step() {
   echo "== $name rc=$r ($(($(date +%s) - s)) s)"
   return 0
 }
-wait_for() { # file: waits while the budget lasts
-  while [ ! -s "$1" ] && [ "$(left)" -gt 20 ]; do sleep 1; done
+wait_for() { # file: waits for gantry-mkmodel (done or failed) while the budget lasts
+  while [ ! -e /tmp/mk.done ] && [ "$(left)" -gt 20 ]; do sleep 1; done
   [ -s "$1" ]
 }
 step bench_matvec 70 "$D/bench_matvec" --types Q4_K,Q6_K --ns 1,2 --mmq 0 --reps 30 &&
