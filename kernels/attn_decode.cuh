@@ -15,7 +15,12 @@
 
 #define KC_AD_MAX_SPLIT 128
 #define KC_ATTN_DEC_MAX_HD 256
-#define KC_AD_MIN_SPLIT_LEN 64 /* the default of kc_attn_decode_split_len */
+/* The default of kc_attn_decode_split_len: 16 positions = one load step of a block (8 row groups
+ * x 2 positions at head_dim 128). H200, qwen3-8b Q4_K_M, batch 1 at a 512-token prompt
+ * (scripts/gpu/mv_session.sh, cbeb09a): attention 555 us per step with 16, 684 us with 64 (the
+ * previous value); long contexts are capped by the range count (KC_AD_MAX_SPLIT, the wave target)
+ * and do not change. */
+#define KC_AD_MIN_SPLIT_LEN 16
 
 /* Shortest range of the split: GANTRY_ATTN_SPLIT_LEN (8..4096, read once) or KC_AD_MIN_SPLIT_LEN.
  * Shorter ranges give short contexts more blocks (fewer dependent load steps per block). */
