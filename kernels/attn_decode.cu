@@ -9,13 +9,15 @@
  * (max, sum, acc[head_dim]) written per (token, head, range). Pass 2 merges the ranges. Positions
  * whose KV slot is invalid raise KC_EFLAG_KV_SLOT and are left out. Partial row per (token, head,
  * range): acc[head_dim], max, sum, 2 floats of padding (16-byte aligned rows). */
+#include <stdlib.h>
+
 #include "kernels/attn_decode.cuh"
 #include "kernels/kv_store.cuh"
 
 #define AD_THREADS 128
 
-__host__ __device__ __forceinline__ int ad_n_eff(int ctx, int n_split) {
-  const int n = (ctx + KC_AD_MIN_SPLIT_LEN - 1) / KC_AD_MIN_SPLIT_LEN;
+__host__ __device__ __forceinline__ int ad_n_eff(int ctx, int n_split, int split_len) {
+  const int n = (ctx + split_len - 1) / split_len;
   return n < 1 ? 1 : n < n_split ? n : n_split;
 }
 
@@ -30,11 +32,11 @@ __device__ __forceinline__ void ad_unpack(const uint4 u, float f[8]) {
 template <int TPR, int G, int PPT>
 __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
     ad_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
-                      int group, int head_dim, float scale, int n_split, int fa_min) {
+                      int group, int head_dim, float scale, int n_split, int split_len, int fa_min) {
   constexpr int NG = AD_THREADS / TPR;
   const int sp = blockIdx.x, t = blockIdx.z, s = b.seq_of_tok[t];
   if (b.seq_ntok[s] >= fa_min) return;
-  const int ctx = b.pos[t] + 1, n_eff = ad_n_eff(ctx, n_split);
+  const int ctx = b.pos[t] + 1, n_eff = ad_n_eff(ctx, n_split, split_len);
   if (sp >= n_eff) return;
   const int len = (ctx + n_eff - 1) / n_eff, p_begin = sp * len, p_end = min(ctx, p_begin + len);
   const int kvh = G > 1 ? (int)blockIdx.y : (int)blockIdx.y / group, h0 = G > 1 ? kvh * G : (int)blockIdx.y;
@@ -159,11 +161,11 @@ __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
 #define AD_CT 256
 __global__ void __launch_bounds__(AD_CT)
     ad_combine_kernel(kc_batch_t b, const float *__restrict__ part, float *__restrict__ out, int n_head, int head_dim,
-                      int n_split, int fa_min) {
+                      int n_split, int split_len, int fa_min) {
   constexpr int NW = AD_CT / 32;
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
   if (b.seq_ntok[b.seq_of_tok[t]] >= fa_min) return;
-  const int n_eff = ad_n_eff(b.pos[t] + 1, n_split), ld = head_dim + 4;
+  const int n_eff = ad_n_eff(b.pos[t] + 1, n_split, split_len), ld = head_dim + 4;
   const float *src = part + ((size_t)t * n_head + h) * n_split * (size_t)ld;
   __shared__ float sw[KC_AD_MAX_SPLIT], red[NW];
   __shared__ __align__(16) float sacc[NW][KC_ATTN_DEC_MAX_HD];
@@ -209,6 +211,16 @@ __global__ void __launch_bounds__(AD_CT)
   }
 }
 
+KC_API int kc_attn_decode_split_len(void) {
+  static int len; /* 0: not read yet */
+  if (!len) {
+    const char *e = getenv("GANTRY_ATTN_SPLIT_LEN");
+    const int v = e ? atoi(e) : 0;
+    len = v >= 8 && v <= 4096 ? v : KC_AD_MIN_SPLIT_LEN;
+  }
+  return len;
+}
+
 KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
   const int64_t work = (int64_t)(n_tok > 0 ? n_tok : 1) * (n_kv_head > 0 ? n_kv_head : 1);
   /* about four waves of four resident blocks (128 threads, <= 128 registers) per SM of an
@@ -218,7 +230,8 @@ KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
    * the kernel's previous form) */
   const int64_t target = 16 * 132;
   int64_t n = (target + work - 1) / work;
-  const int64_t ranges = ((int64_t)max_ctx + KC_AD_MIN_SPLIT_LEN - 1) / KC_AD_MIN_SPLIT_LEN;
+  const int len = kc_attn_decode_split_len();
+  const int64_t ranges = ((int64_t)max_ctx + len - 1) / len;
   if (n > KC_AD_MAX_SPLIT) n = KC_AD_MAX_SPLIT;
   if (n > ranges) n = ranges;
   return n < 1 ? 1 : (int)n;
@@ -238,16 +251,17 @@ KC_API int kc_attn_decode(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float
   const int need = head_dim / 8;
   const int TPR = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
   const int G = group == 2 || group == 4 || group == 8 ? group : 1;
+  const int len = kc_attn_decode_split_len();
   const dim3 grid(n_split, G > 1 ? n_kv_head : n_head, b.n_tok);
 #define AD_GO(TT, GG, PP)                                                                                          \
   if (TPR == TT && G == GG)                                                                                        \
   ad_partial_kernel<TT, GG, PP>                                                                                    \
-      <<<grid, AD_THREADS, 0, st>>>(b, kv, q, part, n_head, group, head_dim, scale, n_split, fa_min)
+      <<<grid, AD_THREADS, 0, st>>>(b, kv, q, part, n_head, group, head_dim, scale, n_split, len, fa_min)
   AD_GO(4, 1, 4); AD_GO(8, 1, 4); AD_GO(16, 1, 4); AD_GO(32, 1, 4);
   AD_GO(4, 2, 4); AD_GO(8, 2, 4); AD_GO(16, 2, 4); AD_GO(32, 2, 4);
   AD_GO(4, 4, 2); AD_GO(8, 4, 2); AD_GO(16, 4, 2); AD_GO(32, 4, 2);
   AD_GO(4, 8, 2); AD_GO(8, 8, 2); AD_GO(16, 8, 2); AD_GO(32, 8, 2);
 #undef AD_GO
-  ad_combine_kernel<<<dim3(n_head, b.n_tok), AD_CT, 0, st>>>(b, part, out, n_head, head_dim, n_split, fa_min);
+  ad_combine_kernel<<<dim3(n_head, b.n_tok), AD_CT, 0, st>>>(b, part, out, n_head, head_dim, n_split, len, fa_min);
   return (int)cudaGetLastError();
 }

@@ -5,7 +5,7 @@
  * h / (n_head / n_kv_head). head_dim % 32 == 0, <= 256; kv.bf16 must be set.
  *
  * Split over the sequence (flash-decoding): token t's context is cut into n_eff <= n_split
- * contiguous ranges of at least KC_AD_MIN_SPLIT_LEN positions (n_eff depends on the token's own
+ * contiguous ranges of at least kc_attn_decode_split_len() positions (n_eff depends on the token's own
  * context, so a graph captured with one n_split serves every context), block (range, kv head,
  * token) serves the G query heads of the kv head, then a combine pass merges the ranges.
  * part: scratch of kc_attn_decode_part_floats(...) floats. Returns a cudaError_t value. */
@@ -15,7 +15,16 @@
 
 #define KC_AD_MAX_SPLIT 128
 #define KC_ATTN_DEC_MAX_HD 256
-#define KC_AD_MIN_SPLIT_LEN 64
+/* The default of kc_attn_decode_split_len: 16 positions = one load step of a block (8 row groups
+ * x 2 positions at head_dim 128). H200, qwen3-8b Q4_K_M, batch 1 at a 512-token prompt
+ * (scripts/gpu/mv_session.sh, cbeb09a): attention 555 us per step with 16, 684 us with 64 (the
+ * previous value); long contexts are capped by the range count (KC_AD_MAX_SPLIT, the wave target)
+ * and do not change. */
+#define KC_AD_MIN_SPLIT_LEN 16
+
+/* Shortest range of the split: GANTRY_ATTN_SPLIT_LEN (8..4096, read once) or KC_AD_MIN_SPLIT_LEN.
+ * Shorter ranges give short contexts more blocks (fewer dependent load steps per block). */
+KC_API int kc_attn_decode_split_len(void);
 
 /* Ranges per token for n_tok tokens of n_kv_head kv heads whose contexts reach at most max_ctx
  * (for a captured decode graph: max_blocks * block_tokens, fixed per graph). */

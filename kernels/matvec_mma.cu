@@ -36,22 +36,7 @@
 #include <stdlib.h>
 
 #include "format/dtype.h"
-#include "kernels/matvec_mma.cuh"
-#include "kernels/mma_dec.cuh"
-
-#define MVM_WARPS 8
-#define MVM_TARGET_WARPS 2048 /* of 32 rows: enough to fill an H200 (132 SMs x 16 warps) */
-
-typedef struct {
-  const uint8_t *w[KC_MATVEC_MAX_SEGS]; /* swiglu: w[0] gate */
-  const uint8_t *wup;                   /* swiglu: up weight (segment 0) */
-  float *out[KC_MATVEC_MAX_SEGS];
-  int64_t n_out[KC_MATVEC_MAX_SEGS];
-  size_t row_bytes[KC_MATVEC_MAX_SEGS];
-  int split[KC_MATVEC_MAX_SEGS];
-  unsigned blk_end[KC_MATVEC_MAX_SEGS]; /* segment s owns blocks [blk_end[s-1], blk_end[s]) */
-  int n_seg, swiglu;
-} mvm_args_t;
+#include "kernels/matvec_mma_internal.cuh"
 
 /* B fragments of the S chunks kb0 + c (c < S) of a window, x rows r < n, into bs[c][s/2][lane]
  * (k-steps 2p, 2p+1 of a lane in one uint4: b0, b1 of step 2p, then of 2p+1); Q4_K also the
@@ -69,24 +54,11 @@ __device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8],
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (kb < nkb) v = __ldg((const float4 *)(x + (size_t)r * (size_t)cols + kb * 256 + 4 * q));
     const int s = D::kstep(q), tig = D::ktig(q);
-    const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-    const float4 r1 = make_float4(v.x - __low2float(h01), v.y - __high2float(h01), v.z - __low2float(h23),
-                                  v.w - __high2float(h23));
-    const __nv_bfloat162 m01 = __floats2bfloat162_rn(r1.x, r1.y), m23 = __floats2bfloat162_rn(r1.z, r1.w);
-    const __nv_bfloat162 l01 = __floats2bfloat162_rn(r1.x - __low2float(m01), r1.y - __high2float(m01));
-    const __nv_bfloat162 l23 = __floats2bfloat162_rn(r1.z - __low2float(m23), r1.w - __high2float(m23));
     /* column 4r + 0 / 1 / 2 = hi / mid / lo of x row r is read by lanes 4 (4r + j) + tig */
-    uint2 *ph = (uint2 *)&bs[c][s >> 1][16 * r + tig] + (s & 1);
-    uint2 *pm = (uint2 *)&bs[c][s >> 1][16 * r + 4 + tig] + (s & 1);
-    uint2 *pl = (uint2 *)&bs[c][s >> 1][16 * r + 8 + tig] + (s & 1);
-    *ph = make_uint2(mvm_bits(h01), mvm_bits(h23));
-    *pm = make_uint2(mvm_bits(m01), mvm_bits(m23));
-    *pl = make_uint2(mvm_bits(l01), mvm_bits(l23));
+    mvm_split_x(v, *((uint2 *)&bs[c][s >> 1][16 * r + tig] + (s & 1)), *((uint2 *)&bs[c][s >> 1][16 * r + 4 + tig] + (s & 1)),
+                *((uint2 *)&bs[c][s >> 1][16 * r + 8 + tig] + (s & 1)));
     if constexpr (D::HAS_MIN) { /* Q4_K: sub-block q / 8 */
-      float p = (v.x + v.y) + (v.z + v.w);
-      p += __shfl_xor_sync(KC_FULL_MASK, p, 1);
-      p += __shfl_xor_sync(KC_FULL_MASK, p, 2);
-      p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
+      const float p = mvm_sub_sum(v);
       if ((q & 7) == 0) sxs[c][r][q >> 3] = p;
     }
   }
@@ -99,23 +71,9 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
   __shared__ __align__(16) float sxs[MVM_WARPS][4][8]; /* Q4_K: Σx [chunk][x row][sub-block] */
   __shared__ float4 scs[MVM_WARPS][16][4];    /* per warp: scale slots of the group's 16 rows */
   __shared__ float red[MVM_WARPS][RG][16][4]; /* per warp: [group][row][x row] part sums */
-  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
-  int sg = 0;
-  while (sg + 1 < a.n_seg && blockIdx.x >= a.blk_end[sg]) sg++;
-  const unsigned blk = blockIdx.x - (sg ? a.blk_end[sg - 1] : 0u);
-  const int S = a.split[sg], gpb = MVM_WARPS / S, part = wi % S, rw = wi / S;
-  const int fpw = a.swiglu ? 8 * RG : 16 * RG; /* output features per warp */
-  const int64_t n_out = a.n_out[sg], grp0 = (int64_t)blk * gpb;
-  const size_t rb = a.row_bytes[sg];
-  /* weight row m (0..15) of group i (rows past n_out read row n_out - 1 and are not written) */
-  auto row_of = [&](int i, int m) -> const uint8_t * {
-    int64_t o = (grp0 + rw) * fpw + 16 * (a.swiglu ? i >> 1 : i) + m;
-    if (o > n_out - 1) o = n_out - 1;
-    return (a.swiglu && (i & 1) ? a.wup : a.w[sg]) + (size_t)o * rb;
-  };
-  const uint8_t *wa[RG], *wb[RG], *ws[RG]; /* rows g, g + 8 and lane / 2 of each group */
-#pragma unroll
-  for (int i = 0; i < RG; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, tig = lane & 3;
+  const mvm_pos<RG> p(a, wi, lane);
+  const int S = p.S, part = p.part;
 
   /* x rows >= n keep zero B fragments and sums */
   for (int t = threadIdx.x; t < MVM_WARPS * 8 * 32; t += MVM_WARPS * 32) (&bs[0][0][0])[t] = make_uint4(0u, 0u, 0u, 0u);
@@ -129,16 +87,8 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
   for (int64_t t = 0; t < nwin; t++) {
     const int64_t kb = t * S + part;
     const bool have = kb < nkb;
-    typename D::raw ra[RG], rb8[RG];
-    typename D::sraw sr[RG];
-    if (have) { /* weight loads first: in flight while the block builds the window's B */
-#pragma unroll
-      for (int i = 0; i < RG; i++) {
-        D::load(ra[i], wa[i], kb, tig);
-        D::load(rb8[i], wb[i], kb, tig);
-        D::sload(sr[i], ws[i], kb, lane & 1);
-      }
-    }
+    mvm_wbuf<D, RG> wb;
+    if (have) wb.load(p, kb, lane); /* weight loads first: in flight while the block builds the window's B */
     __syncthreads(); /* previous window's B read by every warp */
     mvm_fill<D>(bs, sxs, x, cols, t * S, nkb, S, n);
     __syncthreads();
@@ -153,89 +103,14 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
         for (int k = 0; k < 8; k++) sx[k] = 0.0f;
       }
     }
-#pragma unroll
-    for (int i = 0; i < RG; i++) {
-      __syncwarp(); /* previous group's scales read by every lane */
-      D::sdecode(sr[i], lane & 1, &scs[wi][lane >> 1][2 * (lane & 1)]);
-      __syncwarp();
-      float s0[16], s8[16];
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-        const float4 t0 = scs[wi][g][q], t8 = scs[wi][g + 8][q];
-        s0[4 * q] = t0.x, s0[4 * q + 1] = t0.y, s0[4 * q + 2] = t0.z, s0[4 * q + 3] = t0.w;
-        s8[4 * q] = t8.x, s8[4 * q + 1] = t8.y, s8[4 * q + 2] = t8.z, s8[4 * q + 3] = t8.w;
-      }
-#pragma unroll
-      for (int sb = 0; sb < D::NSUB; sb++) {
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int h = 0; h < D::SPS; h++) {
-          const int s = D::SPS * sb + h;
-          const uint4 bq = bs[part][s >> 1][lane];
-          const uint32_t qa = D::qword(ra[i], s), qb = D::qword(rb8[i], s);
-          const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
-                                  mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
-          mvm_mma(c, af, (s & 1) ? bq.z : bq.x, (s & 1) ? bq.w : bq.y);
-        }
-        if constexpr (D::HAS_MIN) {
-          acc[i][0] = fmaf(s0[2 * sb], c[0] + c[1], acc[i][0]);
-          acc[i][0] = fmaf(-s0[2 * sb + 1], sx[sb], acc[i][0]);
-          acc[i][1] = fmaf(s8[2 * sb], c[2] + c[3], acc[i][1]);
-          acc[i][1] = fmaf(-s8[2 * sb + 1], sx[sb], acc[i][1]);
-        } else {
-          acc[i][0] = fmaf(s0[sb], c[0] + c[1], acc[i][0]);
-          acc[i][1] = fmaf(s8[sb], c[2] + c[3], acc[i][1]);
-        }
-      }
-    }
+    mvm_chunk<D, RG>(acc, wb, sx, scs[wi], lane, [&](int q) { return bs[part][q][lane]; });
   }
-
-  /* lane (g, tig) holds rows g, g+8 of each group for x row tig/2 (hi+mid or lo); added per x row
-   * (tig 2r, then 2r+1) and over the parts in part order */
-#pragma unroll
-  for (int i = 0; i < RG; i++) {
-    red[wi][i][g][tig] = acc[i][0];
-    red[wi][i][g + 8][tig] = acc[i][1];
-  }
-  __syncthreads();
-  float *out = a.out[sg];
-  for (int t = threadIdx.x; t < gpb * RG * 64; t += MVM_WARPS * 32) {
-    const int w = t / (RG * 64), i = (t / 64) % RG, m = (t / 4) % 16, r = t % 4;
-    if (r >= n) continue;
-    float s = red[w * S][i][m][2 * r] + red[w * S][i][m][2 * r + 1];
-    for (int p = 1; p < S; p++) s += red[w * S + p][i][m][2 * r] + red[w * S + p][i][m][2 * r + 1];
-    if (!a.swiglu) {
-      const int64_t o = (grp0 + w) * fpw + 16 * i + m;
-      if (o < n_out) out[(size_t)r * n_out + o] = s;
-    } else if ((i & 1) == 0) {
-      float u = red[w * S][i + 1][m][2 * r] + red[w * S][i + 1][m][2 * r + 1];
-      for (int p = 1; p < S; p++) u += red[w * S + p][i + 1][m][2 * r] + red[w * S + p][i + 1][m][2 * r + 1];
-      const int64_t o = (grp0 + w) * fpw + 16 * (i >> 1) + m;
-      if (o < n_out) out[(size_t)r * n_out + o] = s / (1.0f + expf(-s)) * u; /* as kernels/swiglu.cu */
-    }
-  }
-}
-
-/* Column parts of a weight: a function of its own shape only (equal products across the entry
- * points): enough warps (32 rows each) to fill the GPU, never more parts than chunks. */
-static int mvm_split(int64_t n_out, int64_t nkb) {
-  const int64_t warps = (n_out + 31) / 32;
-  int S = 1;
-  while (S < MVM_WARPS && warps * S < MVM_TARGET_WARPS && 2 * S <= nkb) S *= 2;
-  return S;
+  mvm_finish<RG>(a, p, red, acc, wi, lane, n);
 }
 
 template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, int n) {
-  const int64_t nkb = cols >> 8;
-  const int fpw = a.swiglu ? 8 * RG : 16 * RG;
-  int64_t blocks = 0;
-  for (int s = 0; s < a.n_seg; s++) {
-    a.split[s] = mvm_split(a.n_out[s], nkb);
-    const int64_t groups = (a.n_out[s] + fpw - 1) / fpw, gpb = MVM_WARPS / a.split[s];
-    blocks += (groups + gpb - 1) / gpb;
-    if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
-    a.blk_end[s] = (unsigned)blocks;
-  }
+  const int64_t blocks = mvm_plan(a, cols >> 8, a.swiglu ? 8 * RG : 16 * RG);
+  if (blocks < 0) return (int)cudaErrorInvalidValue;
   if (blocks == 0) return 0;
   mvm_kernel<D, RG><<<(unsigned)blocks, MVM_WARPS * 32, 0, st>>>(a, x, cols, n);
   return (int)cudaGetLastError();
@@ -254,12 +129,13 @@ KC_API int kc_mvm_enabled(void) {
   if (g_mvm_force >= 0) return g_mvm_force;
   if (g_mvm_env < 0) {
     const char *e = getenv("GANTRY_MATVEC_MMA");
-    g_mvm_env = !(e && e[0] == '0' && e[1] == '\0');
+    const int one = e && e[0] != '\0' && e[1] == '\0';
+    g_mvm_env = one && e[0] == '0' ? 0 : one && e[0] == '1' ? 1 : one && e[0] == '2' ? 2 : KC_MVM_DEFAULT;
   }
   return g_mvm_env;
 }
 
-KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on != 0; }
+KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on > 2 ? 2 : on; }
 
 KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n) {
   if (n < 1 || n > KC_MVM_MAX_ROWS || cols <= 0 || cols % 256 != 0 || !kc_mvm_enabled()) return 0;
@@ -287,6 +163,10 @@ KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
   a.n_seg = n_seg;
   a.wup = (const uint8_t *)wup;
   a.swiglu = wup != NULL;
+  if (kc_mvm_enabled() == 2) { /* v2 where its shared memory fits; v1 gives the same bits */
+    const int rc = mvm2_launch(st, type, a, cols, x, n);
+    if (rc >= 0) return rc;
+  }
   switch (type) {
     case GT_TYPE_Q4_K: return mvm_pick<mvm_q4k>(st, a, cols, x, n);
     case GT_TYPE_Q6_K: return mvm_pick<mvm_q6k>(st, a, cols, x, n);

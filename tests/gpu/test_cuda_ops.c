@@ -772,6 +772,60 @@ static void test_ffn_swiglu(void **st) {
   }
 }
 
+/* ---- the two tensor-core matvec kernels for 1..2 rows (kernels/matvec_mma.cu v1,
+ * kernels/matvec_mma2.cu v2): Q4_K and Q6_K through matmul, matmul_multi and ffn_swiglu, each
+ * against the CPU (TOL) and v2 against v1 bit for bit (same split, arithmetic and reduction
+ * order). Shapes: n_out not a multiple of a block's rows, one chunk (cols 256), 16 chunks, and
+ * 48 (cols 12288: v2's shared memory takes 1 row; at 2 rows it declines and v1 runs). */
+void kc_mvm_set_enabled(int on); /* kernels/matvec_mma.cuh: 0 off, 1 v1, 2 v2, -1 environment */
+static void test_matvec_mma2(void **st) {
+  NEED_GPU();
+  const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q6_K};
+  const int64_t shapes[][2] = {{300, 1024}, {40, 256}, {2100, 4096}, {72, 12288}};
+  for (size_t ti = 0; ti < 2; ti++)
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+      const int64_t n_out = shapes[si][0], cols = shapes[si][1], o2 = n_out / 3 + 5;
+      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
+              w2 = weight(types[ti], o2, cols, 0.5f);
+      for (int rows = 1; rows <= 2; rows++) {
+        float *x = rnd((size_t)rows * cols, 1.0f);
+        const size_t no = (size_t)rows * n_out, n2 = (size_t)rows * o2;
+        buf_t bx = putf(x, (size_t)rows * cols), out[2][4];
+        for (int v = 0; v < 2; v++) {
+          out[v][0] = putf(NULL, no), out[v][1] = putf(NULL, no), out[v][2] = putf(NULL, n2);
+          out[v][3] = putf(NULL, no);
+        }
+        CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, out[0][0].c, rows);
+        CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, out[0][1].c, out[0][3].c, rows);
+        CPU_BE->ops->matmul(CPU_BE, &w2.c, bx.c, out[0][2].c, rows);
+        for (int v = 0; v < 2; v++) { /* v 0: the v2 kernel, 1: v1 */
+          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0); /* the switch takes effect at launch */
+          kc_mvm_set_enabled(2 - v);
+          const be_weight_t *wg[2] = {&w.g, &w2.g};
+          float *og[2] = {(float *)out[v][0].g, (float *)out[v][2].g};
+          GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og, rows);
+          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, out[v][1].g, out[v][3].g, rows);
+          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+        }
+        kc_mvm_set_enabled(-1);
+        char what[96];
+        snprintf(what, sizeof what, "mma2 %s %lldx%lld rows %d multi [0]", dt_name(types[ti]), (long long)n_out,
+                 (long long)cols, rows);
+        cmp(what, out[0][0], no, TOL);
+        gpu_vs_gpu("  vs v1", out[0][0].g, out[1][0].g, no, 0.0);
+        cmp("  multi [1]", out[0][2], n2, TOL);
+        gpu_vs_gpu("  multi [1] vs v1", out[0][2].g, out[1][2].g, n2, 0.0);
+        cmp("  ffn_swiglu", out[0][1], no, TOL);
+        gpu_vs_gpu("  ffn_swiglu vs v1", out[0][1].g, out[1][1].g, no, 0.0);
+        for (int v = 0; v < 2; v++)
+          for (int k = 0; k < 4; k++) drop(&out[v][k]);
+        drop(&bx);
+        free(x);
+      }
+      wdrop(&w), wdrop(&wu), wdrop(&w2);
+    }
+}
+
 /* ---- the tensor-core K-quant path (kernels/mmq.cu): every K-quant and Q8_0, rows 1..64 and
  * prefill counts, n_out not a multiple of the 32-row warp tile, cols of 2 / 3 / 4 chunks; each
  * against the CPU and against the CUDA-core path (GANTRY_MMQ off); BF16 weights at prefill counts. Decode rows (<= 64) use x in
@@ -1150,7 +1204,7 @@ int main(void) {
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
-      cmocka_unit_test(test_prefill_fast),
+      cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma2),
       cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
   };
   return cmocka_run_group_tests(tests, setup, teardown);

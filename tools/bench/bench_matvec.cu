@@ -1,19 +1,22 @@
 /* tools/bench/bench_matvec.cu — microbenchmark of kernels/matvec.cu (llm.c dev/cuda style).
  *
- *   bench_matvec [--reps N] [--types Q4_K,Q6_K,...]
+ *   bench_matvec [--reps N] [--types Q4_K,Q6_K,...] [--ns 1,2,4,8,32] [--mmq 0|1]
  *
  * Weights: a pool of 512 random rows per (type, cols) quantized with tools/quantize.h, tiled
  * over n_out rows. Before timing, every product is checked against a host reference
  * (dt_dequant_row + double dot) on a sample of output features: normalized error <= 1e-5
  * (the bound of tests/gpu/test_cuda_ops.c); kc_matvec_multi must equal kc_matvec per weight
  * and kc_matvec_swiglu must equal kc_swiglu(kc_matvec(gate), kc_matvec(up)), bit for bit.
- * Q4_K and Q6_K at n <= 4 run (checks and timing) twice: path "old" (SIMT kernel,
- * kc_mvm_set_enabled(0)) and "mma" (tensor-core kernel of kernels/matvec_mma.cu; the check fails
- * if kc_mvm_ok refuses the weight); other rows print path "dflt" (what kc_matvec picks).
+ * Q4_K and Q6_K at n <= 2 run (checks and timing) three times: path "old" (SIMT kernel,
+ * kc_mvm_set_enabled(0)), "mma" (tensor-core kernel v1 of kernels/matvec_mma.cu; the check fails
+ * if kc_mvm_ok refuses the weight) and "mma2" (v2, kernels/matvec_mma2.cu: must equal "mma" bit
+ * for bit); other rows print path "dflt" (what kc_matvec picks).
  * Timing: cudaEvents over N reps (default 50); every weight is replicated to >= 256 MiB (up to
  * 64 copies) and the copies cycled so that each rep streams from HBM, not L2. Prints
- *   shape | type | path | n | us | GB/s | % of copy BW
- * with GB = weights + x + out bytes, copy BW = 2 * bytes / time of a 1 GiB cudaMemcpy D2D.
+ *   shape | type | path | n | us | GB/s | % of copy BW | % of 4.8 TB/s
+ * with GB = weights + x + out bytes, copy BW = 2 * bytes / time of a 1 GiB cudaMemcpy D2D, 4.8
+ * TB/s the H200's nominal HBM3e bandwidth (the roofline of kernels/README.md). --ns: the row
+ * counts timed (checks always run n = 1..32 samples); --mmq 0 skips the mmq section.
  * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
  * "mmqP/O" with P bf16 parts of x, built for O blocks per SM) for n = 1..512 on the same shapes, checked the same way (bound
  * 1e-5, 6e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
@@ -46,6 +49,7 @@ extern "C" { /* plain C headers */
 #define BM_POOL 512           /* distinct weight rows per (type, cols) */
 #define BM_FLUSH (256u << 20) /* bytes streamed per rep at least (H200 L2: 50 MB) */
 #define BM_TOL 1e-5
+#define BM_PEAK 4.8e12 /* H200 nominal HBM bandwidth, bytes/s */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static float bm_rand(void) { /* uniform [-1, 1) */
@@ -136,26 +140,27 @@ static int bm_same(const float *a, const float *b, size_t n) { /* device arrays,
 static double g_copy_bw; /* bytes/s */
 static int g_fail;
 static const char *g_path = "dflt"; /* label of the matvec path in use (bm_path) */
+static float *g_dmma;               /* [32, 151936]: the "mma" path's output, for the "mma2" check */
 
-/* Paths to run for (type, n): {0 old, 1 mma} where the mma path applies, else {-1 default}.
- * Returns the count; bm_path(mode) selects one. */
+/* Paths to run for (type, n): {0 old, 1 mma, 2 mma2} where the mma path applies, else {-1
+ * default}. Returns the count; bm_path(mode) selects one. */
 static int bm_modes(gt_type_t t, int n, int *modes) {
   if ((t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K) && n <= KC_MVM_MAX_ROWS) {
-    modes[0] = 0, modes[1] = 1;
-    return 2;
+    modes[0] = 0, modes[1] = 1, modes[2] = 2;
+    return 3;
   }
   modes[0] = -1;
   return 1;
 }
 static void bm_path(int mode) {
   kc_mvm_set_enabled(mode);
-  g_path = mode < 0 ? "dflt" : mode ? "mma" : "old";
+  g_path = mode < 0 ? "dflt" : mode == 2 ? "mma2" : mode ? "mma" : "old";
 }
 
 static void bm_row(const char *shape, gt_type_t t, int n, double sec, double bytes) {
   const double bw = bytes / sec;
-  printf("%-22s | %-4s | %-4s | %2d | %9.2f | %7.1f | %5.1f %%\n", shape, dt_name(t), g_path, n, sec * 1e6,
-         bw / 1e9, 100.0 * bw / g_copy_bw);
+  printf("%-22s | %-4s | %-4s | %2d | %9.2f | %7.1f | %5.1f %% | %5.1f %%\n", shape, dt_name(t), g_path, n,
+         sec * 1e6, bw / 1e9, 100.0 * bw / g_copy_bw, 100.0 * bw / BM_PEAK);
   fflush(stdout);
 }
 
@@ -184,8 +189,7 @@ static void bm_copy_bw(void) {
   cudaEventDestroy(e1);
 }
 
-static const int k_ns[] = {1, 2, 4, 8, 32};
-#define BM_NN ((int)(sizeof k_ns / sizeof *k_ns))
+static int k_ns[8] = {1, 2, 4, 8, 32}, BM_NN = 5; /* --ns */
 
 /* plain product: validate n = 1..32 (a few), then time */
 static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, const float *dx, float *dout,
@@ -194,7 +198,7 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
   char shape[48];
   snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_out, (long long)cols);
   const int check_ns[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 32};
-  int modes[2];
+  int modes[3];
   for (size_t i = 0; i < sizeof check_ns / sizeof *check_ns; i++) {
     const int n = check_ns[i];
     for (int k = 0, nm = bm_modes(t, n, modes); k < nm; k++) {
@@ -208,6 +212,12 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
       const double e = bm_err(&w, hx, dout, n);
       if (!(e <= BM_TOL)) {
         printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), g_path, n, e, BM_TOL);
+        g_fail = 1;
+      }
+      const size_t m = (size_t)n * (size_t)n_out;
+      if (modes[k] == 1) BM_CHECK(cudaMemcpy(g_dmma, dout, sizeof(float) * m, cudaMemcpyDeviceToDevice));
+      if (modes[k] == 2 && !bm_same(dout, g_dmma, m)) {
+        printf("FAIL %s %s mma2 n=%d: differs from mma\n", shape, dt_name(t), n);
         g_fail = 1;
       }
     }
@@ -243,7 +253,7 @@ static void bm_multi(gt_type_t t, const float *hx, const float *dx, float *dout,
     seg[s].w = w[s].d, seg[s].n_out = outs[s], seg[s].row_bytes = w[s].row_bytes;
     bytes += (double)w[s].bytes;
   }
-  int modes[2];
+  int modes[3];
   for (int i = 0; i < BM_NN; i++)
   for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
     bm_path(modes[mi]);
@@ -291,7 +301,7 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
   bm_w_t g = bm_weight(t, n_out, cols, 1, 101), u = bm_weight(t, n_out, cols, 1, 202);
   float *tmp;
   BM_CHECK(cudaMalloc((void **)&tmp, sizeof(float) * 2 * 32 * n_out));
-  int modes[2];
+  int modes[3];
   for (int i = 0; i < BM_NN; i++)
   for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
     bm_path(modes[mi]);
@@ -383,13 +393,24 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
 }
 
 int main(int argc, char **argv) {
-  int reps = 50;
+  int reps = 50, mmq = 1;
   const char *types_arg = "BF16,Q8_0,Q4_K,Q5_K,Q6_K";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--types")) types_arg = argv[i + 1];
-    else {
-      fprintf(stderr, "usage: %s [--reps N] [--types BF16,Q8_0,Q4_K,Q5_K,Q6_K]\n", argv[0]);
+    else if (!strcmp(argv[i], "--mmq")) mmq = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--ns")) {
+      BM_NN = 0;
+      for (const char *c = argv[i + 1]; *c && BM_NN < 8; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") {
+        const int v = atoi(c);
+        if (v < 1 || v > 32) {
+          fprintf(stderr, "--ns: row counts 1..32\n");
+          return 2;
+        }
+        k_ns[BM_NN++] = v;
+      }
+    } else {
+      fprintf(stderr, "usage: %s [--reps N] [--types BF16,Q8_0,Q4_K,Q5_K,Q6_K] [--ns 1,2,...] [--mmq 0|1]\n", argv[0]);
       return 2;
     }
   }
@@ -411,13 +432,15 @@ int main(int argc, char **argv) {
   BM_CHECK(cudaMalloc((void **)&dx, sizeof(float) * 512 * max_cols));
   BM_CHECK(cudaMalloc((void **)&dout, sizeof(float) * 32 * max_out));
   BM_CHECK(cudaMalloc((void **)&dref, sizeof(float) * 32 * max_out));
+  BM_CHECK(cudaMalloc((void **)&g_dmma, sizeof(float) * 32 * max_out));
   BM_CHECK(cudaMemcpy(dx, hx, sizeof(float) * 512 * max_cols, cudaMemcpyHostToDevice));
   cudaEvent_t e0, e1;
   BM_CHECK(cudaEventCreate(&e0));
   BM_CHECK(cudaEventCreate(&e1));
 
   const int64_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}, {151936, 4096}};
-  printf("%-22s | %-4s | %-4s | %2s | %9s | %7s | %s\n", "shape", "type", "path", "n", "us", "GB/s", "% of copy BW");
+  printf("%-22s | %-4s | %-4s | %2s | %9s | %7s | %s | %s\n", "shape", "type", "path", "n", "us", "GB/s",
+         "% of copy BW", "% of 4.8 TB/s");
   char list[128];
   snprintf(list, sizeof list, "%s", types_arg);
   for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -432,11 +455,11 @@ int main(int argc, char **argv) {
     bm_multi(t, hx, dx, dout, dref, reps, e0, e1);
     bm_swiglu(t, dx, dout, dref, reps, e0, e1);
   }
-  printf("\n%-22s | %-4s | %-4s | %3s | %9s | %7s | %s\n", "shape", "type", "path", "n", "us", "GB/s", "% of copy BW");
+  if (mmq) printf("\n%-22s | %-4s | %-4s | %3s | %9s | %7s | %s\n", "shape", "type", "path", "n", "us", "GB/s", "% of copy BW");
   snprintf(list, sizeof list, "%s", types_arg);
   for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
     const gt_type_t t = (gt_type_t)dt_from_name(tok);
-    if (t != GT_TYPE_Q4_K && t != GT_TYPE_Q5_K && t != GT_TYPE_Q6_K && t != GT_TYPE_Q8_0) continue;
+    if (!mmq || (t != GT_TYPE_Q4_K && t != GT_TYPE_Q5_K && t != GT_TYPE_Q6_K && t != GT_TYPE_Q8_0)) continue;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
       if (shapes[s][0] != 1024) bm_mmq(t, shapes[s][0], shapes[s][1], hx, dx, reps, e0, e1);
   }
@@ -445,5 +468,6 @@ int main(int argc, char **argv) {
   cudaFree(dx);
   cudaFree(dout);
   cudaFree(dref);
+  cudaFree(g_dmma);
   return g_fail ? 1 : 0;
 }

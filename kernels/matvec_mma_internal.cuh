@@ -1,0 +1,194 @@
+/* kernels/matvec_mma_internal.cuh — what the two tensor-core matvec kernels share:
+ * kernels/matvec_mma.cu (v1: x fragments built per window of S chunks, two block barriers per
+ * window) and kernels/matvec_mma2.cu (v2: x fragments of all chunks built once per block, weights
+ * prefetched two chunks ahead, no block barrier in the loop). Both give the same bits: same work
+ * split (mvm_plan), same per-chunk arithmetic (mvm_chunk), same reduction (mvm_finish).
+ * Fragment layout and exactness notes: matvec_mma.cu. Device-side, not a public header. */
+#ifndef GANTRY_KERNELS_MATVEC_MMA_INTERNAL_CUH
+#define GANTRY_KERNELS_MATVEC_MMA_INTERNAL_CUH
+#include "kernels/matvec_mma.cuh"
+#include "kernels/mma_dec.cuh"
+
+#define MVM_WARPS 8
+#define MVM_TARGET_WARPS 2048 /* of 32 rows: enough to fill an H200 (132 SMs x 16 warps) */
+
+typedef struct {
+  const uint8_t *w[KC_MATVEC_MAX_SEGS]; /* swiglu: w[0] gate */
+  const uint8_t *wup;                   /* swiglu: up weight (segment 0) */
+  float *out[KC_MATVEC_MAX_SEGS];
+  int64_t n_out[KC_MATVEC_MAX_SEGS];
+  size_t row_bytes[KC_MATVEC_MAX_SEGS];
+  int split[KC_MATVEC_MAX_SEGS];
+  unsigned blk_end[KC_MATVEC_MAX_SEGS]; /* segment s owns blocks [blk_end[s-1], blk_end[s]) */
+  int n_seg, swiglu;
+} mvm_args_t;
+
+/* Column parts of a weight: a function of its own shape only (equal products across the entry
+ * points): enough warps (32 rows each) to fill the GPU, never more parts than chunks. */
+static inline int mvm_split(int64_t n_out, int64_t nkb) {
+  const int64_t warps = (n_out + 31) / 32;
+  int S = 1;
+  while (S < MVM_WARPS && warps * S < MVM_TARGET_WARPS && 2 * S <= nkb) S *= 2;
+  return S;
+}
+
+/* Fills a.split and a.blk_end for warps of fpw output features; returns the block count, -1 if
+ * it does not fit a grid. */
+static inline int64_t mvm_plan(mvm_args_t &a, int64_t nkb, int fpw) {
+  int64_t blocks = 0;
+  for (int s = 0; s < a.n_seg; s++) {
+    a.split[s] = mvm_split(a.n_out[s], nkb);
+    const int64_t groups = (a.n_out[s] + fpw - 1) / fpw, gpb = MVM_WARPS / a.split[s];
+    blocks += (groups + gpb - 1) / gpb;
+    if (blocks > 0x7fffffff) return -1;
+    a.blk_end[s] = (unsigned)blocks;
+  }
+  return blocks;
+}
+
+/* Where a warp sits: segment sg, S parts, part, row warp rw of gpb, first group grp0 of the block,
+ * fpw output features per warp; wa / wb / ws: rows g, g + 8 and lane / 2 of each of its RG groups
+ * (16 rows each; swiglu: group 2i = 16 gate rows, 2i + 1 = the up rows of the same features; rows
+ * past n_out read row n_out - 1 and are not written). */
+template <int RG> struct mvm_pos {
+  int sg, S, gpb, part, rw, fpw;
+  int64_t n_out, grp0;
+  const uint8_t *wa[RG], *wb[RG], *ws[RG];
+  __device__ mvm_pos(const mvm_args_t &a, int wi, int lane) {
+    sg = 0;
+    while (sg + 1 < a.n_seg && blockIdx.x >= a.blk_end[sg]) sg++;
+    const unsigned blk = blockIdx.x - (sg ? a.blk_end[sg - 1] : 0u);
+    S = a.split[sg], gpb = MVM_WARPS / S, part = wi % S, rw = wi / S;
+    fpw = a.swiglu ? 8 * RG : 16 * RG;
+    n_out = a.n_out[sg], grp0 = (int64_t)blk * gpb;
+    const size_t rb = a.row_bytes[sg];
+    const int g = lane >> 2;
+    auto row_of = [&](int i, int m) -> const uint8_t * {
+      int64_t o = (grp0 + rw) * fpw + 16 * (a.swiglu ? i >> 1 : i) + m;
+      if (o > n_out - 1) o = n_out - 1;
+      return (a.swiglu && (i & 1) ? a.wup : a.w[sg]) + (size_t)o * rb;
+    };
+#pragma unroll
+    for (int i = 0; i < RG; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
+  }
+};
+
+/* The weight words of one chunk for a warp's RG groups (rows g, g + 8; scale row lane / 2). */
+template <class D, int RG> struct mvm_wbuf {
+  typename D::raw ra[RG], rb[RG];
+  typename D::sraw sr[RG];
+  __device__ __forceinline__ void load(const mvm_pos<RG> &p, int64_t kb, int lane) {
+#pragma unroll
+    for (int i = 0; i < RG; i++) {
+      D::load(ra[i], p.wa[i], kb, lane & 3);
+      D::load(rb[i], p.wb[i], kb, lane & 3);
+      D::sload(sr[i], p.ws[i], kb, lane & 1);
+    }
+  }
+};
+
+/* One chunk of a warp: acc[i][0 / 1] (rows g, g + 8 of group i) += the chunk's products.
+ * bq(p): the lane's B fragments of k-steps 2p, 2p+1 (uint4: b0, b1 of 2p, then of 2p+1);
+ * sx[sb] (HAS_MIN): Σx of sub-block sb for the lane's x row if its tig is even, else 0;
+ * scs: the warp's [16][4] float4 scale slots (shared memory, reused per group). */
+template <class D, int RG, class BQ>
+__device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D, RG> &wb, const float *sx,
+                                          float4 (*scs)[4], int lane, BQ bq) {
+  const int g = lane >> 2;
+#pragma unroll
+  for (int i = 0; i < RG; i++) {
+    __syncwarp(); /* previous group's scales read by every lane */
+    D::sdecode(wb.sr[i], lane & 1, &scs[lane >> 1][2 * (lane & 1)]);
+    __syncwarp();
+    float s0[16], s8[16];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const float4 t0 = scs[g][q], t8 = scs[g + 8][q];
+      s0[4 * q] = t0.x, s0[4 * q + 1] = t0.y, s0[4 * q + 2] = t0.z, s0[4 * q + 3] = t0.w;
+      s8[4 * q] = t8.x, s8[4 * q + 1] = t8.y, s8[4 * q + 2] = t8.z, s8[4 * q + 3] = t8.w;
+    }
+#pragma unroll
+    for (int sb = 0; sb < D::NSUB; sb++) {
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int h = 0; h < D::SPS; h++) {
+        const int s = D::SPS * sb + h;
+        const uint4 b = bq(s >> 1);
+        const uint32_t qa = D::qword(wb.ra[i], s), qb = D::qword(wb.rb[i], s);
+        const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
+                                mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
+        mvm_mma(c, af, (s & 1) ? b.z : b.x, (s & 1) ? b.w : b.y);
+      }
+      if constexpr (D::HAS_MIN) {
+        acc[i][0] = fmaf(s0[2 * sb], c[0] + c[1], acc[i][0]);
+        acc[i][0] = fmaf(-s0[2 * sb + 1], sx[sb], acc[i][0]);
+        acc[i][1] = fmaf(s8[2 * sb], c[2] + c[3], acc[i][1]);
+        acc[i][1] = fmaf(-s8[2 * sb + 1], sx[sb], acc[i][1]);
+      } else {
+        acc[i][0] = fmaf(s0[sb], c[0] + c[1], acc[i][0]);
+        acc[i][1] = fmaf(s8[sb], c[2] + c[3], acc[i][1]);
+      }
+    }
+  }
+}
+
+/* The block's results: lane (g, tig) holds rows g, g+8 of each group for x row tig/2 (hi+mid or
+ * lo); added per x row (tig 2r, then 2r+1) and over the parts in part order; swiglu: SiLU(gate)
+ * * up as kernels/swiglu.cu. red: [MVM_WARPS][RG][16][4] shared. Whole block (one barrier). */
+template <int RG>
+__device__ __forceinline__ void mvm_finish(const mvm_args_t &a, const mvm_pos<RG> &p, float (*red)[RG][16][4],
+                                           const float (&acc)[RG][2], int wi, int lane, int n) {
+  const int g = lane >> 2, tig = lane & 3, S = p.S;
+#pragma unroll
+  for (int i = 0; i < RG; i++) {
+    red[wi][i][g][tig] = acc[i][0];
+    red[wi][i][g + 8][tig] = acc[i][1];
+  }
+  __syncthreads();
+  float *out = a.out[p.sg];
+  for (int t = threadIdx.x; t < p.gpb * RG * 64; t += MVM_WARPS * 32) {
+    const int w = t / (RG * 64), i = (t / 64) % RG, m = (t / 4) % 16, r = t % 4;
+    if (r >= n) continue;
+    float s = red[w * S][i][m][2 * r] + red[w * S][i][m][2 * r + 1];
+    for (int q = 1; q < S; q++) s += red[w * S + q][i][m][2 * r] + red[w * S + q][i][m][2 * r + 1];
+    if (!a.swiglu) {
+      const int64_t o = (p.grp0 + w) * p.fpw + 16 * i + m;
+      if (o < p.n_out) out[(size_t)r * p.n_out + o] = s;
+    } else if ((i & 1) == 0) {
+      float u = red[w * S][i + 1][m][2 * r] + red[w * S][i + 1][m][2 * r + 1];
+      for (int q = 1; q < S; q++) u += red[w * S + q][i + 1][m][2 * r] + red[w * S + q][i + 1][m][2 * r + 1];
+      const int64_t o = (p.grp0 + w) * p.fpw + 16 * (i >> 1) + m;
+      if (o < p.n_out) out[(size_t)r * p.n_out + o] = s / (1.0f + expf(-s)) * u; /* as kernels/swiglu.cu */
+    }
+  }
+}
+
+/* 4 consecutive x values split into bf16 hi + mid + lo (hi = bf16(x), mid = bf16(x - hi), lo =
+ * bf16(x - hi - mid)): one uint2 (the b0, b1 registers of one k-step) per part. */
+__device__ __forceinline__ void mvm_split_x(float4 v, uint2 &hi, uint2 &mid, uint2 &lo) {
+  const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+  const float4 r1 = make_float4(v.x - __low2float(h01), v.y - __high2float(h01), v.z - __low2float(h23),
+                                v.w - __high2float(h23));
+  const __nv_bfloat162 m01 = __floats2bfloat162_rn(r1.x, r1.y), m23 = __floats2bfloat162_rn(r1.z, r1.w);
+  const __nv_bfloat162 l01 = __floats2bfloat162_rn(r1.x - __low2float(m01), r1.y - __high2float(m01));
+  const __nv_bfloat162 l23 = __floats2bfloat162_rn(r1.z - __low2float(m23), r1.w - __high2float(m23));
+  hi = make_uint2(mvm_bits(h01), mvm_bits(h23));
+  mid = make_uint2(mvm_bits(m01), mvm_bits(m23));
+  lo = make_uint2(mvm_bits(l01), mvm_bits(l23));
+}
+
+/* Σx of the 32-element sub-block q / 8 over the 8 lanes holding its quads (a fixed xor tree) */
+__device__ __forceinline__ float mvm_sub_sum(float4 v) {
+  float p = (v.x + v.y) + (v.z + v.w);
+  p += __shfl_xor_sync(KC_FULL_MASK, p, 1);
+  p += __shfl_xor_sync(KC_FULL_MASK, p, 2);
+  p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
+  return p;
+}
+
+/* v2 (kernels/matvec_mma2.cu): launches the product of kc_mvm_launch's arguments (a.w / wup /
+ * out / n_out / row_bytes / n_seg / swiglu set) when its shared memory (x fragments of all
+ * chunks) fits; returns -1 when it does not (the caller runs v1: same bits), else a cudaError_t
+ * value. */
+int mvm2_launch(cudaStream_t st, int type, mvm_args_t a, int64_t cols, const float *x, int n);
+#endif
