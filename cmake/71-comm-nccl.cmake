@@ -1,0 +1,35 @@
+# NCCL communicator (engine/backend/comm_nccl.c) and its tests (issue 13).
+# gantry_comm_nccl gets GANTRY_HAVE_NCCL when the CUDA toolkit and nccl.h are found; libnccl
+# itself is loaded at run time (dlopen), so nothing links against it and programs start on
+# machines without it. Without nccl.h the same API fails with "built without NCCL".
+# gantry_comm_nccl_stub is always that no-NCCL build, so its error path is tested everywhere.
+option(GANTRY_NCCL "Build the NCCL communicator when nccl.h is found" ON)
+add_library(gantry_comm_nccl STATIC engine/backend/comm_nccl.c)
+target_link_libraries(gantry_comm_nccl PUBLIC gantry_common)
+add_library(gantry_comm_nccl_stub STATIC engine/backend/comm_nccl.c)
+target_link_libraries(gantry_comm_nccl_stub PUBLIC gantry_common)
+
+if(GANTRY_NCCL AND TARGET CUDA::cudart_static)
+  find_path(GANTRY_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include)
+  find_library(GANTRY_NCCL_LIBRARY NAMES libnccl.so.2 nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64
+               /usr/local/cuda/lib)
+  if(GANTRY_NCCL_INCLUDE_DIR)
+    target_include_directories(gantry_comm_nccl PRIVATE ${GANTRY_NCCL_INCLUDE_DIR})
+    target_compile_definitions(gantry_comm_nccl PUBLIC GANTRY_HAVE_NCCL=1)
+    if(GANTRY_NCCL_LIBRARY)
+      # last fallback of the run-time search (after $GANTRY_NCCL_LIB / LD_LIBRARY_PATH)
+      target_compile_definitions(gantry_comm_nccl PRIVATE GANTRY_NCCL_LIB_DEFAULT="${GANTRY_NCCL_LIBRARY}")
+    endif()
+    target_link_libraries(gantry_comm_nccl PUBLIC CUDA::cudart_static ${CMAKE_DL_LIBS})
+    message(STATUS "NCCL: ${GANTRY_NCCL_INCLUDE_DIR}/nccl.h (libnccl loaded at run time; found: ${GANTRY_NCCL_LIBRARY})")
+  else()
+    message(STATUS "NCCL: nccl.h not found, communicator built without NCCL")
+  endif()
+endif()
+
+# the no-NCCL path: every call gives the clear error
+gt_add_test(test_comm_nccl_stub SOURCES tests/unit/test_comm_nccl.c LIBS gantry_comm_nccl_stub TIMEOUT 60)
+target_compile_definitions(test_comm_nccl_stub PRIVATE COMM_NCCL_STUB)
+# the real build on this machine: argument checks, and with no GPU (or no libnccl) the clear error
+gt_add_test(test_comm_nccl SOURCES tests/unit/test_comm_nccl.c LIBS gantry_comm_nccl TIMEOUT 60)
+
