@@ -1,4 +1,4 @@
-# NCCL communicator (engine/backend/comm_nccl.c) and its tests (issue 13).
+# NCCL communicator (engine/backend/comm_nccl.c), its benchmark (bench_comm) and tests (issue 13).
 # gantry_comm_nccl gets GANTRY_HAVE_NCCL when the CUDA toolkit and nccl.h are found; libnccl
 # itself is loaded at run time (dlopen), so nothing links against it and programs start on
 # machines without it. Without nccl.h the same API fails with "built without NCCL".
@@ -33,3 +33,11 @@ target_compile_definitions(test_comm_nccl_stub PRIVATE COMM_NCCL_STUB)
 # the real build on this machine: argument checks, and with no GPU (or no libnccl) the clear error
 gt_add_test(test_comm_nccl SOURCES tests/unit/test_comm_nccl.c LIBS gantry_comm_nccl TIMEOUT 60)
 
+if(TARGET CUDA::cudart_static)
+  # benchmark (prints numbers; its own sum check decides the exit status): tools/bench/comm_bench.c
+  add_executable(bench_comm tools/bench/comm_bench.c)
+  target_link_libraries(bench_comm PRIVATE gantry_comm_nccl CUDA::cudart_static m)
+  # bench_comm with every GPU hidden (and bad arguments): skips with exit 77 and says why
+  gt_add_test(test_comm_bench_skip SOURCES tests/unit/test_comm_bench_skip.c LIBS gantry_testutil TIMEOUT 60)
+  add_dependencies(test_comm_bench_skip bench_comm)
+endif()
