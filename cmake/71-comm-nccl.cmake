@@ -40,4 +40,7 @@ if(TARGET CUDA::cudart_static)
   # bench_comm with every GPU hidden (and bad arguments): skips with exit 77 and says why
   gt_add_test(test_comm_bench_skip SOURCES tests/unit/test_comm_bench_skip.c LIBS gantry_testutil TIMEOUT 60)
   add_dependencies(test_comm_bench_skip bench_comm)
+  # GPU: a thread per rank, eager + captured + replayed all-reduce, both methods and dtypes
+  gt_add_test(test_comm_nccl_gpu SOURCES tests/gpu/test_comm_nccl_gpu.c LIBS gantry_comm_nccl CUDA::cudart_static TIMEOUT 120)
+  set_tests_properties(test_comm_nccl_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
