@@ -44,3 +44,6 @@ if(TARGET CUDA::cudart_static)
   gt_add_test(test_comm_nccl_gpu SOURCES tests/gpu/test_comm_nccl_gpu.c LIBS gantry_comm_nccl CUDA::cudart_static TIMEOUT 120)
   set_tests_properties(test_comm_nccl_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
+
+# scripts/gpu/tp.sh's helpers (the T(n) = a + w/n fit, the TP-n vs TP-1 logits comparison)
+add_test(NAME test_tp_scripts COMMAND bash ${CMAKE_SOURCE_DIR}/tests/unit/test_tp_scripts.sh ${CMAKE_SOURCE_DIR})
