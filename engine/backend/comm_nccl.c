@@ -284,18 +284,6 @@ int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_t
   return r == ncclSuccess ? GT_OK : nccl_fail(err, r, c->comm[rank], "ncclAllReduce");
 }
 
-int nccl_comm_group_start(gt_err_t *err) {
-  if (!lib.h) return gt_err_set(err, GT_EINVAL, "nccl: no communicator was made");
-  ncclResult_t r = lib.GroupStart();
-  return r == ncclSuccess ? GT_OK : nccl_fail(err, r, NULL, "ncclGroupStart");
-}
-
-int nccl_comm_group_end(gt_err_t *err) {
-  if (!lib.h) return gt_err_set(err, GT_EINVAL, "nccl: no communicator was made");
-  ncclResult_t r = lib.GroupEnd();
-  return r == ncclSuccess ? GT_OK : nccl_fail(err, r, NULL, "ncclGroupEnd");
-}
-
 void nccl_comm_destroy(nccl_comm_t *c) {
   if (!c) return;
   int cur = 0;
@@ -341,10 +329,6 @@ int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_t
                          gt_err_t *err) {
   return NO_NCCL(err);
 }
-
-int nccl_comm_group_start(gt_err_t *err) { return NO_NCCL(err); }
-
-int nccl_comm_group_end(gt_err_t *err) { return NO_NCCL(err); }
 
 void nccl_comm_destroy(nccl_comm_t *c) {}
 

@@ -11,17 +11,19 @@
  *   that point.
  * - destroy releases everything init_all and buffers_alloc made.
  *
- * Threads: the intended use is one worker thread per rank, each calling all_reduce for its own
- * rank only. One thread may also drive every rank, but then its calls for the N ranks of one
- * collective must sit between nccl_comm_group_start and nccl_comm_group_end (NCCL blocks on a
- * lone rank of a single-thread clique otherwise).
+ * Threads: one thread per rank, each calling all_reduce for its own rank only (the engine's
+ * worker threads). Driving several ranks from one thread needs NCCL group calls and, with CUDA
+ * graphs, can deadlock in cudaGraphLaunch (NCCL's documentation): this API does not offer it.
+ * init_all, buffers_alloc, buffers_free and destroy are called from one (any) thread while no
+ * rank is communicating.
  *
  * CUDA graphs: all_reduce may be captured into a CUDA graph (stream capture of `stream`). What
- * that requires: every rank captures the same collectives in the same order on the stream it
- * passes (the one being captured, on that rank's device), no host synchronisation between
- * begin and end of capture, the buffers stay allocated (and, for the symmetric method,
+ * that requires: every rank's thread captures the same collectives in the same order on the
+ * stream it passes (the one being captured, on that rank's device), in
+ * cudaStreamCaptureModeThreadLocal (NCCL's advice for a thread per GPU; the decode graphs use
+ * it), with no host synchronisation between begin and end of capture, the buffers stay allocated (and, for the symmetric method,
  * registered) for the graph's lifetime, and replays of the N graphs are launched in the same
- * order on every rank. Run one eager collective of each size first so that NCCL's lazy setup
+ * order on every rank, each by its rank's thread. Run one eager collective of each size first so that NCCL's lazy setup
  * (connections, buffers) happens outside capture.
  *
  * Methods:
@@ -36,8 +38,9 @@
  *
  * libnccl is loaded at run time (dlopen), so programs built with NCCL still start where it is
  * absent: the path in $GANTRY_NCCL_LIB if set, else "libnccl.so.2" through the loader's search
- * path (LD_LIBRARY_PATH). Builds without nccl.h (no GANTRY_HAVE_NCCL) keep this API; every
- * call then fails with GT_EUNSUPPORTED "built without NCCL". */
+ * path (LD_LIBRARY_PATH), else the libnccl CMake found at build time. Builds without nccl.h (no
+ * GANTRY_HAVE_NCCL) keep this API; every call then fails with GT_EUNSUPPORTED "built without
+ * NCCL". */
 #ifndef GANTRY_ENGINE_COMM_NCCL_H
 #define GANTRY_ENGINE_COMM_NCCL_H
 
@@ -64,12 +67,13 @@ int nccl_comm_init_all(const int *devices, int n, nccl_comm_t **out, gt_err_t *e
 int nccl_comm_size(const nccl_comm_t *c);
 int nccl_comm_device(const nccl_comm_t *c, int rank);
 
-/* "NCCL 2.28.9 (libnccl.so.2), NVLS off" into buf; returns buf. */
+/* One line for logs into buf, e.g. "NCCL 2.28.9 (libnccl.so.2), 2 ranks, NVLS off, symmetric
+ * windows available"; returns buf. */
 const char *nccl_comm_describe(const nccl_comm_t *c, char *buf, size_t cap);
 
 /* Allocates one device buffer of `bytes` per rank into ptrs[0..n-1] (ptrs[r] on rank r's
- * device), for method m. Symmetric: ncclMemAlloc + a collective ncclCommWindowRegister on every
- * rank (called from one thread inside a group); GT_EUNSUPPORTED when the loaded libnccl has no
+ * device), for method m. Symmetric: ncclMemAlloc + ncclCommWindowRegister of every rank (a
+ * collective, issued here inside one NCCL group); GT_EUNSUPPORTED when the loaded libnccl has no
  * windows. On failure nothing stays allocated and ptrs[] are NULL. Free with
  * nccl_comm_buffers_free before nccl_comm_destroy. */
 int nccl_comm_buffers_alloc(nccl_comm_t *c, size_t bytes, nccl_comm_method_t m, void **ptrs, gt_err_t *err);
@@ -83,11 +87,6 @@ void nccl_comm_buffers_free(nccl_comm_t *c, void **ptrs);
  * GT_EINTERNAL when NCCL refuses (err has NCCL's message). */
 int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_type_t dtype, void *stream,
                          gt_err_t *err);
-
-/* ncclGroupStart / ncclGroupEnd: bracket the per-rank calls of one collective (or of a window
- * registration) when a single thread drives several ranks. */
-int nccl_comm_group_start(gt_err_t *err);
-int nccl_comm_group_end(gt_err_t *err);
 
 /* Destroys the clique (ncclCommDestroy per rank). Buffers not freed are freed here. NULL is a
  * no-op. */

@@ -4,16 +4,21 @@
  *   bench_comm [--tp 1,2,4] [--min 4096] [--max 4194304] [--iters 200] [--warmup 20]
  *              [--methods plain,symmetric] [--dtypes f32,bf16]
  * Default --tp: 1..(visible GPUs). Sizes: powers of two from --min to --max bytes.
- * Timing: every iteration records an event on each rank's stream, queues the all-reduce on all
- * ranks (one thread, ncclGroupStart/End; graph mode: cudaGraphLaunch of each rank's graph holding
- * the one captured all-reduce), records a second event and waits; the iteration's time is the
- * largest elapsed time over the ranks (host launch included). Prints median and p99 in us.
- * Check: before each timed series, every rank fills its buffer with rank+1 and one all-reduce
- * (eager, then the graph) must leave N(N+1)/2 in every element of every rank.
- * Exit: 0 all checks passed; 1 a check or a CUDA / NCCL call failed; 2 bad arguments;
- * 77 skipped (no GPU visible, built without NCCL, or libnccl not loadable; the reason is printed). */
+ * Ranks run as the engine runs them: one thread per rank, each queuing its own all-reduce on its
+ * own stream (graph mode: each thread captures its all-reduce into a graph in thread-local mode
+ * and replays it). Timing: every iteration, the rank threads meet at a barrier, record an event,
+ * queue the all-reduce (or cudaGraphLaunch), record a second event and wait for it; the
+ * iteration's time is the largest elapsed time over the ranks (host launch included). Prints
+ * median and p99 in us.
+ * Check: before each timed series every rank fills its buffer with rank+1, and one all-reduce
+ * (eager; then one graph replay) must leave N(N+1)/2 in every element of every rank.
+ * Exit: 0 all checks passed; 1 a check or a CUDA / NCCL call failed (a rank failing inside a
+ * collective can leave its peers waiting: run under a timeout, as scripts/gpu/tp.sh does); 2 bad
+ * arguments; 77 skipped (no GPU visible, built without NCCL, or libnccl not loadable; the reason
+ * is printed). */
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,15 +44,6 @@ typedef struct {
   cudaStream_t s[MAXR];
   cudaEvent_t e0[MAXR], e1[MAXR];
 } clique_t;
-
-#define CK(call)                                                                                 \
-  do {                                                                                           \
-    cudaError_t ce_ = (call);                                                                    \
-    if (ce_ != cudaSuccess) {                                                                    \
-      fprintf(stderr, "bench_comm: %s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(ce_)); \
-      return 1;                                                                                  \
-    }                                                                                            \
-  } while (0)
 
 static int usage(void) {
   fprintf(stderr, "usage: bench_comm [--tp 1,2,4] [--min BYTES] [--max BYTES] [--iters N] [--warmup N]\n"
@@ -126,89 +122,126 @@ static float from_bf16(uint16_t h) {
   return f;
 }
 
-/* Every rank's first `count` elements := rank + 1. host: scratch of count * 4 bytes. */
-static int fill(clique_t *q, void **ptrs, size_t count, gt_type_t dt, void *host) {
-  for (int r = 0; r < q->n; r++) {
-    for (size_t i = 0; i < count; i++) {
-      if (dt == GT_TYPE_F32) ((float *)host)[i] = (float)(r + 1);
-      else ((uint16_t *)host)[i] = to_bf16((float)(r + 1));
-    }
-    CK(cudaMemcpy(ptrs[r], host, count * (dt == GT_TYPE_F32 ? 4 : 2), cudaMemcpyHostToDevice));
+/* one rank's part of one series (a method, dtype and size): filled by rank_series */
+typedef struct {
+  clique_t *q;
+  int rank;
+  void *buf;
+  size_t count;
+  gt_type_t dt;
+  const opts_t *o;
+  pthread_barrier_t *bar;
+  double *eager, *graph; /* [o->iters] ms of this rank */
+  int bad;               /* a check failed (the series still runs to the end on every rank) */
+  char err[600];         /* a CUDA / NCCL call failed */
+} series_t;
+
+#define RK(call)                                                                                       \
+  do {                                                                                                 \
+    cudaError_t ce_ = (call);                                                                          \
+    if (ce_ != cudaSuccess) {                                                                          \
+      snprintf(s->err, sizeof s->err, "rank %d: %s: %s", s->rank, #call, cudaGetErrorString(ce_));     \
+      goto out;                                                                                        \
+    }                                                                                                  \
+  } while (0)
+
+static size_t esize(gt_type_t dt) { return dt == GT_TYPE_F32 ? 4 : 2; }
+
+/* host[0..count) := rank + 1 in dt */
+static void host_fill(void *host, size_t count, gt_type_t dt, int rank) {
+  for (size_t i = 0; i < count; i++) {
+    if (dt == GT_TYPE_F32) ((float *)host)[i] = (float)(rank + 1);
+    else ((uint16_t *)host)[i] = to_bf16((float)(rank + 1));
   }
-  return 0;
 }
 
-/* 0 when every element of every rank is N(N+1)/2; else prints the first mismatch and returns 1 */
-static int check(clique_t *q, void **ptrs, size_t count, gt_type_t dt, void *host, const char *what) {
-  const float want = (float)(q->n * (q->n + 1) / 2);
-  for (int r = 0; r < q->n; r++) {
-    CK(cudaMemcpy(host, ptrs[r], count * (dt == GT_TYPE_F32 ? 4 : 2), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < count; i++) {
-      float got = dt == GT_TYPE_F32 ? ((float *)host)[i] : from_bf16(((uint16_t *)host)[i]);
-      if (got != want) {
-        fprintf(stderr, "bench_comm: CHECK FAILED (%s): N=%d rank %d element %zu of %zu: %g, want %g\n", what, q->n, r, i,
-                count, got, want);
-        return 1;
-      }
-    }
-  }
-  return 0;
-}
-
-/* one all-reduce on every rank (eager, one thread, grouped) */
-static int all_reduce_all(clique_t *q, void **ptrs, size_t count, gt_type_t dt) {
-  gt_err_t err = {0};
-  int rc = nccl_comm_group_start(&err);
-  for (int r = 0; r < q->n && !rc; r++) rc = nccl_comm_all_reduce(q->c, r, ptrs[r], count, dt, q->s[r], &err);
-  int rc2 = nccl_comm_group_end(rc ? NULL : &err);
-  if (rc || rc2) fprintf(stderr, "bench_comm: all-reduce: %s\n", err.msg);
-  return rc || rc2;
-}
-
-/* iters timed iterations after warmup ones; graphs: NULL = eager. times[iters] in us. */
-static int time_series(clique_t *q, void **ptrs, size_t count, gt_type_t dt, cudaGraphExec_t *graphs,
-                       const opts_t *o, double *times) {
-  for (int it = 0; it < o->warmup + o->iters; it++) {
-    for (int r = 0; r < q->n; r++) CK(cudaEventRecord(q->e0[r], q->s[r]));
-    if (graphs) {
-      for (int r = 0; r < q->n; r++) CK(cudaGraphLaunch(graphs[r], q->s[r]));
-    } else if (all_reduce_all(q, ptrs, count, dt)) {
+/* 0 when every element is N(N+1)/2; else prints the first mismatch and returns 1 */
+static int host_check(const series_t *s, const void *host, const char *what) {
+  const int n = s->q->n;
+  const float want = (float)(n * (n + 1) / 2);
+  for (size_t i = 0; i < s->count; i++) {
+    float got = s->dt == GT_TYPE_F32 ? ((const float *)host)[i] : from_bf16(((const uint16_t *)host)[i]);
+    if (got != want) {
+      fprintf(stderr, "bench_comm: CHECK FAILED (%s): N=%d rank %d element %zu of %zu: %g, want %g\n", what, n, s->rank,
+              i, s->count, got, want);
       return 1;
     }
-    for (int r = 0; r < q->n; r++) CK(cudaEventRecord(q->e1[r], q->s[r]));
-    double worst = 0;
-    for (int r = 0; r < q->n; r++) {
-      float ms = 0;
-      CK(cudaEventSynchronize(q->e1[r]));
-      CK(cudaEventElapsedTime(&ms, q->e0[r], q->e1[r]));
-      worst = ms > worst ? ms : worst;
-    }
-    if (it >= o->warmup) times[it - o->warmup] = worst * 1e3;
   }
-  qsort(times, (size_t)o->iters, sizeof *times, cmp_double);
   return 0;
 }
 
-/* captures one all-reduce per rank into graphs[r] (each rank's stream, thread-local capture mode
- * like the engine's decode graphs) */
-static int capture(clique_t *q, void **ptrs, size_t count, gt_type_t dt, cudaGraphExec_t *graphs) {
-  cudaGraph_t g[MAXR] = {0};
-  for (int r = 0; r < q->n; r++) {
-    CK(cudaSetDevice(nccl_comm_device(q->c, r)));
-    CK(cudaStreamBeginCapture(q->s[r], cudaStreamCaptureModeThreadLocal));
-  }
-  int rc = all_reduce_all(q, ptrs, count, dt);
-  for (int r = 0; r < q->n; r++) {
-    CK(cudaSetDevice(nccl_comm_device(q->c, r)));
-    cudaError_t ce = cudaStreamEndCapture(q->s[r], &g[r]);
-    if (ce == cudaSuccess && !rc) ce = cudaGraphInstantiate(&graphs[r], g[r], 0);
-    if (g[r]) (void)cudaGraphDestroy(g[r]);
-    if (ce != cudaSuccess) {
-      fprintf(stderr, "bench_comm: graph capture of the all-reduce (rank %d): %s\n", r, cudaGetErrorString(ce));
-      rc = 1;
+/* timed iterations of eager all-reduces (ge NULL) or graph replays into times[] (ms) */
+static int timed(series_t *s, cudaStream_t st, cudaGraphExec_t ge, double *times) {
+  clique_t *q = s->q;
+  gt_err_t e = {0};
+  for (int it = 0; it < s->o->warmup + s->o->iters; it++) {
+    pthread_barrier_wait(s->bar);
+    RK(cudaEventRecord(q->e0[s->rank], st));
+    if (ge) {
+      RK(cudaGraphLaunch(ge, st));
+    } else if (nccl_comm_all_reduce(q->c, s->rank, s->buf, s->count, s->dt, st, &e)) {
+      snprintf(s->err, sizeof s->err, "rank %d: %s", s->rank, e.msg);
+      goto out;
     }
+    RK(cudaEventRecord(q->e1[s->rank], st));
+    RK(cudaEventSynchronize(q->e1[s->rank]));
+    float ms = 0;
+    RK(cudaEventElapsedTime(&ms, q->e0[s->rank], q->e1[s->rank]));
+    if (it >= s->o->warmup) times[it - s->o->warmup] = ms;
   }
-  return rc;
+  return 0;
+out:
+  return 1;
+}
+
+/* one rank's thread: fill + all-reduce + check, eager timing, capture, fill + replay + check,
+ * graph timing */
+static void *rank_series(void *arg) {
+  series_t *s = arg;
+  clique_t *q = s->q;
+  cudaStream_t st = q->s[s->rank];
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  gt_err_t e = {0};
+  const size_t bytes = s->count * esize(s->dt);
+  void *host = malloc(bytes);
+  if (!host) {
+    snprintf(s->err, sizeof s->err, "rank %d: out of memory", s->rank);
+    return NULL;
+  }
+  RK(cudaSetDevice(nccl_comm_device(q->c, s->rank)));
+  host_fill(host, s->count, s->dt, s->rank);
+  RK(cudaMemcpyAsync(s->buf, host, bytes, cudaMemcpyHostToDevice, st));
+  if (nccl_comm_all_reduce(q->c, s->rank, s->buf, s->count, s->dt, st, &e)) {
+    snprintf(s->err, sizeof s->err, "rank %d: %s", s->rank, e.msg);
+    goto out;
+  }
+  RK(cudaMemcpyAsync(host, s->buf, bytes, cudaMemcpyDeviceToHost, st));
+  RK(cudaStreamSynchronize(st));
+  s->bad |= host_check(s, host, "eager");
+  if (timed(s, st, NULL, s->eager)) goto out;
+  /* graph: capture one all-reduce (nothing runs), refill, one replay must give the sum again */
+  RK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  int rc = nccl_comm_all_reduce(q->c, s->rank, s->buf, s->count, s->dt, st, &e);
+  RK(cudaStreamEndCapture(st, &g));
+  if (rc) {
+    snprintf(s->err, sizeof s->err, "rank %d: captured all-reduce: %s", s->rank, e.msg);
+    goto out;
+  }
+  RK(cudaGraphInstantiate(&ge, g, 0));
+  host_fill(host, s->count, s->dt, s->rank);
+  RK(cudaMemcpyAsync(s->buf, host, bytes, cudaMemcpyHostToDevice, st));
+  RK(cudaGraphLaunch(ge, st));
+  RK(cudaMemcpyAsync(host, s->buf, bytes, cudaMemcpyDeviceToHost, st));
+  RK(cudaStreamSynchronize(st));
+  s->bad |= host_check(s, host, "graph");
+  if (timed(s, st, ge, s->graph)) goto out;
+out:
+  if (ge) (void)cudaGraphExecDestroy(ge);
+  if (g) (void)cudaGraphDestroy(g);
+  (void)cudaStreamSynchronize(st);
+  free(host);
+  return NULL;
 }
 
 static double pct(const double *sorted, int n, double p) {
@@ -216,43 +249,62 @@ static double pct(const double *sorted, int n, double p) {
   return sorted[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
+/* per iteration the largest time over the ranks, sorted, in us */
+static void worst_sorted(series_t *s, int n, int iters, int graph, double *out) {
+  for (int it = 0; it < iters; it++) {
+    double w = 0;
+    for (int r = 0; r < n; r++) w = fmax(w, (graph ? s[r].graph : s[r].eager)[it]);
+    out[it] = w * 1e3;
+  }
+  qsort(out, (size_t)iters, sizeof *out, cmp_double);
+}
+
 /* one method on one clique: every dtype and size; prints table rows. Returns 1 on a failure. */
-static int run_method(clique_t *q, nccl_comm_method_t m, const opts_t *o, double *times, void *host) {
+static int run_method(clique_t *q, nccl_comm_method_t m, const opts_t *o) {
   void *ptrs[MAXR] = {0};
   gt_err_t err = {0};
-  int rc = nccl_comm_buffers_alloc(q->c, o->max, m, ptrs, &err);
-  if (rc) {
-    printf("| %d | %s | | | unavailable: %s | | | | |\n", q->n, nccl_comm_method_name(m), err.msg);
+  if (nccl_comm_buffers_alloc(q->c, o->max, m, ptrs, &err)) {
+    printf("| %d | %s | | | unavailable: %s | | | | FAILED |\n", q->n, nccl_comm_method_name(m), err.msg);
     fflush(stdout);
     return 1;
   }
-  int fail = 0;
+  const int n = q->n, iters = o->iters;
+  series_t s[MAXR];
+  pthread_t th[MAXR];
+  pthread_barrier_t bar;
+  double *times = malloc(sizeof(double) * (size_t)iters * (2 * (size_t)n + 1));
+  int fail = !times;
   for (int d = 0; d < o->n_dtypes && !fail; d++) {
     gt_type_t dt = o->dtypes[d];
-    size_t esz = dt == GT_TYPE_F32 ? 4 : 2;
     for (size_t bytes = o->min; bytes <= o->max && !fail; bytes *= 2) {
-      size_t count = bytes / esz;
-      double em, ep, gm = NAN, gp = NAN;
-      cudaGraphExec_t graphs[MAXR] = {0};
-      fail = fill(q, ptrs, count, dt, host) || all_reduce_all(q, ptrs, count, dt);
-      for (int r = 0; r < q->n && !fail; r++) fail = cudaStreamSynchronize(q->s[r]) != cudaSuccess;
-      fail = fail || check(q, ptrs, count, dt, host, "eager") || time_series(q, ptrs, count, dt, NULL, o, times);
+      pthread_barrier_init(&bar, NULL, (unsigned)n);
+      for (int r = 0; r < n; r++) {
+        s[r] = (series_t){.q = q, .rank = r, .buf = ptrs[r], .count = bytes / esize(dt), .dt = dt, .o = o, .bar = &bar,
+                          .eager = times + (size_t)iters * (2 * r + 1), .graph = times + (size_t)iters * (2 * r + 2)};
+        if (pthread_create(&th[r], NULL, rank_series, &s[r])) { /* the others would wait at the barrier */
+          fprintf(stderr, "bench_comm: cannot start the thread of rank %d\n", r);
+          exit(1);
+        }
+      }
+      int bad = 0;
+      for (int r = 0; r < n; r++) {
+        pthread_join(th[r], NULL);
+        if (s[r].err[0]) fprintf(stderr, "bench_comm: N=%d %s: %s\n", n, nccl_comm_method_name(m), s[r].err), fail = 1;
+        bad |= s[r].bad;
+      }
+      pthread_barrier_destroy(&bar);
       if (fail) break;
-      em = pct(times, o->iters, 0.5), ep = pct(times, o->iters, 0.99);
-      fail = capture(q, ptrs, count, dt, graphs) || fill(q, ptrs, count, dt, host);
-      for (int r = 0; r < q->n && !fail; r++)
-        fail = cudaGraphLaunch(graphs[r], q->s[r]) != cudaSuccess;
-      for (int r = 0; r < q->n && !fail; r++) fail = cudaStreamSynchronize(q->s[r]) != cudaSuccess;
-      fail = fail || check(q, ptrs, count, dt, host, "graph") || time_series(q, ptrs, count, dt, graphs, o, times);
-      if (!fail) gm = pct(times, o->iters, 0.5), gp = pct(times, o->iters, 0.99);
-      for (int r = 0; r < q->n; r++)
-        if (graphs[r]) (void)cudaGraphExecDestroy(graphs[r]);
-      printf("| %d | %s | %s | %zu | %.1f | %.1f | %.1f | %.1f | %s |\n", q->n, nccl_comm_method_name(m),
-             dt == GT_TYPE_F32 ? "f32" : "bf16", bytes, em, ep, gm, gp, fail ? "FAILED" : "ok");
+      worst_sorted(s, n, iters, 0, times);
+      double em = pct(times, iters, 0.5), ep = pct(times, iters, 0.99);
+      worst_sorted(s, n, iters, 1, times);
+      printf("| %d | %s | %s | %zu | %.1f | %.1f | %.1f | %.1f | %s |\n", n, nccl_comm_method_name(m),
+             dt == GT_TYPE_F32 ? "f32" : "bf16", bytes, em, ep, pct(times, iters, 0.5), pct(times, iters, 0.99),
+             bad ? "FAILED" : "ok");
       fflush(stdout);
+      fail |= bad;
     }
   }
-  for (int r = 0; r < q->n; r++) (void)cudaStreamSynchronize(q->s[r]);
+  free(times);
   nccl_comm_buffers_free(q->c, ptrs);
   return fail;
 }
@@ -268,7 +320,7 @@ static void clique_close(clique_t *q) {
 }
 
 /* 0 ok, 1 failure, SKIP when NCCL is missing */
-static int run_clique(int n, const opts_t *o, double *times, void *host) {
+static int run_clique(int n, const opts_t *o) {
   clique_t q = {.n = n};
   gt_err_t err = {0};
   int rc = nccl_comm_init_all(NULL, n, &q.c, &err);
@@ -288,7 +340,7 @@ static int run_clique(int n, const opts_t *o, double *times, void *host) {
            cudaEventCreate(&q.e0[r]) != cudaSuccess || cudaEventCreate(&q.e1[r]) != cudaSuccess;
     if (fail) fprintf(stderr, "bench_comm: streams / events on rank %d failed\n", r);
   }
-  for (int i = 0; i < o->n_methods && !fail; i++) fail |= run_method(&q, (nccl_comm_method_t)o->methods[i], o, times, host);
+  for (int i = 0; i < o->n_methods && !fail; i++) fail |= run_method(&q, (nccl_comm_method_t)o->methods[i], o);
   clique_close(&q);
   return fail;
 }
@@ -309,15 +361,12 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_comm: --tp %d but %d GPU%s visible\n", o.tp[i], ndev, ndev == 1 ? "" : "s");
       return 2;
     }
-  double *times = malloc(sizeof(double) * (size_t)o.iters);
-  void *host = malloc(o.max);
-  if (!times || !host) return free(times), free(host), 1;
   printf("bench_comm: %d GPU%s visible; sizes %zu..%zu bytes; %d iterations (+%d warm-up); time = max over ranks of "
          "the stream time from before the launch to after the all-reduce\n",
          ndev, ndev == 1 ? "" : "s", o.min, o.max, o.iters, o.warmup);
   int rc = 0;
   for (int i = 0; i < o.n_tp; i++) {
-    int r = run_clique(o.tp[i], &o, times, host);
+    int r = run_clique(o.tp[i], &o);
     if (r == SKIP) {
       printf("bench_comm: NCCL unavailable: skipped\n");
       rc = i == 0 ? SKIP : 1;
@@ -325,8 +374,6 @@ int main(int argc, char **argv) {
     }
     rc |= r;
   }
-  free(times);
-  free(host);
   if (rc == 1) fprintf(stderr, "bench_comm: FAILED (see above)\n");
   return rc;
 }
