@@ -90,8 +90,12 @@ model_path() {
   if [ ! -s "$m" ]; then
     case "$preset:$type" in qwen35*:Q4_K_M) keep=--keep-output-bf16 ;; esac
     # shellcheck disable=SC2086
-    timeout "${MKMODEL_TIMEOUT:-300}" "$D/gantry-mkmodel" --preset "$preset" --type "$type" $keep --out "$m.tmp" \
-      --threads "$(nproc)" >"$OUT/mkmodel.$preset.$type.txt" 2>&1 && mv "$m.tmp" "$m" || { rm -f "$m.tmp"; return 1; }
+    if ! timeout "${MKMODEL_TIMEOUT:-300}" "$D/gantry-mkmodel" --preset "$preset" --type "$type" $keep --out "$m.tmp" \
+      --threads "$(nproc)" >"$OUT/mkmodel.$preset.$type.txt" 2>&1; then
+      rm -f "$m.tmp"
+      return 1
+    fi
+    mv "$m.tmp" "$m"
   fi
   echo "$m"
 }
