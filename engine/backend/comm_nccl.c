@@ -89,6 +89,8 @@ static int lib_load(gt_err_t *err) {
   pthread_mutex_lock(&lib_mu);
   int rc = GT_OK;
   if (!lib.h) {
+    /* NVLS off unless the operator chose otherwise: set before NCCL is loaded and reads it */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
     char why[512] = "", why2[512] = "";
     const char *env = getenv("GANTRY_NCCL_LIB");
     if (env && *env) {
@@ -171,8 +173,6 @@ int nccl_comm_init_all(const int *devices, int n, nccl_comm_t **out, gt_err_t *e
   for (int r = 0; r < n; r++)
     if (dev[r] >= count)
       return gt_err_set(err, GT_EUNSUPPORTED, "nccl: rank %d wants device %d, %d visible", r, dev[r], count);
-  /* NVLS off unless the operator chose otherwise (read by NCCL at its first init) */
-  setenv("NCCL_NVLS_ENABLE", "0", 0);
   nccl_comm_t *c = calloc(1, sizeof *c);
   if (!c) return gt_err_set(err, GT_ENOMEM, "nccl: out of memory");
   c->n = n;

@@ -77,14 +77,18 @@ static void test_bad_arguments(void **state) {
   nccl_comm_destroy(NULL);
 }
 
-/* a GANTRY_NCCL_LIB that does not exist: the error names it and how to fix it (the failed load
- * is not cached: the next test loads the real one) */
+/* a GANTRY_NCCL_LIB that does not exist: the error names it (the failed load is not cached: the
+ * next test loads the real one); NCCL_NVLS_ENABLE=0 is set before any load */
 static void test_library_missing(void **state) {
   setenv("GANTRY_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
+  unsetenv("NCCL_NVLS_ENABLE");
   nccl_comm_t *c = NULL;
   ASSERT_ERR(nccl_comm_init_all(NULL, 1, &c, err), GT_EUNSUPPORTED,
              "nccl: cannot load NCCL from GANTRY_NCCL_LIB: /nonexistent/libnccl.so.2");
   assert_null(c);
+  /* NVLS is turned off before NCCL is loaded (the operator's value would be kept) */
+  assert_non_null(getenv("NCCL_NVLS_ENABLE"));
+  assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
   unsetenv("GANTRY_NCCL_LIB");
 }
 
