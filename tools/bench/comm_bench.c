@@ -9,7 +9,8 @@
  * and replays it). Timing: every iteration, the rank threads meet at a barrier, record an event,
  * queue the all-reduce (or cudaGraphLaunch), record a second event and wait for it; the
  * iteration's time is the largest elapsed time over the ranks (host launch included). Prints
- * median and p99 in us.
+ * median and p99 in us, and "in graph": a graph of CHAIN all-reduces back to back timed the same
+ * way, divided by CHAIN: the cost of one all-reduce inside a decode graph, without the launch.
  * Check: before each timed series every rank fills its buffer with rank+1, and one all-reduce
  * (eager; then one graph replay) must leave N(N+1)/2 in every element of every rank.
  * Exit: 0 all checks passed; 1 a check or a CUDA / NCCL call failed (a rank failing inside a
@@ -28,6 +29,7 @@
 
 #define MAXR 16
 #define SKIP 77
+#define CHAIN 16 /* all-reduces in the "in graph" graph */
 
 typedef struct {
   int tp[MAXR], n_tp;
@@ -131,7 +133,7 @@ typedef struct {
   gt_type_t dt;
   const opts_t *o;
   pthread_barrier_t *bar;
-  double *eager, *graph; /* [o->iters] ms of this rank */
+  double *eager, *graph, *chain; /* [o->iters] ms of this rank (chain: CHAIN all-reduces) */
   int bad;               /* a check failed (the series still runs to the end on every rank) */
   char err[600];         /* a CUDA / NCCL call failed */
 } series_t;
@@ -194,14 +196,31 @@ out:
   return 1;
 }
 
+/* Captures `k` all-reduces of the series into *ge (thread-local capture, as the decode graphs). */
+static int capture(series_t *s, cudaStream_t st, int k, cudaGraphExec_t *ge) {
+  cudaGraph_t g = NULL;
+  gt_err_t e = {0};
+  int rc = 0;
+  RK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < k && !rc; i++) rc = nccl_comm_all_reduce(s->q->c, s->rank, s->buf, s->count, s->dt, st, &e);
+  RK(cudaStreamEndCapture(st, &g));
+  if (rc) {
+    snprintf(s->err, sizeof s->err, "rank %d: captured all-reduce: %s", s->rank, e.msg);
+    goto out;
+  }
+  RK(cudaGraphInstantiate(ge, g, 0));
+out:
+  if (g) (void)cudaGraphDestroy(g);
+  return s->err[0] != 0;
+}
+
 /* one rank's thread: fill + all-reduce + check, eager timing, capture, fill + replay + check,
- * graph timing */
+ * graph timing, then the CHAIN graph's timing */
 static void *rank_series(void *arg) {
   series_t *s = arg;
   clique_t *q = s->q;
   cudaStream_t st = q->s[s->rank];
-  cudaGraph_t g = NULL;
-  cudaGraphExec_t ge = NULL;
+  cudaGraphExec_t ge = NULL, gc = NULL;
   gt_err_t e = {0};
   const size_t bytes = s->count * esize(s->dt);
   void *host = malloc(bytes);
@@ -221,14 +240,7 @@ static void *rank_series(void *arg) {
   s->bad |= host_check(s, host, "eager");
   if (timed(s, st, NULL, s->eager)) goto out;
   /* graph: capture one all-reduce (nothing runs), refill, one replay must give the sum again */
-  RK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  int rc = nccl_comm_all_reduce(q->c, s->rank, s->buf, s->count, s->dt, st, &e);
-  RK(cudaStreamEndCapture(st, &g));
-  if (rc) {
-    snprintf(s->err, sizeof s->err, "rank %d: captured all-reduce: %s", s->rank, e.msg);
-    goto out;
-  }
-  RK(cudaGraphInstantiate(&ge, g, 0));
+  if (capture(s, st, 1, &ge)) goto out;
   host_fill(host, s->count, s->dt, s->rank);
   RK(cudaMemcpyAsync(s->buf, host, bytes, cudaMemcpyHostToDevice, st));
   RK(cudaGraphLaunch(ge, st));
@@ -236,9 +248,11 @@ static void *rank_series(void *arg) {
   RK(cudaStreamSynchronize(st));
   s->bad |= host_check(s, host, "graph");
   if (timed(s, st, ge, s->graph)) goto out;
+  /* values grow by N per all-reduce from here on (inf in the end): only the time matters */
+  if (capture(s, st, CHAIN, &gc) || timed(s, st, gc, s->chain)) goto out;
 out:
   if (ge) (void)cudaGraphExecDestroy(ge);
-  if (g) (void)cudaGraphDestroy(g);
+  if (gc) (void)cudaGraphExecDestroy(gc);
   (void)cudaStreamSynchronize(st);
   free(host);
   return NULL;
@@ -249,12 +263,13 @@ static double pct(const double *sorted, int n, double p) {
   return sorted[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
-/* per iteration the largest time over the ranks, sorted, in us */
-static void worst_sorted(series_t *s, int n, int iters, int graph, double *out) {
+/* per iteration the largest time over the ranks (of series `which`: 0 eager, 1 graph, 2 chain
+ * divided by CHAIN), sorted, in us */
+static void worst_sorted(series_t *s, int n, int iters, int which, double *out) {
   for (int it = 0; it < iters; it++) {
     double w = 0;
-    for (int r = 0; r < n; r++) w = fmax(w, (graph ? s[r].graph : s[r].eager)[it]);
-    out[it] = w * 1e3;
+    for (int r = 0; r < n; r++) w = fmax(w, (which == 0 ? s[r].eager : which == 1 ? s[r].graph : s[r].chain)[it]);
+    out[it] = w * 1e3 / (which == 2 ? CHAIN : 1);
   }
   qsort(out, (size_t)iters, sizeof *out, cmp_double);
 }
@@ -264,7 +279,7 @@ static int run_method(clique_t *q, nccl_comm_method_t m, const opts_t *o) {
   void *ptrs[MAXR] = {0};
   gt_err_t err = {0};
   if (nccl_comm_buffers_alloc(q->c, o->max, m, ptrs, &err)) {
-    printf("| %d | %s | | | unavailable: %s | | | | FAILED |\n", q->n, nccl_comm_method_name(m), err.msg);
+    printf("| %d | %s | | | unavailable: %s | | | | | | FAILED |\n", q->n, nccl_comm_method_name(m), err.msg);
     fflush(stdout);
     return 1;
   }
@@ -272,7 +287,7 @@ static int run_method(clique_t *q, nccl_comm_method_t m, const opts_t *o) {
   series_t s[MAXR];
   pthread_t th[MAXR];
   pthread_barrier_t bar;
-  double *times = malloc(sizeof(double) * (size_t)iters * (2 * (size_t)n + 1));
+  double *times = malloc(sizeof(double) * (size_t)iters * (3 * (size_t)n + 1));
   int fail = !times;
   for (int d = 0; d < o->n_dtypes && !fail; d++) {
     gt_type_t dt = o->dtypes[d];
@@ -280,7 +295,8 @@ static int run_method(clique_t *q, nccl_comm_method_t m, const opts_t *o) {
       pthread_barrier_init(&bar, NULL, (unsigned)n);
       for (int r = 0; r < n; r++) {
         s[r] = (series_t){.q = q, .rank = r, .buf = ptrs[r], .count = bytes / esize(dt), .dt = dt, .o = o, .bar = &bar,
-                          .eager = times + (size_t)iters * (2 * r + 1), .graph = times + (size_t)iters * (2 * r + 2)};
+                          .eager = times + (size_t)iters * (3 * r + 1), .graph = times + (size_t)iters * (3 * r + 2),
+                          .chain = times + (size_t)iters * (3 * r + 3)};
         if (pthread_create(&th[r], NULL, rank_series, &s[r])) { /* the others would wait at the barrier */
           fprintf(stderr, "bench_comm: cannot start the thread of rank %d\n", r);
           exit(1);
@@ -297,8 +313,10 @@ static int run_method(clique_t *q, nccl_comm_method_t m, const opts_t *o) {
       worst_sorted(s, n, iters, 0, times);
       double em = pct(times, iters, 0.5), ep = pct(times, iters, 0.99);
       worst_sorted(s, n, iters, 1, times);
-      printf("| %d | %s | %s | %zu | %.1f | %.1f | %.1f | %.1f | %s |\n", n, nccl_comm_method_name(m),
-             dt == GT_TYPE_F32 ? "f32" : "bf16", bytes, em, ep, pct(times, iters, 0.5), pct(times, iters, 0.99),
+      double gm = pct(times, iters, 0.5), gp = pct(times, iters, 0.99);
+      worst_sorted(s, n, iters, 2, times);
+      printf("| %d | %s | %s | %zu | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %s |\n", n, nccl_comm_method_name(m),
+             dt == GT_TYPE_F32 ? "f32" : "bf16", bytes, em, ep, gm, gp, pct(times, iters, 0.5), pct(times, iters, 0.99),
              bad ? "FAILED" : "ok");
       fflush(stdout);
       fail |= bad;
@@ -330,7 +348,7 @@ static int run_clique(int n, const opts_t *o) {
   }
   char desc[768];
   printf("\nN=%d: %s\n\n| N | method | dtype | bytes | eager median us | eager p99 us | graph median us | graph p99 us "
-         "| check |\n|---|---|---|---|---|---|---|---|---|\n",
+         "| in graph median us | in graph p99 us | check |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
          n, nccl_comm_describe(q.c, desc, sizeof desc));
   fflush(stdout);
   int fail = 0;
