@@ -31,7 +31,8 @@
  * - NCCL_COMM_SYMMETRIC: buffers from ncclMemAlloc, registered with ncclCommWindowRegister(...,
  *   NCCL_WIN_COLL_SYMMETRIC) (NCCL >= 2.27), so NCCL can use its symmetric-memory kernels
  *   (low latency for small all-reduces over NVLink). The method is a property of the buffer:
- *   allocate collective buffers with nccl_comm_buffers_alloc.
+ *   allocate collective buffers with nccl_comm_buffers_alloc. all_reduce also takes any other
+ *   device memory of the rank (then NCCL uses its plain path).
  *
  * NVLink multicast (NVLS) stays off: init_all sets NCCL_NVLS_ENABLE=0 unless the operator has
  * set it (on the shared GPU hosts NVLS can take the machine's GPUs out of service).
