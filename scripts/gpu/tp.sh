@@ -182,7 +182,11 @@ if has_part decode; then
       echo "$n $ms" >>"$OUT/fit.$tag.txt"
     done
     echo "== decode $tag: T(n) per TP size"
-    awk -f scripts/gpu/tp_fit.awk "$OUT/fit.$tag.txt" || rc=1
+    awk -f scripts/gpu/tp_fit.awk "$OUT/fit.$tag.txt" >"$OUT/fit.$tag.out" || rc=1
+    cat "$OUT/fit.$tag.out"
+    a=$(sed -n 's/^fit T(n) = a + w\/n: a = \([-0-9.]*\) ms.*/\1/p' "$OUT/fit.$tag.out")
+    [ -n "$a" ] && echo "== decode $tag: fixed per-token cost a = $a ms (target <= 0.3 ms: $(awk -v a="$a" \
+      'BEGIN {print (a <= 0.3 ? "met" : "NOT met")}'))"
   done
 fi
 
