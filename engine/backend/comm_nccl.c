@@ -18,6 +18,7 @@ const char *nccl_comm_method_name(nccl_comm_method_t m) {
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #define NCCL_COMM_MAX_RANKS 16
 
@@ -31,6 +32,8 @@ typedef struct {
   __typeof__(ncclGetLastError) *GetLastError;
   __typeof__(ncclCommInitAll) *CommInitAll;
   __typeof__(ncclCommDestroy) *CommDestroy;
+  __typeof__(ncclCommAbort) *CommAbort;
+  __typeof__(ncclCommRevoke) *CommRevoke; /* NULL before NCCL 2.28 */
   __typeof__(ncclAllReduce) *AllReduce;
   __typeof__(ncclGroupStart) *GroupStart;
   __typeof__(ncclGroupEnd) *GroupEnd;
@@ -63,6 +66,8 @@ static int lib_try(const char *path, char *why, size_t cap) {
   SYM(GetLastError, "ncclGetLastError");
   SYM(CommInitAll, "ncclCommInitAll");
   SYM(CommDestroy, "ncclCommDestroy");
+  SYM(CommAbort, "ncclCommAbort");
+  SYM(CommRevoke, "ncclCommRevoke");
   SYM(AllReduce, "ncclAllReduce");
   SYM(GroupStart, "ncclGroupStart");
   SYM(GroupEnd, "ncclGroupEnd");
@@ -71,7 +76,7 @@ static int lib_try(const char *path, char *why, size_t cap) {
   SYM(WinRegister, "ncclCommWindowRegister");
   SYM(WinDeregister, "ncclCommWindowDeregister");
 #undef SYM
-  if (!get_version || !l.GetErrorString || !l.CommInitAll || !l.CommDestroy || !l.AllReduce || !l.GroupStart ||
+  if (!get_version || !l.GetErrorString || !l.CommInitAll || !l.CommDestroy || !l.CommAbort || !l.AllReduce || !l.GroupStart ||
       !l.GroupEnd || get_version(&l.version) != ncclSuccess) {
     snprintf(why, cap, "%s is not a usable libnccl (missing symbols)", path);
     dlclose(h);
@@ -122,6 +127,7 @@ struct nccl_comm {
   ncclComm_t comm[NCCL_COMM_MAX_RANKS];
   pthread_mutex_t mu; /* guards bufs */
   comm_buf_t *bufs;
+  atomic_int aborted; /* nccl_comm_abort was called */
 };
 
 static int nccl_fail(gt_err_t *err, ncclResult_t r, ncclComm_t comm, const char *what) {
@@ -144,9 +150,10 @@ const char *nccl_comm_describe(const nccl_comm_t *c, char *buf, size_t cap) {
   const char *nvls = getenv("NCCL_NVLS_ENABLE");
   int v = lib.version;
   /* codes since 2.9: major*10000 + minor*100 + patch */
-  snprintf(buf, cap, "NCCL %d.%d.%d (%s), %d rank%s, NVLS %s, symmetric windows %s", v / 10000, v / 100 % 100,
-           v % 100, lib.path, nccl_comm_size(c), nccl_comm_size(c) == 1 ? "" : "s",
-           nvls && !strcmp(nvls, "0") ? "off" : nvls ? nvls : "default", lib.WinRegister ? "available" : "unavailable");
+  snprintf(buf, cap, "NCCL %d.%d.%d (%s), %d rank%s, NVLS %s, symmetric windows %s, revoke %s", v / 10000,
+           v / 100 % 100, v % 100, lib.path, nccl_comm_size(c), nccl_comm_size(c) == 1 ? "" : "s",
+           nvls && !strcmp(nvls, "0") ? "off" : nvls ? nvls : "default", lib.WinRegister ? "available" : "unavailable",
+           lib.CommRevoke ? "available" : "unavailable");
   return buf;
 }
 
@@ -192,11 +199,12 @@ int nccl_comm_init_all(const int *devices, int n, nccl_comm_t **out, gt_err_t *e
   return GT_OK;
 }
 
-/* Deregisters and frees one set (windows collectively, in a group); ptr[] entries may be NULL. */
+/* Deregisters (windows collectively, in a group; not on an aborted clique, whose windows went
+ * with ncclCommAbort) and frees one set; ptr[] entries may be NULL. */
 static void buf_release(nccl_comm_t *c, comm_buf_t *b) {
   int cur = 0;
   (void)cudaGetDevice(&cur);
-  if (b->method == NCCL_COMM_SYMMETRIC) {
+  if (b->method == NCCL_COMM_SYMMETRIC && !atomic_load(&c->aborted)) {
     lib.GroupStart();
     for (int r = 0; r < c->n; r++)
       if (b->win[r]) lib.WinDeregister(c->comm[r], b->win[r]);
@@ -276,6 +284,7 @@ void nccl_comm_buffers_free(nccl_comm_t *c, void **ptrs) {
 int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_type_t dtype, void *stream,
                          gt_err_t *err) {
   if (!c || rank < 0 || rank >= c->n) return gt_err_set(err, GT_EINVAL, "nccl: rank %d of %d", rank, nccl_comm_size(c));
+  if (atomic_load(&c->aborted)) return gt_err_set(err, GT_ECANCELLED, "nccl: communicator aborted");
   ncclDataType_t t;
   if (dtype == GT_TYPE_F32) t = ncclFloat32;
   else if (dtype == GT_TYPE_BF16) t = ncclBfloat16;
@@ -284,19 +293,32 @@ int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_t
   return r == ncclSuccess ? GT_OK : nccl_fail(err, r, c->comm[rank], "ncclAllReduce");
 }
 
+int nccl_comm_abort(nccl_comm_t *c) {
+  if (!c) return GT_OK;
+  if (atomic_exchange(&c->aborted, 1)) return lib.CommRevoke ? GT_OK : GT_EUNSUPPORTED;
+  if (!lib.CommRevoke) return GT_EUNSUPPORTED;
+  for (int r = 0; r < c->n; r++) lib.CommRevoke(c->comm[r], 0);
+  return GT_OK;
+}
+
 void nccl_comm_destroy(nccl_comm_t *c) {
   if (!c) return;
+  const int aborted = atomic_load(&c->aborted);
   int cur = 0;
   (void)cudaGetDevice(&cur);
-  for (int r = 0; r < c->n; r++)
+  /* a healthy clique finishes its queued work first; an aborted one may never finish it */
+  for (int r = 0; r < c->n && !aborted; r++)
     if (cudaSetDevice(c->dev[r]) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) (void)cudaGetLastError();
   (void)cudaSetDevice(cur);
+  if (aborted)
+    for (int r = 0; r < c->n; r++) lib.CommAbort(c->comm[r]); /* stops what still runs on the devices */
   while (c->bufs) {
     comm_buf_t *b = c->bufs;
     c->bufs = b->next;
     buf_release(c, b);
   }
-  for (int r = 0; r < c->n; r++) lib.CommDestroy(c->comm[r]);
+  if (!aborted)
+    for (int r = 0; r < c->n; r++) lib.CommDestroy(c->comm[r]);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -329,6 +351,8 @@ int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_t
                          gt_err_t *err) {
   return NO_NCCL(err);
 }
+
+int nccl_comm_abort(nccl_comm_t *c) { return GT_OK; }
 
 void nccl_comm_destroy(nccl_comm_t *c) {}
 

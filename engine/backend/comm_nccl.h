@@ -69,7 +69,7 @@ int nccl_comm_size(const nccl_comm_t *c);
 int nccl_comm_device(const nccl_comm_t *c, int rank);
 
 /* One line for logs into buf, e.g. "NCCL 2.28.9 (libnccl.so.2), 2 ranks, NVLS off, symmetric
- * windows available"; returns buf. */
+ * windows available, revoke available"; returns buf. */
 const char *nccl_comm_describe(const nccl_comm_t *c, char *buf, size_t cap);
 
 /* Allocates one device buffer of `bytes` per rank into ptrs[0..n-1] (ptrs[r] on rank r's
@@ -89,8 +89,17 @@ void nccl_comm_buffers_free(nccl_comm_t *c, void **ptrs);
 int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_type_t dtype, void *stream,
                          gt_err_t *err);
 
-/* Destroys the clique (ncclCommDestroy per rank). Buffers not freed are freed here. NULL is a
- * no-op. */
+/* Stops the clique after a rank failed, from any thread, so that no rank waits for it forever
+ * (comm.h's abort): from now on all_reduce returns GT_ECANCELLED without touching NCCL, and
+ * every rank's communicator is revoked (ncclCommRevoke, NCCL >= 2.28): collectives already
+ * queued or running stop, so a rank waiting on its stream is released (the data is then
+ * unspecified). GT_OK; GT_EUNSUPPORTED when the loaded libnccl has no revoke (the clique is
+ * still marked, but work already queued can stay blocked). Idempotent; NULL is a no-op.
+ * nccl_comm_destroy follows once every rank has stopped using the clique. */
+int nccl_comm_abort(nccl_comm_t *c);
+
+/* Destroys the clique (ncclCommDestroy per rank; ncclCommAbort after nccl_comm_abort, without
+ * waiting for queued work). Buffers not freed are freed here. NULL is a no-op. */
 void nccl_comm_destroy(nccl_comm_t *c);
 
 #endif

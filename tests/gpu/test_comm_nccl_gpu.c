@@ -4,13 +4,19 @@
  * the decode graphs are) and replayed. For N = every visible GPU (at most 8; GANTRY_TEST_TP=N
  * picks fewer), each method and dtype: rank r fills rank+1, so after one all-reduce every
  * element is S = N(N+1)/2, and each further graph replay multiplies it by N.
+ * Then nccl_comm_abort on a fresh clique: with N >= 2, ranks 0..N-2 queue an all-reduce that
+ * rank N-1 never joins and wait on their streams; once all have queued, the main thread aborts,
+ * and every waiting rank must be released (within 30 s) and see GT_ECANCELLED on its next call.
  * Exit 77 (skipped) with no GPU visible or no usable NCCL. */
+#define _GNU_SOURCE /* pthread_timedjoin_np */
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "engine/backend/comm_nccl.h"
 
@@ -112,6 +118,94 @@ out:
   return NULL;
 }
 
+/* ---- abort: ranks waiting in a collective a peer never joins are released ---- */
+
+typedef struct {
+  nccl_comm_t *c;
+  int rank;
+  void *buf;
+  pthread_mutex_t *mu;
+  pthread_cond_t *cv;
+  int *queued; /* ranks that have queued their all-reduce */
+  int next_rc; /* the all_reduce after the abort */
+  char err[600];
+} waiter_t;
+
+static void *waiter_main(void *arg) {
+  waiter_t *w = arg;
+  cudaStream_t s = NULL;
+  gt_err_t e = {0};
+  if (cudaSetDevice(nccl_comm_device(w->c, w->rank)) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+    snprintf(w->err, sizeof w->err, "rank %d: setup failed", w->rank);
+  } else if (nccl_comm_all_reduce(w->c, w->rank, w->buf, COUNT, GT_TYPE_F32, s, &e)) {
+    snprintf(w->err, sizeof w->err, "rank %d: all_reduce before the abort: %s", w->rank, e.msg);
+  }
+  pthread_mutex_lock(w->mu);
+  ++*w->queued;
+  pthread_cond_signal(w->cv);
+  pthread_mutex_unlock(w->mu);
+  if (s) {
+    (void)cudaStreamSynchronize(s); /* blocks until the abort stops the collective */
+    (void)cudaGetLastError();
+    w->next_rc = nccl_comm_all_reduce(w->c, w->rank, w->buf, COUNT, GT_TYPE_F32, s, &e);
+    cudaStreamDestroy(s);
+  }
+  return NULL;
+}
+
+static int test_abort(int n) {
+  nccl_comm_t *c = NULL;
+  gt_err_t e = {0};
+  void *bufs[MAXR] = {0};
+  char desc[768];
+  if (nccl_comm_init_all(NULL, n, &c, &e) || nccl_comm_buffers_alloc(c, COUNT * 4, NCCL_COMM_PLAIN, bufs, &e)) {
+    printf("FAILED: abort N=%d: %s\n", n, e.msg);
+    nccl_comm_destroy(c);
+    return 1;
+  }
+  const int waiters = n - 1, can_revoke = !strstr(nccl_comm_describe(c, desc, sizeof desc), "revoke unavailable");
+  if (waiters == 0 || !can_revoke) {
+    /* no peer to wait for (or no revoke to release one): the mark alone */
+    int rc = nccl_comm_abort(c), next = nccl_comm_all_reduce(c, 0, bufs[0], COUNT, GT_TYPE_F32, NULL, &e);
+    int ok = rc == (can_revoke ? GT_OK : GT_EUNSUPPORTED) && next == GT_ECANCELLED &&
+             strstr(e.msg, "communicator aborted");
+    printf("%s: abort N=%d: abort rc %d, next all_reduce rc %d (%s)%s\n", ok ? "ok" : "FAILED", n, rc, next, e.msg,
+           can_revoke ? "" : "; libnccl without revoke: waiting ranks not tested");
+    nccl_comm_destroy(c);
+    return !ok;
+  }
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+  int queued = 0;
+  waiter_t w[MAXR];
+  pthread_t th[MAXR];
+  for (int r = 0; r < waiters; r++) {
+    w[r] = (waiter_t){.c = c, .rank = r, .buf = bufs[r], .mu = &mu, .cv = &cv, .queued = &queued, .next_rc = 1};
+    pthread_create(&th[r], NULL, waiter_main, &w[r]);
+  }
+  pthread_mutex_lock(&mu);
+  while (queued < waiters) pthread_cond_wait(&cv, &mu);
+  pthread_mutex_unlock(&mu);
+  int rc = nccl_comm_abort(c), failed = rc != GT_OK;
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 30;
+  for (int r = 0; r < waiters; r++) {
+    if (pthread_timedjoin_np(th[r], NULL, &deadline)) {
+      printf("FAILED: abort N=%d: rank %d still waits 30 s after nccl_comm_abort\n", n, r);
+      fflush(stdout);
+      _exit(1); /* the thread holds the clique: nothing can be released */
+    }
+    if (w[r].err[0] || w[r].next_rc != GT_ECANCELLED)
+      printf("FAILED: abort N=%d rank %d: %s next rc %d\n", n, r, w[r].err, w[r].next_rc), failed = 1;
+  }
+  printf("%s: abort N=%d: %d waiting rank(s) released, their next all_reduce cancelled (abort rc %d)\n",
+         failed ? "FAILED" : "ok", n, waiters, rc);
+  nccl_comm_destroy(c);
+  return failed;
+}
+
 int main(void) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -161,5 +255,6 @@ int main(void) {
       nccl_comm_buffers_free(c, bufs);
     }
   nccl_comm_destroy(c);
+  failed |= test_abort(n);
   return failed;
 }

@@ -51,6 +51,7 @@ static void test_built_without_nccl(void **state) {
   assert_string_equal(nccl_comm_describe(NULL, d, sizeof d), "built without NCCL");
   assert_int_equal(nccl_comm_size(NULL), 0);
   nccl_comm_buffers_free(NULL, ptrs);
+  assert_int_equal(nccl_comm_abort(NULL), GT_OK);
   nccl_comm_destroy(NULL);
 }
 
@@ -74,6 +75,7 @@ static void test_bad_arguments(void **state) {
   ASSERT_ERR(nccl_comm_init_all(neg, 2, &c, err), GT_EINVAL, "rank 1: device -1");
   float x = 0;
   ASSERT_ERR(nccl_comm_all_reduce(NULL, 0, &x, 1, GT_TYPE_F32, NULL, err), GT_EINVAL, "rank 0 of 0");
+  assert_int_equal(nccl_comm_abort(NULL), GT_OK);
   nccl_comm_destroy(NULL);
 }
 
