@@ -290,6 +290,8 @@ int nccl_comm_all_reduce(nccl_comm_t *c, int rank, void *ptr, size_t count, gt_t
   else if (dtype == GT_TYPE_BF16) t = ncclBfloat16;
   else return gt_err_set(err, GT_EINVAL, "nccl: all-reduce of dtype %d (f32 or bf16)", (int)dtype);
   ncclResult_t r = lib.AllReduce(ptr, ptr, count, t, ncclSum, c->comm[rank], (cudaStream_t)stream);
+  if (r != ncclSuccess && atomic_load(&c->aborted)) /* revoked while this call was entering NCCL */
+    return gt_err_set(err, GT_ECANCELLED, "nccl: communicator aborted");
   return r == ncclSuccess ? GT_OK : nccl_fail(err, r, c->comm[rank], "ncclAllReduce");
 }
 
