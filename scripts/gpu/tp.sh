@@ -24,7 +24,7 @@
 #           GEN (128)`; the batch-1 decode ms/step of each size goes to scripts/gpu/tp_fit.awk, which
 #           prints the speed-up against TP 1 and the fit T(n) = a + w/n (a: the fixed per-token
 #           cost; targets: qwen3-8b bf16 TP2 >= 1.8x and TP4 >= 3.2x, qwen35-27b Q4_K_M TP4 >= 2.5x,
-#           a <= 0.3 ms). The engine's all-reduce lines (per-op profile) are shown as printed.
+#           a <= 0.3 ms). The bench's "all-reduce per decode step" table is shown for TP > 1.
 #   stack   scripts/gpu/stack.sh on STACK_MODEL (qwen3-8b:Q4_K_M) at each STACK_TP size (default: the
 #           largest TP size) with ENGINE_ARGS="--tp n" (CONTEXTS, CONC, ... pass through to stack.sh).
 # Models: preset:type as in suite.sh (gantry-mkmodel into MODELDIR, kept for later calls and shared
@@ -173,7 +173,8 @@ if has_part decode; then
       # the batch-1 row of engine/models/bench.h's table: | batch | prefill tok/s | decode ms/step | ...
       ms=$(awk -F'|' '$2 ~ /[0-9]/ && $2 + 0 == 1 && $4 ~ /[0-9]/ {gsub(/ /, "", $4); print $4; exit}' "$log")
       echo "== decode $tag TP $n: rc=$r, batch-1 decode ${ms:-?} ms/step (log $log)"
-      grep -i "all-reduce\|all_reduce" "$log" | head -5
+      # the engine's all-reduce time per decode step (gantry-engine bench with --tp > 1)
+      awk '/^all-reduce per decode step/ {on = 1} on && /^$/ {exit} on {print}' "$log"
       if [ $r -ne 0 ] || [ -z "$ms" ]; then
         tail -n 5 "$log"
         rc=1
