@@ -28,7 +28,10 @@
 #   stack   scripts/gpu/stack.sh on STACK_MODEL (qwen3-8b:Q4_K_M) at each STACK_TP size (default: the
 #           largest TP size) with ENGINE_ARGS="--tp n" (CONTEXTS, CONC, ... pass through to stack.sh).
 # Models: preset:type as in suite.sh (gantry-mkmodel into MODELDIR, kept for later calls and shared
-# with suite.sh) or a .gguf path. CHECK_MODELS default "qwen3-8b:bf16 qwen35-9b:Q4_K_M"; MODELS
+# with suite.sh) or a .gguf path. CHECK_MODELS default "tests/golden/qwen3-tiny.bf16.gguf
+# tests/golden/qwen3-tiny.Q8_0.gguf tests/golden/qwen35-tiny.bf16.gguf qwen3-8b:bf16
+# qwen35-9b:Q4_K_M" (the tiny Q4_K_M / Q6_K fixtures are refused at TP 2: their 256-wide rows
+# would be cut inside a 256-element quantization block); MODELS
 # default "qwen3-8b:bf16 qwen35-27b:Q4_K_M".
 # Env: TP ("1 2 4"), DIST (build-cuda-dist), OUT (/tmp/gpu-tp), MODELDIR (/tmp), DEVICE (cuda; cpu
 # runs check/decode/stack with CPU ranks on a local build: DIST=build DEVICE=cpu), CMD_TIMEOUT (300 s
@@ -121,7 +124,7 @@ fi
 
 if has_part check; then
   ids=$(seq 0 31 | awk '{printf "%s%d", (NR > 1 ? "," : ""), 100 + ($1 * 7919) % 900}')
-  for spec in ${CHECK_MODELS:-qwen3-8b:bf16 qwen35-9b:Q4_K_M}; do
+  for spec in ${CHECK_MODELS:-tests/golden/qwen3-tiny.bf16.gguf tests/golden/qwen3-tiny.Q8_0.gguf tests/golden/qwen35-tiny.bf16.gguf qwen3-8b:bf16 qwen35-9b:Q4_K_M}; do
     m=$(model_path "$spec") || { echo "== check $spec: gantry-mkmodel FAILED"; rc=1; continue; }
     tag=$(basename "$m" .gguf)
     for n in $sizes; do
