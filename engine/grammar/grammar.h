@@ -29,8 +29,9 @@
  *                   escapes (\n \t \r \f \v \0 \xHH \uHHHH \u{H..} and escaped punctuation),
  *                   ., [...], [^...], \d \w \s \D \W \S, (...), (?:...), |, ?, *, +, {m},
  *                   {m,}, {m,n} (lazy '?' suffixes accepted: same language), ^ at the start and
- *                   $ at the end. Backreferences, lookaround, \b, and named groups give
- *                   GT_EUNSUPPORTED. '.' is any code point but \n \r U+2028 U+2029.
+ *                   $ at the end, named groups (?<n>...) (the name is ignored). Backreferences,
+ *                   lookaround, \b \B, \p{..}, octal escapes and anchors elsewhere give
+ *                   GT_EUNSUPPORTED; a '{' that does not start a quantifier is a literal. '.' is any code point but \n \r U+2028 U+2029.
  * Generated JSON is compact apart from bounded whitespace: after '{', '[', ',', ':' and after
  * values inside containers, nothing, one space, or a newline and up to 20 spaces/tabs (the model
  * cannot loop on whitespace). Numbers have at most 16 integer, 16 fraction and 2 exponent

@@ -204,6 +204,51 @@ static void test_schema_ref_anyof(void **state) {
   gr_grammar_free(g);
 }
 
+static void test_regex(void **state) {
+  gr_grammar_t *g = compile(GR_REGEX, "^\\d{3}-[A-Z]{2,3}(x|yz)?$");
+  ACCEPTS(g, "123-AB");
+  ACCEPTS(g, "123-ABCx");
+  ACCEPTS(g, "000-ZZyz");
+  INCOMPLETE(g, "123-A");
+  REFUSES_AT(g, "12a", 2);
+  REFUSES_AT(g, "123-ABCD", 7);
+  INCOMPLETE(g, "123-ABy");
+  REFUSES_AT(g, "123-ABz", 6);
+  REFUSES_AT(g, "123-ABxx", 7);
+  gr_grammar_free(g);
+  /* classes: negation, ranges, escapes inside, non-ASCII; dot; \w \s */
+  g = compile(GR_REGEX, "[^a-c\\d]+\\.[\\w\\-]*\\s\u00e9.");
+  ACCEPTS(g, "xyz.a_-9 \xc3\xa9\xe6\x97\xa5");
+  ACCEPTS(g, "\xc3\xa0.\t\xc3\xa9!");
+  REFUSES_AT(g, "a", 0);
+  REFUSES_AT(g, "5", 0);
+  REFUSES_AT(g, "x.a b", 4); /* [\w-]* then \s then é: b is refused */
+  REFUSES_AT(g, "x.a \xc3\xa9\n", 6); /* . is not a newline */
+  INCOMPLETE(g, "x. \xc3\xa9\xf0\x9f");
+  gr_grammar_free(g);
+  /* alternation, groups, nested and lazy quantifiers, braces that are literals, escapes */
+  g = compile(GR_REGEX, "(?:ab|a)+?c{2}|x{,}\\{\\}|(?<n>\\x41\\u0042\\u{1F600})|(a*)*z");
+  ACCEPTS(g, "ababacc");
+  ACCEPTS(g, "acc");
+  ACCEPTS(g, "x{,}{}");
+  ACCEPTS(g, "AB\xf0\x9f\x98\x80");
+  ACCEPTS(g, "z");
+  ACCEPTS(g, "aaaz");
+  REFUSES_AT(g, "abbcc", 2);
+  REFUSES_AT(g, "accc", 3);
+  gr_grammar_free(g);
+  g = compile(GR_REGEX, "");
+  ACCEPTS(g, "");
+  REFUSES_AT(g, "a", 0);
+  gr_grammar_free(g);
+  g = compile(GR_REGEX, "a{2,4}");
+  INCOMPLETE(g, "a");
+  ACCEPTS(g, "aa");
+  ACCEPTS(g, "aaaa");
+  REFUSES_AT(g, "aaaaa", 4);
+  gr_grammar_free(g);
+}
+
 static void expect_error(gr_kind_t kind, const char *spec, int code, const char *needle) {
   gr_grammar_t *g = (gr_grammar_t *)1;
   gt_err_t err = {0};
@@ -226,6 +271,19 @@ static void test_errors(void **state) {
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"strin\"}", GT_EINVAL, "strin");
   expect_error(GR_JSON_SCHEMA, "{\"type\":", GT_EINVAL, "invalid JSON");
   expect_error(GR_JSON_SCHEMA, "{\"additionalProperties\":false,\"required\":[\"x\"]}", GT_EINVAL, "\"x\"");
+  expect_error(GR_REGEX, "a(?=b)", GT_EUNSUPPORTED, "lookaround");
+  expect_error(GR_REGEX, "(a)\\1", GT_EUNSUPPORTED, "backreference");
+  expect_error(GR_REGEX, "\\bword", GT_EUNSUPPORTED, "\\b");
+  expect_error(GR_REGEX, "\\p{L}", GT_EUNSUPPORTED, "\\p");
+  expect_error(GR_REGEX, "a^b", GT_EUNSUPPORTED, "anchor");
+  expect_error(GR_REGEX, "(ab", GT_EINVAL, "missing )");
+  expect_error(GR_REGEX, "ab)", GT_EINVAL, "unmatched )");
+  expect_error(GR_REGEX, "[a-", GT_EINVAL, "unterminated");
+  expect_error(GR_REGEX, "[z-a]", GT_EINVAL, "bad range");
+  expect_error(GR_REGEX, "*a", GT_EINVAL, "nothing to repeat");
+  expect_error(GR_REGEX, "a{2000}", GT_ERANGE, "1024");
+  expect_error(GR_REGEX, "a{3,2}", GT_EINVAL, "n < m");
+  expect_error(GR_REGEX, "\\xZZ", GT_EINVAL, "hex");
   expect_error(GR_CHOICE, "[]", GT_EINVAL, "non-empty");
   expect_error(GR_CHOICE, "[\"a\", 1]", GT_EINVAL, "element 1");
   expect_error(GR_CHOICE, "\"a\"", GT_EINVAL, "array");
@@ -238,6 +296,7 @@ int main(void) {
     cmocka_unit_test(test_schema_object),
     cmocka_unit_test(test_schema_optional),
     cmocka_unit_test(test_schema_ref_anyof),
+    cmocka_unit_test(test_regex),
     cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

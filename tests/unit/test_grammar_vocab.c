@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "engine/grammar/grammar.h"
 #include "format/gguf.h"
@@ -258,6 +260,28 @@ static void walks_for(const char *rel, int n_walks) {
     free(text);
   }
   gr_grammar_free(g);
+  /* regexes, checked against PCRE2 (whole-text match) */
+  static const char *regexes[] = {
+    "\\d{3}-\\d{4}", "[a-z]{1,8}@[a-z]{1,8}\\.(com|org)", "(yes|no|maybe)!?",
+    "[A-Z][a-z \u00e9\u65e5]{0,20}\\.", "(\\w{1,6},){0,3}\\w{1,5}", "[^\\n\"]{3,6}"};
+  for (size_t r = 0; r < sizeof regexes / sizeof regexes[0]; r++) {
+    g = compile(GR_REGEX, regexes[r]);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regexes[r], PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED, &ec, &eo, NULL);
+    assert_non_null(re);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    for (int w = 0; w < n_walks; w++) {
+      char *text = walk(t, v, g, 4000);
+      if (pcre2_match(re, (PCRE2_SPTR)text, strlen(text), 0, 0, md, NULL) < 0)
+        fail_msg("%s regex %s: PCRE2 does not match \"%s\"", rel, regexes[r], text);
+      free(text);
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    gr_grammar_free(g);
+  }
   gr_vocab_free(v);
   tok_free(t);
 }
@@ -281,6 +305,7 @@ static void agree_for(const char *rel) {
     {GR_JSON_SCHEMA, schemas[1], {"{", "{\"v\":1,\"kids\":[", "{\"v\":-", "{\"v\":1,\"kids\":[{\"v\":2}]}"}},
     {GR_JSON_OBJECT, NULL, {"{\"", "{\"a\":\"\xe6\x97", "{\"a\":[1,{}", "{\"a\":1.5e"}},
     {GR_CHOICE, "[\"positive\",\"negative\",\"neutral\"]", {"", "ne", "neg", "negative"}},
+    {GR_REGEX, "[a-z]{1,8}@[a-z]{1,8}\\.(com|org)|\\d+\\u00e9", {"", "ab", "ab@c", "12\xc3"}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     gr_grammar_t *g = compile(cases[c].kind, cases[c].spec);
