@@ -11,3 +11,7 @@ target_link_libraries(gantry_grammar PUBLIC gantry_tok gantry_common PkgConfig::
 
 gt_add_test(test_grammar SOURCES tests/unit/test_grammar.c LIBS gantry_grammar gantry_testutil TIMEOUT 120)
 gt_add_test(test_grammar_vocab SOURCES tests/unit/test_grammar_vocab.c LIBS gantry_grammar gantry_testutil TIMEOUT 300)
+
+# Per-token mask cost, cold and warm (prints a table; not a test): bench_grammar [GGUF]
+add_executable(bench_grammar tools/bench/grammar_bench.c)
+target_link_libraries(bench_grammar PRIVATE gantry_grammar)
