@@ -68,7 +68,8 @@ void gr_vocab_free(gr_vocab_t *v);
 size_t gr_mask_words(const gr_vocab_t *v);            /* ceil(n_vocab / 32) */
 size_t gr_vocab_size(const gr_vocab_t *v);            /* n_vocab */
 
-/* A matcher at the start of g's language. g and v must outlive it. Caller owns *out. */
+/* A matcher at the start of g's language, with a private cache (use gr_matcher_new_cached to
+ * share one). g and v must outlive it. Caller owns *out. */
 int gr_matcher_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_matcher_t **out, gt_err_t *err);
 void gr_matcher_free(gr_matcher_t *m);
 
@@ -85,6 +86,21 @@ int gr_matcher_accepting(const gr_matcher_t *m);     /* the text so far is a com
 int gr_matcher_done(const gr_matcher_t *m);          /* accepting and nothing can follow: stop now */
 
 /* Added API (beyond the fixed one above). */
+
+/* The automaton of g over v (interned states, byte transitions, token masks), shareable by the
+ * matchers of many sequences on any threads (a mutex inside): what one sequence computed serves
+ * all others, so a schema seen before is warm from its first token (XGrammar's compiled-grammar
+ * cache). Reference-counted: gr_cache_free drops the creator's reference and each matcher holds
+ * its own, so a cache may be dropped from an LRU while sequences still use it. It grows with the
+ * distinct states visited (at most 262,144 states, about 1 KiB each plus cached masks, which are
+ * all dropped past 64 MiB); past that, fill_mask/accept return GT_ERANGE. g and v must outlive
+ * it. Errors: GT_EINVAL (the grammar matches nothing), GT_ENOMEM. */
+typedef struct gr_cache gr_cache_t;
+int gr_cache_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_cache_t **out, gt_err_t *err);
+void gr_cache_free(gr_cache_t *c);
+/* A matcher at the start state of c's grammar, holding a reference to c. */
+int gr_matcher_new_cached(gr_cache_t *c, gr_matcher_t **out, gt_err_t *err);
+
 /* Feeds raw bytes (tests, forced text such as a tool call's prefix): GT_OK, or GT_EINVAL at the
  * first byte not allowed (state unchanged: all or nothing). */
 int gr_matcher_accept_bytes(gr_matcher_t *m, const char *bytes, size_t len);

@@ -2,6 +2,7 @@
  * qwen35-tiny, the demo model, Qwen3's full vocabulary): mask bits agree with
  * gr_matcher_accept for every token, and random walks that always pick an allowed token end in
  * text that parses as JSON and satisfies the schema (checked by a small validator below). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -380,10 +381,94 @@ static void test_end_tokens(void **state) {
   tok_free(t);
 }
 
+/* Threads share one gr_cache_t: each replays its own token sequence (from walks with private
+ * matchers) and every mask must equal the private matcher's mask at the same step. */
+typedef struct {
+  gr_cache_t *cache;
+  const gr_vocab_t *v;
+  const int32_t *seq;
+  size_t n;
+  uint32_t *const *masks; /* [n] reference masks */
+  gr_matcher_t *first;    /* made before the creator dropped its reference: keeps c alive */
+  int bad;
+} share_job_t;
+
+static void *share_thread(void *arg) {
+  share_job_t *j = arg;
+  size_t words = gr_mask_words(j->v);
+  uint32_t *mask = malloc(words * sizeof *mask);
+  for (int rep = 0; rep < 3; rep++) {
+    gr_matcher_t *m = j->first;
+    if (rep > 0 && gr_matcher_new_cached(j->cache, &m, NULL) != GT_OK) { j->bad = 1; break; }
+    for (size_t i = 0; i < j->n; i++) {
+      gr_matcher_fill_mask(m, mask);
+      if (memcmp(mask, j->masks[i], words * sizeof *mask) != 0 || gr_matcher_accept(m, j->seq[i]) != GT_OK) j->bad = 1;
+    }
+    if (rep > 0) gr_matcher_free(m);
+  }
+  gr_matcher_free(j->first);
+  free(mask);
+  return NULL;
+}
+
+static void test_shared_cache_threads(void **state) {
+  tok_t *t = load_tok("qwen3-vocab.gguf");
+  gr_vocab_t *v = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(gr_vocab_new(t, &v, &err), GT_OK);
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, schemas[0]);
+  size_t words = gr_mask_words(v), n_vocab = tok_n_vocab(t);
+  enum { N_THREADS = 4, MAX_N = 200 };
+  int32_t seqs[N_THREADS][MAX_N];
+  uint32_t *masks[N_THREADS][MAX_N];
+  size_t lens[N_THREADS];
+  for (int k = 0; k < N_THREADS; k++) { /* reference: private matchers, random walks */
+    gr_matcher_t *m = NULL;
+    assert_int_equal(gr_matcher_new(g, v, &m, &err), GT_OK);
+    size_t n = 0;
+    while (n < MAX_N && !gr_matcher_done(m)) {
+      masks[k][n] = malloc(words * sizeof(uint32_t));
+      int count = gr_matcher_fill_mask(m, masks[k][n]);
+      assert_true(count > 0);
+      int32_t pick = (int32_t)(rnd() % (uint32_t)count), id = -1;
+      for (size_t i = 0; i < n_vocab && pick >= 0; i++)
+        if (bit(masks[k][n], (int32_t)i) && pick-- == 0) id = (int32_t)i;
+      if (n > 20 && closing(t, id) == 0) { /* steer towards the end as the walks do */
+        for (size_t i = 0; i < n_vocab; i++)
+          if (bit(masks[k][n], (int32_t)i) && closing(t, (int32_t)i)) { id = (int32_t)i; break; }
+      }
+      assert_int_equal(gr_matcher_accept(m, id), GT_OK);
+      seqs[k][n++] = id;
+      if (id == tok_eos(t) || id == tok_eot(t)) break;
+    }
+    lens[k] = n;
+    gr_matcher_free(m);
+  }
+  gr_cache_t *cache = NULL;
+  assert_int_equal(gr_cache_new(g, v, &cache, &err), GT_OK);
+  pthread_t th[N_THREADS];
+  share_job_t jobs[N_THREADS];
+  for (int k = 0; k < N_THREADS; k++) {
+    jobs[k] = (share_job_t){cache, v, seqs[k], lens[k], masks[k], NULL, 0};
+    assert_int_equal(gr_matcher_new_cached(cache, &jobs[k].first, &err), GT_OK);
+    assert_int_equal(pthread_create(&th[k], NULL, share_thread, &jobs[k]), 0);
+  }
+  gr_cache_free(cache); /* the matchers keep it alive */
+  for (int k = 0; k < N_THREADS; k++) {
+    pthread_join(th[k], NULL);
+    assert_int_equal(jobs[k].bad, 0);
+    for (size_t i = 0; i < lens[k]; i++) free(masks[k][i]);
+  }
+  gr_grammar_free(g);
+  gr_vocab_free(v);
+  tok_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_validator_rejects),
     cmocka_unit_test(test_end_tokens),
+    cmocka_unit_test(test_shared_cache_threads),
     cmocka_unit_test(test_agree_qwen3_tiny),
     cmocka_unit_test(test_agree_demo),
     cmocka_unit_test(test_agree_qwen3_vocab),
