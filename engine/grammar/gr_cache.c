@@ -380,10 +380,8 @@ int gr_cache_mask(gr_cache_t *m, int32_t sid, uint32_t *mask, int *hit, size_t *
     return m->err;
   }
   s = &m->states[sid]; /* the walk may have moved the states */
-  if (s->accepting) {
-    if (v->eos >= 0) mask[v->eos >> 5] |= 1u << (v->eos & 31);
-    if (v->eot >= 0) mask[v->eot >> 5] |= 1u << (v->eot & 31);
-  }
+  if (s->accepting)
+    for (size_t i = 0; i < v->n_ends; i++) mask[v->ends[i] >> 5] |= 1u << (v->ends[i] & 31);
   int count = 0;
   for (size_t i = 0; i < v->n_words; i++) count += __builtin_popcount(mask[i]);
   if (m->n_masks >= m->max_masks) drop_masks(m);

@@ -90,7 +90,7 @@ int gr_matcher_accept_bytes(gr_matcher_t *m, const char *bytes, size_t len) {
 int gr_matcher_accept(gr_matcher_t *m, int32_t token) {
   const gr_vocab_t *v = m->v;
   if (m->ended || token < 0 || (size_t)token >= v->n_vocab) return GT_EINVAL;
-  int is_end = token == v->eos || token == v->eot;
+  int is_end = gr_vocab_is_end(v, token);
   if (is_end ? !m->accepting : !v->in_trie[token]) return GT_EINVAL;
   if (m->n_hist == m->cap_hist) {
     size_t cap = m->cap_hist ? m->cap_hist * 2 : 64;

@@ -23,15 +23,28 @@ static int eligible(const tok_t *tok, int32_t id) {
 }
 
 int gr_vocab_new(const tok_t *tok, gr_vocab_t **out, gt_err_t *err) {
+  int32_t ends[2];
+  size_t n = 0;
+  if (tok_eos(tok) >= 0) ends[n++] = tok_eos(tok);
+  if (tok_eot(tok) >= 0 && tok_eot(tok) != tok_eos(tok)) ends[n++] = tok_eot(tok);
+  return gr_vocab_new_with_ends(tok, ends, n, out, err);
+}
+
+int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends, gr_vocab_t **out, gt_err_t *err) {
   *out = NULL;
   size_t n = tok_n_vocab(tok);
   if (n == 0 || n > INT32_MAX / 2) return gt_err_set(err, GT_EINVAL, "grammar vocab: %zu tokens", n);
+  if (n_ends > GR_MAX_END_TOKENS)
+    return gt_err_set(err, GT_EINVAL, "grammar vocab: %zu end tokens (at most %d)", n_ends, GR_MAX_END_TOKENS);
+  for (size_t i = 0; i < n_ends; i++)
+    if (ends[i] < 0 || (size_t)ends[i] >= n)
+      return gt_err_set(err, GT_EINVAL, "grammar vocab: end token %d out of range", (int)ends[i]);
   gr_vocab_t *v = calloc(1, sizeof *v);
   if (!v) return gt_err_set(err, GT_ENOMEM, "grammar vocab: out of memory");
   v->n_vocab = n;
   v->n_words = (n + 31) / 32;
-  v->eos = tok_eos(tok);
-  v->eot = tok_eot(tok);
+  for (size_t i = 0; i < n_ends; i++) v->ends[i] = ends[i];
+  v->n_ends = n_ends;
   size_t bytes = 0;
   for (size_t i = 0; i < n; i++) {
     size_t len = 0;
@@ -63,7 +76,7 @@ int gr_vocab_new(const tok_t *tok, gr_vocab_t **out, gt_err_t *err) {
     v->piece_off[i] = (uint32_t)off;
     v->piece_len[i] = (uint32_t)len;
     off += len;
-    if (len > 0 && eligible(tok, (int32_t)i)) {
+    if (len > 0 && eligible(tok, (int32_t)i) && !gr_vocab_is_end(v, (int32_t)i)) {
       order[n_el++] = (int32_t)i;
       v->in_trie[i] = 1;
       if (len > max_len) max_len = len;
@@ -128,4 +141,10 @@ void gr_vocab_free(gr_vocab_t *v) {
 }
 
 size_t gr_mask_words(const gr_vocab_t *v) { return v->n_words; }
+
+int gr_vocab_is_end(const gr_vocab_t *v, int32_t id) {
+  for (size_t i = 0; i < v->n_ends; i++)
+    if (v->ends[i] == id) return 1;
+  return 0;
+}
 size_t gr_vocab_size(const gr_vocab_t *v) { return v->n_vocab; }

@@ -12,7 +12,8 @@
  * toks[tok_first[i] .. + tok_count[i]). */
 struct gr_vocab {
   size_t n_vocab, n_words;
-  int32_t eos, eot;         /* -1 when absent */
+  int32_t ends[GR_MAX_END_TOKENS]; /* end-of-generation ids: allowed iff accepting */
+  size_t n_ends;
   size_t n_nodes, n_trie_tokens, max_depth;
   uint8_t *byte;            /* [n_nodes] */
   uint16_t *depth;          /* [n_nodes] */
@@ -24,5 +25,7 @@ struct gr_vocab {
   uint32_t *piece_off, *piece_len; /* [n_vocab] */
   uint8_t *in_trie;         /* [n_vocab]: 1 = may be generated under a grammar */
 };
+
+int gr_vocab_is_end(const gr_vocab_t *v, int32_t id); /* id is an end-of-generation token */
 
 #endif

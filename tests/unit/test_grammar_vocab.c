@@ -375,9 +375,23 @@ static void test_end_tokens(void **state) {
   assert_false(gr_matcher_done(m));
   assert_int_equal(gr_matcher_rollback(m, 1), GT_EINVAL); /* "a" came as bytes, not a token */
   gr_matcher_free(m);
+  gr_vocab_free(v);
+  /* an explicit end set: <|im_end|> and <|endoftext|> (a control token) */
+  int32_t eot_text = tok_find(t, "<|endoftext|>"), ends[2] = {eos, eot_text};
+  assert_true(eot_text >= 0 && eot_text != eos);
+  assert_int_equal(gr_vocab_new_with_ends(t, ends, 2, &v, &err), GT_OK);
+  assert_int_equal(gr_matcher_new(g, v, &m, &err), GT_OK);
+  assert_int_equal(gr_matcher_accept_bytes(m, "ab", 2), GT_OK);
+  assert_int_equal(gr_matcher_fill_mask(m, mask), 2); /* done: only the two end tokens */
+  assert_true(bit(mask, eos) && bit(mask, eot_text));
+  assert_int_equal(gr_matcher_accept(m, eot_text), GT_OK);
+  gr_matcher_free(m);
+  gr_vocab_free(v);
+  int32_t bad = (int32_t)tok_n_vocab(t);
+  assert_int_equal(gr_vocab_new_with_ends(t, &bad, 1, &v, &err), GT_EINVAL);
+  assert_non_null(strstr(err.msg, "out of range"));
   gr_grammar_free(g);
   free(mask);
-  gr_vocab_free(v);
   tok_free(t);
 }
 
