@@ -71,6 +71,41 @@ static int32_t js_comma(js_t *j) {
   return j->comma;
 }
 
+static void hex_set(gr_set_t *set, const char *digits) {
+  memset(set, 0, sizeof *set);
+  for (const char *p = digits; *p; p++) set->w[(unsigned char)*p >> 5] |= 1u << (*p & 31);
+}
+
+/* The 4 hex digits of a \u escape, except 0000 and the surrogates D800-DFFF, which strict
+ * parsers (jansson: the engine's own tool-call parser) reject; raw UTF-8 covers the rest:
+ *   [1-9a-cA-Ce-fE-F] h h h | [dD] [0-7] h h | "0" ([1-9a-fA-F] h h | "0" ([1-9a-fA-F] h | "0" [1-9a-fA-F])) */
+static int32_t js_hex4(js_t *j) {
+  gr_builder_t *b = j->b;
+  gr_set_t h, nz, lead, d, lo, zero;
+  hex_set(&h, "0123456789abcdefABCDEF");
+  hex_set(&nz, "123456789abcdefABCDEF");
+  hex_set(&lead, "123456789abcABCefEF");
+  hex_set(&d, "dD");
+  hex_set(&lo, "01234567");
+  hex_set(&zero, "0");
+  int32_t r = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_set(b, s, &lead);
+  for (int i = 0; i < 3; i++) gr_b_set(b, s, &h);
+  s = gr_b_alt(b, r);
+  gr_b_set(b, s, &d);
+  gr_b_set(b, s, &lo);
+  gr_b_set(b, s, &h);
+  gr_b_set(b, s, &h);
+  for (int zeros = 1; zeros <= 3; zeros++) {
+    s = gr_b_alt(b, r);
+    for (int i = 0; i < zeros; i++) gr_b_set(b, s, &zero);
+    gr_b_set(b, s, &nz);
+    for (int i = zeros + 1; i < 4; i++) gr_b_set(b, s, &h);
+  }
+  return r;
+}
+
 /* one character inside a JSON string: unescaped UTF-8 (no '"', '\\', controls) or an escape */
 static int32_t js_char(js_t *j) {
   if (j->chr >= 0) return j->chr;
@@ -86,9 +121,7 @@ static int32_t js_char(js_t *j) {
   gr_b_set(b, s, &esc);
   s = gr_b_alt(b, j->chr);
   gr_b_lit(b, s, "\\u", 2);
-  gr_set_t hex = {{0}};
-  for (const char *p = "0123456789abcdefABCDEF"; *p; p++) hex.w[(unsigned char)*p >> 5] |= 1u << (*p & 31);
-  for (int i = 0; i < 4; i++) gr_b_set(b, s, &hex);
+  gr_b_ref(b, s, js_hex4(j));
   return j->chr;
 }
 

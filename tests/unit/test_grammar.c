@@ -113,6 +113,10 @@ static void test_json_object(void **state) {
   REFUSES_AT(g, "{\"a\":tru}", 8);
   REFUSES_AT(g, "{\"a\":\"\x01\"}", 6);  /* control character in a string */
   REFUSES_AT(g, "{\"a\":\"\\x\"}", 7); /* bad escape */
+  ACCEPTS(g, "{\"a\":\"\\u00e9\\u0001\\uFFFF\\uD7ff\\ue000\\u1000\\u0100\\u0010\"}");
+  REFUSES_AT(g, "{\"a\":\"\\ud800\"}", 9);  /* surrogates: strict parsers refuse them */
+  REFUSES_AT(g, "{\"a\":\"\\uDfff\"}", 9);
+  REFUSES_AT(g, "{\"a\":\"\\u0000\"}", 11); /* NUL */
   REFUSES_AT(g, "{\"a\":\"\xc3\x28\"}", 7); /* bad UTF-8 continuation */
   REFUSES_AT(g, "{\"a\":\"\xed\xa0\x80\"}", 7); /* surrogate */
   REFUSES_AT(g, "{\"a\":1}}", 7);
