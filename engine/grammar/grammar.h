@@ -37,7 +37,8 @@
  * cannot loop on whitespace). Numbers have at most 16 integer, 16 fraction and 2 exponent
  * digits (every number fits a double, so no parser sees an overflow). String escapes \uXXXX
  * exclude 0000 and the surrogates (strict parsers such as jansson refuse them; raw UTF-8 is
- * allowed for every character). No whitespace before or after the top-level value, so a matcher is done right after it.
+ * allowed for every character). No whitespace before or after the top-level value, so a
+ * matcher is done right after it.
  *
  * Threads: a gr_grammar_t and a gr_vocab_t are immutable after creation and may be shared by
  * any number of matchers on any threads; a gr_matcher_t is used by one thread at a time. */
