@@ -27,6 +27,7 @@ typedef struct {
   int32_t count;      /* allowed tokens in mask */
   uint8_t accepting;  /* holds the empty stack */
   uint8_t done;       /* holds only the empty stack */
+  int8_t plain_loop;  /* 0 unknown, 1: every gr_byte_plain byte leads back here, -1: not */
   gr_set_t first;     /* bytes some stack can consume next */
 } state_t;
 
@@ -338,7 +339,22 @@ static void drop_masks(gr_cache_t *m) {
   m->n_masks = 0;
 }
 
+/* 1 when every plain byte leads from sid back to sid, 0 when not, -1 on failure (m->err). */
+static int plain_loop(gr_cache_t *m, int32_t sid) {
+  if (m->states[sid].plain_loop) return m->states[sid].plain_loop > 0;
+  int loop = 1;
+  for (unsigned b = 0x20; b < 0x7F && loop; b++) {
+    if (!gr_byte_plain(b)) continue;
+    int32_t t = gr_cache_step(m, sid, b);
+    if (t == T_ERROR) return -1;
+    loop = t == sid;
+  }
+  m->states[sid].plain_loop = loop ? 1 : -1;
+  return loop;
+}
+
 /* Walks the trie from state sid, setting the bits of every token whose bytes stay alive.
+ * Subtrees of plain bytes under a state that loops on them are taken whole.
  * Returns 1, or 0 on failure (m->err). */
 static int walk_trie(gr_cache_t *m, int32_t sid, uint32_t *mask, size_t *visits) {
   const gr_vocab_t *v = m->v;
@@ -347,7 +363,20 @@ static int walk_trie(gr_cache_t *m, int32_t sid, uint32_t *mask, size_t *visits)
   size_t n = 0;
   for (size_t i = 0; i < v->n_nodes;) {
     n++;
-    int32_t t = gr_cache_step(m, st[v->depth[i] - 1], v->byte[i]);
+    int32_t from = st[v->depth[i] - 1];
+    if (v->plain_sub[i]) {
+      int loop = plain_loop(m, from);
+      if (loop < 0) return 0;
+      if (loop) {
+        for (int32_t k = v->tok_first[i]; k < v->tok_first[v->skip[i]]; k++) {
+          int32_t id = v->toks[k];
+          mask[id >> 5] |= 1u << (id & 31);
+        }
+        i = (size_t)v->skip[i];
+        continue;
+      }
+    }
+    int32_t t = gr_cache_step(m, from, v->byte[i]);
     if (t < 0) {
       if (t == T_ERROR) return 0;
       i = (size_t)v->skip[i];

@@ -60,12 +60,13 @@ int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends,
   v->byte = malloc(bytes ? bytes : 1);
   v->depth = malloc((bytes ? bytes : 1) * sizeof *v->depth);
   v->skip = malloc((bytes ? bytes : 1) * sizeof *v->skip);
-  v->tok_first = malloc((bytes ? bytes : 1) * sizeof *v->tok_first);
+  v->tok_first = malloc((bytes + 1) * sizeof *v->tok_first);
+  v->plain_sub = malloc(bytes ? bytes : 1);
   v->tok_count = malloc((bytes ? bytes : 1) * sizeof *v->tok_count);
   v->toks = malloc(n * sizeof *v->toks);
   int32_t *path = NULL;
   if (!v->blob || !v->piece_off || !v->piece_len || !v->in_trie || !order || !v->byte || !v->depth || !v->skip ||
-      !v->tok_first || !v->tok_count || !v->toks)
+      !v->tok_first || !v->tok_count || !v->toks || !v->plain_sub)
     goto oom;
   size_t off = 0, n_el = 0, max_len = 0;
   for (size_t i = 0; i < n; i++) {
@@ -100,12 +101,11 @@ int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends,
     while (depth < len) {
       v->byte[nn] = s[depth];
       v->depth[nn] = (uint16_t)(depth + 1);
-      v->tok_first[nn] = 0;
+      v->tok_first[nn] = (int32_t)nt; /* this node's own tokens, if any, come next */
       v->tok_count[nn] = 0;
       path[depth++] = (int32_t)nn++;
     }
     int32_t node = path[len - 1];
-    if (v->tok_count[node] == 0) v->tok_first[node] = (int32_t)nt;
     v->tok_count[node]++;
     v->toks[nt++] = id;
     prev = s;
@@ -114,6 +114,15 @@ int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends,
   while (depth > 0) v->skip[path[--depth]] = (int32_t)nn;
   v->n_nodes = nn;
   v->n_trie_tokens = nt;
+  v->tok_first[nn] = (int32_t)nt;
+  /* plain_sub[i]: no byte outside GR_PLAIN in node i's subtree (counted through prefix sums of
+   * non-plain nodes, reusing path[] is not enough: subtrees are ranges [i, skip[i])) */
+  int32_t *np = malloc((nn + 1) * sizeof *np);
+  if (!np) goto oom;
+  np[0] = 0;
+  for (size_t i = 0; i < nn; i++) np[i + 1] = np[i] + !gr_byte_plain(v->byte[i]);
+  for (size_t i = 0; i < nn; i++) v->plain_sub[i] = np[v->skip[i]] == np[i];
+  free(np);
   free(path);
   free(order);
   *out = v;
@@ -135,6 +144,7 @@ void gr_vocab_free(gr_vocab_t *v) {
   free(v->depth);
   free(v->skip);
   free(v->tok_first);
+  free(v->plain_sub);
   free(v->tok_count);
   free(v->toks);
   free(v);

@@ -9,7 +9,8 @@
 
 /* Trie nodes in preorder (children in byte order, node i's subtree is [i, skip[i])); the root
  * is implicit (depth 0). Node i consumes byte[i] at depth[i] (1-based) and ends the pieces of
- * toks[tok_first[i] .. + tok_count[i]). */
+ * toks[tok_first[i] .. + tok_count[i]); the tokens of node i's whole subtree are
+ * toks[tok_first[i] .. tok_first[skip[i]]). */
 struct gr_vocab {
   size_t n_vocab, n_words;
   int32_t ends[GR_MAX_END_TOKENS]; /* end-of-generation ids: allowed iff accepting */
@@ -18,13 +19,19 @@ struct gr_vocab {
   uint8_t *byte;            /* [n_nodes] */
   uint16_t *depth;          /* [n_nodes] */
   int32_t *skip;            /* [n_nodes] */
-  int32_t *tok_first;       /* [n_nodes] */
+  int32_t *tok_first;       /* [n_nodes + 1] */
+  uint8_t *plain_sub;       /* [n_nodes]: every byte in node i's subtree is gr_byte_plain */
   uint16_t *tok_count;      /* [n_nodes] */
   int32_t *toks;            /* [n_trie_tokens] */
   char *blob;               /* all pieces */
   uint32_t *piece_off, *piece_len; /* [n_vocab] */
   uint8_t *in_trie;         /* [n_vocab]: 1 = may be generated under a grammar */
 };
+
+/* Plain JSON string bytes: printable ASCII but '"' and '\\'. A state that loops to itself on all
+ * of them (inside a string) allows every token made only of them: the mask walk skips such
+ * subtrees whole. */
+static inline int gr_byte_plain(unsigned b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
 
 int gr_vocab_is_end(const gr_vocab_t *v, int32_t id); /* id is an end-of-generation token */
 
