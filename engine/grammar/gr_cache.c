@@ -65,36 +65,39 @@ static uint64_t mix(uint64_t x) {
   return x ^ (x >> 33);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t sz) {
-  if (need <= *cap) return 1;
-  size_t c = *cap ? *cap * 2 : 64;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * sz);
-  if (!q) return 0;
-  *p = q;
-  *cap = c;
-  return 1;
+static uint64_t node_hash(const gr_cache_t *m, int32_t id) {
+  return mix(((uint64_t)(uint32_t)m->nodes[id].pos << 32) | (uint32_t)m->nodes[id].parent);
 }
 
-static int rehash_nodes(gr_cache_t *m) {
-  size_t cap = m->node_ht_cap ? m->node_ht_cap * 2 : 1024;
-  int32_t *ht = malloc(cap * sizeof *ht);
-  if (!ht) return 0;
-  memset(ht, 0xff, cap * sizeof *ht);
-  for (size_t i = 1; i < m->n_nodes; i++) {
-    size_t h = mix(((uint64_t)(uint32_t)m->nodes[i].pos << 32) | (uint32_t)m->nodes[i].parent) & (cap - 1);
-    while (ht[h] >= 0) h = (h + 1) & (cap - 1);
-    ht[h] = (int32_t)i;
+static uint64_t items_hash(const int32_t *v, size_t n);
+
+static uint64_t state_hash(const gr_cache_t *m, int32_t id) {
+  return items_hash(m->items + m->states[id].off, (size_t)m->states[id].len);
+}
+
+/* Doubles the open-addressing table *ht (ids first..n-1, -1 = empty slot); 0 on failure. */
+static int rehash(const gr_cache_t *m, int32_t **ht, size_t *cap, size_t first, size_t n,
+                  uint64_t (*hash)(const gr_cache_t *, int32_t)) {
+  size_t c = *cap ? *cap * 2 : 1024;
+  int32_t *t = malloc(c * sizeof *t);
+  if (!t) return 0;
+  memset(t, 0xff, c * sizeof *t);
+  for (size_t i = first; i < n; i++) {
+    size_t h = hash(m, (int32_t)i) & (c - 1);
+    while (t[h] >= 0) h = (h + 1) & (c - 1);
+    t[h] = (int32_t)i;
   }
-  free(m->node_ht);
-  m->node_ht = ht;
-  m->node_ht_cap = cap;
+  free(*ht);
+  *ht = t;
+  *cap = c;
   return 1;
 }
 
 /* The node (pos, parent), interned; -1 on failure (m->err set). */
 static int32_t node_get(gr_cache_t *m, int32_t pos, int32_t parent) {
-  if ((m->n_nodes + 1) * 2 > m->node_ht_cap && !rehash_nodes(m)) goto oom;
+  /* node 0 (the empty stack) is never looked up: not in the table */
+  if ((m->n_nodes + 1) * 2 > m->node_ht_cap && !rehash(m, &m->node_ht, &m->node_ht_cap, 1, m->n_nodes, node_hash))
+    goto oom;
   size_t mask = m->node_ht_cap - 1;
   size_t h = mix(((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent) & mask;
   for (int32_t id; (id = m->node_ht[h]) >= 0; h = (h + 1) & mask)
@@ -104,8 +107,8 @@ static int32_t node_get(gr_cache_t *m, int32_t pos, int32_t parent) {
     return -1;
   }
   size_t old = m->cap_mark;
-  if (!grow((void **)&m->nodes, &m->cap_nodes, m->n_nodes + 1, sizeof *m->nodes) ||
-      !grow((void **)&m->mark, &m->cap_mark, m->n_nodes + 1, sizeof *m->mark))
+  if (!gr_grow((void **)&m->nodes, &m->cap_nodes, m->n_nodes + 1, sizeof *m->nodes) ||
+      !gr_grow((void **)&m->mark, &m->cap_mark, m->n_nodes + 1, sizeof *m->mark))
     goto oom;
   memset(m->mark + old, 0, (m->cap_mark - old) * sizeof *m->mark);
   int32_t id = (int32_t)m->n_nodes++;
@@ -123,7 +126,7 @@ oom:
 static int expand(gr_cache_t *m, int32_t n) {
   const gr_grammar_t *g = m->g;
   size_t nw = 0;
-  if (!grow((void **)&m->work, &m->cap_work, 1, sizeof *m->work)) goto oom;
+  if (!gr_grow((void **)&m->work, &m->cap_work, 1, sizeof *m->work)) goto oom;
   m->work[nw++] = n;
   while (nw) {
     n = m->work[--nw];
@@ -131,17 +134,17 @@ static int expand(gr_cache_t *m, int32_t n) {
     m->mark[n] = m->stamp;
     const gr_elem_t *e = n == 0 ? NULL : &g->elems[m->nodes[n].pos];
     if (!e || e->kind == GR_SET) {
-      if (!grow((void **)&m->res, &m->cap_res, m->n_res + 1, sizeof *m->res)) goto oom;
+      if (!gr_grow((void **)&m->res, &m->cap_res, m->n_res + 1, sizeof *m->res)) goto oom;
       m->res[m->n_res++] = n;
     } else if (e->kind == GR_END) {
-      if (!grow((void **)&m->work, &m->cap_work, nw + 1, sizeof *m->work)) goto oom;
+      if (!gr_grow((void **)&m->work, &m->cap_work, nw + 1, sizeof *m->work)) goto oom;
       m->work[nw++] = m->nodes[n].parent;
     } else {
       int32_t pos = m->nodes[n].pos, parent = m->nodes[n].parent;
       int32_t ret = g->elems[pos + 1].kind == GR_END ? parent : node_get(m, pos + 1, parent);
       if (ret < 0) return 0;
       int32_t a0 = g->alt_first[e->arg], a1 = g->alt_first[e->arg + 1];
-      if (!grow((void **)&m->work, &m->cap_work, nw + (size_t)(a1 - a0), sizeof *m->work)) goto oom;
+      if (!gr_grow((void **)&m->work, &m->cap_work, nw + (size_t)(a1 - a0), sizeof *m->work)) goto oom;
       for (int32_t a = a1; a-- > a0;) {
         int32_t c = node_get(m, g->alts[a], ret);
         if (c < 0) return 0;
@@ -166,28 +169,15 @@ static uint64_t items_hash(const int32_t *v, size_t n) {
   return h;
 }
 
-static int rehash_states(gr_cache_t *m) {
-  size_t cap = m->state_ht_cap ? m->state_ht_cap * 2 : 256;
-  int32_t *ht = malloc(cap * sizeof *ht);
-  if (!ht) return 0;
-  memset(ht, 0xff, cap * sizeof *ht);
-  for (size_t i = 0; i < m->n_states; i++) {
-    size_t h = items_hash(m->items + m->states[i].off, (size_t)m->states[i].len) & (cap - 1);
-    while (ht[h] >= 0) h = (h + 1) & (cap - 1);
-    ht[h] = (int32_t)i;
-  }
-  free(m->state_ht);
-  m->state_ht = ht;
-  m->state_ht_cap = cap;
-  return 1;
-}
 
 /* The state of m->res[0..n_res) (sorted and deduplicated here), interned: its id, T_DEAD when
  * empty, T_ERROR on failure. */
 static int32_t state_get(gr_cache_t *m) {
   if (m->n_res == 0) return T_DEAD;
   qsort(m->res, m->n_res, sizeof *m->res, cmp_i32); /* expand() never adds a node twice */
-  if ((m->n_states + 1) * 2 > m->state_ht_cap && !rehash_states(m)) goto oom;
+  if ((m->n_states + 1) * 2 > m->state_ht_cap &&
+      !rehash(m, &m->state_ht, &m->state_ht_cap, 0, m->n_states, state_hash))
+    goto oom;
   size_t mask = m->state_ht_cap - 1;
   size_t h = items_hash(m->res, m->n_res) & mask;
   for (int32_t id; (id = m->state_ht[h]) >= 0; h = (h + 1) & mask) {
@@ -198,8 +188,8 @@ static int32_t state_get(gr_cache_t *m) {
     m->err = GT_ERANGE;
     return T_ERROR;
   }
-  if (!grow((void **)&m->states, &m->cap_states, m->n_states + 1, sizeof *m->states) ||
-      !grow((void **)&m->items, &m->cap_items, m->n_items + m->n_res, sizeof *m->items))
+  if (!gr_grow((void **)&m->states, &m->cap_states, m->n_states + 1, sizeof *m->states) ||
+      !gr_grow((void **)&m->items, &m->cap_items, m->n_items + m->n_res, sizeof *m->items))
     goto oom;
   int32_t id = (int32_t)m->n_states++;
   state_t *s = &m->states[id];

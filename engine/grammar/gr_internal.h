@@ -37,6 +37,10 @@ struct gr_grammar {
   int32_t root;
 };
 
+/* Grows the array *p (elements of size sz, capacity *cap, doubling from 16) to hold need
+ * elements; 0 on failure (*p unchanged). */
+int gr_grow(void **p, size_t *cap, size_t need, size_t sz);
+
 /* ------------------------------------------------------------ builder */
 typedef struct {
   gr_elem_t *v;

@@ -212,42 +212,45 @@ static int32_t js_null(js_t *j) {
   return j->null;
 }
 
-/* "[" ws (item ws ("," ws item ws){min-1,max-1})? "]" */
-static int32_t js_array_of(js_t *j, int32_t item, int min, int max) {
+/* open ws (member ("," ws member){min-1,max-1})? close: the shape of arrays and objects */
+static int32_t js_container(js_t *j, const char *open, int32_t member, int min, int max, const char *close) {
   gr_builder_t *b = j->b;
-  int32_t iw = gr_b_rule(b);
-  gr_seq_t *s = gr_b_alt(b, iw);
-  gr_b_ref(b, s, item);
-  gr_b_ref(b, s, js_ws(j));
-  int32_t list = gr_b_list(b, iw, js_comma(j), min, max);
+  int32_t list = gr_b_list(b, member, js_comma(j), min, max);
   int32_t r = gr_b_rule(b);
-  s = gr_b_alt(b, r);
-  gr_b_lit(b, s, "[", 1);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_lit(b, s, open, 1);
   gr_b_ref(b, s, js_ws(j));
   gr_b_ref(b, s, list);
-  gr_b_lit(b, s, "]", 1);
+  gr_b_lit(b, s, close, 1);
   return r;
 }
 
-/* "{" ws (string ws ":" ws value ws ("," ws ...)*)? "}" */
-static int32_t js_map_of(js_t *j, int32_t value) {
+/* key ws ":" ws value ws, key being a rule for the key's JSON string */
+static int32_t js_member(js_t *j, int32_t key, int32_t value) {
   gr_builder_t *b = j->b;
-  int32_t mem = gr_b_rule(b);
-  gr_seq_t *s = gr_b_alt(b, mem);
-  gr_b_ref(b, s, js_string(j));
+  int32_t r = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_ref(b, s, key);
   gr_b_ref(b, s, js_ws(j));
   gr_b_lit(b, s, ":", 1);
   gr_b_ref(b, s, js_ws(j));
   gr_b_ref(b, s, value);
   gr_b_ref(b, s, js_ws(j));
-  int32_t list = gr_b_list(b, mem, js_comma(j), 0, -1);
-  int32_t r = gr_b_rule(b);
-  s = gr_b_alt(b, r);
-  gr_b_lit(b, s, "{", 1);
-  gr_b_ref(b, s, js_ws(j));
-  gr_b_ref(b, s, list);
-  gr_b_lit(b, s, "}", 1);
   return r;
+}
+
+/* "[" ws (item ws ("," ws item ws){min-1,max-1})? "]" */
+static int32_t js_array_of(js_t *j, int32_t item, int min, int max) {
+  int32_t iw = gr_b_rule(j->b);
+  gr_seq_t *s = gr_b_alt(j->b, iw);
+  gr_b_ref(j->b, s, item);
+  gr_b_ref(j->b, s, js_ws(j));
+  return js_container(j, "[", iw, min, max, "]");
+}
+
+/* "{" ws (string ws ":" ws value ws ("," ws ...)*)? "}" */
+static int32_t js_map_of(js_t *j, int32_t value) {
+  return js_container(j, "{", js_member(j, js_string(j), value), 0, -1, "}");
 }
 
 /* any JSON value; the object and array rules refer back to it */
@@ -417,15 +420,7 @@ static int32_t js_object(js_t *j, json_t *schema, int depth) {
     int32_t kname = name ? js_literal(j, name) : js_fail(j, GT_ENOMEM, "json schema: %s", "out of memory");
     json_decref(name);
     if (kname < 0) break;
-    gr_builder_t *b = j->b;
-    p[i].kv = gr_b_rule(b);
-    gr_seq_t *s = gr_b_alt(b, p[i].kv);
-    gr_b_ref(b, s, kname);
-    gr_b_ref(b, s, js_ws(j));
-    gr_b_lit(b, s, ":", 1);
-    gr_b_ref(b, s, js_ws(j));
-    gr_b_ref(b, s, v);
-    gr_b_ref(b, s, js_ws(j));
+    p[i].kv = js_member(j, kname, v);
   }
   int32_t r = j->rc == GT_OK ? js_object_props(j, p, k) : -1;
   free(p);

@@ -92,13 +92,7 @@ int gr_matcher_accept(gr_matcher_t *m, int32_t token) {
   if (m->ended || token < 0 || (size_t)token >= v->n_vocab) return GT_EINVAL;
   int is_end = gr_vocab_is_end(v, token);
   if (is_end ? !m->accepting : !v->in_trie[token]) return GT_EINVAL;
-  if (m->n_hist == m->cap_hist) {
-    size_t cap = m->cap_hist ? m->cap_hist * 2 : 64;
-    int32_t *h = realloc(m->hist, cap * sizeof *h);
-    if (!h) return GT_ENOMEM;
-    m->hist = h;
-    m->cap_hist = cap;
-  }
+  if (!gr_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1, sizeof *m->hist)) return GT_ENOMEM;
   int32_t before = m->cur;
   if (is_end) {
     m->ended = 1;

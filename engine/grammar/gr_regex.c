@@ -161,30 +161,26 @@ static int32_t rx_class_rule(rx_t *x, int negate) {
   return gr_b_utf8_class(x->b, x->rg, n);
 }
 
+/* One member of a [...] class: a code point, -2 for a class escape (added to the scratch
+ * ranges), -1 on error. */
+static int32_t rx_class_atom(rx_t *x) {
+  if (rx_peek(x) != '\\') return rx_cp(x);
+  x->i++;
+  return rx_escape(x, 1);
+}
+
 static int32_t rx_class(rx_t *x) { /* after '[' */
   x->n_rg = 0;
   int negate = rx_peek(x) == '^';
   if (negate) x->i++;
   while (rx_more(x) && rx_peek(x) != ']') {
-    int32_t lo;
-    if (rx_peek(x) == '\\') {
-      x->i++;
-      lo = rx_escape(x, 1);
-    } else {
-      lo = rx_cp(x);
-    }
+    int32_t lo = rx_class_atom(x);
     if (lo == -1) return -1;
     if (lo == -2) continue; /* \d etc. */
     uint32_t hi = (uint32_t)lo;
     if (rx_peek(x) == '-' && x->i + 1 < x->n && x->s[x->i + 1] != ']') {
       x->i++;
-      int32_t h;
-      if (rx_peek(x) == '\\') {
-        x->i++;
-        h = rx_escape(x, 1);
-      } else {
-        h = rx_cp(x);
-      }
+      int32_t h = rx_class_atom(x);
       if (h == -1) return -1;
       if (h == -2 || h < lo) return rx_fail(x, GT_EINVAL, "bad range in character class");
       hi = (uint32_t)h;

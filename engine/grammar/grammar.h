@@ -3,10 +3,12 @@
  *
  * Every kind compiles to one internal form, a byte-level context-free grammar run as a
  * pushdown automaton (llama.cpp's GBNF stacks over bytes instead of code points, so byte-level
- * BPE tokens that end inside a UTF-8 character are handled exactly). A matcher interns the
- * automaton's configurations (sets of stacks) as states, memoises byte transitions between them
- * (a lazily built DFA) and caches each state's token mask (XGrammar's precomputed masks): a
- * state's first mask walks the vocabulary trie once, pruning dead prefixes; revisits copy it.
+ * BPE tokens that end inside a UTF-8 character are handled exactly). A gr_cache_t (private to
+ * a matcher, or shared by all requests with one grammar) interns the automaton's configurations
+ * (sets of stacks) as states, memoises byte transitions between them (a lazily built DFA) and
+ * caches each state's token mask (XGrammar's precomputed masks): a state's first mask walks the
+ * vocabulary trie once, pruning dead prefixes and taking runs of plain string bytes whole;
+ * revisits copy it.
  *
  * Kinds and their spec text:
  *   GR_JSON_SCHEMA  JSON schema. Supported: type (string, number, integer, boolean, null,
@@ -18,10 +20,9 @@
  *                   anyOf), allOf with one member, $ref to local "#/..." pointers ($defs,
  *                   definitions, any path; recursion allowed), minLength/maxLength (<= 1024)
  *                   on strings. Annotations are ignored: title, description, default,
- *                   examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, nullable
- *                   is not an annotation and is unsupported. Every other keyword (pattern,
- *                   format, minimum, maximum, multipleOf, uniqueItems, prefixItems, not, if, ...)
- *                   gives GT_EUNSUPPORTED with a message naming it.
+ *                   examples, $schema, $id, $comment, deprecated, readOnly, writeOnly. Every
+ *                   other keyword (pattern, format, minimum, maximum, multipleOf, uniqueItems,
+ *                   prefixItems, not, if, nullable, ...) gives GT_EUNSUPPORTED naming it.
  *   GR_JSON_OBJECT  spec ignored (may be NULL): any JSON object.
  *   GR_CHOICE       a JSON array of strings: the output is exactly one of them (raw text, not
  *                   JSON-quoted).
@@ -31,7 +32,8 @@
  *                   {m,}, {m,n} (lazy '?' suffixes accepted: same language), ^ at the start and
  *                   $ at the end, named groups (?<n>...) (the name is ignored). Backreferences,
  *                   lookaround, \b \B, \p{..}, octal escapes and anchors elsewhere give
- *                   GT_EUNSUPPORTED; a '{' that does not start a quantifier is a literal. '.' is any code point but \n \r U+2028 U+2029.
+ *                   GT_EUNSUPPORTED; a '{' that does not start a quantifier is a literal.
+ *                   '.' is any code point but \n \r U+2028 U+2029.
  * Generated JSON is compact apart from bounded whitespace: after '{', '[', ',', ':' and after
  * values inside containers, nothing, one space, or a newline and up to 20 spaces/tabs (the model
  * cannot loop on whitespace). Numbers have at most 16 integer, 16 fraction and 2 exponent
@@ -41,7 +43,8 @@
  * matcher is done right after it.
  *
  * Threads: a gr_grammar_t and a gr_vocab_t are immutable after creation and may be shared by
- * any number of matchers on any threads; a gr_matcher_t is used by one thread at a time. */
+ * any number of matchers on any threads; so may a gr_cache_t (it locks); a gr_matcher_t is
+ * used by one thread at a time. */
 #ifndef GANTRY_ENGINE_GRAMMAR_H
 #define GANTRY_ENGINE_GRAMMAR_H
 
@@ -82,8 +85,8 @@ int gr_matcher_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_matcher_t **ou
 void gr_matcher_free(gr_matcher_t *m);
 
 /* mask[gr_mask_words] : bit (id % 32) of word id / 32 set = token allowed next. End-of-generation
- * tokens (tok_eos/tok_eot, or gr_vocab_new_with_ends' set) are allowed iff the grammar is in an accepting state. Control/special
- * tokens are otherwise never allowed. Returns the number of allowed tokens (0 = dead end), or a
+ * tokens (tok_eos/tok_eot, or gr_vocab_new_with_ends' set) are allowed iff the grammar is in an
+ * accepting state. Control/special tokens are otherwise never allowed. Returns the number of allowed tokens (0 = dead end), or a
  * negative GT_E* code (GT_ENOMEM, or GT_ERANGE when the matcher's state tables exceed their
  * limits); mask is all zero then. After an end-of-generation token was accepted nothing is
  * allowed (0). */
