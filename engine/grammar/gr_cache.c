@@ -27,7 +27,7 @@ typedef struct {
   int32_t count;      /* allowed tokens in mask */
   uint8_t accepting;  /* holds the empty stack */
   uint8_t done;       /* holds only the empty stack */
-  int8_t plain_loop;  /* 0 unknown, 1: every gr_byte_plain byte leads back here, -1: not */
+  int8_t text_loop;   /* 0 unknown, 1: every plain-text character leads back here, -1: not */
   gr_set_t first;     /* bytes some stack can consume next */
 } state_t;
 
@@ -329,22 +329,50 @@ static void drop_masks(gr_cache_t *m) {
   m->n_masks = 0;
 }
 
-/* 1 when every plain byte leads from sid back to sid, 0 when not, -1 on failure (m->err). */
-static int plain_loop(gr_cache_t *m, int32_t sid) {
-  if (m->states[sid].plain_loop) return m->states[sid].plain_loop > 0;
-  int loop = 1;
-  for (unsigned b = 0x20; b < 0x7F && loop; b++) {
-    if (!gr_byte_plain(b)) continue;
+typedef struct {
+  int32_t state;
+  uint32_t dec;
+  int ok;
+} loop_memo_t;
+
+/* From state t, decoder state dec inside a character that started in state home: 1 when every
+ * completion of the character stays alive and ends in home, 0 when not, -1 on failure. */
+static int text_rest(gr_cache_t *m, int32_t home, int32_t t, uint32_t dec, loop_memo_t *memo, int *n_memo) {
+  if (dec == GR_TEXT_START) return t == home;
+  if (*n_memo >= 64) return 0; /* too many distinct states: not a simple loop, walk instead */
+  for (int k = 0; k < *n_memo; k++)
+    if (memo[k].state == t && memo[k].dec == dec) return memo[k].ok;
+  unsigned lo = (dec >> 8) & 0xFF, hi = dec & 0xFF;
+  int ok = 1;
+  for (unsigned c = lo; c <= hi && ok == 1; c++) {
+    int32_t u = gr_cache_step(m, t, c);
+    if (u == T_ERROR) return -1;
+    ok = u < 0 ? 0 : text_rest(m, home, u, gr_text_next(dec, c), memo, n_memo);
+  }
+  if (ok >= 0 && *n_memo < 64) memo[(*n_memo)++] = (loop_memo_t){t, dec, ok};
+  return ok;
+}
+
+/* 1 when every plain-text character (gr_text_next) leads from sid back to sid through live
+ * states, 0 when not (or when the check outgrows its memo), -1 on failure (m->err). */
+static int text_loop(gr_cache_t *m, int32_t sid) {
+  if (m->states[sid].text_loop) return m->states[sid].text_loop > 0;
+  loop_memo_t memo[64];
+  int n_memo = 0, loop = 1;
+  for (unsigned b = 0x20; b <= 0xF4 && loop == 1; b++) {
+    uint32_t dec = gr_text_next(GR_TEXT_START, b);
+    if (dec == GR_TEXT_BAD) continue;
     int32_t t = gr_cache_step(m, sid, b);
     if (t == T_ERROR) return -1;
-    loop = t == sid;
+    loop = t < 0 ? 0 : text_rest(m, sid, t, dec, memo, &n_memo);
   }
-  m->states[sid].plain_loop = loop ? 1 : -1;
+  if (loop < 0) return -1;
+  m->states[sid].text_loop = loop ? 1 : -1;
   return loop;
 }
 
 /* Walks the trie from state sid, setting the bits of every token whose bytes stay alive.
- * Subtrees of plain bytes under a state that loops on them are taken whole.
+ * Subtrees of plain text under a state that loops on every plain character are taken whole.
  * Returns 1, or 0 on failure (m->err). */
 static int walk_trie(gr_cache_t *m, int32_t sid, uint32_t *mask, size_t *visits) {
   const gr_vocab_t *v = m->v;
@@ -354,8 +382,8 @@ static int walk_trie(gr_cache_t *m, int32_t sid, uint32_t *mask, size_t *visits)
   for (size_t i = 0; i < v->n_nodes;) {
     n++;
     int32_t from = st[v->depth[i] - 1];
-    if (v->plain_sub[i]) {
-      int loop = plain_loop(m, from);
+    if (v->text_sub[i]) {
+      int loop = text_loop(m, from);
       if (loop < 0) return 0;
       if (loop) {
         for (int32_t k = v->tok_first[i]; k < v->tok_first[v->skip[i]]; k++) {

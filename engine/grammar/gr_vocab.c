@@ -61,12 +61,13 @@ int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends,
   v->depth = malloc((bytes ? bytes : 1) * sizeof *v->depth);
   v->skip = malloc((bytes ? bytes : 1) * sizeof *v->skip);
   v->tok_first = malloc((bytes + 1) * sizeof *v->tok_first);
-  v->plain_sub = malloc(bytes ? bytes : 1);
+  v->text_sub = malloc(bytes ? bytes : 1);
   v->tok_count = malloc((bytes ? bytes : 1) * sizeof *v->tok_count);
   v->toks = malloc(n * sizeof *v->toks);
   int32_t *path = NULL;
+  uint32_t *dec = NULL; /* dec[d]: text decoder state after the first d bytes of the path */
   if (!v->blob || !v->piece_off || !v->piece_len || !v->in_trie || !order || !v->byte || !v->depth || !v->skip ||
-      !v->tok_first || !v->tok_count || !v->toks || !v->plain_sub)
+      !v->tok_first || !v->tok_count || !v->toks || !v->text_sub)
     goto oom;
   size_t off = 0, n_el = 0, max_len = 0;
   for (size_t i = 0; i < n; i++) {
@@ -85,11 +86,13 @@ int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends,
   }
   v->max_depth = max_len;
   path = malloc((max_len + 1) * sizeof *path);
-  if (!path) goto oom;
+  dec = malloc((max_len + 1) * sizeof *dec);
+  if (!path || !dec) goto oom;
   qsort_r(order, n_el, sizeof *order, cmp_tok, v);
 
   /* Preorder: token k's new nodes are its bytes past the common prefix with token k-1. */
   size_t depth = 0, nn = 0, nt = 0;
+  dec[0] = GR_TEXT_START;
   const unsigned char *prev = NULL;
   size_t prev_len = 0;
   for (size_t k = 0; k < n_el; k++) {
@@ -103,6 +106,8 @@ int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends,
       v->depth[nn] = (uint16_t)(depth + 1);
       v->tok_first[nn] = (int32_t)nt; /* this node's own tokens, if any, come next */
       v->tok_count[nn] = 0;
+      dec[depth + 1] = gr_text_next(dec[depth], s[depth]);
+      v->text_sub[nn] = dec[depth] == GR_TEXT_START; /* the subtree condition is added below */
       path[depth++] = (int32_t)nn++;
     }
     int32_t node = path[len - 1];
@@ -115,20 +120,24 @@ int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends,
   v->n_nodes = nn;
   v->n_trie_tokens = nt;
   v->tok_first[nn] = (int32_t)nt;
-  /* plain_sub[i]: no byte outside GR_PLAIN in node i's subtree (counted through prefix sums of
-   * non-plain nodes, reusing path[] is not enough: subtrees are ranges [i, skip[i])) */
-  int32_t *np = malloc((nn + 1) * sizeof *np);
-  if (!np) goto oom;
-  np[0] = 0;
-  for (size_t i = 0; i < nn; i++) np[i + 1] = np[i] + !gr_byte_plain(v->byte[i]);
-  for (size_t i = 0; i < nn; i++) v->plain_sub[i] = np[v->skip[i]] == np[i];
-  free(np);
+  /* text_sub[i] also needs no GR_TEXT_BAD node in [i, skip[i]): prefix sums of bad nodes */
+  int32_t *nbad = malloc((nn + 1) * sizeof *nbad);
+  if (!nbad) goto oom;
+  nbad[0] = 0;
+  for (size_t i = 0; i < nn; i++) { /* recompute each node's state along the preorder */
+    dec[v->depth[i]] = gr_text_next(dec[v->depth[i] - 1], v->byte[i]);
+    nbad[i + 1] = nbad[i] + (dec[v->depth[i]] == GR_TEXT_BAD);
+  }
+  for (size_t i = 0; i < nn; i++) v->text_sub[i] = v->text_sub[i] && nbad[v->skip[i]] == nbad[i];
+  free(nbad);
   free(path);
+  free(dec);
   free(order);
   *out = v;
   return GT_OK;
 oom:
   free(path);
+  free(dec);
   free(order);
   gr_vocab_free(v);
   return gt_err_set(err, GT_ENOMEM, "grammar vocab: out of memory");
@@ -144,7 +153,7 @@ void gr_vocab_free(gr_vocab_t *v) {
   free(v->depth);
   free(v->skip);
   free(v->tok_first);
-  free(v->plain_sub);
+  free(v->text_sub);
   free(v->tok_count);
   free(v->toks);
   free(v);

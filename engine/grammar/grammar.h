@@ -7,8 +7,8 @@
  * a matcher, or shared by all requests with one grammar) interns the automaton's configurations
  * (sets of stacks) as states, memoises byte transitions between them (a lazily built DFA) and
  * caches each state's token mask (XGrammar's precomputed masks): a state's first mask walks the
- * vocabulary trie once, pruning dead prefixes and taking runs of plain string bytes whole;
- * revisits copy it.
+ * vocabulary trie once, pruning dead prefixes and taking whole subtrees of plain text where the
+ * state loops on it (inside strings); revisits copy it.
  *
  * Kinds and their spec text:
  *   GR_JSON_SCHEMA  JSON schema. Supported: type (string, number, integer, boolean, null,
