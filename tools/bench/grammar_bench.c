@@ -8,8 +8,9 @@
  * accept each per step (the scheduler's work per decode step at batch 32, on one thread).
  * Times are the calling thread's CPU time (robust on a shared machine; fill_mask does not
  * sleep), or wall time with --wall.
- * Usage: bench_grammar [--wall] [GGUF with a tokenizer] (default: $GANTRY_GOLDEN/qwen3-vocab.gguf,
- * Qwen3's 151,669-token vocabulary; pass a Qwen3.5 GGUF for its 248,320). */
+ * Usage: bench_grammar [--wall] [--pad-vocab N] [GGUF with a tokenizer] (default:
+ * $GANTRY_GOLDEN/qwen3-vocab.gguf, Qwen3's vocabulary; pass a Qwen3.5 GGUF for its 248,320
+ * tokens, or --pad-vocab 248320 for a synthetic stand-in, see pad_vocab). */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "engine/grammar/grammar.h"
 #include "format/gguf.h"
+#include "format/tok_utf8.h"
 #include "format/tokenizer.h"
 
 static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID;
@@ -61,6 +63,69 @@ static int closing(const tok_t *t, int32_t id) {
   return memchr(p, '"', n) || memchr(p, ']', n) || memchr(p, '}', n) || memchr(p, '.', n);
 }
 
+/* Appends code point cp to out in GPT-2's byte alphabet (each UTF-8 byte as its alphabet code
+ * point, UTF-8 encoded); returns the new length. */
+static size_t put_cp_alphabet(char *out, size_t len, uint32_t cp) {
+  unsigned char u[4];
+  int n = cp < 0x80 ? (u[0] = (unsigned char)cp, 1)
+        : cp < 0x800 ? (u[0] = 0xC0 | cp >> 6, u[1] = 0x80 | (cp & 63), 2)
+                     : (u[0] = 0xE0 | cp >> 12, u[1] = 0x80 | ((cp >> 6) & 63), u[2] = 0x80 | (cp & 63), 3);
+  for (int i = 0; i < n; i++) {
+    uint32_t a = tok_byte_to_cp(u[i]); /* < 0x800: one or two bytes */
+    if (a < 0x80) out[len++] = (char)a;
+    else { out[len++] = (char)(0xC0 | a >> 6); out[len++] = (char)(0x80 | (a & 63)); }
+  }
+  return len;
+}
+
+/* --pad-vocab N: t's tokens followed by synthetic ones up to N: random 1-3 character words of
+ * CJK, Hangul, Cyrillic, Arabic, Devanagari or Thai, a leading space half of the time. A
+ * stand-in for Qwen3.5's 248,320-token vocabulary (its ~96K tokens beyond Qwen3's are mostly
+ * multilingual) when no Qwen3.5 GGUF is at hand. */
+static tok_t *pad_vocab(const tok_t *t, size_t n, gt_err_t *err) {
+  size_t n0 = tok_n_vocab(t);
+  if (n < n0) n = n0;
+  const char **texts = calloc(n, sizeof *texts);
+  size_t *lens = calloc(n, sizeof *lens);
+  int32_t *types = calloc(n, sizeof *types);
+  char *pool = malloc((n - n0) * 32 + 1);
+  tok_t *out = NULL;
+  if (!texts || !lens || !types || !pool) goto done;
+  for (size_t i = 0; i < n0; i++) {
+    texts[i] = tok_text(t, (int32_t)i, &lens[i]);
+    types[i] = (int32_t)tok_type(t, (int32_t)i);
+  }
+  static const uint32_t scripts[][2] = {{0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0x0410, 0x044F},
+                                        {0x0621, 0x064A}, {0x0905, 0x0939}, {0x0E01, 0x0E2E}};
+  size_t off = 0;
+  for (size_t i = n0; i < n; i++) {
+    size_t start = off;
+    if (rnd() & 1) off = put_cp_alphabet(pool, off, ' ');
+    const uint32_t *sc = scripts[rnd() % 6];
+    int chars = 1 + (int)(rnd() % 3);
+    for (int k = 0; k < chars; k++) off = put_cp_alphabet(pool, off, sc[0] + rnd() % (sc[1] - sc[0] + 1));
+    pool[off++] = 0;
+    lens[i] = off - start - 1;
+    types[i] = TOK_TYPE_NORMAL;
+  }
+  for (size_t i = n0, o = 0; i < n; i++) { /* pool no longer moves: point into it */
+    texts[i] = pool + o;
+    o += lens[i] + 1;
+  }
+  const char *pre = tok_pre_name(t);
+  tok_spec_t spec = {.model = "gpt2", .model_len = 4, .pre = pre, .pre_len = strlen(pre), .n_vocab = n,
+                     .tokens = texts, .token_lens = lens, .types = types, .n_merges = 0,
+                     .bos = tok_bos(t), .eos = tok_eos(t), .eot = tok_eot(t), .pad = tok_pad(t)};
+  if (tok_build(&spec, &out, err) != GT_OK) out = NULL;
+done:
+  if (!out && err->msg[0] == 0) gt_err_set(err, GT_ENOMEM, "out of memory");
+  free(texts);
+  free(lens);
+  free(types);
+  free(pool);
+  return out;
+}
+
 typedef struct {
   const char *name;
   gr_kind_t kind;
@@ -89,8 +154,10 @@ static const bench_case_t cases[] = {
 int main(int argc, char **argv) {
   char def[4096];
   const char *path = NULL;
+  size_t pad = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--wall")) bench_clock = CLOCK_MONOTONIC;
+    else if (!strcmp(argv[i], "--pad-vocab") && i + 1 < argc) pad = strtoul(argv[++i], NULL, 10);
     else path = argv[i];
   }
   if (!path) {
@@ -108,6 +175,16 @@ int main(int argc, char **argv) {
     return 1;
   }
   gguf_close(gg);
+  if (pad) {
+    tok_t *p = pad_vocab(t, pad, &err);
+    tok_free(t);
+    if (!p) {
+      fprintf(stderr, "bench_grammar: --pad-vocab: %s\n", err.msg);
+      return 1;
+    }
+    t = p;
+    printf("vocabulary padded with synthetic multilingual tokens to %zu (a stand-in, not Qwen3.5's)\n", pad);
+  }
   double t0 = now_us();
   if (gr_vocab_new(t, &v, &err) != GT_OK) {
     fprintf(stderr, "bench_grammar: %s\n", err.msg);
@@ -141,7 +218,8 @@ int main(int argc, char **argv) {
       rc = 1;
       continue;
     }
-    /* 1. the token sequence: a seeded random walk */
+    /* 1. the token sequence: a seeded random walk (the same seed for every grammar) */
+    rng = 0x9E3779B97F4A7C15ULL;
     size_t n = 0;
     while (n < MAX_STEPS && !gr_matcher_done(m)) {
       int count = gr_matcher_fill_mask(m, mask);
