@@ -483,6 +483,62 @@ static int32_t js_alternation(js_t *j, json_t *list, const char *kw, int depth, 
   return r;
 }
 
+/* keywords that pick the whole value; generated alone, so they cannot be combined with each
+ * other or with constraints (which would be silently dropped), except enum/const with a type
+ * that all their values have */
+static const char *const js_selectors[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf", NULL};
+
+static int js_has_type(json_t *v, const char *t) {
+  if (!strcmp(t, "string")) return json_is_string(v);
+  if (!strcmp(t, "integer")) return json_is_integer(v);
+  if (!strcmp(t, "number")) return json_is_number(v);
+  if (!strcmp(t, "boolean")) return json_is_boolean(v);
+  if (!strcmp(t, "null")) return json_is_null(v);
+  if (!strcmp(t, "object")) return json_is_object(v);
+  if (!strcmp(t, "array")) return json_is_array(v);
+  return 0;
+}
+
+/* 1 when v has the type (a name or a list of names) */
+static int js_value_typed(json_t *v, json_t *type) {
+  if (json_is_string(type)) return js_has_type(v, json_string_value(type));
+  for (size_t i = 0; i < json_array_size(type); i++)
+    if (js_has_type(v, json_string_value(json_array_get(type, i)))) return 1;
+  return 0;
+}
+
+/* Checks that a selector keyword stands alone (annotations aside); GT_OK or the error. */
+static int js_check_combination(js_t *j, json_t *schema) {
+  const char *sel = NULL, *key;
+  json_t *v;
+  json_object_foreach(schema, key, v) {
+    if (!in_list(js_selectors, key)) continue;
+    if (sel) {
+      j->rc = gt_err_set(j->err, GT_EUNSUPPORTED, "json schema: \"%s\" combined with \"%s\" is not supported", sel, key);
+      return j->rc;
+    }
+    sel = key;
+  }
+  if (!sel) return GT_OK;
+  json_object_foreach(schema, key, v) {
+    if (in_list(js_selectors, key) || in_list(js_annotations, key)) continue;
+    if (!strcmp(key, "type") && (!strcmp(sel, "enum") || !strcmp(sel, "const"))) {
+      json_t *vals = json_object_get(schema, sel);
+      for (size_t i = 0; i < (json_is_array(vals) && !strcmp(sel, "enum") ? json_array_size(vals) : 1); i++) {
+        json_t *x = !strcmp(sel, "enum") ? json_array_get(vals, i) : vals;
+        if (!js_value_typed(x, v)) {
+          j->rc = gt_err_set(j->err, GT_EINVAL, "json schema: a value of \"%s\" does not have the schema's type", sel);
+          return j->rc;
+        }
+      }
+      continue;
+    }
+    j->rc = gt_err_set(j->err, GT_EUNSUPPORTED, "json schema: \"%s\" combined with \"%s\" is not supported", sel, key);
+    return j->rc;
+  }
+  return GT_OK;
+}
+
 static int32_t js_gen_body(js_t *j, json_t *schema, int depth) {
   const char *key;
   json_t *v;
@@ -490,6 +546,7 @@ static int32_t js_gen_body(js_t *j, json_t *schema, int depth) {
     if (!in_list(js_annotations, key) && !in_list(js_keywords, key))
       return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported keyword \"%s\"", key);
   }
+  if (js_check_combination(j, schema) != GT_OK) return -1;
   if ((v = json_object_get(schema, "$ref"))) {
     if (!json_is_string(v)) return js_fail(j, GT_EINVAL, "json schema: %s must be a string", "$ref");
     json_t *target = js_resolve(j, json_string_value(v));

@@ -177,6 +177,21 @@ static void test_schema_optional(void **state) {
   gr_grammar_free(g);
 }
 
+/* enum/const next to a type all their values have; selectors next to annotations */
+static void test_schema_typed_enum(void **state) {
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":[\"string\",\"null\"],\"enum\":[\"a\",null],"
+                                            "\"title\":\"t\",\"description\":\"d\"}");
+  ACCEPTS(g, "\"a\"");
+  ACCEPTS(g, "null");
+  REFUSES_AT(g, "\"b\"", 1);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}],\"default\":null,\"title\":\"x\"}");
+  ACCEPTS(g, "-12");
+  ACCEPTS(g, "null");
+  REFUSES_AT(g, "1.", 1);
+  gr_grammar_free(g);
+}
+
 static void test_schema_ref_anyof(void **state) {
   /* a recursive tree through $defs, and anyOf of two object shapes */
   gr_grammar_t *g = compile(GR_JSON_SCHEMA,
@@ -288,6 +303,13 @@ static void test_errors(void **state) {
   expect_error(GR_REGEX, "a{2000}", GT_ERANGE, "1024");
   expect_error(GR_REGEX, "a{3,2}", GT_EINVAL, "n < m");
   expect_error(GR_REGEX, "\\xZZ", GT_EINVAL, "hex");
+  /* selectors next to constraints would drop the constraints: refused, not ignored */
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"a\"],\"anyOf\":[{\"required\":[\"b\"]}]}",
+               GT_EUNSUPPORTED, "\"anyOf\" combined with \"");
+  expect_error(GR_JSON_SCHEMA, "{\"enum\":[1],\"const\":1}", GT_EUNSUPPORTED, "combined with");
+  expect_error(GR_JSON_SCHEMA, "{\"$ref\":\"#\",\"items\":{}}", GT_EUNSUPPORTED, "\"$ref\" combined with \"items\"");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"enum\":[\"a\",2]}", GT_EINVAL, "type");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"const\":\"1\"}", GT_EINVAL, "type");
   expect_error(GR_CHOICE, "[]", GT_EINVAL, "non-empty");
   expect_error(GR_CHOICE, "[\"a\", 1]", GT_EINVAL, "element 1");
   expect_error(GR_CHOICE, "\"a\"", GT_EINVAL, "array");
@@ -367,6 +389,7 @@ int main(void) {
     cmocka_unit_test(test_schema_object),
     cmocka_unit_test(test_schema_optional),
     cmocka_unit_test(test_schema_ref_anyof),
+    cmocka_unit_test(test_schema_typed_enum),
     cmocka_unit_test(test_regex),
     cmocka_unit_test(test_errors),
     cmocka_unit_test(test_mutated_specs),
