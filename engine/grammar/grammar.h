@@ -24,7 +24,8 @@
  *                   each other or with constraints they give GT_EUNSUPPORTED naming both, as the
  *                   constraints would otherwise be dropped. Annotations are ignored: title,
  *                   description, default, examples, $schema, $id, $comment, deprecated,
- *                   readOnly, writeOnly ($defs/definitions hold $ref targets). Every other keyword (pattern, format, minimum, maximum, multipleOf, uniqueItems,
+ *                   readOnly, writeOnly ($defs/definitions hold $ref targets). Every other
+ *                   keyword (pattern, format, minimum, maximum, multipleOf, uniqueItems,
  *                   prefixItems, not, if, nullable, ...) gives GT_EUNSUPPORTED naming it.
  *   GR_JSON_OBJECT  spec ignored (may be NULL): any JSON object.
  *   GR_CHOICE       a JSON array of strings: the output is exactly one of them (raw text, not
