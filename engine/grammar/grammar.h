@@ -79,7 +79,8 @@ void gr_vocab_free(gr_vocab_t *v);
  * and <|endoftext|>) instead of tok_eos/tok_eot: ends[0..n_ends) are allowed iff the grammar
  * accepts, whatever their type. At most GR_MAX_END_TOKENS ids, each < n_vocab (GT_EINVAL). */
 #define GR_MAX_END_TOKENS 16
-int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends, gr_vocab_t **out, gt_err_t *err);
+int gr_vocab_new_with_ends(const tok_t *tok, const int32_t *ends, size_t n_ends, gr_vocab_t **out,
+                           gt_err_t *err);
 size_t gr_mask_words(const gr_vocab_t *v);            /* ceil(n_vocab / 32) */
 size_t gr_vocab_size(const gr_vocab_t *v);            /* n_vocab */
 
@@ -90,10 +91,10 @@ void gr_matcher_free(gr_matcher_t *m);
 
 /* mask[gr_mask_words] : bit (id % 32) of word id / 32 set = token allowed next. End-of-generation
  * tokens (tok_eos/tok_eot, or gr_vocab_new_with_ends' set) are allowed iff the grammar is in an
- * accepting state. Control/special tokens are otherwise never allowed. Returns the number of allowed tokens (0 = dead end), or a
- * negative GT_E* code (GT_ENOMEM, or GT_ERANGE when the matcher's state tables exceed their
- * limits); mask is all zero then. After an end-of-generation token was accepted nothing is
- * allowed (0). */
+ * accepting state. Control/special tokens are otherwise never allowed. Returns the number of
+ * allowed tokens (0 = dead end), or a negative GT_E* code (GT_ENOMEM, or GT_ERANGE when the
+ * cache's state tables exceed their limits); mask is all zero then. After an end-of-generation
+ * token was accepted nothing is allowed (0). */
 int gr_matcher_fill_mask(gr_matcher_t *m, uint32_t *mask);
 /* GT_OK, or GT_EINVAL when not allowed (state unchanged); GT_ENOMEM / GT_ERANGE as above. */
 int gr_matcher_accept(gr_matcher_t *m, int32_t token);
