@@ -439,8 +439,55 @@ static int32_t js_array(js_t *j, json_t *schema, int depth) {
   return it < 0 ? -1 : js_array_of(j, it, min, max);
 }
 
+/* Formats as regexes over the string's text, each a subset of what ajv-formats' full mode
+ * accepts (dates with valid days for every year, times with a zone). */
+static const char *const js_formats[][2] = {
+  {"date", "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"},
+  {"time", "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
+  {"date-time", "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
+                "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
+  {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
+  {"ipv4", "((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"},
+  {"email", "[a-zA-Z0-9_%+-]{1,32}(\\.[a-zA-Z0-9_%+-]{1,32}){0,3}@([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\\.){1,3}"
+            "[a-zA-Z]{2,10}"},
+};
+
+/* A string whose text matches pattern (as a whole: ^ and $ implied, a subset of the strings
+ * JSON schema's search semantics allow) or is in a format (js_formats). */
+static int32_t js_pattern_string(js_t *j, json_t *schema, json_t *pat, json_t *fmt) {
+  if (pat && fmt) return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" combined with \"format\" is not supported", "pattern");
+  const char *kw = pat ? "pattern" : "format";
+  if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength"))
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" combined with minLength/maxLength is not supported", kw);
+  json_t *v = pat ? pat : fmt;
+  if (!json_is_string(v)) return js_fail(j, GT_EINVAL, "json schema: %s must be a string", kw);
+  const char *re = json_string_value(v);
+  size_t len = json_string_length(v);
+  if (fmt) {
+    size_t k = 0, n = sizeof js_formats / sizeof js_formats[0];
+    while (k < n && strcmp(js_formats[k][0], re) != 0) k++;
+    if (k == n) return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported format \"%s\"", re);
+    re = js_formats[k][1];
+    len = strlen(re);
+  }
+  int32_t body;
+  int rc = gr_regex_json(j->b, re, len, pat ? "json schema pattern" : "json schema format", &body, j->err);
+  if (rc != GT_OK) {
+    if (j->rc == GT_OK) j->rc = rc;
+    return -1;
+  }
+  int32_t r = gr_b_rule(j->b);
+  gr_seq_t *s = gr_b_alt(j->b, r);
+  gr_b_lit(j->b, s, "\"", 1);
+  gr_b_ref(j->b, s, body);
+  gr_b_lit(j->b, s, "\"", 1);
+  return r;
+}
+
 static int32_t js_type(js_t *j, json_t *schema, const char *t, int depth) {
   if (!strcmp(t, "string")) {
+    json_t *pat = json_object_get(schema, "pattern"), *fmt = json_object_get(schema, "format");
+    if (pat || fmt) return js_pattern_string(j, schema, pat, fmt);
     int min = js_bound(j, schema, "minLength", 0), max = js_bound(j, schema, "maxLength", -1);
     if (min == -2 || max == -2) return -1;
     if (max >= 0 && max < min) return js_fail(j, GT_EINVAL, "json schema: %s is less than minLength", "maxLength");
@@ -462,7 +509,7 @@ static const char *const js_annotations[] = {
 /* keywords handled here */
 static const char *const js_keywords[] = {
   "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
-  "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", NULL};
+  "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)
@@ -584,7 +631,8 @@ static int32_t js_gen_body(js_t *j, json_t *schema, int depth) {
     return js_object(j, schema, depth);
   if (json_object_get(schema, "items") || json_object_get(schema, "minItems") || json_object_get(schema, "maxItems"))
     return js_array(j, schema, depth);
-  if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength"))
+  if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength") ||
+      json_object_get(schema, "pattern") || json_object_get(schema, "format"))
     return js_type(j, schema, "string", depth);
   return js_value(j);
 }

@@ -22,11 +22,13 @@ typedef struct {
   int depth;
   gr_range_t *rg; /* class scratch */
   size_t n_rg, cap_rg;
+  int json;        /* the text is written inside a JSON string: escape what must be */
+  const char *who; /* error prefix */
 } rx_t;
 
 static int32_t rx_fail(rx_t *x, int code, const char *what) {
   if (x->rc == GT_OK)
-    x->rc = gt_err_set(x->err, code, "guided_regex: %s at offset %zu", what, x->i);
+    x->rc = gt_err_set(x->err, code, "%s: %s at offset %zu", x->who, what, x->i);
   return -1;
 }
 
@@ -147,18 +149,50 @@ static int32_t rx_escape(rx_t *x, int in_class) {
   }
 }
 
+/* One code point of r[0..n) as JSON string content: raw UTF-8 where JSON allows it, else its
+ * escape (\" \\ \b \f \n \r \t \u00XX; NUL never: strict parsers refuse \u0000). */
+static int32_t rx_json_class(rx_t *x, const gr_range_t *r, size_t n) {
+  static const gr_range_t raw_ok[] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}};
+  gr_range_t *raw = malloc((3 * n + 1) * sizeof *raw);
+  if (!raw) return rx_fail(x, GT_ENOMEM, "out of memory");
+  size_t nraw = 0;
+  int32_t rule = gr_b_rule(x->b);
+  for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < 3; k++) { /* r[i] within the raw-allowed ranges */
+      uint32_t lo = r[i].lo > raw_ok[k].lo ? r[i].lo : raw_ok[k].lo;
+      uint32_t hi = r[i].hi < raw_ok[k].hi ? r[i].hi : raw_ok[k].hi;
+      if (lo <= hi) raw[nraw++] = (gr_range_t){lo, hi};
+    }
+    for (uint32_t c = r[i].lo; c <= r[i].hi && c <= 0x5C; c++) { /* the escaped ones */
+      if (c >= 0x20 && c != '"' && c != '\\') continue;
+      if (c == 0) continue;
+      char esc[8];
+      const char *named = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b" : c == '\f' ? "\\f"
+                        : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+      if (!named) snprintf(esc, sizeof esc, "\\u%04x", (unsigned)c);
+      const char *e = named ? named : esc;
+      gr_b_lit(x->b, gr_b_alt(x->b, rule), e, strlen(e));
+    }
+  }
+  if (nraw) gr_b_ref(x->b, gr_b_alt(x->b, rule), gr_b_utf8_class(x->b, raw, nraw));
+  free(raw);
+  return rule;
+}
+
 /* The scratch ranges as a one-code-point rule; negate: their complement. */
 static int32_t rx_class_rule(rx_t *x, int negate) {
   size_t n = gr_ranges_normalize(x->rg, x->n_rg);
+  const gr_range_t *r = x->rg;
+  gr_range_t *out = NULL;
   if (negate) {
-    gr_range_t *out = malloc((n + 1) * sizeof *out);
+    out = malloc((n + 1) * sizeof *out);
     if (!out) return rx_fail(x, GT_ENOMEM, "out of memory");
-    size_t m = gr_ranges_negate(x->rg, n, out);
-    int32_t r = gr_b_utf8_class(x->b, out, m);
-    free(out);
-    return r;
+    n = gr_ranges_negate(x->rg, n, out);
+    r = out;
   }
-  return gr_b_utf8_class(x->b, x->rg, n);
+  int32_t rule = x->json ? rx_json_class(x, r, n) : gr_b_utf8_class(x->b, r, n);
+  free(out);
+  return rule;
 }
 
 /* One member of a [...] class: a code point, -2 for a class escape (added to the scratch
@@ -341,8 +375,9 @@ static int32_t rx_alt(rx_t *x) {
   }
 }
 
-int gr_regex(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_err_t *err) {
-  rx_t x = {.b = b, .s = (const unsigned char *)spec, .n = spec ? len : 0, .err = err};
+static int rx_compile(gr_builder_t *b, const char *spec, size_t len, int json, const char *who, int32_t *root,
+                      gt_err_t *err) {
+  rx_t x = {.b = b, .s = (const unsigned char *)spec, .n = spec ? len : 0, .err = err, .json = json, .who = who};
   if (x.n && x.s[0] == '^') x.i++;
   if (x.n > x.i && x.s[x.n - 1] == '$') { /* a trailing anchor, unless escaped */
     size_t bs = 0;
@@ -353,4 +388,12 @@ int gr_regex(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_er
   if (x.rc == GT_OK && rx_more(&x)) rx_fail(&x, GT_EINVAL, "unmatched )");
   free(x.rg);
   return x.rc;
+}
+
+int gr_regex(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_err_t *err) {
+  return rx_compile(b, spec, len, 0, "guided_regex", root, err);
+}
+
+int gr_regex_json(gr_builder_t *b, const char *spec, size_t len, const char *who, int32_t *root, gt_err_t *err) {
+  return rx_compile(b, spec, len, 1, who, root, err);
 }

@@ -177,6 +177,35 @@ static void test_schema_optional(void **state) {
   gr_grammar_free(g);
 }
 
+/* pattern: the text (JSON-escaped inside the quotes) matches as a whole; formats */
+static void test_schema_pattern_format(void **state) {
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^[a-z]+\\\"\\\\d\\\\\\\\$\"}");
+  ACCEPTS(g, "\"ab\\\"1\\\\\"");     /* text ab"1\ written "ab\"1\\" */
+  REFUSES_AT(g, "\"ab\"", 3);            /* a raw quote would end the string */
+  INCOMPLETE(g, "\"ab\\\"1\\\\");
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"pattern\":\"\\\\n[^a]\\\\u00e9?\"}");
+  ACCEPTS(g, "\"\\n\\t\"");              /* a newline then a tab, both escaped */
+  ACCEPTS(g, "\"\\nb\xc3\xa9\"");
+  ACCEPTS(g, "\"\\n\\u0001\"");
+  REFUSES_AT(g, "\"\n", 1);                /* raw control characters never */
+  REFUSES_AT(g, "\"\\n\\u0000", 8);       /* nor NUL */
+  REFUSES_AT(g, "\"\\na", 3);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},"
+                              "\"t\":{\"format\":\"date-time\"},\"u\":{\"format\":\"uuid\"},\"i\":{\"format\":\"ipv4\"},"
+                              "\"e\":{\"format\":\"email\"}}}");
+  ACCEPTS(g, "{\"d\":\"2024-02-28\",\"t\":\"2024-12-31T23:59:59.5+05:30\",\"u\":\"123e4567-e89b-12d3-a456-426614174000\","
+             "\"i\":\"192.168.0.255\",\"e\":\"a.b@c-d.example.org\"}");
+  REFUSES_AT(g, "{\"d\":\"2024-02-30", 14);
+  REFUSES_AT(g, "{\"d\":\"2024-13", 12);
+  REFUSES_AT(g, "{\"t\":\"2024-01-01T24", 18);
+  REFUSES_AT(g, "{\"t\":\"2024-01-01T10:00:00\"", 25); /* a zone is required */
+  REFUSES_AT(g, "{\"i\":\"256", 8);
+  REFUSES_AT(g, "{\"e\":\"@", 6);
+  gr_grammar_free(g);
+}
+
 /* enum/const next to a type all their values have; selectors next to annotations */
 static void test_schema_typed_enum(void **state) {
   gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":[\"string\",\"null\"],\"enum\":[\"a\",null],"
@@ -278,8 +307,13 @@ static void expect_error(gr_kind_t kind, const char *spec, int code, const char 
 }
 
 static void test_errors(void **state) {
-  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a+\"}", GT_EUNSUPPORTED, "\"pattern\"");
-  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\"}", GT_EUNSUPPORTED, "\"format\"");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", GT_EUNSUPPORTED,
+               "json schema pattern: lookaround");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a\"}", GT_EINVAL, "json schema pattern: missing )");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", GT_EUNSUPPORTED,
+               "\"pattern\" combined with minLength/maxLength");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", GT_EUNSUPPORTED,
+               "format \"hostname\"");
   expect_error(GR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":0}}}", GT_EUNSUPPORTED,
                "\"minimum\"");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", GT_EUNSUPPORTED, "\"uniqueItems\"");
@@ -390,6 +424,7 @@ int main(void) {
     cmocka_unit_test(test_schema_optional),
     cmocka_unit_test(test_schema_ref_anyof),
     cmocka_unit_test(test_schema_typed_enum),
+    cmocka_unit_test(test_schema_pattern_format),
     cmocka_unit_test(test_regex),
     cmocka_unit_test(test_errors),
     cmocka_unit_test(test_mutated_specs),

@@ -50,6 +50,82 @@ static size_t utf8_len(const char *s, size_t n) {
 
 static int valid(json_t *root, json_t *schema, json_t *v);
 
+/* JSON schema "pattern": a search (unanchored), as ajv does */
+static int pattern_ok(const char *re, const char *text, size_t len) {
+  int ec;
+  PCRE2_SIZE eo;
+  pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &ec, &eo, NULL);
+  if (!code) return 0;
+  pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+  int ok = pcre2_match(code, (PCRE2_SPTR)text, len, 0, 0, md, NULL) >= 0;
+  pcre2_match_data_free(md);
+  pcre2_code_free(code);
+  return ok;
+}
+
+static int digits(const char *s, int n) {
+  for (int i = 0; i < n; i++)
+    if (s[i] < '0' || s[i] > '9') return 0;
+  return 1;
+}
+
+static int date_ok(const char *s) { /* YYYY-MM-DD with a day the month has */
+  if (strlen(s) != 10 || !digits(s, 4) || s[4] != '-' || !digits(s + 5, 2) || s[7] != '-' || !digits(s + 8, 2)) return 0;
+  int y = atoi(s), m = atoi(s + 5), d = atoi(s + 8);
+  static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m >= 1 && m <= 12 && d >= 1 && d <= (m == 2 ? 28 + leap : mdays[m - 1]);
+}
+
+static int time_ok(const char *s) { /* HH:MM:SS(.f+)?(Z|+-HH:MM) */
+  if (strlen(s) < 9 || !digits(s, 2) || s[2] != ':' || !digits(s + 3, 2) || s[5] != ':' || !digits(s + 6, 2)) return 0;
+  if (atoi(s) > 23 || atoi(s + 3) > 59 || atoi(s + 6) > 59) return 0;
+  s += 8;
+  if (*s == '.') {
+    s++;
+    if (!digits(s, 1)) return 0;
+    while (*s >= '0' && *s <= '9') s++;
+  }
+  if (!strcmp(s, "Z")) return 1;
+  return (s[0] == '+' || s[0] == '-') && strlen(s) == 6 && digits(s + 1, 2) && s[3] == ':' && digits(s + 4, 2) &&
+         atoi(s + 1) <= 23 && atoi(s + 4) <= 59;
+}
+
+static int format_ok(const char *f, const char *s) {
+  if (!strcmp(f, "date")) return date_ok(s);
+  if (!strcmp(f, "time")) return time_ok(s);
+  if (!strcmp(f, "date-time")) {
+    char d[11];
+    if (strlen(s) < 11 || s[10] != 'T') return 0;
+    memcpy(d, s, 10);
+    d[10] = 0;
+    return date_ok(d) && time_ok(s + 11);
+  }
+  if (!strcmp(f, "uuid")) {
+    if (strlen(s) != 36) return 0;
+    for (int i = 0; i < 36; i++) {
+      int dash = i == 8 || i == 13 || i == 18 || i == 23;
+      if (dash ? s[i] != '-' : !strchr("0123456789abcdefABCDEF", s[i])) return 0;
+    }
+    return 1;
+  }
+  if (!strcmp(f, "ipv4")) {
+    for (int part = 0; part < 4; part++) {
+      int n = 0, v = 0;
+      while (s[n] >= '0' && s[n] <= '9') v = v * 10 + (s[n++] - '0');
+      if (n == 0 || n > 3 || v > 255 || (n > 1 && s[0] == '0')) return 0;
+      s += n;
+      if (part < 3 && *s++ != '.') return 0;
+    }
+    return *s == 0;
+  }
+  if (!strcmp(f, "email")) {
+    const char *at = strchr(s, '@');
+    return at && at > s && !strchr(at + 1, '@') && strchr(at + 1, '.') && !strchr(s, ' ');
+  }
+  return 0;
+}
+
 static int valid_type(const char *t, json_t *v) {
   if (!strcmp(t, "string")) return json_is_string(v);
   if (!strcmp(t, "integer")) return json_is_integer(v);
@@ -91,6 +167,9 @@ static int valid(json_t *root, json_t *schema, json_t *v) {
     if (!any) return 0;
   }
   if (json_is_string(v)) {
+    if ((k = json_object_get(schema, "pattern")) && !pattern_ok(json_string_value(k), json_string_value(v), json_string_length(v)))
+      return 0;
+    if ((k = json_object_get(schema, "format")) && !format_ok(json_string_value(k), json_string_value(v))) return 0;
     size_t n = utf8_len(json_string_value(v), json_string_length(v));
     if ((k = json_object_get(schema, "minLength")) && n < (size_t)json_integer_value(k)) return 0;
     if ((k = json_object_get(schema, "maxLength")) && n > (size_t)json_integer_value(k)) return 0;
@@ -132,6 +211,11 @@ static void test_validator_rejects(void **state) {
   assert_true(valid(s, s, v));
   json_decref(v);
   json_decref(s);
+  assert_true(format_ok("date", "2024-02-29") && !format_ok("date", "2023-02-29") && !format_ok("date", "2024-04-31"));
+  assert_true(format_ok("date-time", "2024-01-01T00:00:00.5-01:30") && !format_ok("date-time", "2024-01-01T00:00:00"));
+  assert_true(format_ok("ipv4", "10.0.0.255") && !format_ok("ipv4", "10.0.0.256") && !format_ok("ipv4", "01.0.0.1"));
+  assert_true(format_ok("uuid", "123e4567-e89b-12d3-a456-426614174000") && !format_ok("uuid", "123e4567e89b"));
+  assert_true(pattern_ok("b\\d", "ab1c", 4) && !pattern_ok("^b", "ab", 2));
 }
 
 /* ------------------------------------------------------------ walks */
@@ -217,6 +301,11 @@ static const char *schemas[] = {
   "{\"dog\":{\"type\":\"integer\"}},\"required\":[\"dog\"]},{\"type\":\"null\"}]},"
   "\"id\":{\"oneOf\":[{\"type\":\"string\",\"maxLength\":4},{\"type\":\"integer\"}]},"
   "\"x\":{\"type\":[\"number\",\"null\"]}},\"required\":[\"pet\",\"id\",\"x\"]}",
+  /* patterns (JSON-escaped inside strings) and formats */
+  "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}[\\\"\\\\\\\\\\\\n]?$\"},"
+  "\"when\":{\"type\":\"string\",\"format\":\"date-time\"},\"day\":{\"format\":\"date\"},\"id\":{\"format\":\"uuid\"},"
+  "\"ip\":{\"format\":\"ipv4\"},\"mail\":{\"format\":\"email\"},\"at\":{\"format\":\"time\"}},"
+  "\"required\":[\"code\",\"when\",\"day\",\"id\",\"ip\",\"mail\",\"at\"]}",
   /* a map and untyped values */
   "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}},"
   "\"any\":{}},\"required\":[\"m\",\"any\"]}",
