@@ -23,14 +23,16 @@
  *                   ^ and $ implied, a subset of JSON schema's search semantics; written
  *                   JSON-escaped) and format date, time, date-time, uuid, ipv4, email (as
  *                   patterns, subsets of ajv-formats' full mode; other formats unsupported);
- *                   pattern/format not together nor with min/maxLength. $ref, const, enum, anyOf, oneOf and allOf stand alone (enum
+ *                   pattern/format not together nor with min/maxLength. minimum, maximum,
+ *                   exclusiveMinimum, exclusiveMaximum (numbers, or draft 4's booleans) on
+ *                   integers (within 16 digits); on numbers only minimum 0. $ref, const, enum, anyOf, oneOf and allOf stand alone (enum
  *                   and const may sit next to a type that all their values have): combined with
  *                   each other or with constraints they give GT_EUNSUPPORTED naming both, as the
  *                   constraints would otherwise be dropped. Annotations are ignored: title,
  *                   description, default, examples, $schema, $id, $comment, deprecated,
  *                   readOnly, writeOnly ($defs/definitions hold $ref targets). Every other
- *                   keyword (minimum, maximum, multipleOf, uniqueItems, prefixItems, not, if,
- *                   nullable, ...) gives GT_EUNSUPPORTED naming it.
+ *                   keyword (multipleOf, uniqueItems, prefixItems, not, if, nullable, ...)
+ *                   gives GT_EUNSUPPORTED naming it.
  *   GR_JSON_OBJECT  spec ignored (may be NULL): any JSON object.
  *   GR_CHOICE       a JSON array of strings: the output is exactly one of them (raw text, not
  *                   JSON-quoted).
