@@ -126,15 +126,19 @@ static int32_t js_char(js_t *j) {
   return j->chr;
 }
 
-static int32_t js_string_len(js_t *j, int min, int max) {
-  int32_t c = js_char(j);
-  int32_t body = (min == 0 && max < 0) ? gr_b_star(j->b, c) : gr_b_repeat(j->b, c, min, max);
+/* "\"" body "\"" */
+static int32_t js_quoted(js_t *j, int32_t body) {
   int32_t r = gr_b_rule(j->b);
   gr_seq_t *s = gr_b_alt(j->b, r);
   gr_b_lit(j->b, s, "\"", 1);
   gr_b_ref(j->b, s, body);
   gr_b_lit(j->b, s, "\"", 1);
   return r;
+}
+
+static int32_t js_string_len(js_t *j, int min, int max) {
+  int32_t c = js_char(j);
+  return js_quoted(j, (min == 0 && max < 0) ? gr_b_star(j->b, c) : gr_b_repeat(j->b, c, min, max));
 }
 
 static int32_t js_string(js_t *j) {
@@ -549,12 +553,7 @@ static int32_t js_pattern_string(js_t *j, json_t *schema, json_t *pat, json_t *f
     if (j->rc == GT_OK) j->rc = rc;
     return -1;
   }
-  int32_t r = gr_b_rule(j->b);
-  gr_seq_t *s = gr_b_alt(j->b, r);
-  gr_b_lit(j->b, s, "\"", 1);
-  gr_b_ref(j->b, s, body);
-  gr_b_lit(j->b, s, "\"", 1);
-  return r;
+  return js_quoted(j, body);
 }
 
 static int32_t js_type(js_t *j, json_t *schema, const char *t, int depth) {
