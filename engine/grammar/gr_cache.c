@@ -12,8 +12,8 @@
 
 #include "engine/grammar/gr_cache.h"
 
-#define MAX_NODES (8u << 20)          /* interned stack nodes per cache */
-#define MAX_STATES (1u << 18)         /* interned states per cache (transitions: 1 KiB each) */
+#define MAX_NODES (1u << 20)          /* interned stack nodes per cache (~20 bytes each) */
+#define MAX_STATES (1u << 16)         /* interned states per cache (transitions: 1 KiB each) */
 #define MASK_CACHE_BYTES (64u << 20)  /* cached masks per cache; all dropped when over */
 
 typedef struct {

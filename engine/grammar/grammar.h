@@ -114,8 +114,9 @@ int gr_matcher_done(const gr_matcher_t *m);          /* accepting and nothing ca
  * all others, so a schema seen before is warm from its first token (XGrammar's compiled-grammar
  * cache). Reference-counted: gr_cache_free drops the creator's reference and each matcher holds
  * its own, so a cache may be dropped from an LRU while sequences still use it. It grows with the
- * distinct states visited (at most 262,144 states, about 1 KiB each plus cached masks, which are
- * all dropped past 64 MiB); past that, fill_mask/accept return GT_ERANGE. g and v must outlive
+ * distinct states visited (at most 65,536 states of about 1 KiB and 1,048,576 stack nodes, plus
+ * cached masks, which are all dropped past 64 MiB); past that, fill_mask/accept return
+ * GT_ERANGE. g and v must outlive
  * it. Errors: GT_EINVAL (the grammar matches nothing), GT_ENOMEM. */
 typedef struct gr_cache gr_cache_t;
 int gr_cache_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_cache_t **out, gt_err_t *err);

@@ -488,6 +488,26 @@ static void test_mutated_specs(void **state) {
   assert_true(compiled > 100 && refused > 100);
 }
 
+/* A grammar with more states than a cache holds: GT_ERANGE, the matcher unchanged and usable. */
+static void test_state_limit(void **state) {
+  gr_grammar_t *g = compile(GR_REGEX, "(a{300}){300}b"); /* 90,000 counting states */
+  gr_matcher_t *m = NULL;
+  assert_int_equal(gr_matcher_new(g, g_vocab, &m, NULL), GT_OK);
+  size_t n = 90000;
+  char *as = malloc(n);
+  memset(as, 'a', n);
+  assert_int_equal(gr_matcher_accept_bytes(m, as, n), GT_ERANGE);
+  assert_int_equal(gr_matcher_accept_bytes(m, "aa", 2), GT_OK); /* from the start: still there */
+  assert_int_equal(gr_matcher_accept_bytes(m, "b", 1), GT_EINVAL);
+  uint32_t *mask = malloc(gr_mask_words(g_vocab) * sizeof *mask);
+  int rc = gr_matcher_fill_mask(m, mask);
+  assert_true(rc > 0 || rc == GT_ERANGE);
+  free(mask);
+  free(as);
+  gr_matcher_free(m);
+  gr_grammar_free(g);
+}
+
 static void test_mask_apply(void **state) {
   uint32_t mask[2] = {0x80000001u, 0x2u}; /* ids 0, 31, 33 */
   float logits[70];
@@ -515,6 +535,7 @@ int main(void) {
     cmocka_unit_test(test_errors),
     cmocka_unit_test(test_mutated_specs),
     cmocka_unit_test(test_mask_apply),
+    cmocka_unit_test(test_state_limit),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
