@@ -1,10 +1,15 @@
 #include "engine/cli/cli.h"
 
+#include "engine/backend/comm.h"
+#include "engine/models/tp.h"
+#include "engine/sched/sched_mem.h"
+
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/backend/backend_cuda.h"
 #endif
 
 #include <errno.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,18 +52,68 @@ int cli_kv_dtype(be_t *be, const char *v) {
   return 0;
 }
 
-int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out) {
+int cli_tp_opt(int c, const char *arg, cli_tp_t *t) {
+  if (c == CLI_OPT_TP) return cli_int("--tp", arg, 1, TP_MAX_RANKS, &t->tp) ? -1 : 1;
+  if (c == CLI_OPT_DEVICES) {
+    t->devices = arg;
+    return 1;
+  }
+  return 0;
+}
+
+static int mk_cpu_rank(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
+  return be_cpu_create_rank(*(const int *)ud, rank, comm, out, err);
+}
+
+int cli_load_model(const gguf_t *g, const char *path, const char *device, int threads, const cli_tp_t *tp,
+                   int max_tokens, uint64_t check_bytes, be_t **be, model_t **m) {
+  gt_err_t err = {0};
+  *be = NULL;
+  *m = NULL;
+  const int n = tp && tp->tp > 1 ? (int)tp->tp : 1;
+  const int cpu = !device || !strcmp(device, "cpu");
+  if (tp && tp->devices && cpu) return cli_fail("--devices names CUDA devices; the CPU ranks need none");
+  if (n > 1 || (tp && tp->devices)) {
+    if (!cpu) return cli_fail("tensor parallelism on CUDA needs the NCCL communicator (--tp %d on %s)", n, device);
+    if (threads <= 0) threads = omp_get_max_threads();
+    int per_rank = threads / n > 0 ? threads / n : 1;
+    be_mem_info_t mi; /* CPU ranks share the host's memory */
+    if (check_bytes && be_host_mem_info(&mi, &err) == GT_OK && check_bytes > mi.free_bytes)
+      return cli_fail("not enough memory: the weights need %.2f GiB, %s has %.2f GiB free", check_bytes / 1073741824.0,
+                      mi.what, mi.free_bytes / 1073741824.0), 2;
+    be_comm_t *comm;
+    if (be_comm_cpu_create(n, &comm, &err)) return cli_fail("%s", err.msg);
+    if (tp_load(g, comm, mk_cpu_rank, &per_rank, max_tokens, m, be, &err)) {
+      cli_fail("%s: %s", path, err.msg);
+      return err.code == GT_ENOMEM ? 2 : 1;
+    }
+    return 0;
+  }
+  if (cli_create_backend(device, threads, be)) return 1;
+  if (check_bytes && sched_mem_check_weights(*be, check_bytes, &err)) {
+    be_destroy(*be);
+    *be = NULL;
+    cli_fail("%s", err.msg);
+    return 2;
+  }
+  if (model_load(g, *be, max_tokens, m, &err)) {
+    be_destroy(*be);
+    *be = NULL;
+    cli_fail("%s: %s", path, err.msg);
+    return err.code == GT_ENOMEM ? 2 : 1;
+  }
+  return 0;
+}
+
+int cli_open_model(const char *path, const char *device, int threads, const cli_tp_t *tp, int max_tokens,
+                   cli_model_t *out) {
   gt_err_t err = {0};
   memset(out, 0, sizeof *out);
   if (!path) return cli_fail("--model is required");
   if (gguf_open(path, &out->gguf, &err)) return cli_fail("%s", err.msg); /* names the file */
-  if (cli_create_backend(device, threads, &out->be)) {
+  if (cli_load_model(out->gguf, path, device, threads, tp, max_tokens, 0, &out->be, &out->model)) {
     cli_close_model(out);
     return 1;
-  }
-  if (model_load(out->gguf, out->be, max_tokens, &out->model, &err)) {
-    cli_close_model(out);
-    return cli_fail("%s: %s", path, err.msg);
   }
   return 0;
 }

@@ -48,6 +48,7 @@ static void usage(void) {
         "  --max-model-len N       context per sequence (default: the model's)\n"
         "  --threads N             CPU threads (default: every core)\n"
         "  --device D              cpu (default), cuda or cuda:N\n"
+        CLI_TP_HELP
         CLI_KV_DTYPE_HELP
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
         stdout);
@@ -81,14 +82,18 @@ int cmd_serve(int argc, char **argv) {
       {"metrics-host", 1, 0, 'H'}, {"max-num-seqs", 1, 0, 's'},  {"max-batch-tokens", 1, 0, 'b'},
       {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
       {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"device", 1, 0, 'D'},
-      {"kv-dtype", 1, 0, 'K'},    {"help", 0, 0, 'h'},
+      {"kv-dtype", 1, 0, 'K'},    {"help", 0, 0, 'h'},          CLI_TP_OPTS,
       {0, 0, 0, 0}};
   const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
   const char *kv_dtype = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 512, max_waiting = 256, threads = 0, max_len = 0;
   double drain_s = 30;
+  cli_tp_t tp = {.tp = 1};
   optind = 1;
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    int t = cli_tp_opt(c, optarg, &tp);
+    if (t < 0) return 2;
+    if (t) continue;
     switch (c) {
       case 'm': model = optarg; break;
       case 'l': listen = optarg; break;
@@ -150,17 +155,12 @@ int cmd_serve(int argc, char **argv) {
     tensor_bytes += t->nbytes;
     if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
   }
-  if (cli_create_backend(device, (int)threads, &be) || cli_kv_dtype(be, kv_dtype)) goto out;
-  if (sched_mem_check_weights(be, tensor_bytes, &err)) {
-    cli_fail("%s", err.msg);
-    rc = 2;
+  int lrc = cli_load_model(g, model, device, (int)threads, &tp, (int)max_batch, tensor_bytes, &be, &m);
+  if (lrc) {
+    rc = lrc;
     goto out;
   }
-  if (model_load(g, be, (int)max_batch, &m, &err)) {
-    cli_fail("%s: %s", model, err.msg);
-    rc = err.code == GT_ENOMEM ? 2 : 1;
-    goto out;
-  }
+  if (cli_kv_dtype(be, kv_dtype)) goto out;
   if (tok_load(g, &tok, &err)) {
     cli_fail("%s: tokenizer: %s", model, err.msg);
     goto out;
