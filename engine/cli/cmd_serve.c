@@ -4,6 +4,7 @@
  * 1 runtime failure, 2 bad options or not enough memory for the weights plus a minimal KV pool. */
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,18 @@
 
 static volatile sig_atomic_t g_signal;
 static int g_sigpipe[2] = {-1, -1};
+
+static atomic_int g_fatal; /* the engine failed (srv_opts_t.on_fatal): exit non-zero */
+
+static void on_fatal(void *ud, const char *why) {
+  (void)ud;
+  GT_LOG_ERROR("fatal: %s", why);
+  atomic_store(&g_fatal, 1);
+  if (g_sigpipe[1] >= 0) {
+    ssize_t w = write(g_sigpipe[1], "f", 1);
+    (void)w;
+  }
+}
 
 static void on_signal(int sig) {
   g_signal = sig;
@@ -134,7 +147,7 @@ int cmd_serve(int argc, char **argv) {
   tok_t *tok = NULL;
   int rc = 1, port = 0, mport = 0, idle = 0;
   if (!reg) return cli_fail("out of memory"), 1;
-  if (srv_create(&(srv_opts_t){.listen = listen, .metrics = reg}, &srv, &port, &err)) {
+  if (srv_create(&(srv_opts_t){.listen = listen, .metrics = reg, .on_fatal = on_fatal}, &srv, &port, &err)) {
     cli_fail("listen %s: %s", listen, err.msg);
     goto out;
   }
@@ -200,6 +213,10 @@ int cmd_serve(int argc, char **argv) {
     char ch;
     ssize_t k = read(g_sigpipe[0], &ch, 1);
     if (k == 1 || g_signal) break;
+  }
+  if (atomic_load(&g_fatal)) { /* running requests already ended with an error status */
+    GT_LOG_ERROR("exiting: the engine failed");
+    goto out;
   }
   GT_LOG_INFO("signal=%d draining running=%d drain_timeout_s=%.0f", (int)g_signal, srv_live(srv), drain_s);
   srv_drain(srv);

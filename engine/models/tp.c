@@ -25,6 +25,9 @@ struct tp_group {
   gt_err_t errs[TP_MAX_RANKS];
   gt_err_t failed; /* first failure: the group refuses work after it */
   model_t *gm;     /* the group model */
+  long fwd[TP_MAX_RANKS]; /* forwards run by each rank */
+  int fail_rank;          /* tp_fail_rank_at: rank and forward number to fail (-1: none) */
+  long fail_step;
 };
 
 typedef struct {
@@ -86,6 +89,8 @@ typedef struct {
 
 static int job_forward(tp_group_t *g, int r, void *p, gt_err_t *err) {
   fwd_arg_t *a = p;
+  if (r == g->fail_rank && g->fwd[r]++ == g->fail_step)
+    return gt_err_set(err, GT_EINTERNAL, "injected failure (tp_fail_rank_at)");
   return model_forward(g->m[r], a->b, a->logits, err);
 }
 
@@ -242,6 +247,7 @@ int tp_load(const gguf_t *gg, be_comm_t *comm, tp_backend_fn mk, void *ud, int m
   }
   g->n = n;
   g->comm = comm;
+  g->fail_rank = -1;
   pthread_mutex_init(&g->mu, NULL);
   pthread_cond_init(&g->cv_job, NULL);
   pthread_cond_init(&g->cv_done, NULL);
@@ -295,6 +301,12 @@ int tp_load(const gguf_t *gg, be_comm_t *comm, tp_backend_fn mk, void *ud, int m
 }
 
 int tp_n_ranks(const tp_group_t *g) { return g->n; }
+int tp_failed(const tp_group_t *g) { return g->failed.code != GT_OK; }
+
+void tp_fail_rank_at(tp_group_t *g, int rank, long step) {
+  g->fail_rank = rank;
+  g->fail_step = g->fwd[rank >= 0 && rank < g->n ? rank : 0] + step;
+}
 model_t *tp_rank_model(tp_group_t *g, int rank) { return g->m[rank]; }
 
 size_t tp_kv_bytes_per_token(tp_group_t *g) {

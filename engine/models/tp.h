@@ -38,6 +38,12 @@ int tp_load(const gguf_t *g, be_comm_t *comm, tp_backend_fn mk, void *ud, int ma
             be_t **out_be, gt_err_t *err);
 
 int tp_n_ranks(const tp_group_t *g);
+/* 1 once a rank failed (every later step and cache operation is refused). Call from the
+ * thread that drives the group. */
+int tp_failed(const tp_group_t *g);
+/* Fault injection for tests: rank's forward number `step` (0: its next one) fails with
+ * GT_EINTERNAL "injected failure". */
+void tp_fail_rank_at(tp_group_t *g, int rank, long step);
 model_t *tp_rank_model(tp_group_t *g, int rank);
 
 /* ---- used by engine/models/model.c for a group model ---- */
