@@ -219,8 +219,16 @@ size_t model_state_bytes_per_slot(const model_t *m) {
   return sizeof(float) * (size_t)m->hp.n_gdn_layers * (conv_dim(m) + ssm_dim(m));
 }
 
+int model_n_ranks(const model_t *m) { return m->tp ? tp_n_ranks(m->tp) : 1; }
+const model_t *model_rank(const model_t *m, int r) { return m->tp ? tp_rank_model(m->tp, r) : m; }
+
 int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt_err_t *err) {
-  if (m->tp) return tp_cache_init(m->tp, n_blocks, block_tokens, n_slots, err);
+  if (m->tp) {
+    int rc = tp_cache_init(m->tp, n_blocks, block_tokens, n_slots, err);
+    m->cache_bytes = 0;
+    for (int r = 0; !rc && r < tp_n_ranks(m->tp); r++) m->cache_bytes += tp_rank_model(m->tp, r)->cache_bytes;
+    return rc;
+  }
   be_t *be = m->be;
   int rc = be->ops->kv_init(be, m->hp.n_attn_layers, n_blocks, block_tokens, m->sh.n_head_kv * m->hp.head_dim);
   if (!rc && m->hp.n_gdn_layers > 0)
@@ -229,6 +237,8 @@ int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt
     be->ops->sync(be);
     return gt_err_set(err, rc, "%s", be->err.msg);
   }
+  m->cache_bytes = (size_t)n_blocks * block_tokens * model_kv_bytes_per_token(m) +
+                   (m->hp.n_gdn_layers > 0 ? (size_t)n_slots * model_state_bytes_per_slot(m) : 0);
   return GT_OK;
 }
 

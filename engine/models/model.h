@@ -59,6 +59,7 @@ struct model {
   struct tp_group *tp;
   void *arch_data;
   size_t weight_bytes;   /* bytes of weights uploaded (this rank; a group: all ranks) */
+  size_t cache_bytes;    /* KV pool + recurrent state of the last model_cache_init (likewise) */
   int64_t n_params;      /* parameters (all ranks) */
   int max_tokens;        /* largest n_tok a forward may get (scratch sizing) */
   int max_out;           /* largest n_out */
@@ -77,6 +78,10 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp, gt_err_t *err);
 /* Allocates the paged KV pool (n_blocks of block_tokens) and n_slots recurrent-state slots
  * (hybrid only) on the model's backend. */
 int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt_err_t *err);
+/* Ranks of m (1 unless m is a tensor-parallel group) and rank r's model (m itself with one
+ * rank): what per-rank reporting walks. */
+int model_n_ranks(const model_t *m);
+const model_t *model_rank(const model_t *m, int r);
 /* Bytes of cache per token (all attention layers, K and V) and per state slot: this rank's, or
  * the sum over a group's ranks. */
 size_t model_kv_bytes_per_token(const model_t *m);

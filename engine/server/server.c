@@ -688,6 +688,7 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
                const srv_model_info_t *info, gt_err_t *err) {
   int rc = sched_create(m, tok, cfg, &s->sched, err);
   if (rc) return rc;
+  srv_metrics_ranks(&s->met, m);
   s->tok = tok;
   s->model = m;
   gt_err_t ferr = {0};

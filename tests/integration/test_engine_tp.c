@@ -1,6 +1,7 @@
 /* tests/integration/test_engine_tp.c — the Engine service over a tensor-parallel rank group (two
  * CPU ranks, engine/models/tp.h) through a real gRPC client:
- * - a greedy request streams the same tokens as the same request on a one-rank engine;
+ * - a greedy request streams the same tokens as the same request on a one-rank engine, and
+ *   /metrics gives each rank's weights and KV pool (gantry_engine_memory_bytes{rank=...});
  * - when a rank fails mid-request (tp_fail_rank_at), the running request ends with a clear
  *   UNAVAILABLE status naming the rank, the engine turns FAILED (grpc.health NOT_SERVING, /ready 503,
  *   Generate UNAVAILABLE) and srv_opts_t.on_fatal is called once (serve then exits non-zero). */
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -121,6 +123,24 @@ static void test_tp2_serves_like_one_rank(void **state) {
   assert_memory_equal(c2.ids, want, sizeof want);
   coll_destroy(&c2);
   assert_int_equal(grpc_health(&f), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  /* per-rank memory: each rank holds part of the weights and half the KV pool (2 of 4 KV heads) */
+  char *text = NULL;
+  size_t len = 0;
+  gt_err_t err = {0};
+  assert_int_equal(gt_metrics_render(f.reg, &text, &len, &err), 0);
+  for (int r = 0; r < 2; r++) {
+    const model_t *rm = tp_rank_model(f.m->tp, r);
+    char want_w[160], want_kv[160];
+    snprintf(want_w, sizeof want_w, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"weights\"} %zu", r, rm->weight_bytes);
+    snprintf(want_kv, sizeof want_kv, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"kv_cache\"} %zu", r,
+             rm->cache_bytes);
+    assert_non_null(strstr(text, want_w));
+    assert_non_null(strstr(text, want_kv));
+    assert_true(rm->weight_bytes < f.m->weight_bytes);
+    /* 64 blocks x 16 tokens x 4 layers x K and V x 1 KV head x 64 dims x fp32 */
+    assert_int_equal(rm->cache_bytes, (size_t)64 * 16 * 4 * 2 * 64 * 4);
+  }
+  free(text);
   efx_stop(&f);
 }
 
