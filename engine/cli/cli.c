@@ -61,10 +61,6 @@ int cli_tp_opt(int c, const char *arg, cli_tp_t *t) {
   return 0;
 }
 
-static int mk_cpu_rank(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
-  return be_cpu_create_rank(*(const int *)ud, rank, comm, out, err);
-}
-
 int cli_load_model(const gguf_t *g, const char *path, const char *device, int threads, const cli_tp_t *tp,
                    int max_tokens, uint64_t check_bytes, be_t **be, model_t **m) {
   gt_err_t err = {0};
@@ -83,7 +79,7 @@ int cli_load_model(const gguf_t *g, const char *path, const char *device, int th
                       mi.what, mi.free_bytes / 1073741824.0), 2;
     be_comm_t *comm;
     if (be_comm_cpu_create(n, &comm, &err)) return cli_fail("%s", err.msg);
-    if (tp_load(g, comm, mk_cpu_rank, &per_rank, max_tokens, m, be, &err)) {
+    if (tp_load(g, comm, tp_cpu_backend, &per_rank, max_tokens, m, be, &err)) {
       cli_fail("%s: %s", path, err.msg);
       return err.code == GT_ENOMEM ? 2 : 1;
     }

@@ -201,15 +201,20 @@ static int read_hparams(model_t *m, const gguf_t *g, gt_err_t *err) {
   return GT_OK;
 }
 
-/* Loads blk.<b>.<suffix>, appending ".weight" unless the suffix is ssm_a or ends in ".bias". */
+/* blk.<b>.<suffix>, with ".weight" appended unless the suffix is ssm_a or ends in ".bias". */
+static void blk_name(char *n, size_t cap, int b, const char *suffix) {
+  const size_t len = strlen(suffix);
+  if (strcmp(suffix, "ssm_a") == 0 || (len > 5 && strcmp(suffix + len - 5, ".bias") == 0))
+    snprintf(n, cap, "blk.%d.%s", b, suffix);
+  else
+    snprintf(n, cap, "blk.%d.%s.weight", b, suffix);
+}
+
+/* Loads tensor blk_name(b, suffix). */
 static int lw(model_t *m, const gguf_t *g, int b, const char *suffix, int64_t rows, int64_t cols, be_weight_t *w,
               int optional, gt_err_t *err) {
   char n[160];
-  const size_t len = strlen(suffix);
-  if (strcmp(suffix, "ssm_a") == 0 || (len > 5 && strcmp(suffix + len - 5, ".bias") == 0))
-    snprintf(n, sizeof n, "blk.%d.%s", b, suffix);
-  else
-    snprintf(n, sizeof n, "blk.%d.%s.weight", b, suffix);
+  blk_name(n, sizeof n, b, suffix);
   return optional ? model_weight_opt(m, g, n, rows, cols, w, err) : model_weight(m, g, n, rows, cols, w, err);
 }
 
@@ -217,11 +222,7 @@ static int lw(model_t *m, const gguf_t *g, int b, const char *suffix, int64_t ro
 static int lws(model_t *m, const gguf_t *g, int b, const char *suffix, int64_t rows, int64_t cols,
                const model_sel_t *rsel, const model_sel_t *csel, be_weight_t *w, gt_err_t *err) {
   char n[160];
-  const size_t len = strlen(suffix);
-  if (strcmp(suffix, "ssm_a") == 0 || (len > 5 && strcmp(suffix + len - 5, ".bias") == 0))
-    snprintf(n, sizeof n, "blk.%d.%s", b, suffix);
-  else
-    snprintf(n, sizeof n, "blk.%d.%s.weight", b, suffix);
+  blk_name(n, sizeof n, b, suffix);
   return model_weight_slice(m, g, n, rows, cols, rsel, csel, w, err);
 }
 

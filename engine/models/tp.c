@@ -300,6 +300,10 @@ int tp_load(const gguf_t *gg, be_comm_t *comm, tp_backend_fn mk, void *ud, int m
   return GT_OK;
 }
 
+int tp_cpu_backend(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
+  return be_cpu_create_rank(ud ? *(const int *)ud : 1, rank, comm, out, err);
+}
+
 int tp_n_ranks(const tp_group_t *g) { return g->n; }
 int tp_failed(const tp_group_t *g) { return g->failed.code != GT_OK; }
 

@@ -27,6 +27,9 @@ typedef struct tp_group tp_group_t;
 /* Creates rank `rank`'s backend with the group's communicator (not owned by the backend). */
 typedef int (*tp_backend_fn)(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err);
 
+/* A tp_backend_fn for CPU ranks: ud is a const int * with the threads of each rank (NULL: 1). */
+int tp_cpu_backend(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err);
+
 #define TP_MAX_RANKS 16
 
 /* Loads g over comm->n_ranks (1..TP_MAX_RANKS) ranks, each with a backend from mk, scratch for

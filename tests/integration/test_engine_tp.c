@@ -26,11 +26,6 @@
 #define MODEL "qwen3-tiny.bf16.gguf"
 #define WAIT_MS 60000
 
-static int mk_cpu(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
-  (void)ud;
-  return be_cpu_create_rank(1, rank, comm, out, err);
-}
-
 /* on_fatal runs on the scheduler thread after the step that failed (the stream may end first) */
 static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fatal_cv = PTHREAD_COND_INITIALIZER;
@@ -65,7 +60,7 @@ static void start_tp(efx_t *f, int n_ranks, const sched_config_t *cfg) {
   be_comm_t *comm;
   int rc = gguf_open(tu_golden(MODEL), &f->g, &err);
   if (!rc) rc = be_comm_cpu_create(n_ranks, &comm, &err);
-  if (!rc) rc = tp_load(f->g, comm, mk_cpu, NULL, cfg->max_batch_tokens, &f->m, &f->be, &err);
+  if (!rc) rc = tp_load(f->g, comm, tp_cpu_backend, NULL, cfg->max_batch_tokens, &f->m, &f->be, &err);
   if (!rc) rc = tok_load(f->g, &f->tok, &err);
   if (!rc && !(f->reg = gt_metrics_create())) rc = GT_ENOMEM;
   if (!rc)

@@ -98,14 +98,9 @@ static void test_comm_cpu_abort(void **st) {
 
 /* ---- models ---- */
 
-static int mk_cpu(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
-  (void)ud;
-  return be_cpu_create_rank(1, rank, comm, out, err);
-}
-
 static int mk_fail_rank1(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
   if (rank == 1) return gt_err_set(err, GT_ENOMEM, "no memory for this rank");
-  return mk_cpu(ud, rank, comm, out, err);
+  return tp_cpu_backend(ud, rank, comm, out, err);
 }
 
 typedef struct {
@@ -174,7 +169,7 @@ static void check_model(const model_case_t *mc) {
     assert_int_equal(be_comm_cpu_create(N, &comm, &err), 0);
     model_t *m;
     be_t *be;
-    int rc = tp_load(g, comm, mk_cpu, NULL, 16, &m, &be, &err);
+    int rc = tp_load(g, comm, tp_cpu_backend, NULL, 16, &m, &be, &err);
     if (fail) {
       print_message("%s TP=%d refused: %s\n", mc->file, N, err.msg);
       assert_int_equal(rc, GT_EUNSUPPORTED);
@@ -218,7 +213,7 @@ static void test_heads_not_divisible(void **st) {
   assert_int_equal(be_comm_cpu_create(3, &comm, &err), 0);
   model_t *m;
   be_t *be;
-  assert_int_equal(tp_load(g, comm, mk_cpu, NULL, 16, &m, &be, &err), GT_EUNSUPPORTED);
+  assert_int_equal(tp_load(g, comm, tp_cpu_backend, NULL, 16, &m, &be, &err), GT_EUNSUPPORTED);
   print_message("TP=3: %s\n", err.msg);
   assert_non_null(strstr(err.msg, "4 attention heads cannot be split over 3 ranks"));
   gguf_close(g);
