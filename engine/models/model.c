@@ -304,13 +304,35 @@ void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *
 
 int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
   if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
-  if (m->sh.n_ranks > 1) /* a rank holds part of the vocabulary: the group samples on the host */
-    return gt_err_set(err, GT_EUNSUPPORTED, "sampling on the backend with %d ranks", m->sh.n_ranks);
+  if (m->sh.n_ranks > 1 && !m->tp) /* a rank holds part of the vocabulary: only its group samples */
+    return gt_err_set(err, GT_EUNSUPPORTED, "sampling on rank %d of %d alone", m->sh.rank, m->sh.n_ranks);
   m->head_rows = rows;
   m->head_ids = ids;
   int rc = m->arch->forward(m, b, NULL, err);
   m->head_rows = NULL;
   m->head_ids = NULL;
+  return rc;
+}
+
+/* A rank's part of its group's sampling (model_t.head_max) for rows r0..r0+nr of dev_logits
+ * [nr, sh.n_vocab]: greedy rows through the backend's sample op (the slice's argmax) plus that
+ * one logit; other rows downloaded into the rank's columns of head_gather. */
+static int head_rank_pick(model_t *m, const float *dev_logits, int r0, int nr) {
+  be_t *be = m->be;
+  const int V = m->hp.n_vocab, Vl = m->sh.n_vocab;
+  int rc = GT_OK;
+  for (int i = 0; i < nr && !rc; i++) {
+    const int row = r0 + i;
+    const float *l = dev_logits + (size_t)i * Vl;
+    if (model_row_greedy(&m->head_rows[row])) {
+      int32_t id = 0;
+      rc = be->ops->sample(be, l, 1, Vl, &m->head_rows[row], &id);
+      if (!rc) rc = be->ops->download(be, &m->head_max[row], l + id, sizeof(float));
+      m->head_ids[row] = m->sh.vocab0 + id;
+    } else {
+      rc = be->ops->download(be, m->head_gather + (size_t)row * V + m->sh.vocab0, l, sizeof(float) * (size_t)Vl);
+    }
+  }
   return rc;
 }
 
@@ -327,7 +349,9 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
     int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
     o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
     int rc = GT_OK;
-    if (m->head_rows)
+    if (m->head_rows && m->sh.n_ranks > 1)
+      rc = head_rank_pick(m, dev_logits, r0, nr);
+    else if (m->head_rows)
       rc = o->sample(be, dev_logits, nr, V, m->head_rows + r0, m->head_ids + r0);
     else if (Vl == V)
       rc = o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);

@@ -67,6 +67,12 @@ struct model {
    * downloading logits */
   const be_sample_row_t *head_rows;
   int32_t *head_ids;
+  /* a rank of a group under the group's model_forward_sample (engine/models/tp.c): a greedy row
+   * i gives the rank's argmax (a global id, lowest on ties) in head_ids[i] and its logit in
+   * head_max[i], so only those cross; any other row writes the rank's columns of host
+   * head_gather[i, n_vocab] (the all-gather the host sampler then reads) */
+  float *head_max;
+  float *head_gather;
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -144,6 +150,8 @@ void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *
  * ranks of a group share logits, so together they gather the whole vocabulary). Under
  * model_forward_sample (m->head_rows set) each piece is sampled on the backend into m->head_ids
  * instead and logits is not used. */
+/* sampler_pick's greedy case: temperature <= 0 or top_k == 1 */
+static inline int model_row_greedy(const be_sample_row_t *r) { return r->temperature <= 0 || r->top_k == 1; }
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
                const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err);
 

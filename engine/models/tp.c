@@ -1,6 +1,8 @@
 /* engine/models/tp.c — the tensor-parallel rank group (engine/models/tp.h). */
 #include "engine/models/tp.h"
 
+#include "engine/backend/sampler.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,14 @@ struct tp_group {
   gt_err_t failed; /* first failure: the group refuses work after it */
   model_t *gm;     /* the group model */
   long fwd[TP_MAX_RANKS]; /* forwards run by each rank */
+  /* sampling across ranks (tp_forward under model_forward_sample), grown to the step's n_out:
+   * each rank's greedy picks and their logits, the gathered rows of the other picks */
+  int pick_cap;
+  int32_t *pick_ids[TP_MAX_RANKS];
+  float *pick_max[TP_MAX_RANKS];
+  float *gather;  /* [gather_cap, n_vocab], allocated when a step has a non-greedy row */
+  int gather_cap;
+  int32_t *idx;   /* [n_vocab] sampler scratch */
   int fail_rank;          /* tp_fail_rank_at: rank and forward number to fail (-1: none) */
   long fail_step;
 };
@@ -91,7 +101,19 @@ static int job_forward(tp_group_t *g, int r, void *p, gt_err_t *err) {
   fwd_arg_t *a = p;
   if (r == g->fail_rank && g->fwd[r]++ == g->fail_step)
     return gt_err_set(err, GT_EINTERNAL, "injected failure (tp_fail_rank_at)");
-  return model_forward(g->m[r], a->b, a->logits, err);
+  model_t *m = g->m[r];
+  const be_sample_row_t *rows = g->gm->head_rows;
+  if (rows) {
+    m->head_rows = rows;
+    m->head_ids = g->pick_ids[r];
+    m->head_max = g->pick_max[r];
+    m->head_gather = g->gather;
+  }
+  int rc = model_forward(m, a->b, a->logits, err);
+  m->head_rows = NULL;
+  m->head_ids = NULL;
+  m->head_max = m->head_gather = NULL;
+  return rc;
 }
 
 typedef struct {
@@ -120,10 +142,58 @@ static int job_state(tp_group_t *g, int r, void *p, gt_err_t *err) {
 
 /* ---- the group model ---- */
 
+/* Buffers of a sampling step with n rows (any of them non-greedy: gather too). */
+static int pick_bufs(tp_group_t *g, int n, int gather, gt_err_t *err) {
+  const size_t V = (size_t)g->gm->hp.n_vocab;
+  if (n > g->pick_cap) {
+    for (int r = 0; r < g->n; r++) {
+      int32_t *ids = realloc(g->pick_ids[r], sizeof(int32_t) * (size_t)n);
+      if (ids) g->pick_ids[r] = ids;
+      float *mx = realloc(g->pick_max[r], sizeof(float) * (size_t)n);
+      if (mx) g->pick_max[r] = mx;
+      if (!ids || !mx) return gt_err_set(err, GT_ENOMEM, "sampling buffers for %d rows", n);
+    }
+    g->pick_cap = n;
+  }
+  if (gather && n > g->gather_cap) {
+    float *p = realloc(g->gather, sizeof(float) * V * (size_t)n);
+    if (!p) return gt_err_set(err, GT_ENOMEM, "gathered logits of %d rows", n);
+    g->gather = p;
+    g->gather_cap = n;
+  }
+  if (gather && !g->idx && !(g->idx = malloc(sizeof(int32_t) * V)))
+    return gt_err_set(err, GT_ENOMEM, "sampler scratch");
+  return GT_OK;
+}
+
+/* Under model_forward_sample (m->head_rows): greedy rows take the largest of the ranks' argmax
+ * logits, the earliest rank on ties (= the lowest id: ranks hold ascending vocabulary ranges),
+ * which is the argmax over the whole vocabulary; other rows run sampler_pick on the gathered
+ * row, as the backends' sample op does on their logits. */
 static int tp_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *err) {
-  if (b->n_out > 0 && !logits) return gt_err_set(err, GT_EINVAL, "logits buffer is NULL with %d outputs", b->n_out);
+  tp_group_t *g = m->tp;
+  const be_sample_row_t *rows = m->head_rows;
+  if (b->n_out > 0 && !logits && !rows)
+    return gt_err_set(err, GT_EINVAL, "logits buffer is NULL with %d outputs", b->n_out);
+  int gather = 0;
+  for (int i = 0; rows && i < b->n_out; i++) gather |= !model_row_greedy(&rows[i]);
+  int rc = rows && b->n_out > 0 ? pick_bufs(g, b->n_out, gather, err) : GT_OK;
   fwd_arg_t a = {b, logits};
-  return run_all(m->tp, job_forward, &a, err);
+  if (!rc) rc = run_all(g, job_forward, &a, err);
+  for (int i = 0; !rc && rows && i < b->n_out; i++) {
+    const be_sample_row_t *q = &rows[i];
+    if (model_row_greedy(q)) {
+      int best = 0;
+      for (int r = 1; r < g->n; r++)
+        if (g->pick_max[r][i] > g->pick_max[best][i]) best = r;
+      m->head_ids[i] = g->pick_ids[best][i];
+    } else {
+      sampler_pick_t pk = {.temperature = q->temperature, .top_k = q->top_k, .top_p = q->top_p, .min_p = q->min_p,
+                           .idx = g->idx};
+      m->head_ids[i] = sampler_pick(&pk, g->gather + (size_t)i * m->hp.n_vocab, m->hp.n_vocab, q->u);
+    }
+  }
+  return rc;
 }
 
 static void group_free(tp_group_t *g) {
@@ -139,6 +209,12 @@ static void group_free(tp_group_t *g) {
     be_destroy(g->be[r]);
   }
   be_comm_destroy(g->comm);
+  for (int r = 0; r < g->n; r++) {
+    free(g->pick_ids[r]);
+    free(g->pick_max[r]);
+  }
+  free(g->gather);
+  free(g->idx);
   pthread_mutex_destroy(&g->mu);
   pthread_cond_destroy(&g->cv_job);
   pthread_cond_destroy(&g->cv_done);
@@ -207,6 +283,14 @@ static gt_type_t tpb_kv_type(be_t *be) {
 }
 
 static void tpb_destroy(be_t *be) { free(be); }
+
+/* Present so that the scheduler samples through model_forward_sample (tp_forward picks across
+ * the ranks); the group has no logits of its own to sample from. */
+static int tpb_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
+                      int32_t *ids) {
+  (void)logits, (void)n_rows, (void)n_vocab, (void)rows, (void)ids;
+  return gt_err_set(&be->err, GT_EUNSUPPORTED, "a tensor-parallel group samples through model_forward_sample");
+}
 
 /* ---- loading ---- */
 
@@ -290,6 +374,7 @@ int tp_load(const gguf_t *gg, be_comm_t *comm, tp_backend_fn mk, void *ud, int m
                        .kv_block_copy = tpb_kv_block_copy,
                        .mem_info = tpb_mem_info,
                        .kv_set_type = tpb_kv_set_type,
+                       .sample = r0->sample ? tpb_sample : NULL,
                        .kv_type = tpb_kv_type};
   tb->base.ops = &tb->ops;
   tb->base.rank = 0;

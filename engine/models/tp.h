@@ -5,12 +5,13 @@
  * ranks' all_reduce goes through (engine/backend/comm.h). tp_load returns a group model and a
  * group backend that the scheduler drives like any other model: the scheduler plans each step
  * once and model_forward hands that same batch (tokens, positions, block tables, state slots)
- * to every rank's worker, which runs the model code on its slice; the ranks write their
- * vocabulary columns of the shared host logits (the head's all-gather). Cache operations of
- * the group backend (kv_init through model_cache_init, state_copy, state_zero, kv_block_copy)
- * run on every rank's worker too. Sampling happens on the host (the group backend has no
- * `sample` op), so full-vocabulary features (logprobs, logit_bias, penalties) work as with
- * one rank.
+ * to every rank's worker, which runs the model code on its slice. The output head is
+ * vocab-parallel: under model_forward (logits wanted: logprobs, logit_bias, penalties) the ranks
+ * write their columns of the shared host logits (the all-gather); under model_forward_sample a
+ * greedy row crosses as one id and one logit per rank (the group takes the largest), and only
+ * the other rows are gathered and sampled on the host. Cache operations of the group backend
+ * (kv_init through model_cache_init, state_copy, state_zero, kv_block_copy) run on every
+ * rank's worker too.
  *
  * Failure: a rank whose step fails aborts the communicator, so no rank waits for it; the step
  * returns that rank's error and the group refuses every later step and cache operation

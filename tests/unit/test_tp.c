@@ -7,6 +7,9 @@
  *   within 1e-5 max row relative error of TP=1, and 12 greedy decode tokens identical — or,
  *   where the shapes cannot be split (a K-quant block of 256 columns cut by the split of
  *   attn_output), load refuses with an error naming the tensor;
+ * - sampling on the group (greedy picks across ranks from each rank's argmax and its logit;
+ *   sampled rows from the gathered logits) gives the one-rank greedy token and exactly what the
+ *   host sampler picks from the group's logits;
  * - a rank whose backend cannot be created fails the load with an error naming the rank. */
 #include <pthread.h>
 #include <setjmp.h>
@@ -20,6 +23,7 @@
 #include <cmocka.h>
 
 #include "engine/backend/comm.h"
+#include "engine/backend/sampler.h"
 #include "engine/models/gen.h"
 #include "engine/models/tp.h"
 #include "tests/common/testutil.h"
@@ -138,6 +142,39 @@ static void run(model_t *m, run_t *out) {
   gen_free(gen);
 }
 
+/* Sampling on the group (model_forward_sample: picks across ranks) against the group's gathered
+ * logits sampled on the host, and its greedy pick against the one-rank greedy token. */
+static void check_sampling(model_t *m, int32_t want_greedy) {
+  const int V = m->hp.n_vocab;
+  gen_t *gen;
+  gt_err_t err = {0};
+  if (gen_create(m, N_CTX, &gen, &err)) fail_msg("gen_create: %s", err.msg);
+  int32_t ids[N_PROMPT], id;
+  for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+  be_sample_row_t greedy = {.temperature = 0, .top_p = 1, .u = 0.5};
+  if (gen_feed_sample(gen, ids, N_PROMPT, 16, &greedy, &id, &err)) fail_msg("gen_feed_sample: %s", err.msg);
+  assert_int_equal(id, want_greedy);
+  float *last = malloc(sizeof(float) * (size_t)V);
+  assert_non_null(last);
+  const be_sample_row_t rows[] = {
+      {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .u = 0.37},
+      {.temperature = 1.0f, .top_p = 1, .u = 0.91},
+      {.temperature = 1.3f, .top_p = 0.5f, .min_p = 0.01f, .u = 0.05},
+      {.temperature = 0.7f, .top_k = 1, .top_p = 1, .u = 0.5}, /* top_k 1: greedy */
+  };
+  for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    gen_reset(gen);
+    if (gen_feed_sample(gen, ids, N_PROMPT, 16, &rows[k], &id, &err)) fail_msg("gen_feed_sample: %s", err.msg);
+    gen_reset(gen);
+    if (gen_feed(gen, ids, N_PROMPT, 16, NULL, last, &err)) fail_msg("gen_feed: %s", err.msg);
+    sampler_pick_t pk = {.temperature = rows[k].temperature, .top_k = rows[k].top_k, .top_p = rows[k].top_p,
+                         .min_p = rows[k].min_p};
+    assert_int_equal(id, sampler_pick(&pk, last, V, rows[k].u));
+  }
+  free(last);
+  gen_free(gen);
+}
+
 typedef struct {
   const char *file;
   const char *fail2, *fail4; /* NULL: TP=N must work; else the tensor its load error names */
@@ -186,6 +223,7 @@ static void check_model(const model_case_t *mc) {
                   memcmp(tp.greedy, ref.greedy, sizeof tp.greedy) ? "DIFFERS" : "identical");
     assert_true(e <= TOL);
     assert_memory_equal(tp.greedy, ref.greedy, sizeof tp.greedy);
+    check_sampling(m, ref.greedy[0]);
     free(tp.logits);
     model_free(m);
     be_destroy(be);
