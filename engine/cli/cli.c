@@ -83,6 +83,11 @@ int cli_load_model(const gguf_t *g, const char *path, const char *device, int th
       cli_fail("%s: %s", path, err.msg);
       return err.code == GT_ENOMEM ? 2 : 1;
     }
+    /* test hook (tests/integration/test_engine_sigterm.c): "R:S" makes rank R fail on its
+     * forward number S, to exercise the failure path of a whole process */
+    const char *inj = getenv("GANTRY_TEST_TP_FAIL");
+    int inj_rank, inj_step;
+    if (inj && sscanf(inj, "%d:%d", &inj_rank, &inj_step) == 2) tp_fail_rank_at((*m)->tp, inj_rank, inj_step);
     return 0;
   }
   if (cli_create_backend(device, threads, be)) return 1;
