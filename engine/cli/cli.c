@@ -68,8 +68,27 @@ int cli_load_model(const gguf_t *g, const char *path, const char *device, int th
   *m = NULL;
   const int n = tp && tp->tp > 1 ? (int)tp->tp : 1;
   const int cpu = !device || !strcmp(device, "cpu");
-  if (tp && tp->devices && cpu) return cli_fail("--devices names CUDA devices; the CPU ranks need none");
-  if (n > 1 || (tp && tp->devices)) {
+  char one_dev[32];
+  if (tp && tp->devices) {
+    if (cpu) return cli_fail("--devices names CUDA devices; the CPU ranks need none");
+    /* one CUDA ordinal per rank */
+    int count = 0, first = -1;
+    for (const char *p = tp->devices; *p;) {
+      char *end;
+      long d = strtol(p, &end, 10);
+      if (end == p || d < 0 || d > 63 || (*end && *end != ','))
+        return cli_fail("--devices expects CUDA ordinals like 0,1,2,3, got '%s'", tp->devices);
+      if (first < 0) first = (int)d;
+      count++;
+      p = *end ? end + 1 : end;
+    }
+    if (count != n) return cli_fail("--devices lists %d devices for --tp %d", count, n);
+    if (n == 1) { /* one rank: the plain CUDA backend on that device */
+      snprintf(one_dev, sizeof one_dev, "cuda:%d", first);
+      device = one_dev;
+    }
+  }
+  if (n > 1) {
     if (!cpu) return cli_fail("tensor parallelism on CUDA needs the NCCL communicator (--tp %d on %s)", n, device);
     if (threads <= 0) threads = omp_get_max_threads();
     int per_rank = threads / n > 0 ? threads / n : 1;

@@ -34,9 +34,9 @@ enum { CLI_OPT_TP = 1000, CLI_OPT_DEVICES };
 int cli_tp_opt(int c, const char *arg, cli_tp_t *t);
 
 /* Loads g on device with threads CPU threads in all: with tp->tp <= 1 one backend and
- * model_load (the same path as without the option); with more, a rank group (engine/models/tp.h)
- * of CPU ranks (threads split between them) — CUDA ranks need the NCCL communicator and are
- * refused. When check_bytes > 0 the device's free memory is checked against it first. Prints
+ * model_load (the same path as without the option; --devices D then means device cuda:D); with
+ * more, a rank group (engine/models/tp.h) of CPU ranks (threads split between them) — CUDA
+ * ranks need the NCCL communicator and are refused. --devices must list one ordinal per rank. When check_bytes > 0 the device's free memory is checked against it first. Prints
  * the error; returns 0, 1, or 2 (not enough memory). Free *m then *be. */
 int cli_load_model(const gguf_t *g, const char *path, const char *device, int threads, const cli_tp_t *tp,
                    int max_tokens, uint64_t check_bytes, be_t **be, model_t **m);
