@@ -594,7 +594,9 @@ static const be_ops_t cpu_ops = {
     .kv_type = cpu_kv_type,
 };
 
-int be_cpu_create(int n_threads, be_t **out, gt_err_t *err) { return be_cpu_create_rank(n_threads, 0, NULL, out, err); }
+int be_cpu_create(int n_threads, be_t **out, gt_err_t *err) {
+  return be_cpu_create_rank(n_threads, 0, NULL, out, err);
+}
 
 int be_cpu_create_rank(int n_threads, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
   const int n_ranks = comm ? comm->n_ranks : 1;
