@@ -4,9 +4,12 @@ add_library(gantry_model STATIC
   engine/backend/backend.c
   engine/backend/backend_cpu.c
   engine/backend/backend_cpu_gdn.c
+  engine/backend/comm_cpu.c
   engine/models/model.c
   engine/models/qwen3.c
   engine/models/qwen35.c
+  engine/models/shard.c
+  engine/models/tp.c
   engine/backend/sampler.c
   engine/models/gen.c
   engine/models/bench.c
@@ -37,3 +40,6 @@ gt_add_test(test_sched_fork SOURCES tests/unit/test_sched_fork.c LIBS gantry_sch
 gt_add_test(test_sched_mem SOURCES tests/unit/test_sched_mem.c LIBS gantry_sched gantry_model_fx TIMEOUT 120)
 gt_add_test(test_sampler SOURCES tests/unit/test_sampler.c LIBS gantry_model TIMEOUT 60)
 gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
+# tensor parallelism on CPU ranks: the communicator, TP=2/4 against TP=1 on every golden model
+# and weight type, unsplittable shapes refused (tests/unit/test_tp.c)
+gt_add_test(test_tp SOURCES tests/unit/test_tp.c LIBS gantry_model gantry_testutil TIMEOUT 300)

@@ -22,6 +22,10 @@ gt_add_test(test_server_convert SOURCES tests/unit/test_server_convert.c
 gt_add_test(test_engine_sigterm SOURCES tests/integration/test_engine_sigterm.c
   LIBS gantry_engine_fixture TIMEOUT 300)
 add_dependencies(test_engine_sigterm gantry-engine)
+# the Engine service over two CPU ranks (tensor parallelism): same tokens as one rank; a failing
+# rank ends the request with an error, NOT_SERVING, on_fatal
+gt_add_test(test_engine_tp SOURCES tests/integration/test_engine_tp.c
+  LIBS gantry_engine_fixture TIMEOUT 300)
 gt_add_test(test_engine_models SOURCES tests/integration/test_engine_models.c
   LIBS gantry_engine_fixture TIMEOUT 300)
 

@@ -50,6 +50,11 @@ foreach(kind fake real)
   set_tests_properties(${tname} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
     ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR}")
 endforeach()
+# router + `gantry-engine serve --tp 2` (two CPU ranks) on qwen3-tiny: one greedy completion with
+# logprobs through the `openai` client equals the one-rank text (tests/e2e/tp.test.mjs)
+add_test(NAME test_router_e2e_tp2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real tp.test.mjs)
+set_tests_properties(test_router_e2e_tp2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
+  ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TP=2")
 gt_add_test(test_router_caps SOURCES tests/integration/test_router_caps.c
   LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
 add_dependencies(test_router_caps gantry-router)

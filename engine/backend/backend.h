@@ -290,6 +290,12 @@ int be_host_mem_info(be_mem_info_t *out, gt_err_t *err);
 
 /* CPU backend (the reference). n_threads <= 0: every core. */
 int be_cpu_create(int n_threads, be_t **out, gt_err_t *err);
+/* CPU backend of rank `rank` of a tensor-parallel group: its all_reduce goes through comm
+ * (engine/backend/comm.h; not owned, must outlive the backend; NULL: one rank, rank 0).
+ * be_cpu_comm_stats: all_reduce calls so far and the nanoseconds they took (waiting included). */
+struct be_comm;
+int be_cpu_create_rank(int n_threads, int rank, struct be_comm *comm, be_t **out, gt_err_t *err);
+void be_cpu_comm_stats(be_t *be, uint64_t *calls, uint64_t *ns);
 
 static inline void be_destroy(be_t *be) { if (be) be->ops->destroy(be); }
 

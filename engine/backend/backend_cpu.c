@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "engine/backend/backend_cpu_internal.h"
 #include "engine/backend/sampler.h"
 
@@ -532,7 +533,23 @@ static void cpu_attn_qk_prep(be_t *be, int layer, float *q, float *k, const floa
 
 /* ---- ranks ---- */
 
-static void cpu_all_reduce(be_t *be, float *x, size_t n) { /* one rank: nothing to do */ }
+/* Through the rank group's communicator (engine/backend/comm.h); one rank: nothing to do. Every
+ * rank takes part even after an error of its own, so the others never wait for it; the wait
+ * and the sum are timed into comm_ns. */
+static void cpu_all_reduce(be_t *be, float *x, size_t n) {
+  be_cpu_t *c = CPU(be);
+  if (!c->comm || be->n_ranks == 1) return;
+  const int64_t t0 = gt_now_ns();
+  int rc = c->comm->ops->all_reduce(c->comm, be->rank, x, n);
+  c->comm_ns += (uint64_t)(gt_now_ns() - t0);
+  c->comm_calls++;
+  if (rc) set_err(be, rc, "all_reduce: another rank failed (communicator aborted)");
+}
+
+void be_cpu_comm_stats(be_t *be, uint64_t *calls, uint64_t *ns) {
+  *calls = CPU(be)->comm_calls;
+  *ns = CPU(be)->comm_ns;
+}
 
 static void cpu_destroy(be_t *be) {
   be_cpu_t *c = CPU(be);
@@ -578,11 +595,19 @@ static const be_ops_t cpu_ops = {
 };
 
 int be_cpu_create(int n_threads, be_t **out, gt_err_t *err) {
+  return be_cpu_create_rank(n_threads, 0, NULL, out, err);
+}
+
+int be_cpu_create_rank(int n_threads, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
+  const int n_ranks = comm ? comm->n_ranks : 1;
+  if (rank < 0 || rank >= n_ranks)
+    return gt_err_set(err, GT_EINVAL, "cpu backend: rank %d of %d", rank, n_ranks);
   be_cpu_t *c = calloc(1, sizeof *c);
   if (!c) return gt_err_set(err, GT_ENOMEM, "cpu backend: out of memory");
   c->base.ops = &cpu_ops;
-  c->base.rank = 0;
-  c->base.n_ranks = 1;
+  c->base.rank = rank;
+  c->base.n_ranks = n_ranks;
+  c->comm = comm;
   c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads(); /* honours OMP_NUM_THREADS */
   *out = &c->base;
   return GT_OK;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/comm.h"
 
 typedef struct {
   be_t base;
@@ -25,6 +26,9 @@ typedef struct {
   /* grow-only scratch of the fused ops (cpu_scratch), kept across steps; freed by destroy */
   void *scratch;
   size_t scratch_bytes;
+  /* ranks: the group's communicator (NULL: one rank), all_reduce calls and their time */
+  be_comm_t *comm;
+  uint64_t comm_calls, comm_ns;
 } be_cpu_t;
 
 /* c's scratch of at least `bytes`, grown (never shrunk) as needed; NULL when out of memory.

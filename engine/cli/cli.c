@@ -1,10 +1,15 @@
 #include "engine/cli/cli.h"
 
+#include "engine/backend/comm.h"
+#include "engine/models/tp.h"
+#include "engine/sched/sched_mem.h"
+
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/backend/backend_cuda.h"
 #endif
 
 #include <errno.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,18 +61,102 @@ int cli_prefill_precision(const char *v) {
   return 0;
 }
 
-int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out) {
+int cli_tp_opt(int c, const char *arg, cli_tp_t *t) {
+  if (c == CLI_OPT_TP) return cli_int("--tp", arg, 1, TP_MAX_RANKS, &t->tp) ? -1 : 1;
+  if (c == CLI_OPT_DEVICES) {
+    t->devices = arg;
+    return 1;
+  }
+  return 0;
+}
+
+/* --devices LIST: one CUDA ordinal per rank (n); the first into *first. Prints the error. */
+static int parse_devices(const char *list, int n, int *first) {
+  int count = 0;
+  *first = -1;
+  for (const char *p = list; *p;) {
+    char *end;
+    long d = strtol(p, &end, 10);
+    if (end == p || d < 0 || d > 63 || (*end && *end != ','))
+      return cli_fail("--devices expects CUDA ordinals like 0,1,2,3, got '%s'", list);
+    if (*first < 0) *first = (int)d;
+    count++;
+    p = *end ? end + 1 : end;
+  }
+  return count == n ? 0 : cli_fail("--devices lists %d devices for --tp %d", count, n);
+}
+
+/* A group of n CPU ranks over one in-process communicator (threads split between them). */
+static int load_cpu_ranks(const gguf_t *g, const char *path, int n, int threads, int max_tokens, uint64_t check_bytes,
+                          be_t **be, model_t **m) {
+  gt_err_t err = {0};
+  if (check_bytes) { /* the ranks share the host: the same check as one CPU backend's */
+    be_t *host;
+    if (be_cpu_create(1, &host, &err)) return cli_fail("cpu backend: %s", err.msg);
+    int rc = sched_mem_check_weights(host, check_bytes, &err);
+    be_destroy(host);
+    if (rc) return cli_fail("%s", err.msg), 2;
+  }
+  if (threads <= 0) threads = omp_get_max_threads();
+  int per_rank = threads / n > 0 ? threads / n : 1;
+  be_comm_t *comm;
+  if (be_comm_cpu_create(n, &comm, &err)) return cli_fail("%s", err.msg);
+  if (tp_load(g, comm, tp_cpu_backend, &per_rank, max_tokens, m, be, &err)) {
+    cli_fail("%s: %s", path, err.msg);
+    return err.code == GT_ENOMEM ? 2 : 1;
+  }
+  /* test hook (tests/integration/test_engine_sigterm.c): "R:S" makes rank R fail on its
+   * forward number S, to exercise the failure path of a whole process */
+  const char *inj = getenv("GANTRY_TEST_TP_FAIL");
+  int inj_rank, inj_step;
+  if (inj && sscanf(inj, "%d:%d", &inj_rank, &inj_step) == 2) tp_fail_rank_at((*m)->tp, inj_rank, inj_step);
+  return 0;
+}
+
+int cli_load_model(const gguf_t *g, const char *path, const char *device, int threads, const cli_tp_t *tp,
+                   int max_tokens, uint64_t check_bytes, be_t **be, model_t **m) {
+  gt_err_t err = {0};
+  *be = NULL;
+  *m = NULL;
+  const int n = tp && tp->tp > 1 ? (int)tp->tp : 1;
+  const int cpu = !device || !strcmp(device, "cpu");
+  char one_dev[32];
+  if (tp && tp->devices) {
+    if (cpu) return cli_fail("--devices names CUDA devices; the CPU ranks need none");
+    int first;
+    if (parse_devices(tp->devices, n, &first)) return 1;
+    if (n == 1) { /* one rank: the plain CUDA backend on that device */
+      snprintf(one_dev, sizeof one_dev, "cuda:%d", first);
+      device = one_dev;
+    }
+  }
+  if (n > 1 && !cpu) return cli_fail("tensor parallelism on CUDA needs the NCCL communicator (--tp %d on %s)", n, device);
+  if (n > 1) return load_cpu_ranks(g, path, n, threads, max_tokens, check_bytes, be, m);
+  if (cli_create_backend(device, threads, be)) return 1;
+  if (check_bytes && sched_mem_check_weights(*be, check_bytes, &err)) {
+    be_destroy(*be);
+    *be = NULL;
+    cli_fail("%s", err.msg);
+    return 2;
+  }
+  if (model_load(g, *be, max_tokens, m, &err)) {
+    be_destroy(*be);
+    *be = NULL;
+    cli_fail("%s: %s", path, err.msg);
+    return err.code == GT_ENOMEM ? 2 : 1;
+  }
+  return 0;
+}
+
+int cli_open_model(const char *path, const char *device, int threads, const cli_tp_t *tp, int max_tokens,
+                   cli_model_t *out) {
   gt_err_t err = {0};
   memset(out, 0, sizeof *out);
   if (!path) return cli_fail("--model is required");
   if (gguf_open(path, &out->gguf, &err)) return cli_fail("%s", err.msg); /* names the file */
-  if (cli_create_backend(device, threads, &out->be)) {
+  if (cli_load_model(out->gguf, path, device, threads, tp, max_tokens, 0, &out->be, &out->model)) {
     cli_close_model(out);
     return 1;
-  }
-  if (model_load(out->gguf, out->be, max_tokens, &out->model, &err)) {
-    cli_close_model(out);
-    return cli_fail("%s: %s", path, err.msg);
   }
   return 0;
 }

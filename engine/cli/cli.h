@@ -19,9 +19,32 @@ typedef struct {
 /* Creates the backend named by device: "cpu" (threads <= 0: OMP_NUM_THREADS or every core),
  * "cuda" or "cuda:N" (builds with the CUDA backend). Prints the error, returns non-zero. */
 int cli_create_backend(const char *device, int threads, be_t **out);
-/* Opens path on that backend with scratch for max_tokens tokens. Prints the error and returns
- * non-zero on failure. */
-int cli_open_model(const char *path, const char *device, int threads, int max_tokens, cli_model_t *out);
+/* Tensor parallelism options (--tp N, --devices LIST) of serve, bench, generate and eval. */
+typedef struct {
+  long tp;             /* ranks, default 1 */
+  const char *devices; /* comma-separated CUDA ordinals, one per rank (NULL: 0..tp-1) */
+} cli_tp_t;
+#define CLI_TP_OPTS {"tp", 1, 0, CLI_OPT_TP}, {"devices", 1, 0, CLI_OPT_DEVICES}
+enum { CLI_OPT_TP = 1000, CLI_OPT_DEVICES };
+#define CLI_TP_HELP                                                                              \
+  "  --tp N                  tensor parallelism over N ranks in this process (default 1)\n"  \
+  "  --devices LIST          CUDA devices of the ranks, e.g. 0,1 (default 0..N-1)\n"
+/* Handles a getopt result c of CLI_TP_OPTS into t; 1 when c was one of them, -1 bad value
+ * (printed), 0 otherwise. */
+int cli_tp_opt(int c, const char *arg, cli_tp_t *t);
+
+/* Loads g on device with threads CPU threads in all: with tp->tp <= 1 one backend and
+ * model_load (the same path as without the option; --devices D then means device cuda:D); with
+ * more, a rank group (engine/models/tp.h) of CPU ranks (threads split between them) — CUDA
+ * ranks need the NCCL communicator and are refused. --devices must list one ordinal per rank. When check_bytes > 0 the device's free memory is checked against it first. Prints
+ * the error; returns 0, 1, or 2 (not enough memory). Free *m then *be. */
+int cli_load_model(const gguf_t *g, const char *path, const char *device, int threads, const cli_tp_t *tp,
+                   int max_tokens, uint64_t check_bytes, be_t **be, model_t **m);
+
+/* Opens path on that backend (tp: NULL or --tp/--devices) with scratch for max_tokens tokens.
+ * Prints the error and returns non-zero on failure. */
+int cli_open_model(const char *path, const char *device, int threads, const cli_tp_t *tp, int max_tokens,
+                   cli_model_t *out);
 void cli_close_model(cli_model_t *m);
 
 /* --kv-dtype V ("bf16" or "fp32"; NULL: the backend's default, bf16 on CUDA) applied to be

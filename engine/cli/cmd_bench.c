@@ -15,11 +15,16 @@ int cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"device", 1, 0, 'D'}, {"batch", 1, 0, 'b'},
                                        {"prompt", 1, 0, 'p'}, {"gen", 1, 0, 'g'},   {"threads", 1, 0, 'j'},
                                        {"kv-dtype", 1, 0, 'K'}, {"prefill-precision", 1, 0, 'P'},
-                                       {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+                                       {"help", 0, 0, 'h'},     CLI_TP_OPTS,
+                                       {0, 0, 0, 0}};
   const char *model = NULL, *device = "cpu", *batches = "1,8,32", *prompts = "512", *kv_dtype = NULL;
   long gen = 256, threads = 0;
+  cli_tp_t tp = {.tp = 1};
   optind = 1;
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    int t = cli_tp_opt(c, optarg, &tp);
+    if (t < 0) return 2;
+    if (t) continue;
     switch (c) {
       case 'm': model = optarg; break;
       case 'D': device = optarg; break;
@@ -30,10 +35,10 @@ int cmd_bench(int argc, char **argv) {
       case 'g': if (cli_int("--gen", optarg, 2, 1 << 20, &gen)) return 2; break;
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'h':
-        puts("usage: gantry-engine bench --model M.gguf [--device cpu|cuda] [--batch 1,8,32] [--prompt 512[,2048...]] "
-             "[--gen 256] [--threads N] [--kv-dtype bf16|fp32] [--prefill-precision exact|fast]\n  decode after a "
-             "prompt of the first --prompt length; every length is also timed as a one-sequence prefill (on CUDA "
-             "with a per-op profile)");
+        fputs("usage: gantry-engine bench --model M.gguf [--device cpu|cuda] [--batch 1,8,32] [--prompt 512[,2048...]] "
+             "[--gen 256] [--threads N] [--kv-dtype bf16|fp32] [--prefill-precision exact|fast] [--tp N]\n  decode "
+             "after a prompt of the first --prompt length; every length is also timed as a one-sequence prefill (on "
+             "CUDA with a per-op profile)\n" CLI_TP_HELP, stdout);
         return 0;
       default: return 2;
     }
@@ -48,7 +53,7 @@ int cmd_bench(int argc, char **argv) {
   for (int i = 0; i < np; i++) max_prompt = pl[i] > max_prompt ? pl[i] : max_prompt;
   const int maxb = max_batch > max_prompt ? max_batch : max_prompt; /* max_tokens */
   cli_model_t cm;
-  if (cli_open_model(model, device, (int)threads, maxb, &cm)) return 1;
+  if (cli_open_model(model, device, (int)threads, &tp, maxb, &cm)) return 1;
   if (cli_kv_dtype(cm.be, kv_dtype)) {
     cli_close_model(&cm);
     return 1;

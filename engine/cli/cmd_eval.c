@@ -10,12 +10,16 @@
 int cmd_eval(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"ids", 1, 0, 'i'}, {"ids-file", 1, 0, 'f'},
                                        {"logits-out", 1, 0, 'o'}, {"threads", 1, 0, 'j'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
+                                       CLI_TP_OPTS, {0, 0, 0, 0}};
   const char *model = NULL, *ids_s = NULL, *ids_file = NULL, *out_path = NULL;
   long threads = 0;
   const char *device = "cpu";
+  cli_tp_t tp = {.tp = 1};
   optind = 1;
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    int t = cli_tp_opt(c, optarg, &tp);
+    if (t < 0) return 2;
+    if (t) continue;
     switch (c) {
       case 'm': model = optarg; break;
       case 'i': ids_s = optarg; break;
@@ -24,7 +28,8 @@ int cmd_eval(int argc, char **argv) {
       case 'D': device = optarg; break;
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'h':
-        puts("usage: gantry-engine eval --model M.gguf (--ids 1,2,3 | --ids-file F) --logits-out F.f32");
+        fputs("usage: gantry-engine eval --model M.gguf (--ids 1,2,3 | --ids-file F) --logits-out F.f32 [--device D] "
+             "[--threads N]\n" CLI_TP_HELP, stdout);
         return 0;
       default: return 2;
     }
@@ -55,7 +60,7 @@ int cmd_eval(int argc, char **argv) {
   free(file_text);
   if (n <= 0) return n == 0 ? cli_fail("no token ids given") : 1;
   cli_model_t cm;
-  if (cli_open_model(model, device, (int)threads, n < 512 ? n : 512, &cm)) return free(ids), 1;
+  if (cli_open_model(model, device, (int)threads, &tp, n < 512 ? n : 512, &cm)) return free(ids), 1;
   int rc = 1;
   gt_err_t err = {0};
   gen_t *gen = NULL;

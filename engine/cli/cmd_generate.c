@@ -26,6 +26,7 @@ static void usage(void) {
         "  --special               parse special tokens in --prompt text\n"
         "  --threads N             CPU threads (default: every core)\n"
         "  --device D              cpu (default), cuda or cuda:N\n"
+        CLI_TP_HELP
         CLI_KV_DTYPE_HELP,
         stdout);
 }
@@ -38,6 +39,7 @@ int cmd_generate(int argc, char **argv) {
       {"presence-penalty", 1, 0, 'e'}, {"frequency-penalty", 1, 0, 'f'}, {"seed", 1, 0, 's'},
       {"ignore-eos", 0, 0, 'i'},  {"threads", 1, 0, 'j'}, {"device", 1, 0, 'D'},     {"system", 1, 0, 'S'},
       {"no-think", 0, 0, 'T'},    {"special", 0, 0, 'x'},     {"help", 0, 0, 'h'},      {"kv-dtype", 1, 0, 'K'},
+      CLI_TP_OPTS,
       {0, 0, 0, 0}};
   const char *model = NULL;
   prompt_spec_t ps = {0};
@@ -46,8 +48,12 @@ int cmd_generate(int argc, char **argv) {
   double f;
   int ignore_eos = 0;
   sampler_params_t sp = sampler_defaults();
+  cli_tp_t tp = {.tp = 1};
   optind = 1;
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    int t = cli_tp_opt(c, optarg, &tp);
+    if (t < 0) return 2;
+    if (t) continue;
     switch (c) {
       case 'm': model = optarg; break;
       case 'p': ps.prompt = optarg; break;
@@ -78,7 +84,7 @@ int cmd_generate(int argc, char **argv) {
   if (sampler_check(&sp, &err)) return cli_fail("%s", err.msg), 2;
 
   cli_model_t cm;
-  if (cli_open_model(model, device, (int)threads, 512, &cm)) return 1;
+  if (cli_open_model(model, device, (int)threads, &tp, 512, &cm)) return 1;
   if (cli_kv_dtype(cm.be, kv_dtype)) {
     cli_close_model(&cm);
     return 1;

@@ -4,6 +4,7 @@
  * 1 runtime failure, 2 bad options or not enough memory for the weights plus a minimal KV pool. */
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,18 @@
 
 static volatile sig_atomic_t g_signal;
 static int g_sigpipe[2] = {-1, -1};
+
+static atomic_int g_fatal; /* the engine failed (srv_opts_t.on_fatal): exit non-zero */
+
+static void on_fatal(void *ud, const char *why) {
+  (void)ud;
+  GT_LOG_ERROR("fatal: %s", why);
+  atomic_store(&g_fatal, 1);
+  if (g_sigpipe[1] >= 0) {
+    ssize_t w = write(g_sigpipe[1], "f", 1);
+    (void)w;
+  }
+}
 
 static void on_signal(int sig) {
   g_signal = sig;
@@ -50,6 +63,7 @@ static void usage(void) {
         "  --max-model-len N       context per sequence (default: the model's)\n"
         "  --threads N             CPU threads (default: every core)\n"
         "  --device D              cpu (default), cuda or cuda:N\n"
+        CLI_TP_HELP
         CLI_KV_DTYPE_HELP
         CLI_PREFILL_PRECISION_HELP
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
@@ -85,14 +99,18 @@ int cmd_serve(int argc, char **argv) {
       {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
       {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"device", 1, 0, 'D'},
       {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"prefill-precision", 1, 0, 'P'},
-      {"help", 0, 0, 'h'},
+      {"help", 0, 0, 'h'},        CLI_TP_OPTS,
       {0, 0, 0, 0}};
   const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
   const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 512, max_waiting = 256, threads = 0, max_len = 0;
   double drain_s = 30;
+  cli_tp_t tp = {.tp = 1};
   optind = 1;
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+    int t = cli_tp_opt(c, optarg, &tp);
+    if (t < 0) return 2;
+    if (t) continue;
     switch (c) {
       case 'm': model = optarg; break;
       case 'l': listen = optarg; break;
@@ -136,7 +154,7 @@ int cmd_serve(int argc, char **argv) {
   tok_t *tok = NULL;
   int rc = 1, port = 0, mport = 0, idle = 0;
   if (!reg) return cli_fail("out of memory"), 1;
-  if (srv_create(&(srv_opts_t){.listen = listen, .metrics = reg}, &srv, &port, &err)) {
+  if (srv_create(&(srv_opts_t){.listen = listen, .metrics = reg, .on_fatal = on_fatal}, &srv, &port, &err)) {
     cli_fail("listen %s: %s", listen, err.msg);
     goto out;
   }
@@ -157,17 +175,12 @@ int cmd_serve(int argc, char **argv) {
     tensor_bytes += t->nbytes;
     if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
   }
-  if (cli_create_backend(device, (int)threads, &be) || cli_kv_dtype(be, kv_dtype)) goto out;
-  if (sched_mem_check_weights(be, tensor_bytes, &err)) {
-    cli_fail("%s", err.msg);
-    rc = 2;
+  int lrc = cli_load_model(g, model, device, (int)threads, &tp, (int)max_batch, tensor_bytes, &be, &m);
+  if (lrc) {
+    rc = lrc;
     goto out;
   }
-  if (model_load(g, be, (int)max_batch, &m, &err)) {
-    cli_fail("%s: %s", model, err.msg);
-    rc = err.code == GT_ENOMEM ? 2 : 1;
-    goto out;
-  }
+  if (cli_kv_dtype(be, kv_dtype)) goto out;
   if (tok_load(g, &tok, &err)) {
     cli_fail("%s: tokenizer: %s", model, err.msg);
     goto out;
@@ -207,6 +220,10 @@ int cmd_serve(int argc, char **argv) {
     char ch;
     ssize_t k = read(g_sigpipe[0], &ch, 1);
     if (k == 1 || g_signal) break;
+  }
+  if (atomic_load(&g_fatal)) { /* running requests already ended with an error status */
+    GT_LOG_ERROR("exiting: the engine failed");
+    goto out;
   }
   GT_LOG_INFO("signal=%d draining running=%d drain_timeout_s=%.0f", (int)g_signal, srv_live(srv), drain_s);
   srv_drain(srv);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "engine/models/tp.h"
 
 #define EB_PROF_ROWS 64
 #define EB_PROF_GRAPH_STEPS 4 /* graph replays timed after the profiled step */
@@ -177,7 +178,8 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
    * embedding is read in full only when it is also the output head) */
   double w_bytes = (double)m->weight_bytes - (emb && !m->hp.tied_output ? (double)emb->nbytes : 0.0);
   double kv_tok = (double)model_kv_bytes_per_token(m);
-  double bw = copy_bw(be, o->copy_bytes);
+  /* a rank group: the bandwidth of one rank's backend (its ops table has no alloc / copy2d) */
+  double bw = copy_bw(m->tp ? tp_rank_model(m->tp, 0)->be : be, o->copy_bytes);
   fprintf(out, "model: %s, %d layers, %.3f GB weights (%.3f GB streamed per decode step), KV %.0f B/token\n",
           m->hp.arch, m->hp.n_layer, m->weight_bytes / 1e9, w_bytes / 1e9, kv_tok);
   fprintf(out, "%s copy bandwidth: %.1f GB/s (read + write, %.2f GB buffers)\n", be->ops->name, bw / 1e9,
@@ -196,8 +198,13 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   double *steps = malloc(sizeof(double) * (size_t)o->gen);
   eb_prof_t *prof = o->prof_arm && o->prof_get ? calloc((size_t)o->n_batches, sizeof *prof) : NULL;
   eb_prof_t *pprof = o->prof_arm && o->prof_get && o->n_prefill > 0 ? calloc((size_t)o->n_prefill, sizeof *pprof) : NULL;
+  /* a rank group, per batch size: [all-reduce calls per decode step, ms per step of rank
+   * 0..R-1, the median step's ms] */
+  const int R = m->tp ? tp_n_ranks(m->tp) : 0;
+  double *ar = R ? calloc((size_t)o->n_batches * (R + 2), sizeof *ar) : NULL;
+  uint64_t ar_calls0[TP_MAX_RANKS], ar_ns0[TP_MAX_RANKS], ar_calls1[TP_MAX_RANKS], ar_ns1[TP_MAX_RANKS];
   if (!x.tok || !x.pos || !x.first || !x.ntok || !x.slot || !x.outt || !x.table || !x.logits || !steps ||
-      (o->prof_arm && o->prof_get && (!prof || (o->n_prefill > 0 && !pprof)))) {
+      (o->prof_arm && o->prof_get && (!prof || (o->n_prefill > 0 && !pprof))) || (R && !ar)) {
     rc = gt_err_set(err, GT_ENOMEM, "bench buffers");
     goto done;
   }
@@ -227,6 +234,7 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     for (int s = 0; s < B && !rc; s++) rc = eb_prefill(m, &x, s, o->prompt, err); /* one step per sequence */
     double prefill_s = (gt_now_ms() - tp) / 1e3;
     long e0 = be->ops->eager_steps ? be->ops->eager_steps(be) : 0;
+    if (R) tp_comm_stats(m->tp, ar_calls0, ar_ns0);
     for (int j = 0; j < o->gen && !rc; j++) {
       double ts = gt_now_ms();
       rc = eb_decode(m, &x, B, o->prompt + j, err);
@@ -234,8 +242,15 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     }
     if (rc) break;
     long eager = be->ops->eager_steps ? be->ops->eager_steps(be) - e0 : -1;
+    if (R) { /* [calls per step, ms per step of rank 0..R-1] */
+      tp_comm_stats(m->tp, ar_calls1, ar_ns1);
+      double *a = &ar[(size_t)bi * (R + 2)];
+      a[0] = (double)(ar_calls1[0] - ar_calls0[0]) / o->gen;
+      for (int r = 0; r < R; r++) a[1 + r] = (double)(ar_ns1[r] - ar_ns0[r]) / 1e6 / o->gen;
+    }
     qsort(steps, (size_t)o->gen, sizeof(double), cmp_d);
     const double med = steps[o->gen / 2], ctx = o->prompt + o->gen / 2.0;
+    if (R) ar[(size_t)bi * (R + 2) + R + 1] = med * 1e3;
     const double bytes = w_bytes + B * ctx * kv_tok + (double)B * V * 4, roof = bw > 0 ? bytes / bw : 0;
     char ge[48] = "-";
     if (eager >= 0) snprintf(ge, sizeof ge, "%ld/%ld", (long)o->gen - eager, eager);
@@ -249,6 +264,20 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
       o->prof_arm(be);
       for (int k = 0; k <= EB_PROF_GRAPH_STEPS && !rc; k++) rc = eb_decode(m, &x, B, o->prompt + o->gen + k, err);
       p->n = o->prof_get(be, p->rows, EB_PROF_ROWS, &p->sum);
+    }
+  }
+  if (R && !rc) { /* time inside all_reduce, waiting for the slowest rank included */
+    fprintf(out, "\nall-reduce per decode step, %d ranks (ms per rank; %% of the median step):\n"
+                 "| batch | all-reduces/step | ms/step by rank | %% of step (rank 0) |\n|---|---|---|---|\n", R);
+    for (int bi = 0; bi < o->n_batches; bi++) {
+      const double *a = &ar[(size_t)bi * (R + 2)];
+      char ms[256];
+      size_t len = 0;
+      ms[0] = 0;
+      for (int r = 0; r < R && len < sizeof ms; r++)
+        len += (size_t)snprintf(ms + len, sizeof ms - len, "%s%.3f", r ? " / " : "", a[1 + r]);
+      fprintf(out, "| %d | %.0f | %s | %.1f %% |\n", o->batches[bi], a[0], ms,
+              a[R + 1] > 0 ? 100.0 * a[1] / a[R + 1] : 0.0);
     }
   }
   if (o->n_prefill > 0 && !rc) fprintf(out, "\n| prompt | prefill ms | prefill tok/s |\n|---|---|---|\n");
@@ -286,5 +315,6 @@ done:
   free(steps);
   free(prof);
   free(pprof);
+  free(ar);
   return rc;
 }

@@ -1,5 +1,6 @@
 /* engine/models/model.c — architecture registry, cache sizing and weight-loading helpers. */
 #include "engine/models/model.h"
+#include "engine/models/tp.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,8 +41,47 @@ int model_hp_float(const gguf_t *g, const char *arch, const char *suffix, float 
   return GT_OK;
 }
 
-static int weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
-                  int optional, gt_err_t *err) {
+/* Rows sel_r x columns sel_c of t (full shape rows x cols) into *out, a malloc'd host buffer of
+ * rows' x row_bytes(cols'). GT_EUNSUPPORTED naming the tensor when a column span is off the
+ * type's blocks; GT_ENOMEM. */
+static int slice_host(const gguf_tensor_t *t, const char *name, int64_t rows, int64_t cols, const model_sel_t *sel_r,
+                      const model_sel_t *sel_c, void **out, int64_t *out_rows, int64_t *out_cols, gt_err_t *err) {
+  const int64_t blk = dt_block_elems(t->type);
+  model_sel_t all_r = model_sel1(0, rows), all_c = model_sel1(0, cols);
+  if (!sel_r || sel_r->n == 0) sel_r = &all_r;
+  if (!sel_c || sel_c->n == 0) sel_c = &all_c;
+  int64_t nr = 0, nc = 0;
+  for (int i = 0; i < sel_r->n; i++) nr += sel_r->s[i].len;
+  for (int i = 0; i < sel_c->n; i++) {
+    const model_span_t *c = &sel_c->s[i];
+    if (c->start % blk || c->len % blk)
+      return gt_err_set(err, GT_EUNSUPPORTED,
+                 "tensor %s (%s, blocks of %lld) cannot be split for tensor parallelism: its columns [%lld, %lld) "
+                 "would cut a quantization block",
+                 name, dt_name(t->type), (long long)blk, (long long)c->start, (long long)(c->start + c->len));
+    nc += c->len;
+  }
+  const size_t src_rb = dt_row_bytes(t->type, cols), dst_rb = dt_row_bytes(t->type, nc);
+  char *buf = malloc(dst_rb * (size_t)nr);
+  if (!buf) return gt_err_set(err, GT_ENOMEM, "tensor %s: slice of %lld x %lld", name, (long long)nr, (long long)nc);
+  char *dst = buf;
+  for (int i = 0; i < sel_r->n; i++)
+    for (int64_t r = sel_r->s[i].start; r < sel_r->s[i].start + sel_r->s[i].len; r++) {
+      const char *row = (const char *)t->data + (size_t)r * src_rb;
+      for (int j = 0; j < sel_c->n; j++) {
+        const size_t off = dt_row_bytes(t->type, sel_c->s[j].start), n = dt_row_bytes(t->type, sel_c->s[j].len);
+        memcpy(dst, row + off, n);
+        dst += n;
+      }
+    }
+  *out_rows = nr;
+  *out_cols = nc;
+  *out = buf;
+  return GT_OK;
+}
+
+static int weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, const model_sel_t *sel_r,
+                  const model_sel_t *sel_c, be_weight_t *w, int optional, gt_err_t *err) {
   memset(w, 0, sizeof *w);
   const gguf_tensor_t *t = gguf_find_tensor(g, name);
   if (!t) return optional ? GT_OK : gt_err_set(err, GT_EFORMAT, "missing tensor %s", name);
@@ -53,21 +93,47 @@ static int weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, i
   if (!dt_computable(t->type))
     return gt_err_set(err, GT_EUNSUPPORTED, "tensor %s has type %s, which gantry cannot compute with", name,
                       dt_name(t->type));
-  int rc = be_weight_upload(m->be, w, t->type, rows, cols, t->data, err);
+  /* a selection of everything is no selection: one rank loads exactly as before */
+  if (sel_r && sel_r->n == 1 && sel_r->s[0].start == 0 && sel_r->s[0].len == rows) sel_r = NULL;
+  if (sel_c && sel_c->n == 1 && sel_c->s[0].start == 0 && sel_c->s[0].len == cols) sel_c = NULL;
+  int rc;
+  if ((sel_r && sel_r->n) || (sel_c && sel_c->n)) {
+    int64_t nr, nc;
+    void *host = NULL;
+    if ((rc = slice_host(t, name, rows, cols, sel_r, sel_c, &host, &nr, &nc, err))) return rc;
+    rc = be_weight_upload(m->be, w, t->type, nr, nc, host, err);
+    free(host);
+    if (!rc) m->weight_bytes += w->row_bytes * (size_t)w->rows;
+  } else {
+    rc = be_weight_upload(m->be, w, t->type, rows, cols, t->data, err);
+    if (!rc) m->weight_bytes += t->nbytes;
+  }
   if (rc) return gt_err_wrap(err, "tensor %s", name);
-  m->weight_bytes += t->nbytes;
   m->n_params += rows * cols;
   return GT_OK;
 }
 
 int model_weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
                  gt_err_t *err) {
-  return weight(m, g, name, rows, cols, w, 0, err);
+  return weight(m, g, name, rows, cols, NULL, NULL, w, 0, err);
 }
 
 int model_weight_opt(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols, be_weight_t *w,
                      gt_err_t *err) {
-  return weight(m, g, name, rows, cols, w, 1, err);
+  return weight(m, g, name, rows, cols, NULL, NULL, w, 1, err);
+}
+
+int model_weight_slice(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols,
+                       const model_sel_t *rows_sel, const model_sel_t *cols_sel, be_weight_t *w, gt_err_t *err) {
+  return weight(m, g, name, rows, cols, rows_sel, cols_sel, w, 0, err);
+}
+
+be_weight_t model_head_weight(const model_t *m, const be_weight_t *w) {
+  be_weight_t v = *w;
+  if (w->rows == m->sh.n_vocab) return v; /* already this rank's rows (or one rank) */
+  v.rows = m->sh.n_vocab;
+  v.data = (char *)w->data + (size_t)m->sh.vocab0 * w->row_bytes;
+  return v;
 }
 
 static int find_arch(const gguf_t *g, const model_arch_t **out, gt_err_t *err) {
@@ -135,30 +201,44 @@ void model_free(model_t *m) {
   free(m);
 }
 
-/* Per-slot state sizes of a GDN layer (hybrid models). */
-static size_t conv_dim(const model_hparams_t *hp) {
-  size_t channels = 2 * (size_t)hp->gdn_n_k * hp->gdn_d_k + (size_t)hp->gdn_n_v * hp->gdn_d_v;
+/* Per-slot state sizes of a GDN layer (hybrid models), for the rank's heads. */
+static size_t conv_dim(const model_t *m) {
+  const model_hparams_t *hp = &m->hp;
+  size_t channels = 2 * (size_t)m->sh.gdn_n_k * hp->gdn_d_k + (size_t)m->sh.gdn_n_v * hp->gdn_d_v;
   return channels * (size_t)(hp->conv_kernel > 0 ? hp->conv_kernel - 1 : 0);
 }
-static size_t ssm_dim(const model_hparams_t *hp) { return (size_t)hp->gdn_n_v * hp->gdn_d_k * hp->gdn_d_v; }
+static size_t ssm_dim(const model_t *m) { return (size_t)m->sh.gdn_n_v * m->hp.gdn_d_k * m->hp.gdn_d_v; }
 
 size_t model_kv_bytes_per_token(const model_t *m) {
-  return (size_t)m->hp.n_attn_layers * be_kv_token_bytes(m->be, m->hp.n_head_kv * m->hp.head_dim);
+  if (m->tp) return tp_kv_bytes_per_token(m->tp);
+  return (size_t)m->hp.n_attn_layers * be_kv_token_bytes(m->be, m->sh.n_head_kv * m->hp.head_dim);
 }
 
 size_t model_state_bytes_per_slot(const model_t *m) {
-  return sizeof(float) * (size_t)m->hp.n_gdn_layers * (conv_dim(&m->hp) + ssm_dim(&m->hp));
+  if (m->tp) return tp_state_bytes_per_slot(m->tp);
+  return sizeof(float) * (size_t)m->hp.n_gdn_layers * (conv_dim(m) + ssm_dim(m));
 }
 
+int model_n_ranks(const model_t *m) { return m->tp ? tp_n_ranks(m->tp) : 1; }
+const model_t *model_rank(const model_t *m, int r) { return m->tp ? tp_rank_model(m->tp, r) : m; }
+
 int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt_err_t *err) {
+  if (m->tp) {
+    int rc = tp_cache_init(m->tp, n_blocks, block_tokens, n_slots, err);
+    m->cache_bytes = 0;
+    for (int r = 0; !rc && r < tp_n_ranks(m->tp); r++) m->cache_bytes += tp_rank_model(m->tp, r)->cache_bytes;
+    return rc;
+  }
   be_t *be = m->be;
-  int rc = be->ops->kv_init(be, m->hp.n_attn_layers, n_blocks, block_tokens, m->hp.n_head_kv * m->hp.head_dim);
+  int rc = be->ops->kv_init(be, m->hp.n_attn_layers, n_blocks, block_tokens, m->sh.n_head_kv * m->hp.head_dim);
   if (!rc && m->hp.n_gdn_layers > 0)
-    rc = be->ops->state_init(be, m->hp.n_gdn_layers, n_slots, conv_dim(&m->hp), ssm_dim(&m->hp));
+    rc = be->ops->state_init(be, m->hp.n_gdn_layers, n_slots, conv_dim(m), ssm_dim(m));
   if (rc) {
     be->ops->sync(be);
     return gt_err_set(err, rc, "%s", be->err.msg);
   }
+  m->cache_bytes = (size_t)n_blocks * block_tokens * model_kv_bytes_per_token(m) +
+                   (m->hp.n_gdn_layers > 0 ? (size_t)n_slots * model_state_bytes_per_slot(m) : 0);
   return GT_OK;
 }
 
@@ -224,6 +304,8 @@ void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *
 
 int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
   if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
+  if (m->sh.n_ranks > 1 && !m->tp) /* a rank holds part of the vocabulary: only its group samples */
+    return gt_err_set(err, GT_EUNSUPPORTED, "sampling on rank %d of %d alone", m->sh.rank, m->sh.n_ranks);
   m->head_rows = rows;
   m->head_ids = ids;
   int rc = m->arch->forward(m, b, NULL, err);
@@ -232,11 +314,33 @@ int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t 
   return rc;
 }
 
+/* A rank's part of its group's sampling (model_t.head_max) for rows r0..r0+nr of dev_logits
+ * [nr, sh.n_vocab]: greedy rows through the backend's sample op (the slice's argmax) plus that
+ * one logit; other rows downloaded into the rank's columns of head_gather. */
+static int head_rank_pick(model_t *m, const float *dev_logits, int r0, int nr) {
+  be_t *be = m->be;
+  const int V = m->hp.n_vocab, Vl = m->sh.n_vocab;
+  int rc = GT_OK;
+  for (int i = 0; i < nr && !rc; i++) {
+    const int row = r0 + i;
+    const float *l = dev_logits + (size_t)i * Vl;
+    if (model_row_greedy(&m->head_rows[row])) {
+      int32_t id = 0;
+      rc = be->ops->sample(be, l, 1, Vl, &m->head_rows[row], &id);
+      if (!rc) rc = be->ops->download(be, &m->head_max[row], l + id, sizeof(float));
+      m->head_ids[row] = m->sh.vocab0 + id;
+    } else {
+      rc = be->ops->download(be, m->head_gather + (size_t)row * V + m->sh.vocab0, l, sizeof(float) * (size_t)Vl);
+    }
+  }
+  return rc;
+}
+
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
                const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err) {
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
-  const int d = m->hp.n_embd, V = m->hp.n_vocab;
+  const int d = m->hp.n_embd, V = m->hp.n_vocab, Vl = m->sh.n_vocab;
   o->add(be, x, delta, (size_t)b->n_tok * d);
   if (b->n_out == 0) return model_backend_err(be, err);
   o->gather_out(be, x, xo, d);
@@ -244,9 +348,17 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
   for (int r0 = 0; r0 < b->n_out; r0 += MODEL_HEAD_CHUNK) {
     int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
     o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
-    int rc = m->head_rows
-                 ? o->sample(be, dev_logits, nr, V, m->head_rows + r0, m->head_ids + r0)
-                 : o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);
+    int rc = GT_OK;
+    if (m->head_rows && m->sh.n_ranks > 1)
+      rc = head_rank_pick(m, dev_logits, r0, nr);
+    else if (m->head_rows)
+      rc = o->sample(be, dev_logits, nr, V, m->head_rows + r0, m->head_ids + r0);
+    else if (Vl == V)
+      rc = o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);
+    else /* vocab-parallel: this rank's columns of each row */
+      for (int i = 0; i < nr && !rc; i++)
+        rc = o->download(be, logits + (size_t)(r0 + i) * V + m->sh.vocab0, dev_logits + (size_t)i * Vl,
+                         sizeof(float) * (size_t)Vl);
     if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
   }
   return model_backend_err(be, err);

@@ -7,9 +7,10 @@
 #define GANTRY_ENGINE_MODEL_H
 
 #include "engine/backend/backend.h"
+#include "engine/models/shard.h"
 #include "format/gguf.h"
 
-typedef struct {
+typedef struct model_hparams {
   char arch[32];        /* general.architecture */
   char name[128];       /* general.name, or the file's base name */
   int n_layer;          /* {arch}.block_count */
@@ -50,10 +51,15 @@ typedef struct model_arch {
 
 struct model {
   const model_arch_t *arch;
-  model_hparams_t hp;
+  model_hparams_t hp;   /* the whole model's */
+  model_shard_t sh;     /* this rank's slice (be->rank of be->n_ranks; everything with one rank) */
   be_t *be;
+  /* a tensor-parallel group (engine/models/tp.h): the model seen by the scheduler, whose
+   * forward runs the rank models on their worker threads; NULL for a model on one backend */
+  struct tp_group *tp;
   void *arch_data;
-  size_t weight_bytes;   /* bytes of weights uploaded (this rank) */
+  size_t weight_bytes;   /* bytes of weights uploaded (this rank; a group: all ranks) */
+  size_t cache_bytes;    /* KV pool + recurrent state of the last model_cache_init (likewise) */
   int64_t n_params;      /* parameters (all ranks) */
   int max_tokens;        /* largest n_tok a forward may get (scratch sizing) */
   int max_out;           /* largest n_out */
@@ -61,6 +67,12 @@ struct model {
    * downloading logits */
   const be_sample_row_t *head_rows;
   int32_t *head_ids;
+  /* a rank of a group under the group's model_forward_sample (engine/models/tp.c): a greedy row
+   * i gives the rank's argmax (a global id, lowest on ties) in head_ids[i] and its logit in
+   * head_max[i], so only those cross; any other row writes the rank's columns of host
+   * head_gather[i, n_vocab] (the all-gather the host sampler then reads) */
+  float *head_max;
+  float *head_gather;
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -72,7 +84,12 @@ int model_read_hparams(const gguf_t *g, model_hparams_t *hp, gt_err_t *err);
 /* Allocates the paged KV pool (n_blocks of block_tokens) and n_slots recurrent-state slots
  * (hybrid only) on the model's backend. */
 int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt_err_t *err);
-/* Bytes of cache per token (all attention layers, K and V, this rank) and per state slot. */
+/* Ranks of m (1 unless m is a tensor-parallel group) and rank r's model (m itself with one
+ * rank): what per-rank reporting walks. */
+int model_n_ranks(const model_t *m);
+const model_t *model_rank(const model_t *m, int r);
+/* Bytes of cache per token (all attention layers, K and V) and per state slot: this rank's, or
+ * the sum over a group's ranks. */
 size_t model_kv_bytes_per_token(const model_t *m);
 size_t model_state_bytes_per_slot(const model_t *m);
 
@@ -92,6 +109,9 @@ int model_weight(model_t *m, const gguf_t *g, const char *name, int64_t rows, in
 /* Same, but a missing tensor leaves w zeroed and returns GT_OK. */
 int model_weight_opt(model_t *m, const gguf_t *g, const char *name, int64_t rows, int64_t cols,
                      be_weight_t *w, gt_err_t *err);
+/* The output head of this rank: rows [sh.vocab0, sh.vocab0 + sh.n_vocab) of full [vocab, d]
+ * (a view into full's memory when sliced: never freed on its own). */
+be_weight_t model_head_weight(const model_t *m, const be_weight_t *full_or_slice);
 /* Reads "{arch}.{suffix}" as an int / float; missing -> GT_EFORMAT unless a default is used. */
 int model_hp_int(const gguf_t *g, const char *arch, const char *suffix, int def, int required,
                  int *out, gt_err_t *err);
@@ -125,9 +145,13 @@ void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *
                         float *k, float *v, int n_k, int d_k, int n_v, int d_v, float eps, float q_scale, int T);
 /* Finishes a forward: x [T, d] += delta (the last layer's output); for the batch's out_tok rows,
  * logits = rmsnorm(x)·headᵀ, downloaded to host logits[n_out, n_vocab] in MODEL_HEAD_CHUNK row
- * pieces through dev_logits [MODEL_HEAD_CHUNK, n_vocab]; xo [n_out, d] is scratch. Under
+ * pieces through dev_logits [MODEL_HEAD_CHUNK, sh.n_vocab]; xo [n_out, d] is scratch. head holds
+ * the rank's vocabulary rows (sh.vocab0..): each rank writes its columns of the host rows (the
+ * ranks of a group share logits, so together they gather the whole vocabulary). Under
  * model_forward_sample (m->head_rows set) each piece is sampled on the backend into m->head_ids
  * instead and logits is not used. */
+/* sampler_pick's greedy case: temperature <= 0 or top_k == 1 */
+static inline int model_row_greedy(const be_sample_row_t *r) { return r->temperature <= 0 || r->top_k == 1; }
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
                const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err);
 

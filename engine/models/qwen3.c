@@ -2,7 +2,9 @@
  *
  * Per layer: h = rmsnorm(x); q,k,v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ; per-head RMSNorm of q and k; NeoX RoPE;
  * causal GQA attention over the paged KV cache; x += att·Woᵀ; h = rmsnorm(x);
- * x += (silu(h·Wgᵀ) * h·Wuᵀ)·Wdᵀ. Head: rmsnorm(x)·Woutᵀ (token_embd when tied). */
+ * x += (silu(h·Wgᵀ) * h·Wuᵀ)·Wdᵀ. Head: rmsnorm(x)·Woutᵀ (token_embd when tied).
+ * With tensor parallelism each rank runs this on its slice (engine/models/shard.h) and the
+ * all-reduces after the attention output and FFN down projections sum the ranks' parts. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,21 +13,24 @@
 #include "engine/models/model.h"
 
 
+/* Shapes are this rank's (engine/models/shard.h): H = sh.n_head, Hk = sh.n_head_kv,
+ * ff = sh.n_ff, Vl = sh.n_vocab; with one rank, the whole model's. */
 typedef struct {
   be_weight_t attn_norm;    /* [d] */
-  be_weight_t wq;           /* [H*hd, d] */
-  be_weight_t wk, wv;       /* [Hk*hd, d] */
+  be_weight_t wq;           /* [H*hd, d] column-parallel */
+  be_weight_t wk, wv;       /* [Hk*hd, d] column-parallel (replicated when Hk < ranks) */
   be_weight_t q_norm, k_norm; /* [hd] */
-  be_weight_t wo;           /* [d, H*hd] */
+  be_weight_t wo;           /* [d, H*hd] row-parallel */
   be_weight_t ffn_norm;     /* [d] */
-  be_weight_t w_gate, w_up; /* [ff, d] */
-  be_weight_t w_down;       /* [d, ff] */
+  be_weight_t w_gate, w_up; /* [ff, d] column-parallel */
+  be_weight_t w_down;       /* [d, ff] row-parallel */
 } q3_layer_t;
 
 typedef struct {
   be_weight_t tok_embd;    /* [vocab, d] */
   be_weight_t output_norm; /* [d] */
-  be_weight_t output;      /* [vocab, d]; data NULL when tied */
+  be_weight_t output;      /* [Vl, d] this rank's vocabulary rows; data NULL when tied */
+  be_weight_t head;        /* the head as used: output, or rows of tok_embd when tied (a view) */
   q3_layer_t *layers;      /* [n_layer] */
   /* scratch, backend memory; T = max_tokens */
   float *x;      /* [T, d] residual stream */
@@ -36,7 +41,7 @@ typedef struct {
   float *o;      /* [T, d] layer output (delta) */
   float *gate, *up; /* [T, ff] */
   float *xo;     /* [T, d] rows whose logits are wanted */
-  float *logits; /* [MODEL_HEAD_CHUNK, vocab] */
+  float *logits; /* [MODEL_HEAD_CHUNK, Vl] */
 } q3_t;
 
 static void q3_free(model_t *m) {
@@ -91,46 +96,53 @@ static int q3_hparams(model_hparams_t *hp, const gguf_t *g, gt_err_t *err) {
 
 static int q3_load(model_t *m, const gguf_t *g, gt_err_t *err) {
   int rc = q3_hparams(&m->hp, g, err);
+  if (!rc) rc = model_shard_plan(&m->hp, m->be->rank, m->be->n_ranks, &m->sh, err);
   if (rc) return rc;
   const model_hparams_t *hp = &m->hp;
+  const model_shard_t *sh = &m->sh;
   q3_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
   m->arch_data = s;
   s->layers = calloc((size_t)hp->n_layer, sizeof *s->layers);
   if (!s->layers) return gt_err_set(err, GT_ENOMEM, "out of memory");
-  const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
+  const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
+  const model_sel_t vocab = model_sel1(sh->vocab0, sh->n_vocab), heads = model_sel1(sh->head0 * hd, sh->n_head * hd),
+                    kv = model_sel1(sh->kv_head0 * hd, sh->n_head_kv * hd), ff = model_sel1(sh->ff0, sh->n_ff);
   rc = model_weight(m, g, "token_embd.weight", hp->n_vocab, d, &s->tok_embd, err);
   rc = rc ? rc : model_weight(m, g, "output_norm.weight", 1, d, &s->output_norm, err);
-  if (!rc && !hp->tied_output) rc = model_weight(m, g, "output.weight", hp->n_vocab, d, &s->output, err);
+  if (!rc && !hp->tied_output)
+    rc = model_weight_slice(m, g, "output.weight", hp->n_vocab, d, &vocab, NULL, &s->output, err);
+  if (!rc) s->head = model_head_weight(m, hp->tied_output ? &s->tok_embd : &s->output);
   for (int l = 0; !rc && l < hp->n_layer; l++) {
     q3_layer_t *L = &s->layers[l];
     char n[128];
-#define W(field, suffix, rows, cols)                            \
-  if (!rc) {                                                    \
-    snprintf(n, sizeof n, "blk.%d.%s.weight", l, suffix);       \
-    rc = model_weight(m, g, n, rows, cols, &L->field, err);     \
+#define W(field, suffix, rows, cols, rsel, csel)                                   \
+  if (!rc) {                                                                       \
+    snprintf(n, sizeof n, "blk.%d.%s.weight", l, suffix);                          \
+    rc = model_weight_slice(m, g, n, rows, cols, rsel, csel, &L->field, err);      \
   }
-    W(attn_norm, "attn_norm", 1, d);
-    W(wq, "attn_q", qd, d);
-    W(wk, "attn_k", kvd, d);
-    W(wv, "attn_v", kvd, d);
-    W(q_norm, "attn_q_norm", 1, hp->head_dim);
-    W(k_norm, "attn_k_norm", 1, hp->head_dim);
-    W(wo, "attn_output", d, qd);
-    W(ffn_norm, "ffn_norm", 1, d);
-    W(w_gate, "ffn_gate", hp->n_ff, d);
-    W(w_up, "ffn_up", hp->n_ff, d);
-    W(w_down, "ffn_down", d, hp->n_ff);
+    W(attn_norm, "attn_norm", 1, d, NULL, NULL);
+    W(wq, "attn_q", qd, d, &heads, NULL);
+    W(wk, "attn_k", kvd, d, &kv, NULL);
+    W(wv, "attn_v", kvd, d, &kv, NULL);
+    W(q_norm, "attn_q_norm", 1, hd, NULL, NULL);
+    W(k_norm, "attn_k_norm", 1, hd, NULL, NULL);
+    W(wo, "attn_output", d, qd, NULL, &heads);
+    W(ffn_norm, "ffn_norm", 1, d, NULL, NULL);
+    W(w_gate, "ffn_gate", hp->n_ff, d, &ff, NULL);
+    W(w_up, "ffn_up", hp->n_ff, d, &ff, NULL);
+    W(w_down, "ffn_down", d, hp->n_ff, NULL, &ff);
 #undef W
   }
   if (rc) return rc;
   /* scratch */
   be_t *be = m->be;
   const size_t T = (size_t)m->max_tokens;
+  const size_t qdl = (size_t)sh->n_head * hd, kvdl = (size_t)sh->n_head_kv * hd;
   struct { float **p; size_t n; } bufs[] = {
-      {&s->x, T * d},   {&s->h, T * d},   {&s->q, T * qd},  {&s->k, T * kvd},
-      {&s->v, T * kvd}, {&s->att, T * qd}, {&s->o, T * d},  {&s->gate, T * hp->n_ff},
-      {&s->up, T * hp->n_ff}, {&s->xo, T * d}, {&s->logits, (size_t)MODEL_HEAD_CHUNK * hp->n_vocab},
+      {&s->x, T * d},    {&s->h, T * d},     {&s->q, T * qdl}, {&s->k, T * kvdl},
+      {&s->v, T * kvdl}, {&s->att, T * qdl}, {&s->o, T * d},   {&s->gate, T * sh->n_ff},
+      {&s->up, T * sh->n_ff}, {&s->xo, T * d}, {&s->logits, (size_t)MODEL_HEAD_CHUNK * sh->n_vocab},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     *bufs[i].p = be->ops->alloc(be, bufs[i].n * sizeof(float));
@@ -145,7 +157,7 @@ static int q3_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
   const model_hparams_t *hp = &m->hp;
-  const int T = b->n_tok, d = hp->n_embd, H = hp->n_head, Hk = hp->n_head_kv, hd = hp->head_dim;
+  const int T = b->n_tok, d = hp->n_embd, H = m->sh.n_head, Hk = m->sh.n_head_kv, hd = hp->head_dim;
   const float eps = hp->rms_eps;
   if (T <= 0 || T > m->max_tokens || b->n_out < 0 || b->n_out > T)
     return gt_err_set(err, GT_EINVAL, "batch of %d tokens / %d outputs (max %d tokens)", T, b->n_out, m->max_tokens);
@@ -168,8 +180,7 @@ static int q3_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t *
     o->add_rmsnorm(be, s->x, s->o, &L->ffn_norm, s->h, T, d, eps); /* x += attention output */
     model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   }
-  return model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, hp->tied_output ? &s->tok_embd : &s->output,
-                    logits, err);
+  return model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, &s->head, logits, err);
 }
 
 const model_arch_t model_arch_qwen3 = {"qwen3", q3_load, q3_free, q3_forward, q3_hparams};

@@ -18,6 +18,11 @@
  * per value head S = S*exp(g); S += k ⊗ beta (v - Sᵀk); o = Sᵀq; o = rmsnorm(o)·ssm_norm *
  * silu(h·Wzᵀ) per head; x += o·Woutᵀ. Each sequence keeps its conv and S state in its slot.
  *
+ * Tensor parallelism: each rank runs this on its slice (engine/models/shard.h): its attention
+ * heads, its GDN key heads with the value heads that use them (kept in the tiled order locally,
+ * so the ops need nothing new), its FFN features and its vocabulary rows; the all-reduces after
+ * the mixer and FFN outputs sum the ranks' parts. Shapes below are the rank's.
+ *
  * MTP (nextn) blocks, when the file has them ({arch}.nextn_predict_layers > 0, blocks right after
  * the main stack, counted in block_count or not), are loaded and counted (hp.n_nextn), not run. */
 #include <math.h>
@@ -65,7 +70,8 @@ typedef struct {
 typedef struct {
   be_weight_t tok_embd;    /* [vocab, d] */
   be_weight_t output_norm; /* [d] */
-  be_weight_t output;      /* [vocab, d]; data NULL when tied */
+  be_weight_t output;      /* [Vl, d] this rank's vocabulary rows; data NULL when tied */
+  be_weight_t head;        /* the head as used: output, or rows of tok_embd when tied (a view) */
   q35_layer_t *layers;     /* [n_layer] */
   q35_mtp_t *mtp;          /* [n_nextn] */
   /* scratch, backend memory; T = max_tokens */
@@ -195,38 +201,55 @@ static int read_hparams(model_t *m, const gguf_t *g, gt_err_t *err) {
   return GT_OK;
 }
 
-/* Loads blk.<b>.<suffix>, appending ".weight" unless the suffix is ssm_a or ends in ".bias". */
+/* blk.<b>.<suffix>, with ".weight" appended unless the suffix is ssm_a or ends in ".bias". */
+static void blk_name(char *n, size_t cap, int b, const char *suffix) {
+  const size_t len = strlen(suffix);
+  if (strcmp(suffix, "ssm_a") == 0 || (len > 5 && strcmp(suffix + len - 5, ".bias") == 0))
+    snprintf(n, cap, "blk.%d.%s", b, suffix);
+  else
+    snprintf(n, cap, "blk.%d.%s.weight", b, suffix);
+}
+
+/* Loads tensor blk_name(b, suffix). */
 static int lw(model_t *m, const gguf_t *g, int b, const char *suffix, int64_t rows, int64_t cols, be_weight_t *w,
               int optional, gt_err_t *err) {
   char n[160];
-  const size_t len = strlen(suffix);
-  if (strcmp(suffix, "ssm_a") == 0 || (len > 5 && strcmp(suffix + len - 5, ".bias") == 0))
-    snprintf(n, sizeof n, "blk.%d.%s", b, suffix);
-  else
-    snprintf(n, sizeof n, "blk.%d.%s.weight", b, suffix);
+  blk_name(n, sizeof n, b, suffix);
   return optional ? model_weight_opt(m, g, n, rows, cols, w, err) : model_weight(m, g, n, rows, cols, w, err);
+}
+
+/* lw of a slice (engine/models/shard.h): rows rsel x columns csel, NULL: all. */
+static int lws(model_t *m, const gguf_t *g, int b, const char *suffix, int64_t rows, int64_t cols,
+               const model_sel_t *rsel, const model_sel_t *csel, be_weight_t *w, gt_err_t *err) {
+  char n[160];
+  blk_name(n, sizeof n, b, suffix);
+  return model_weight_slice(m, g, n, rows, cols, rsel, csel, w, err);
 }
 
 static int load_attn(model_t *m, const gguf_t *g, int b, q35_layer_t *L, gt_err_t *err) {
   const model_hparams_t *hp = &m->hp;
-  const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-  int rc = lw(m, g, b, "attn_q", 2 * qd, d, &L->wq, 0, err);
-  rc = rc ? rc : lw(m, g, b, "attn_k", kvd, d, &L->wk, 0, err);
-  rc = rc ? rc : lw(m, g, b, "attn_v", kvd, d, &L->wv, 0, err);
+  const model_shard_t *sh = &m->sh;
+  const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
+  const model_sel_t qg = model_sel1(sh->head0 * 2 * hd, sh->n_head * 2 * hd), /* per head [q | gate] */
+      heads = model_sel1(sh->head0 * hd, sh->n_head * hd), kv = model_sel1(sh->kv_head0 * hd, sh->n_head_kv * hd);
+  int rc = lws(m, g, b, "attn_q", 2 * qd, d, &qg, NULL, &L->wq, err);
+  rc = rc ? rc : lws(m, g, b, "attn_k", kvd, d, &kv, NULL, &L->wk, err);
+  rc = rc ? rc : lws(m, g, b, "attn_v", kvd, d, &kv, NULL, &L->wv, err);
   rc = rc ? rc : lw(m, g, b, "attn_q_norm", 1, hp->head_dim, &L->q_norm, 0, err);
   rc = rc ? rc : lw(m, g, b, "attn_k_norm", 1, hp->head_dim, &L->k_norm, 0, err);
-  rc = rc ? rc : lw(m, g, b, "attn_output", d, qd, &L->wo, 0, err);
+  rc = rc ? rc : lws(m, g, b, "attn_output", d, qd, NULL, &heads, &L->wo, err);
   return rc;
 }
 
 static int load_common(model_t *m, const gguf_t *g, int b, q35_layer_t *L, gt_err_t *err) {
   const model_hparams_t *hp = &m->hp;
   const int64_t d = hp->n_embd;
+  const model_sel_t ff = model_sel1(m->sh.ff0, m->sh.n_ff);
   int rc = lw(m, g, b, "attn_norm", 1, d, &L->attn_norm, 0, err);
   rc = rc ? rc : lw(m, g, b, "post_attention_norm", 1, d, &L->post_norm, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ffn_gate", hp->n_ff, d, &L->w_gate, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ffn_up", hp->n_ff, d, &L->w_up, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ffn_down", d, hp->n_ff, &L->w_down, 0, err);
+  rc = rc ? rc : lws(m, g, b, "ffn_gate", hp->n_ff, d, &ff, NULL, &L->w_gate, err);
+  rc = rc ? rc : lws(m, g, b, "ffn_up", hp->n_ff, d, &ff, NULL, &L->w_up, err);
+  rc = rc ? rc : lws(m, g, b, "ffn_down", d, hp->n_ff, NULL, &ff, &L->w_down, err);
   return rc;
 }
 
@@ -234,15 +257,22 @@ static int load_gdn(model_t *m, const gguf_t *g, int b, q35_layer_t *L, gt_err_t
   const model_hparams_t *hp = &m->hp;
   const int64_t d = hp->n_embd, nv = hp->gdn_n_v, vd = (int64_t)hp->gdn_n_v * hp->gdn_d_v;
   const int64_t C = 2 * (int64_t)hp->gdn_n_k * hp->gdn_d_k + vd;
-  int rc = lw(m, g, b, "attn_qkv", C, d, &L->wqkv, 0, err);
-  rc = rc ? rc : lw(m, g, b, "attn_gate", vd, d, &L->wz, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ssm_alpha", nv, d, &L->w_alpha, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ssm_beta", nv, d, &L->w_beta, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ssm_a", 1, nv, &L->ssm_a, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ssm_dt.bias", 1, nv, &L->dt_bias, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ssm_conv1d", C, hp->conv_kernel, &L->conv, 0, err);
+  /* the rank's key heads and the value heads that use them (tiled order): qkv rows and conv
+   * channels, value features (z gate rows, out-projection columns), per-head vectors */
+  model_sel_t qkv, vfeat = {0}, vhead = {0};
+  if (model_shard_gdn_qkv(&m->sh, hp->gdn_n_k, hp->gdn_d_k, hp->gdn_n_v, hp->gdn_d_v, &qkv) ||
+      model_shard_gdn_v(&m->sh, hp->gdn_n_k, hp->gdn_n_v, hp->gdn_d_v, 0, &vfeat) ||
+      model_shard_gdn_v(&m->sh, hp->gdn_n_k, hp->gdn_n_v, 1, 0, &vhead))
+    return gt_err_set(err, GT_EUNSUPPORTED, "tensor parallelism: GDN value heads of layer %d are too scattered", b);
+  int rc = lws(m, g, b, "attn_qkv", C, d, &qkv, NULL, &L->wqkv, err);
+  rc = rc ? rc : lws(m, g, b, "attn_gate", vd, d, &vfeat, NULL, &L->wz, err);
+  rc = rc ? rc : lws(m, g, b, "ssm_alpha", nv, d, &vhead, NULL, &L->w_alpha, err);
+  rc = rc ? rc : lws(m, g, b, "ssm_beta", nv, d, &vhead, NULL, &L->w_beta, err);
+  rc = rc ? rc : lws(m, g, b, "ssm_a", 1, nv, NULL, &vhead, &L->ssm_a, err);
+  rc = rc ? rc : lws(m, g, b, "ssm_dt.bias", 1, nv, NULL, &vhead, &L->dt_bias, err);
+  rc = rc ? rc : lws(m, g, b, "ssm_conv1d", C, hp->conv_kernel, &qkv, NULL, &L->conv, err);
   rc = rc ? rc : lw(m, g, b, "ssm_norm", 1, hp->gdn_d_v, &L->ssm_norm, 0, err);
-  rc = rc ? rc : lw(m, g, b, "ssm_out", d, vd, &L->ssm_out, 0, err);
+  rc = rc ? rc : lws(m, g, b, "ssm_out", d, vd, NULL, &vfeat, &L->ssm_out, err);
   if (rc) return rc;
   /* the GDN ops compute these in fp32 from the weight memory directly */
   const be_weight_t *f32[] = {&L->ssm_a, &L->dt_bias, &L->conv, &L->ssm_norm};
@@ -280,10 +310,10 @@ static int load_mtp(model_t *m, const gguf_t *g, q35_t *s, gt_err_t *err) {
 
 static int q35_load(model_t *m, const gguf_t *g, gt_err_t *err) {
   int rc = read_hparams(m, g, err);
+  if (!rc) rc = model_shard_plan(&m->hp, m->be->rank, m->be->n_ranks, &m->sh, err);
   if (rc) return rc;
   const model_hparams_t *hp = &m->hp;
-  if (m->be->n_ranks != 1)
-    return gt_err_set(err, GT_EUNSUPPORTED, "qwen35: tensor parallelism (%d ranks) not implemented yet", m->be->n_ranks);
+  const model_shard_t *sh = &m->sh;
   q35_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
   m->arch_data = s;
@@ -292,7 +322,10 @@ static int q35_load(model_t *m, const gguf_t *g, gt_err_t *err) {
   const int64_t d = hp->n_embd;
   rc = model_weight(m, g, "token_embd.weight", hp->n_vocab, d, &s->tok_embd, err);
   rc = rc ? rc : model_weight(m, g, "output_norm.weight", 1, d, &s->output_norm, err);
-  if (!rc && !hp->tied_output) rc = model_weight(m, g, "output.weight", hp->n_vocab, d, &s->output, err);
+  const model_sel_t vocab = model_sel1(sh->vocab0, sh->n_vocab);
+  if (!rc && !hp->tied_output)
+    rc = model_weight_slice(m, g, "output.weight", hp->n_vocab, d, &vocab, NULL, &s->output, err);
+  if (!rc) s->head = model_head_weight(m, hp->tied_output ? &s->tok_embd : &s->output);
   int n_attn = 0, n_gdn = 0;
   for (int l = 0; !rc && l < hp->n_layer; l++) {
     q35_layer_t *L = &s->layers[l];
@@ -307,19 +340,19 @@ static int q35_load(model_t *m, const gguf_t *g, gt_err_t *err) {
   /* scratch */
   be_t *be = m->be;
   const size_t T = (size_t)m->max_tokens;
-  const size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
-  const size_t kd = (size_t)hp->gdn_n_k * hp->gdn_d_k, vd = (size_t)hp->gdn_n_v * hp->gdn_d_v, C = 2 * kd + vd;
+  const size_t qd = (size_t)sh->n_head * hp->head_dim, kvd = (size_t)sh->n_head_kv * hp->head_dim;
+  const size_t kd = (size_t)sh->gdn_n_k * hp->gdn_d_k, vd = (size_t)sh->gdn_n_v * hp->gdn_d_v, C = 2 * kd + vd;
   const int A = hp->n_attn_layers > 0, G = hp->n_gdn_layers > 0;
   struct {
     float **p;
     size_t n;
   } bufs[] = {
-      {&s->x, T * d},          {&s->h, T * d},           {&s->o, T * d},         {&s->gate, T * hp->n_ff},
-      {&s->up, T * hp->n_ff},  {&s->qg, A * T * 2 * qd}, {&s->q, A * T * qd},    {&s->ag, A * T * qd},
+      {&s->x, T * d},          {&s->h, T * d},           {&s->o, T * d},         {&s->gate, T * sh->n_ff},
+      {&s->up, T * sh->n_ff},  {&s->qg, A * T * 2 * qd}, {&s->q, A * T * qd},    {&s->ag, A * T * qd},
       {&s->k, A * T * kvd},    {&s->v, A * T * kvd},     {&s->att, A * T * qd},  {&s->mixed, G * T * C},
       {&s->conv, G * T * C},   {&s->gq, G * T * kd},     {&s->gk, G * T * kd},   {&s->gv, G * T * vd},
-      {&s->gz, G * T * vd},    {&s->go, G * T * vd},     {&s->galpha, G * T * hp->gdn_n_v},
-      {&s->gbeta, G * T * hp->gdn_n_v}, {&s->xo, T * d}, {&s->logits, (size_t)MODEL_HEAD_CHUNK * hp->n_vocab},
+      {&s->gz, G * T * vd},    {&s->go, G * T * vd},     {&s->galpha, G * T * sh->gdn_n_v},
+      {&s->gbeta, G * T * sh->gdn_n_v}, {&s->xo, T * d}, {&s->logits, (size_t)MODEL_HEAD_CHUNK * sh->n_vocab},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     if (bufs[i].n == 0) continue;
@@ -336,7 +369,7 @@ static void attn_mixer(model_t *m, const q35_layer_t *L, int T) {
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
   const model_hparams_t *hp = &m->hp;
-  const int H = hp->n_head, Hk = hp->n_head_kv, hd = hp->head_dim;
+  const int H = m->sh.n_head, Hk = m->sh.n_head_kv, hd = hp->head_dim;
   const float eps = hp->rms_eps;
   const be_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
   float *const qkv[3] = {s->qg, s->k, s->v};
@@ -357,7 +390,7 @@ static void gdn_mixer(model_t *m, const q35_layer_t *L, int T) {
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
   const model_hparams_t *hp = &m->hp;
-  const int nk = hp->gdn_n_k, nv = hp->gdn_n_v, dk = hp->gdn_d_k, dv = hp->gdn_d_v;
+  const int nk = m->sh.gdn_n_k, nv = m->sh.gdn_n_v, dk = hp->gdn_d_k, dv = hp->gdn_d_v;
   const be_weight_t *win[4] = {&L->wqkv, &L->wz, &L->w_alpha, &L->w_beta};
   float *const outs[4] = {s->mixed, s->gz, s->galpha, s->gbeta};
   model_matmul_multi(be, 4, win, s->h, outs, T);
@@ -398,8 +431,7 @@ static int q35_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t 
     o->add_rmsnorm(be, s->x, s->o, &L->post_norm, s->h, T, d, eps); /* x += mixer output */
     model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   }
-  return model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, hp->tied_output ? &s->tok_embd : &s->output,
-                    logits, err);
+  return model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, &s->head, logits, err);
 }
 
 const model_arch_t model_arch_qwen35 = {"qwen35", q35_load, q35_free, q35_forward};

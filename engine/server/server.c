@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/strbuf.h"
 #include "engine/chat/prompt.h"
+#include "engine/models/tp.h"
 #include "engine/server/server_convert.h"
 #include "engine/server/server_metrics.h"
 #include "grpc/health/v1/health.pb-c.h"
@@ -74,6 +75,8 @@ struct srv {
   uint64_t kicks;
   int stop;
   uint64_t seed_counter;
+  void (*on_fatal)(void *ud, const char *why);
+  void *fatal_ud;
   /* Generate calls waiting for the prep thread (validation, rendering, tokenization, submit),
    * so that long prompts never hold up the completion-queue thread */
   struct prep *prep_head, *prep_tail;
@@ -161,6 +164,12 @@ static void on_event(void *ud, const sched_event_t *ev) {
                 u ? u->cached_tokens : 0, u ? u->ttft_ms : 0.0, t - l->t_arrival);
     if (gt_rpc_call_is_cancelled(l->call)) {
       gt_rpc_call_finish(l->call, GT_RPC_CANCELLED, "cancelled");
+    } else if (ev->finish == SCHED_FINISH_ERROR && s->model->tp && tp_failed(s->model->tp)) {
+      /* the engine cannot go on (this thread runs the group): a status, not a final, so that
+       * the caller sees the engine is gone rather than one request failing */
+      char msg[600];
+      snprintf(msg, sizeof msg, "the engine failed: tensor-parallel %s", ev->error ? ev->error : "rank failure");
+      gt_rpc_call_finish(l->call, GT_RPC_UNAVAILABLE, msg);
     } else {
       gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
       if (r) r->final->index = (uint32_t)index;
@@ -190,6 +199,15 @@ static void *sched_main(void *arg) {
     s->iter_tokens = 0;
     int rc = sched_step(s->sched, &err);
     if (rc < 0) GT_LOG_ERROR("scheduler step failed: %s", err.msg);
+    if (rc < 0 && s->model->tp && tp_failed(s->model->tp)) {
+      /* the group refuses every later step: stop serving (the step's requests ended with ERROR) */
+      GT_LOG_ERROR("engine failed: a tensor-parallel rank failed; not serving any more");
+      pthread_mutex_lock(&s->mu);
+      s->state = SRV_FAILED;
+      pthread_mutex_unlock(&s->mu);
+      if (s->on_fatal) s->on_fatal(s->fatal_ud, err.msg);
+      break;
+    }
     if (rc > 0) {
       if (s->iter_tokens > 0) gt_metric_observe(s->met.iter_tokens, s->iter_tokens);
       continue;
@@ -225,7 +243,9 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
   srv_state_t st = get_state(s);
   if (st != SRV_READY) {
     gt_metric_inc(s->met.rejected_unavailable, 1);
-    gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, st == SRV_LOADING ? "the engine is loading its model" : "the engine is draining");
+    gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, st == SRV_LOADING  ? "the engine is loading its model"
+                                                 : st == SRV_FAILED ? "the engine failed (a tensor-parallel rank failed)"
+                                                                    : "the engine is draining");
     return;
   }
   prep_t *p = malloc(sizeof *p);
@@ -490,7 +510,7 @@ static void on_info(void *user, gt_rpc_call_t *call) {
 static int http_probe(void *ud, const char *path, char *msg, size_t n) {
   srv_t *s = ud;
   srv_state_t st = get_state(s);
-  const char *word = st == SRV_LOADING ? "loading" : st == SRV_READY ? "ready" : "draining";
+  const char *word = st == SRV_LOADING ? "loading" : st == SRV_READY ? "ready" : st == SRV_FAILED ? "failed" : "draining";
   if (!strcmp(path, "/health")) {
     snprintf(msg, n, "ok");
     return 200;
@@ -630,6 +650,8 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
   pthread_cond_init(&s->cv, NULL);
   pthread_cond_init(&s->prep_cv, NULL);
   s->state = SRV_LOADING;
+  s->on_fatal = o->on_fatal;
+  s->fatal_ud = o->fatal_ud;
   if (pthread_create(&s->prep_th, NULL, prep_main, s)) {
     srv_free(s, 0);
     return gt_err_set(err, GT_EINTERNAL, "cannot start the request preparation thread");
@@ -670,6 +692,7 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
                const srv_model_info_t *info, gt_err_t *err) {
   int rc = sched_create(m, tok, cfg, &s->sched, err);
   if (rc) return rc;
+  srv_metrics_ranks(&s->met, m);
   s->tok = tok;
   s->model = m;
   gt_err_t ferr = {0};

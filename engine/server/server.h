@@ -28,11 +28,17 @@
 
 typedef struct srv srv_t;
 
-typedef enum { SRV_LOADING = 1, SRV_READY = 2, SRV_DRAINING = 3 } srv_state_t;
+/* SRV_FAILED: the model cannot run any more (a tensor-parallel rank failed, engine/models/tp.h):
+ * running requests ended with an error, Generate is UNAVAILABLE, grpc.health NOT_SERVING (the
+ * gantry Health says DRAINING); the process should exit non-zero (srv_opts_t.on_fatal). */
+typedef enum { SRV_LOADING = 1, SRV_READY = 2, SRV_DRAINING = 3, SRV_FAILED = 4 } srv_state_t;
 
 typedef struct {
   const char *listen;       /* "HOST:PORT" ("127.0.0.1:0": a free port) */
   gt_metrics_t *metrics;    /* registry for gantry_engine_* (borrowed; may be NULL) */
+  /* optional: called once, on the scheduler thread, when the engine turns SRV_FAILED */
+  void (*on_fatal)(void *ud, const char *why);
+  void *fatal_ud;
 } srv_opts_t;
 
 /* Starts the gRPC service in LOADING. *port receives the bound port. */

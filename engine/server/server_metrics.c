@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "engine/server/server_convert.h"
 
 static const double lat_s[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -48,6 +49,27 @@ void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
   m->iter_tokens = gt_metrics_add(reg, H, "gantry_engine_iteration_tokens", "Tokens sampled per scheduler step.", NULL, tok_n, N(tok_n));
   m->prompt_len = gt_metrics_add(reg, H, "gantry_engine_request_prompt_tokens", "Prompt length of finished requests.", NULL, tok_n, N(tok_n));
   m->gen_len = gt_metrics_add(reg, H, "gantry_engine_request_generation_tokens", "Generated tokens of finished requests.", NULL, tok_n, N(tok_n));
+}
+
+void srv_metrics_ranks(srv_metrics_t *m, const model_t *model) {
+  const int n = model_n_ranks(model);
+  for (int r = 0; r < n; r++) {
+    const model_t *rm = model_rank(model, r);
+    const model_shard_t *sh = &rm->sh;
+    GT_LOG_INFO("rank=%d ranks=%d backend=%s weights_mib=%.1f kv_cache_mib=%.1f heads=%d kv_heads=%d ffn=%d "
+                "gdn_heads=%d/%d vocab=[%d,%d)",
+                r, n, rm->be->ops->name, rm->weight_bytes / 1048576.0, rm->cache_bytes / 1048576.0, sh->n_head,
+                sh->n_head_kv, sh->n_ff, sh->gdn_n_k, sh->gdn_n_v, sh->vocab0, sh->vocab0 + sh->n_vocab);
+    if (!m->reg) continue;
+    static const char *help = "Memory a rank holds, by kind: weights, kv_cache (KV pool and recurrent state).";
+    char lab[64];
+    snprintf(lab, sizeof lab, "rank=\"%d\",kind=\"weights\"", r);
+    gt_metric_set(gt_metrics_add(m->reg, GT_METRIC_GAUGE, "gantry_engine_memory_bytes", help, lab, NULL, 0),
+                  (double)rm->weight_bytes);
+    snprintf(lab, sizeof lab, "rank=\"%d\",kind=\"kv_cache\"", r);
+    gt_metric_set(gt_metrics_add(m->reg, GT_METRIC_GAUGE, "gantry_engine_memory_bytes", help, lab, NULL, 0),
+                  (double)rm->cache_bytes);
+  }
 }
 
 void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {

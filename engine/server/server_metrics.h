@@ -18,6 +18,10 @@ typedef struct {
 
 /* Registers every series in reg (may be NULL). */
 void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg);
+/* Registers and sets gantry_engine_memory_bytes{rank="r",kind="weights"|"kv_cache"} for each
+ * rank of model (one rank: rank="0"; kv_cache = KV pool + recurrent state, after the cache was
+ * made) and logs one line per rank. */
+void srv_metrics_ranks(srv_metrics_t *m, const model_t *model);
 /* Refreshes gauges and scheduler-owned counters from a stats snapshot. */
 void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st);
 /* Records a finished request (u may be NULL); e2e_s: arrival to the final event. */

@@ -3,7 +3,9 @@
 # (ENGINE_KIND=real: `gantry-engine serve` on the CPU with tests/golden/qwen3-tiny.bf16.gguf;
 # fake: the scripted gantry-fake-engine) and gantry-router, then runs the node tests against
 # them (the official `openai` package and @grpc/grpc-js). $GANTRY_ENGINE_SERVE overrides the
-# engine program (e.g. a Release engine with an ASan router). Exit 77 = skipped (no node, no
+# engine program (e.g. a Release engine with an ASan router). $GANTRY_ENGINE_TP=N serves with
+# `--tp N` (CPU ranks) and exports GANTRY_TP_EXPECT, the greedy text of tp.test.mjs's prompt from
+# `gantry-engine generate` with one rank, for tp.test.mjs to compare. Exit 77 = skipped (no node, no
 # node_modules and no network, no `serve` command), which ctest reports as "Skipped".
 set -u
 KIND=${1:-fake}; shift || true
@@ -62,6 +64,12 @@ if [ "$KIND" = real ]; then
   if [ -n "${GANTRY_ENGINE_SERVE:-}" ]; then SERVE=("$GANTRY_ENGINE_SERVE")
   else SERVE=("$BIN/gantry-engine" serve); fi
   GGUF=${GANTRY_E2E_MODEL:-$SRC/tests/golden/qwen3-tiny.bf16.gguf}
+  if [ -n "${GANTRY_ENGINE_TP:-}" ]; then
+    SERVE+=(--tp "$GANTRY_ENGINE_TP")
+    GANTRY_TP_EXPECT=$("$BIN/gantry-engine" generate --model "$GGUF" --prompt "The quick brown fox" --max-tokens 8 \
+      --temperature 0 --ignore-eos --threads 1) || { echo "generate (one rank) failed"; exit 1; }
+    export GANTRY_TP_EXPECT
+  fi
   for i in 1 2 3 4 5; do
     EPORT=$((20000 + RANDOM % 40000)); MPORT=$((20000 + RANDOM % 40000))
     "${SERVE[@]}" --model "$GGUF" --listen "127.0.0.1:$EPORT" --metrics-port "$MPORT" >"$TMP/engine.log" 2>&1 &

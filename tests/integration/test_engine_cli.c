@@ -161,6 +161,60 @@ static void test_errors(void **st) {
   expect_error(args, "--prefill-precision must be exact or fast");
 }
 
+/* --tp: generate and eval over two CPU ranks give what one rank gives; bench prints the
+ * all-reduce table; unsplittable shapes, CUDA ranks and bad --tp / --devices get one clear error */
+static void test_tp(void **st) {
+  char bin[1024], tiny[1024], demo[1024]; /* tu_bin / tu_golden return a static buffer */
+  snprintf(bin, sizeof bin, "%s", tu_bin("gantry-engine"));
+  snprintf(tiny, sizeof tiny, "%s", tu_golden("qwen3-tiny.bf16.gguf"));
+  snprintf(demo, sizeof demo, "%s", tu_golden("demo/gantry-demo-code-22m.Q4_K_M.gguf"));
+  char *one = NULL, *two = NULL;
+  assert_int_equal(run(&one, "%s generate --model %s --prompt 'The quick brown fox' --max-tokens 12 --temperature 0 "
+                             "--ignore-eos --threads 1 2>/dev/null", bin, tiny), 0);
+  assert_int_equal(run(&two, "%s generate --model %s --prompt 'The quick brown fox' --max-tokens 12 --temperature 0 "
+                             "--ignore-eos --threads 2 --tp 2 2>/dev/null", bin, tiny), 0);
+  assert_true(strlen(one) > 1);
+  assert_string_equal(one, two);
+  free(one);
+  free(two);
+  char p1[512], p2[512];
+  snprintf(p1, sizeof p1, "%s/tp1.f32", tmpdir);
+  snprintf(p2, sizeof p2, "%s/tp4.f32", tmpdir);
+  assert_int_equal(run(NULL, "%s eval --model %s --ids 5,6,7,8,9,10 --logits-out %s --threads 1 2>/dev/null", bin,
+                       tiny, p1), 0);
+  assert_int_equal(run(NULL, "%s eval --model %s --ids 5,6,7,8,9,10 --logits-out %s --threads 1 --tp 4 2>/dev/null",
+                       bin, tiny, p2), 0);
+  size_t l1 = 0, l2 = 0;
+  float *a = tu_read_file(p1, &l1), *b = tu_read_file(p2, &l2);
+  assert_int_equal(l1, sizeof(float) * 6 * 1024);
+  assert_int_equal(l2, l1);
+  double e = tu_max_row_rel_err(b, a, 6, 1024);
+  printf("eval --tp 4 vs one rank: max_rel_err %.3e\n", e);
+  assert_true(e <= 1e-5);
+  free(a);
+  free(b);
+  char *out = NULL;
+  int rc = run(&out, "%s bench --model %s --batch 1 --prompt 16 --gen 4 --threads 2 --tp 2 2>&1", bin, tiny);
+  printf("%s", out);
+  assert_int_equal(rc, 0);
+  assert_non_null(strstr(out, "all-reduce per decode step, 2 ranks"));
+  assert_non_null(strstr(out, "\n| 1 | 8 | ")); /* 4 layers x 2 all-reduces */
+  free(out);
+  char args[4096];
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --tp 4", demo);
+  expect_error(args, "tensor blk.0.attn_output.weight (Q4_K, blocks of 256) cannot be split");
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --tp 3", tiny);
+  expect_error(args, "4 attention heads cannot be split over 3 ranks");
+  snprintf(args, sizeof args, "serve --model %s --tp 2 --device cuda --metrics-port -1 --listen 127.0.0.1:0", tiny);
+  expect_error_lines(args, "tensor parallelism on CUDA needs the NCCL communicator", 0); /* after the log */
+  snprintf(args, sizeof args, "bench --model %s --tp 0", tiny);
+  expect_error(args, "--tp expects an integer in [1, 16]");
+  snprintf(args, sizeof args, "eval --model %s --ids 1 --logits-out %s/x.f32 --tp 2 --devices 0,1", tiny, tmpdir);
+  expect_error(args, "--devices names CUDA devices");
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --device cuda --tp 2 --devices 0", tiny);
+  expect_error(args, "--devices lists 1 devices for --tp 2");
+}
+
 /* --kv-dtype bf16 on the CPU backend: fp32 pools holding bf16-rounded K/V (the GPU's values).
  * The run generates its tokens (stats on stderr), and greedy decoding of this prompt keeps the
  * fp32 pool's text (stdout; bf16 K/V are within the model's tolerance here); a type the backend
@@ -193,6 +247,7 @@ int main(void) {
       cmocka_unit_test(test_mkmodel_qwen3_tiny), cmocka_unit_test(test_mkmodel_qwen35_tiny),
       cmocka_unit_test(test_demo_writes_python), cmocka_unit_test(test_eval_matches_golden),
       cmocka_unit_test(test_errors), cmocka_unit_test(test_bench),     cmocka_unit_test(test_kv_dtype),
+      cmocka_unit_test(test_tp),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

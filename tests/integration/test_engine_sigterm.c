@@ -1,6 +1,7 @@
 /* tests/integration/test_engine_sigterm.c — the real serve binary: start-up line, /metrics,
- * SIGTERM drain (a running stream completes, new calls get UNAVAILABLE, exit 0), and exit
- * code 2 when the KV pool cannot hold one full-context sequence. */
+ * SIGTERM drain (a running stream completes, new calls get UNAVAILABLE, exit 0) with one rank
+ * and with --tp 2 (per-rank log line and memory metric), exit code 2 when the KV pool cannot
+ * hold one full-context sequence, and exit code 1 after a tensor-parallel rank failed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -103,11 +104,11 @@ static int wait_exit(pid_t pid) {
   return -1;
 }
 
-static void test_sigterm_drains(void **state) {
-  (void)state;
+/* tp: "1" or "2" (--tp: the ranks must drain too, and log and report their memory) */
+static void sigterm_drains(const char *tp) {
   proc_t p;
   const char *extra[] = {"--metrics-port", "0", "--max-model-len", "1024", "--max-num-seqs", "4", "--drain-timeout", "60",
-                         "--served-model-name", "tiny \"q\"", NULL};
+                         "--served-model-name", "tiny \"q\"", "--tp", tp, NULL};
   spawn_serve(&p, extra);
   wait_ready(&p);
   char *body = efx_http_get(p.metrics_port, "/metrics");
@@ -116,6 +117,9 @@ static void test_sigterm_drains(void **state) {
   assert_non_null(strstr(body, "gantry_engine_requests_running{model_name=\"tiny \\\"q\\\"\"} 0"));
   assert_non_null(strstr(body, "gantry_engine_request_success_total{model_name=\"tiny \\\"q\\\"\",finished_reason=\"stop\"} 0"));
   assert_null(strstr(body, "\ngantry_engine_requests_waiting 0"));
+  char want[128];
+  snprintf(want, sizeof want, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"kv_cache\"}", atoi(tp) - 1);
+  assert_non_null(strstr(body, want));
   free(body);
 
   efx_t f = {0};
@@ -171,13 +175,60 @@ static void test_sigterm_drains(void **state) {
   ec_close(f.ec);
   assert_int_equal(wait_exit(p.pid), 0);
   char *log = read_all(p.err_fd, 1000);
-  static const char *keys[] = {"model=", "architecture=qwen3", "weight_types=", "parameters=2886400", "kv_pool_tokens=",
-                               "max_concurrency_full_context=", "memory_used=", "max_num_seqs=4", "listening grpc=",
-                               "draining", "shutdown complete"};
+  char rank_line[64];
+  snprintf(rank_line, sizeof rank_line, "rank=%d ranks=%s backend=cpu weights_mib=", atoi(tp) - 1, tp);
+  const char *keys[] = {"model=", "architecture=qwen3", "weight_types=", "parameters=2886400", "kv_pool_tokens=",
+                        "max_concurrency_full_context=", "memory_used=", "max_num_seqs=4", "listening grpc=",
+                        "draining", "shutdown complete", rank_line};
   for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
     if (!strstr(log, keys[i])) print_message("missing '%s' in:\n%s\n", keys[i], log);
     assert_non_null(strstr(log, keys[i]));
   }
+  free(log);
+  close(p.out_fd);
+  close(p.err_fd);
+}
+
+static void test_sigterm_drains(void **state) {
+  (void)state;
+  sigterm_drains("1");
+}
+
+static void test_sigterm_drains_tp2(void **state) {
+  (void)state;
+  sigterm_drains("2");
+}
+
+/* --tp 2 with rank 1 failing on its third forward (GANTRY_TEST_TP_FAIL, a test hook of
+ * cli_load_model): the running stream ends UNAVAILABLE naming the rank and serve exits 1. */
+static void test_rank_failure_exits(void **state) {
+  (void)state;
+  setenv("GANTRY_TEST_TP_FAIL", "1:2", 1);
+  proc_t p;
+  const char *extra[] = {"--metrics-port", "-1", "--max-model-len", "1024", "--tp", "2", NULL};
+  spawn_serve(&p, extra);
+  unsetenv("GANTRY_TEST_TP_FAIL");
+  wait_ready(&p);
+  efx_t f = {0};
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", p.grpc_port);
+  gt_err_t err = {0};
+  assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
+  int32_t ids[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  reqb_t b;
+  reqb_tokens(&b, ids, 12, 50);
+  coll_t c;
+  coll_init(&c);
+  assert_int_equal(coll_start(&f, &c, &b.req, 60000), 0);
+  assert_true(coll_wait_done(&c, 60000));
+  print_message("stream: %d '%s' after %d tokens\n", (int)c.st.code, c.st.message, c.n_ids);
+  assert_int_equal(c.st.code, GT_RPC_UNAVAILABLE);
+  assert_non_null(strstr(c.st.message, "rank 1"));
+  coll_destroy(&c);
+  ec_close(f.ec);
+  assert_int_equal(wait_exit(p.pid), 1);
+  char *log = read_all(p.err_fd, 1000);
+  assert_non_null(strstr(log, "exiting: the engine failed"));
   free(log);
   close(p.out_fd);
   close(p.err_fd);
@@ -205,6 +256,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_not_enough_memory),
       cmocka_unit_test(test_sigterm_drains),
+      cmocka_unit_test(test_sigterm_drains_tp2),
+      cmocka_unit_test(test_rank_failure_exits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,47 @@
+/* engine/backend/comm.h — the communicator the ranks of one tensor-parallel group share.
+ *
+ * A backend gets its communicator at creation (be_cpu_create_rank; the CUDA backend will take
+ * the NCCL one, engine/backend/comm_nccl.h) and its all_reduce op goes through it. One
+ * communicator serves n_ranks ranks, each calling from its own worker thread; every rank makes
+ * the same collective calls in the same order (same step, same model code).
+ *
+ * Contract of every implementation
+ * - all_reduce(c, rank, x, n): x[n] (the rank's backend memory, fp32) becomes the sum over all
+ *   ranks of their x[n]; every rank gets bit-identical values, and the same inputs give the same
+ *   result on every call (a fixed summation order). Blocks until every rank has contributed.
+ *   GT_OK, or GT_ECANCELLED once the communicator was aborted (then x is unspecified).
+ * - abort(c): any thread; every rank waiting in a collective (now or later) returns
+ *   GT_ECANCELLED. A rank that fails calls it so that the others never wait for it forever.
+ * - destroy(c): after every rank has stopped using it. */
+#ifndef GANTRY_ENGINE_COMM_H
+#define GANTRY_ENGINE_COMM_H
+
+#include <stddef.h>
+
+#include "common/err.h"
+
+typedef struct be_comm be_comm_t;
+
+typedef struct be_comm_ops {
+  const char *name; /* "cpu", "nccl" */
+  int (*all_reduce)(be_comm_t *c, int rank, float *x, size_t n);
+  void (*abort)(be_comm_t *c);
+  void (*destroy)(be_comm_t *c);
+} be_comm_ops_t;
+
+struct be_comm {
+  const be_comm_ops_t *ops;
+  int n_ranks;
+};
+
+/* In-process communicator for n_ranks (1..BE_COMM_MAX_RANKS) CPU ranks (threads of one
+ * process, host memory): the sum of element i is ((x_0[i] + x_1[i]) + x_2[i]) + ... in rank
+ * order, each rank computing 1/n of the elements, then every rank copies the whole result. */
+#define BE_COMM_MAX_RANKS 64
+int be_comm_cpu_create(int n_ranks, be_comm_t **out, gt_err_t *err);
+
+static inline void be_comm_destroy(be_comm_t *c) {
+  if (c) c->ops->destroy(c);
+}
+
+#endif

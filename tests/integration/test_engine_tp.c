@@ -1,0 +1,179 @@
+/* tests/integration/test_engine_tp.c — the Engine service over a tensor-parallel rank group (two
+ * CPU ranks, engine/models/tp.h) through a real gRPC client:
+ * - a greedy request streams the same tokens as the same request on a one-rank engine, and
+ *   /metrics gives each rank's weights and KV pool (gantry_engine_memory_bytes{rank=...});
+ * - when a rank fails mid-request (tp_fail_rank_at), the running request ends with a clear
+ *   UNAVAILABLE status naming the rank, the engine turns FAILED (grpc.health NOT_SERVING, /ready 503,
+ *   Generate UNAVAILABLE) and srv_opts_t.on_fatal is called once (serve then exits non-zero). */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "engine/backend/comm.h"
+#include "engine/models/tp.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "tests/common/testutil.h"
+#include "tests/integration/engine_fixture.h"
+
+#define MODEL "qwen3-tiny.bf16.gguf"
+#define WAIT_MS 60000
+
+/* on_fatal runs on the scheduler thread after the step that failed (the stream may end first) */
+static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fatal_cv = PTHREAD_COND_INITIALIZER;
+static int n_fatal;
+static char fatal_why[512];
+static void on_fatal(void *ud, const char *why) {
+  (void)ud;
+  pthread_mutex_lock(&fatal_mu);
+  n_fatal++;
+  snprintf(fatal_why, sizeof fatal_why, "%s", why);
+  pthread_cond_broadcast(&fatal_cv);
+  pthread_mutex_unlock(&fatal_mu);
+}
+
+/* Waits (bounded) for the first on_fatal; returns how many there were. */
+static int wait_fatal(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += WAIT_MS / 1000;
+  pthread_mutex_lock(&fatal_mu);
+  while (n_fatal == 0 && pthread_cond_timedwait(&fatal_cv, &fatal_mu, &ts) == 0) {
+  }
+  int n = n_fatal;
+  pthread_mutex_unlock(&fatal_mu);
+  return n;
+}
+
+/* efx_start with the model loaded over n_ranks CPU ranks (efx_stop frees it). */
+static void start_tp(efx_t *f, int n_ranks, const sched_config_t *cfg) {
+  memset(f, 0, sizeof *f);
+  gt_err_t err = {0};
+  be_comm_t *comm;
+  int rc = gguf_open(tu_golden(MODEL), &f->g, &err);
+  if (!rc) rc = be_comm_cpu_create(n_ranks, &comm, &err);
+  if (!rc) rc = tp_load(f->g, comm, tp_cpu_backend, NULL, cfg->max_batch_tokens, &f->m, &f->be, &err);
+  if (!rc) rc = tok_load(f->g, &f->tok, &err);
+  if (!rc && !(f->reg = gt_metrics_create())) rc = GT_ENOMEM;
+  if (!rc)
+    rc = srv_create(&(srv_opts_t){.listen = "127.0.0.1:0", .metrics = f->reg, .on_fatal = on_fatal}, &f->srv,
+                    &f->port, &err);
+  if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.version = "test"}, &err);
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", f->port);
+  if (!rc) rc = ec_open(target, NULL, &f->ec, &err);
+  if (rc) fail_msg("start_tp: %s", err.msg);
+}
+
+static void run(efx_t *f, const int32_t *ids, int n, int max_tokens, coll_t *c) {
+  reqb_t b;
+  reqb_tokens(&b, ids, n, max_tokens);
+  coll_init(c);
+  assert_int_equal(coll_start(f, c, &b.req, WAIT_MS), 0);
+  assert_true(coll_wait_done(c, WAIT_MS));
+}
+
+static int grpc_health(efx_t *f) {
+  Grpc__Health__V1__HealthCheckRequest hq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  ProtobufCMessage *hr = NULL;
+  gt_rpc_status_t hs;
+  assert_int_equal(gt_rpc_client_unary(ec_rpc(f->ec), "/grpc.health.v1.Health/Check", &hq.base,
+                                       &grpc__health__v1__health_check_response__descriptor, 5000, NULL, 0, &hr, &hs),
+                   GT_RPC_OK);
+  int st = ((Grpc__Health__V1__HealthCheckResponse *)hr)->status;
+  protobuf_c_message_free_unpacked(hr, NULL);
+  return st;
+}
+
+static void test_tp2_serves_like_one_rank(void **state) {
+  (void)state;
+  sched_config_t cfg = {.max_num_seqs = 4, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
+  int32_t ids[30];
+  for (int i = 0; i < 30; i++) ids[i] = (int32_t)(1 + (i * 37 + 5) % 900);
+  efx_t one;
+  assert_int_equal(efx_start(&one, MODEL, &cfg), 0);
+  coll_t c1;
+  run(&one, ids, 30, 10, &c1);
+  assert_int_equal(c1.st.code, GT_RPC_OK);
+  assert_int_equal(c1.n_ids, 10);
+  int32_t want[10];
+  memcpy(want, c1.ids, sizeof want);
+  coll_destroy(&c1);
+  efx_stop(&one);
+
+  efx_t f;
+  start_tp(&f, 2, &cfg);
+  coll_t c2;
+  run(&f, ids, 30, 10, &c2);
+  assert_int_equal(c2.st.code, GT_RPC_OK);
+  assert_int_equal(c2.n_ids, 10);
+  assert_memory_equal(c2.ids, want, sizeof want);
+  coll_destroy(&c2);
+  assert_int_equal(grpc_health(&f), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  /* per-rank memory: each rank holds part of the weights and half the KV pool (2 of 4 KV heads) */
+  char *text = NULL;
+  size_t len = 0;
+  gt_err_t err = {0};
+  assert_int_equal(gt_metrics_render(f.reg, &text, &len, &err), 0);
+  for (int r = 0; r < 2; r++) {
+    const model_t *rm = tp_rank_model(f.m->tp, r);
+    char want_w[160], want_kv[160];
+    snprintf(want_w, sizeof want_w, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"weights\"} %zu", r, rm->weight_bytes);
+    snprintf(want_kv, sizeof want_kv, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"kv_cache\"} %zu", r,
+             rm->cache_bytes);
+    assert_non_null(strstr(text, want_w));
+    assert_non_null(strstr(text, want_kv));
+    assert_true(rm->weight_bytes < f.m->weight_bytes);
+    /* 64 blocks x 16 tokens x 4 layers x K and V x 1 KV head x 64 dims x fp32 */
+    assert_int_equal(rm->cache_bytes, (size_t)64 * 16 * 4 * 2 * 64 * 4);
+  }
+  free(text);
+  efx_stop(&f);
+}
+
+static void test_rank_failure(void **state) {
+  (void)state;
+  sched_config_t cfg = {.max_num_seqs = 4, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
+  int32_t ids[20];
+  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
+  efx_t f;
+  start_tp(&f, 2, &cfg);
+  n_fatal = 0;
+  /* rank 1 fails on its third forward: the prompt step and one decode step run first */
+  tp_fail_rank_at(f.m->tp, 1, 2);
+  coll_t c;
+  run(&f, ids, 20, 50, &c);
+  assert_int_equal(wait_fatal(), 1);
+  print_message("status %d: %s (after %d tokens); fatal: %s\n", (int)c.st.code, c.st.message, c.n_ids, fatal_why);
+  assert_int_equal(c.st.code, GT_RPC_UNAVAILABLE);
+  assert_int_equal(c.n_ids, 2);
+  assert_non_null(strstr(c.st.message, "rank 1"));
+  assert_non_null(strstr(c.st.message, "injected failure"));
+  coll_destroy(&c);
+  assert_non_null(strstr(fatal_why, "rank 1"));
+  assert_int_equal(srv_state(f.srv), SRV_FAILED);
+  assert_int_equal(grpc_health(&f), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  /* later requests are refused at once */
+  coll_t c3;
+  run(&f, ids, 20, 4, &c3);
+  assert_int_equal(c3.st.code, GT_RPC_UNAVAILABLE);
+  assert_non_null(strstr(c3.st.message, "failed"));
+  coll_destroy(&c3);
+  efx_stop(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tp2_serves_like_one_rank),
+      cmocka_unit_test(test_rank_failure),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
