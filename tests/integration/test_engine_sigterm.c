@@ -118,7 +118,8 @@ static void sigterm_drains(const char *tp) {
   assert_non_null(strstr(body, "gantry_engine_request_success_total{model_name=\"tiny \\\"q\\\"\",finished_reason=\"stop\"} 0"));
   assert_null(strstr(body, "\ngantry_engine_requests_waiting 0"));
   char want[128];
-  snprintf(want, sizeof want, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"kv_cache\"}", atoi(tp) - 1);
+  snprintf(want, sizeof want, "gantry_engine_memory_bytes{model_name=\"tiny \\\"q\\\"\",rank=\"%d\",kind=\"kv_cache\"}",
+           atoi(tp) - 1);
   assert_non_null(strstr(body, want));
   free(body);
 

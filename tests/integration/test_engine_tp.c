@@ -126,8 +126,9 @@ static void test_tp2_serves_like_one_rank(void **state) {
   for (int r = 0; r < 2; r++) {
     const model_t *rm = tp_rank_model(f.m->tp, r);
     char want_w[160], want_kv[160];
-    snprintf(want_w, sizeof want_w, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"weights\"} %zu", r, rm->weight_bytes);
-    snprintf(want_kv, sizeof want_kv, "gantry_engine_memory_bytes{rank=\"%d\",kind=\"kv_cache\"} %zu", r,
+    /* after the registry's model_name label */
+    snprintf(want_w, sizeof want_w, "\",rank=\"%d\",kind=\"weights\"} %zu", r, rm->weight_bytes);
+    snprintf(want_kv, sizeof want_kv, "\",rank=\"%d\",kind=\"kv_cache\"} %zu", r,
              rm->cache_bytes);
     assert_non_null(strstr(text, want_w));
     assert_non_null(strstr(text, want_kv));
