@@ -63,6 +63,10 @@ static void fail(rq_t *q, int status, const char *type, const char *code, int re
     snprintf(ev.err.param, sizeof ev.err.param, "logit_bias");
   /* ... and n against its max_num_seqs and KV pool ("n must ...", "n = 4 choices ...") */
   if (status == 400 && !strncmp(ev.err.message, "n ", 2)) snprintf(ev.err.param, sizeof ev.err.param, "n");
+  /* ... and compiles the output constraint: its errors start with the param it came from */
+  const Gantry__V1__Constraint *k = q->gen ? q->gen->constraint : NULL;
+  if (status == 400 && k && k->param[0] && !strncmp(ev.err.message, k->param, strlen(k->param)))
+    snprintf(ev.err.param, sizeof ev.err.param, "%s", k->param);
   q->cb(q->sink, &ev);
 }
 

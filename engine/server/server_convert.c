@@ -64,6 +64,12 @@ int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err) {
     return gt_err_set(err, GT_EINVAL, "min_tokens (%u) must not exceed max_tokens (%u)", r->min_tokens, r->max_tokens);
   for (size_t i = 0; i < r->n_stop; i++)
     if (!r->stop[i][0]) return gt_err_set(err, GT_EINVAL, "stop[%zu] is empty", i);
+  if (r->constraint) {
+    if ((rc = unknown(&r->constraint->base, "GenerateRequest.constraint", err))) return rc;
+    const char *p = r->constraint->param[0] ? r->constraint->param : "constraint";
+    /* until the engine compiles grammars: refused, never ignored */
+    return gt_err_set(err, GT_EINVAL, "%s: constrained decoding is not available in this engine", p);
+  }
   return GT_OK;
 }
 
