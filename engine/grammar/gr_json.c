@@ -1,0 +1,578 @@
+/* engine/grammar/gr_json.c — JSON grammars: JSON schema (the subset in grammar.h), any JSON
+ * object, and guided choice (alternation of literals). Rules follow llama.cpp's
+ * json-schema-to-grammar: properties in schema order, optional ones skippable without
+ * dangling commas, bounded whitespace. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/grammar/gr_internal.h"
+
+#define JS_MAX_DEPTH 128 /* schema nesting (not output nesting: $ref recursion is unbounded) */
+
+typedef struct {
+  json_t *node;
+  int32_t rule;
+} js_memo_t;
+
+typedef struct {
+  gr_builder_t *b;
+  json_t *root;
+  gt_err_t *err;
+  int rc;                     /* first error, sticky */
+  js_memo_t *memo;
+  size_t n_memo, cap_memo;
+  int32_t ws, comma, chr, str, num, integer, boolean, null, value, object, array;
+} js_t;
+
+static int32_t js_fail(js_t *j, int code, const char *fmt, const char *arg) {
+  if (j->rc == GT_OK) j->rc = gt_err_set(j->err, code, fmt, arg);
+  return -1;
+}
+
+static void js_init(js_t *j, gr_builder_t *b, gt_err_t *err) {
+  memset(j, 0, sizeof *j);
+  j->b = b;
+  j->err = err;
+  j->ws = j->comma = j->chr = j->str = j->num = j->integer = j->boolean = j->null = -1;
+  j->value = j->object = j->array = -1;
+}
+
+/* ------------------------------------------------------------ shared primitive rules */
+
+/* ws ::= "" | " " | "\n" [ \t]{0,20} */
+static int32_t js_ws(js_t *j) {
+  if (j->ws >= 0) return j->ws;
+  gr_builder_t *b = j->b;
+  int32_t ind1 = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, ind1);
+  gr_set_t sp = {{0}};
+  sp.w[' ' >> 5] |= 1u << (' ' & 31);
+  sp.w['\t' >> 5] |= 1u << ('\t' & 31);
+  gr_b_set(b, s, &sp);
+  int32_t ind = gr_b_repeat(b, ind1, 0, 20);
+  j->ws = gr_b_rule(b);
+  gr_b_alt(b, j->ws);
+  gr_b_lit(b, gr_b_alt(b, j->ws), " ", 1);
+  s = gr_b_alt(b, j->ws);
+  gr_b_lit(b, s, "\n", 1);
+  gr_b_ref(b, s, ind);
+  return j->ws;
+}
+
+/* "," ws */
+static int32_t js_comma(js_t *j) {
+  if (j->comma >= 0) return j->comma;
+  int32_t ws = js_ws(j);
+  j->comma = gr_b_rule(j->b);
+  gr_seq_t *s = gr_b_alt(j->b, j->comma);
+  gr_b_lit(j->b, s, ",", 1);
+  gr_b_ref(j->b, s, ws);
+  return j->comma;
+}
+
+/* one character inside a JSON string: unescaped UTF-8 (no '"', '\\', controls) or an escape */
+static int32_t js_char(js_t *j) {
+  if (j->chr >= 0) return j->chr;
+  gr_builder_t *b = j->b;
+  gr_range_t rg[3] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}};
+  int32_t plain = gr_b_utf8_class(b, rg, 3);
+  j->chr = gr_b_rule(b);
+  gr_b_ref(b, gr_b_alt(b, j->chr), plain);
+  gr_seq_t *s = gr_b_alt(b, j->chr);
+  gr_b_lit(b, s, "\\", 1);
+  gr_set_t esc = {{0}};
+  for (const char *p = "\"\\/bfnrt"; *p; p++) esc.w[(unsigned char)*p >> 5] |= 1u << (*p & 31);
+  gr_b_set(b, s, &esc);
+  s = gr_b_alt(b, j->chr);
+  gr_b_lit(b, s, "\\u", 2);
+  gr_set_t hex = {{0}};
+  for (const char *p = "0123456789abcdefABCDEF"; *p; p++) hex.w[(unsigned char)*p >> 5] |= 1u << (*p & 31);
+  for (int i = 0; i < 4; i++) gr_b_set(b, s, &hex);
+  return j->chr;
+}
+
+static int32_t js_string_len(js_t *j, int min, int max) {
+  int32_t c = js_char(j);
+  int32_t body = (min == 0 && max < 0) ? gr_b_star(j->b, c) : gr_b_repeat(j->b, c, min, max);
+  int32_t r = gr_b_rule(j->b);
+  gr_seq_t *s = gr_b_alt(j->b, r);
+  gr_b_lit(j->b, s, "\"", 1);
+  gr_b_ref(j->b, s, body);
+  gr_b_lit(j->b, s, "\"", 1);
+  return r;
+}
+
+static int32_t js_string(js_t *j) {
+  if (j->str < 0) j->str = js_string_len(j, 0, -1);
+  return j->str;
+}
+
+/* [0-9]{min,max} */
+static int32_t js_digits(js_t *j, unsigned lo, int min, int max) {
+  int32_t d = gr_b_rule(j->b);
+  gr_b_byte_range(j->b, gr_b_alt(j->b, d), lo, '9');
+  return gr_b_repeat(j->b, d, min, max);
+}
+
+/* "-"? ("0" | [1-9][0-9]{0,15}) */
+static int32_t js_int_part(js_t *j) {
+  gr_builder_t *b = j->b;
+  int32_t nz = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, nz);
+  gr_b_byte_range(b, s, '1', '9');
+  gr_b_ref(b, s, js_digits(j, '0', 0, 15));
+  int32_t mag = gr_b_rule(b);
+  gr_b_lit(b, gr_b_alt(b, mag), "0", 1);
+  gr_b_ref(b, gr_b_alt(b, mag), nz);
+  int32_t r = gr_b_rule(b);
+  gr_b_ref(b, gr_b_alt(b, r), mag);
+  s = gr_b_alt(b, r);
+  gr_b_lit(b, s, "-", 1);
+  gr_b_ref(b, s, mag);
+  return r;
+}
+
+static int32_t js_integer(js_t *j) {
+  if (j->integer < 0) j->integer = js_int_part(j);
+  return j->integer;
+}
+
+/* int ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?: every value fits a double */
+static int32_t js_number(js_t *j) {
+  if (j->num >= 0) return j->num;
+  gr_builder_t *b = j->b;
+  int32_t frac = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, frac);
+  gr_b_lit(b, s, ".", 1);
+  gr_b_ref(b, s, js_digits(j, '0', 1, 16));
+  int32_t sign = gr_b_rule(b);
+  gr_b_alt(b, sign);
+  gr_b_lit(b, gr_b_alt(b, sign), "-", 1);
+  gr_b_lit(b, gr_b_alt(b, sign), "+", 1);
+  int32_t exp = gr_b_rule(b);
+  s = gr_b_alt(b, exp);
+  gr_set_t e = {{0}};
+  e.w['e' >> 5] |= 1u << ('e' & 31);
+  e.w['E' >> 5] |= 1u << ('E' & 31);
+  gr_b_set(b, s, &e);
+  gr_b_ref(b, s, sign);
+  gr_b_ref(b, s, js_digits(j, '0', 1, 2));
+  j->num = gr_b_rule(b);
+  s = gr_b_alt(b, j->num);
+  gr_b_ref(b, s, js_integer(j));
+  gr_b_ref(b, s, gr_b_opt(b, frac));
+  gr_b_ref(b, s, gr_b_opt(b, exp));
+  return j->num;
+}
+
+static int32_t js_boolean(js_t *j) {
+  if (j->boolean >= 0) return j->boolean;
+  j->boolean = gr_b_rule(j->b);
+  gr_b_lit(j->b, gr_b_alt(j->b, j->boolean), "true", 4);
+  gr_b_lit(j->b, gr_b_alt(j->b, j->boolean), "false", 5);
+  return j->boolean;
+}
+
+static int32_t js_null(js_t *j) {
+  if (j->null < 0) j->null = gr_b_lit_rule(j->b, "null", 4);
+  return j->null;
+}
+
+/* "[" ws (item ws ("," ws item ws){min-1,max-1})? "]" */
+static int32_t js_array_of(js_t *j, int32_t item, int min, int max) {
+  gr_builder_t *b = j->b;
+  int32_t iw = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, iw);
+  gr_b_ref(b, s, item);
+  gr_b_ref(b, s, js_ws(j));
+  int32_t list = gr_b_list(b, iw, js_comma(j), min, max);
+  int32_t r = gr_b_rule(b);
+  s = gr_b_alt(b, r);
+  gr_b_lit(b, s, "[", 1);
+  gr_b_ref(b, s, js_ws(j));
+  gr_b_ref(b, s, list);
+  gr_b_lit(b, s, "]", 1);
+  return r;
+}
+
+/* "{" ws (string ws ":" ws value ws ("," ws ...)*)? "}" */
+static int32_t js_map_of(js_t *j, int32_t value) {
+  gr_builder_t *b = j->b;
+  int32_t mem = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, mem);
+  gr_b_ref(b, s, js_string(j));
+  gr_b_ref(b, s, js_ws(j));
+  gr_b_lit(b, s, ":", 1);
+  gr_b_ref(b, s, js_ws(j));
+  gr_b_ref(b, s, value);
+  gr_b_ref(b, s, js_ws(j));
+  int32_t list = gr_b_list(b, mem, js_comma(j), 0, -1);
+  int32_t r = gr_b_rule(b);
+  s = gr_b_alt(b, r);
+  gr_b_lit(b, s, "{", 1);
+  gr_b_ref(b, s, js_ws(j));
+  gr_b_ref(b, s, list);
+  gr_b_lit(b, s, "}", 1);
+  return r;
+}
+
+/* any JSON value; the object and array rules refer back to it */
+static int32_t js_value(js_t *j) {
+  if (j->value >= 0) return j->value;
+  gr_builder_t *b = j->b;
+  j->value = gr_b_rule(b);
+  j->object = js_map_of(j, j->value);
+  j->array = js_array_of(j, j->value, 0, -1);
+  int32_t parts[] = {j->object, j->array, js_string(j), js_number(j), js_boolean(j), js_null(j)};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) gr_b_ref(b, gr_b_alt(b, j->value), parts[i]);
+  return j->value;
+}
+
+static int32_t js_any_object(js_t *j) {
+  js_value(j);
+  return j->object;
+}
+
+/* ------------------------------------------------------------ schemas */
+
+static int32_t js_gen(js_t *j, json_t *schema, int depth);
+
+/* the JSON text of v, compact, as a literal rule */
+static int32_t js_literal(js_t *j, json_t *v) {
+  char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!txt) return js_fail(j, GT_ENOMEM, "json schema: %s", "out of memory");
+  int32_t r = gr_b_lit_rule(j->b, txt, strlen(txt));
+  free(txt);
+  return r;
+}
+
+/* Resolves a local "#/a/b" JSON pointer against the root schema; NULL if absent. */
+static json_t *js_resolve(js_t *j, const char *ref) {
+  if (ref[0] != '#') return NULL;
+  json_t *cur = j->root;
+  const char *p = ref + 1;
+  if (*p == 0) return cur;
+  if (*p != '/') return NULL;
+  char tok[256];
+  while (*p == '/') {
+    p++;
+    size_t n = 0;
+    while (*p && *p != '/') {
+      char c = *p++;
+      if (c == '~' && *p == '0') { c = '~'; p++; }
+      else if (c == '~' && *p == '1') { c = '/'; p++; }
+      if (n + 1 >= sizeof tok) return NULL;
+      tok[n++] = c;
+    }
+    tok[n] = 0;
+    if (json_is_object(cur)) {
+      cur = json_object_get(cur, tok);
+    } else if (json_is_array(cur)) {
+      char *end;
+      long i = strtol(tok, &end, 10);
+      cur = (*end || n == 0 || i < 0) ? NULL : json_array_get(cur, (size_t)i);
+    } else {
+      cur = NULL;
+    }
+    if (!cur) return NULL;
+  }
+  return cur;
+}
+
+/* An integer keyword in [0, GR_MAX_REPEAT] (or absent: def); -2 after an error. */
+static int js_bound(js_t *j, json_t *schema, const char *key, int def) {
+  json_t *v = json_object_get(schema, key);
+  if (!v) return def;
+  if (!json_is_integer(v) || json_integer_value(v) < 0) {
+    js_fail(j, GT_EINVAL, "json schema: %s must be a non-negative integer", key);
+    return -2;
+  }
+  if (json_integer_value(v) > GR_MAX_REPEAT) {
+    js_fail(j, GT_ERANGE, "json schema: %s over the supported limit of 1024", key);
+    return -2;
+  }
+  return (int)json_integer_value(v);
+}
+
+typedef struct {
+  const char *name;
+  json_t *schema;
+  int required;
+  int32_t kv;  /* "name" ws ":" ws value ws */
+} js_prop_t;
+
+/* An object with known properties (in schema order). With A_i = what may follow once some
+ * property was written and B_i = what may follow when none was yet:
+ *   A_i ::= "," ws kv_i A_{i+1}            (required)  | ("," ws kv_i)? A_{i+1} (optional)
+ *   B_i ::= kv_i A_{i+1}                   (required)  | kv_i A_{i+1} | B_{i+1}   (optional)
+ * and "{" ws B_1 "}". */
+static int32_t js_object_props(js_t *j, js_prop_t *p, size_t n) {
+  gr_builder_t *b = j->b;
+  int32_t a_next = gr_b_rule(b), b_next = gr_b_rule(b);
+  gr_b_alt(b, a_next); /* A_{n+1} = B_{n+1} = "" */
+  gr_b_alt(b, b_next);
+  for (size_t k = n; k-- > 0;) {
+    int32_t a = gr_b_rule(b), bb = gr_b_rule(b);
+    gr_seq_t *s = gr_b_alt(b, a);
+    gr_b_ref(b, s, js_comma(j));
+    gr_b_ref(b, s, p[k].kv);
+    gr_b_ref(b, s, a_next);
+    if (!p[k].required) gr_b_ref(b, gr_b_alt(b, a), a_next);
+    s = gr_b_alt(b, bb);
+    gr_b_ref(b, s, p[k].kv);
+    gr_b_ref(b, s, a_next);
+    if (!p[k].required) gr_b_ref(b, gr_b_alt(b, bb), b_next);
+    a_next = a;
+    b_next = bb;
+  }
+  int32_t r = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_lit(b, s, "{", 1);
+  gr_b_ref(b, s, js_ws(j));
+  gr_b_ref(b, s, b_next);
+  gr_b_lit(b, s, "}", 1);
+  return r;
+}
+
+static int32_t js_object(js_t *j, json_t *schema, int depth) {
+  json_t *props = json_object_get(schema, "properties");
+  json_t *req = json_object_get(schema, "required");
+  json_t *addl = json_object_get(schema, "additionalProperties");
+  if (props && !json_is_object(props)) return js_fail(j, GT_EINVAL, "json schema: %s must be an object", "properties");
+  if (req && !json_is_array(req)) return js_fail(j, GT_EINVAL, "json schema: %s must be an array", "required");
+  if (addl && !json_is_boolean(addl) && !json_is_object(addl))
+    return js_fail(j, GT_EINVAL, "json schema: %s must be a boolean or a schema", "additionalProperties");
+  size_t n_props = props ? json_object_size(props) : 0;
+  if (n_props == 0 && json_array_size(req) == 0) {
+    if (!addl || json_is_true(addl)) return js_any_object(j);
+    if (json_is_false(addl)) return gr_b_lit_rule(j->b, "{}", 2);
+    int32_t v = js_gen(j, addl, depth + 1);
+    return v < 0 ? -1 : js_map_of(j, v);
+  }
+  size_t n = n_props + json_array_size(req);
+  js_prop_t *p = calloc(n ? n : 1, sizeof *p);
+  if (!p) return js_fail(j, GT_ENOMEM, "json schema: %s", "out of memory");
+  size_t k = 0;
+  const char *key;
+  json_t *sub;
+  json_object_foreach(props, key, sub) p[k++] = (js_prop_t){key, sub, 0, -1};
+  for (size_t i = 0; i < json_array_size(req); i++) {
+    json_t *r = json_array_get(req, i);
+    if (!json_is_string(r)) {
+      free(p);
+      return js_fail(j, GT_EINVAL, "json schema: %s must hold strings", "required");
+    }
+    size_t q = 0;
+    while (q < k && strcmp(p[q].name, json_string_value(r)) != 0) q++;
+    if (q == k) { /* required but not described: any value, unless additionalProperties forbids it */
+      if (json_is_false(addl)) {
+        j->rc = gt_err_set(j->err, GT_EINVAL,
+                           "json schema: required property \"%s\" is not in properties and additionalProperties is false",
+                           json_string_value(r));
+        free(p);
+        return -1;
+      }
+      p[k++] = (js_prop_t){json_string_value(r), addl && json_is_object(addl) ? addl : json_true(), 0, -1};
+    }
+    p[q].required = 1;
+  }
+  for (size_t i = 0; i < k && j->rc == GT_OK; i++) {
+    int32_t v = js_gen(j, p[i].schema, depth + 1);
+    if (v < 0) break;
+    json_t *name = json_string(p[i].name);
+    int32_t kname = name ? js_literal(j, name) : js_fail(j, GT_ENOMEM, "json schema: %s", "out of memory");
+    json_decref(name);
+    if (kname < 0) break;
+    gr_builder_t *b = j->b;
+    p[i].kv = gr_b_rule(b);
+    gr_seq_t *s = gr_b_alt(b, p[i].kv);
+    gr_b_ref(b, s, kname);
+    gr_b_ref(b, s, js_ws(j));
+    gr_b_lit(b, s, ":", 1);
+    gr_b_ref(b, s, js_ws(j));
+    gr_b_ref(b, s, v);
+    gr_b_ref(b, s, js_ws(j));
+  }
+  int32_t r = j->rc == GT_OK ? js_object_props(j, p, k) : -1;
+  free(p);
+  return r;
+}
+
+static int32_t js_array(js_t *j, json_t *schema, int depth) {
+  json_t *items = json_object_get(schema, "items");
+  int min = js_bound(j, schema, "minItems", 0);
+  int max = js_bound(j, schema, "maxItems", -1);
+  if (min == -2 || max == -2) return -1;
+  if (max >= 0 && max < min) return js_fail(j, GT_EINVAL, "json schema: %s is less than minItems", "maxItems");
+  if (items && !json_is_object(items) && !json_is_boolean(items))
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported keyword \"%s\" (only a single items schema)", "items");
+  int32_t it = items ? js_gen(j, items, depth + 1) : js_value(j);
+  return it < 0 ? -1 : js_array_of(j, it, min, max);
+}
+
+static int32_t js_type(js_t *j, json_t *schema, const char *t, int depth) {
+  if (!strcmp(t, "string")) {
+    int min = js_bound(j, schema, "minLength", 0), max = js_bound(j, schema, "maxLength", -1);
+    if (min == -2 || max == -2) return -1;
+    if (max >= 0 && max < min) return js_fail(j, GT_EINVAL, "json schema: %s is less than minLength", "maxLength");
+    return (min == 0 && max < 0) ? js_string(j) : js_string_len(j, min, max);
+  }
+  if (!strcmp(t, "number")) return js_number(j);
+  if (!strcmp(t, "integer")) return js_integer(j);
+  if (!strcmp(t, "boolean")) return js_boolean(j);
+  if (!strcmp(t, "null")) return js_null(j);
+  if (!strcmp(t, "object")) return js_object(j, schema, depth);
+  if (!strcmp(t, "array")) return js_array(j, schema, depth);
+  return js_fail(j, GT_EINVAL, "json schema: unknown type \"%s\"", t);
+}
+
+/* keywords that carry no constraint */
+static const char *const js_annotations[] = {
+  "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+  "readOnly", "writeOnly", "$defs", "definitions", NULL};
+/* keywords handled here */
+static const char *const js_keywords[] = {
+  "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
+  "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", NULL};
+
+static int in_list(const char *const *l, const char *k) {
+  for (; *l; l++)
+    if (!strcmp(*l, k)) return 1;
+  return 0;
+}
+
+static int32_t js_alternation(js_t *j, json_t *list, const char *kw, int depth, int literals) {
+  if (!json_is_array(list) || json_array_size(list) == 0)
+    return js_fail(j, GT_EINVAL, "json schema: %s must be a non-empty array", kw);
+  int32_t r = gr_b_rule(j->b);
+  for (size_t i = 0; i < json_array_size(list); i++) {
+    json_t *m = json_array_get(list, i);
+    int32_t x = literals ? js_literal(j, m) : js_gen(j, m, depth + 1);
+    if (x < 0) return -1;
+    gr_b_ref(j->b, gr_b_alt(j->b, r), x);
+  }
+  return r;
+}
+
+static int32_t js_gen_body(js_t *j, json_t *schema, int depth) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(schema, key, v) {
+    if (!in_list(js_annotations, key) && !in_list(js_keywords, key))
+      return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported keyword \"%s\"", key);
+  }
+  if ((v = json_object_get(schema, "$ref"))) {
+    if (!json_is_string(v)) return js_fail(j, GT_EINVAL, "json schema: %s must be a string", "$ref");
+    json_t *target = js_resolve(j, json_string_value(v));
+    if (!target)
+      return js_fail(j, GT_EINVAL, "json schema: $ref \"%s\" does not resolve to a local definition",
+                     json_string_value(v));
+    return js_gen(j, target, depth + 1);
+  }
+  if ((v = json_object_get(schema, "const"))) return js_literal(j, v);
+  if ((v = json_object_get(schema, "enum"))) return js_alternation(j, v, "enum", depth, 1);
+  if ((v = json_object_get(schema, "anyOf"))) return js_alternation(j, v, "anyOf", depth, 0);
+  if ((v = json_object_get(schema, "oneOf"))) return js_alternation(j, v, "oneOf", depth, 0);
+  if ((v = json_object_get(schema, "allOf"))) {
+    if (!json_is_array(v) || json_array_size(v) != 1)
+      return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported keyword \"%s\" (only with one member)", "allOf");
+    return js_gen(j, json_array_get(v, 0), depth + 1);
+  }
+  json_t *type = json_object_get(schema, "type");
+  if (json_is_string(type)) return js_type(j, schema, json_string_value(type), depth);
+  if (json_is_array(type)) {
+    if (json_array_size(type) == 0) return js_fail(j, GT_EINVAL, "json schema: %s must not be empty", "type");
+    int32_t r = gr_b_rule(j->b);
+    for (size_t i = 0; i < json_array_size(type); i++) {
+      json_t *t = json_array_get(type, i);
+      if (!json_is_string(t)) return js_fail(j, GT_EINVAL, "json schema: %s must hold strings", "type");
+      int32_t x = js_type(j, schema, json_string_value(t), depth);
+      if (x < 0) return -1;
+      gr_b_ref(j->b, gr_b_alt(j->b, r), x);
+    }
+    return r;
+  }
+  if (type) return js_fail(j, GT_EINVAL, "json schema: %s must be a string or an array", "type");
+  if (json_object_get(schema, "properties") || json_object_get(schema, "required") ||
+      json_object_get(schema, "additionalProperties"))
+    return js_object(j, schema, depth);
+  if (json_object_get(schema, "items") || json_object_get(schema, "minItems") || json_object_get(schema, "maxItems"))
+    return js_array(j, schema, depth);
+  if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength"))
+    return js_type(j, schema, "string", depth);
+  return js_value(j);
+}
+
+/* The rule for schema; each schema node gets one rule, made before its body so that $ref
+ * cycles refer back to it. */
+static int32_t js_gen(js_t *j, json_t *schema, int depth) {
+  if (j->rc != GT_OK) return -1;
+  if (depth > JS_MAX_DEPTH) return js_fail(j, GT_ERANGE, "json schema: nested deeper than %s levels", "128");
+  if (json_is_true(schema)) return js_value(j);
+  if (json_is_false(schema)) return js_fail(j, GT_EINVAL, "json schema: %s matches nothing", "false");
+  if (!json_is_object(schema)) return js_fail(j, GT_EINVAL, "json schema: %s", "a schema must be an object or a boolean");
+  for (size_t i = 0; i < j->n_memo; i++)
+    if (j->memo[i].node == schema) return j->memo[i].rule;
+  if (j->n_memo == j->cap_memo) {
+    size_t c = j->cap_memo ? j->cap_memo * 2 : 16;
+    js_memo_t *m = realloc(j->memo, c * sizeof *m);
+    if (!m) return js_fail(j, GT_ENOMEM, "json schema: %s", "out of memory");
+    j->memo = m;
+    j->cap_memo = c;
+  }
+  int32_t r = gr_b_rule(j->b);
+  j->memo[j->n_memo++] = (js_memo_t){schema, r};
+  int32_t body = js_gen_body(j, schema, depth);
+  if (body < 0) return -1;
+  gr_b_ref(j->b, gr_b_alt(j->b, r), body);
+  return r;
+}
+
+static json_t *js_parse(const char *spec, size_t len, const char *what, gt_err_t *err) {
+  json_error_t je;
+  json_t *root = spec ? json_loadb(spec, len, JSON_DECODE_ANY, &je) : NULL;
+  if (!root)
+    gt_err_set(err, GT_EINVAL, "%s: invalid JSON at line %d column %d: %s", what, spec ? je.line : 0,
+               spec ? je.column : 0, spec ? je.text : "no text");
+  return root;
+}
+
+int gr_json_schema(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_err_t *err) {
+  json_t *doc = js_parse(spec, len, "json schema", err);
+  if (!doc) return GT_EINVAL;
+  js_t j;
+  js_init(&j, b, err);
+  j.root = doc;
+  *root = js_gen(&j, doc, 0);
+  free(j.memo);
+  json_decref(doc);
+  return j.rc;
+}
+
+int gr_json_object(gr_builder_t *b, int32_t *root, gt_err_t *err) {
+  js_t j;
+  js_init(&j, b, err);
+  *root = js_any_object(&j);
+  return GT_OK;
+}
+
+int gr_choice(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_err_t *err) {
+  json_t *doc = js_parse(spec, len, "guided_choice", err);
+  if (!doc) return GT_EINVAL;
+  int rc = GT_OK;
+  if (!json_is_array(doc) || json_array_size(doc) == 0)
+    rc = gt_err_set(err, GT_EINVAL, "guided_choice: must be a non-empty array of strings");
+  int32_t r = gr_b_rule(b);
+  for (size_t i = 0; rc == GT_OK && i < json_array_size(doc); i++) {
+    json_t *s = json_array_get(doc, i);
+    if (!json_is_string(s)) {
+      rc = gt_err_set(err, GT_EINVAL, "guided_choice: element %zu is not a string", i);
+      break;
+    }
+    gr_b_lit(b, gr_b_alt(b, r), json_string_value(s), json_string_length(s));
+  }
+  json_decref(doc);
+  *root = r;
+  return rc;
+}
