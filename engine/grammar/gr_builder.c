@@ -17,10 +17,9 @@ void gr_b_free(gr_builder_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-/* Grows *p (elements of size sz, capacity *cap) to hold need; 0 on failure. */
-static int grow(void **p, size_t *cap, size_t need, size_t sz) {
+int gr_grow(void **p, size_t *cap, size_t need, size_t sz) {
   if (need <= *cap) return 1;
-  size_t c = *cap ? *cap * 2 : 8;
+  size_t c = *cap ? *cap * 2 : 16;
   while (c < need) c *= 2;
   void *q = realloc(*p, c * sz);
   if (!q) return 0;
@@ -30,7 +29,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t sz) {
 }
 
 int32_t gr_b_rule(gr_builder_t *b) {
-  if (b->oom || !grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
+  if (b->oom || !gr_grow((void **)&b->rules, &b->cap_rules, b->n_rules + 1, sizeof *b->rules)) {
     b->oom = 1;
     return -1;
   }
@@ -41,7 +40,7 @@ int32_t gr_b_rule(gr_builder_t *b) {
 gr_seq_t *gr_b_alt(gr_builder_t *b, int32_t r) {
   if (b->oom || r < 0) return NULL;
   gr_rule_t *rule = &b->rules[r];
-  if (!grow((void **)&rule->alts, &rule->cap, rule->n + 1, sizeof *rule->alts)) {
+  if (!gr_grow((void **)&rule->alts, &rule->cap, rule->n + 1, sizeof *rule->alts)) {
     b->oom = 1;
     return NULL;
   }
@@ -52,7 +51,7 @@ gr_seq_t *gr_b_alt(gr_builder_t *b, int32_t r) {
 
 static void push(gr_builder_t *b, gr_seq_t *s, int32_t kind, int32_t arg) {
   if (!s || b->oom) return;
-  if (!grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) {
+  if (!gr_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) {
     b->oom = 1;
     return;
   }
@@ -69,7 +68,7 @@ void gr_b_set(gr_builder_t *b, gr_seq_t *s, const gr_set_t *set) {
   size_t i = 0; /* sets are few and small: reuse an equal one */
   while (i < b->n_sets && memcmp(&b->sets[i], set, sizeof *set) != 0) i++;
   if (i == b->n_sets) {
-    if (!grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
+    if (!gr_grow((void **)&b->sets, &b->cap_sets, b->n_sets + 1, sizeof *b->sets)) {
       b->oom = 1;
       return;
     }

@@ -37,6 +37,10 @@ struct gr_grammar {
   int32_t root;
 };
 
+/* Grows the array *p (elements of size sz, capacity *cap, doubling from 16) to hold need
+ * elements; 0 on failure (*p unchanged). */
+int gr_grow(void **p, size_t *cap, size_t need, size_t sz);
+
 /* ------------------------------------------------------------ builder */
 typedef struct {
   gr_elem_t *v;
@@ -97,6 +101,9 @@ int gr_json_schema(gr_builder_t *b, const char *spec, size_t len, int32_t *root,
 int gr_json_object(gr_builder_t *b, int32_t *root, gt_err_t *err);
 int gr_choice(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_err_t *err);
 int gr_regex(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_err_t *err);
+/* The same regex for the content of a JSON string (between the quotes): each matching text is
+ * written JSON-escaped. who prefixes error messages. */
+int gr_regex_json(gr_builder_t *b, const char *spec, size_t len, const char *who, int32_t *root, gt_err_t *err);
 
 #define GR_MAX_REPEAT 1024 /* largest bounded repetition count (rules grow with it) */
 

@@ -71,6 +71,41 @@ static int32_t js_comma(js_t *j) {
   return j->comma;
 }
 
+static void hex_set(gr_set_t *set, const char *digits) {
+  memset(set, 0, sizeof *set);
+  for (const char *p = digits; *p; p++) set->w[(unsigned char)*p >> 5] |= 1u << (*p & 31);
+}
+
+/* The 4 hex digits of a \u escape, except 0000 and the surrogates D800-DFFF, which strict
+ * parsers (jansson: the engine's own tool-call parser) reject; raw UTF-8 covers the rest:
+ *   [1-9a-cA-Ce-fE-F] h h h | [dD] [0-7] h h | "0" ([1-9a-fA-F] h h | "0" ([1-9a-fA-F] h | "0" [1-9a-fA-F])) */
+static int32_t js_hex4(js_t *j) {
+  gr_builder_t *b = j->b;
+  gr_set_t h, nz, lead, d, lo, zero;
+  hex_set(&h, "0123456789abcdefABCDEF");
+  hex_set(&nz, "123456789abcdefABCDEF");
+  hex_set(&lead, "123456789abcABCefEF");
+  hex_set(&d, "dD");
+  hex_set(&lo, "01234567");
+  hex_set(&zero, "0");
+  int32_t r = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_set(b, s, &lead);
+  for (int i = 0; i < 3; i++) gr_b_set(b, s, &h);
+  s = gr_b_alt(b, r);
+  gr_b_set(b, s, &d);
+  gr_b_set(b, s, &lo);
+  gr_b_set(b, s, &h);
+  gr_b_set(b, s, &h);
+  for (int zeros = 1; zeros <= 3; zeros++) {
+    s = gr_b_alt(b, r);
+    for (int i = 0; i < zeros; i++) gr_b_set(b, s, &zero);
+    gr_b_set(b, s, &nz);
+    for (int i = zeros + 1; i < 4; i++) gr_b_set(b, s, &h);
+  }
+  return r;
+}
+
 /* one character inside a JSON string: unescaped UTF-8 (no '"', '\\', controls) or an escape */
 static int32_t js_char(js_t *j) {
   if (j->chr >= 0) return j->chr;
@@ -86,9 +121,7 @@ static int32_t js_char(js_t *j) {
   gr_b_set(b, s, &esc);
   s = gr_b_alt(b, j->chr);
   gr_b_lit(b, s, "\\u", 2);
-  gr_set_t hex = {{0}};
-  for (const char *p = "0123456789abcdefABCDEF"; *p; p++) hex.w[(unsigned char)*p >> 5] |= 1u << (*p & 31);
-  for (int i = 0; i < 4; i++) gr_b_set(b, s, &hex);
+  gr_b_ref(b, s, js_hex4(j));
   return j->chr;
 }
 
@@ -179,42 +212,45 @@ static int32_t js_null(js_t *j) {
   return j->null;
 }
 
-/* "[" ws (item ws ("," ws item ws){min-1,max-1})? "]" */
-static int32_t js_array_of(js_t *j, int32_t item, int min, int max) {
+/* open ws (member ("," ws member){min-1,max-1})? close: the shape of arrays and objects */
+static int32_t js_container(js_t *j, const char *open, int32_t member, int min, int max, const char *close) {
   gr_builder_t *b = j->b;
-  int32_t iw = gr_b_rule(b);
-  gr_seq_t *s = gr_b_alt(b, iw);
-  gr_b_ref(b, s, item);
-  gr_b_ref(b, s, js_ws(j));
-  int32_t list = gr_b_list(b, iw, js_comma(j), min, max);
+  int32_t list = gr_b_list(b, member, js_comma(j), min, max);
   int32_t r = gr_b_rule(b);
-  s = gr_b_alt(b, r);
-  gr_b_lit(b, s, "[", 1);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_lit(b, s, open, 1);
   gr_b_ref(b, s, js_ws(j));
   gr_b_ref(b, s, list);
-  gr_b_lit(b, s, "]", 1);
+  gr_b_lit(b, s, close, 1);
   return r;
 }
 
-/* "{" ws (string ws ":" ws value ws ("," ws ...)*)? "}" */
-static int32_t js_map_of(js_t *j, int32_t value) {
+/* key ws ":" ws value ws, key being a rule for the key's JSON string */
+static int32_t js_member(js_t *j, int32_t key, int32_t value) {
   gr_builder_t *b = j->b;
-  int32_t mem = gr_b_rule(b);
-  gr_seq_t *s = gr_b_alt(b, mem);
-  gr_b_ref(b, s, js_string(j));
+  int32_t r = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_ref(b, s, key);
   gr_b_ref(b, s, js_ws(j));
   gr_b_lit(b, s, ":", 1);
   gr_b_ref(b, s, js_ws(j));
   gr_b_ref(b, s, value);
   gr_b_ref(b, s, js_ws(j));
-  int32_t list = gr_b_list(b, mem, js_comma(j), 0, -1);
-  int32_t r = gr_b_rule(b);
-  s = gr_b_alt(b, r);
-  gr_b_lit(b, s, "{", 1);
-  gr_b_ref(b, s, js_ws(j));
-  gr_b_ref(b, s, list);
-  gr_b_lit(b, s, "}", 1);
   return r;
+}
+
+/* "[" ws (item ws ("," ws item ws){min-1,max-1})? "]" */
+static int32_t js_array_of(js_t *j, int32_t item, int min, int max) {
+  int32_t iw = gr_b_rule(j->b);
+  gr_seq_t *s = gr_b_alt(j->b, iw);
+  gr_b_ref(j->b, s, item);
+  gr_b_ref(j->b, s, js_ws(j));
+  return js_container(j, "[", iw, min, max, "]");
+}
+
+/* "{" ws (string ws ":" ws value ws ("," ws ...)*)? "}" */
+static int32_t js_map_of(js_t *j, int32_t value) {
+  return js_container(j, "{", js_member(j, js_string(j), value), 0, -1, "}");
 }
 
 /* any JSON value; the object and array rules refer back to it */
@@ -384,15 +420,7 @@ static int32_t js_object(js_t *j, json_t *schema, int depth) {
     int32_t kname = name ? js_literal(j, name) : js_fail(j, GT_ENOMEM, "json schema: %s", "out of memory");
     json_decref(name);
     if (kname < 0) break;
-    gr_builder_t *b = j->b;
-    p[i].kv = gr_b_rule(b);
-    gr_seq_t *s = gr_b_alt(b, p[i].kv);
-    gr_b_ref(b, s, kname);
-    gr_b_ref(b, s, js_ws(j));
-    gr_b_lit(b, s, ":", 1);
-    gr_b_ref(b, s, js_ws(j));
-    gr_b_ref(b, s, v);
-    gr_b_ref(b, s, js_ws(j));
+    p[i].kv = js_member(j, kname, v);
   }
   int32_t r = j->rc == GT_OK ? js_object_props(j, p, k) : -1;
   free(p);
@@ -411,8 +439,55 @@ static int32_t js_array(js_t *j, json_t *schema, int depth) {
   return it < 0 ? -1 : js_array_of(j, it, min, max);
 }
 
+/* Formats as regexes over the string's text, each a subset of what ajv-formats' full mode
+ * accepts (dates with valid days for every year, times with a zone). */
+static const char *const js_formats[][2] = {
+  {"date", "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"},
+  {"time", "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
+  {"date-time", "[0-9]{4}-((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)"
+                "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
+  {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
+  {"ipv4", "((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"},
+  {"email", "[a-zA-Z0-9_%+-]{1,32}(\\.[a-zA-Z0-9_%+-]{1,32}){0,3}@([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\\.){1,3}"
+            "[a-zA-Z]{2,10}"},
+};
+
+/* A string whose text matches pattern (as a whole: ^ and $ implied, a subset of the strings
+ * JSON schema's search semantics allow) or is in a format (js_formats). */
+static int32_t js_pattern_string(js_t *j, json_t *schema, json_t *pat, json_t *fmt) {
+  if (pat && fmt) return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" combined with \"format\" is not supported", "pattern");
+  const char *kw = pat ? "pattern" : "format";
+  if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength"))
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" combined with minLength/maxLength is not supported", kw);
+  json_t *v = pat ? pat : fmt;
+  if (!json_is_string(v)) return js_fail(j, GT_EINVAL, "json schema: %s must be a string", kw);
+  const char *re = json_string_value(v);
+  size_t len = json_string_length(v);
+  if (fmt) {
+    size_t k = 0, n = sizeof js_formats / sizeof js_formats[0];
+    while (k < n && strcmp(js_formats[k][0], re) != 0) k++;
+    if (k == n) return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported format \"%s\"", re);
+    re = js_formats[k][1];
+    len = strlen(re);
+  }
+  int32_t body;
+  int rc = gr_regex_json(j->b, re, len, pat ? "json schema pattern" : "json schema format", &body, j->err);
+  if (rc != GT_OK) {
+    if (j->rc == GT_OK) j->rc = rc;
+    return -1;
+  }
+  int32_t r = gr_b_rule(j->b);
+  gr_seq_t *s = gr_b_alt(j->b, r);
+  gr_b_lit(j->b, s, "\"", 1);
+  gr_b_ref(j->b, s, body);
+  gr_b_lit(j->b, s, "\"", 1);
+  return r;
+}
+
 static int32_t js_type(js_t *j, json_t *schema, const char *t, int depth) {
   if (!strcmp(t, "string")) {
+    json_t *pat = json_object_get(schema, "pattern"), *fmt = json_object_get(schema, "format");
+    if (pat || fmt) return js_pattern_string(j, schema, pat, fmt);
     int min = js_bound(j, schema, "minLength", 0), max = js_bound(j, schema, "maxLength", -1);
     if (min == -2 || max == -2) return -1;
     if (max >= 0 && max < min) return js_fail(j, GT_EINVAL, "json schema: %s is less than minLength", "maxLength");
@@ -434,7 +509,7 @@ static const char *const js_annotations[] = {
 /* keywords handled here */
 static const char *const js_keywords[] = {
   "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
-  "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", NULL};
+  "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)
@@ -455,6 +530,62 @@ static int32_t js_alternation(js_t *j, json_t *list, const char *kw, int depth, 
   return r;
 }
 
+/* keywords that pick the whole value; generated alone, so they cannot be combined with each
+ * other or with constraints (which would be silently dropped), except enum/const with a type
+ * that all their values have */
+static const char *const js_selectors[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf", NULL};
+
+static int js_has_type(json_t *v, const char *t) {
+  if (!strcmp(t, "string")) return json_is_string(v);
+  if (!strcmp(t, "integer")) return json_is_integer(v);
+  if (!strcmp(t, "number")) return json_is_number(v);
+  if (!strcmp(t, "boolean")) return json_is_boolean(v);
+  if (!strcmp(t, "null")) return json_is_null(v);
+  if (!strcmp(t, "object")) return json_is_object(v);
+  if (!strcmp(t, "array")) return json_is_array(v);
+  return 0;
+}
+
+/* 1 when v has the type (a name or a list of names) */
+static int js_value_typed(json_t *v, json_t *type) {
+  if (json_is_string(type)) return js_has_type(v, json_string_value(type));
+  for (size_t i = 0; i < json_array_size(type); i++)
+    if (js_has_type(v, json_string_value(json_array_get(type, i)))) return 1;
+  return 0;
+}
+
+/* Checks that a selector keyword stands alone (annotations aside); GT_OK or the error. */
+static int js_check_combination(js_t *j, json_t *schema) {
+  const char *sel = NULL, *key;
+  json_t *v;
+  json_object_foreach(schema, key, v) {
+    if (!in_list(js_selectors, key)) continue;
+    if (sel) {
+      j->rc = gt_err_set(j->err, GT_EUNSUPPORTED, "json schema: \"%s\" combined with \"%s\" is not supported", sel, key);
+      return j->rc;
+    }
+    sel = key;
+  }
+  if (!sel) return GT_OK;
+  json_object_foreach(schema, key, v) {
+    if (in_list(js_selectors, key) || in_list(js_annotations, key)) continue;
+    if (!strcmp(key, "type") && (!strcmp(sel, "enum") || !strcmp(sel, "const"))) {
+      json_t *vals = json_object_get(schema, sel);
+      for (size_t i = 0; i < (json_is_array(vals) && !strcmp(sel, "enum") ? json_array_size(vals) : 1); i++) {
+        json_t *x = !strcmp(sel, "enum") ? json_array_get(vals, i) : vals;
+        if (!js_value_typed(x, v)) {
+          j->rc = gt_err_set(j->err, GT_EINVAL, "json schema: a value of \"%s\" does not have the schema's type", sel);
+          return j->rc;
+        }
+      }
+      continue;
+    }
+    j->rc = gt_err_set(j->err, GT_EUNSUPPORTED, "json schema: \"%s\" combined with \"%s\" is not supported", sel, key);
+    return j->rc;
+  }
+  return GT_OK;
+}
+
 static int32_t js_gen_body(js_t *j, json_t *schema, int depth) {
   const char *key;
   json_t *v;
@@ -462,6 +593,7 @@ static int32_t js_gen_body(js_t *j, json_t *schema, int depth) {
     if (!in_list(js_annotations, key) && !in_list(js_keywords, key))
       return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported keyword \"%s\"", key);
   }
+  if (js_check_combination(j, schema) != GT_OK) return -1;
   if ((v = json_object_get(schema, "$ref"))) {
     if (!json_is_string(v)) return js_fail(j, GT_EINVAL, "json schema: %s must be a string", "$ref");
     json_t *target = js_resolve(j, json_string_value(v));
@@ -499,7 +631,8 @@ static int32_t js_gen_body(js_t *j, json_t *schema, int depth) {
     return js_object(j, schema, depth);
   if (json_object_get(schema, "items") || json_object_get(schema, "minItems") || json_object_get(schema, "maxItems"))
     return js_array(j, schema, depth);
-  if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength"))
+  if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength") ||
+      json_object_get(schema, "pattern") || json_object_get(schema, "format"))
     return js_type(j, schema, "string", depth);
   return js_value(j);
 }

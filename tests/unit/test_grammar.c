@@ -113,6 +113,10 @@ static void test_json_object(void **state) {
   REFUSES_AT(g, "{\"a\":tru}", 8);
   REFUSES_AT(g, "{\"a\":\"\x01\"}", 6);  /* control character in a string */
   REFUSES_AT(g, "{\"a\":\"\\x\"}", 7); /* bad escape */
+  ACCEPTS(g, "{\"a\":\"\\u00e9\\u0001\\uFFFF\\uD7ff\\ue000\\u1000\\u0100\\u0010\"}");
+  REFUSES_AT(g, "{\"a\":\"\\ud800\"}", 9);  /* surrogates: strict parsers refuse them */
+  REFUSES_AT(g, "{\"a\":\"\\uDfff\"}", 9);
+  REFUSES_AT(g, "{\"a\":\"\\u0000\"}", 11); /* NUL */
   REFUSES_AT(g, "{\"a\":\"\xc3\x28\"}", 7); /* bad UTF-8 continuation */
   REFUSES_AT(g, "{\"a\":\"\xed\xa0\x80\"}", 7); /* surrogate */
   REFUSES_AT(g, "{\"a\":1}}", 7);
@@ -173,6 +177,50 @@ static void test_schema_optional(void **state) {
   gr_grammar_free(g);
 }
 
+/* pattern: the text (JSON-escaped inside the quotes) matches as a whole; formats */
+static void test_schema_pattern_format(void **state) {
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^[a-z]+\\\"\\\\d\\\\\\\\$\"}");
+  ACCEPTS(g, "\"ab\\\"1\\\\\"");     /* text ab"1\ written "ab\"1\\" */
+  REFUSES_AT(g, "\"ab\"", 3);            /* a raw quote would end the string */
+  INCOMPLETE(g, "\"ab\\\"1\\\\");
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"pattern\":\"\\\\n[^a]\\\\u00e9?\"}");
+  ACCEPTS(g, "\"\\n\\t\"");              /* a newline then a tab, both escaped */
+  ACCEPTS(g, "\"\\nb\xc3\xa9\"");
+  ACCEPTS(g, "\"\\n\\u0001\"");
+  REFUSES_AT(g, "\"\n", 1);                /* raw control characters never */
+  REFUSES_AT(g, "\"\\n\\u0000", 8);       /* nor NUL */
+  REFUSES_AT(g, "\"\\na", 3);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},"
+                              "\"t\":{\"format\":\"date-time\"},\"u\":{\"format\":\"uuid\"},\"i\":{\"format\":\"ipv4\"},"
+                              "\"e\":{\"format\":\"email\"}}}");
+  ACCEPTS(g, "{\"d\":\"2024-02-28\",\"t\":\"2024-12-31T23:59:59.5+05:30\",\"u\":\"123e4567-e89b-12d3-a456-426614174000\","
+             "\"i\":\"192.168.0.255\",\"e\":\"a.b@c-d.example.org\"}");
+  REFUSES_AT(g, "{\"d\":\"2024-02-30", 14);
+  REFUSES_AT(g, "{\"d\":\"2024-13", 12);
+  REFUSES_AT(g, "{\"t\":\"2024-01-01T24", 18);
+  REFUSES_AT(g, "{\"t\":\"2024-01-01T10:00:00\"", 25); /* a zone is required */
+  REFUSES_AT(g, "{\"i\":\"256", 8);
+  REFUSES_AT(g, "{\"e\":\"@", 6);
+  gr_grammar_free(g);
+}
+
+/* enum/const next to a type all their values have; selectors next to annotations */
+static void test_schema_typed_enum(void **state) {
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":[\"string\",\"null\"],\"enum\":[\"a\",null],"
+                                            "\"title\":\"t\",\"description\":\"d\"}");
+  ACCEPTS(g, "\"a\"");
+  ACCEPTS(g, "null");
+  REFUSES_AT(g, "\"b\"", 1);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"null\"}],\"default\":null,\"title\":\"x\"}");
+  ACCEPTS(g, "-12");
+  ACCEPTS(g, "null");
+  REFUSES_AT(g, "1.", 1);
+  gr_grammar_free(g);
+}
+
 static void test_schema_ref_anyof(void **state) {
   /* a recursive tree through $defs, and anyOf of two object shapes */
   gr_grammar_t *g = compile(GR_JSON_SCHEMA,
@@ -204,6 +252,51 @@ static void test_schema_ref_anyof(void **state) {
   gr_grammar_free(g);
 }
 
+static void test_regex(void **state) {
+  gr_grammar_t *g = compile(GR_REGEX, "^\\d{3}-[A-Z]{2,3}(x|yz)?$");
+  ACCEPTS(g, "123-AB");
+  ACCEPTS(g, "123-ABCx");
+  ACCEPTS(g, "000-ZZyz");
+  INCOMPLETE(g, "123-A");
+  REFUSES_AT(g, "12a", 2);
+  REFUSES_AT(g, "123-ABCD", 7);
+  INCOMPLETE(g, "123-ABy");
+  REFUSES_AT(g, "123-ABz", 6);
+  REFUSES_AT(g, "123-ABxx", 7);
+  gr_grammar_free(g);
+  /* classes: negation, ranges, escapes inside, non-ASCII; dot; \w \s */
+  g = compile(GR_REGEX, "[^a-c\\d]+\\.[\\w\\-]*\\s\u00e9.");
+  ACCEPTS(g, "xyz.a_-9 \xc3\xa9\xe6\x97\xa5");
+  ACCEPTS(g, "\xc3\xa0.\t\xc3\xa9!");
+  REFUSES_AT(g, "a", 0);
+  REFUSES_AT(g, "5", 0);
+  REFUSES_AT(g, "x.a b", 4); /* [\w-]* then \s then é: b is refused */
+  REFUSES_AT(g, "x.a \xc3\xa9\n", 6); /* . is not a newline */
+  INCOMPLETE(g, "x. \xc3\xa9\xf0\x9f");
+  gr_grammar_free(g);
+  /* alternation, groups, nested and lazy quantifiers, braces that are literals, escapes */
+  g = compile(GR_REGEX, "(?:ab|a)+?c{2}|x{,}\\{\\}|(?<n>\\x41\\u0042\\u{1F600})|(a*)*z");
+  ACCEPTS(g, "ababacc");
+  ACCEPTS(g, "acc");
+  ACCEPTS(g, "x{,}{}");
+  ACCEPTS(g, "AB\xf0\x9f\x98\x80");
+  ACCEPTS(g, "z");
+  ACCEPTS(g, "aaaz");
+  REFUSES_AT(g, "abbcc", 2);
+  REFUSES_AT(g, "accc", 3);
+  gr_grammar_free(g);
+  g = compile(GR_REGEX, "");
+  ACCEPTS(g, "");
+  REFUSES_AT(g, "a", 0);
+  gr_grammar_free(g);
+  g = compile(GR_REGEX, "a{2,4}");
+  INCOMPLETE(g, "a");
+  ACCEPTS(g, "aa");
+  ACCEPTS(g, "aaaa");
+  REFUSES_AT(g, "aaaaa", 4);
+  gr_grammar_free(g);
+}
+
 static void expect_error(gr_kind_t kind, const char *spec, int code, const char *needle) {
   gr_grammar_t *g = (gr_grammar_t *)1;
   gt_err_t err = {0};
@@ -214,8 +307,13 @@ static void expect_error(gr_kind_t kind, const char *spec, int code, const char 
 }
 
 static void test_errors(void **state) {
-  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a+\"}", GT_EUNSUPPORTED, "\"pattern\"");
-  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\"}", GT_EUNSUPPORTED, "\"format\"");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", GT_EUNSUPPORTED,
+               "json schema pattern: lookaround");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(a\"}", GT_EINVAL, "json schema pattern: missing )");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}", GT_EUNSUPPORTED,
+               "\"pattern\" combined with minLength/maxLength");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", GT_EUNSUPPORTED,
+               "format \"hostname\"");
   expect_error(GR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":0}}}", GT_EUNSUPPORTED,
                "\"minimum\"");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", GT_EUNSUPPORTED, "\"uniqueItems\"");
@@ -226,9 +324,96 @@ static void test_errors(void **state) {
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"strin\"}", GT_EINVAL, "strin");
   expect_error(GR_JSON_SCHEMA, "{\"type\":", GT_EINVAL, "invalid JSON");
   expect_error(GR_JSON_SCHEMA, "{\"additionalProperties\":false,\"required\":[\"x\"]}", GT_EINVAL, "\"x\"");
+  expect_error(GR_REGEX, "a(?=b)", GT_EUNSUPPORTED, "lookaround");
+  expect_error(GR_REGEX, "(a)\\1", GT_EUNSUPPORTED, "backreference");
+  expect_error(GR_REGEX, "\\bword", GT_EUNSUPPORTED, "\\b");
+  expect_error(GR_REGEX, "\\p{L}", GT_EUNSUPPORTED, "\\p");
+  expect_error(GR_REGEX, "a^b", GT_EUNSUPPORTED, "anchor");
+  expect_error(GR_REGEX, "(ab", GT_EINVAL, "missing )");
+  expect_error(GR_REGEX, "ab)", GT_EINVAL, "unmatched )");
+  expect_error(GR_REGEX, "[a-", GT_EINVAL, "unterminated");
+  expect_error(GR_REGEX, "[z-a]", GT_EINVAL, "bad range");
+  expect_error(GR_REGEX, "*a", GT_EINVAL, "nothing to repeat");
+  expect_error(GR_REGEX, "a{2000}", GT_ERANGE, "1024");
+  expect_error(GR_REGEX, "a{3,2}", GT_EINVAL, "n < m");
+  expect_error(GR_REGEX, "\\xZZ", GT_EINVAL, "hex");
+  /* selectors next to constraints would drop the constraints: refused, not ignored */
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"a\"],\"anyOf\":[{\"required\":[\"b\"]}]}",
+               GT_EUNSUPPORTED, "\"anyOf\" combined with \"");
+  expect_error(GR_JSON_SCHEMA, "{\"enum\":[1],\"const\":1}", GT_EUNSUPPORTED, "combined with");
+  expect_error(GR_JSON_SCHEMA, "{\"$ref\":\"#\",\"items\":{}}", GT_EUNSUPPORTED, "\"$ref\" combined with \"items\"");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"enum\":[\"a\",2]}", GT_EINVAL, "type");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"const\":\"1\"}", GT_EINVAL, "type");
   expect_error(GR_CHOICE, "[]", GT_EINVAL, "non-empty");
   expect_error(GR_CHOICE, "[\"a\", 1]", GT_EINVAL, "element 1");
   expect_error(GR_CHOICE, "\"a\"", GT_EINVAL, "array");
+}
+
+/* Mutated specs (byte flips, insertions, cuts from structural alphabets) either compile or fail
+ * with a message; compiled ones run random bytes and masks. Under ASan this is the memory-safety
+ * check for hostile specs. */
+static void test_mutated_specs(void **state) {
+  static const char *seeds[][2] = {
+    {"s", "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},"
+          "\"maxItems\":3},\"b\":{\"enum\":[1,\"x\",null]},\"c\":{\"anyOf\":[{\"type\":\"string\","
+          "\"maxLength\":3},{\"type\":\"number\"}]}},\"required\":[\"b\"]}"},
+    {"r", "^(?:[a-z\\d_]{1,5}|\\x41+?)*@(\\w|[^\\s\\]])\\.(com|org){0,2}$"},
+    {"c", "[\"yes\",\"no\",\"\\u00e9\"]"},
+  };
+  static const char alpha_s[] = "{}[]\":,0123456789-.eE#/$tfnul\\ \x80\xff";
+  static const char alpha_r[] = "()[]{}|?*+^$\\.-,0123456789dwsDWSxu:<>=!ab\x80\xc3";
+  uint32_t *mask = malloc(gr_mask_words(g_vocab) * sizeof *mask);
+  uint64_t r = 88172645463325252ULL;
+  int compiled = 0, refused = 0;
+  for (int it = 0; it < 3000; it++) {
+    size_t k = (size_t)it % 3;
+    const char *seed = seeds[k][1];
+    const char *alpha = seeds[k][0][0] == 'r' ? alpha_r : alpha_s;
+    size_t na = strlen(alpha);
+    char buf[512];
+    size_t n = strlen(seed);
+    memcpy(buf, seed, n);
+    int muts = 1 + (int)(it % 4);
+    for (int q = 0; q < muts; q++) {
+      r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+      size_t pos = n ? (size_t)(r >> 8) % n : 0;
+      switch (r % 3) {
+      case 0: if (n) buf[pos] = alpha[(r >> 40) % na]; break;
+      case 1: if (n + 1 < sizeof buf) { memmove(buf + pos + 1, buf + pos, n - pos); buf[pos] = alpha[(r >> 40) % na]; n++; } break;
+      default: if (n) { memmove(buf + pos, buf + pos + 1, n - pos - 1); n--; } break;
+      }
+    }
+    gr_kind_t kind = seeds[k][0][0] == 's' ? GR_JSON_SCHEMA : seeds[k][0][0] == 'r' ? GR_REGEX : GR_CHOICE;
+    gr_grammar_t *g = NULL;
+    gt_err_t err = {0};
+    int rc = gr_compile(kind, buf, n, &g, &err);
+    if (rc != GT_OK) {
+      assert_null(g);
+      assert_true(rc < 0 && err.msg[0] != 0);
+      refused++;
+      continue;
+    }
+    compiled++;
+    gr_matcher_t *m = NULL;
+    rc = gr_matcher_new(g, g_vocab, &m, &err);
+    if (rc == GT_OK) {
+      for (int step = 0; step < 40; step++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        char b = (char)(r >> 24);
+        gr_matcher_accept_bytes(m, &b, 1);
+        if (step % 10 == 0) assert_true(gr_matcher_fill_mask(m, mask) >= 0);
+      }
+      gr_matcher_free(m);
+    } else { /* e.g. an empty negated class */
+      assert_int_equal(rc, GT_EINVAL);
+      assert_non_null(strstr(err.msg, "matches nothing"));
+    }
+    gr_grammar_free(g);
+  }
+  free(mask);
+  print_message("mutated specs: %d compiled, %d refused\n", compiled, refused);
+  /* both outcomes happen, or the loop tested nothing */
+  assert_true(compiled > 100 && refused > 100);
 }
 
 int main(void) {
@@ -238,7 +423,11 @@ int main(void) {
     cmocka_unit_test(test_schema_object),
     cmocka_unit_test(test_schema_optional),
     cmocka_unit_test(test_schema_ref_anyof),
+    cmocka_unit_test(test_schema_typed_enum),
+    cmocka_unit_test(test_schema_pattern_format),
+    cmocka_unit_test(test_regex),
     cmocka_unit_test(test_errors),
+    cmocka_unit_test(test_mutated_specs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,6 +2,7 @@
  * qwen35-tiny, the demo model, Qwen3's full vocabulary): mask bits agree with
  * gr_matcher_accept for every token, and random walks that always pick an allowed token end in
  * text that parses as JSON and satisfies the schema (checked by a small validator below). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,8 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "engine/grammar/grammar.h"
 #include "format/gguf.h"
@@ -46,6 +49,82 @@ static size_t utf8_len(const char *s, size_t n) {
 }
 
 static int valid(json_t *root, json_t *schema, json_t *v);
+
+/* JSON schema "pattern": a search (unanchored), as ajv does */
+static int pattern_ok(const char *re, const char *text, size_t len) {
+  int ec;
+  PCRE2_SIZE eo;
+  pcre2_code *code = pcre2_compile((PCRE2_SPTR)re, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &ec, &eo, NULL);
+  if (!code) return 0;
+  pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+  int ok = pcre2_match(code, (PCRE2_SPTR)text, len, 0, 0, md, NULL) >= 0;
+  pcre2_match_data_free(md);
+  pcre2_code_free(code);
+  return ok;
+}
+
+static int digits(const char *s, int n) {
+  for (int i = 0; i < n; i++)
+    if (s[i] < '0' || s[i] > '9') return 0;
+  return 1;
+}
+
+static int date_ok(const char *s) { /* YYYY-MM-DD with a day the month has */
+  if (strlen(s) != 10 || !digits(s, 4) || s[4] != '-' || !digits(s + 5, 2) || s[7] != '-' || !digits(s + 8, 2)) return 0;
+  int y = atoi(s), m = atoi(s + 5), d = atoi(s + 8);
+  static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m >= 1 && m <= 12 && d >= 1 && d <= (m == 2 ? 28 + leap : mdays[m - 1]);
+}
+
+static int time_ok(const char *s) { /* HH:MM:SS(.f+)?(Z|+-HH:MM) */
+  if (strlen(s) < 9 || !digits(s, 2) || s[2] != ':' || !digits(s + 3, 2) || s[5] != ':' || !digits(s + 6, 2)) return 0;
+  if (atoi(s) > 23 || atoi(s + 3) > 59 || atoi(s + 6) > 59) return 0;
+  s += 8;
+  if (*s == '.') {
+    s++;
+    if (!digits(s, 1)) return 0;
+    while (*s >= '0' && *s <= '9') s++;
+  }
+  if (!strcmp(s, "Z")) return 1;
+  return (s[0] == '+' || s[0] == '-') && strlen(s) == 6 && digits(s + 1, 2) && s[3] == ':' && digits(s + 4, 2) &&
+         atoi(s + 1) <= 23 && atoi(s + 4) <= 59;
+}
+
+static int format_ok(const char *f, const char *s) {
+  if (!strcmp(f, "date")) return date_ok(s);
+  if (!strcmp(f, "time")) return time_ok(s);
+  if (!strcmp(f, "date-time")) {
+    char d[11];
+    if (strlen(s) < 11 || s[10] != 'T') return 0;
+    memcpy(d, s, 10);
+    d[10] = 0;
+    return date_ok(d) && time_ok(s + 11);
+  }
+  if (!strcmp(f, "uuid")) {
+    if (strlen(s) != 36) return 0;
+    for (int i = 0; i < 36; i++) {
+      int dash = i == 8 || i == 13 || i == 18 || i == 23;
+      if (dash ? s[i] != '-' : !strchr("0123456789abcdefABCDEF", s[i])) return 0;
+    }
+    return 1;
+  }
+  if (!strcmp(f, "ipv4")) {
+    for (int part = 0; part < 4; part++) {
+      int n = 0, v = 0;
+      while (s[n] >= '0' && s[n] <= '9') v = v * 10 + (s[n++] - '0');
+      if (n == 0 || n > 3 || v > 255 || (n > 1 && s[0] == '0')) return 0;
+      s += n;
+      if (part < 3 && *s++ != '.') return 0;
+    }
+    return *s == 0;
+  }
+  if (!strcmp(f, "email")) {
+    const char *at = strchr(s, '@');
+    return at && at > s && !strchr(at + 1, '@') && strchr(at + 1, '.') && !strchr(s, ' ');
+  }
+  return 0;
+}
 
 static int valid_type(const char *t, json_t *v) {
   if (!strcmp(t, "string")) return json_is_string(v);
@@ -88,6 +167,9 @@ static int valid(json_t *root, json_t *schema, json_t *v) {
     if (!any) return 0;
   }
   if (json_is_string(v)) {
+    if ((k = json_object_get(schema, "pattern")) && !pattern_ok(json_string_value(k), json_string_value(v), json_string_length(v)))
+      return 0;
+    if ((k = json_object_get(schema, "format")) && !format_ok(json_string_value(k), json_string_value(v))) return 0;
     size_t n = utf8_len(json_string_value(v), json_string_length(v));
     if ((k = json_object_get(schema, "minLength")) && n < (size_t)json_integer_value(k)) return 0;
     if ((k = json_object_get(schema, "maxLength")) && n > (size_t)json_integer_value(k)) return 0;
@@ -129,6 +211,11 @@ static void test_validator_rejects(void **state) {
   assert_true(valid(s, s, v));
   json_decref(v);
   json_decref(s);
+  assert_true(format_ok("date", "2024-02-29") && !format_ok("date", "2023-02-29") && !format_ok("date", "2024-04-31"));
+  assert_true(format_ok("date-time", "2024-01-01T00:00:00.5-01:30") && !format_ok("date-time", "2024-01-01T00:00:00"));
+  assert_true(format_ok("ipv4", "10.0.0.255") && !format_ok("ipv4", "10.0.0.256") && !format_ok("ipv4", "01.0.0.1"));
+  assert_true(format_ok("uuid", "123e4567-e89b-12d3-a456-426614174000") && !format_ok("uuid", "123e4567e89b"));
+  assert_true(pattern_ok("b\\d", "ab1c", 4) && !pattern_ok("^b", "ab", 2));
 }
 
 /* ------------------------------------------------------------ walks */
@@ -214,6 +301,11 @@ static const char *schemas[] = {
   "{\"dog\":{\"type\":\"integer\"}},\"required\":[\"dog\"]},{\"type\":\"null\"}]},"
   "\"id\":{\"oneOf\":[{\"type\":\"string\",\"maxLength\":4},{\"type\":\"integer\"}]},"
   "\"x\":{\"type\":[\"number\",\"null\"]}},\"required\":[\"pet\",\"id\",\"x\"]}",
+  /* patterns (JSON-escaped inside strings) and formats */
+  "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}[\\\"\\\\\\\\\\\\n]?$\"},"
+  "\"when\":{\"type\":\"string\",\"format\":\"date-time\"},\"day\":{\"format\":\"date\"},\"id\":{\"format\":\"uuid\"},"
+  "\"ip\":{\"format\":\"ipv4\"},\"mail\":{\"format\":\"email\"},\"at\":{\"format\":\"time\"}},"
+  "\"required\":[\"code\",\"when\",\"day\",\"id\",\"ip\",\"mail\",\"at\"]}",
   /* a map and untyped values */
   "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}},"
   "\"any\":{}},\"required\":[\"m\",\"any\"]}",
@@ -258,6 +350,28 @@ static void walks_for(const char *rel, int n_walks) {
     free(text);
   }
   gr_grammar_free(g);
+  /* regexes, checked against PCRE2 (whole-text match) */
+  static const char *regexes[] = {
+    "\\d{3}-\\d{4}", "[a-z]{1,8}@[a-z]{1,8}\\.(com|org)", "(yes|no|maybe)!?",
+    "[A-Z][a-z \u00e9\u65e5]{0,20}\\.", "(\\w{1,6},){0,3}\\w{1,5}", "[^\\n\"]{3,6}"};
+  for (size_t r = 0; r < sizeof regexes / sizeof regexes[0]; r++) {
+    g = compile(GR_REGEX, regexes[r]);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)regexes[r], PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED, &ec, &eo, NULL);
+    assert_non_null(re);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    for (int w = 0; w < n_walks; w++) {
+      char *text = walk(t, v, g, 4000);
+      if (pcre2_match(re, (PCRE2_SPTR)text, strlen(text), 0, 0, md, NULL) < 0)
+        fail_msg("%s regex %s: PCRE2 does not match \"%s\"", rel, regexes[r], text);
+      free(text);
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    gr_grammar_free(g);
+  }
   gr_vocab_free(v);
   tok_free(t);
 }
@@ -281,6 +395,10 @@ static void agree_for(const char *rel) {
     {GR_JSON_SCHEMA, schemas[1], {"{", "{\"v\":1,\"kids\":[", "{\"v\":-", "{\"v\":1,\"kids\":[{\"v\":2}]}"}},
     {GR_JSON_OBJECT, NULL, {"{\"", "{\"a\":\"\xe6\x97", "{\"a\":[1,{}", "{\"a\":1.5e"}},
     {GR_CHOICE, "[\"positive\",\"negative\",\"neutral\"]", {"", "ne", "neg", "negative"}},
+    {GR_REGEX, "[a-z]{1,8}@[a-z]{1,8}\\.(com|org)|\\d+\\u00e9", {"", "ab", "ab@c", "12\xc3"}},
+    /* loops over plain text (the whole-subtree path) with and without the full UTF-8 range */
+    {GR_REGEX, "\"[^\"]*\"!|'[ -~]*'", {"\"", "\"ab", "\"\xe6\x97", "'a"}},
+    {GR_JSON_SCHEMA, "{\"type\":\"string\"}", {"\"", "\"\\", "\"\xf0\x9f", "\"x\""}},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     gr_grammar_t *g = compile(cases[c].kind, cases[c].spec);
@@ -291,6 +409,13 @@ static void agree_for(const char *rel) {
       assert_int_equal(gr_matcher_accept_bytes(m, pre, strlen(pre)), GT_OK);
       int count = gr_matcher_fill_mask(m, mask);
       int n_ok = 0;
+      if (cases[c].kind == GR_JSON_SCHEMA && !strcmp(cases[c].spec, "{\"type\":\"string\"}") && p == 0) {
+        /* inside a string: plain-text subtrees are taken whole, not walked node by node */
+        gr_stats_t st;
+        gr_matcher_stats(m, &st);
+        print_message("%s: string state: %d allowed, %zu trie nodes visited\n", rel, count, st.trie_visits);
+        if (n_vocab > 4096) assert_true(st.trie_visits < (size_t)count / 4); /* tiny vocabs: the root's 256 children dominate */
+      }
       for (size_t id = 0; id < n_vocab; id++) {
         int ok = gr_matcher_accept(m, (int32_t)id) == GT_OK;
         if (ok) {
@@ -349,8 +474,105 @@ static void test_end_tokens(void **state) {
   assert_false(gr_matcher_done(m));
   assert_int_equal(gr_matcher_rollback(m, 1), GT_EINVAL); /* "a" came as bytes, not a token */
   gr_matcher_free(m);
+  gr_vocab_free(v);
+  /* an explicit end set: <|im_end|> and <|endoftext|> (a control token) */
+  int32_t eot_text = tok_find(t, "<|endoftext|>"), ends[2] = {eos, eot_text};
+  assert_true(eot_text >= 0 && eot_text != eos);
+  assert_int_equal(gr_vocab_new_with_ends(t, ends, 2, &v, &err), GT_OK);
+  assert_int_equal(gr_matcher_new(g, v, &m, &err), GT_OK);
+  assert_int_equal(gr_matcher_accept_bytes(m, "ab", 2), GT_OK);
+  assert_int_equal(gr_matcher_fill_mask(m, mask), 2); /* done: only the two end tokens */
+  assert_true(bit(mask, eos) && bit(mask, eot_text));
+  assert_int_equal(gr_matcher_accept(m, eot_text), GT_OK);
+  gr_matcher_free(m);
+  gr_vocab_free(v);
+  int32_t bad = (int32_t)tok_n_vocab(t);
+  assert_int_equal(gr_vocab_new_with_ends(t, &bad, 1, &v, &err), GT_EINVAL);
+  assert_non_null(strstr(err.msg, "out of range"));
   gr_grammar_free(g);
   free(mask);
+  tok_free(t);
+}
+
+/* Threads share one gr_cache_t: each replays its own token sequence (from walks with private
+ * matchers) and every mask must equal the private matcher's mask at the same step. */
+typedef struct {
+  gr_cache_t *cache;
+  const gr_vocab_t *v;
+  const int32_t *seq;
+  size_t n;
+  uint32_t *const *masks; /* [n] reference masks */
+  gr_matcher_t *first;    /* made before the creator dropped its reference: keeps c alive */
+  int bad;
+} share_job_t;
+
+static void *share_thread(void *arg) {
+  share_job_t *j = arg;
+  size_t words = gr_mask_words(j->v);
+  uint32_t *mask = malloc(words * sizeof *mask);
+  for (int rep = 0; rep < 3; rep++) {
+    gr_matcher_t *m = j->first;
+    if (rep > 0 && gr_matcher_new_cached(j->cache, &m, NULL) != GT_OK) { j->bad = 1; break; }
+    for (size_t i = 0; i < j->n; i++) {
+      gr_matcher_fill_mask(m, mask);
+      if (memcmp(mask, j->masks[i], words * sizeof *mask) != 0 || gr_matcher_accept(m, j->seq[i]) != GT_OK) j->bad = 1;
+    }
+    if (rep > 0) gr_matcher_free(m);
+  }
+  gr_matcher_free(j->first);
+  free(mask);
+  return NULL;
+}
+
+static void test_shared_cache_threads(void **state) {
+  tok_t *t = load_tok("qwen3-vocab.gguf");
+  gr_vocab_t *v = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(gr_vocab_new(t, &v, &err), GT_OK);
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, schemas[0]);
+  size_t words = gr_mask_words(v), n_vocab = tok_n_vocab(t);
+  enum { N_THREADS = 4, MAX_N = 200 };
+  int32_t seqs[N_THREADS][MAX_N];
+  uint32_t *masks[N_THREADS][MAX_N];
+  size_t lens[N_THREADS];
+  for (int k = 0; k < N_THREADS; k++) { /* reference: private matchers, random walks */
+    gr_matcher_t *m = NULL;
+    assert_int_equal(gr_matcher_new(g, v, &m, &err), GT_OK);
+    size_t n = 0;
+    while (n < MAX_N && !gr_matcher_done(m)) {
+      masks[k][n] = malloc(words * sizeof(uint32_t));
+      int count = gr_matcher_fill_mask(m, masks[k][n]);
+      assert_true(count > 0);
+      int32_t pick = (int32_t)(rnd() % (uint32_t)count), id = -1;
+      for (size_t i = 0; i < n_vocab && pick >= 0; i++)
+        if (bit(masks[k][n], (int32_t)i) && pick-- == 0) id = (int32_t)i;
+      if (n > 20 && closing(t, id) == 0) { /* steer towards the end as the walks do */
+        for (size_t i = 0; i < n_vocab; i++)
+          if (bit(masks[k][n], (int32_t)i) && closing(t, (int32_t)i)) { id = (int32_t)i; break; }
+      }
+      assert_int_equal(gr_matcher_accept(m, id), GT_OK);
+      seqs[k][n++] = id;
+      if (id == tok_eos(t) || id == tok_eot(t)) break;
+    }
+    lens[k] = n;
+    gr_matcher_free(m);
+  }
+  gr_cache_t *cache = NULL;
+  assert_int_equal(gr_cache_new(g, v, &cache, &err), GT_OK);
+  pthread_t th[N_THREADS];
+  share_job_t jobs[N_THREADS];
+  for (int k = 0; k < N_THREADS; k++) {
+    jobs[k] = (share_job_t){cache, v, seqs[k], lens[k], masks[k], NULL, 0};
+    assert_int_equal(gr_matcher_new_cached(cache, &jobs[k].first, &err), GT_OK);
+    assert_int_equal(pthread_create(&th[k], NULL, share_thread, &jobs[k]), 0);
+  }
+  gr_cache_free(cache); /* the matchers keep it alive */
+  for (int k = 0; k < N_THREADS; k++) {
+    pthread_join(th[k], NULL);
+    assert_int_equal(jobs[k].bad, 0);
+    for (size_t i = 0; i < lens[k]; i++) free(masks[k][i]);
+  }
+  gr_grammar_free(g);
   gr_vocab_free(v);
   tok_free(t);
 }
@@ -359,6 +581,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_validator_rejects),
     cmocka_unit_test(test_end_tokens),
+    cmocka_unit_test(test_shared_cache_threads),
     cmocka_unit_test(test_agree_qwen3_tiny),
     cmocka_unit_test(test_agree_demo),
     cmocka_unit_test(test_agree_qwen3_vocab),
