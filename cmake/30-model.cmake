@@ -33,6 +33,9 @@ add_library(gantry_model_fx STATIC tests/common/model_fx.c)
 target_link_libraries(gantry_model_fx PUBLIC gantry_sched gantry_model gantry_tok gantry_testutil)
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 gt_add_test(test_sched_params SOURCES tests/unit/test_sched_params.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
+# benchmark (prints numbers; not a test): decode ms/step with and without a constraint, per batch size
+add_executable(bench_constraint tools/bench/bench_constraint.c)
+target_link_libraries(bench_constraint PRIVATE gantry_sched)
 # constrained decoding through the scheduler (engine/sched/constraint.h) on qwen3-tiny and the demo model
 gt_add_test(test_sched_constraint SOURCES tests/unit/test_sched_constraint.c LIBS gantry_sched gantry_model_fx TIMEOUT 600)
 gt_add_test(test_sched_fork SOURCES tests/unit/test_sched_fork.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)

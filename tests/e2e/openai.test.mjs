@@ -505,6 +505,17 @@ test('structured: guided_choice picks one of the strings', DEMO, async () => {
   }
 });
 
+test('structured: guided_regex matches the whole output', DEMO, async () => {
+  const re = /^[0-9]{3}-[a-z]{2,4}$/;
+  for (const seed of [1, 2, 3]) {
+    const r = await client.completions.create({
+      model: MODEL, prompt: 'def code():\n    return "', max_tokens: 20, temperature: 1, seed, guided_regex: '[0-9]{3}-[a-z]{2,4}',
+    });
+    assert.match(r.choices[0].text, re);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+  }
+});
+
 test('structured: tool_choice required and named force a valid call', DEMO, async () => {
   const weather = { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer' } }, required: ['city', 'days'] };
   const tools = [
@@ -526,13 +537,13 @@ test('structured: tool_choice required and named force a valid call', DEMO, asyn
 });
 
 test('structured: bad schemas and a second constraint are 400s naming the param', REAL, async () => {
-  const bad = { type: 'string', format: 'email' }; // `format` is not supported by the grammar
+  const bad = { type: 'integer', minimum: 3 }; // `minimum` is not supported by the grammar
   await assert.rejects(client.chat.completions.create({
     model: MODEL, messages: ASK, max_tokens: 5, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } },
   }), (e) => {
     assert.equal(e.status, 400);
     assert.equal(e.param, 'response_format');
-    assert.match(e.message, /format/);
+    assert.match(e.message, /minimum/);
     return true;
   });
   await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 5, guided_json: { type: 'object', properties: 3 } }), (e) => {
