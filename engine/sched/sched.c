@@ -85,6 +85,7 @@ struct sched {
   uint32_t *h_mask;        /* [max_num_seqs, mask_words] this step's masks of constrained output rows */
   uint32_t *h_rmap;        /* [max_num_seqs] output row -> its mask row, or BE_MASK_NONE */
   uint32_t *h_mask1;       /* [mask_words] one row's mask on the host path (take_token) */
+  req_t **b_mreq;          /* [max_num_seqs] the request of each mask row (device_masks) */
   uint32_t *d_mask, *d_rmap; /* backend copies of h_mask / h_rmap (the logits_mask op reads them) */
   uint64_t n_constrained;  /* tokens sampled under a mask (published in st) */
 };
@@ -275,10 +276,11 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->h_mask = malloc(sizeof(uint32_t) * (size_t)S * s->mask_words);
   s->h_rmap = malloc(sizeof(uint32_t) * (size_t)S);
   s->h_mask1 = malloc(sizeof(uint32_t) * (size_t)s->mask_words);
+  s->b_mreq = malloc(sizeof(req_t *) * (size_t)S);
   s->d_mask = m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S * s->mask_words);
   s->d_rmap = m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S);
   if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, &s->cons, err))) goto fail;
-  if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->d_mask || !s->d_rmap || !s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
+  if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || !s->d_mask || !s->d_rmap || !s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
       !s->b_rows || !s->b_ids || !s->fork_tmp) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
@@ -318,6 +320,7 @@ void sched_free(sched_t *s) {
   free(s->h_mask);
   free(s->h_rmap);
   free(s->h_mask1);
+  free(s->b_mreq);
   if (s->d_mask) s->m->be->ops->free(s->m->be, s->d_mask);
   if (s->d_rmap) s->m->be->ops->free(s->m->be, s->d_rmap);
   free(s->slot_free);
@@ -774,8 +777,9 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
 
 /* Device sampling with constraints: the masks of this step's constrained output rows into h_mask
  * (packed), h_rmap[n_out] (their rows, else BE_MASK_NONE), uploaded to d_mask / d_rmap for the
- * backend's logits_mask op. Returns the rows masked (0: nothing uploaded, the op is not run); a
- * row whose mask allows nothing gets BE_MASK_NONE and q->cons_dead (take_token ends it). */
+ * backend's logits_mask op. Returns the rows masked (0: nothing uploaded, the op is not run), -1
+ * on an upload error (err set); a row whose mask allows nothing gets BE_MASK_NONE and
+ * q->cons_dead (take_token ends it). The masks are filled in parallel (OpenMP). */
 static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
   int o = 0, k = 0;
   for (int i = 0; i < n_seq; i++) {
@@ -783,22 +787,32 @@ static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
     if (q->n_computed + q->chunk < q->n_tokens) continue;
     s->h_rmap[o] = BE_MASK_NONE;
     if (q->cs && cons_seq_active(q->cs)) {
-      uint32_t *m = s->h_mask + (size_t)k * s->mask_words;
-      q->cons_dead = cons_seq_mask(q->cs, m, s->V) <= 0;
-      if (!q->cons_dead) s->h_rmap[o] = (uint32_t)k++;
+      s->b_mreq[k] = q;
+      s->h_rmap[o] = (uint32_t)k++;
     }
     o++;
   }
   if (k == 0) return 0;
+  /* the rows' masks in parallel (a cold grammar state walks the vocabulary: ~ms on 248K ids);
+   * matchers are per sequence, grammars and the vocabulary shared read-only (grammar.h) */
+#pragma omp parallel for schedule(dynamic, 1) if (k > 1)
+  for (int j = 0; j < k; j++) {
+    req_t *q = s->b_mreq[j];
+    q->cons_dead = cons_seq_mask(q->cs, s->h_mask + (size_t)j * s->mask_words, s->V) <= 0;
+  }
+  int live = 0;
+  for (int j = 0; j < n_out; j++) /* a dead row is left unmasked: take_token ends it */
+    if (s->h_rmap[j] != BE_MASK_NONE && s->b_mreq[s->h_rmap[j]]->cons_dead) s->h_rmap[j] = BE_MASK_NONE;
+    else live += s->h_rmap[j] != BE_MASK_NONE;
+  if (live == 0) return 0;
   be_t *be = s->m->be;
   const size_t w = sizeof(uint32_t) * (size_t)s->mask_words;
   if (be->ops->upload(be, s->d_mask, s->h_mask, w * (size_t)k) ||
-      be->ops->upload(be, s->d_rmap, s->h_rmap, sizeof(uint32_t) * (size_t)n_out))
-  {
+      be->ops->upload(be, s->d_rmap, s->h_rmap, sizeof(uint32_t) * (size_t)n_out)) {
     if (!model_backend_err(be, err)) gt_err_set(err, GT_EINTERNAL, "uploading the constraint masks failed");
     return -1;
   }
-  return k;
+  return live;
 }
 
 static void publish_stats(sched_t *s) {
