@@ -88,6 +88,7 @@ struct sched {
   req_t **b_mreq;          /* [max_num_seqs] the request of each mask row (device_masks) */
   uint32_t *d_mask, *d_rmap; /* backend copies of h_mask / h_rmap (the logits_mask op reads them) */
   uint64_t n_constrained;  /* tokens sampled under a mask (published in st) */
+  double mask_ms;          /* time filling / uploading masks (published in st) */
 };
 
 static double now_ms(void) { return gt_now_ms(); }
@@ -703,9 +704,11 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
   const int masked = q->cs && cons_seq_active(q->cs);
   if (lg && masked) { /* host path: the mask now (the device path applied it on the backend) */
+    const double t0 = now_ms();
     const int n = cons_seq_mask(q->cs, s->h_mask1, s->V);
     q->cons_dead = n <= 0;
     if (n > 0) sampler_mask_logits(lg, s->h_mask1, s->V);
+    s->mask_ms += now_ms() - t0;
   }
   if (masked && q->cons_dead) {
     snprintf(q->fail, sizeof q->fail, "constraint: no token can continue the output after %d tokens (dead end)",
@@ -823,6 +826,7 @@ static void publish_stats(sched_t *s) {
   if (s->m->be->ops->eager_steps) s->st.eager_steps = (uint64_t)s->m->be->ops->eager_steps(s->m->be);
   s->st.kv_used = kv_n_used(s->kv);
   s->st.constrained_tokens = s->n_constrained;
+  s->st.mask_ms = s->mask_ms;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -954,7 +958,9 @@ static int step(sched_t *s, gt_err_t *err) {
                   .seq_ntok = s->b_ntok, .block_table = s->b_bt, .max_blocks = maxb,
                   .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = n_out, .out_tok = s->b_out};
   const int on_dev = device_rows(s, n_seq, n_out);
+  const double t_mask = now_ms();
   const int n_masked = on_dev ? device_masks(s, n_seq, n_out, err) : 0;
+  if (n_masked) s->mask_ms += now_ms() - t_mask;
   int rc = n_masked < 0 ? GT_EINTERNAL
            : on_dev  ? model_forward_sample_mask(s->m, &b, s->b_rows, s->b_ids, n_masked ? s->d_mask : NULL, s->d_rmap, err)
                      : model_forward(s->m, &b, s->logits, err);

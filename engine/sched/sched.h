@@ -175,6 +175,7 @@ typedef struct {
   uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
   uint64_t finished[6];         /* by sched_finish_t */
   uint64_t constrained_tokens;  /* tokens sampled under a constraint mask */
+  double mask_ms;               /* scheduler time spent filling and uploading those masks */
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);
 

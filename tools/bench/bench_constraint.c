@@ -3,7 +3,8 @@
  * constraint (every step fills each row's grammar mask on the host, and on the device path uploads
  * the masks and runs logits_mask before sampling). Prints per batch size the median decode step
  * (ms) of both runs and the overhead in %, over the steps where all B sequences are running (the
- * best of REPS interleaved runs of each):
+ * best of REPS interleaved runs of each), and the scheduler's own time filling and uploading the
+ * masks per step (sched_stats_t.mask_ms: the part of the overhead that no machine noise hides):
  *   bench_constraint --model M.gguf [--device cpu|cuda] [--batch 1,32] [--gen 64] [--prompt 32]
  *                    [--constraint json_object|choice|schema] [--threads N]
  * Sampling is greedy (the device sampler where the backend has one); prompts are pseudo-random
@@ -39,7 +40,7 @@ static int cmp_d(const void *a, const void *b) {
 /* Median decode step (ms) of B sequences of gen tokens after a prompt of `prompt` ids, each
  * under the constraint k (NULL: free); *n_steps counts the steps that had all B decoding. */
 static int run(model_t *m, const tok_t *tok, int B, int prompt, int gen, cons_kind_t kind, const char *spec,
-               double *median, int *n_steps, gt_err_t *err) {
+               double *median, int *n_steps, double *mask_ms, gt_err_t *err) {
   sched_config_t c = {.max_num_seqs = B < 8 ? 8 : B, .max_batch_tokens = B * prompt > 512 ? B * prompt : 512,
                       .n_ctx = prompt + gen + 16};
   if (c.max_batch_tokens > m->max_tokens) c.max_batch_tokens = m->max_tokens;
@@ -72,10 +73,12 @@ static int run(model_t *m, const tok_t *tok, int B, int prompt, int gen, cons_ki
   }
   static double t[MAX_STEPS];
   int n = 0;
+  double mask = 0;
   while (!rc && finals < B) {
     sched_stats_t st;
     sched_stats(s, &st);
     const uint64_t computed = st.computed_tokens;
+    const double mask0 = st.mask_ms;
     const double t0 = gt_now_ms();
     const int r = sched_step(s, err);
     const double dt = gt_now_ms() - t0;
@@ -83,13 +86,17 @@ static int run(model_t *m, const tok_t *tok, int B, int prompt, int gen, cons_ki
     if (r <= 0) break;
     sched_stats(s, &st);
     /* a step of B decode tokens with all B sequences running */
-    if (st.computed_tokens - computed == (uint64_t)B && finals == 0 && n < MAX_STEPS) t[n++] = dt;
+    if (st.computed_tokens - computed == (uint64_t)B && finals == 0 && n < MAX_STEPS) {
+      t[n++] = dt;
+      mask += st.mask_ms - mask0;
+    }
   }
   sched_free(s);
   if (rc) return rc;
   qsort(t, (size_t)n, sizeof *t, cmp_d);
   *median = n ? t[n / 2] : 0;
   *n_steps = n;
+  *mask_ms = n ? mask / n : 0;
   return GT_OK;
 }
 
@@ -137,20 +144,23 @@ int main(int argc, char **argv) {
   }
   printf("model %s, %s backend, constraint %s, vocab %d, prompt %d, gen %d, greedy\n\n", path, be->ops->name, cons,
          m->hp.n_vocab, prompt, gen);
-  printf("| batch | free ms/step | constrained ms/step | overhead | steps timed |\n|---|---|---|---|---|\n");
+  printf("| batch | free ms/step | constrained ms/step | overhead | mask ms/step | mask %% of free step | steps timed |\n"
+         "|---|---|---|---|---|---|---|\n");
   for (int i = 0; i < nb && !rc; i++) {
-    double free_ms = 1e30, cons_ms = 1e30;
+    double free_ms = 1e30, cons_ms = 1e30, mask_ms = 1e30, unused = 0;
     int n0 = 0, n1 = 0;
     for (int rep = 0; rep < REPS && !rc; rep++) { /* interleaved; the best median of each: a shared host's noise */
-      double f = 0, c = 0;
-      rc = run(m, tok, b[i], prompt, gen, kind, NULL, &f, &n0, &err);
-      if (!rc) rc = run(m, tok, b[i], prompt, gen, kind, spec, &c, &n1, &err);
+      double f = 0, c = 0, mk = 0;
+      rc = run(m, tok, b[i], prompt, gen, kind, NULL, &f, &n0, &unused, &err);
+      if (!rc) rc = run(m, tok, b[i], prompt, gen, kind, spec, &c, &n1, &mk, &err);
       if (f < free_ms) free_ms = f;
       if (c < cons_ms) cons_ms = c;
+      if (mk < mask_ms) mask_ms = mk;
     }
     if (!rc)
-      printf("| %d | %.3f | %.3f | %+.1f %% | %d / %d |\n", b[i], free_ms, cons_ms,
-             free_ms > 0 ? 100.0 * (cons_ms - free_ms) / free_ms : 0, n0, n1);
+      printf("| %d | %.3f | %.3f | %+.1f %% | %.3f | %.1f %% | %d / %d |\n", b[i], free_ms, cons_ms,
+             free_ms > 0 ? 100.0 * (cons_ms - free_ms) / free_ms : 0, mask_ms, free_ms > 0 ? 100.0 * mask_ms / free_ms : 0,
+             n0, n1);
     fflush(stdout);
   }
   if (rc) fprintf(stderr, "bench_constraint: %s\n", err.msg);
