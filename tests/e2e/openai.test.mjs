@@ -446,7 +446,7 @@ const checkJson = (text, validate, what) => {
 test('structured: response_format json_schema, not streamed and streamed: every output validates', DEMO, async () => {
   const validate = ajv.compile(PROGRAM);
   const response_format = { type: 'json_schema', json_schema: { name: 'program', schema: PROGRAM, strict: true } };
-  for (const seed of [1, 2, 3]) {
+  for (const seed of [1, 2]) {
     const r = await client.chat.completions.create({ model: MODEL, messages: ASK, max_tokens: 400, temperature: 1, seed, response_format });
     checkJson(r.choices[0].message.content, validate, `seed ${seed}`);
     assert.equal(r.choices[0].finish_reason, 'stop'); // the grammar completed, not max_tokens
