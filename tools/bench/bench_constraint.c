@@ -157,7 +157,9 @@ int main(int argc, char **argv) {
       if (c < cons_ms) cons_ms = c;
       if (mk < mask_ms) mask_ms = mk;
     }
-    if (!rc)
+    if (!rc && (n0 == 0 || n1 == 0)) /* a sequence ended (its constraint complete) before all B decoded */
+      printf("| %d | n/a | n/a | n/a | n/a | n/a | %d / %d |\n", b[i], n0, n1);
+    else if (!rc)
       printf("| %d | %.3f | %.3f | %+.1f %% | %.3f | %.1f %% | %d / %d |\n", b[i], free_ms, cons_ms,
              free_ms > 0 ? 100.0 * (cons_ms - free_ms) / free_ms : 0, mask_ms, free_ms > 0 ? 100.0 * mask_ms / free_ms : 0,
              n0, n1);
