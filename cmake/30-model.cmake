@@ -34,7 +34,7 @@ target_link_libraries(gantry_model_fx PUBLIC gantry_sched gantry_model gantry_to
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 gt_add_test(test_sched_params SOURCES tests/unit/test_sched_params.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 # benchmark (prints numbers; not a test): decode ms/step with and without a constraint, per batch size
-add_executable(bench_constraint tools/bench/bench_constraint.c)
+add_executable(bench_constraint tests/bench/bench_constraint.c)
 target_link_libraries(bench_constraint PRIVATE gantry_sched)
 # constrained decoding through the scheduler (engine/sched/constraint.h) on qwen3-tiny and the demo model
 gt_add_test(test_sched_constraint SOURCES tests/unit/test_sched_constraint.c LIBS gantry_sched gantry_model_fx TIMEOUT 600)

@@ -1,4 +1,4 @@
-/* tools/bench/bench_constraint.c — the per-token cost of constrained decoding through the
+/* tests/bench/bench_constraint.c — the per-token cost of constrained decoding through the
  * scheduler (engine/sched/sched.h): B sequences decode together, once free and once under a
  * constraint (every step fills each row's grammar mask on the host, and on the device path uploads
  * the masks and runs logits_mask before sampling). Prints per batch size the median decode step
