@@ -74,7 +74,9 @@ typedef struct {
   uint64_t seed;
   int logprobs;           /* >= 0: the host sampling path */
   int starts_in_reasoning;
-  int32_t bias_id;        /* >= 0: +100 on this id */
+  int32_t bias_id;        /* >= 0: bias_val (0: +100) on this id */
+  float bias_val;
+  int ignore_eos;
   const char *tools_json; /* parse tool calls */
   int max_tokens;         /* 0: 300 */
 } req_opts_t;
@@ -98,7 +100,8 @@ static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
   r.logprobs = o->logprobs;
   r.on_event = on_event;
   r.ud = out;
-  float plus = 100;
+  const float plus = o->bias_val != 0 ? o->bias_val : 100;
+  r.ignore_eos = o->ignore_eos;
   if (o->bias_id >= 0) {
     r.bias_ids = &o->bias_id;
     r.bias_vals = &plus;
@@ -359,6 +362,27 @@ static void test_tool_call(void **state) {
   }
 }
 
+/* ignore_eos under a constraint: the end-of-sequence token the grammar allows once "7" is complete
+ * ("7#" is the other choice; -100 bans #) is taken as text, and it completes the grammar: the
+ * choice stops there (STOP), it neither runs on unconstrained nor hangs. (logit_bias samples on
+ * the host.) */
+static void test_ignore_eos(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  int32_t *b = NULL;
+  size_t nb = 0;
+  gt_err_t err = {0};
+  assert_int_equal(tok_encode(f->tok, "#", 1, 0, &b, &nb, &err), 0);
+  assert_int_equal(nb, 1);
+  req_opts_t ro = {.kind = CONS_CHOICE, .spec = "[\"7\",\"7#\"]", .temperature = 0, .logprobs = -1, .bias_id = b[0],
+                   .bias_val = -100, .ignore_eos = 1};
+  free(b);
+  run1(f, &ro, &o);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+  assert_int_equal(o.n, 2); /* "7", then the end-of-sequence token */
+  assert_int_equal(o.ids[1], tok_eos(f->tok));
+}
+
 /* Bad specs are refused with the grammar's message; the cache is bounded (LRU). */
 static void test_errors_and_cache(void **state) {
   fx_t *f = *state;
@@ -395,7 +419,7 @@ int main(void) {
       cmocka_unit_test(test_json_schema),           cmocka_unit_test(test_object_choice), cmocka_unit_test(test_regex),
       cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
-      cmocka_unit_test(test_errors_and_cache),
+      cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
   };
   if (getenv("GANTRY_TEST_FILTER")) cmocka_set_test_filter(getenv("GANTRY_TEST_FILTER")); /* e.g. "test_tool*" */
 #ifdef SCHED_CONS_CUDA
