@@ -780,13 +780,15 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
 
 /* Device sampling with constraints: the masks of this step's constrained output rows into h_mask
  * (packed), h_rmap[n_out] (their rows, else BE_MASK_NONE), uploaded to d_mask / d_rmap for the
- * backend's logits_mask op. Returns the rows masked (0: nothing uploaded, the op is not run), -1
- * on an upload error (err set); a row whose mask allows nothing gets BE_MASK_NONE and
- * q->cons_dead (take_token ends it). The masks are filled in parallel (OpenMP). */
+ * backend's logits_mask op. Returns 1 when the op is to run (the batch holds a constrained
+ * sequence), 0 when not (nothing uploaded), -1 on an upload error (err set); a row whose mask
+ * allows nothing gets BE_MASK_NONE and q->cons_dead (take_token ends it). The masks are filled in
+ * parallel (OpenMP). */
 static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
-  int o = 0, k = 0;
+  int o = 0, k = 0, any = 0;
   for (int i = 0; i < n_seq; i++) {
     req_t *q = s->b_req[i];
+    any |= q->cs != NULL;
     if (q->n_computed + q->chunk < q->n_tokens) continue;
     s->h_rmap[o] = BE_MASK_NONE;
     if (q->cs && cons_seq_active(q->cs)) {
@@ -795,7 +797,7 @@ static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
     }
     o++;
   }
-  if (k == 0) return 0;
+  if (!any) return 0;
   /* the rows' masks in parallel (a cold grammar state walks the vocabulary: ~ms on 248K ids);
    * matchers are per sequence, grammars and the vocabulary shared read-only (grammar.h) */
 #pragma omp parallel for schedule(dynamic, 1) if (k > 1)
@@ -803,19 +805,19 @@ static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
     req_t *q = s->b_mreq[j];
     q->cons_dead = cons_seq_mask(q->cs, s->h_mask + (size_t)j * s->mask_words, s->V) <= 0;
   }
-  int live = 0;
   for (int j = 0; j < n_out; j++) /* a dead row is left unmasked: take_token ends it */
     if (s->h_rmap[j] != BE_MASK_NONE && s->b_mreq[s->h_rmap[j]]->cons_dead) s->h_rmap[j] = BE_MASK_NONE;
-    else live += s->h_rmap[j] != BE_MASK_NONE;
-  if (live == 0) return 0;
+  /* the op runs in every step of a batch that holds a constrained sequence, even when none of its
+   * rows is masked now (reasoning, mid-prompt): the decode graph then keeps one op list while
+   * the sequence runs instead of being captured again whenever its mask comes and goes */
   be_t *be = s->m->be;
   const size_t w = sizeof(uint32_t) * (size_t)s->mask_words;
-  if (be->ops->upload(be, s->d_mask, s->h_mask, w * (size_t)k) ||
+  if ((k && be->ops->upload(be, s->d_mask, s->h_mask, w * (size_t)k)) ||
       be->ops->upload(be, s->d_rmap, s->h_rmap, sizeof(uint32_t) * (size_t)n_out)) {
     if (!model_backend_err(be, err)) gt_err_set(err, GT_EINTERNAL, "uploading the constraint masks failed");
     return -1;
   }
-  return live;
+  return 1;
 }
 
 static void publish_stats(sched_t *s) {
@@ -959,7 +961,7 @@ static int step(sched_t *s, gt_err_t *err) {
                   .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = n_out, .out_tok = s->b_out};
   const int on_dev = device_rows(s, n_seq, n_out);
   const double t_mask = now_ms();
-  const int n_masked = on_dev ? device_masks(s, n_seq, n_out, err) : 0;
+  const int n_masked = on_dev ? device_masks(s, n_seq, n_out, err) : 0; /* 1: run logits_mask */
   if (n_masked) s->mask_ms += now_ms() - t_mask;
   int rc = n_masked < 0 ? GT_EINTERNAL
            : on_dev  ? model_forward_sample_mask(s->m, &b, s->b_rows, s->b_ids, n_masked ? s->d_mask : NULL, s->d_rmap, err)
