@@ -7,6 +7,7 @@ add_library(gantry_grammar STATIC
   engine/grammar/gr_vocab.c
   engine/grammar/gr_cache.c
   engine/grammar/gr_matcher.c
+  engine/grammar/gr_range.c
 )
 target_link_libraries(gantry_grammar PUBLIC gantry_tok gantry_common PkgConfig::JANSSON)
 

@@ -12,8 +12,8 @@
 
 #include "engine/grammar/gr_cache.h"
 
-#define MAX_NODES (8u << 20)          /* interned stack nodes per cache */
-#define MAX_STATES (1u << 18)         /* interned states per cache (transitions: 1 KiB each) */
+#define MAX_NODES (1u << 20)          /* interned stack nodes per cache (~20 bytes each) */
+#define MAX_STATES (1u << 16)         /* interned states per cache (transitions: 1 KiB each) */
 #define MASK_CACHE_BYTES (64u << 20)  /* cached masks per cache; all dropped when over */
 
 typedef struct {
@@ -169,7 +169,6 @@ static uint64_t items_hash(const int32_t *v, size_t n) {
   return h;
 }
 
-
 /* The state of m->res[0..n_res) (sorted and deduplicated here), interned: its id, T_DEAD when
  * empty, T_ERROR on failure. */
 static int32_t state_get(gr_cache_t *m) {
@@ -249,7 +248,6 @@ int32_t gr_cache_step(gr_cache_t *m, int32_t sid, unsigned byte) {
   if (t != T_ERROR) m->states[sid].next[byte] = t; /* states may have moved */
   return t;
 }
-
 
 int32_t gr_cache_run(gr_cache_t *c, int32_t sid, const unsigned char *p, size_t len) {
   for (size_t i = 0; i < len && sid >= 0; i++) sid = gr_cache_step(c, sid, p[i]);

@@ -105,6 +105,10 @@ int gr_regex(gr_builder_t *b, const char *spec, size_t len, int32_t *root, gt_er
  * written JSON-escaped. who prefixes error messages. */
 int gr_regex_json(gr_builder_t *b, const char *spec, size_t len, const char *who, int32_t *root, gt_err_t *err);
 
+/* A GR_REGEX pattern for the decimal integers in [lo, hi] (|lo|, |hi| < 10^18) into buf; its
+ * length, or -1 when lo > hi or cap is too small. */
+int gr_int_range_regex(int64_t lo, int64_t hi, char *buf, size_t cap);
+
 #define GR_MAX_REPEAT 1024 /* largest bounded repetition count (rules grow with it) */
 
 #endif

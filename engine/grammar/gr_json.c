@@ -3,6 +3,7 @@
  * json-schema-to-grammar: properties in schema order, optional ones skippable without
  * dangling commas, bounded whitespace. */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,15 +126,19 @@ static int32_t js_char(js_t *j) {
   return j->chr;
 }
 
-static int32_t js_string_len(js_t *j, int min, int max) {
-  int32_t c = js_char(j);
-  int32_t body = (min == 0 && max < 0) ? gr_b_star(j->b, c) : gr_b_repeat(j->b, c, min, max);
+/* "\"" body "\"" */
+static int32_t js_quoted(js_t *j, int32_t body) {
   int32_t r = gr_b_rule(j->b);
   gr_seq_t *s = gr_b_alt(j->b, r);
   gr_b_lit(j->b, s, "\"", 1);
   gr_b_ref(j->b, s, body);
   gr_b_lit(j->b, s, "\"", 1);
   return r;
+}
+
+static int32_t js_string_len(js_t *j, int min, int max) {
+  int32_t c = js_char(j);
+  return js_quoted(j, (min == 0 && max < 0) ? gr_b_star(j->b, c) : gr_b_repeat(j->b, c, min, max));
 }
 
 static int32_t js_string(js_t *j) {
@@ -148,8 +153,8 @@ static int32_t js_digits(js_t *j, unsigned lo, int min, int max) {
   return gr_b_repeat(j->b, d, min, max);
 }
 
-/* "-"? ("0" | [1-9][0-9]{0,15}) */
-static int32_t js_int_part(js_t *j) {
+/* "-"? ("0" | [1-9][0-9]{0,15}); without the sign when !sign */
+static int32_t js_int_part(js_t *j, int sign) {
   gr_builder_t *b = j->b;
   int32_t nz = gr_b_rule(b);
   gr_seq_t *s = gr_b_alt(b, nz);
@@ -158,6 +163,7 @@ static int32_t js_int_part(js_t *j) {
   int32_t mag = gr_b_rule(b);
   gr_b_lit(b, gr_b_alt(b, mag), "0", 1);
   gr_b_ref(b, gr_b_alt(b, mag), nz);
+  if (!sign) return mag;
   int32_t r = gr_b_rule(b);
   gr_b_ref(b, gr_b_alt(b, r), mag);
   s = gr_b_alt(b, r);
@@ -167,36 +173,107 @@ static int32_t js_int_part(js_t *j) {
 }
 
 static int32_t js_integer(js_t *j) {
-  if (j->integer < 0) j->integer = js_int_part(j);
+  if (j->integer < 0) j->integer = js_int_part(j, 1);
   return j->integer;
 }
 
-/* int ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?: every value fits a double */
-static int32_t js_number(js_t *j) {
-  if (j->num >= 0) return j->num;
+/* int ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})?: every value fits a double; without a sign
+ * (non-negative) when !sign */
+static int32_t js_number_signed(js_t *j, int sign) {
   gr_builder_t *b = j->b;
   int32_t frac = gr_b_rule(b);
   gr_seq_t *s = gr_b_alt(b, frac);
   gr_b_lit(b, s, ".", 1);
   gr_b_ref(b, s, js_digits(j, '0', 1, 16));
-  int32_t sign = gr_b_rule(b);
-  gr_b_alt(b, sign);
-  gr_b_lit(b, gr_b_alt(b, sign), "-", 1);
-  gr_b_lit(b, gr_b_alt(b, sign), "+", 1);
+  int32_t esign = gr_b_rule(b);
+  gr_b_alt(b, esign);
+  gr_b_lit(b, gr_b_alt(b, esign), "-", 1);
+  gr_b_lit(b, gr_b_alt(b, esign), "+", 1);
   int32_t exp = gr_b_rule(b);
   s = gr_b_alt(b, exp);
   gr_set_t e = {{0}};
   e.w['e' >> 5] |= 1u << ('e' & 31);
   e.w['E' >> 5] |= 1u << ('E' & 31);
   gr_b_set(b, s, &e);
-  gr_b_ref(b, s, sign);
+  gr_b_ref(b, s, esign);
   gr_b_ref(b, s, js_digits(j, '0', 1, 2));
-  j->num = gr_b_rule(b);
-  s = gr_b_alt(b, j->num);
-  gr_b_ref(b, s, js_integer(j));
+  int32_t r = gr_b_rule(b);
+  s = gr_b_alt(b, r);
+  gr_b_ref(b, s, sign ? js_integer(j) : js_int_part(j, 0));
   gr_b_ref(b, s, gr_b_opt(b, frac));
   gr_b_ref(b, s, gr_b_opt(b, exp));
+  return r;
+}
+
+static int32_t js_number(js_t *j) {
+  if (j->num < 0) j->num = js_number_signed(j, 1);
   return j->num;
+}
+
+#define JS_INT_LIMIT 9999999999999999LL /* 16 digits, as js_int_part */
+
+/* One bound keyword as a number (draft 6+), or draft 4's boolean exclusiveMinimum/Maximum
+ * next to minimum/maximum. Returns 0 when absent, 1 when present (*v, *excl), -1 on error. */
+static int js_num_bound(js_t *j, json_t *schema, const char *key, const char *ekey, double *v, int *excl) {
+  json_t *x = json_object_get(schema, key), *e = json_object_get(schema, ekey);
+  *excl = 0;
+  if (e && json_is_number(e)) { /* exclusive as its own bound; the tighter one wins below */
+    double ev = json_number_value(e);
+    if (x && !json_is_number(x)) return js_fail(j, GT_EINVAL, "json schema: %s must be a number", key), -1;
+    int lower = key[1] == 'i';
+    if (!x || (lower ? ev >= json_number_value(x) : ev <= json_number_value(x))) {
+      *v = ev;
+      *excl = 1;
+      return 1;
+    }
+  } else if (e && !json_is_boolean(e)) {
+    return js_fail(j, GT_EINVAL, "json schema: %s must be a number or a boolean", ekey), -1;
+  }
+  if (!x) return 0;
+  if (!json_is_number(x)) return js_fail(j, GT_EINVAL, "json schema: %s must be a number", key), -1;
+  *v = json_number_value(x);
+  *excl = e && json_is_true(e);
+  return 1;
+}
+
+/* integer or number with minimum/maximum/exclusiveMinimum/exclusiveMaximum: integers in any
+ * range within 16 digits; numbers only non-negative (minimum 0) */
+static int32_t js_bounded(js_t *j, json_t *schema, int integer) {
+  double lo_v = 0, hi_v = 0;
+  int lo_x, hi_x;
+  int has_lo = js_num_bound(j, schema, "minimum", "exclusiveMinimum", &lo_v, &lo_x);
+  int has_hi = js_num_bound(j, schema, "maximum", "exclusiveMaximum", &hi_v, &hi_x);
+  if (has_lo < 0 || has_hi < 0) return -1;
+  if (!has_lo && !has_hi) return integer ? js_integer(j) : js_number(j);
+  if (!integer) {
+    if (has_hi || lo_x || lo_v != 0)
+      return js_fail(j, GT_EUNSUPPORTED, "json schema: %s on numbers is supported only as minimum 0 (use integer)",
+                     has_hi ? "maximum" : "minimum");
+    return js_number_signed(j, 0);
+  }
+  double lim = (double)JS_INT_LIMIT;
+  if ((has_lo && (lo_v > lim || lo_v < -lim)) || (has_hi && (hi_v > lim || hi_v < -lim)))
+    return js_fail(j, GT_ERANGE, "json schema: %s beyond 16 digits", "minimum/maximum");
+  int64_t lo = -JS_INT_LIMIT, hi = JS_INT_LIMIT;
+  if (has_lo) {
+    lo = (int64_t)ceil(lo_v);
+    if (lo_x && (double)lo == lo_v) lo++;
+  }
+  if (has_hi) {
+    hi = (int64_t)floor(hi_v);
+    if (hi_x && (double)hi == hi_v) hi--;
+  }
+  if (lo > hi) return js_fail(j, GT_EINVAL, "json schema: no integer satisfies %s", "minimum/maximum");
+  char re[4096];
+  int n = gr_int_range_regex(lo, hi, re, sizeof re);
+  if (n < 0) return js_fail(j, GT_EINTERNAL, "json schema: %s range too complex", "minimum/maximum");
+  int32_t r;
+  int rc = gr_regex(j->b, re, (size_t)n, &r, j->err);
+  if (rc != GT_OK) {
+    if (j->rc == GT_OK) j->rc = rc;
+    return -1;
+  }
+  return r;
 }
 
 static int32_t js_boolean(js_t *j) {
@@ -476,12 +553,7 @@ static int32_t js_pattern_string(js_t *j, json_t *schema, json_t *pat, json_t *f
     if (j->rc == GT_OK) j->rc = rc;
     return -1;
   }
-  int32_t r = gr_b_rule(j->b);
-  gr_seq_t *s = gr_b_alt(j->b, r);
-  gr_b_lit(j->b, s, "\"", 1);
-  gr_b_ref(j->b, s, body);
-  gr_b_lit(j->b, s, "\"", 1);
-  return r;
+  return js_quoted(j, body);
 }
 
 static int32_t js_type(js_t *j, json_t *schema, const char *t, int depth) {
@@ -493,8 +565,8 @@ static int32_t js_type(js_t *j, json_t *schema, const char *t, int depth) {
     if (max >= 0 && max < min) return js_fail(j, GT_EINVAL, "json schema: %s is less than minLength", "maxLength");
     return (min == 0 && max < 0) ? js_string(j) : js_string_len(j, min, max);
   }
-  if (!strcmp(t, "number")) return js_number(j);
-  if (!strcmp(t, "integer")) return js_integer(j);
+  if (!strcmp(t, "number")) return js_bounded(j, schema, 0);
+  if (!strcmp(t, "integer")) return js_bounded(j, schema, 1);
   if (!strcmp(t, "boolean")) return js_boolean(j);
   if (!strcmp(t, "null")) return js_null(j);
   if (!strcmp(t, "object")) return js_object(j, schema, depth);
@@ -509,7 +581,8 @@ static const char *const js_annotations[] = {
 /* keywords handled here */
 static const char *const js_keywords[] = {
   "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
-  "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", NULL};
+  "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "minimum",
+  "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)

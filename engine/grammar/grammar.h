@@ -23,14 +23,16 @@
  *                   ^ and $ implied, a subset of JSON schema's search semantics; written
  *                   JSON-escaped) and format date, time, date-time, uuid, ipv4, email (as
  *                   patterns, subsets of ajv-formats' full mode; other formats unsupported);
- *                   pattern/format not together nor with min/maxLength. $ref, const, enum, anyOf, oneOf and allOf stand alone (enum
+ *                   pattern/format not together nor with min/maxLength. minimum, maximum,
+ *                   exclusiveMinimum, exclusiveMaximum (numbers, or draft 4's booleans) on
+ *                   integers (within 16 digits); on numbers only minimum 0. $ref, const, enum, anyOf, oneOf and allOf stand alone (enum
  *                   and const may sit next to a type that all their values have): combined with
  *                   each other or with constraints they give GT_EUNSUPPORTED naming both, as the
  *                   constraints would otherwise be dropped. Annotations are ignored: title,
  *                   description, default, examples, $schema, $id, $comment, deprecated,
  *                   readOnly, writeOnly ($defs/definitions hold $ref targets). Every other
- *                   keyword (minimum, maximum, multipleOf, uniqueItems, prefixItems, not, if,
- *                   nullable, ...) gives GT_EUNSUPPORTED naming it.
+ *                   keyword (multipleOf, uniqueItems, prefixItems, not, if, nullable, ...)
+ *                   gives GT_EUNSUPPORTED naming it.
  *   GR_JSON_OBJECT  spec ignored (may be NULL): any JSON object.
  *   GR_CHOICE       a JSON array of strings: the output is exactly one of them (raw text, not
  *                   JSON-quoted).
@@ -112,8 +114,9 @@ int gr_matcher_done(const gr_matcher_t *m);          /* accepting and nothing ca
  * all others, so a schema seen before is warm from its first token (XGrammar's compiled-grammar
  * cache). Reference-counted: gr_cache_free drops the creator's reference and each matcher holds
  * its own, so a cache may be dropped from an LRU while sequences still use it. It grows with the
- * distinct states visited (at most 262,144 states, about 1 KiB each plus cached masks, which are
- * all dropped past 64 MiB); past that, fill_mask/accept return GT_ERANGE. g and v must outlive
+ * distinct states visited (at most 65,536 states of about 1 KiB and 1,048,576 stack nodes, plus
+ * cached masks, which are all dropped past 64 MiB); past that, fill_mask/accept return
+ * GT_ERANGE. g and v must outlive
  * it. Errors: GT_EINVAL (the grammar matches nothing), GT_ENOMEM. */
 typedef struct gr_cache gr_cache_t;
 int gr_cache_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_cache_t **out, gt_err_t *err);
@@ -132,6 +135,9 @@ int gr_matcher_rollback(gr_matcher_t *m, size_t n_tokens);
 /* Back to the start state; cached states and masks are kept (a cheap restart for n > 1 or a
  * retried sequence). */
 void gr_matcher_reset(gr_matcher_t *m);
+/* The CPU reference of applying a mask: logits[i] = -INFINITY for every i < n_logits whose bit
+ * is clear, and for every i >= 32 * n_words (a padded output head beyond the tokenizer). */
+void gr_mask_apply(const uint32_t *mask, size_t n_words, float *logits, size_t n_logits);
 /* Counters for benchmarks and logs. */
 typedef struct {
   size_t n_states;      /* interned automaton states */

@@ -1,5 +1,6 @@
 /* tests/unit/test_grammar.c — the grammar engine at the byte level: each kind accepts valid
  * texts and rejects invalid ones at the first bad byte; errors name what is unsupported. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +10,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
+#include "engine/grammar/gr_internal.h"
 #include "engine/grammar/grammar.h"
 #include "format/gguf.h"
 #include "format/tokenizer.h"
@@ -206,6 +210,71 @@ static void test_schema_pattern_format(void **state) {
   gr_grammar_free(g);
 }
 
+/* gr_int_range_regex against PCRE2 for every integer around each range (and leading zeros) */
+static void test_int_range_regex(void **state) {
+  static const long long cases[][2] = {{0, 0}, {5, 123}, {-123, -5}, {-45, 1000}, {1, 9}, {10, 99}, {0, 100000},
+                                       {-1, 1}, {7, 7}, {-1000, -1000}, {999, 1001}, {12, 34567}, {-9999, 9999}};
+  char re[4096], full[4200], s[40];
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    long long lo = cases[c][0], hi = cases[c][1];
+    assert_true(gr_int_range_regex(lo, hi, re, sizeof re) > 0);
+    snprintf(full, sizeof full, "^(?:%s)$", re);
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)full, PCRE2_ZERO_TERMINATED, 0, &ec, &eo, NULL);
+    assert_non_null(code);
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(code, NULL);
+    for (long long v = lo - 1200; v <= hi + 1200; v++) {
+      int k = snprintf(s, sizeof s, "%lld", v);
+      int m = pcre2_match(code, (PCRE2_SPTR)s, (size_t)k, 0, 0, md, NULL) >= 0;
+      if (m != (v >= lo && v <= hi)) fail_msg("[%lld, %lld]: %lld matched %d (%s)", lo, hi, v, m, re);
+      k = snprintf(s, sizeof s, "0%lld", v < 0 ? -v : v);
+      assert_true(pcre2_match(code, (PCRE2_SPTR)s, (size_t)k, 0, 0, md, NULL) < 0);
+    }
+    pcre2_match_data_free(md);
+    pcre2_code_free(code);
+  }
+  assert_int_equal(gr_int_range_regex(2, 1, re, sizeof re), -1);
+  assert_int_equal(gr_int_range_regex(-9999999999999999LL, 9999999999999999LL, re, 8), -1); /* too small */
+}
+
+/* minimum/maximum and their exclusive forms (draft 6 numbers, draft 4 booleans) */
+static void test_schema_bounds(void **state) {
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":1,\"maximum\":100}");
+  ACCEPTS(g, "1");
+  ACCEPTS(g, "57");
+  ACCEPTS(g, "100");
+  REFUSES_AT(g, "0", 0);
+  REFUSES_AT(g, "101", 2);
+  REFUSES_AT(g, "-1", 0);
+  REFUSES_AT(g, "1.5", 1);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":-5.5,\"exclusiveMaximum\":5}");
+  ACCEPTS(g, "-5");
+  ACCEPTS(g, "0");
+  ACCEPTS(g, "4");
+  REFUSES_AT(g, "-6", 1);
+  REFUSES_AT(g, "5", 0);
+  REFUSES_AT(g, "-0", 1);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":0,\"exclusiveMinimum\":true}");
+  ACCEPTS(g, "1");
+  ACCEPTS(g, "9999999999999999");
+  REFUSES_AT(g, "0", 0);
+  REFUSES_AT(g, "-", 0);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":10}");
+  INCOMPLETE(g, "9");
+  ACCEPTS(g, "90");
+  ACCEPTS(g, "10");
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":0}");
+  ACCEPTS(g, "0.5");
+  ACCEPTS(g, "12e-3");
+  REFUSES_AT(g, "-1", 0);
+  gr_grammar_free(g);
+}
+
 /* enum/const next to a type all their values have; selectors next to annotations */
 static void test_schema_typed_enum(void **state) {
   gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":[\"string\",\"null\"],\"enum\":[\"a\",null],"
@@ -314,8 +383,11 @@ static void test_errors(void **state) {
                "\"pattern\" combined with minLength/maxLength");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", GT_EUNSUPPORTED,
                "format \"hostname\"");
-  expect_error(GR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":0}}}", GT_EUNSUPPORTED,
-               "\"minimum\"");
+  expect_error(GR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"type\":\"number\",\"maximum\":1}}}", GT_EUNSUPPORTED,
+               "maximum on numbers");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"multipleOf\":2}", GT_EUNSUPPORTED, "\"multipleOf\"");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":1e20}", GT_ERANGE, "16 digits");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":3,\"maximum\":2.5}", GT_EINVAL, "no integer");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", GT_EUNSUPPORTED, "\"uniqueItems\"");
   expect_error(GR_JSON_SCHEMA, "{\"allOf\":[{},{}]}", GT_EUNSUPPORTED, "allOf");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"array\",\"maxItems\":100000}", GT_ERANGE, "maxItems");
@@ -416,6 +488,38 @@ static void test_mutated_specs(void **state) {
   assert_true(compiled > 100 && refused > 100);
 }
 
+/* A grammar with more states than a cache holds: GT_ERANGE, the matcher unchanged and usable. */
+static void test_state_limit(void **state) {
+  gr_grammar_t *g = compile(GR_REGEX, "(a{300}){300}b"); /* 90,000 counting states */
+  gr_matcher_t *m = NULL;
+  assert_int_equal(gr_matcher_new(g, g_vocab, &m, NULL), GT_OK);
+  size_t n = 90000;
+  char *as = malloc(n);
+  memset(as, 'a', n);
+  assert_int_equal(gr_matcher_accept_bytes(m, as, n), GT_ERANGE);
+  assert_int_equal(gr_matcher_accept_bytes(m, "aa", 2), GT_OK); /* from the start: still there */
+  assert_int_equal(gr_matcher_accept_bytes(m, "b", 1), GT_EINVAL);
+  uint32_t *mask = malloc(gr_mask_words(g_vocab) * sizeof *mask);
+  int rc = gr_matcher_fill_mask(m, mask);
+  assert_true(rc > 0 || rc == GT_ERANGE);
+  free(mask);
+  free(as);
+  gr_matcher_free(m);
+  gr_grammar_free(g);
+}
+
+static void test_mask_apply(void **state) {
+  uint32_t mask[2] = {0x80000001u, 0x2u}; /* ids 0, 31, 33 */
+  float logits[70];
+  for (int i = 0; i < 70; i++) logits[i] = (float)i;
+  gr_mask_apply(mask, 2, logits, 70); /* 64..69: past the mask, never allowed */
+  for (int i = 0; i < 70; i++) {
+    int allowed = i == 0 || i == 31 || i == 33;
+    if (allowed) assert_true(logits[i] == (float)i);
+    else assert_true(isinf(logits[i]) && logits[i] < 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_choice),
@@ -425,9 +529,13 @@ int main(void) {
     cmocka_unit_test(test_schema_ref_anyof),
     cmocka_unit_test(test_schema_typed_enum),
     cmocka_unit_test(test_schema_pattern_format),
+    cmocka_unit_test(test_int_range_regex),
+    cmocka_unit_test(test_schema_bounds),
     cmocka_unit_test(test_regex),
     cmocka_unit_test(test_errors),
     cmocka_unit_test(test_mutated_specs),
+    cmocka_unit_test(test_mask_apply),
+    cmocka_unit_test(test_state_limit),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -174,6 +174,14 @@ static int valid(json_t *root, json_t *schema, json_t *v) {
     if ((k = json_object_get(schema, "minLength")) && n < (size_t)json_integer_value(k)) return 0;
     if ((k = json_object_get(schema, "maxLength")) && n > (size_t)json_integer_value(k)) return 0;
   }
+  if (json_is_number(v)) {
+    double x = json_number_value(v);
+    json_t *e;
+    if ((k = json_object_get(schema, "minimum")) && x < json_number_value(k)) return 0;
+    if ((k = json_object_get(schema, "maximum")) && x > json_number_value(k)) return 0;
+    if ((e = json_object_get(schema, "exclusiveMinimum")) && x <= json_number_value(e)) return 0;
+    if ((e = json_object_get(schema, "exclusiveMaximum")) && x >= json_number_value(e)) return 0;
+  }
   if (json_is_array(v)) {
     size_t n = json_array_size(v);
     if ((k = json_object_get(schema, "minItems")) && n < (size_t)json_integer_value(k)) return 0;
@@ -306,6 +314,11 @@ static const char *schemas[] = {
   "\"when\":{\"type\":\"string\",\"format\":\"date-time\"},\"day\":{\"format\":\"date\"},\"id\":{\"format\":\"uuid\"},"
   "\"ip\":{\"format\":\"ipv4\"},\"mail\":{\"format\":\"email\"},\"at\":{\"format\":\"time\"}},"
   "\"required\":[\"code\",\"when\",\"day\",\"id\",\"ip\",\"mail\",\"at\"]}",
+  /* numeric bounds */
+  "{\"type\":\"object\",\"properties\":{\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":120},"
+  "\"n\":{\"type\":\"integer\",\"exclusiveMinimum\":-3,\"exclusiveMaximum\":3},"
+  "\"big\":{\"type\":\"integer\",\"minimum\":1000000},\"w\":{\"type\":\"number\",\"minimum\":0}},"
+  "\"required\":[\"age\",\"n\",\"big\",\"w\"]}",
   /* a map and untyped values */
   "{\"type\":\"object\",\"properties\":{\"m\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}},"
   "\"any\":{}},\"required\":[\"m\",\"any\"]}",
