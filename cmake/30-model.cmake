@@ -17,8 +17,9 @@ add_library(gantry_model STATIC
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
 
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
-add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c)
-target_link_libraries(gantry_sched PUBLIC gantry_model gantry_tok gantry_chat gantry_common Threads::Threads)
+add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
+  engine/sched/constraint.c)
+target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok gantry_chat gantry_common Threads::Threads)
 
 add_library(gantry_golden STATIC tests/common/golden_model.c)
 target_link_libraries(gantry_golden PUBLIC gantry_model gantry_quant gantry_testutil)
@@ -35,6 +36,11 @@ add_library(gantry_model_fx STATIC tests/common/model_fx.c)
 target_link_libraries(gantry_model_fx PUBLIC gantry_sched gantry_model gantry_tok gantry_testutil)
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 gt_add_test(test_sched_params SOURCES tests/unit/test_sched_params.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
+# benchmark (prints numbers; not a test): decode ms/step with and without a constraint, per batch size
+add_executable(bench_constraint tests/bench/bench_constraint.c)
+target_link_libraries(bench_constraint PRIVATE gantry_sched)
+# constrained decoding through the scheduler (engine/sched/constraint.h) on qwen3-tiny and the demo model
+gt_add_test(test_sched_constraint SOURCES tests/unit/test_sched_constraint.c LIBS gantry_sched gantry_model_fx TIMEOUT 600)
 gt_add_test(test_sched_fork SOURCES tests/unit/test_sched_fork.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 # the memory plan: the pure sizing rule, and sched_create sizing from the backend's reported memory
 gt_add_test(test_sched_mem SOURCES tests/unit/test_sched_mem.c LIBS gantry_sched gantry_model_fx TIMEOUT 120)

@@ -44,6 +44,11 @@ if(CMAKE_CUDA_COMPILER)
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)
   target_compile_definitions(test_cuda_sched_params PRIVATE SCHED_PARAMS_CUDA)
   set_tests_properties(test_cuda_sched_params PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  # constrained decoding with the CUDA backend: masks uploaded per step, logits_mask before sampling
+  gt_add_test(test_cuda_sched_constraint SOURCES tests/unit/test_sched_constraint.c
+    LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 600)
+  target_compile_definitions(test_cuda_sched_constraint PRIVATE SCHED_CONS_CUDA)
+  set_tests_properties(test_cuda_sched_constraint PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
   # n > 1: forks copy KV blocks and recurrent state on the device
   gt_add_test(test_cuda_sched_fork SOURCES tests/unit/test_sched_fork.c
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)
@@ -76,6 +81,10 @@ if(CMAKE_CUDA_COMPILER)
 endif()
 
 if(TARGET gantry_cuda)
+  # bench_constraint --device cuda
+  target_link_libraries(bench_constraint PRIVATE gantry_cuda)
+  set_target_properties(bench_constraint PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
+                                                    CUDA_RUNTIME_LIBRARY Static)
   # gantry-engine --device cuda (GANTRY_HAVE_CUDA comes with the library)
   target_link_libraries(gantry-engine PRIVATE gantry_cuda)
   set_target_properties(gantry-engine PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"

@@ -219,9 +219,19 @@ static int parse_messages(json_t *body, Gantry__V1__ChatInput *chat, oa_error_t 
   return 0;
 }
 
-static int parse_tools(json_t *body, Gantry__V1__ChatInput *chat, bool *has_tools, oa_error_t *e) {
+static int set_constraint(Gantry__V1__GenerateRequest *g, Gantry__V1__Constraint__Kind kind, const char *spec,
+                          const char *param, oa_error_t *e);
+
+/* tools + tool_choice -> chat->tools_json (the tools offered) and, for tool_choice "required" or
+ * a named function, a KIND_TOOL_CALL constraint over the offered tools (g->constraint). */
+static int parse_tools(json_t *body, Gantry__V1__GenerateRequest *g, Gantry__V1__ChatInput *chat, bool *has_tools,
+                       oa_error_t *e) {
   json_t *tools = json_object_get(body, "tools");
   json_t *choice = json_object_get(body, "tool_choice");
+  const bool forced = (json_is_string(choice) && !strcmp(json_string_value(choice), "required")) || json_is_object(choice);
+  if ((!tools || json_is_null(tools) || (json_is_array(tools) && json_array_size(tools) == 0)) && forced)
+    return oa_err(e, 400, NULL, "tool_choice", "invalid_value", "'tool_choice' %s needs a non-empty 'tools'",
+                  json_is_object(choice) ? "naming a function" : "'required'");
   if (!tools || json_is_null(tools)) return 0;
   if (!json_is_array(tools)) return oa_err(e, 400, NULL, "tools", "invalid_type", "'tools' must be an array");
   size_t i;
@@ -264,6 +274,7 @@ static int parse_tools(json_t *body, Gantry__V1__ChatInput *chat, bool *has_tool
   if (!s) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
   chat->tools_json = s;
   *has_tools = true;
+  if (forced && set_constraint(g, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL, s, "tool_choice", e)) return -1;
   return 0;
 }
 
@@ -475,21 +486,119 @@ static int parse_sampling(json_t *b, Gantry__V1__SamplingParams *sp, oa_error_t 
   return 0;
 }
 
-/* Fields we refuse rather than silently ignore (they would change the result). */
-static int reject_unsupported(json_t *b, oa_kind_t kind, oa_error_t *e) {
-  bool v = false;
-  /* structured outputs need constrained decoding, which the engine does not have yet: a client that
-   * asks for JSON must not get prose back with a 200. {"type": "text"} is the default and fine. */
+/* ---- structured outputs: one constraint per request -> g->constraint -------------------- */
+
+/* Sets g->constraint (kind, spec, param); a second constraint is a 400 naming param. */
+static int set_constraint(Gantry__V1__GenerateRequest *g, Gantry__V1__Constraint__Kind kind, const char *spec,
+                          const char *param, oa_error_t *e) {
+  if (g->constraint)
+    return oa_err(e, 400, NULL, param, "invalid_value",
+                  "'%s' cannot be combined with '%s': a request takes one output constraint", param,
+                  g->constraint->param);
+  Gantry__V1__Constraint *c = malloc(sizeof *c);
+  if (!c) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  gantry__v1__constraint__init(c);
+  g->constraint = c; /* freed with g from here on */
+  c->kind = kind;
+  c->spec = xstrdup(spec);
+  c->param = xstrdup(param);
+  if (!c->spec || !c->param) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  return 0;
+}
+
+/* A JSON schema value (object, or a string holding one: guided_json) as compact text. */
+static int schema_text(json_t *v, const char *param, bool allow_string, char **out, oa_error_t *e) {
+  json_t *parsed = NULL;
+  if (allow_string && json_is_string(v)) {
+    json_error_t je;
+    parsed = json_loadb(json_string_value(v), json_string_length(v), JSON_REJECT_DUPLICATES, &je);
+    if (!parsed)
+      return oa_err(e, 400, NULL, param, "invalid_value", "'%s' is not valid JSON: %s (column %d)", param, je.text,
+                    je.column);
+    v = parsed;
+  }
+  if (!json_is_object(v)) {
+    json_decref(parsed);
+    return oa_err(e, 400, NULL, param, "invalid_type", "'%s' must be a JSON schema object", param);
+  }
+  *out = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  json_decref(parsed);
+  return *out ? 0 : oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+/* response_format (json_object | json_schema), guided_json, guided_choice, guided_regex. */
+static int parse_constraint(json_t *b, Gantry__V1__GenerateRequest *g, oa_error_t *e) {
   json_t *rf = json_object_get(b, "response_format");
   if (rf && !json_is_null(rf)) {
     const char *t = json_is_object(rf) ? json_string_value(json_object_get(rf, "type")) : NULL;
     if (!t) return oa_err(e, 400, NULL, "response_format", "invalid_type", "'response_format' must be {\"type\": ...}");
-    if (strcmp(t, "text"))
-      return oa_err(e, 400, NULL, "response_format", "unsupported_value",
-                    "'response_format' type '%s' is not supported (structured outputs are not implemented yet)", t);
+    if (!strcmp(t, "json_object")) {
+      if (set_constraint(g, GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_OBJECT, "", "response_format", e)) return -1;
+    } else if (!strcmp(t, "json_schema")) {
+      json_t *js = json_object_get(rf, "json_schema");
+      if (!json_is_object(js))
+        return oa_err(e, 400, NULL, "response_format", "invalid_type",
+                      "'response_format.json_schema' must be an object {name, schema, strict}");
+      json_t *name = json_object_get(js, "name");
+      if (!json_is_string(name) || json_string_length(name) == 0 || json_string_length(name) > 64)
+        return oa_err(e, 400, NULL, "response_format", "invalid_value",
+                      "'response_format.json_schema.name' must be a string of 1 to 64 characters");
+      json_t *strict = json_object_get(js, "strict");
+      if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return oa_err(e, 400, NULL, "response_format", "invalid_type", "'response_format.json_schema.strict' must be a boolean");
+      json_t *schema = json_object_get(js, "schema");
+      char *spec = NULL;
+      if (!schema || json_is_null(schema)) {
+        spec = xstrdup("{}"); /* no schema: any JSON value (as OpenAI) */
+        if (!spec) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+      } else if (schema_text(schema, "response_format", false, &spec, e)) {
+        return -1;
+      }
+      int rc = set_constraint(g, GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_SCHEMA, spec, "response_format", e);
+      free(spec);
+      if (rc) return -1;
+    } else if (strcmp(t, "text")) {
+      return oa_err(e, 400, NULL, "response_format", "invalid_value",
+                    "'response_format.type' must be text, json_object or json_schema (got '%s')", t);
+    }
   }
-  static const char *const k_refused[] = {"guided_choice", "guided_regex", "guided_json", "guided_grammar",
-                                          "prompt_logprobs", "chat_template"};
+  json_t *gj = json_object_get(b, "guided_json");
+  if (gj && !json_is_null(gj)) {
+    char *spec = NULL;
+    if (schema_text(gj, "guided_json", true, &spec, e)) return -1;
+    int rc = set_constraint(g, GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_SCHEMA, spec, "guided_json", e);
+    free(spec);
+    if (rc) return -1;
+  }
+  json_t *gc = json_object_get(b, "guided_choice");
+  if (gc && !json_is_null(gc)) {
+    size_t i, n = json_is_array(gc) ? json_array_size(gc) : 0;
+    json_t *v;
+    if (n == 0)
+      return oa_err(e, 400, NULL, "guided_choice", "invalid_type", "'guided_choice' must be a non-empty array of strings");
+    json_array_foreach(gc, i, v) {
+      if (!json_is_string(v) || json_string_length(v) == 0)
+        return oa_err(e, 400, NULL, "guided_choice", "invalid_type", "'guided_choice[%zu]' must be a non-empty string", i);
+    }
+    char *spec = json_dumps(gc, JSON_COMPACT);
+    if (!spec) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    int rc = set_constraint(g, GANTRY__V1__CONSTRAINT__KIND__KIND_CHOICE, spec, "guided_choice", e);
+    free(spec);
+    if (rc) return -1;
+  }
+  json_t *gr = json_object_get(b, "guided_regex");
+  if (gr && !json_is_null(gr)) {
+    if (!json_is_string(gr) || json_string_length(gr) == 0)
+      return oa_err(e, 400, NULL, "guided_regex", "invalid_type", "'guided_regex' must be a non-empty string");
+    if (set_constraint(g, GANTRY__V1__CONSTRAINT__KIND__KIND_REGEX, json_string_value(gr), "guided_regex", e)) return -1;
+  }
+  return 0;
+}
+
+/* Fields we refuse rather than silently ignore (they would change the result). */
+static int reject_unsupported(json_t *b, oa_kind_t kind, oa_error_t *e) {
+  bool v = false;
+  static const char *const k_refused[] = {"guided_grammar", "prompt_logprobs", "chat_template"};
   for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++) {
     json_t *f = json_object_get(b, k_refused[i]);
     if (f && !json_is_null(f) && !(json_is_integer(f) && json_integer_value(f) == 0 && !strcmp(k_refused[i], "prompt_logprobs")))
@@ -598,6 +707,7 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
   if (parse_sampling(b, sp, e)) goto fail;
   if (parse_stop(b, g, e)) goto fail;
   if (parse_token_params(b, g, e)) goto fail;
+  if (parse_constraint(b, g, e)) goto fail;
   long long mint = 0;
   if (get_int(b, "min_tokens", 0, UINT32_MAX, &mint, e) < 0) goto fail;
   g->min_tokens = (uint32_t)mint;
@@ -640,7 +750,7 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
     g->input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT;
     g->chat = chat;
     if (parse_messages(b, chat, e)) goto fail;
-    if (parse_tools(b, chat, &out->has_tools, e)) goto fail;
+    if (parse_tools(b, g, chat, &out->has_tools, e)) goto fail;
     json_t *kw = json_object_get(b, "chat_template_kwargs");
     if (kw && !json_is_null(kw)) {
       if (!json_is_object(kw)) {

@@ -149,7 +149,11 @@ static void done_loop(void *a, void *b, intptr_t c) {
     } else if (st->code == GT_RPC_INVALID_ARGUMENT || st->code == GT_RPC_OUT_OF_RANGE) {
       /* the engine names the field at fault in trailing metadata (never guessed from the text) */
       char param[64];
-      fail_param(q, oa_param_of_field(st->param, param, sizeof param), 400, "invalid_request_error",
+      const char *pp = oa_param_of_field(st->param, param, sizeof param);
+      /* a constraint error names the request's own form of it (response_format, guided_json, ...) */
+      const Gantry__V1__Constraint *k = q->gen ? q->gen->constraint : NULL;
+      if (pp && !strcmp(pp, "constraint") && k && k->param[0]) pp = k->param;
+      fail_param(q, pp, 400, "invalid_request_error",
                  st->code == GT_RPC_OUT_OF_RANGE ? "context_length_exceeded" : "invalid_request", 0, "%s", st->message);
     } else if (st->code == GT_RPC_DEADLINE_EXCEEDED) {
       fail(q, 504, "server_error", "timeout", 0, "request timed out: %s", st->message);

@@ -75,6 +75,7 @@ typedef struct be_sample_row {
  *   IN    const float *             backend memory the op reads
  *   OUT   float *                   backend memory the op writes (or reads and writes)
  *   OUTN  float *const []           n outputs
+ *   U32   const uint32_t *          backend memory the op reads as 32-bit words (bitmasks, maps)
  *   INT   int,  SIZE  size_t,  F  float
  *   ROPE_BF16  not an argument: be->rope_freq_bf16 as the op reads it (ops whose result depends
  *              on it list it, last, so that a recorded call keeps the value it ran with)
@@ -163,10 +164,19 @@ typedef struct be_sample_row {
   A(INT, layer) A(IN, x) A(W, w) A(INT, K) A(OUT, q) A(OUT, k) A(OUT, v) A(INT, n_k) A(INT, d_k) A(INT, n_v) \
   A(INT, d_v) A(F, eps) A(F, q_scale)
 
+/* ---- constrained decoding ---- */
+/* Rows of logits_mask that are left alone (rmap value). */
+#define BE_MASK_NONE 0xffffffffu
+/* logits_mask: x [rows, n_vocab]; for each row r with slot = rmap[r] != BE_MASK_NONE, x[r, v] =
+ * -inf for every v whose bit v % 32 of mask[slot * words + v / 32] is clear (words =
+ * ceil(n_vocab / 32)); rows with BE_MASK_NONE are untouched. mask [n_slots, words] and rmap
+ * [rows] are backend memory: the scheduler uploads only the masks of its constrained rows. */
+#define BE_ARGS_logits_mask(A) A(OUT, x) A(U32, mask) A(U32, rmap) A(INT, rows) A(INT, n_vocab)
+
 #define BE_OPS(X)                                                                                          \
   X(embed) X(gather_out) X(matmul) X(rmsnorm) X(add_rmsnorm) X(add) X(rope) X(swiglu) X(mul_sigmoid)     \
   X(copy2d) X(kv_store) X(attention) X(conv1d_silu) X(l2norm) X(gdn_gates) X(gdn_scan) X(rmsnorm_gated) \
-  X(matmul_multi) X(ffn_swiglu) X(attn_qk_prep) X(gdn_conv_qkv)
+  X(matmul_multi) X(ffn_swiglu) X(attn_qk_prep) X(gdn_conv_qkv) X(logits_mask)
 
 /* A = BE_PARAM: the C parameters (", const be_weight_t *w, ..."), for prototypes */
 #define BE_PARAM(kind, name) BE_PARAM_##kind(name)
@@ -176,6 +186,7 @@ typedef struct be_sample_row {
 #define BE_PARAM_IN(n) , const float *n
 #define BE_PARAM_OUT(n) , float *n
 #define BE_PARAM_OUTN(n) , float *const n[]
+#define BE_PARAM_U32(n) , const uint32_t *n
 #define BE_PARAM_INT(n) , int n
 #define BE_PARAM_SIZE(n) , size_t n
 #define BE_PARAM_F(n) , float n
@@ -188,6 +199,7 @@ typedef struct be_sample_row {
 #define BE_ARG_IN(n) , n
 #define BE_ARG_OUT(n) , n
 #define BE_ARG_OUTN(n) , n
+#define BE_ARG_U32(n) , n
 #define BE_ARG_INT(n) , n
 #define BE_ARG_SIZE(n) , n
 #define BE_ARG_F(n) , n

@@ -278,6 +278,12 @@ static void cpu_add(be_t *be, float *y, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+static void cpu_logits_mask(be_t *be, float *x, const uint32_t *mask, const uint32_t *rmap, int rows, int n_vocab) {
+  const size_t words = ((size_t)n_vocab + 31) / 32;
+  for (int r = 0; r < rows; r++)
+    if (rmap[r] != BE_MASK_NONE) sampler_mask_logits(x + (size_t)r * n_vocab, mask + (size_t)rmap[r] * words, n_vocab);
+}
+
 static void cpu_rope(be_t *be, float *x, int n_head, int head_dim, int n_rot, float theta) {
   be_cpu_t *c = CPU(be);
   int half = n_rot / 2;

@@ -42,6 +42,7 @@ typedef struct {
 #define REC_FIELD_IN(v) const float *v;
 #define REC_FIELD_OUT(v) float *v;
 #define REC_FIELD_OUTN(v) float *v[BE_MATMUL_MULTI_MAX];
+#define REC_FIELD_U32(v) const uint32_t *v;
 #define REC_FIELD_INT(v) int64_t v;
 #define REC_FIELD_SIZE(v) uint64_t v;
 #define REC_FIELD_F(v) double v;
@@ -57,6 +58,7 @@ BE_OPS(REC_ARGS_TYPE)
 #define REC_WORDS_IN +1
 #define REC_WORDS_OUT +1
 #define REC_WORDS_OUTN +BE_MATMUL_MULTI_MAX
+#define REC_WORDS_U32 +1
 #define REC_WORDS_INT +1
 #define REC_WORDS_SIZE +1
 #define REC_WORDS_F +1
@@ -85,6 +87,7 @@ typedef struct op_rec {
 #define REC_NW_IN
 #define REC_NW_OUT
 #define REC_NW_OUTN
+#define REC_NW_U32
 #define REC_NW_INT
 #define REC_NW_SIZE
 #define REC_NW_F
@@ -128,6 +131,7 @@ static be_weight_t rec_get_w(const rec_weight_t *r) {
 #define REC_W_IN(v)
 #define REC_W_OUT(v)
 #define REC_W_OUTN(v)
+#define REC_W_U32(v)
 #define REC_W_INT(v)
 #define REC_W_SIZE(v)
 #define REC_W_F(v)
@@ -161,6 +165,7 @@ _Static_assert(BE_MATMUL_MULTI_MAX == 4, "REC_CALL_WN passes BE_MATMUL_MULTI_MAX
 #define REC_CALL_IN(v) , ra_->v
 #define REC_CALL_OUT(v) , ra_->v
 #define REC_CALL_OUTN(v) , ra_->v
+#define REC_CALL_U32(v) , ra_->v
 #define REC_CALL_INT(v) , (int)ra_->v
 #define REC_CALL_SIZE(v) , (size_t)ra_->v
 #define REC_CALL_F(v) , (float)ra_->v
@@ -520,6 +525,7 @@ void cu__finish_step(be_t *be) {
 #define REC_SET_IN(v) ra_->v = v;
 #define REC_SET_OUT(v) ra_->v = v;
 #define REC_SET_OUTN(v) for (int k_ = 0; k_ < n; k_++) ra_->v[k_] = v[k_];
+#define REC_SET_U32(v) ra_->v = v;
 #define REC_SET_INT(v) ra_->v = v;
 #define REC_SET_SIZE(v) ra_->v = v;
 #define REC_SET_F(v) ra_->v = v;
@@ -536,6 +542,7 @@ void cu__finish_step(be_t *be) {
 #define REC_CHECK_IN(v)
 #define REC_CHECK_OUT(v)
 #define REC_CHECK_OUTN(v)
+#define REC_CHECK_U32(v)
 #define REC_CHECK_INT(v)
 #define REC_CHECK_SIZE(v)
 #define REC_CHECK_F(v)
@@ -548,6 +555,7 @@ void cu__finish_step(be_t *be) {
 #define REC_EAGER_IN(v) , v
 #define REC_EAGER_OUT(v) , v
 #define REC_EAGER_OUTN(v) , v
+#define REC_EAGER_U32(v) , v
 #define REC_EAGER_INT(v) , v
 #define REC_EAGER_SIZE(v) , v
 #define REC_EAGER_F(v) , v

@@ -161,6 +161,7 @@ size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v,
 #define CU_PARAM_IN(n) BE_PARAM_IN(n)
 #define CU_PARAM_OUT(n) BE_PARAM_OUT(n)
 #define CU_PARAM_OUTN(n) BE_PARAM_OUTN(n)
+#define CU_PARAM_U32(n) BE_PARAM_U32(n)
 #define CU_PARAM_INT(n) BE_PARAM_INT(n)
 #define CU_PARAM_SIZE(n) BE_PARAM_SIZE(n)
 #define CU_PARAM_F(n) BE_PARAM_F(n)

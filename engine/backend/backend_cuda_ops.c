@@ -25,6 +25,7 @@
 #include "kernels/gdn_scan.cuh"
 #include "kernels/kv_store.cuh"
 #include "kernels/l2norm.cuh"
+#include "kernels/logits_mask.cuh"
 #include "kernels/matvec.cuh"
 #include "kernels/mmq.cuh"
 #include "kernels/mul_sigmoid.cuh"
@@ -347,6 +348,15 @@ void cu__add_rmsnorm(be_t *be, float *x, const float *delta, const be_weight_t *
 void cu__add(be_t *be, float *y, const float *x, size_t n) {
   if (cu_failed(be)) return;
   KC_CUDA(CU_ERR(be), kc_add(CU_BE(be)->stream, y, x, n));
+}
+
+void cu__logits_mask(be_t *be, float *x, const uint32_t *mask, const uint32_t *rmap, int rows, int n_vocab) {
+  if (cu_failed(be)) return;
+  if (rows > 65535) { /* grid.y */
+    cu_fail(be, GT_EINVAL, "logits_mask", "more than 65535 rows");
+    return;
+  }
+  KC_CUDA(CU_ERR(be), kc_logits_mask(CU_BE(be)->stream, x, mask, rmap, rows, n_vocab));
 }
 
 /* The inverse frequencies of (theta, n_rot, bf16), computed on the host exactly as the CPU

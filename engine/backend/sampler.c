@@ -251,3 +251,13 @@ int sampler_top_ids(const float *logits, int n_vocab, int n, int32_t *ids) {
   }
   return k;
 }
+
+void sampler_mask_logits(float *logits, const uint32_t *mask, int n_vocab) {
+  for (int w = 0; w * 32 < n_vocab; w++) {
+    const uint32_t m = mask[w];
+    if (m == 0xffffffffu) continue;
+    const int end = n_vocab - w * 32 < 32 ? n_vocab - w * 32 : 32;
+    for (int b = 0; b < end; b++)
+      if (!(m >> b & 1u)) logits[w * 32 + b] = -INFINITY;
+  }
+}

@@ -58,6 +58,11 @@ typedef struct {
  * when idx is NULL and its allocation fails. */
 int32_t sampler_pick(const sampler_pick_t *p, float *logits, int n_vocab, double u);
 
+/* Constrained decoding: logits[v] = -inf for every v < n_vocab whose bit v % 32 of
+ * mask[v / 32] is clear (mask [ceil(n_vocab / 32)]). The host path of the scheduler and the CPU
+ * backend's logits_mask op. */
+void sampler_mask_logits(float *logits, const uint32_t *mask, int n_vocab);
+
 /* log-softmax of logits[n] at id, computed in double (for logprobs). */
 float sampler_logprob(const float *logits, int n, int32_t id);
 /* The top n ids by logit (descending, lowest id first on ties) into ids[n]; returns count. */

@@ -302,16 +302,24 @@ void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *
   o->l2norm(be, k, T * n_k, d_k, eps, 1.0f);
 }
 
-int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
+int model_forward_sample_mask(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids,
+                              const uint32_t *mask, const uint32_t *rmap, gt_err_t *err) {
   if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
   if (m->sh.n_ranks > 1 && !m->tp) /* a rank holds part of the vocabulary: only its group samples */
     return gt_err_set(err, GT_EUNSUPPORTED, "sampling on rank %d of %d alone", m->sh.rank, m->sh.n_ranks);
   m->head_rows = rows;
   m->head_ids = ids;
+  m->head_mask = mask;
+  m->head_rmap = mask ? rmap : NULL;
   int rc = m->arch->forward(m, b, NULL, err);
   m->head_rows = NULL;
   m->head_ids = NULL;
+  m->head_mask = m->head_rmap = NULL;
   return rc;
+}
+
+int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
+  return model_forward_sample_mask(m, b, rows, ids, NULL, NULL, err);
 }
 
 /* A rank's part of its group's sampling (model_t.head_max) for rows r0..r0+nr of dev_logits
@@ -348,6 +356,8 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
   for (int r0 = 0; r0 < b->n_out; r0 += MODEL_HEAD_CHUNK) {
     int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
     o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
+    /* a group's rank never gets a mask: the scheduler samples constrained rows of a group on the host */
+    if (m->head_rows && m->head_mask) o->logits_mask(be, dev_logits, m->head_mask, m->head_rmap + r0, nr, V);
     int rc = GT_OK;
     if (m->head_rows && m->sh.n_ranks > 1)
       rc = head_rank_pick(m, dev_logits, r0, nr);

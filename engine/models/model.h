@@ -73,6 +73,8 @@ struct model {
    * head_gather[i, n_vocab] (the all-gather the host sampler then reads) */
   float *head_max;
   float *head_gather;
+  /* set only during model_forward_sample_mask with masks: logits_mask runs before sampling */
+  const uint32_t *head_mask, *head_rmap;
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -100,6 +102,12 @@ static inline int model_forward(model_t *m, const be_batch_t *b, float *logits, 
  * out_tok rows' logits stay in backend memory and only ids[n_out] (host) come back, row i sampled
  * with rows[i] (host, [n_out]). Penalties and logprobs need the host path (model_forward). */
 int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids, gt_err_t *err);
+/* model_forward_sample with constrained rows: before sampling, the backend's logits_mask op bans
+ * in each out_tok row i the ids that mask row rmap[i] clears (mask [*, ceil(n_vocab / 32)] and
+ * rmap [n_out] in backend memory; rmap[i] == BE_MASK_NONE: row untouched). mask NULL: no masks
+ * (= model_forward_sample). */
+int model_forward_sample_mask(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids,
+                              const uint32_t *mask, const uint32_t *rmap, gt_err_t *err);
 
 /* ---- helpers for architecture code (engine/models/model.c) ---- */
 /* Uploads tensor `name` as a weight; checks it exists, is computable and has shape

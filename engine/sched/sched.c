@@ -47,6 +47,9 @@ typedef struct req {
   int index;         /* choice (sched_req_t.n); the choices of one request share its id */
   struct req **forks; /* choices 1 .. n-1 until the fork (owned; none running yet) */
   int n_fork;
+  cons_seq_t *cs;    /* constrained decoding: this choice's walk through r.constraint, or NULL */
+  int cons_dead;     /* the step's mask allowed nothing (device sampling): ends with ERROR */
+  char fail[160];    /* take_token's reason for an ERROR finish ("" : output processing failed) */
 } req_t;
 
 struct sched {
@@ -81,6 +84,16 @@ struct sched {
   int32_t *b_ids;          /* [max_num_seqs] its sampled ids */
   float *logits, *raw;
   float *fork_tmp; /* [V] a copy of the forked prompt's logits row for each choice to sample from */
+  /* constrained decoding */
+  cons_cache_t *cons;
+  int mask_words;          /* ceil(V / 32) */
+  uint32_t *h_mask;        /* [max_num_seqs, mask_words] this step's masks of constrained output rows */
+  uint32_t *h_rmap;        /* [max_num_seqs] output row -> its mask row, or BE_MASK_NONE */
+  uint32_t *h_mask1;       /* [mask_words] one row's mask on the host path (take_token) */
+  req_t **b_mreq;          /* [max_num_seqs] the request of each mask row (device_masks) */
+  uint32_t *d_mask, *d_rmap; /* backend copies of h_mask / h_rmap (the logits_mask op reads them) */
+  uint64_t n_constrained;  /* tokens sampled under a mask (published in st) */
+  double mask_ms;          /* time filling / uploading masks (published in st) */
 };
 
 static double now_ms(void) { return gt_now_ms(); }
@@ -102,6 +115,7 @@ static void free_req(req_t *q) {
   free(q->forks);
   sampler_free(q->smp);
   seqout_free(q->out);
+  cons_seq_free(q->cs);
   free(q->tokens);
   free(q->stop_ids);
   free(q->bias_ids);
@@ -281,7 +295,17 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)S);
   s->b_ids = malloc(sizeof(int32_t) * (size_t)S);
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
-  if (!s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
+  s->mask_words = (s->V + 31) / 32;
+  s->h_mask = malloc(sizeof(uint32_t) * (size_t)S * s->mask_words);
+  s->h_rmap = malloc(sizeof(uint32_t) * (size_t)S);
+  s->h_mask1 = malloc(sizeof(uint32_t) * (size_t)s->mask_words);
+  s->b_mreq = malloc(sizeof(req_t *) * (size_t)S);
+  /* a backend without logits_mask (a tensor-parallel group) samples constrained rows on the host */
+  const int dev_mask = m->be->ops->logits_mask && m->be->ops->alloc;
+  s->d_mask = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S * s->mask_words) : NULL;
+  s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S) : NULL;
+  if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, &s->cons, err))) goto fail;
+  if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
       !s->b_rows || !s->b_ids || !s->fork_tmp) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
@@ -317,6 +341,13 @@ void sched_free(sched_t *s) {
     finish(s, q, SCHED_FINISH_CANCELLED, NULL);
   }
   kv_pool_free(s->kv);
+  cons_cache_free(s->cons); /* after the requests: they held references */
+  free(s->h_mask);
+  free(s->h_rmap);
+  free(s->h_mask1);
+  free(s->b_mreq);
+  if (s->d_mask) s->m->be->ops->free(s->m->be, s->d_mask);
+  if (s->d_rmap) s->m->be->ops->free(s->m->be, s->d_rmap);
   free(s->slot_free);
   free(s->snap_free);
   free(s->waiting);
@@ -384,6 +415,8 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
   seqout_config_t oc = r->out;
   oc.id_seed += (uint64_t)index; /* each choice's tool-call ids differ */
   if (!rc) rc = seqout_create(s->tok, &oc, &q->out, err);
+  if (!rc && r->constraint) rc = cons_seq_create(r->constraint, r->out.starts_in_reasoning, r->cons_may_think, &q->cs, err);
+  q->r.constraint = NULL; /* each choice holds its own reference through q->cs */
   if (rc) {
     free_req(q);
     return rc;
@@ -464,6 +497,8 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
     }
     pthread_mutex_unlock(&s->mu);
   }
+  cons_unref(r->constraint); /* the choices hold theirs */
+  r->constraint = NULL;
   if (rc) {
     free_req(q);
     free(r->prompt);
@@ -474,6 +509,12 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
   r->prompt = NULL; /* owned by the request now (q->r.prompt) */
   return q->id;
 }
+
+int sched_constraint(sched_t *s, cons_kind_t kind, const char *spec, size_t len, cons_t **out, gt_err_t *err) {
+  return cons_get(s->cons, kind, spec, len, out, err);
+}
+
+void sched_constraint_stats(sched_t *s, cons_cache_stats_t *out) { cons_cache_stats(s->cons, out); }
 
 void sched_cancel(sched_t *s, int64_t id) {
   pthread_mutex_lock(&s->mu);
@@ -673,16 +714,39 @@ static int is_eos(const sched_t *s, int32_t id) {
  * with a draw from q's sampler (see device_rows). Returns 1 + sched_finish_t if q is done, else 0. */
 static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   gt_err_t err = {0};
-  /* logprobs are of the raw logits: only the penalties and logit_bias change lg before the
-   * draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
+  /* logprobs are of the raw logits: only the penalties, logit_bias and a constraint's mask change
+   * lg before the draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
   const float *raw = lg;
-  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling))) {
+  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->cs || sampler_has_penalties(&q->r.sampling))) {
     memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
     raw = s->raw;
   }
   if (lg)
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
+  const int masked = q->cs && cons_seq_active(q->cs);
+  if (lg && masked) { /* host path: the mask now (the device path applied it on the backend) */
+    const double t0 = now_ms();
+    const int n = cons_seq_mask(q->cs, s->h_mask1, s->V);
+    q->cons_dead = n <= 0;
+    if (n > 0) sampler_mask_logits(lg, s->h_mask1, s->V);
+    s->mask_ms += now_ms() - t0;
+  }
+  if (masked && q->cons_dead) {
+    snprintf(q->fail, sizeof q->fail, "constraint: no token can continue the output after %d tokens (dead end)",
+             q->n_generated);
+    return 1 + SCHED_FINISH_ERROR;
+  }
   int32_t t = lg ? sampler_sample(q->smp, lg) : sampled;
+  int cons_done = 0;
+  if (q->cs) {
+    s->n_constrained += masked;
+    const int a = cons_seq_accept(q->cs, t);
+    if (a < 0) { /* the mask allowed it: a bug, reported rather than emitted */
+      snprintf(q->fail, sizeof q->fail, "constraint: sampled token %d that the mask does not allow", t);
+      return 1 + SCHED_FINISH_ERROR;
+    }
+    cons_done = a == CONS_DONE;
+  }
   sampler_accept(q->smp, t, 1);
   q->n_generated++;
   if (q->t_first == 0) q->t_first = now_ms();
@@ -703,9 +767,15 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   int rc = seqout_push(q->out, t, can_stop, &err);
   if (rc < 0) return 1 + SCHED_FINISH_ERROR;
   q->tokens[q->n_tokens++] = t;
-  if (rc == 1) return 1 + SCHED_FINISH_STOP;
+  if (rc == 1 || cons_done) return 1 + SCHED_FINISH_STOP; /* cons_done: the constraint is complete */
   if (q->n_generated >= q->r.max_tokens) return 1 + SCHED_FINISH_LENGTH;
   return 0;
+}
+
+/* The error message of take_token's result done (NULL unless an ERROR finish). */
+static const char *fail_msg(const req_t *q, int done) {
+  if (done - 1 != SCHED_FINISH_ERROR) return NULL;
+  return q->fail[0] ? q->fail : "output processing failed";
 }
 
 /* Device sampling for this step's n_out output rows: possible when the backend has `sample` and
@@ -717,6 +787,7 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
     const req_t *q = s->b_req[i];
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
     if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
+    if (q->cs && !s->d_mask) return 0; /* no logits_mask op: masked on the host */
   }
   int o = 0;
   for (int i = 0; i < n_seq; i++) {
@@ -729,6 +800,48 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
   return 1;
 }
 
+/* Device sampling with constraints: the masks of this step's constrained output rows into h_mask
+ * (packed), h_rmap[n_out] (their rows, else BE_MASK_NONE), uploaded to d_mask / d_rmap for the
+ * backend's logits_mask op. Returns 1 when the op is to run (the batch holds a constrained
+ * sequence), 0 when not (nothing uploaded), -1 on an upload error (err set); a row whose mask
+ * allows nothing gets BE_MASK_NONE and q->cons_dead (take_token ends it). The masks are filled in
+ * parallel (OpenMP). */
+static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
+  int o = 0, k = 0, any = 0;
+  for (int i = 0; i < n_seq; i++) {
+    req_t *q = s->b_req[i];
+    any |= q->cs != NULL;
+    if (q->n_computed + q->chunk < q->n_tokens) continue;
+    s->h_rmap[o] = BE_MASK_NONE;
+    if (q->cs && cons_seq_active(q->cs)) {
+      s->b_mreq[k] = q;
+      s->h_rmap[o] = (uint32_t)k++;
+    }
+    o++;
+  }
+  if (!any) return 0;
+  /* the rows' masks in parallel (a cold grammar state walks the vocabulary: ~ms on 248K ids);
+   * matchers are per sequence, grammars and the vocabulary shared read-only (grammar.h) */
+#pragma omp parallel for schedule(dynamic, 1) if (k > 1)
+  for (int j = 0; j < k; j++) {
+    req_t *q = s->b_mreq[j];
+    q->cons_dead = cons_seq_mask(q->cs, s->h_mask + (size_t)j * s->mask_words, s->V) <= 0;
+  }
+  for (int j = 0; j < n_out; j++) /* a dead row is left unmasked: take_token ends it */
+    if (s->h_rmap[j] != BE_MASK_NONE && s->b_mreq[s->h_rmap[j]]->cons_dead) s->h_rmap[j] = BE_MASK_NONE;
+  /* the op runs in every step of a batch that holds a constrained sequence, even when none of its
+   * rows is masked now (reasoning, mid-prompt): the decode graph then keeps one op list while
+   * the sequence runs instead of being captured again whenever its mask comes and goes */
+  be_t *be = s->m->be;
+  const size_t w = sizeof(uint32_t) * (size_t)s->mask_words;
+  if ((k && be->ops->upload(be, s->d_mask, s->h_mask, w * (size_t)k)) ||
+      be->ops->upload(be, s->d_rmap, s->h_rmap, sizeof(uint32_t) * (size_t)n_out)) {
+    if (!model_backend_err(be, err)) gt_err_set(err, GT_EINTERNAL, "uploading the constraint masks failed");
+    return -1;
+  }
+  return 1;
+}
+
 static void publish_stats(sched_t *s) {
   pthread_mutex_lock(&s->mu);
   s->st.running = s->n_running;
@@ -736,6 +849,8 @@ static void publish_stats(sched_t *s) {
   s->n_waiting_seen = s->n_waiting;
   if (s->m->be->ops->eager_steps) s->st.eager_steps = (uint64_t)s->m->be->ops->eager_steps(s->m->be);
   s->st.kv_used = kv_n_used(s->kv);
+  s->st.constrained_tokens = s->n_constrained;
+  s->st.mask_ms = s->mask_ms;
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -788,7 +903,7 @@ static void fork_choices(sched_t *s, req_t *q, const float *row) {
     int done = take_token(s, c, s->fork_tmp, -1);
     if (!done && c->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
     if (done) {
-      finish(s, c, (sched_finish_t)(done - 1), done - 1 == SCHED_FINISH_ERROR ? "output processing failed" : NULL);
+      finish(s, c, (sched_finish_t)(done - 1), fail_msg(c, done));
       continue;
     }
     emit_delta(c);
@@ -870,7 +985,12 @@ static int step(sched_t *s, gt_err_t *err) {
                   .seq_ntok = s->b_ntok, .block_table = s->b_bt, .max_blocks = maxb,
                   .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = n_out, .out_tok = s->b_out};
   const int on_dev = device_rows(s, n_seq, n_out);
-  int rc = on_dev ? model_forward_sample(s->m, &b, s->b_rows, s->b_ids, err) : model_forward(s->m, &b, s->logits, err);
+  const double t_mask = now_ms();
+  const int n_masked = on_dev ? device_masks(s, n_seq, n_out, err) : 0; /* 1: run logits_mask */
+  if (n_masked) s->mask_ms += now_ms() - t_mask;
+  int rc = n_masked < 0 ? GT_EINTERNAL
+           : on_dev  ? model_forward_sample_mask(s->m, &b, s->b_rows, s->b_ids, n_masked ? s->d_mask : NULL, s->d_rmap, err)
+                     : model_forward(s->m, &b, s->logits, err);
   pthread_mutex_lock(&s->mu);
   s->st.steps++;
   s->st.computed_tokens += (uint64_t)n_tok;
@@ -903,7 +1023,7 @@ static int step(sched_t *s, gt_err_t *err) {
     if (done) {
       for (int k = 0; k < s->n_running; k++)
         if (s->running[k] == q) remove_at(s->running, &s->n_running, k);
-      finish(s, q, (sched_finish_t)(done - 1), done - 1 == SCHED_FINISH_ERROR ? "output processing failed" : NULL);
+      finish(s, q, (sched_finish_t)(done - 1), fail_msg(q, done));
     } else {
       emit_delta(q);
     }

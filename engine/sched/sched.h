@@ -29,6 +29,7 @@
 
 #include "engine/models/model.h"
 #include "engine/backend/sampler.h"
+#include "engine/sched/constraint.h"
 #include "engine/sched/seqout.h"
 #include "format/tokenizer.h"
 
@@ -96,6 +97,14 @@ typedef struct {
    * samples its first token from the same logits with seed sampling.seed + index. A fork that
    * finds no free block waits like a preempted sequence (its prompt is prefix-cached). */
   int n;
+  /* constrained decoding (engine/sched/constraint.h; sched_constraint gives one): each sampled
+   * token is masked to the constraint (on the backend with its logits_mask op when it samples
+   * there, else on the host) and the output ends when the constraint is complete; a dead end
+   * (no token allowed) finishes the choice with ERROR. A reasoning model's <think> part is free
+   * (out.starts_in_reasoning; cons_may_think: the model may open it itself). The reference passes
+   * to the scheduler on submit, refused or not. NULL: free text. */
+  cons_t *constraint;
+  int cons_may_think;
   sched_event_fn on_event;
   void *ud;
 } sched_req_t;
@@ -114,6 +123,11 @@ void sched_free(sched_t *s); /* finishes every request with CANCELLED first */
  * the KV pool: the message has the numbers; for n it starts with "n "), GT_EBUSY (waiting
  * queue full), GT_ECANCELLED (draining). On error nothing is kept and req->prompt is freed. */
 int64_t sched_submit(sched_t *s, sched_req_t *req, gt_err_t *err);
+/* The compiled constraint of (kind, spec) for requests of this scheduler: from its cache (bounded
+ * LRU, SCHED_CONS_CACHE entries) or compiled now; see cons_get for ownership and errors. Any thread. */
+#define SCHED_CONS_CACHE 64
+int sched_constraint(sched_t *s, cons_kind_t kind, const char *spec, size_t len, cons_t **out, gt_err_t *err);
+void sched_constraint_stats(sched_t *s, cons_cache_stats_t *out);
 /* Cancels a request (queued or running): every choice gets a final CANCELLED event before the
  * next step runs. It marks the request itself (no allocation): a cancel is never lost. Unknown
  * or finished ids are ignored. */
@@ -162,6 +176,8 @@ typedef struct {
   uint64_t fork_waits;          /* n > 1 choices that found no free KV block at the fork and waited */
   uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
   uint64_t finished[6];         /* by sched_finish_t */
+  uint64_t constrained_tokens;  /* tokens sampled under a constraint mask */
+  double mask_ms;               /* scheduler time spent filling and uploading those masks */
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);
 

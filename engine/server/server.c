@@ -338,6 +338,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
     pthread_mutex_unlock(&s->mu);
     if (!rc) rc = srv_conv_request(&sub, s->n_ctx, opens, seed, &q[k], &bufs[k], &err);
+    if (!rc && (rc = srv_conv_constraint(&sub, s->sched, &q[k], &err))) srv_conv_bufs_free(&bufs[k]);
     if (rc) {
       free(ids);
       break;
@@ -352,6 +353,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   if (rc) {
     for (int k = 0; k < n_conv; k++) {
       free(q[k].prompt);
+      cons_unref(q[k].constraint);
       srv_conv_bufs_free(&bufs[k]);
     }
     reject(s, call, r->request_id, rc, err.msg, err.param);
@@ -379,6 +381,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     if (id < 0) {
       for (int j = k + 1; j < P; j++) {
         free(q[j].prompt);
+        cons_unref(q[j].constraint);
         srv_conv_bufs_free(&bufs[j]);
       }
       pthread_mutex_lock(&s->mu);

@@ -67,6 +67,31 @@ int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err) {
     return gt_err_set_param(err, GT_EINVAL, "min_tokens", "min_tokens (%u) must not exceed max_tokens (%u)", r->min_tokens, r->max_tokens);
   for (size_t i = 0; i < r->n_stop; i++)
     if (!r->stop[i][0]) return gt_err_set_param(err, GT_EINVAL, "stop", "stop[%zu] is empty", i);
+  if (r->constraint) {
+    if ((rc = unknown(&r->constraint->base, "GenerateRequest.constraint", err))) return rc;
+    const int k = (int)r->constraint->kind;
+    if (k < CONS_JSON_SCHEMA || k > CONS_TOOL_CALL)
+      return gt_err_set_param(err, GT_EINVAL, "constraint", "%s: unknown constraint kind %d", srv_conv_cons_param(r), k);
+    if (k == CONS_TOOL_CALL && r->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT)
+      return gt_err_set_param(err, GT_EINVAL, "constraint", "%s: a tool-call constraint needs chat input",
+                              srv_conv_cons_param(r));
+  }
+  return GT_OK;
+}
+
+const char *srv_conv_cons_param(const Gantry__V1__GenerateRequest *r) {
+  return r->constraint && r->constraint->param[0] ? r->constraint->param : "constraint";
+}
+
+int srv_conv_constraint(const Gantry__V1__GenerateRequest *r, sched_t *sched, sched_req_t *q, gt_err_t *err) {
+  if (!r->constraint) return GT_OK;
+  const Gantry__V1__Constraint *c = r->constraint;
+  int rc = sched_constraint(sched, (cons_kind_t)c->kind, c->spec, strlen(c->spec), &q->constraint, err);
+  if (rc) {
+    gt_err_wrap(err, "%s", srv_conv_cons_param(r));
+    snprintf(err->param, sizeof err->param, "constraint"); /* the router maps it to the request's param */
+    return rc == GT_ENOMEM ? rc : GT_EINVAL;
+  }
   return GT_OK;
 }
 
@@ -216,6 +241,8 @@ int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_
   q->out.parse_tool_calls = chat && r->chat->tools_json[0];
   q->out.tools_json = chat && r->chat->tools_json[0] ? r->chat->tools_json : NULL;
   q->out.id_seed = seed;
+  /* a chat with thinking on whose prompt did not open <think> (Qwen3): the model may open it */
+  q->cons_may_think = chat && !opens_reasoning && (!r->chat->enable_thinking_opt_case || r->chat->enable_thinking);
   return GT_OK;
 }
 

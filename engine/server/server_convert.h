@@ -46,6 +46,13 @@ void srv_conv_bufs_free(srv_conv_bufs_t *b);
 int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_reasoning, uint64_t seed,
                      sched_req_t *q, srv_conv_bufs_t *bufs, gt_err_t *err);
 
+/* The request parameter a constraint came from (Constraint.param, or "constraint"). */
+const char *srv_conv_cons_param(const Gantry__V1__GenerateRequest *r);
+/* r's constraint (if any) compiled through sched's cache into q->constraint (a reference that
+ * sched_submit takes; the caller releases it with cons_unref when it never submits q). A bad
+ * spec: GT_EINVAL with the grammar's message prefixed by srv_conv_cons_param(r). */
+int srv_conv_constraint(const Gantry__V1__GenerateRequest *r, sched_t *sched, sched_req_t *q, gt_err_t *err);
+
 /* GenerateResponse{delta} of a scheduler delta (token ids, text, reasoning, tool-call
  * fragments, logprobs with token bytes from tok). NULL on allocation failure. */
 gt_genresp_t *srv_conv_delta(const seqout_delta_t *d, const tok_t *tok);

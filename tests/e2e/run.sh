@@ -103,7 +103,8 @@ export GANTRY_URL="http://127.0.0.1:$HPORT" GANTRY_GRPC="127.0.0.1:$GPORT" GANTR
        GANTRY_ENGINE_KIND=$KIND GANTRY_PROTOS="$SRC/protos"
 FILES=("$@")
 [ ${#FILES[@]} -gt 0 ] || FILES=("$E2E"/*.test.mjs)
-cd "$E2E" && node --test "${FILES[@]}"
+# GANTRY_E2E_TEST_ARGS: extra node --test options (e.g. --test-name-pattern=structured)
+cd "$E2E" && node --test ${GANTRY_E2E_TEST_ARGS:-} "${FILES[@]}"
 RC=$?
 if [ $RC -ne 0 ]; then echo "--- router log"; tail -40 "$TMP/router.log"; echo "--- engine log"; tail -20 "$TMP/engine.log"; fi
 exit $RC

@@ -1180,6 +1180,61 @@ static void test_gdn_conv_qkv(void **st) {
   gdn_conv_qkv_case(1, 1040, 2, 32, 4);   /* d_k > 1024: the op's fallback */
 }
 
+/* logits_mask (constrained decoding) vs the CPU op, bit for bit: rows with a slot get -inf where
+ * their mask bit is clear and keep their value elsewhere; rows mapped to BE_MASK_NONE are
+ * untouched. Eager, and recorded in a decode step (graph) as the scheduler runs it. */
+static void logits_mask_case(int rows, int n_vocab, int decode) {
+  const size_t words = ((size_t)n_vocab + 31) / 32, n = (size_t)rows * n_vocab;
+  float *x = rnd(n, 4.0f);
+  uint32_t *mask = malloc(sizeof(uint32_t) * words * (size_t)rows), *rmap = malloc(sizeof(uint32_t) * (size_t)rows);
+  for (size_t i = 0; i < words * (size_t)rows; i++) { /* sparse, dense, all-ones and all-zero words */
+    const uint32_t a = (uint32_t)(frand() * 2147483647.0f), b = (uint32_t)(frand() * 2147483647.0f);
+    mask[i] = i % 7 == 0 ? 0xffffffffu : i % 5 == 0 ? 0 : i % 3 == 0 ? (a & b & 0x01010101u) : a ^ (b << 1);
+  }
+  int n_none = 0;
+  for (int r = 0; r < rows; r++) { /* slots out of row order; every third row unconstrained */
+    rmap[r] = r % 3 == 1 ? BE_MASK_NONE : (uint32_t)(rows - 1 - r);
+    n_none += rmap[r] == BE_MASK_NONE;
+  }
+  buf_t bx = putf(x, n), bm = put(mask, sizeof(uint32_t) * words * (size_t)rows), br = put(rmap, sizeof(uint32_t) * (size_t)rows);
+  int32_t tok[64], pos[64], first[64], ntok[64], table[64];
+  assert_true(rows <= 64);
+  for (int s = 0; s < rows; s++) tok[s] = s, pos[s] = 0, first[s] = s, ntok[s] = 1, table[s] = s;
+  /* one token per sequence: the CUDA backend records the op into its decode graph */
+  const be_batch_t b = {.n_tok = rows, .n_seq = rows, .tok = tok, .pos = pos, .seq_first = first, .seq_ntok = ntok,
+                        .block_table = table, .max_blocks = 1, .n_out = 0, .out_tok = NULL};
+  if (decode) both_batch(&b);
+  CPU_BE->ops->logits_mask(CPU_BE, bx.c, bm.c, br.c, rows, n_vocab);
+  GPU_BE->ops->logits_mask(GPU_BE, bx.g, bm.g, br.g, rows, n_vocab);
+  assert_int_equal(CPU_BE->ops->sync(CPU_BE), 0);
+  float *g = malloc(sizeof(float) * n);
+  int rc = GPU_BE->ops->download(GPU_BE, g, bx.g, n * sizeof(float));
+  if (rc) fail_msg("logits_mask: gpu error %d: %s", rc, GPU_BE->err.msg);
+  const float *c = bx.c;
+  size_t banned = 0;
+  for (int r = 0; r < rows; r++)
+    for (int v = 0; v < n_vocab; v++) {
+      const size_t i = (size_t)r * n_vocab + v;
+      const int keep = rmap[r] == BE_MASK_NONE || (mask[rmap[r] * words + (size_t)v / 32] >> (v % 32) & 1u);
+      if (memcmp(&g[i], &c[i], sizeof(float))) fail_msg("logits_mask row %d id %d: gpu %g cpu %g", r, v, g[i], c[i]);
+      if (keep ? c[i] != x[i] : !(isinf(c[i]) && c[i] < 0)) fail_msg("logits_mask row %d id %d: %g from %g", r, v, c[i], x[i]);
+      banned += !keep;
+    }
+  print_message("  logits_mask rows=%d vocab=%d%s: %zu of %zu logits banned, %d rows untouched, bitwise equal\n", rows,
+                n_vocab, decode ? " (decode graph)" : "", banned, n, n_none);
+  assert_true(banned > 0);
+  free(g), free(x), free(mask), free(rmap);
+  drop(&bx), drop(&bm), drop(&br);
+}
+
+static void test_logits_mask(void **st) {
+  NEED_GPU();
+  logits_mask_case(5, 1000, 0);
+  logits_mask_case(3, 33, 0);        /* a last word with one bit */
+  logits_mask_case(4, 248320, 0);    /* qwen35's vocabulary */
+  logits_mask_case(32, 151936, 1);   /* qwen3's, batch 32, recorded in a decode step */
+}
+
 /* Every op of BE_OPS ran on both backends in the tests above (they compare each call). */
 static void test_every_op_covered(void **st) {
   NEED_GPU();
@@ -1204,7 +1259,7 @@ int main(void) {
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
-      cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma2),
+      cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma2), cmocka_unit_test(test_logits_mask),
       cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
   };
   return cmocka_run_group_tests(tests, setup, teardown);

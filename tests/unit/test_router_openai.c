@@ -164,11 +164,7 @@ static void test_bad_requests(void **st) {
   expect_err(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2],\"echo\":true}", 400, "unsupported_value", "echo");
   /* issue 16's rule: accepted-and-ignored parameters are refused with a 400 naming them */
   static const char *const refused[][2] = {
-      {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
-      {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}", "response_format"},
-      {"\"guided_choice\":[\"a\",\"b\"]", "guided_choice"},
-      {"\"guided_regex\":\"a+\"", "guided_regex"},
-      {"\"guided_json\":{}", "guided_json"},
+      {"\"guided_grammar\":\"root ::= x\"", "guided_grammar"},
       {"\"prompt_logprobs\":1", "prompt_logprobs"},
       {"\"return_tokens_as_token_ids\":true", "return_tokens_as_token_ids"},
       {"\"chat_template\":\"{{ messages }}\"", "chat_template"}};
@@ -389,11 +385,92 @@ static void test_choices_by_index(void **st) {
   oa_req_free(&q);
 }
 
+/* Structured outputs: each form -> one Constraint (kind, spec, param); bad forms and a second
+ * constraint are 400s naming the param. */
+static void expect_constraint(oa_kind_t k, const char *extra, Gantry__V1__Constraint__Kind kind, const char *spec,
+                              const char *param) {
+  char body[1024];
+  if (k == OA_CHAT)
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", extra);
+  else
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"prompt\":\"x\",%s}", extra);
+  oa_req_t r;
+  oa_error_t e;
+  if (parse(k, body, &r, &e)) fail_msg("refused (%s): %s", e.message, body);
+  const Gantry__V1__Constraint *c = r.gen->constraint;
+  assert_non_null(c);
+  assert_int_equal(c->kind, kind);
+  if (spec) assert_string_equal(c->spec, spec);
+  assert_string_equal(c->param, param);
+  oa_req_free(&r);
+}
+
+static void test_constraints(void **st) {
+  (void)st;
+  const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}},"
+                      "{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]";
+  char buf[512];
+  for (int k = 0; k < 2; k++) {
+    oa_kind_t kind = k ? OA_COMPLETION : OA_CHAT;
+    expect_constraint(kind, "\"response_format\":{\"type\":\"json_object\"}", GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_OBJECT,
+                      "", "response_format");
+    expect_constraint(kind,
+                      "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\",\"strict\":true,"
+                      "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}}}",
+                      GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_SCHEMA,
+                      "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}", "response_format");
+    expect_constraint(kind, "\"guided_json\":{\"type\":\"string\"}", GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_SCHEMA,
+                      "{\"type\":\"string\"}", "guided_json");
+    expect_constraint(kind, "\"guided_json\":\"{\\\"type\\\": \\\"boolean\\\"}\"", GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_SCHEMA,
+                      "{\"type\":\"boolean\"}", "guided_json");
+    expect_constraint(kind, "\"guided_choice\":[\"yes\",\"no\"]", GANTRY__V1__CONSTRAINT__KIND__KIND_CHOICE,
+                      "[\"yes\",\"no\"]", "guided_choice");
+    expect_constraint(kind, "\"guided_regex\":\"[a-z]+@x\\\\.com\"", GANTRY__V1__CONSTRAINT__KIND__KIND_REGEX,
+                      "[a-z]+@x\\.com", "guided_regex");
+  }
+  snprintf(buf, sizeof buf, "%s,\"tool_choice\":\"required\"", tools);
+  expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL, NULL, "tool_choice");
+  snprintf(buf, sizeof buf, "%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}", tools);
+  expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL,
+                    "[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]", "tool_choice");
+  { /* auto / none / text: no constraint */
+    oa_req_t r;
+    oa_error_t e;
+    snprintf(buf, sizeof buf, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s,\"tool_choice\":\"auto\","
+             "\"response_format\":{\"type\":\"text\"}}", tools);
+    assert_int_equal(parse(OA_CHAT, buf, &r, &e), 0);
+    assert_null(r.gen->constraint);
+    oa_req_free(&r);
+  }
+  const char *chat = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
+  static const char *const bad[][3] = {
+      {"\"response_format\":{\"type\":\"yaml\"}}", "invalid_value", "response_format"},
+      {"\"response_format\":{\"type\":\"json_schema\"}}", "invalid_type", "response_format"},
+      {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}}", "invalid_value", "response_format"},
+      {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":[1]}}}", "invalid_type", "response_format"},
+      {"\"guided_json\":\"{not json\"}", "invalid_value", "guided_json"},
+      {"\"guided_json\":7}", "invalid_type", "guided_json"},
+      {"\"guided_choice\":[]}", "invalid_type", "guided_choice"},
+      {"\"guided_choice\":[\"a\",3]}", "invalid_type", "guided_choice"},
+      {"\"guided_regex\":\"\"}", "invalid_type", "guided_regex"},
+      {"\"tool_choice\":\"required\"}", "invalid_value", "tool_choice"},
+      /* one constraint per request: the second one is named */
+      {"\"response_format\":{\"type\":\"json_object\"},\"guided_choice\":[\"a\"]}", "invalid_value", "guided_choice"},
+      {"\"guided_json\":{},\"guided_regex\":\"a\"}", "invalid_value", "guided_regex"},
+      {"\"guided_choice\":[\"a\"],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"}",
+       "invalid_value", "tool_choice"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(buf, sizeof buf, "%s%s", chat, bad[i][0]);
+    expect_err(OA_CHAT, buf, 400, bad[i][1], bad[i][2]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_completion_prompt_forms),
       cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_utf8_validator),
-      cmocka_unit_test(test_token_params),
+      cmocka_unit_test(test_token_params),            cmocka_unit_test(test_constraints),
       cmocka_unit_test(test_chat_stream_logprobs_and_reasoning_field), cmocka_unit_test(test_final_error_and_body),
       cmocka_unit_test(test_echo),                 cmocka_unit_test(test_choices_by_index),
   };

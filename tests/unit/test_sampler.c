@@ -147,10 +147,44 @@ static void test_checks_and_logprobs(void **st) {
   assert_int_equal(ids[2], 2);
 }
 
+/* sampler_mask_logits: clear bits -> -inf, set bits keep their logit; every filter then draws
+ * only allowed ids (greedy, temperature, top-k, top-p, min-p), whatever the logits prefer. */
+static void test_mask(void **st) {
+  float l[70];
+  uint32_t m[3] = {0x80000001u, 0xffffffffu, 0x20u}; /* ids 0, 31, 32..63, 69 */
+  for (int i = 0; i < 70; i++) l[i] = (float)i;
+  sampler_mask_logits(l, m, 70);
+  for (int i = 0; i < 70; i++) {
+    const int keep = i == 0 || i == 31 || (i >= 32 && i < 64) || i == 69;
+    if (keep) assert_true(l[i] == (float)i);
+    else assert_true(isinf(l[i]) && l[i] < 0);
+  }
+  const uint32_t only[1] = {(1u << 3) | (1u << 6)}; /* ids 3 and 6: the model prefers 0 */
+  const float tops[][3] = {{0, 0, 1}, {1, 0, 1}, {1, 2, 1}, {1, 0, 0.5f}, {2, 0, 1}};
+  for (size_t k = 0; k < sizeof tops / sizeof tops[0]; k++) {
+    sampler_params_t p = sampler_defaults();
+    p.temperature = tops[k][0];
+    p.top_k = (int)tops[k][1];
+    p.top_p = tops[k][2];
+    p.min_p = k == 4 ? 0.1f : 0;
+    p.seed = k;
+    sampler_t *s = mk(p);
+    int seen[V] = {0};
+    for (int i = 0; i < 200; i++) {
+      float x[V];
+      fill(x);
+      sampler_mask_logits(x, only, V);
+      seen[sampler_sample(s, x)]++;
+    }
+    assert_int_equal(seen[3] + seen[6], 200);
+    sampler_free(s);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_greedy), cmocka_unit_test(test_temperature_distribution), cmocka_unit_test(test_filters),
-      cmocka_unit_test(test_penalties), cmocka_unit_test(test_checks_and_logprobs),
+      cmocka_unit_test(test_penalties), cmocka_unit_test(test_checks_and_logprobs), cmocka_unit_test(test_mask),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

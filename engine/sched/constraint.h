@@ -1,0 +1,86 @@
+/* engine/sched/constraint.h — constrained decoding for the scheduler (structured outputs).
+ *
+ * cons_cache_t: the grammars of one model's requests, compiled once per (kind, spec) with
+ * engine/grammar/grammar.h and kept in a bounded LRU; the grammar vocabulary (gr_vocab) is built
+ * once, at the first constrained request. A cons_t is a compiled constraint with a reference
+ * count: the cache holds one while it lists it, every request that uses it holds one.
+ *
+ * cons_seq_t: one sequence's walk through its constraint, one token at a time:
+ *   reasoning  a reasoning model's <think> part is free: with starts_in_reasoning (the prompt
+ *              opened <think>) until the sequence samples </think>; with may_think (a model
+ *              that may open <think> itself) the first token may also be <think>, which starts it.
+ *   prefix     tokens forced one by one (the tool-call opening "<tool_call>\n");
+ *   grammar    the grammar's mask (gr_matcher_fill_mask): end-of-sequence only when it accepts;
+ *   suffix     forced tokens once the grammar is done (the tool-call closing "\n</tool_call>"),
+ *   then the output is complete (cons_seq_accept returns CONS_DONE).
+ * Tool calls (CONS_TOOL_CALL, spec: a JSON array of OpenAI tools) take the Qwen3 JSON form that
+ * engine/chat/chat_parse.h recognises for both Qwen3 and Qwen3.5: <tool_call>\n{"name": NAME,
+ * "arguments": ARGS}\n</tool_call>, ARGS valid for the tool's `parameters` (an anyOf over the
+ * tools when there are several; a tool without `parameters` takes {}). Their $defs / definitions
+ * are lifted to the schema's root. A marker that is a control token in the vocabulary (whose text
+ * the output drops: small test vocabularies) is forced as plain text instead.
+ *
+ * Masks are in the model's vocabulary: mask[ceil(n_vocab / 32)], bit id % 32 of word id / 32 set
+ * = allowed; ids the tokenizer does not have are never allowed. */
+#ifndef GANTRY_ENGINE_CONSTRAINT_H
+#define GANTRY_ENGINE_CONSTRAINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "format/tokenizer.h"
+
+/* The numbers of gantry.v1.Constraint.Kind. */
+typedef enum {
+  CONS_JSON_SCHEMA = 1,
+  CONS_JSON_OBJECT = 2,
+  CONS_CHOICE = 3,
+  CONS_REGEX = 4,
+  CONS_TOOL_CALL = 5,
+} cons_kind_t;
+
+typedef struct cons_cache cons_cache_t;
+typedef struct cons cons_t;
+typedef struct cons_seq cons_seq_t;
+
+/* A cache of at most capacity (> 0) compiled constraints for tok (which must outlive it). */
+int cons_cache_create(const tok_t *tok, int capacity, cons_cache_t **out, gt_err_t *err);
+/* Frees the cache and drops its references; constraints still referenced stay valid until their
+ * last cons_unref (the vocabulary lives until then too). */
+void cons_cache_free(cons_cache_t *c);
+
+/* The compiled constraint of (kind, spec[0..len)): from the cache, or compiled now and added
+ * (evicting the least recently used). *out holds a new reference (cons_unref). Errors: GT_EINVAL
+ * (malformed spec), GT_EUNSUPPORTED (a schema keyword or regex construct not supported),
+ * GT_ERANGE (a bound over the grammar's limits), GT_ENOMEM, each with the grammar's message.
+ * Thread-safe. */
+int cons_get(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t len, cons_t **out, gt_err_t *err);
+void cons_ref(cons_t *k);
+void cons_unref(cons_t *k); /* NULL: nothing */
+
+typedef struct {
+  uint64_t hits, compiled, evicted; /* cons_get served from the cache / compiled / LRU evictions */
+  int entries;
+} cons_cache_stats_t;
+void cons_cache_stats(cons_cache_t *c, cons_cache_stats_t *out);
+
+/* A sequence's state at the start of k (takes its own reference of k). starts_in_reasoning,
+ * may_think: see above. */
+int cons_seq_create(cons_t *k, int starts_in_reasoning, int may_think, cons_seq_t **out, gt_err_t *err);
+void cons_seq_free(cons_seq_t *q); /* NULL: nothing */
+
+/* 1 when the next token is constrained (not in the reasoning part). */
+int cons_seq_active(const cons_seq_t *q);
+/* The next token's mask for a model vocabulary of n_vocab (mask[(n_vocab + 31) / 32]); call only
+ * when cons_seq_active. Returns the number of allowed ids (0: a dead end, nothing can continue
+ * the output), or a negative GT_E* error (the grammar's state tables exceeded their limits). */
+int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab);
+
+enum { CONS_MORE = 0, CONS_DONE = 1 };
+/* Records the token the sequence took (masked or free). Returns CONS_MORE, CONS_DONE (the
+ * output is complete: stop after this token), or GT_EINVAL when the mask did not allow it. An
+ * end-of-sequence token ends the sequence elsewhere (the scheduler): it is only recorded. */
+int cons_seq_accept(cons_seq_t *q, int32_t tok);
+
+#endif

@@ -1,0 +1,430 @@
+/* Constrained decoding at the engine level (engine/sched/constraint.h through the scheduler), on
+ * qwen3-tiny and the demo model: every constrained output parses and validates (JSON schema,
+ * json_object, choice, regex, a tool call through the chat output parser), the same requests
+ * unconstrained do not (the mask is what makes them valid), the backend's logits_mask path gives
+ * the host path's tokens, unconstrained rows of a batch are untouched, a reasoning part stays
+ * free until </think>, the grammar cache is shared and bounded, bad specs are refused.
+ * Built twice: on the CPU backend (test_sched_constraint) and, with SCHED_CONS_CUDA, on the CUDA
+ * backend (test_cuda_sched_constraint; exit 77 = skipped without a GPU). */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/sched/sched.h"
+#include "tests/common/model_fx.h"
+#include "tests/common/testutil.h"
+#ifdef SCHED_CONS_CUDA
+#include "engine/backend/backend_cuda.h"
+static int be_new(be_t **be, gt_err_t *err) { return be_cuda_create(0, be, err); }
+static int cuda_setup(void **state) { return tu_model_fx_setup_on(state, be_new); }
+#else
+#define be_new tu_be_cpu2
+#endif
+
+#define MAX_IDS 512
+
+typedef struct {
+  int32_t ids[MAX_IDS];
+  int n;
+  char text[4096], reasoning[4096], tool_name[64], tool_args[2048];
+  size_t text_len, reasoning_len, args_len;
+  int finals, n_tools;
+  sched_finish_t finish;
+  char error[256];
+} out_t;
+
+static void cat(char *dst, size_t *len, size_t cap, const char *s, size_t n) {
+  if (*len + n >= cap) n = cap - 1 - *len;
+  memcpy(dst + *len, s, n);
+  *len += n;
+  dst[*len] = 0;
+}
+
+static void on_event(void *ud, const sched_event_t *ev) {
+  out_t *o = ud;
+  if (ev->is_final) {
+    o->finals++;
+    o->finish = ev->finish;
+    if (ev->error) snprintf(o->error, sizeof o->error, "%s", ev->error);
+    return;
+  }
+  const seqout_delta_t *d = ev->delta;
+  for (int i = 0; i < d->n_ids && o->n < MAX_IDS; i++) o->ids[o->n++] = d->ids[i];
+  cat(o->text, &o->text_len, sizeof o->text, d->text, d->text_len);
+  cat(o->reasoning, &o->reasoning_len, sizeof o->reasoning, d->reasoning, d->reasoning_len);
+  for (int i = 0; i < d->n_tools; i++) {
+    if (d->tools[i].name) {
+      snprintf(o->tool_name, sizeof o->tool_name, "%s", d->tools[i].name);
+      o->n_tools++;
+    }
+    cat(o->tool_args, &o->args_len, sizeof o->tool_args, d->tools[i].args, d->tools[i].args_len);
+  }
+}
+
+typedef struct {
+  cons_kind_t kind;
+  const char *spec;
+  float temperature;
+  uint64_t seed;
+  int logprobs;           /* >= 0: the host sampling path */
+  int starts_in_reasoning;
+  int32_t bias_id;        /* >= 0: bias_val (0: +100) on this id */
+  float bias_val;
+  int ignore_eos;
+  const char *tools_json; /* parse tool calls */
+  int max_tokens;         /* 0: 300 */
+} req_opts_t;
+
+static const int32_t k_prompt[] = {100, 137, 174, 211, 248, 285, 322, 359, 396, 433, 470, 507};
+
+typedef tu_model_fx_t fx_t;
+
+/* Submits one request (constraint when o->spec) to s; its events go to *out. */
+static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
+  gt_err_t err = {0};
+  memset(out, 0, sizeof *out);
+  sched_req_t r = {0};
+  r.n_prompt = (int)(sizeof k_prompt / sizeof k_prompt[0]);
+  r.prompt = malloc(sizeof k_prompt);
+  memcpy(r.prompt, k_prompt, sizeof k_prompt);
+  r.sampling = sampler_defaults();
+  r.sampling.temperature = o->temperature;
+  r.sampling.seed = o->seed;
+  r.max_tokens = o->max_tokens ? o->max_tokens : 300;
+  r.logprobs = o->logprobs;
+  r.on_event = on_event;
+  r.ud = out;
+  const float plus = o->bias_val != 0 ? o->bias_val : 100;
+  r.ignore_eos = o->ignore_eos;
+  if (o->bias_id >= 0) {
+    r.bias_ids = &o->bias_id;
+    r.bias_vals = &plus;
+    r.n_bias = 1;
+  }
+  r.out.parse_output = o->tools_json != NULL; /* else all text is content (reasoning included) */
+  r.out.starts_in_reasoning = o->starts_in_reasoning;
+  r.out.parse_tool_calls = o->tools_json != NULL;
+  r.out.tools_json = o->tools_json;
+  if (o->spec && sched_constraint(s, o->kind, o->spec, strlen(o->spec), &r.constraint, &err))
+    fail_msg("compile %s: %s", o->spec, err.msg);
+  if (sched_submit(s, &r, &err) <= 0) fail_msg("submit: %s", err.msg);
+}
+
+static sched_t *mk_sched(fx_t *f) {
+  sched_config_t c = {.max_num_seqs = 8, .max_batch_tokens = 64, .n_ctx = 512};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
+  return s;
+}
+
+/* One request on a fresh scheduler, run to completion. */
+static void run1(fx_t *f, const req_opts_t *o, out_t *out) {
+  sched_t *s = mk_sched(f);
+  submit_req(s, o, out);
+  tu_sched_run_all(s, NULL);
+  sched_free(s);
+  assert_int_equal(out->finals, 1);
+}
+
+/* ---- validators of the schemas below (the test's own, small) ---- */
+
+#define PERSON                                                                                        \
+  "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},"               \
+  "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},"     \
+  "\"maxItems\":3},\"pet\":{\"anyOf\":[{\"type\":\"null\"},{\"$ref\":\"#/$defs/pet\"}]}},"             \
+  "\"required\":[\"name\",\"age\"],\"$defs\":{\"pet\":{\"type\":\"object\",\"properties\":"            \
+  "{\"kind\":{\"const\":\"cat\"},\"legs\":{\"type\":\"number\"}},\"required\":[\"kind\"]}}}"
+
+static int utf8_len(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += ((unsigned char)*s & 0xc0) != 0x80;
+  return n;
+}
+
+/* 1 when text is a JSON value valid for PERSON; else 0 with why. */
+static int valid_person(const char *text, size_t len, char *why, size_t nwhy) {
+  json_error_t je;
+  json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &je);
+  int ok = 0;
+  const char *k;
+  json_t *x;
+  if (!json_is_object(v)) { snprintf(why, nwhy, "not an object: %.60s", je.text); goto done; }
+  json_object_foreach(v, k, x) {
+    if (!strcmp(k, "name")) {
+      if (!json_is_string(x) || utf8_len(json_string_value(x)) > 6) { snprintf(why, nwhy, "bad name"); goto done; }
+    } else if (!strcmp(k, "age")) {
+      if (!json_is_integer(x)) { snprintf(why, nwhy, "age not an integer"); goto done; }
+    } else if (!strcmp(k, "tags")) {
+      size_t i;
+      json_t *t;
+      if (!json_is_array(x) || json_array_size(x) > 3) { snprintf(why, nwhy, "bad tags"); goto done; }
+      json_array_foreach(x, i, t) {
+        if (!json_is_string(t) || (strcmp(json_string_value(t), "a") && strcmp(json_string_value(t), "b"))) {
+          snprintf(why, nwhy, "bad tag");
+          goto done;
+        }
+      }
+    } else if (!strcmp(k, "pet")) {
+      if (json_is_null(x)) continue;
+      json_t *kind = json_object_get(x, "kind"), *legs = json_object_get(x, "legs");
+      if (!json_is_object(x) || !json_is_string(kind) || strcmp(json_string_value(kind), "cat") ||
+          json_object_size(x) != 1u + (legs != NULL) || (legs && !json_is_number(legs))) {
+        snprintf(why, nwhy, "bad pet");
+        goto done;
+      }
+    } else {
+      snprintf(why, nwhy, "extra property %s", k);
+      goto done;
+    }
+  }
+  if (!json_object_get(v, "name") || !json_object_get(v, "age")) { snprintf(why, nwhy, "missing required"); goto done; }
+  ok = 1;
+done:
+  json_decref(v);
+  return ok;
+}
+
+/* [0-9]{3}-[a-z]{2,4} */
+static int valid_code(const char *t) {
+  size_t n = strlen(t);
+  if (n < 6 || n > 8) return 0;
+  for (int i = 0; i < 3; i++)
+    if (t[i] < '0' || t[i] > '9') return 0;
+  if (t[3] != '-') return 0;
+  for (size_t i = 4; i < n; i++)
+    if (t[i] < 'a' || t[i] > 'z') return 0;
+  return 1;
+}
+
+/* ---- tests ---- */
+
+static void check_schema_runs(fx_t *f, const char *model) {
+  int valid_free = 0;
+  for (int k = 0; k < 3; k++) {
+    static out_t o;
+    req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = k ? 1.0f : 0.0f, .seed = (uint64_t)k,
+                     .logprobs = -1, .bias_id = -1};
+    run1(f, &ro, &o);
+    char why[128] = "";
+    if (!valid_person(o.text, o.text_len, why, sizeof why))
+      fail_msg("%s seed %d: %s: %.*s (%s)", model, k, why, (int)o.text_len, o.text, o.error);
+    assert_int_equal(o.finish, SCHED_FINISH_STOP); /* ended by the constraint, not max_tokens */
+    ro.spec = NULL;
+    ro.max_tokens = 40;
+    run1(f, &ro, &o);
+    valid_free += valid_person(o.text, o.text_len, why, sizeof why);
+  }
+  print_message("  %s: 3/3 constrained outputs valid, %d/3 unconstrained\n", model, valid_free);
+  assert_int_equal(valid_free, 0);
+}
+
+static void test_json_schema(void **state) {
+  fx_t *f = *state;
+  check_schema_runs(f, "qwen3-tiny");
+  fx_t demo;
+  gt_err_t err = {0};
+  if (tu_model_fx_open(&demo, "demo/gantry-demo-code-22m.Q4_K_M.gguf", be_new, &err)) fail_msg("demo: %s", err.msg);
+  check_schema_runs(&demo, "demo");
+  tu_model_fx_close(&demo);
+}
+
+static void test_object_choice(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  int32_t *q = NULL;
+  size_t nq = 0;
+  gt_err_t err = {0};
+  assert_int_equal(tok_encode(f->tok, "\"", 1, 0, &q, &nq, &err), 0);
+  assert_int_equal(nq, 1);
+  const int32_t quote = q[0];
+  free(q);
+  for (int k = 0; k < 3; k++) {
+    /* a random model writes endless strings: '"' gets +100 (wherever the grammar allows it), so
+     * strings close at once and the object ends when the model picks '}' over ',' */
+    req_opts_t ro = {.kind = CONS_JSON_OBJECT, .spec = "", .temperature = 1.0f, .seed = (uint64_t)k, .logprobs = -1,
+                     .bias_id = quote};
+    run1(f, &ro, &o);
+    json_t *v = json_loadb(o.text, o.text_len, 0, NULL);
+    if (!json_is_object(v)) fail_msg("json_object seed %d finish %d: %.*s (%s)", k, o.finish, (int)o.text_len, o.text, o.error);
+    json_decref(v);
+    ro = (req_opts_t){.kind = CONS_CHOICE, .spec = "[\"def main():\", \"yes\", \"no\"]", .temperature = 1.0f,
+                      .seed = (uint64_t)k, .logprobs = -1, .bias_id = -1};
+    run1(f, &ro, &o);
+    if (strcmp(o.text, "def main():") && strcmp(o.text, "yes") && strcmp(o.text, "no")) fail_msg("choice: '%s'", o.text);
+    assert_int_equal(o.finish, SCHED_FINISH_STOP);
+  }
+}
+
+static void test_regex(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  for (int k = 0; k < 3; k++) {
+    req_opts_t ro = {.kind = CONS_REGEX, .spec = "[0-9]{3}-[a-z]{2,4}", .temperature = 1.0f, .seed = (uint64_t)k,
+                     .logprobs = -1, .bias_id = -1};
+    run1(f, &ro, &o);
+    if (!valid_code(o.text)) fail_msg("regex seed %d: '%s' (%s)", k, o.text, o.error);
+    assert_true(o.finish == SCHED_FINISH_STOP); /* done after 4 letters, or end-of-sequence */
+  }
+}
+
+/* The backend's logits_mask + sample path (no logprobs) and the host path (logprobs: the mask on
+ * the host) give the same tokens, greedy and seeded. */
+static void test_device_path_equals_host(void **state) {
+  fx_t *f = *state;
+  static out_t dev, host;
+  for (int k = 0; k < 2; k++) {
+    req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = k ? 0.8f : 0.0f, .seed = (uint64_t)k,
+                     .logprobs = -1, .bias_id = -1};
+    run1(f, &ro, &dev);
+    ro.logprobs = 0;
+    run1(f, &ro, &host);
+    assert_int_equal(dev.n, host.n);
+    assert_memory_equal(dev.ids, host.ids, sizeof(int32_t) * (size_t)dev.n);
+  }
+}
+
+/* Constrained and free requests in one batch: each equals its solo run (masks touch only their
+ * rows), and the grammar is compiled once for all. */
+static void test_batch_mixed(void **state) {
+  fx_t *f = *state;
+  static out_t solo[4], batch[4];
+  req_opts_t ro[4] = {
+      {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 0.0f, .logprobs = -1, .bias_id = -1},
+      {.spec = NULL, .temperature = 0.0f, .logprobs = -1, .bias_id = -1, .max_tokens = 40},
+      {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 1.0f, .seed = 3, .logprobs = -1, .bias_id = -1},
+      {.kind = CONS_CHOICE, .spec = "[\"yes\",\"no\"]", .temperature = 1.0f, .seed = 4, .logprobs = -1, .bias_id = -1},
+  };
+  for (int i = 0; i < 4; i++) run1(f, &ro[i], &solo[i]);
+  sched_t *s = mk_sched(f);
+  for (int i = 0; i < 4; i++) submit_req(s, &ro[i], &batch[i]);
+  tu_sched_run_all(s, NULL);
+  cons_cache_stats_t cs;
+  sched_constraint_stats(s, &cs);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  sched_free(s);
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(batch[i].n, solo[i].n);
+    assert_memory_equal(batch[i].ids, solo[i].ids, sizeof(int32_t) * (size_t)solo[i].n);
+  }
+  assert_int_equal(cs.compiled, 2); /* PERSON once, the choice once */
+  assert_int_equal(cs.hits, 1);
+  assert_int_equal(st.constrained_tokens, (uint64_t)(batch[0].n + batch[2].n + batch[3].n));
+}
+
+/* starts_in_reasoning: the reasoning part is free until </think> (forced here by a +100 bias,
+ * which the mask overrides once the answer is constrained); the answer is valid JSON. */
+static void test_reasoning_then_constrained(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const int32_t end = tok_find(f->tok, "</think>");
+  assert_true(end >= 0);
+  req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 1.0f, .seed = 9, .logprobs = -1,
+                   .starts_in_reasoning = 1, .bias_id = end};
+  run1(f, &ro, &o);
+  assert_int_equal(o.ids[0], end);
+  char why[128] = "";
+  if (!valid_person(o.text, o.text_len, why, sizeof why)) fail_msg("%s: %.*s (%s)", why, (int)o.text_len, o.text, o.error);
+}
+
+/* tool_choice: the tool-call format through the chat output parser: one call of a named tool,
+ * arguments valid for its parameters, finish TOOL_CALLS. */
+static void test_tool_call(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const char *tools =
+      "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+      "\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":8},\"days\":{\"type\":\"integer\"}},"
+      "\"required\":[\"city\",\"days\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"noop\"}}]";
+  for (int k = 0; k < 3; k++) {
+    req_opts_t ro = {.kind = CONS_TOOL_CALL, .spec = tools, .temperature = 1.0f, .seed = (uint64_t)k, .logprobs = -1,
+                     .bias_id = -1, .tools_json = tools};
+    run1(f, &ro, &o);
+    if (o.finish != SCHED_FINISH_TOOL_CALLS || o.n_tools != 1)
+      fail_msg("seed %d: finish %d, %d calls, text '%s' (%s)", k, o.finish, o.n_tools, o.text, o.error);
+    json_t *a = json_loadb(o.tool_args, o.args_len, 0, NULL);
+    if (!json_is_object(a)) fail_msg("arguments: %s", o.tool_args);
+    if (!strcmp(o.tool_name, "get_weather")) {
+      assert_true(json_is_string(json_object_get(a, "city")) && json_is_integer(json_object_get(a, "days")));
+      assert_int_equal(json_object_size(a), 2);
+    } else {
+      assert_string_equal(o.tool_name, "noop");
+    }
+    print_message("  tool call seed %d: %s(%s)\n", k, o.tool_name, o.tool_args);
+    json_decref(a);
+  }
+}
+
+/* ignore_eos under a constraint: the end-of-sequence token the grammar allows once "7" is complete
+ * ("7#" is the other choice; -100 bans #) is taken as text, and it completes the grammar: the
+ * choice stops there (STOP), it neither runs on unconstrained nor hangs. (logit_bias samples on
+ * the host.) */
+static void test_ignore_eos(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  int32_t *b = NULL;
+  size_t nb = 0;
+  gt_err_t err = {0};
+  assert_int_equal(tok_encode(f->tok, "#", 1, 0, &b, &nb, &err), 0);
+  assert_int_equal(nb, 1);
+  req_opts_t ro = {.kind = CONS_CHOICE, .spec = "[\"7\",\"7#\"]", .temperature = 0, .logprobs = -1, .bias_id = b[0],
+                   .bias_val = -100, .ignore_eos = 1};
+  free(b);
+  run1(f, &ro, &o);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+  assert_int_equal(o.n, 2); /* "7", then the end-of-sequence token */
+  assert_int_equal(o.ids[1], tok_eos(f->tok));
+}
+
+/* Bad specs are refused with the grammar's message; the cache is bounded (LRU). */
+static void test_errors_and_cache(void **state) {
+  fx_t *f = *state;
+  sched_t *s = mk_sched(f);
+  gt_err_t err = {0};
+  cons_t *k = NULL;
+  assert_int_not_equal(sched_constraint(s, CONS_JSON_SCHEMA, "{\"type\":", 8, &k, &err), 0);
+  assert_null(k);
+  const char *unsup = "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}]}";
+  assert_int_equal(sched_constraint(s, CONS_JSON_SCHEMA, unsup, strlen(unsup), &k, &err), GT_EUNSUPPORTED);
+  assert_non_null(strstr(err.msg, "prefixItems"));
+  assert_int_not_equal(sched_constraint(s, CONS_TOOL_CALL, "[]", 2, &k, &err), 0);
+  for (int i = 0; i < SCHED_CONS_CACHE + 5; i++) {
+    char spec[64];
+    snprintf(spec, sizeof spec, "[\"c%d\"]", i);
+    assert_int_equal(sched_constraint(s, CONS_CHOICE, spec, strlen(spec), &k, &err), 0);
+    cons_unref(k);
+  }
+  cons_cache_stats_t cs;
+  sched_constraint_stats(s, &cs);
+  assert_int_equal(cs.entries, SCHED_CONS_CACHE);
+  assert_int_equal(cs.evicted, 5);
+  sched_free(s);
+}
+
+int main(void) {
+#ifdef SCHED_CONS_CUDA
+  if (!be_cuda_available()) {
+    printf("no CUDA device visible: GPU tests skipped\n");
+    return 77;
+  }
+#endif
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_json_schema),           cmocka_unit_test(test_object_choice), cmocka_unit_test(test_regex),
+      cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
+      cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
+      cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
+  };
+  if (getenv("GANTRY_TEST_FILTER")) cmocka_set_test_filter(getenv("GANTRY_TEST_FILTER")); /* e.g. "test_tool*" */
+#ifdef SCHED_CONS_CUDA
+  return cmocka_run_group_tests(tests, cuda_setup, tu_model_fx_teardown);
+#else
+  return cmocka_run_group_tests(tests, tu_model_fx_setup, tu_model_fx_teardown);
+#endif
+}
