@@ -17,10 +17,11 @@ skip() { echo "SKIP: $*"; exit 77; }
 command -v node >/dev/null || skip "node not installed"
 command -v redis-server >/dev/null || skip "redis-server not installed"
 # one install at a time (ctest runs the e2e tests in parallel; both use this node_modules): the
-# marker is written only after a complete install
+# marker is written only after a complete install, and a newer package-lock.json (a new
+# dependency) installs again
 exec 9>"$E2E/.npm-install.lock"
 flock 9
-if [ ! -f "$E2E/node_modules/.gantry-complete" ]; then
+if [ ! -f "$E2E/node_modules/.gantry-complete" ] || [ "$E2E/package-lock.json" -nt "$E2E/node_modules/.gantry-complete" ]; then
   command -v npm >/dev/null || skip "npm not installed"
   (cd "$E2E" && { [ -f package-lock.json ] && timeout 240 npm ci --no-audit --no-fund >/dev/null 2>&1 ||
                   timeout 240 npm install --no-audit --no-fund >/dev/null 2>&1; }) || skip "npm install failed (offline?)"
