@@ -26,3 +26,18 @@ test('greedy completion at --tp N equals one rank; logprobs gathered over the vo
       assert.equal(Object.keys(lp.top_logprobs[i]).length, 2);
     }
   });
+
+// A tensor-parallel group has no logits_mask op: its constrained rows are masked on the host
+// after the ranks' logits are gathered. Greedy and sampled requests both stay inside the choices.
+test('guided_choice at --tp N: every choice is one of the strings',
+  { skip: !TP && 'needs run.sh with GANTRY_ENGINE_TP' }, async () => {
+    const choices = ['alpha beta', 'gamma', 'delta epsilon zeta'];
+    for (const temperature of [0, 1]) {
+      const r = await client.completions.create({
+        model: process.env.GANTRY_MODEL || 'tiny', prompt: 'Pick one:', max_tokens: 16, temperature, seed: 7, n: 2,
+        guided_choice: choices,
+      });
+      assert.equal(r.choices.length, 2);
+      for (const c of r.choices) assert.ok(choices.includes(c.text), `temperature ${temperature}: ${JSON.stringify(c.text)}`);
+    }
+  });
