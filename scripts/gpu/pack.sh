@@ -30,6 +30,7 @@ strip "$D"/* 2>/dev/null || true
 echo "commit $(git -C "$SRC" rev-parse --short HEAD)$(git -C "$SRC" diff --quiet HEAD -- 2>/dev/null || echo +dirty)" >"$D/COMMIT"
 # the device call carries at most 64 MiB with the tree: ship the programs compressed
 mkdir -p "$SRC/build-cuda-pack"
-# xz -9: its 64 MiB window folds the near-identical CUDA binaries into one
-tar -C "$SRC" -cf - build-cuda-dist | xz -9 -T2 >"$SRC/build-cuda-pack/dist.tar.xz"
+# xz with a 256 MiB dictionary (one thread: threads split the input) folds the near-identical CUDA
+# binaries into one: twelve test and bench programs, 202 MB, pack to 9.4 MB (15 MB with xz -9)
+tar -C "$SRC" -cf - build-cuda-dist | xz -T1 --lzma2=preset=9,dict=256MiB >"$SRC/build-cuda-pack/dist.tar.xz"
 du -sh "$D" "$SRC/build-cuda-pack/dist.tar.xz"
