@@ -48,6 +48,11 @@ gt_add_test(test_comm_nccl SOURCES tests/unit/test_comm_nccl.c LIBS gantry_comm_
 if(TARGET CUDA::cudart_static AND TARGET gantry_cuda)
   # --device cuda --tp N: CUDA ranks over the NCCL communicator (engine/cli/cli.c)
   target_link_libraries(gantry-engine PRIVATE gantry_comm_nccl)
+  # GPU: one rank through the group and NCCL = the plain CUDA backend (bit-identical), the
+  # all-reduce inside the decode graphs; TP=2 vs TP=1 with >= 2 GPUs (tests/gpu/test_cuda_tp.c)
+  gt_add_test(test_cuda_tp SOURCES tests/gpu/test_cuda_tp.c
+    LIBS gantry_cuda gantry_comm_nccl gantry_model gantry_testutil TIMEOUT 300)
+  set_tests_properties(test_cuda_tp PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
 
 if(TARGET CUDA::cudart_static)

@@ -58,14 +58,7 @@ CT=${CMD_TIMEOUT:-300}
 rc=0
 
 # libnccl.so.2 for comm_nccl's dlopen: the loader's path first, else a wheel of the machine's python3
-if [ -z "${GANTRY_NCCL_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' &&
-   [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
-  lib=$(python3 -c 'import glob, site, sys
-dirs = site.getsitepackages() + [site.getusersitepackages()] + sys.path
-hits = [g for d in dirs for g in glob.glob(d + "/nvidia/*/lib/libnccl.so.2")]
-print(hits[0] if hits else "")' 2>/dev/null)
-  [ -n "$lib" ] && export GANTRY_NCCL_LIB=$lib
-fi
+. "$(dirname "$0")/nccl_lib.sh"
 echo "== tp.sh: $(cat "$D/COMMIT" 2>/dev/null || echo "commit unknown"); libnccl: ${GANTRY_NCCL_LIB:-loader path}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 
 # TP sizes that fit the visible GPUs (CPU ranks are threads: every size fits)
