@@ -173,9 +173,9 @@ static void test_errors(void **st) {
   expect_error(args, "--prefill-precision must be exact or fast");
 }
 
-/* --tp: generate and eval over two CPU ranks give what one rank gives; bench prints the
- * all-reduce table; unsplittable shapes, CUDA ranks without GPUs or NCCL and bad --tp / --devices
- * get one clear error */
+/* --tp: generate and eval over two CPU ranks (and one rank forced through the group) give what
+ * one rank gives; bench prints the all-reduce table; unsplittable shapes, CUDA ranks without
+ * GPUs or NCCL and bad --tp / --devices get one clear error */
 static void test_tp(void **st) {
   char bin[1024], tiny[1024], demo[1024]; /* tu_bin / tu_golden return a static buffer */
   snprintf(bin, sizeof bin, "%s", tu_bin("gantry-engine"));
@@ -187,6 +187,11 @@ static void test_tp(void **st) {
   assert_int_equal(run(&two, "%s generate --model %s --prompt 'The quick brown fox' --max-tokens 12 --temperature 0 "
                              "--ignore-eos --threads 2 --tp 2 2>/dev/null", bin, tiny), 0);
   assert_true(strlen(one) > 1);
+  assert_string_equal(one, two);
+  free(two);
+  /* GANTRY_TP_FORCE_GROUP=1: one rank through the group and its communicator, the same text */
+  assert_int_equal(run(&two, "GANTRY_TP_FORCE_GROUP=1 %s generate --model %s --prompt 'The quick brown fox' "
+                             "--max-tokens 12 --temperature 0 --ignore-eos --threads 1 2>/dev/null", bin, tiny), 0);
   assert_string_equal(one, two);
   free(one);
   free(two);
