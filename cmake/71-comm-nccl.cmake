@@ -4,9 +4,9 @@
 # machines without it. Without nccl.h the same API fails with "built without NCCL".
 # gantry_comm_nccl_stub is always that no-NCCL build, so its error path is tested everywhere.
 option(GANTRY_NCCL "Build the NCCL communicator when nccl.h is found" ON)
-add_library(gantry_comm_nccl STATIC engine/backend/comm_nccl.c)
+add_library(gantry_comm_nccl STATIC engine/backend/comm_nccl.c engine/backend/comm_nccl_be.c)
 target_link_libraries(gantry_comm_nccl PUBLIC gantry_common)
-add_library(gantry_comm_nccl_stub STATIC engine/backend/comm_nccl.c)
+add_library(gantry_comm_nccl_stub STATIC engine/backend/comm_nccl.c engine/backend/comm_nccl_be.c)
 target_link_libraries(gantry_comm_nccl_stub PUBLIC gantry_common)
 
 if(GANTRY_NCCL AND TARGET CUDA::cudart_static)
@@ -44,6 +44,16 @@ gt_add_test(test_comm_nccl_stub SOURCES tests/unit/test_comm_nccl.c LIBS gantry_
 target_compile_definitions(test_comm_nccl_stub PRIVATE COMM_NCCL_STUB)
 # the real build on this machine: argument checks, and with no GPU (or no libnccl) the clear error
 gt_add_test(test_comm_nccl SOURCES tests/unit/test_comm_nccl.c LIBS gantry_comm_nccl TIMEOUT 60)
+
+if(TARGET CUDA::cudart_static AND TARGET gantry_cuda)
+  # --device cuda --tp N: CUDA ranks over the NCCL communicator (engine/cli/cli.c)
+  target_link_libraries(gantry-engine PRIVATE gantry_comm_nccl)
+  # GPU: one rank through the group and NCCL = the plain CUDA backend (bit-identical), the
+  # all-reduce inside the decode graphs; TP=2 vs TP=1 with >= 2 GPUs (tests/gpu/test_cuda_tp.c)
+  gt_add_test(test_cuda_tp SOURCES tests/gpu/test_cuda_tp.c
+    LIBS gantry_cuda gantry_comm_nccl gantry_model gantry_testutil TIMEOUT 300)
+  set_tests_properties(test_cuda_tp PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+endif()
 
 if(TARGET CUDA::cudart_static)
   # benchmark (prints numbers; its own sum check decides the exit status): tools/bench/comm_bench.c

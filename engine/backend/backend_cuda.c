@@ -4,6 +4,8 @@
  * error contract are in backend_cuda_internal.h. */
 #include "engine/backend/backend_cuda_internal.h"
 
+#include "engine/backend/comm.h"
+
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,7 +327,12 @@ static uint64_t cu_graph_sizes(be_t *be) { return CU_BE(be)->captured_mask; }
 
 /* ---- ranks ---- */
 
-static void cu_all_reduce(be_t *be, float *x, size_t n) { /* one rank: nothing to do */ }
+/* be_ops_t.all_reduce: recorded (a decode step: captured into its graph) or queued at once on the
+ * stream through the communicator; a backend without one (be_cuda_create: one rank) does
+ * nothing, so `--tp 1` runs exactly the ops it ran before ranks existed. */
+static void cu_rank_all_reduce(be_t *be, float *x, size_t n) {
+  if (CU_BE(be)->comm) cu_all_reduce(be, x, n);
+}
 
 static void cu_destroy(be_t *be) {
   be_cuda_t *c = CU_BE(be);
@@ -390,7 +397,7 @@ static const be_ops_t cuda_ops = {
 #define CU_OP(name) .name = cu_##name,
     BE_OPS(CU_OP)
 #undef CU_OP
-    .all_reduce = cu_all_reduce,
+    .all_reduce = cu_rank_all_reduce,
     .eager_steps = cu_eager_steps,
     .sample = cu_sample,
     .graph_sizes = cu_graph_sizes,
@@ -399,14 +406,16 @@ static const be_ops_t cuda_ops = {
     .kv_type = cu_kv_type,
 };
 
-int be_cuda_available(void) {
+int be_cuda_device_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  return n > 0;
+  return n;
 }
+
+int be_cuda_available(void) { return be_cuda_device_count() > 0; }
 
 int be_cuda_create(int device, be_t **out, gt_err_t *err) {
   *out = NULL;
@@ -445,5 +454,25 @@ int be_cuda_create(int device, be_t **out, gt_err_t *err) {
   }
   c->kb.eflag = c->d_eflag;
   *out = &c->base;
+  return GT_OK;
+}
+
+int be_cuda_create_rank(int device, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
+  *out = NULL;
+  const int n_ranks = comm ? comm->n_ranks : 1;
+  if (rank < 0 || rank >= n_ranks) return gt_err_set(err, GT_EINVAL, "cuda backend: rank %d of %d", rank, n_ranks);
+  if (comm && !comm->ops->bind_stream)
+    return gt_err_set(err, GT_EINVAL, "cuda backend: the %s communicator cannot run on a CUDA stream", comm->ops->name);
+  int rc = be_cuda_create(device, out, err);
+  if (rc) return rc;
+  be_cuda_t *c = CU_BE(*out);
+  c->base.rank = rank;
+  c->base.n_ranks = n_ranks;
+  c->comm = comm;
+  if (comm && (rc = comm->ops->bind_stream(comm, rank, device, (void *)c->stream, err))) {
+    cu_destroy(*out);
+    *out = NULL;
+    return rc;
+  }
   return GT_OK;
 }

@@ -1,4 +1,4 @@
-/* engine/backend/backend_cuda.h — the CUDA backend of engine/backend/backend.h (one GPU, one rank).
+/* engine/backend/backend_cuda.h — the CUDA backend of engine/backend/backend.h (one GPU; one rank of a group: be_cuda_create_rank).
  * Plain C: no CUDA header is visible to includers. */
 #ifndef GANTRY_ENGINE_BACKEND_CUDA_H
 #define GANTRY_ENGINE_BACKEND_CUDA_H
@@ -9,6 +9,20 @@
  * and *out (free with be_destroy), GT_EUNSUPPORTED when the build has no CUDA or no such device
  * is present (err says which), or GT_EINTERNAL / GT_ENOMEM on a CUDA failure. */
 int be_cuda_create(int device, be_t **out, gt_err_t *err);
+
+struct be_comm;
+/* Rank `rank` of a tensor-parallel group on CUDA device `device` (engine/models/tp.h): as
+ * be_cuda_create, plus base.rank / base.n_ranks from comm, and its all_reduce op goes through
+ * comm (not owned; it must have bind_stream, i.e. the NCCL one: be_comm_nccl_create), queued on
+ * this backend's stream and recorded into the decode graphs like any other op. The rank's first
+ * decode step of each batch size runs eagerly (the communicator's setup stays outside graph
+ * capture). Call it on the thread that will run the rank's steps. comm NULL: one rank, the same
+ * backend as be_cuda_create. Errors as be_cuda_create's; GT_EINVAL for a bad rank, a
+ * communicator without streams or a device that is not the communicator's rank device. */
+int be_cuda_create_rank(int device, int rank, struct be_comm *comm, be_t **out, gt_err_t *err);
+
+/* CUDA devices visible to this process (0 without CUDA or a driver). */
+int be_cuda_device_count(void);
 
 /* Decode-step counters: steps replayed from (or captured into) a CUDA graph, steps run
  * eagerly (a decode step that could not use a graph; 0 in steady decode), graph captures, and a

@@ -22,7 +22,7 @@
  * that touches the stream first runs the recorded ops eagerly (counted as an eager step). */
 enum {
 #define OP_ID(name) OP_##name,
-  BE_OPS(OP_ID) /* OP_<name>: the op of a record, one per op of BE_OPS (backend.h) */
+  CU_REC_OPS(OP_ID) /* OP_<name>: the op of a record, one per op of CU_REC_OPS */
 #undef OP_ID
 };
 
@@ -48,7 +48,7 @@ typedef struct {
 #define REC_FIELD_F(v) double v;
 #define REC_FIELD_ROPE_BF16(v) int64_t v;
 #define REC_ARGS_TYPE(name) typedef struct { BE_ARGS_##name(REC_FIELD) } cu_args_##name##_t;
-BE_OPS(REC_ARGS_TYPE)
+CU_REC_OPS(REC_ARGS_TYPE)
 #undef REC_ARGS_TYPE
 /* 8-byte words per argument kind: a record without padding is 8 * their sum bytes */
 #define REC_WORDS(kind, v) REC_WORDS_##kind
@@ -66,14 +66,14 @@ BE_OPS(REC_ARGS_TYPE)
 _Static_assert(sizeof(rec_weight_t) == 5 * 8, "rec_weight_t has padding");
 #define REC_NOPAD_CHECK(name) \
   _Static_assert(sizeof(cu_args_##name##_t) == 8 * (0 BE_ARGS_##name(REC_WORDS)), "cu_args_" #name "_t has padding");
-BE_OPS(REC_NOPAD_CHECK)
+CU_REC_OPS(REC_NOPAD_CHECK)
 #undef REC_NOPAD_CHECK
 
 typedef struct op_rec {
   int64_t op; /* OP_* */
   union {
 #define REC_MEMBER(name) cu_args_##name##_t name;
-    BE_OPS(REC_MEMBER)
+    CU_REC_OPS(REC_MEMBER)
 #undef REC_MEMBER
   } a; /* a.<name>: the arguments of op <name> */
 } op_rec_t;
@@ -93,7 +93,7 @@ typedef struct op_rec {
 #define REC_NW_F
 #define REC_NW_ROPE_BF16
 #define REC_NW_CHECK(name) _Static_assert(0 BE_ARGS_##name(REC_NW) <= REC_MAX_W, #name ": more than REC_MAX_W weights");
-BE_OPS(REC_NW_CHECK)
+CU_REC_OPS(REC_NW_CHECK)
 #undef REC_NW_CHECK
 
 static op_rec_t *rec_new(be_t *be, int op) {
@@ -145,7 +145,7 @@ static int rec_weights(const op_rec_t *r, be_weight_t ws_[REC_MAX_W]) {
     (void)ra_;                                  \
     BE_ARGS_##name(REC_W) break;              \
   }
-    BE_OPS(REC_W_CASE)
+    CU_REC_OPS(REC_W_CASE)
 #undef REC_W_CASE
   }
   return n_w;
@@ -178,7 +178,7 @@ static void run_rec(be_t *be, const op_rec_t *r) {
     cu__##name(be BE_ARGS_##name(REC_CALL));         \
     break;                                           \
   }
-    BE_OPS(REC_RUN_CASE)
+    CU_REC_OPS(REC_RUN_CASE)
 #undef REC_RUN_CASE
   }
 }
@@ -257,10 +257,10 @@ static int prepare_capture(be_t *be) {
 #define CU_PROF_GATE_MS 2000 /* a gate opens by itself after this long, so a stuck host never hangs */
 #define CU_PROF_MAX_ROWS 128 /* distinct labels; the rest are summed into "(other ops)" */
 
-/* Labels by OP_* id: the op names of BE_OPS. */
+/* Labels by OP_* id: the op names of CU_REC_OPS. */
 static const char *const op_names[] = {
 #define OP_NAME(name) [OP_##name] = #name,
-    BE_OPS(OP_NAME)
+    CU_REC_OPS(OP_NAME)
 #undef OP_NAME
 };
 
@@ -459,6 +459,13 @@ void cu__finish_step(be_t *be) {
     cu__flush_eager(be);
     return;
   }
+  if (c->comm && !(c->comm_warm_mask & (1ull << n))) {
+    /* a rank's first decode step of each batch size runs eagerly: the communicator's lazy setup
+     * for these all-reduce sizes (connections, buffers) happens outside capture (comm_nccl.h) */
+    c->comm_warm_mask |= 1ull << n;
+    cu__flush_eager(be);
+    return;
+  }
   if (g->exec && g->buf_gen == c->buf_gen && g->n_rec == c->n_rec && !memcmp(&g->kb, &c->kb, sizeof c->kb) &&
       !memcmp(g->rec, c->rec, sizeof(op_rec_t) * (size_t)c->n_rec)) {
     c->recording = 0;
@@ -576,5 +583,5 @@ void cu__finish_step(be_t *be) {
     }                                                                                           \
     cu__##name(be BE_ARGS_##name(REC_EAGER));                                                   \
   }
-BE_OPS(REC_OP)
+CU_REC_OPS(REC_OP)
 #undef REC_OP

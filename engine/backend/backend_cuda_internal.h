@@ -40,6 +40,8 @@ typedef struct {
   be_t base;
   int device;
   cudaStream_t stream;
+  struct be_comm *comm;    /* the group's communicator (be_cuda_create_rank; not owned), NULL: one rank */
+  uint64_t comm_warm_mask; /* batch sizes whose decode step ran its collectives eagerly once (bit n) */
   cublasHandle_t blas;
   int *d_eflag;            /* device error flags (KC_EFLAG_*) */
   /* batch: host copies (validated) and one device buffer of int32 arrays */
@@ -167,10 +169,17 @@ size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v,
 #define CU_PARAM_F(n) BE_PARAM_F(n)
 #define CU_PARAM_ROPE_BF16(n) , int n
 
-/* cu__<op>: the eager launch of each op of BE_OPS (engine/backend/backend.h), arguments as the
+/* The ops the decode graphs record: those of BE_OPS plus the all-reduce of a rank over its
+ * communicator (x[n] fp32 summed in place over the ranks, queued on the backend's stream), so
+ * that graph replays include it. be_ops_t.all_reduce (cu_rank_all_reduce) records it only for a
+ * backend with a communicator (be_cuda_create_rank); without one it does nothing. */
+#define BE_ARGS_all_reduce(A) A(OUT, x) A(SIZE, n)
+#define CU_REC_OPS(X) BE_OPS(X) X(all_reduce)
+
+/* cu__<op>: the eager launch of each op of CU_REC_OPS (engine/backend/backend.h), arguments as the
  * op's. Each does nothing once be->err is set and records a shape problem there (sticky). */
 #define CU_LAUNCH_DECL(name) void cu__##name(be_t *be BE_ARGS_##name(CU_PARAM));
-BE_OPS(CU_LAUNCH_DECL)
+CU_REC_OPS(CU_LAUNCH_DECL)
 #undef CU_LAUNCH_DECL
 
 /* ---- backend_cuda_graph.c ---- */
@@ -186,7 +195,7 @@ void cu__prof_collect_graph(be_t *be);
 /* cu_<op>: the be_ops_t entries of the ops: recorded during a decode step, else launched at once
  * (cu__<op>). */
 #define CU_OP_DECL(name) void cu_##name(be_t *be BE_ARGS_##name(BE_PARAM));
-BE_OPS(CU_OP_DECL)
+CU_REC_OPS(CU_OP_DECL)
 #undef CU_OP_DECL
 
 #endif

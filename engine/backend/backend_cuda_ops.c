@@ -5,6 +5,8 @@
  * eagerly or is captured. */
 #include "engine/backend/backend_cuda_internal.h"
 
+#include "engine/backend/comm.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -57,6 +59,17 @@ float *cu__scratch(be_t *be, size_t n) {
   if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->scratch, want * sizeof(float)))) return NULL;
   c->scratch_cap = want;
   return c->scratch;
+}
+
+/* ---- the all-reduce of a rank: its communicator queues it on the stream (comm.h bind_stream) ---- */
+void cu__all_reduce(be_t *be, float *x, size_t n) {
+  be_cuda_t *c = CU_BE(be);
+  if (cu_failed(be) || !c->comm) return; /* a failed rank aborts the communicator: nobody waits */
+  const int rc = c->comm->ops->all_reduce(c->comm, be->rank, x, n);
+  if (!rc) return;
+  const char *why = c->comm->ops->error ? c->comm->ops->error(c->comm, be->rank) : "";
+  cu_fail(be, rc, "all_reduce",
+          rc == GT_ECANCELLED ? "another rank failed (communicator aborted)" : *why ? why : "the communicator failed");
 }
 
 /* ---- dense ops ---- */

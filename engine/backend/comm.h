@@ -1,7 +1,8 @@
 /* engine/backend/comm.h — the communicator the ranks of one tensor-parallel group share.
  *
- * A backend gets its communicator at creation (be_cpu_create_rank; the CUDA backend will take
- * the NCCL one, engine/backend/comm_nccl.h) and its all_reduce op goes through it. One
+ * A backend gets its communicator at creation (be_cpu_create_rank with the CPU one;
+ * be_cuda_create_rank with the NCCL one, be_comm_nccl_create in engine/backend/comm_nccl.h) and
+ * its all_reduce op goes through it. One
  * communicator serves n_ranks ranks, each calling from its own worker thread; every rank makes
  * the same collective calls in the same order (same step, same model code).
  *
@@ -12,7 +13,13 @@
  *   GT_OK, or GT_ECANCELLED once the communicator was aborted (then x is unspecified).
  * - abort(c): any thread; every rank waiting in a collective (now or later) returns
  *   GT_ECANCELLED. A rank that fails calls it so that the others never wait for it forever.
- * - destroy(c): after every rank has stopped using it. */
+ * - destroy(c): after every rank has stopped using it.
+ * - bind_stream (NULL for host communicators): a device communicator queues rank's collectives
+ *   on the stream of the rank's backend, given here once when that backend is created
+ *   (be_cuda_create_rank); device is the rank's CUDA ordinal, checked against the
+ *   communicator's. all_reduce then only queues (the result is ready when the stream reaches
+ *   it) and may be captured into a CUDA graph of that stream.
+ * - error (NULL: none kept): the message of rank's last failed call, "" if none. */
 #ifndef GANTRY_ENGINE_COMM_H
 #define GANTRY_ENGINE_COMM_H
 
@@ -27,6 +34,8 @@ typedef struct be_comm_ops {
   int (*all_reduce)(be_comm_t *c, int rank, float *x, size_t n);
   void (*abort)(be_comm_t *c);
   void (*destroy)(be_comm_t *c);
+  int (*bind_stream)(be_comm_t *c, int rank, int device, void *stream, gt_err_t *err);
+  const char *(*error)(be_comm_t *c, int rank);
 } be_comm_ops_t;
 
 struct be_comm {

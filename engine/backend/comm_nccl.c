@@ -157,6 +157,8 @@ const char *nccl_comm_describe(const nccl_comm_t *c, char *buf, size_t cap) {
   return buf;
 }
 
+int nccl_comm_load(gt_err_t *err) { return lib_load(err); }
+
 int nccl_comm_init_all(const int *devices, int n, nccl_comm_t **out, gt_err_t *err) {
   *out = NULL;
   if (n < 1 || n > NCCL_COMM_MAX_RANKS)
@@ -328,6 +330,8 @@ void nccl_comm_destroy(nccl_comm_t *c) {
 #else /* !GANTRY_HAVE_NCCL */
 
 #define NO_NCCL(err) gt_err_set(err, GT_EUNSUPPORTED, "nccl: built without NCCL (nccl.h was not found at build time)")
+
+int nccl_comm_load(gt_err_t *err) { return NO_NCCL(err); }
 
 int nccl_comm_init_all(const int *devices, int n, nccl_comm_t **out, gt_err_t *err) {
   *out = NULL;

@@ -48,6 +48,7 @@
 #include <stddef.h>
 
 #include "common/err.h"
+#include "engine/backend/comm.h"
 #include "format/dtype.h"
 
 typedef struct nccl_comm nccl_comm_t;
@@ -101,5 +102,19 @@ int nccl_comm_abort(nccl_comm_t *c);
 /* Destroys the clique (ncclCommDestroy per rank; ncclCommAbort after nccl_comm_abort, without
  * waiting for queued work). Buffers not freed are freed here. NULL is a no-op. */
 void nccl_comm_destroy(nccl_comm_t *c);
+
+/* Loads libnccl (as init_all does) without making a clique: GT_OK, or GT_EUNSUPPORTED when the
+ * build has no NCCL or libnccl cannot be loaded (err says which). */
+int nccl_comm_load(gt_err_t *err);
+
+/* ---- the clique as the engine's communicator (comm.h), engine/backend/comm_nccl_be.c ----
+ * be_comm_nccl_create: init_all over devices[0..n-1] wrapped as a be_comm_t ("nccl") that the
+ * group owns (be_comm_destroy destroys the clique). Each rank's backend binds its stream
+ * (be_cuda_create_rank -> ops->bind_stream) before its first all_reduce; all_reduce(c, rank, x,
+ * n) then queues an in-place fp32 sum over the ranks on that stream (nccl_comm_all_reduce, plain
+ * method: x is the backend's own memory), abort is nccl_comm_abort. Errors as init_all's. */
+int be_comm_nccl_create(const int *devices, int n, be_comm_t **out, gt_err_t *err);
+/* The clique inside a communicator from be_comm_nccl_create (for logs: nccl_comm_describe). */
+nccl_comm_t *be_comm_nccl(be_comm_t *c);
 
 #endif

@@ -1,11 +1,13 @@
 #include "engine/cli/cli.h"
 
+#include "common/log.h"
 #include "engine/backend/comm.h"
 #include "engine/models/tp.h"
 #include "engine/sched/sched_mem.h"
 
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/backend/backend_cuda.h"
+#include "engine/backend/comm_nccl.h"
 #endif
 
 #include <errno.h>
@@ -70,20 +72,39 @@ int cli_tp_opt(int c, const char *arg, cli_tp_t *t) {
   return 0;
 }
 
-/* --devices LIST: one CUDA ordinal per rank (n); the first into *first. Prints the error. */
-static int parse_devices(const char *list, int n, int *first) {
+/* --devices LIST: one CUDA ordinal per rank (n) into dev[0..n-1]. Prints the error. */
+static int parse_devices(const char *list, int n, int *dev) {
   int count = 0;
-  *first = -1;
   for (const char *p = list; *p;) {
     char *end;
     long d = strtol(p, &end, 10);
     if (end == p || d < 0 || d > 63 || (*end && *end != ','))
       return cli_fail("--devices expects CUDA ordinals like 0,1,2,3, got '%s'", list);
-    if (*first < 0) *first = (int)d;
+    if (count < TP_MAX_RANKS) dev[count] = (int)d;
     count++;
     p = *end ? end + 1 : end;
   }
   return count == n ? 0 : cli_fail("--devices lists %d devices for --tp %d", count, n);
+}
+
+/* test hook (tests/integration/test_engine_sigterm.c): GANTRY_TEST_TP_FAIL="R:S" makes rank R
+ * fail on its forward number S, to exercise the failure path of a whole process */
+static void tp_test_hook(model_t *m) {
+  const char *inj = getenv("GANTRY_TEST_TP_FAIL");
+  int inj_rank, inj_step;
+  if (inj && sscanf(inj, "%d:%d", &inj_rank, &inj_step) == 2) tp_fail_rank_at(m->tp, inj_rank, inj_step);
+}
+
+/* tp_load over comm with ranks from mk(ud); prints the error (exit code 2: not enough memory). */
+static int load_group(const gguf_t *g, const char *path, be_comm_t *comm, tp_backend_fn mk, void *ud, int max_tokens,
+                      be_t **be, model_t **m) {
+  gt_err_t err = {0};
+  if (tp_load(g, comm, mk, ud, max_tokens, m, be, &err)) {
+    cli_fail("%s: %s", path, err.msg);
+    return err.code == GT_ENOMEM ? 2 : 1;
+  }
+  tp_test_hook(*m);
+  return 0;
 }
 
 /* A group of n CPU ranks over one in-process communicator (threads split between them). */
@@ -101,16 +122,50 @@ static int load_cpu_ranks(const gguf_t *g, const char *path, int n, int threads,
   int per_rank = threads / n > 0 ? threads / n : 1;
   be_comm_t *comm;
   if (be_comm_cpu_create(n, &comm, &err)) return cli_fail("%s", err.msg);
-  if (tp_load(g, comm, tp_cpu_backend, &per_rank, max_tokens, m, be, &err)) {
-    cli_fail("%s: %s", path, err.msg);
-    return err.code == GT_ENOMEM ? 2 : 1;
+  return load_group(g, path, comm, tp_cpu_backend, &per_rank, max_tokens, be, m);
+}
+
+#ifdef GANTRY_HAVE_CUDA
+typedef struct {
+  int dev[TP_MAX_RANKS];
+  uint64_t check_bytes; /* per rank (its even share of the weights); 0: no check */
+} cuda_ranks_t;
+
+/* tp_backend_fn of CUDA ranks (on rank r's worker thread): rank r on device dev[r], its share of
+ * the weights checked against that device's free memory. */
+static int cuda_rank_backend(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err) {
+  const cuda_ranks_t *cr = ud;
+  int rc = be_cuda_create_rank(cr->dev[rank], rank, comm, out, err);
+  if (!rc && cr->check_bytes && (rc = sched_mem_check_weights(*out, cr->check_bytes, err))) {
+    be_destroy(*out);
+    *out = NULL;
   }
-  /* test hook (tests/integration/test_engine_sigterm.c): "R:S" makes rank R fail on its
-   * forward number S, to exercise the failure path of a whole process */
-  const char *inj = getenv("GANTRY_TEST_TP_FAIL");
-  int inj_rank, inj_step;
-  if (inj && sscanf(inj, "%d:%d", &inj_rank, &inj_step) == 2) tp_fail_rank_at((*m)->tp, inj_rank, inj_step);
-  return 0;
+  return rc;
+}
+#endif
+
+/* A group of n CUDA ranks, rank r on device dev[r], over the NCCL communicator. */
+static int load_cuda_ranks(const gguf_t *g, const char *path, int n, const int *dev, int max_tokens,
+                           uint64_t check_bytes, be_t **be, model_t **m) {
+#ifndef GANTRY_HAVE_CUDA
+  (void)g, (void)path, (void)dev, (void)max_tokens, (void)check_bytes, (void)be, (void)m;
+  return cli_fail("tensor parallelism on CUDA (--tp %d): this build has no CUDA backend (build where nvcc is installed)", n);
+#else
+  gt_err_t err = {0};
+  if (nccl_comm_load(&err)) return cli_fail("tensor parallelism on CUDA (--tp %d) needs NCCL: %s", n, err.msg);
+  const int visible = be_cuda_device_count();
+  for (int r = 0; r < n; r++)
+    if (dev[r] >= visible)
+      return visible < n ? cli_fail("tensor parallelism on CUDA: --tp %d needs %d GPU%s, %d visible", n, n, n == 1 ? "" : "s", visible)
+                         : cli_fail("tensor parallelism on CUDA: rank %d wants cuda:%d, %d GPUs visible", r, dev[r], visible);
+  be_comm_t *comm;
+  if (be_comm_nccl_create(dev, n, &comm, &err)) return cli_fail("tensor parallelism on CUDA: %s", err.msg);
+  char what[256];
+  GT_LOG_INFO("tp: %s", nccl_comm_describe(be_comm_nccl(comm), what, sizeof what));
+  cuda_ranks_t cr = {.check_bytes = check_bytes ? (check_bytes + (uint64_t)n - 1) / (uint64_t)n : 0};
+  memcpy(cr.dev, dev, sizeof(int) * (size_t)n);
+  return load_group(g, path, comm, cuda_rank_backend, &cr, max_tokens, be, m);
+#endif
 }
 
 int cli_load_model(const gguf_t *g, const char *path, const char *device, int threads, const cli_tp_t *tp,
@@ -120,18 +175,31 @@ int cli_load_model(const gguf_t *g, const char *path, const char *device, int th
   *m = NULL;
   const int n = tp && tp->tp > 1 ? (int)tp->tp : 1;
   const int cpu = !device || !strcmp(device, "cpu");
+  /* GANTRY_TP_FORCE_GROUP=1: one rank too goes through the group and its communicator (the
+   * NCCL path on one GPU: tests/gpu/test_cuda_tp.c, scripts/gpu/tp.sh) */
+  const char *force_env = getenv("GANTRY_TP_FORCE_GROUP");
+  const int group = n > 1 || (force_env && !strcmp(force_env, "1"));
+  int dev[TP_MAX_RANKS];
+  for (int r = 0; r < n; r++) dev[r] = r;
   char one_dev[32];
   if (tp && tp->devices) {
     if (cpu) return cli_fail("--devices names CUDA devices; the CPU ranks need none");
-    int first;
-    if (parse_devices(tp->devices, n, &first)) return 1;
+    if (parse_devices(tp->devices, n, dev)) return 1;
     if (n == 1) { /* one rank: the plain CUDA backend on that device */
-      snprintf(one_dev, sizeof one_dev, "cuda:%d", first);
+      snprintf(one_dev, sizeof one_dev, "cuda:%d", dev[0]);
       device = one_dev;
     }
   }
-  if (n > 1 && !cpu) return cli_fail("tensor parallelism on CUDA needs the NCCL communicator (--tp %d on %s)", n, device);
-  if (n > 1) return load_cpu_ranks(g, path, n, threads, max_tokens, check_bytes, be, m);
+  if (group && !cpu) {
+    if (strncmp(device, "cuda", 4) || (device[4] && device[4] != ':'))
+      return cli_fail("--device must be cpu, cuda or cuda:N, got '%s'", device);
+    if (n > 1 && device[4] == ':') return cli_fail("--device %s names one GPU; give the ranks' GPUs with --devices", device);
+    long d0 = 0;
+    if (device[4] == ':' && cli_int("--device cuda:N", device + 5, 0, 63, &d0)) return 1;
+    if (device[4] == ':') dev[0] = (int)d0;
+    return load_cuda_ranks(g, path, n, dev, max_tokens, check_bytes, be, m);
+  }
+  if (group) return load_cpu_ranks(g, path, n, threads, max_tokens, check_bytes, be, m);
   if (cli_create_backend(device, threads, be)) return 1;
   if (check_bytes && sched_mem_check_weights(*be, check_bytes, &err)) {
     be_destroy(*be);

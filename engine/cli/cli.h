@@ -35,9 +35,14 @@ int cli_tp_opt(int c, const char *arg, cli_tp_t *t);
 
 /* Loads g on device with threads CPU threads in all: with tp->tp <= 1 one backend and
  * model_load (the same path as without the option; --devices D then means device cuda:D); with
- * more, a rank group (engine/models/tp.h) of CPU ranks (threads split between them) — CUDA
- * ranks need the NCCL communicator and are refused. --devices must list one ordinal per rank. When check_bytes > 0 the device's free memory is checked against it first. Prints
- * the error; returns 0, 1, or 2 (not enough memory). Free *m then *be. */
+ * more, a rank group (engine/models/tp.h): CPU ranks (threads split between them) over the
+ * in-process communicator, or, with --device cuda, CUDA ranks (rank r on --devices[r], default
+ * r) over the NCCL communicator. GANTRY_TP_FORCE_GROUP=1 makes one rank a group too (on CUDA:
+ * the NCCL path on one GPU). CUDA ranks are refused with a clear error when the build has no
+ * CUDA backend, NCCL is absent from the build or cannot be loaded, or fewer GPUs are visible
+ * than the ranks need. --devices must list one ordinal per rank. When check_bytes > 0 the free
+ * memory is checked against it first (CUDA ranks: each rank's device against its even share).
+ * Prints the error; returns 0, 1, or 2 (not enough memory). Free *m then *be. */
 int cli_load_model(const gguf_t *g, const char *path, const char *device, int threads, const cli_tp_t *tp,
                    int max_tokens, uint64_t check_bytes, be_t **be, model_t **m);
 

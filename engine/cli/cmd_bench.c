@@ -62,7 +62,9 @@ int cmd_bench(int argc, char **argv) {
   eb_opts_t o = {.batches = b, .n_batches = nb, .prompt = pl[0], .prefill = pl, .n_prefill = np, .gen = (int)gen,
                  .copy_bytes = (size_t)(on_cuda ? 2048u : 256u) << 20};
 #ifdef GANTRY_HAVE_CUDA
-  if (on_cuda) { /* per-op profile of one decode step per batch size and of one prefill per length */
+  /* per-op profile of one decode step per batch size and of one prefill per length; not for a
+   * group of CUDA ranks (its backend is the group's, not a CUDA backend) */
+  if (on_cuda && !cm.model->tp) {
     o.prof_arm = be_cuda_profile_arm;
     o.prof_get = be_cuda_profile_get;
   }

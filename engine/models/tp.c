@@ -4,6 +4,7 @@
 #include "engine/backend/sampler.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,16 +255,60 @@ static int tpb_sync(be_t *be) {
   return code;
 }
 
+typedef struct {
+  be_mem_info_t mi[TP_MAX_RANKS];
+  int rc[TP_MAX_RANKS];
+  gt_err_t err[TP_MAX_RANKS];
+} mem_arg_t;
+
+/* Each rank's memory, queried on its own worker (a CUDA rank's device belongs to that thread).
+ * Never fails the group: a rank that cannot tell reports it in a->rc / a->err. */
+static int job_mem(tp_group_t *g, int r, void *p, gt_err_t *err) {
+  mem_arg_t *a = p;
+  be_t *rb = g->be[r];
+  a->rc[r] = rb->ops->mem_info(rb, &a->mi[r]);
+  if (a->rc[r]) {
+    a->err[r] = rb->err;
+    rb->ops->sync(rb); /* clears the sticky error: unknown memory is not a failed rank */
+  }
+  return GT_OK;
+}
+
+/* CPU ranks share the host: rank 0's memory. Device ranks (one device each; the shards, and so
+ * the per-rank KV bytes, are even): the smallest free and total memory among the ranks' devices,
+ * times the ranks, so that the group's KV bytes (the sum over ranks, tp_kv_bytes_per_token)
+ * planned against it give each rank its share of the smallest device. */
 static int tpb_mem_info(be_t *be, be_mem_info_t *out) {
   tp_group_t *g = TPB(be)->g;
   if (!g) return gone(be);
   be_t *r0 = g->be[0];
   if (!r0->ops->mem_info) return gt_err_set(&be->err, GT_EUNSUPPORTED, "rank backend reports no memory");
-  int rc = r0->ops->mem_info(r0, out);
-  if (rc) {
-    gt_err_set(&be->err, rc, "%s", r0->err.msg);
-    r0->ops->sync(r0);
+  if (!strcmp(r0->ops->name, "cpu")) {
+    int rc = r0->ops->mem_info(r0, out);
+    if (rc) {
+      gt_err_set(&be->err, rc, "%s", r0->err.msg);
+      r0->ops->sync(r0);
+    }
+    return rc;
   }
+  mem_arg_t *a = calloc(1, sizeof *a);
+  if (!a) return gt_err_set(&be->err, GT_ENOMEM, "out of memory");
+  int rc = run_all(g, job_mem, a, &be->err);
+  int lo = 0;
+  for (int r = 0; !rc && r < g->n; r++) {
+    if (a->rc[r]) rc = gt_err_set(&be->err, a->rc[r], "rank %d: %s", r, a->err[r].msg);
+    else if (a->mi[r].free_bytes < a->mi[lo].free_bytes) lo = r;
+  }
+  if (!rc) {
+    uint64_t tot = a->mi[0].total_bytes;
+    for (int r = 1; r < g->n; r++)
+      if (a->mi[r].total_bytes < tot) tot = a->mi[r].total_bytes;
+    *out = a->mi[lo];
+    out->free_bytes *= (uint64_t)g->n;
+    out->total_bytes = tot * (uint64_t)g->n;
+    if (g->n > 1) snprintf(out->what, sizeof out->what, "%d x %s (smallest free)", g->n, a->mi[lo].what);
+  }
+  free(a);
   return rc;
 }
 

@@ -13,7 +13,7 @@ B=${BUILD:-$SRC/build-cuda}
 D=$SRC/build-cuda-dist
 cmake -S "$SRC" -B "$B" -DGANTRY_WERROR=ON >/dev/null
 if [ -z "${TARGETS:-}" ]; then
-  TARGETS="test_cuda_ops test_cuda_golden test_cuda_sample test_cuda_kvmem test_cuda_sched_params test_cuda_sched_fork test_cuda_sched_constraint test_comm_nccl_gpu bench_comm bench_constraint bench_matvec bench_gdn_scan bench_attn bench_decode gantry-mkmodel"
+  TARGETS="test_cuda_ops test_cuda_golden test_cuda_sample test_cuda_kvmem test_cuda_sched_params test_cuda_sched_fork test_cuda_sched_constraint test_cuda_tp test_comm_nccl_gpu bench_comm bench_constraint bench_matvec bench_gdn_scan bench_attn bench_decode gantry-mkmodel"
   TARGETS="$TARGETS gantry-engine engine-bench"
   # STACK=1: the serving path (scripts/gpu/stack.sh): router, CLI, and this machine's redis-server
   [ "${STACK:-0}" = 1 ] && TARGETS="$TARGETS gantry-router gantry"

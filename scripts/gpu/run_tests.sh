@@ -8,10 +8,12 @@ D=$SRC/build-cuda-dist
 LOG=${OUT:-/tmp}
 export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export GANTRY_GOLDEN="$SRC/tests/golden" GANTRY_SRC="$SRC" GANTRY_BIN="$D"
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+. "$SRC/scripts/gpu/nccl_lib.sh" # test_cuda_tp: libnccl for the NCCL communicator
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 rc=0
 for t in test_cuda_ops test_cuda_golden test_cuda_sample test_cuda_kvmem test_cuda_sched_params test_cuda_sched_fork \
-    test_cuda_sched_constraint test_comm_nccl_gpu; do
+    test_cuda_sched_constraint test_comm_nccl_gpu test_cuda_tp; do
   [ -x "$D/$t" ] || continue
   echo "== $t"
   "$D/$t" >"$LOG/$t.log" 2>&1; r=$?

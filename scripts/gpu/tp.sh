@@ -18,8 +18,9 @@
 #           (scripts/gpu/logits_cmp.py: max row rel err <= TOL, default 2e-2 = the fixtures' GPU
 #           tolerance with bf16 activations, and top-1 agreement on rows with a TP 1 margin >= 0.05),
 #           and a greedy `generate` of GEN_TOKENS (32) tokens at TP n against TP 1 (printed with the
-#           first differing character; informational, the logits check decides). With one GPU: the
-#           TP 1 eval and generate only.
+#           first differing character; informational, the logits check decides). At TP 1 also `eval`
+#           with GANTRY_TP_FORCE_GROUP=1 (one rank through the group and NCCL) must give the TP 1
+#           logits bit for bit. With one GPU: the TP 1 parts only.
 #   decode  per MODELS entry and TP size: `gantry-engine bench --batch 1 --prompt PROMPT (512) --gen
 #           GEN (128)`; the batch-1 decode ms/step of each size goes to scripts/gpu/tp_fit.awk, which
 #           prints the speed-up against TP 1 and the fit T(n) = a + w/n (a: the fixed per-token
@@ -58,14 +59,7 @@ CT=${CMD_TIMEOUT:-300}
 rc=0
 
 # libnccl.so.2 for comm_nccl's dlopen: the loader's path first, else a wheel of the machine's python3
-if [ -z "${GANTRY_NCCL_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' &&
-   [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
-  lib=$(python3 -c 'import glob, site, sys
-dirs = site.getsitepackages() + [site.getusersitepackages()] + sys.path
-hits = [g for d in dirs for g in glob.glob(d + "/nvidia/*/lib/libnccl.so.2")]
-print(hits[0] if hits else "")' 2>/dev/null)
-  [ -n "$lib" ] && export GANTRY_NCCL_LIB=$lib
-fi
+. "$(dirname "$0")/nccl_lib.sh"
 echo "== tp.sh: $(cat "$D/COMMIT" 2>/dev/null || echo "commit unknown"); libnccl: ${GANTRY_NCCL_LIB:-loader path}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 
 # TP sizes that fit the visible GPUs (CPU ranks are threads: every size fits)
@@ -145,6 +139,21 @@ if has_part check; then
       fi
       if [ "$n" -eq 1 ]; then
         echo "== check $tag TP 1: eval + generate ok ($(tail -1 "$OUT/gen.$tag.tp1.err"))"
+        # one rank through the group and its communicator (on CUDA: NCCL) = TP 1, bit for bit
+        GANTRY_TP_FORCE_GROUP=1 timeout "$CT" "$D/gantry-engine" eval --model "$m" --device "$DEVICE" --ids "$ids" \
+          --logits-out "$OUT/$tag.group1.f32" >"$OUT/eval.$tag.group1.txt" 2>&1
+        r=$?
+        if [ $r -ne 0 ]; then
+          echo "== check $tag one-rank group: eval rc=$r FAILED"
+          tail -n 3 "$OUT/eval.$tag.group1.txt"
+          rc=1
+        elif cmp -s "$OUT/$tag.tp1.f32" "$OUT/$tag.group1.f32"; then
+          via=$(grep -o 'NCCL [0-9.]*' "$OUT/eval.$tag.group1.txt" | head -1)
+          echo "== check $tag one-rank group${via:+ over $via}: logits identical to TP 1"
+        else
+          echo "== check $tag one-rank group: logits differ from TP 1 FAILED"
+          rc=1
+        fi
         continue
       fi
       [ -s "$OUT/$tag.tp1.f32" ] || { echo "== check $tag TP $n: no TP 1 reference"; rc=1; continue; }

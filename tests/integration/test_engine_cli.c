@@ -136,6 +136,18 @@ static void expect_error_lines(const char *args, const char *needle, int one_lin
 
 static void expect_error(const char *args, const char *needle) { expect_error_lines(args, needle, 1); }
 
+/* gantry-engine args under env fails with the error want, or, from a build without the CUDA
+ * backend or without NCCL, with the error that names that. */
+static void expect_cuda_tp_error(const char *env, const char *args, const char *want) {
+  char *out = NULL;
+  int rc = run(&out, "%s %s %s 2>&1", env, tu_bin("gantry-engine"), args);
+  printf("$ %s gantry-engine %s -> %d: %s", env, args, rc, out);
+  assert_true(rc != 0);
+  assert_true(strstr(out, want) || strstr(out, "tensor parallelism on CUDA (--tp 2): this build has no CUDA backend") ||
+              strstr(out, "tensor parallelism on CUDA (--tp 2) needs NCCL: nccl: built without NCCL"));
+  free(out);
+}
+
 static void test_errors(void **st) {
   char args[1024];
   expect_error("generate --model /nonexistent.gguf --prompt hi", "/nonexistent.gguf");
@@ -161,8 +173,9 @@ static void test_errors(void **st) {
   expect_error(args, "--prefill-precision must be exact or fast");
 }
 
-/* --tp: generate and eval over two CPU ranks give what one rank gives; bench prints the
- * all-reduce table; unsplittable shapes, CUDA ranks and bad --tp / --devices get one clear error */
+/* --tp: generate and eval over two CPU ranks (and one rank forced through the group) give what
+ * one rank gives; bench prints the all-reduce table; unsplittable shapes, CUDA ranks without
+ * GPUs or NCCL and bad --tp / --devices get one clear error */
 static void test_tp(void **st) {
   char bin[1024], tiny[1024], demo[1024]; /* tu_bin / tu_golden return a static buffer */
   snprintf(bin, sizeof bin, "%s", tu_bin("gantry-engine"));
@@ -174,6 +187,11 @@ static void test_tp(void **st) {
   assert_int_equal(run(&two, "%s generate --model %s --prompt 'The quick brown fox' --max-tokens 12 --temperature 0 "
                              "--ignore-eos --threads 2 --tp 2 2>/dev/null", bin, tiny), 0);
   assert_true(strlen(one) > 1);
+  assert_string_equal(one, two);
+  free(two);
+  /* GANTRY_TP_FORCE_GROUP=1: one rank through the group and its communicator, the same text */
+  assert_int_equal(run(&two, "GANTRY_TP_FORCE_GROUP=1 %s generate --model %s --prompt 'The quick brown fox' "
+                             "--max-tokens 12 --temperature 0 --ignore-eos --threads 1 2>/dev/null", bin, tiny), 0);
   assert_string_equal(one, two);
   free(one);
   free(two);
@@ -205,8 +223,17 @@ static void test_tp(void **st) {
   expect_error(args, "tensor blk.0.attn_output.weight (Q4_K, blocks of 256) cannot be split");
   snprintf(args, sizeof args, "generate --model %s --prompt hi --tp 3", tiny);
   expect_error(args, "4 attention heads cannot be split over 3 ranks");
+  /* CUDA ranks with every GPU hidden: the clear error of what is missing (a build without CUDA
+   * or NCCL says that instead) */
   snprintf(args, sizeof args, "serve --model %s --tp 2 --device cuda --metrics-port -1 --listen 127.0.0.1:0", tiny);
-  expect_error_lines(args, "tensor parallelism on CUDA needs the NCCL communicator", 0); /* after the log */
+  expect_cuda_tp_error("CUDA_VISIBLE_DEVICES=", args, "tensor parallelism on CUDA: --tp 2 needs 2 GPUs, 0 visible");
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --device cuda --tp 2 --devices 1,0", tiny);
+  expect_cuda_tp_error("CUDA_VISIBLE_DEVICES=", args, "tensor parallelism on CUDA: --tp 2 needs 2 GPUs, 0 visible");
+  snprintf(args, sizeof args, "eval --model %s --ids 1 --logits-out %s/x.f32 --device cuda --tp 2", tiny, tmpdir);
+  expect_cuda_tp_error("GANTRY_NCCL_LIB=/nonexistent/libnccl.so.2", args,
+                       "tensor parallelism on CUDA (--tp 2) needs NCCL: nccl: cannot load NCCL from GANTRY_NCCL_LIB");
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --device cuda:1 --tp 2", tiny);
+  expect_error(args, "--device cuda:1 names one GPU; give the ranks' GPUs with --devices");
   snprintf(args, sizeof args, "bench --model %s --tp 0", tiny);
   expect_error(args, "--tp expects an integer in [1, 16]");
   snprintf(args, sizeof args, "eval --model %s --ids 1 --logits-out %s/x.f32 --tp 2 --devices 0,1", tiny, tmpdir);

@@ -1,4 +1,5 @@
-/* tests/unit/test_comm_nccl.c — the NCCL communicator's paths that run without a GPU:
+/* tests/unit/test_comm_nccl.c — the NCCL communicator's paths that run without a GPU
+ * (nccl_comm_*, and the engine's be_comm_nccl_create / nccl_comm_load):
  * argument checks, and the clear errors of a build without NCCL (COMM_NCCL_STUB, or no nccl.h at
  * build time), of a libnccl that cannot be loaded, and of a machine with no visible GPU (the test
  * hides every GPU with CUDA_VISIBLE_DEVICES="" before the first CUDA call, so it behaves the same
@@ -53,6 +54,15 @@ static void test_built_without_nccl(void **state) {
   nccl_comm_buffers_free(NULL, ptrs);
   assert_int_equal(nccl_comm_abort(NULL), GT_OK);
   nccl_comm_destroy(NULL);
+  /* the engine's entry points (the CLI's "needs NCCL" error) */
+  gt_err_t e5 = {0}, e6 = {0};
+  assert_int_equal(nccl_comm_load(&e5), GT_EUNSUPPORTED);
+  assert_non_null(strstr(e5.msg, "built without NCCL"));
+  be_comm_t *bc = (be_comm_t *)1;
+  assert_int_equal(be_comm_nccl_create(NULL, 1, &bc, &e6), GT_EUNSUPPORTED);
+  assert_null(bc);
+  assert_non_null(strstr(e6.msg, "built without NCCL"));
+  assert_null(be_comm_nccl(NULL));
 }
 
 int main(void) {
@@ -77,6 +87,11 @@ static void test_bad_arguments(void **state) {
   ASSERT_ERR(nccl_comm_all_reduce(NULL, 0, &x, 1, GT_TYPE_F32, NULL, err), GT_EINVAL, "rank 0 of 0");
   assert_int_equal(nccl_comm_abort(NULL), GT_OK);
   nccl_comm_destroy(NULL);
+  be_comm_t *bc = (be_comm_t *)1;
+  ASSERT_ERR(be_comm_nccl_create(NULL, 0, &bc, err), GT_EINVAL, "nccl: 0 ranks");
+  assert_null(bc);
+  ASSERT_ERR(be_comm_nccl_create(dup, 3, &bc, err), GT_EINVAL, "device 0 given to ranks 0 and 2");
+  assert_null(bc);
 }
 
 /* a GANTRY_NCCL_LIB that does not exist: the error names it (the failed load is not cached: the
@@ -88,6 +103,7 @@ static void test_library_missing(void **state) {
   ASSERT_ERR(nccl_comm_init_all(NULL, 1, &c, err), GT_EUNSUPPORTED,
              "nccl: cannot load NCCL from GANTRY_NCCL_LIB: /nonexistent/libnccl.so.2");
   assert_null(c);
+  ASSERT_ERR(nccl_comm_load(err), GT_EUNSUPPORTED, "nccl: cannot load NCCL from GANTRY_NCCL_LIB: /nonexistent/libnccl.so.2");
   /* NVLS is turned off before NCCL is loaded (the operator's value would be kept) */
   assert_non_null(getenv("NCCL_NVLS_ENABLE"));
   assert_string_equal(getenv("NCCL_NVLS_ENABLE"), "0");
@@ -106,6 +122,12 @@ static void test_no_gpu(void **state) {
     assert_non_null(strstr(e.msg, "put libnccl.so.2 on LD_LIBRARY_PATH or set GANTRY_NCCL_LIB"));
   else
     assert_non_null(strstr(e.msg, "nccl: no CUDA device visible ("));
+  /* the engine's communicator: the same error, nothing made */
+  be_comm_t *bc = (be_comm_t *)1;
+  gt_err_t e2 = {0};
+  assert_int_equal(be_comm_nccl_create(NULL, 2, &bc, &e2), GT_EUNSUPPORTED);
+  assert_null(bc);
+  assert_string_equal(e2.msg, e.msg);
 }
 
 int main(void) {
