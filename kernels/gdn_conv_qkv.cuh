@@ -14,6 +14,8 @@
 #include "kernels/common.cuh"
 
 #define KC_GDN_CONV_QKV_MAX_HD 1024
+/* tokens per block; at least KC_CONV_MAX_K - 1 (only a sequence's first chunk reads its state) */
+#define KC_GDN_CONV_QKV_CHUNK 16
 
 KC_API int kc_gdn_conv_qkv(cudaStream_t st, kc_batch_t b, float *conv, int n_slots, const float *x, const float *w,
                            int K, float *q, float *k, float *v, int n_k, int d_k, int n_v, int d_v, float eps,

@@ -1097,7 +1097,7 @@ static void test_decode_graphs_fused(void **st) { /* fp32 pools: see test_decode
  * inputs, both from zero state), printed "bitwise" when equal. d_k > 1024 takes the op's
  * fallback (unfused kernels through scratch). ---- */
 static void gdn_conv_qkv_case(int n_k, int dk, int n_v, int dv, int K) {
-  const int kd = n_k * dk, vd = n_v * dv, C = 2 * kd + vd, n_slots = 4, maxt = 16;
+  const int kd = n_k * dk, vd = n_v * dv, C = 2 * kd + vd, n_slots = 4, maxt = 64;
   assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 2, n_slots, (size_t)(K - 1) * C, 16), 0);
   assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 2, n_slots, (size_t)(K - 1) * C, 16), 0);
   wpair_t cw = weight(GT_TYPE_F32, C, K, 0.5f);
@@ -1110,16 +1110,17 @@ static void gdn_conv_qkv_case(int n_k, int dk, int n_v, int dv, int K) {
         *gk = GPU_BE->ops->alloc(GPU_BE, sizeof(float) * maxt * kd), *gv = GPU_BE->ops->alloc(GPU_BE, sizeof(float) * maxt * vd);
   assert_true(gconv && gq && gk && gv);
   tbatch_t *tb = malloc(sizeof *tb);
-  /* step 0: prefill 9 + 3 from 0; step 1: a chunk continuing (5), a decode token, a new sequence;
-   * steps 2..9: decode of the 3 sequences (graphs) */
+  /* step 0: prefill 40 + 3 from 0 (40: three of the kernel's 16-token chunks, only the first
+   * reading the state); step 1: a chunk continuing (21, from position 40), a decode token, a new
+   * sequence; steps 2..9: decode of the 3 sequences (graphs) */
   int pos[3] = {0, 0, 0};
   const int slots[3] = {2, 0, 3};
   be_cuda_stats_t s0, s1;
   for (int step = 0; step < 10; step++) {
     if (step == 2) be_cuda_get_stats(GPU_BE, &s0);
     int ntok[3] = {1, 1, 1}, n_seq = 3;
-    if (step == 0) ntok[0] = 9, ntok[1] = 3, n_seq = 2;
-    if (step == 1) ntok[0] = 5;
+    if (step == 0) ntok[0] = 40, ntok[1] = 3, n_seq = 2;
+    if (step == 1) ntok[0] = 21;
     int start[3] = {pos[0], pos[1], pos[2]};
     mk_batch(tb, n_seq, start, ntok, slots, table, 1, 100);
     for (int s = 0; s < n_seq; s++) pos[s] += ntok[s];
