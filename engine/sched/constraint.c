@@ -322,7 +322,7 @@ int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
         if (q->gw < mw) memset(mask + q->gw, 0, sizeof(uint32_t) * (mw - q->gw));
       } else { /* a tokenizer larger than the model's vocabulary: ids past it are dropped */
         if (!q->scratch && !(q->scratch = malloc(sizeof(uint32_t) * q->gw))) return GT_ENOMEM;
-        n = gr_matcher_fill_mask(q->m, q->scratch);
+        if ((n = gr_matcher_fill_mask(q->m, q->scratch)) < 0) return n;
         memcpy(mask, q->scratch, sizeof(uint32_t) * mw);
         if (n_vocab % 32) mask[mw - 1] &= (1u << (n_vocab % 32)) - 1;
         n = 0;
@@ -334,9 +334,10 @@ int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
       memset(mask, 0, sizeof(uint32_t) * mw);
       return 0;
   }
-  if (q->may_think) { /* the model may open its reasoning first */
-    if (!(mask[q->k->think_start / 32] >> (q->k->think_start % 32) & 1u)) n++;
-    set_bit(mask, q->k->think_start, n_vocab);
+  const int32_t ts = q->k->think_start;
+  if (q->may_think && ts < n_vocab) { /* the model may open its reasoning first */
+    if (!(mask[ts / 32] >> (ts % 32) & 1u)) n++;
+    set_bit(mask, ts, n_vocab);
   }
   return n;
 }
