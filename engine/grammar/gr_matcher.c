@@ -1,7 +1,6 @@
 /* engine/grammar/gr_matcher.c — a sequence's position in a grammar: a state of a (possibly
  * shared) gr_cache_t, the states before each accepted token (rollback), and whether an
  * end-of-generation token ended it. Every call that touches the cache holds its lock. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,9 +124,4 @@ void gr_matcher_stats(const gr_matcher_t *m, gr_stats_t *out) {
   gr_cache_lock(m->c);
   gr_cache_sizes(m->c, &out->n_states, &out->n_nodes);
   gr_cache_unlock(m->c);
-}
-
-void gr_mask_apply(const uint32_t *mask, size_t n_words, float *logits, size_t n_logits) {
-  for (size_t i = 0; i < n_logits; i++)
-    if (i >= n_words * 32 || !(mask[i >> 5] >> (i & 31) & 1)) logits[i] = -INFINITY;
 }

@@ -135,9 +135,6 @@ int gr_matcher_rollback(gr_matcher_t *m, size_t n_tokens);
 /* Back to the start state; cached states and masks are kept (a cheap restart for n > 1 or a
  * retried sequence). */
 void gr_matcher_reset(gr_matcher_t *m);
-/* The CPU reference of applying a mask: logits[i] = -INFINITY for every i < n_logits whose bit
- * is clear, and for every i >= 32 * n_words (a padded output head beyond the tokenizer). */
-void gr_mask_apply(const uint32_t *mask, size_t n_words, float *logits, size_t n_logits);
 /* Counters for benchmarks and logs. */
 typedef struct {
   size_t n_states;      /* interned automaton states */

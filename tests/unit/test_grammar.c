@@ -1,6 +1,5 @@
 /* tests/unit/test_grammar.c — the grammar engine at the byte level: each kind accepts valid
  * texts and rejects invalid ones at the first bad byte; errors name what is unsupported. */
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -508,18 +507,6 @@ static void test_state_limit(void **state) {
   gr_grammar_free(g);
 }
 
-static void test_mask_apply(void **state) {
-  uint32_t mask[2] = {0x80000001u, 0x2u}; /* ids 0, 31, 33 */
-  float logits[70];
-  for (int i = 0; i < 70; i++) logits[i] = (float)i;
-  gr_mask_apply(mask, 2, logits, 70); /* 64..69: past the mask, never allowed */
-  for (int i = 0; i < 70; i++) {
-    int allowed = i == 0 || i == 31 || i == 33;
-    if (allowed) assert_true(logits[i] == (float)i);
-    else assert_true(isinf(logits[i]) && logits[i] < 0);
-  }
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_choice),
@@ -534,7 +521,6 @@ int main(void) {
     cmocka_unit_test(test_regex),
     cmocka_unit_test(test_errors),
     cmocka_unit_test(test_mutated_specs),
-    cmocka_unit_test(test_mask_apply),
     cmocka_unit_test(test_state_limit),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
