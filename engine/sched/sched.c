@@ -716,14 +716,14 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   gt_err_t err = {0};
   /* logprobs are of the raw logits: only the penalties, logit_bias and a constraint's mask change
    * lg before the draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
+  const int masked = q->cs && cons_seq_active(q->cs);
   const float *raw = lg;
-  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->cs || sampler_has_penalties(&q->r.sampling))) {
+  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
     memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
     raw = s->raw;
   }
   if (lg)
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
-  const int masked = q->cs && cons_seq_active(q->cs);
   if (lg && masked) { /* host path: the mask now (the device path applied it on the backend) */
     const double t0 = now_ms();
     const int n = cons_seq_mask(q->cs, s->h_mask1, s->V);
