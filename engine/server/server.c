@@ -168,7 +168,8 @@ static void on_event(void *ud, const sched_event_t *ev) {
       /* the engine cannot go on (this thread runs the group): a status, not a final, so that
        * the caller sees the engine is gone rather than one request failing */
       char msg[600];
-      snprintf(msg, sizeof msg, "the engine failed: tensor-parallel %s", ev->error ? ev->error : "rank failure");
+      snprintf(msg, sizeof msg, "the engine failed (a tensor-parallel rank failed)%s%s", ev->error ? ": " : "",
+               ev->error ? ev->error : "");
       gt_rpc_call_finish(l->call, GT_RPC_UNAVAILABLE, msg);
     } else {
       gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
