@@ -27,23 +27,29 @@ int cli_fail(const char *fmt, ...) {
   return 1;
 }
 
+/* --device other than cpu: "cuda" (*ordinal -1) or "cuda:N" (*ordinal N). Prints the error and
+ * returns non-zero for anything else. */
+static int cuda_ordinal(const char *device, long *ordinal) {
+  *ordinal = -1;
+  if (strncmp(device, "cuda", 4) || (device[4] && device[4] != ':'))
+    return cli_fail("--device must be cpu, cuda or cuda:N, got '%s'", device);
+  return device[4] == ':' && cli_int("--device cuda:N", device + 5, 0, 63, ordinal);
+}
+
 int cli_create_backend(const char *device, int threads, be_t **out) {
   gt_err_t err = {0};
   if (!device || !strcmp(device, "cpu")) {
     if (be_cpu_create(threads, out, &err)) return cli_fail("cpu backend: %s", err.msg);
     return 0;
   }
-  if (!strncmp(device, "cuda", 4) && (device[4] == 0 || device[4] == ':')) {
-    long n = 0;
-    if (device[4] == ':' && cli_int("--device cuda:N", device + 5, 0, 63, &n)) return 1;
+  long n;
+  if (cuda_ordinal(device, &n)) return 1;
 #ifdef GANTRY_HAVE_CUDA
-    if (be_cuda_create((int)n, out, &err)) return cli_fail("%s: %s", device, err.msg);
-    return 0;
+  if (be_cuda_create(n < 0 ? 0 : (int)n, out, &err)) return cli_fail("%s: %s", device, err.msg);
+  return 0;
 #else
-    return cli_fail("%s: this build has no CUDA backend (build where nvcc is installed)", device);
+  return cli_fail("%s: this build has no CUDA backend (build where nvcc is installed)", device);
 #endif
-  }
-  return cli_fail("--device must be cpu, cuda or cuda:N, got '%s'", device);
 }
 
 int cli_kv_dtype(be_t *be, const char *v) {
@@ -191,12 +197,10 @@ int cli_load_model(const gguf_t *g, const char *path, const char *device, int th
     }
   }
   if (group && !cpu) {
-    if (strncmp(device, "cuda", 4) || (device[4] && device[4] != ':'))
-      return cli_fail("--device must be cpu, cuda or cuda:N, got '%s'", device);
-    if (n > 1 && device[4] == ':') return cli_fail("--device %s names one GPU; give the ranks' GPUs with --devices", device);
-    long d0 = 0;
-    if (device[4] == ':' && cli_int("--device cuda:N", device + 5, 0, 63, &d0)) return 1;
-    if (device[4] == ':') dev[0] = (int)d0;
+    long d0;
+    if (cuda_ordinal(device, &d0)) return 1;
+    if (n > 1 && d0 >= 0) return cli_fail("--device %s names one GPU; give the ranks' GPUs with --devices", device);
+    if (d0 >= 0) dev[0] = (int)d0;
     return load_cuda_ranks(g, path, n, dev, max_tokens, check_bytes, be, m);
   }
   if (group) return load_cpu_ranks(g, path, n, threads, max_tokens, check_bytes, be, m);

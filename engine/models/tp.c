@@ -28,7 +28,6 @@ struct tp_group {
   gt_err_t errs[TP_MAX_RANKS];
   gt_err_t failed; /* first failure: the group refuses work after it */
   model_t *gm;     /* the group model */
-  long fwd[TP_MAX_RANKS]; /* forwards run by each rank */
   /* sampling across ranks (tp_forward under model_forward_sample), grown to the step's n_out:
    * each rank's greedy picks and their logits, the gathered rows of the other picks */
   int pick_cap;
@@ -37,8 +36,8 @@ struct tp_group {
   float *gather;  /* [gather_cap, n_vocab], allocated when a step has a non-greedy row */
   int gather_cap;
   int32_t *idx;   /* [n_vocab] sampler scratch */
-  int fail_rank;          /* tp_fail_rank_at: rank and forward number to fail (-1: none) */
-  long fail_step;
+  int fail_rank; /* tp_fail_rank_at: the rank to fail (-1: none) after fail_in more forwards */
+  long fail_in;  /* set by tp_fail_rank_at between steps, counted down by fail_rank's worker */
 };
 
 typedef struct {
@@ -100,7 +99,7 @@ typedef struct {
 
 static int job_forward(tp_group_t *g, int r, void *p, gt_err_t *err) {
   fwd_arg_t *a = p;
-  if (r == g->fail_rank && g->fwd[r]++ == g->fail_step)
+  if (r == g->fail_rank && g->fail_in-- == 0)
     return gt_err_set(err, GT_EINTERNAL, "injected failure (tp_fail_rank_at)");
   model_t *m = g->m[r];
   const be_sample_row_t *rows = g->gm->head_rows;
@@ -439,7 +438,7 @@ int tp_failed(const tp_group_t *g) { return g->failed.code != GT_OK; }
 
 void tp_fail_rank_at(tp_group_t *g, int rank, long step) {
   g->fail_rank = rank;
-  g->fail_step = g->fwd[rank >= 0 && rank < g->n ? rank : 0] + step;
+  g->fail_in = step;
 }
 model_t *tp_rank_model(tp_group_t *g, int rank) { return g->m[rank]; }
 

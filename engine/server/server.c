@@ -168,7 +168,8 @@ static void on_event(void *ud, const sched_event_t *ev) {
       /* the engine cannot go on (this thread runs the group): a status, not a final, so that
        * the caller sees the engine is gone rather than one request failing */
       char msg[600];
-      snprintf(msg, sizeof msg, "the engine failed: tensor-parallel %s", ev->error ? ev->error : "rank failure");
+      snprintf(msg, sizeof msg, "the engine failed (a tensor-parallel rank failed)%s%s", ev->error ? ": " : "",
+               ev->error ? ev->error : "");
       gt_rpc_call_finish(l->call, GT_RPC_UNAVAILABLE, msg);
     } else {
       gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
@@ -200,13 +201,17 @@ static void *sched_main(void *arg) {
     int rc = sched_step(s->sched, &err);
     if (rc < 0) GT_LOG_ERROR("scheduler step failed: %s", err.msg);
     if (rc < 0 && s->model->tp && tp_failed(s->model->tp)) {
-      /* the group refuses every later step: stop serving (the step's requests ended with ERROR) */
-      GT_LOG_ERROR("engine failed: a tensor-parallel rank failed; not serving any more");
+      /* the group refuses every later step: stop serving (the step's requests ended with ERROR).
+       * The loop goes on: the requests still waiting, and any the prep thread submits before it
+       * sees FAILED, fail on their first step, so every call is finished. */
       pthread_mutex_lock(&s->mu);
+      const int first = s->state != SRV_FAILED;
       s->state = SRV_FAILED;
       pthread_mutex_unlock(&s->mu);
-      if (s->on_fatal) s->on_fatal(s->fatal_ud, err.msg);
-      break;
+      if (first) {
+        GT_LOG_ERROR("engine failed: a tensor-parallel rank failed; not serving any more");
+        if (s->on_fatal) s->on_fatal(s->fatal_ud, err.msg);
+      }
     }
     if (rc > 0) {
       if (s->iter_tokens > 0) gt_metric_observe(s->met.iter_tokens, s->iter_tokens);

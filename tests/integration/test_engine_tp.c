@@ -171,10 +171,40 @@ static void test_rank_failure(void **state) {
   efx_stop(&f);
 }
 
+/* One sequence at a time: the second request is still waiting when rank 1 fails. It too ends
+ * UNAVAILABLE (its call is finished, not left open), and on_fatal is called only once. */
+static void test_rank_failure_ends_waiting(void **state) {
+  (void)state;
+  sched_config_t cfg = {.max_num_seqs = 1, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
+  int32_t ids[20];
+  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
+  efx_t f;
+  start_tp(&f, 2, &cfg);
+  n_fatal = 0;
+  tp_fail_rank_at(f.m->tp, 1, 2);
+  reqb_t b[2];
+  coll_t c[2];
+  for (int k = 0; k < 2; k++) {
+    reqb_tokens(&b[k], ids, 20, 50);
+    coll_init(&c[k]);
+    assert_int_equal(coll_start(&f, &c[k], &b[k].req, WAIT_MS), 0);
+  }
+  for (int k = 0; k < 2; k++) {
+    assert_true(coll_wait_done(&c[k], WAIT_MS));
+    print_message("request %d: status %d: %s (after %d tokens)\n", k, (int)c[k].st.code, c[k].st.message, c[k].n_ids);
+    assert_int_equal(c[k].st.code, GT_RPC_UNAVAILABLE);
+    assert_non_null(strstr(c[k].st.message, "rank 1"));
+    coll_destroy(&c[k]);
+  }
+  efx_stop(&f);
+  assert_int_equal(n_fatal, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tp2_serves_like_one_rank),
       cmocka_unit_test(test_rank_failure),
+      cmocka_unit_test(test_rank_failure_ends_waiting),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
