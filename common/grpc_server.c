@@ -733,6 +733,7 @@ void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *messag
   c->finish_called = 1;
   c->fin_code = code;
   c->fin_msg = message ? strdup(message) : NULL;
+  c->drain_cb = NULL; /* the application is done with the call: nothing more to resume */
   pump_locked(c);
   pthread_mutex_unlock(&c->mu);
   call_unref(c);

@@ -121,7 +121,8 @@ size_t gt_rpc_call_unsent_bytes(gt_rpc_call_t *c);
  * The call is valid during the callback; post a wake-up (call id) like on_cancel does. */
 typedef void (*gt_rpc_drain_fn)(void *user, gt_rpc_call_t *call);
 /* Arms cb (replacing an armed one). Returns 1 if armed, 0 if the call already has at most
- * `low` unsent bytes (or is broken): then cb will not run and the caller need not wait. */
+ * `low` unsent bytes (or is broken): then cb will not run and the caller need not wait.
+ * gt_rpc_call_finish and gt_rpc_call_abort disarm it. */
 int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void *user);
 
 /* Ends the call now with `code`: drops every queued message, cancels the stream (the message

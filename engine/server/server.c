@@ -316,6 +316,13 @@ static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const
   gt_rpc_call_finish(call, code, msg);
 }
 
+/* Frees a converted prompt that was not submitted (its ids, constraint reference and buffers). */
+static void conv_free(sched_req_t *q, srv_conv_bufs_t *b) {
+  free(q->prompt);
+  cons_unref(q->constraint);
+  srv_conv_bufs_free(b);
+}
+
 static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   const Gantry__V1__GenerateRequest *r = (const Gantry__V1__GenerateRequest *)gt_rpc_call_request(call);
   if (gt_rpc_call_is_cancelled(call)) { /* gone while queued */
@@ -356,11 +363,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   live_t *l = NULL;
   if (!rc && !(l = calloc(1, sizeof *l))) rc = gt_err_set(&err, GT_ENOMEM, "out of memory");
   if (rc) {
-    for (int k = 0; k < n_conv; k++) {
-      free(q[k].prompt);
-      cons_unref(q[k].constraint);
-      srv_conv_bufs_free(&bufs[k]);
-    }
+    for (int k = 0; k < n_conv; k++) conv_free(&q[k], &bufs[k]);
     reject(s, call, r->request_id, rc, err.msg, err.param);
     return;
   }
@@ -384,34 +387,25 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     int64_t id = sched_submit(s->sched, &q[k], &err); /* takes q[k].prompt */
     srv_conv_bufs_free(&bufs[k]);
     if (id < 0) {
-      for (int j = k + 1; j < P; j++) {
-        free(q[j].prompt);
-        cons_unref(q[j].constraint);
-        srv_conv_bufs_free(&bufs[j]);
-      }
+      for (int j = k + 1; j < P; j++) conv_free(&q[j], &bufs[j]);
+      /* the submitted prompts (none when k == 0) are cancelled; the last of their finals ends
+       * the call, or this does when they all ended already */
       pthread_mutex_lock(&s->mu);
-      if (k > 0) { /* the submitted prompts are cancelled; the last of their finals ends the call */
-        atomic_store(&l->failed, 1);
-        l->fail_rc = (int)id;
-        snprintf(l->fail_msg, sizeof l->fail_msg, "%s", err.msg);
-        snprintf(l->fail_param, sizeof l->fail_param, "%s", err.param);
-        l->n_choices = k * n;
-        for (int j = 0; j < k; j++) sched_cancel(s->sched, l->sched_id[j]);
-        s->kicks++;
-        pthread_cond_broadcast(&s->cv);
-        const int done = l->n_finals >= l->n_choices; /* all of them ended already */
-        if (done) unlink_live(s, l);
-        pthread_mutex_unlock(&s->mu);
-        if (done) {
-          reject(s, call, l->rid, (int)id, err.msg, err.param);
-          free(l);
-        }
-        return;
-      }
-      unlink_live(s, l);
+      atomic_store(&l->failed, 1);
+      l->fail_rc = (int)id;
+      snprintf(l->fail_msg, sizeof l->fail_msg, "%s", err.msg);
+      snprintf(l->fail_param, sizeof l->fail_param, "%s", err.param);
+      l->n_choices = k * n;
+      for (int j = 0; j < k; j++) sched_cancel(s->sched, l->sched_id[j]);
+      s->kicks++;
+      pthread_cond_broadcast(&s->cv);
+      const int done = l->n_finals >= l->n_choices;
+      if (done) unlink_live(s, l);
       pthread_mutex_unlock(&s->mu);
-      reject(s, call, l->rid, (int)id, err.msg, err.param);
-      free(l);
+      if (done) {
+        reject(s, call, l->rid, (int)id, err.msg, err.param);
+        free(l);
+      }
       return;
     }
     /* after the last submit l may already be gone (a very short request finished on the

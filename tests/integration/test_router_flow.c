@@ -142,13 +142,13 @@ static int h2_wait_stream_end(int fd, int ms) {
   return 0;
 }
 
-static void test_grpc_half_sent_message_deadline(void **st) {
-  (void)st;
-  rstack_t k;
-  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--http-timeout-s", "1", NULL});
-  rp_t rp = k.rp;
+/* Connects to the router's gRPC port (rcvbuf > 0: that SO_RCVBUF), sends the preface, an empty
+ * SETTINGS (defaults: a 64 KiB initial window) and the HEADERS of a Generate call on stream 1. */
+static int h2_open_generate(int port, int rcvbuf) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rp.grpc_port)};
+  assert_true(fd >= 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -163,6 +163,15 @@ static void test_grpc_half_sent_message_deadline(void **st) {
   hl += hpack_lit(hb + hl, "content-type", "application/grpc");
   hl += hpack_lit(hb + hl, "te", "trailers");
   h2_frame(fd, 1, 0x4, 1, hb, hl); /* HEADERS, END_HEADERS */
+  return fd;
+}
+
+static void test_grpc_half_sent_message_deadline(void **st) {
+  (void)st;
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--http-timeout-s", "1", NULL});
+  rp_t rp = k.rp;
+  int fd = h2_open_generate(rp.grpc_port, 0);
   /* a message declared as 60000 bytes, of which 1000 are sent */
   static uint8_t data[1005];
   const uint32_t declared = 60000;
@@ -179,28 +188,6 @@ static void test_grpc_half_sent_message_deadline(void **st) {
   assert_int_equal(rstack_stop(&k), 0);
 }
 
-/* Reads (and drops) the server's first frames for ms, acknowledging its SETTINGS; never sends
- * WINDOW_UPDATE: the stream's window stays at the initial 64 KiB. */
-static void h2_settle(int fd, int ms) {
-  double end = gt_now_ms() + ms;
-  uint8_t buf[1 << 16];
-  size_t have = 0;
-  while (gt_now_ms() < end) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 20) <= 0) continue;
-    ssize_t n = read(fd, buf + have, sizeof buf - have);
-    if (n <= 0) return;
-    have += (size_t)n;
-    while (have >= 9) {
-      size_t len = ((size_t)buf[0] << 16) | ((size_t)buf[1] << 8) | buf[2];
-      if (have < 9 + len) break;
-      if (buf[3] == 4 && !(buf[4] & 1)) h2_frame(fd, 4, 1, 0, NULL, 0);
-      memmove(buf, buf + 9 + len, have - 9 - len);
-      have -= 9 + len;
-    }
-  }
-}
-
 static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
   (void)st;
   rstack_t k;
@@ -208,24 +195,7 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
   rp_t rp = k.rp;
   assert_true(rp_wait_ready(&rp, 20000));
   const long rss0 = rp_peak_rss_kib(&rp);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  int small = 4096;
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rp.grpc_port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-  assert_int_equal(write(fd, preface, sizeof preface - 1), (ssize_t)(sizeof preface - 1));
-  h2_frame(fd, 4, 0, 0, NULL, 0); /* SETTINGS: defaults (64 KiB initial window) */
-  uint8_t hb[512];
-  size_t hl = 0;
-  hl += hpack_lit(hb + hl, ":method", "POST");
-  hl += hpack_lit(hb + hl, ":scheme", "http");
-  hl += hpack_lit(hb + hl, ":path", "/gantry.v1.Router/Generate");
-  hl += hpack_lit(hb + hl, ":authority", "localhost");
-  hl += hpack_lit(hb + hl, "content-type", "application/grpc");
-  hl += hpack_lit(hb + hl, "te", "trailers");
-  h2_frame(fd, 1, 0x4, 1, hb, hl); /* HEADERS, END_HEADERS */
+  int fd = h2_open_generate(rp.grpc_port, 4096);
   /* Generate "FLOOD", 4000 tokens of 16 KiB: 62.5 MiB */
   Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
   g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
@@ -242,7 +212,9 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
   msg[1] = (uint8_t)(ml >> 24), msg[2] = (uint8_t)(ml >> 16), msg[3] = (uint8_t)(ml >> 8), msg[4] = (uint8_t)ml;
   protobuf_c_message_pack(&r.base, msg + 5);
   h2_frame(fd, 0, 0x1, 1, msg, ml + 5); /* DATA, END_STREAM */
-  h2_settle(fd, 300);
+  /* the server's first frames (its SETTINGS acknowledged); never a WINDOW_UPDATE, so the stream's
+   * window stays at 64 KiB; the stream must not end this early */
+  assert_false(h2_wait_stream_end(fd, 300));
   /* from here on the client reads nothing: the write timeout cancels the request */
   double until = gt_now_ms() + 20000;
   while (rp_metric(&rp, WT_METRIC, NULL) < 1 && gt_now_ms() < until) usleep(20000);
