@@ -342,20 +342,8 @@ int qz_quantize_row(gt_type_t t, const float *src, void *dst, int64_t n) {
 }
 
 int qz_row_to_f32(gt_type_t t, const void *src, float *dst, int64_t n) {
-  if (!src || !dst || n < 0) return GT_EINVAL;
-  switch (t) {
-    case GT_TYPE_F32: memcpy(dst, src, (size_t)n * 4); return GT_OK;
-    case GT_TYPE_F16:
-      for (int64_t i = 0; i < n; i++) dst[i] = dt_f16_to_f32(((const uint16_t *)src)[i]);
-      return GT_OK;
-    case GT_TYPE_BF16:
-      for (int64_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(((const uint16_t *)src)[i]);
-      return GT_OK;
-    default:
-      if (!dt_computable(t)) return GT_EUNSUPPORTED;
-      if (n % dt_block_elems(t) != 0) return GT_EINVAL;
-      return dt_dequant_row(t, src, dst, n);
-  }
+  if (!src || !dst) return GT_EINVAL;
+  return dt_dequant_row(t, src, dst, n); /* F32 / F16 / BF16 included */
 }
 
 /* ---------------------------------------------------------------- threaded rows */

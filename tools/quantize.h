@@ -18,7 +18,7 @@
 int qz_quantize_row(gt_type_t t, const float *src, void *dst, int64_t n);
 /* 1 if qz_quantize_row supports t. */
 int qz_can_quantize(gt_type_t t);
-/* dst[0..n) = row src of type t as fp32 (F32/F16/BF16 conversion, or dt_dequant_row). */
+/* dst[0..n) = row src of type t as fp32: dt_dequant_row, with a NULL check (GT_EINVAL). */
 int qz_row_to_f32(gt_type_t t, const void *src, float *dst, int64_t n);
 
 /* File-level mixes (the TYPE argument of gantry-quantize). Q8_0 and Q6_K are llama.cpp's
