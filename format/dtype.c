@@ -556,6 +556,16 @@ AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const float *x, int64_t n) 
 
 /* Q4_K / Q5_K: per sub-block s of 32, sum_l (d_s q_l - m_s) x_l = d_s sum(q x) - m_s sum(x).
  * Both sums are kept as vectors and folded into the row accumulators with one FMA each. */
+/* Folds sub-blocks 2j and 2j+1 into the accumulators: *acc += d_2j sl + d_2j+1 sh, *accm +=
+ * m_2j xl + m_2j+1 xh (sl, sh: partial sums of q x; xl, xh: of x). */
+AVX2_FN static inline void k4_fold(const kscales_t *ks, int j, __m256 sl, __m256 sh, __m256 xl, __m256 xh,
+                                   __m256 *acc, __m256 *accm) {
+  *acc = _mm256_fmadd_ps(_mm256_set1_ps(ks->d[2 * j]), sl, *acc);
+  *acc = _mm256_fmadd_ps(_mm256_set1_ps(ks->d[2 * j + 1]), sh, *acc);
+  *accm = _mm256_fmadd_ps(_mm256_set1_ps(ks->m[2 * j]), xl, *accm);
+  *accm = _mm256_fmadd_ps(_mm256_set1_ps(ks->m[2 * j + 1]), xh, *accm);
+}
+
 AVX2_FN static float dot_q4_k_avx2(const uint8_t *w, const float *x, int64_t n) {
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi32(0x0f);
@@ -574,10 +584,7 @@ AVX2_FN static float dot_q4_k_avx2(const uint8_t *w, const float *x, int64_t n) 
         xl = _mm256_add_ps(xl, x0);
         xh = _mm256_add_ps(xh, x1);
       }
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, acc);
-      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, accm);
-      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, accm);
+      k4_fold(&ks, j, sl, sh, xl, xh, &acc, &accm);
     }
   }
   return hsum8(_mm256_sub_ps(acc, accm));
@@ -618,10 +625,7 @@ AVX2_FN static float dot_q5_k_avx2(const uint8_t *w, const float *x, int64_t n) 
       __m256i ql_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), hh);
       __m256 xl, xh;
       __m256 sl = u8x32_dot(ql_lo, xb, &xl), sh = u8x32_dot(ql_hi, xb + 32, &xh);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, acc);
-      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, accm);
-      accm = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, accm);
+      k4_fold(&ks, j, sl, sh, xl, xh, &acc, &accm);
     }
   }
   return hsum8(_mm256_sub_ps(acc, accm));
@@ -820,10 +824,7 @@ AVX2_FN static void rows_q4_k_avx2(const uint8_t *w, const float *x, size_t ld, 
           xl = _mm256_add_ps(xl, x0);
           xh = _mm256_add_ps(xh, x1);
         }
-        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, a);
-        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, a);
-        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, am);
-        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, am);
+        k4_fold(&ks, j, sl, sh, xl, xh, &a, &am);
       }
       acc[r] = a;
       accm[r] = am;
@@ -886,10 +887,7 @@ AVX2_FN static void rows_q5_k_avx2(const uint8_t *w, const float *x, size_t ld, 
       for (int j = 0; j < 4; j++, xb += 64) {
         __m256 xl, xh;
         __m256 sl = f32x32_dot(fl[j], xb, &xl), sh = f32x32_dot(fh[j], xb + 32, &xh);
-        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j]), sl, a);
-        a = _mm256_fmadd_ps(_mm256_set1_ps(ks.d[2 * j + 1]), sh, a);
-        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j]), xl, am);
-        am = _mm256_fmadd_ps(_mm256_set1_ps(ks.m[2 * j + 1]), xh, am);
+        k4_fold(&ks, j, sl, sh, xl, xh, &a, &am);
       }
       acc[r] = a;
       accm[r] = am;

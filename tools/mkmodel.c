@@ -3,7 +3,6 @@
 #include "tools/mkmodel.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -355,25 +354,16 @@ static void *gen_worker(void *arg) {
 /* Rows [r0, r1) of t into dst, split over n_threads threads. */
 static int gen_rows(const mk_tensor_t *t, uint64_t seed, int64_t r0, int64_t r1, uint8_t *dst,
                     size_t dst_row, int n_threads) {
-  enum { MAXT = 256 };
-  gen_job_t jobs[MAXT];
-  pthread_t th[MAXT];
-  int started[MAXT] = {0};
+  gen_job_t jobs[QZ_MAX_THREADS];
   int64_t rows = r1 - r0;
-  if (n_threads > MAXT) n_threads = MAXT;
+  if (n_threads > QZ_MAX_THREADS) n_threads = QZ_MAX_THREADS;
   if (n_threads > rows) n_threads = (int)rows;
   if (n_threads < 1) n_threads = 1;
   for (int i = 0; i < n_threads; i++)
     jobs[i] = (gen_job_t){t, seed, r0 + rows * i / n_threads, r0 + rows * (i + 1) / n_threads, r0, dst, dst_row, GT_OK};
-  for (int i = 1; i < n_threads; i++) started[i] = pthread_create(&th[i], NULL, gen_worker, &jobs[i]) == 0;
-  for (int i = 1; i < n_threads; i++)
-    if (!started[i]) gen_worker(&jobs[i]);
-  gen_worker(&jobs[0]);
+  qz_run_jobs(gen_worker, jobs, sizeof jobs[0], n_threads);
   int rc = GT_OK;
-  for (int i = 0; i < n_threads; i++) {
-    if (i && started[i]) pthread_join(th[i], NULL);
-    if (!rc) rc = jobs[i].rc;
-  }
+  for (int i = 0; i < n_threads && !rc; i++) rc = jobs[i].rc;
   return rc;
 }
 

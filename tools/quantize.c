@@ -342,20 +342,8 @@ int qz_quantize_row(gt_type_t t, const float *src, void *dst, int64_t n) {
 }
 
 int qz_row_to_f32(gt_type_t t, const void *src, float *dst, int64_t n) {
-  if (!src || !dst || n < 0) return GT_EINVAL;
-  switch (t) {
-    case GT_TYPE_F32: memcpy(dst, src, (size_t)n * 4); return GT_OK;
-    case GT_TYPE_F16:
-      for (int64_t i = 0; i < n; i++) dst[i] = dt_f16_to_f32(((const uint16_t *)src)[i]);
-      return GT_OK;
-    case GT_TYPE_BF16:
-      for (int64_t i = 0; i < n; i++) dst[i] = dt_bf16_to_f32(((const uint16_t *)src)[i]);
-      return GT_OK;
-    default:
-      if (!dt_computable(t)) return GT_EUNSUPPORTED;
-      if (n % dt_block_elems(t) != 0) return GT_EINVAL;
-      return dt_dequant_row(t, src, dst, n);
-  }
+  if (!src || !dst) return GT_EINVAL;
+  return dt_dequant_row(t, src, dst, n); /* F32 / F16 / BF16 included */
 }
 
 /* ---------------------------------------------------------------- threaded rows */
@@ -385,6 +373,18 @@ static void *conv_worker(void *arg) {
   return NULL;
 }
 
+void qz_run_jobs(void *(*fn)(void *), void *jobs, size_t job_size, int n) {
+  pthread_t th[QZ_MAX_THREADS];
+  int started[QZ_MAX_THREADS] = {0};
+  char *j = jobs;
+  for (int i = 1; i < n; i++) started[i] = pthread_create(&th[i], NULL, fn, j + (size_t)i * job_size) == 0;
+  for (int i = 1; i < n; i++)
+    if (!started[i]) fn(j + (size_t)i * job_size);
+  fn(j);
+  for (int i = 1; i < n; i++)
+    if (started[i]) pthread_join(th[i], NULL);
+}
+
 int qz_convert_rows(gt_type_t st, const void *src, size_t src_row_bytes, gt_type_t dt,
                     void *dst, int64_t n, int64_t nrows, int n_threads, gt_err_t *err) {
   if (!src || !dst || n <= 0 || nrows < 0)
@@ -394,24 +394,16 @@ int qz_convert_rows(gt_type_t st, const void *src, size_t src_row_bytes, gt_type
   if (!dst_row)
     return gt_err_set(err, GT_EINVAL, "row of %lld is not a multiple of %s's block", (long long)n, dt_name(dt));
   if (n_threads < 1) n_threads = 1;
-  if (n_threads > 256) n_threads = 256;
+  if (n_threads > QZ_MAX_THREADS) n_threads = QZ_MAX_THREADS;
   if (n_threads > nrows) n_threads = nrows > 0 ? (int)nrows : 1;
-  conv_job_t jobs[256];
-  pthread_t th[256];
-  int started[256] = {0};
+  conv_job_t jobs[QZ_MAX_THREADS];
   for (int i = 0; i < n_threads; i++) {
     jobs[i] = (conv_job_t){st, dt, src, src_row_bytes, dst, dst_row, n,
                            nrows * i / n_threads, nrows * (i + 1) / n_threads, GT_OK};
   }
-  for (int i = 1; i < n_threads; i++) started[i] = pthread_create(&th[i], NULL, conv_worker, &jobs[i]) == 0;
-  for (int i = 1; i < n_threads; i++)
-    if (!started[i]) conv_worker(&jobs[i]);
-  conv_worker(&jobs[0]);
+  qz_run_jobs(conv_worker, jobs, sizeof jobs[0], n_threads);
   int rc = GT_OK;
-  for (int i = 0; i < n_threads; i++) {
-    if (i && started[i]) pthread_join(th[i], NULL);
-    if (!rc && jobs[i].rc) rc = jobs[i].rc;
-  }
+  for (int i = 0; i < n_threads && !rc; i++) rc = jobs[i].rc;
   if (rc) return gt_err_set(err, rc, "converting rows %s -> %s failed (%s)", dt_name(st), dt_name(dt), gt_err_name(rc));
   return GT_OK;
 }

@@ -18,7 +18,7 @@
 int qz_quantize_row(gt_type_t t, const float *src, void *dst, int64_t n);
 /* 1 if qz_quantize_row supports t. */
 int qz_can_quantize(gt_type_t t);
-/* dst[0..n) = row src of type t as fp32 (F32/F16/BF16 conversion, or dt_dequant_row). */
+/* dst[0..n) = row src of type t as fp32: dt_dequant_row, with a NULL check (GT_EINVAL). */
 int qz_row_to_f32(gt_type_t t, const void *src, float *dst, int64_t n);
 
 /* File-level mixes (the TYPE argument of gantry-quantize). Q8_0 and Q6_K are llama.cpp's
@@ -63,6 +63,11 @@ typedef struct {
 int qz_plan_types(const qz_tensor_desc_t *t, int64_t n, int64_t n_layer_all, qz_mix_t mix,
                   unsigned flags, gt_type_t *out, gt_err_t *err);
 
+/* Runs fn on each of n (1..QZ_MAX_THREADS) jobs, job i at (char *)jobs + i * job_size: jobs
+ * 1..n-1 on threads of their own (in the caller when a thread cannot start), job 0 in the caller;
+ * returns when all have ended. Results travel in the jobs. */
+#define QZ_MAX_THREADS 256
+void qz_run_jobs(void *(*fn)(void *), void *jobs, size_t job_size, int n);
 /* Quantizes rows [0, nrows) of row length n from src (type st, row stride src_row_bytes)
  * into dst (type dt, rows packed), using n_threads threads (<= 1: the caller's thread). */
 int qz_convert_rows(gt_type_t st, const void *src, size_t src_row_bytes, gt_type_t dt,

@@ -422,6 +422,13 @@ static void reason_char(chat_parser_t *p, char c) {
   emit_c(p, CHAT_EV_REASONING, c);
 }
 
+/* Gives back the p->mk bytes of lit held as a partial match, as plain characters through emit. */
+static void release_held(chat_parser_t *p, const char *lit, void (*emit)(chat_parser_t *, char)) {
+  size_t k = p->mk;
+  p->mk = 0;
+  for (size_t i = 0; i < k; i++) emit(p, lit[i]);
+}
+
 static void tc_start(chat_parser_t *p) {
   p->mode = M_TC_DETECT;
   p->tc_raw.len = 0;
@@ -440,9 +447,7 @@ static void byte_content(chat_parser_t *p, char c) {
       return;
     }
     if (p->mk) { /* held "<tool_..." was text after all; c may start a new marker */
-      size_t k = p->mk;
-      p->mk = 0;
-      for (size_t i = 0; i < k; i++) content_char(p, TC_OPEN[i]);
+      release_held(p, TC_OPEN, content_char);
       byte_content(p, c);
       return;
     }
@@ -461,9 +466,7 @@ static void byte_reason(chat_parser_t *p, char c) {
     return;
   }
   if (p->mk) {
-    size_t k = p->mk;
-    p->mk = 0;
-    for (size_t i = 0; i < k; i++) reason_char(p, THINK_CLOSE[i]);
+    release_held(p, THINK_CLOSE, reason_char);
     byte_reason(p, c);
     return;
   }
@@ -804,9 +807,7 @@ static void byte_xml(chat_parser_t *p, char c) {
         return;
       }
       if (p->mk) {
-        size_t k = p->mk;
-        p->mk = 0;
-        for (size_t i = 0; i < k; i++) value_char(p, PARAM_CLOSE[i]);
+        release_held(p, PARAM_CLOSE, value_char);
         byte_xml(p, c);
         return;
       }
@@ -1018,13 +1019,9 @@ int chat_parser_finish(chat_parser_t *p, const chat_event_t **evs, size_t *n_evs
     break;
   }
   if (p->mode == M_REASON) {
-    size_t k = p->mk;
-    p->mk = 0;
-    for (size_t i = 0; i < k; i++) reason_char(p, THINK_CLOSE[i]);
+    release_held(p, THINK_CLOSE, reason_char);
   } else if (p->mode == M_CONTENT) {
-    size_t k = p->mk;
-    p->mk = 0;
-    for (size_t i = 0; i < k; i++) content_char(p, TC_OPEN[i]);
+    release_held(p, TC_OPEN, content_char);
     if (p->n_calls == 0)
       for (; p->c_nl > 0; p->c_nl--) emit_c(p, CHAT_EV_CONTENT, '\n');
   }

@@ -8,7 +8,6 @@
 # tokens (the chunked scan's crossover); bench_decode on qwen3-8b bf16 (batch 1,8,32 x prompt
 # 2048; batch 1 x 8192) and on qwen35-9b Q4_K_M (batch 1,8 x 512; batch 1 x LONG tokens).
 set -u
-SRC=$(pwd)
 OUT=${OUT:-/tmp/attn-out}
 PACK=${PACK:-build-cuda-pack/dist.tar.xz}
 BUDGET=${BUDGET:-280}
@@ -17,37 +16,12 @@ mkdir -p "$OUT"
 ALL=$OUT/all.txt
 : >"$ALL"
 t0=$(date +%s)
-left() { echo $((BUDGET - ($(date +%s) - t0))); }
-[ -x build-cuda-dist/bench_decode ] || tar xJf "$PACK" || echo "== unpack FAILED"
-D=$SRC/build-cuda-dist
-export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GANTRY_GOLDEN="$SRC/tests/golden" GANTRY_SRC="$SRC" GANTRY_BIN="$D"
+. "$(dirname "$0")/session_lib.sh"
+session_unpack "$PACK"
 Q3=/tmp/qwen3-8b.bf16.gguf Q35=/tmp/qwen35-9b.Q4_K_M.gguf
-( timeout 200 "$D/gantry-mkmodel" --preset qwen3-8b --type bf16 --out "$Q3.tmp" --threads 8 >/tmp/mk1.txt 2>&1 &&
-  mv "$Q3.tmp" "$Q3" ) &
-( timeout 200 "$D/gantry-mkmodel" --preset qwen35-9b --type Q4_K_M --keep-output-bf16 --out "$Q35.tmp" --threads 8 \
-  >/tmp/mk2.txt 2>&1 && mv "$Q35.tmp" "$Q35" ) &
+session_mkmodel "$Q3" /tmp/mk1.txt --preset qwen3-8b --type bf16 --threads 8
+session_mkmodel "$Q35" /tmp/mk2.txt --preset qwen35-9b --type Q4_K_M --keep-output-bf16 --threads 8
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-
-# step NAME TIMEOUT COMMAND...: output appended to all.txt after a "#### NAME" line
-step() {
-  name=$1 to=$2
-  shift 2
-  l=$(left)
-  if [ "$l" -lt 10 ]; then echo "== $name SKIPPED (budget)"; return 1; fi
-  [ "$to" -gt "$l" ] && to=$l
-  s=$(date +%s)
-  echo "#### $name: $*" >>"$ALL"
-  timeout "$to" "$@" >/tmp/step.txt 2>&1
-  r=$?
-  cat /tmp/step.txt >>"$ALL"
-  echo "== $name rc=$r ($(($(date +%s) - s)) s)"
-  return 0
-}
-wait_for() { # file: waits while the budget lasts
-  while [ ! -s "$1" ] && [ "$(left)" -gt 20 ]; do sleep 1; done
-  [ -s "$1" ]
-}
 step test_cuda_ops 100 "$D/test_cuda_ops"
 grep -E "attention|flash m-tiles|vs fp32|attn_qk_prep .*FAIL|FAIL|\[  (PASSED|FAILED)|\[ +(FAILED) +\]|decode graphs" /tmp/step.txt | head -150
 step test_cuda_golden 80 "$D/test_cuda_golden"
@@ -56,7 +30,7 @@ step bench_attn 60 "$D/bench_attn" --reps 10 && cat /tmp/step.txt
 for P in ${GDN_PROMPTS:-2048 8192}; do
   step gdn_scan_$P 30 "$D/bench_gdn_scan" --prompt "$P" --reps 3 && grep -E "\| prefill|err" /tmp/step.txt
 done
-if wait_for "$Q3"; then
+if session_wait "$Q3"; then
   step q3_bf16 80 "$D/bench_decode" --model "$Q3" --batch 1,8,32 --prompt 2048 --gen 64 &&
     grep -E "^\|[ 0-9]|^\| attention|^batch|^sum of ops|warm-up" /tmp/step.txt
   step q3_bf16_8k 40 "$D/bench_decode" --model "$Q3" --batch 1 --prompt 8192 --gen 16 &&
@@ -64,7 +38,7 @@ if wait_for "$Q3"; then
 else
   echo "== qwen3-8b bf16 not made: $(tail -2 /tmp/mk1.txt)"
 fi
-if wait_for "$Q35"; then
+if session_wait "$Q35"; then
   step q35_short 40 "$D/bench_decode" --model "$Q35" --batch 1,8 --prompt 512 --gen 64 &&
     grep -E "^\| [0-9]|^\| attention|warm-up" /tmp/step.txt
   step q35_long 70 "$D/bench_decode" --model "$Q35" --batch 1 --prompt "$LONG" --gen 16 &&

@@ -11,7 +11,6 @@
 #   bench_decode qwen3-8b Q4_K_M --batch 1,8 --prompt 512 --gen 64 with v1, then with v2, then
 #   (--batch 1) v2 with decode attention ranges of 16 positions (GANTRY_ATTN_SPLIT_LEN=16).
 set -u
-SRC=$(pwd)
 OUT=${OUT:-/tmp/mv-out}
 PACK=${PACK:-build-cuda-pack/dist.tar.xz}
 BUDGET=${BUDGET:-270}
@@ -19,42 +18,16 @@ mkdir -p "$OUT"
 ALL=$OUT/all.txt
 : >"$ALL"
 t0=$(date +%s)
-left() { echo $((BUDGET - ($(date +%s) - t0))); }
-[ -x build-cuda-dist/bench_decode ] || tar xJf "$PACK" || echo "== unpack FAILED"
-D=$SRC/build-cuda-dist
-cat "$D/COMMIT" 2>/dev/null
-export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GANTRY_GOLDEN="$SRC/tests/golden" GANTRY_SRC="$SRC" GANTRY_BIN="$D"
+. "$(dirname "$0")/session_lib.sh"
+session_unpack "$PACK"
 M=/tmp/qwen3-8b.Q4_K_M.gguf
-rm -f /tmp/mk.done
-( timeout 200 "$D/gantry-mkmodel" --preset qwen3-8b --type Q4_K_M --out "$M.tmp" --threads 10 >/tmp/mk.txt 2>&1 &&
-  mv "$M.tmp" "$M"; touch /tmp/mk.done ) &
+session_mkmodel "$M" /tmp/mk.txt --preset qwen3-8b --type Q4_K_M --threads 10
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-
-# step NAME TIMEOUT COMMAND...: output appended to all.txt after a "#### NAME" line
-step() {
-  name=$1 to=$2
-  shift 2
-  l=$(left)
-  if [ "$l" -lt 10 ]; then echo "== $name SKIPPED (budget)"; return 1; fi
-  [ "$to" -gt "$l" ] && to=$l
-  s=$(date +%s)
-  echo "#### $name: $*" >>"$ALL"
-  timeout "$to" "$@" >/tmp/step.txt 2>&1
-  r=$?
-  cat /tmp/step.txt >>"$ALL"
-  echo "== $name rc=$r ($(($(date +%s) - s)) s)"
-  return 0
-}
-wait_for() { # file: waits for gantry-mkmodel (done or failed) while the budget lasts
-  while [ ! -e /tmp/mk.done ] && [ "$(left)" -gt 20 ]; do sleep 1; done
-  [ -s "$1" ]
-}
 step bench_matvec 70 "$D/bench_matvec" --types Q4_K,Q6_K --ns 1,2 --mmq 0 --reps 30 &&
   grep -E "^copy|\| (old|mma|mma2) +\||FAIL|checks passed|VALIDATION" /tmp/step.txt
 step test_cuda_ops_v2 70 env GANTRY_MATVEC_MMA=2 GANTRY_ATTN_SPLIT_LEN=16 "$D/test_cuda_ops" &&
   grep -E "mma2|vs v1|FAIL|\[  (PASSED|FAILED)|\[ +(FAILED) +\]" /tmp/step.txt | head -80
-if wait_for "$M"; then
+if session_wait "$M"; then
   for v in "1 64 1,8" "2 64 1,8" "2 16 1"; do
     set -- $v
     step "decode_mma$1_split$2" 45 env GANTRY_MATVEC_MMA=$1 GANTRY_ATTN_SPLIT_LEN=$2 "$D/bench_decode" --model "$M" \

@@ -18,11 +18,9 @@ DEADLINE=${DEADLINE:-270}
 mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo $(($(date +%s) - t0)); }
-D=$PWD/build-cuda-dist
-[ -x "$D/bench_decode" ] || tar xJf "$C/dist.tar.xz" || echo "== unpack FAILED"
-echo "== unpacked at $(el) s: $(cat "$D/COMMIT" 2>/dev/null)"
-export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export GANTRY_GOLDEN="$PWD/tests/golden" GANTRY_SRC="$PWD" GANTRY_BIN="$D"
+. "$(dirname "$0")/session_lib.sh"
+session_unpack "$C/dist.tar.xz"
+echo "== unpacked at $(el) s"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 M=${MODEL:-/tmp/qwen3-8b.Q4_K_M.gguf}
 if [ ! -s "$M" ]; then

@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
   model_t *m = NULL;
   if (gguf_open(path, &g, &err) || be_cuda_create(0, &be, &err) ||
       be_kv_set_type(be, strcmp(kv_dtype, "fp32") ? GT_TYPE_BF16 : GT_TYPE_F32) ||
-      model_load(g, be, prompt > maxb ? prompt : maxb, &m, &err)) {
+      model_load(g, be, maxb, &m, &err)) {
     fprintf(stderr, "bench_decode: %s\n", err.msg);
     return 1;
   }

@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "format/dtype.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -49,11 +49,7 @@ static void fill(gt_type_t t, uint8_t *w, int64_t n) {
   }
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return (double)gt_now_ns() * 1e-9; }
 
 int main(int argc, char **argv) {
   int64_t rows = argc > 1 ? atoll(argv[1]) : 4096, cols = argc > 2 ? atoll(argv[2]) : 4096;

@@ -1,0 +1,49 @@
+# Sourced (POSIX sh) by the one-off device-call scripts (attn.sh, mv_session.sh, prefill.sh), run
+# from the repository root on the GPU machine after scripts/gpu/pack.sh.
+
+# session_unpack TARBALL: unpacks build-cuda-dist/ from TARBALL unless already there, prints its
+# COMMIT; sets D (the programs) and the environment the GPU tests read.
+session_unpack() {
+  [ -x build-cuda-dist/bench_decode ] || tar xJf "$1" || echo "== unpack FAILED"
+  D=$PWD/build-cuda-dist
+  cat "$D/COMMIT" 2>/dev/null
+  export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export GANTRY_GOLDEN="$PWD/tests/golden" GANTRY_SRC="$PWD" GANTRY_BIN="$D"
+}
+
+# session_mkmodel GGUF LOG ARGS...: gantry-mkmodel ARGS --out GGUF (through GGUF.tmp) in the
+# background, output to LOG; GGUF.done appears when it ends, made or failed.
+session_mkmodel() {
+  _mk_out=$1 _mk_log=$2
+  shift 2
+  rm -f "$_mk_out.done"
+  ( timeout 200 "$D/gantry-mkmodel" "$@" --out "$_mk_out.tmp" >"$_mk_log" 2>&1 && mv "$_mk_out.tmp" "$_mk_out"
+    touch "$_mk_out.done" ) &
+}
+
+# The budgeted steps: t0 (start, seconds), BUDGET (seconds), ALL (the log every step appends to).
+left() { echo $((BUDGET - ($(date +%s) - t0))); }
+
+# session_wait GGUF: waits for its session_mkmodel (done or failed) while the budget lasts;
+# true when GGUF was made.
+session_wait() {
+  while [ ! -e "$1.done" ] && [ "$(left)" -gt 20 ]; do sleep 1; done
+  [ -s "$1" ]
+}
+
+# step NAME TIMEOUT COMMAND...: runs COMMAND under min(TIMEOUT, budget left), its output in
+# /tmp/step.txt and appended to $ALL after a "#### NAME" line; returns 1 only when skipped.
+step() {
+  name=$1 to=$2
+  shift 2
+  l=$(left)
+  if [ "$l" -lt 10 ]; then echo "== $name SKIPPED (budget)"; return 1; fi
+  [ "$to" -gt "$l" ] && to=$l
+  s=$(date +%s)
+  echo "#### $name: $*" >>"$ALL"
+  timeout "$to" "$@" >/tmp/step.txt 2>&1
+  r=$?
+  cat /tmp/step.txt >>"$ALL"
+  echo "== $name rc=$r ($(($(date +%s) - s)) s)"
+  return 0
+}
