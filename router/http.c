@@ -457,15 +457,7 @@ static void detokenize_after_auth(hreq_t *h) {
     oa_err(&e, 404, NULL, "model", "model_not_found", "The model '%.200s' does not exist", json_string_value(model));
   } else {
     e.status = 0;
-    dr.n_ids = json_array_size(toks);
-    dr.ids = calloc(dr.n_ids ? dr.n_ids : 1, sizeof *dr.ids);
-    if (!dr.ids) oa_err(&e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; dr.ids && !e.status && i < dr.n_ids; i++) {
-      json_t *v = json_array_get(toks, i);
-      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-        oa_err(&e, 400, NULL, "tokens", "invalid_value", "'tokens[%zu]' must be a token id (an integer >= 0)", i);
-      else dr.ids[i] = (int32_t)json_integer_value(v);
-    }
+    oa_token_ids(toks, "tokens", "tokens", &dr.ids, &dr.n_ids, &e);
   }
   pool_engine_t *eng = e.status ? NULL : pool_pick(h->rt->pool, json_string_value(model), NULL, 0);
   if (!e.status && !eng) oa_err(&e, 503, "server_error", NULL, "engine_unavailable", "no ready engine for this model");

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "common/strbuf.h"
 #include "common/utf8.h"
 #include "gantry/v1/engine.pb-c.h"
@@ -38,6 +40,10 @@ typedef struct oa_error {
  * "chat.messages" -> "messages", "tokens" -> "prompt", "logit_bias" -> "logit_bias". Written to
  * buf; NULL when field is NULL or empty. */
 const char *oa_param_of_field(const char *field, char *buf, size_t n);
+
+/* The JSON array a of token ids into *ids (malloc'd; NULL when empty) and *n; -1 with a 400 naming
+ * param ("'name[i]' must be a token id") for an element that is not an integer in [0, INT32_MAX]. */
+int oa_token_ids(json_t *a, const char *param, const char *name, int32_t **ids, size_t *n, oa_error_t *e);
 
 /* Fills e and returns -1 (for `return oa_err(...)`). */
 int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,

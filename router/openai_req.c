@@ -278,36 +278,40 @@ static int parse_tools(json_t *body, Gantry__V1__GenerateRequest *g, Gantry__V1_
   return 0;
 }
 
-/* A token-id array prompt (param names it) as TokenIds; NULL with e filled. */
-static Gantry__V1__TokenIds *token_prompt(json_t *p, const char *param, oa_error_t *e) {
-  size_t n = json_array_size(p), i;
-  json_t *v;
-  if (n == 0) {
-    oa_err(e, 400, NULL, "prompt", "empty_prompt", "'%s' must not be empty", param);
+int oa_token_ids(json_t *a, const char *param, const char *name, int32_t **ids, size_t *n, oa_error_t *e) {
+  const size_t m = json_array_size(a);
+  *ids = NULL;
+  *n = 0;
+  if (m && !(*ids = malloc(m * sizeof **ids))) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+  for (size_t i = 0; i < m; i++) {
+    json_t *v = json_array_get(a, i);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+      free(*ids);
+      *ids = NULL;
+      return oa_err(e, 400, NULL, param, "invalid_value", "'%s[%zu]' must be a token id (an integer >= 0)", name, i);
+    }
+    (*ids)[i] = (int32_t)json_integer_value(v);
+  }
+  *n = m;
+  return 0;
+}
+
+/* A token-id array prompt (name: "prompt" or "prompt[i]") as TokenIds; NULL with e filled. */
+static Gantry__V1__TokenIds *token_prompt(json_t *p, const char *name, oa_error_t *e) {
+  if (json_array_size(p) == 0) {
+    oa_err(e, 400, NULL, "prompt", "empty_prompt", "'%s' must not be empty", name);
     return NULL;
   }
-  json_array_foreach(p, i, v) {
-    if (!json_is_integer(v)) {
-      oa_err(e, 400, NULL, "prompt", "invalid_type", "'%s' must be a string or an array of token ids", param);
-      return NULL;
-    }
-    long long x = json_integer_value(v);
-    if (x < 0 || x > INT32_MAX) {
-      oa_err(e, 400, NULL, "prompt", "invalid_value", "'%s[%zu]' is not a token id", param, i);
-      return NULL;
-    }
-  }
   Gantry__V1__TokenIds *t = malloc(sizeof *t);
-  if (t) gantry__v1__token_ids__init(t);
-  if (t && !(t->ids = malloc(n * sizeof *t->ids))) {
-    free(t);
-    t = NULL;
-  }
   if (!t) {
     oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
     return NULL;
   }
-  json_array_foreach(p, i, v) t->ids[t->n_ids++] = (int32_t)json_integer_value(v);
+  gantry__v1__token_ids__init(t);
+  if (oa_token_ids(p, "prompt", name, &t->ids, &t->n_ids, e)) {
+    free(t);
+    return NULL;
+  }
   return t;
 }
 
@@ -434,14 +438,7 @@ static int parse_token_params(json_t *b, Gantry__V1__GenerateRequest *g, oa_erro
     if (!json_is_array(st)) return oa_err(e, 400, NULL, "stop_token_ids", "invalid_type", "'stop_token_ids' must be an array of token ids");
     if (n > MAX_STOP_IDS)
       return oa_err(e, 400, NULL, "stop_token_ids", "invalid_value", "'stop_token_ids' has %zu entries (at most %d)", n, MAX_STOP_IDS);
-    if (n && !(g->stop_token_ids = calloc(n, sizeof *g->stop_token_ids)))
-      return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-      json_t *v = json_array_get(st, i);
-      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-        return oa_err(e, 400, NULL, "stop_token_ids", "invalid_value", "'stop_token_ids[%zu]' must be a token id (an integer >= 0)", i);
-      g->stop_token_ids[g->n_stop_token_ids++] = (int32_t)json_integer_value(v);
-    }
+    if (oa_token_ids(st, "stop_token_ids", "stop_token_ids", &g->stop_token_ids, &g->n_stop_token_ids, e)) return -1;
   }
   bool v = true;
   int r = get_bool(b, "skip_special_tokens", &v, e);
