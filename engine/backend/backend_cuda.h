@@ -64,19 +64,34 @@ void be_cuda_profile_arm(be_t *be);
  * graph timing and disarms. */
 int be_cuda_profile_get(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum_t *sum);
 
+/* Activation precision of the products (process-wide; not thread-safe: set before serving):
+ * - "bf16" (the default, BE_CUDA_ACTIVATIONS_DEFAULT): x rounded to bf16 (one part) in every
+ *   product of 3 or more rows (decode batches: kernels/mmq with the weights' exact small
+ *   integers; BF16 weights: one cuBLAS GEMM) and prefill products of K-quant / Q8_0 weights take
+ *   the "fast" path below. The fixtures README holds such a backend to its bf16-activations bar
+ *   (tests/gpu/test_cuda_golden.c). Batches of 1-2 rows keep the exact matvec kernels, so a
+ *   sequence's logits depend on how many rows its step carried (as in other bf16 servers).
+ * - "fp32": x carried as 3 bf16 parts in decode batches and 2 in prefill (products within
+ *   ~1e-6 of fp32, batch-invariant), prefill products on the exact mmq path: the reference mode
+ *   (CPU-identical greedy text in tests/unit/test_sched_*.c on CUDA).
+ * be_cuda_set_activations("bf16" | "fp32") overrides GANTRY_ACTIVATIONS (NULL: back to the
+ * environment / default); returns 0, or -1 for another name. */
+#define BE_CUDA_ACTIVATIONS_DEFAULT "bf16"
+int be_cuda_set_activations(const char *name);
+/* "bf16" or "fp32": the setting products use now. */
+const char *be_cuda_activations(void);
+
 /* Prefill products of K-quant and Q8_0 weights (more than 64 rows of x; decode batches are not
  * affected), process-wide:
  * - "exact": kernels/mmq (the exact small integers of the weights in bf16, scales in fp32; x in
- *   GANTRY_PREFILL_XPARTS bf16 parts, default 2: op error 2-6e-6);
+ *   one bf16 part with bf16 activations, else GANTRY_PREFILL_XPARTS parts, default 2: op error
+ *   2-6e-6);
  * - "fast": each weight dequantized to bf16 (rounded to nearest even, 2^-9 relative) tile by tile
  *   into scratch and multiplied by cuBLAS bf16 GEMMs with fp32 accumulation; x in one bf16 part
- *   with GANTRY_PREFILL_XPARTS=1, else hi + lo (two GEMMs).
- * The default is BE_CUDA_PREFILL_FAST_DEFAULT unless GANTRY_PREFILL_PRECISION=exact|fast says
- * otherwise. be_cuda_set_prefill_precision("exact" | "fast") overrides both (NULL: back to the
- * environment); returns 0, or -1 for another name. Not thread-safe: call before serving. */
-/* exact: fast misses the golden bar on the tiny random models (max row error 1.0-1.2e-2 vs 1e-2,
- * kernels/README.md "Prefill: dequantized weights + cuBLAS") */
-#define BE_CUDA_PREFILL_FAST_DEFAULT 0
+ *   with bf16 activations (or GANTRY_PREFILL_XPARTS=1), else hi + lo (two GEMMs).
+ * The default follows the activations (bf16: fast, fp32: exact) unless GANTRY_PREFILL_PRECISION=
+ * exact|fast says otherwise. be_cuda_set_prefill_precision("exact" | "fast") overrides both (NULL:
+ * back to the default); returns 0, or -1 for another name. Not thread-safe: call before serving. */
 int be_cuda_set_prefill_precision(const char *name);
 /* "exact" or "fast": the setting products use now. */
 const char *be_cuda_prefill_precision(void);

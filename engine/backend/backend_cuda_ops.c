@@ -104,9 +104,32 @@ size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows) {
   return n <= 4 * CU_TILE_FLOATS ? n : 0;
 }
 
-/* ---- prefill precision (be_cuda_set_prefill_precision, backend_cuda.h) ---- */
+/* ---- activations and prefill precision (be_cuda_set_activations / _prefill_precision) ---- */
 
-static int g_prefill_fast = -1; /* -1: GANTRY_PREFILL_PRECISION not read yet */
+static int g_act_bf16 = -1;     /* -1: GANTRY_ACTIVATIONS not read yet */
+static int g_prefill_fast = -1; /* -1: follows the activations unless GANTRY_PREFILL_PRECISION says */
+
+int be_cuda_set_activations(const char *name) {
+  if (!name) g_act_bf16 = -1;
+  else if (!strcmp(name, "bf16")) g_act_bf16 = 1;
+  else if (!strcmp(name, "fp32")) g_act_bf16 = 0;
+  else return -1;
+  return 0;
+}
+
+static int act_bf16(void) {
+  if (g_act_bf16 < 0) {
+    const char *e = getenv("GANTRY_ACTIVATIONS");
+    g_act_bf16 = !strcmp(e && (!strcmp(e, "bf16") || !strcmp(e, "fp32")) ? e : BE_CUDA_ACTIVATIONS_DEFAULT, "bf16");
+  }
+  return g_act_bf16;
+}
+
+const char *be_cuda_activations(void) { return act_bf16() ? "bf16" : "fp32"; }
+
+/* x parts of a product of `rows` rows: 1 (bf16 x) with bf16 activations, else kc_mmq_parts (3 for
+ * decode batches, the prefill setting above KC_MMQ_EXACT_ROWS) */
+static int x_parts(int rows) { return act_bf16() ? 1 : kc_mmq_parts(rows); }
 
 int be_cuda_set_prefill_precision(const char *name) {
   if (!name) g_prefill_fast = -1;
@@ -117,11 +140,9 @@ int be_cuda_set_prefill_precision(const char *name) {
 }
 
 static int prefill_fast(void) {
-  if (g_prefill_fast < 0) {
-    const char *e = getenv("GANTRY_PREFILL_PRECISION");
-    g_prefill_fast = e && !strcmp(e, "fast") ? 1 : e && !strcmp(e, "exact") ? 0 : BE_CUDA_PREFILL_FAST_DEFAULT;
-  }
-  return g_prefill_fast;
+  if (g_prefill_fast >= 0) return g_prefill_fast;
+  const char *e = getenv("GANTRY_PREFILL_PRECISION");
+  return e && !strcmp(e, "fast") ? 1 : e && !strcmp(e, "exact") ? 0 : act_bf16();
 }
 
 const char *be_cuda_prefill_precision(void) { return prefill_fast() ? "fast" : "exact"; }
@@ -134,8 +155,8 @@ static int64_t deq_tile_rows(const be_weight_t *w) {
   return t < 1 ? 1 : t > w->rows ? w->rows : t;
 }
 
-/* x parts of the fast prefill product: 1 (bf16 x) when kc_mmq_parts says 1, else 2 (hi + lo) */
-static int deq_parts(int rows) { return kc_mmq_parts(rows) == 1 ? 1 : 2; }
+/* x parts of the fast prefill product: 1 (bf16 x) when x_parts says 1, else 2 (hi + lo) */
+static int deq_parts(int rows) { return x_parts(rows) == 1 ? 1 : 2; }
 
 /* Scratch floats the fast prefill product needs for w and rows, or 0 when w does not take it:
  * precision "fast", a K-quant or Q8_0 weight, more than KC_MMQ_EXACT_ROWS rows (prefill; decode
@@ -185,7 +206,7 @@ size_t cu__mmq_floats(const be_weight_t *w, int rows) {
   if (!w || !w->data || rows < KC_MMQ_MIN_ROWS || !kc_mmq_ok((int)w->type, w->data, w->row_bytes, w->cols) ||
       cu__deq_gemm_floats(w, rows))
     return 0;
-  return kc_mmq_scratch_bytes(w->cols, rows, kc_mmq_parts(rows)) / sizeof(float);
+  return kc_mmq_scratch_bytes(w->cols, rows, x_parts(rows)) / sizeof(float);
 }
 
 static int takes_mmq(const be_weight_t *w, const float *x, int rows) {
@@ -196,7 +217,7 @@ static int takes_mmq(const be_weight_t *w, const float *x, int rows) {
 static void mmq_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup, const be_weight_t *w0,
                     const float *x, int rows) {
   be_cuda_t *c = CU_BE(be);
-  const int parts = kc_mmq_parts(rows);
+  const int parts = x_parts(rows);
   float *sc = cu__scratch(be, cu__mmq_floats(w0, rows));
   if (!sc || KC_CUDA(CU_ERR(be), kc_mmq_prep(c->stream, type, x, w0->cols, rows, parts, sc))) return;
   KC_CUDA(CU_ERR(be), kc_mmq_launch(c->stream, type, n_seg, segs, wup, w0->cols, sc, rows, parts));
@@ -227,8 +248,8 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
     float *c2 = sc;
     void *xs = sc + ((size_t)2 * rows * n_out + 63) / 64 * 64;
     const float one = 1.0f, zero = 0.0f;
-    /* prefill rows with one x part (kc_mmq_parts, GANTRY_PREFILL_XPARTS=1): x in bf16, one GEMM into out */
-    const int one_part = kc_mmq_parts(rows) == 1;
+    /* one x part (x_parts: bf16 activations, or GANTRY_PREFILL_XPARTS=1 at prefill rows): x in bf16, one GEMM into out */
+    const int one_part = x_parts(rows) == 1;
     if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, xs)) ||
         KC_CUBLAS(CU_ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, one_part ? rows : 2 * rows, (int)k,
                                         &one, w->data, CUDA_R_16BF, (int)k, xs, CUDA_R_16BF, (int)k, &zero,

@@ -60,6 +60,15 @@ int cli_kv_dtype(be_t *be, const char *v) {
   return 0;
 }
 
+int cli_activations(const char *v) {
+  if (!v) return 0;
+  if (strcmp(v, "bf16") && strcmp(v, "fp32")) return cli_fail("--activations must be bf16 or fp32, got '%s'", v);
+#ifdef GANTRY_HAVE_CUDA
+  be_cuda_set_activations(v);
+#endif
+  return 0;
+}
+
 int cli_prefill_precision(const char *v) {
   if (!v) return 0;
   if (strcmp(v, "exact") && strcmp(v, "fast")) return cli_fail("--prefill-precision must be exact or fast, got '%s'", v);

@@ -56,13 +56,21 @@ void cli_close_model(cli_model_t *m);
  * before its KV pool is made; be NULL only checks V. Prints the error, returns non-zero. */
 int cli_kv_dtype(be_t *be, const char *v);
 #define CLI_KV_DTYPE_HELP "  --kv-dtype T            KV cache element type: bf16 (CUDA default) or fp32\n"
+/* --activations V ("bf16" or "fp32"; NULL: the default / GANTRY_ACTIVATIONS): the activation
+ * precision of the CUDA backend's products (be_cuda_set_activations, backend_cuda.h); no effect
+ * on the CPU backend (fp32). Prints the error, returns non-zero. */
+int cli_activations(const char *v);
+#define CLI_ACTIVATIONS_HELP                                                                          \
+  "  --activations A         CUDA products: bf16 (default: x rounded to bf16 in batches of 3+ rows\n" \
+  "                          and prefill, tensor-core speed) or fp32 (x within ~1e-6 of fp32,\n"   \
+  "                          batch-invariant; the reference mode); see kernels/README.md\n"
 /* --prefill-precision V ("exact" or "fast"; NULL: the default / GANTRY_PREFILL_PRECISION): the
  * CUDA backend's prefill products of K-quant weights (be_cuda_set_prefill_precision); no effect on
  * the CPU backend. Prints the error, returns non-zero. */
 int cli_prefill_precision(const char *v);
 #define CLI_PREFILL_PRECISION_HELP                                                                   \
   "  --prefill-precision P   CUDA prefill products of K-quant weights: exact (tensor-core mmq) or\n" \
-  "                          fast (bf16-dequantized weights + cuBLAS); see kernels/README.md\n"
+  "                          fast (bf16-dequantized weights + cuBLAS; default with bf16 activations)\n"
 
 /* Prints "gantry-engine: error: <fmt>" and returns exit code 1. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

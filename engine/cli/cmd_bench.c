@@ -15,6 +15,7 @@ int cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {{"model", 1, 0, 'm'}, {"device", 1, 0, 'D'}, {"batch", 1, 0, 'b'},
                                        {"prompt", 1, 0, 'p'}, {"gen", 1, 0, 'g'},   {"threads", 1, 0, 'j'},
                                        {"kv-dtype", 1, 0, 'K'}, {"prefill-precision", 1, 0, 'P'},
+                                       {"activations", 1, 0, 'A'},
                                        {"help", 0, 0, 'h'},     CLI_TP_OPTS,
                                        {0, 0, 0, 0}};
   const char *model = NULL, *device = "cpu", *batches = "1,8,32", *prompts = "512", *kv_dtype = NULL;
@@ -31,12 +32,13 @@ int cmd_bench(int argc, char **argv) {
       case 'b': batches = optarg; break;
       case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
       case 'P': if (cli_prefill_precision(optarg)) return 2; break;
+      case 'A': if (cli_activations(optarg)) return 2; break;
       case 'p': prompts = optarg; break;
       case 'g': if (cli_int("--gen", optarg, 2, 1 << 20, &gen)) return 2; break;
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'h':
         fputs("usage: gantry-engine bench --model M.gguf [--device cpu|cuda] [--batch 1,8,32] [--prompt 512[,2048...]] "
-             "[--gen 256] [--threads N] [--kv-dtype bf16|fp32] [--prefill-precision exact|fast] [--tp N]\n  decode "
+             "[--gen 256] [--threads N] [--kv-dtype bf16|fp32] [--activations bf16|fp32] [--prefill-precision exact|fast] [--tp N]\n  decode "
              "after a prompt of the first --prompt length; every length is also timed as a one-sequence prefill (on "
              "CUDA with a per-op profile)\n" CLI_TP_HELP, stdout);
         return 0;

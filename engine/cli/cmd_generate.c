@@ -27,7 +27,7 @@ static void usage(void) {
         "  --threads N             CPU threads (default: every core)\n"
         "  --device D              cpu (default), cuda or cuda:N\n"
         CLI_TP_HELP
-        CLI_KV_DTYPE_HELP,
+        CLI_KV_DTYPE_HELP CLI_ACTIVATIONS_HELP,
         stdout);
 }
 
@@ -39,7 +39,7 @@ int cmd_generate(int argc, char **argv) {
       {"presence-penalty", 1, 0, 'e'}, {"frequency-penalty", 1, 0, 'f'}, {"seed", 1, 0, 's'},
       {"ignore-eos", 0, 0, 'i'},  {"threads", 1, 0, 'j'}, {"device", 1, 0, 'D'},     {"system", 1, 0, 'S'},
       {"no-think", 0, 0, 'T'},    {"special", 0, 0, 'x'},     {"help", 0, 0, 'h'},      {"kv-dtype", 1, 0, 'K'},
-      CLI_TP_OPTS,
+      {"activations", 1, 0, 'A'}, CLI_TP_OPTS,
       {0, 0, 0, 0}};
   const char *model = NULL;
   prompt_spec_t ps = {0};
@@ -65,6 +65,7 @@ int cmd_generate(int argc, char **argv) {
       case 'n': if (cli_int("--max-tokens", optarg, 1, 1 << 24, &max_tokens)) return 2; break;
       case 'D': device = optarg; break;
       case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
+      case 'A': if (cli_activations(optarg)) return 2; break;
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'k': if (cli_int("--top-k", optarg, -1, 1 << 30, &v)) return 2; sp.top_k = (int)v; break;
       case 's': if (cli_int("--seed", optarg, 0, __LONG_MAX__, &v)) return 2; sp.seed = (uint64_t)v; break;

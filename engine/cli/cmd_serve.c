@@ -19,6 +19,9 @@
 #include "engine/sched/sched_mem.h"
 #include "engine/server/server.h"
 #include "format/tokenizer.h"
+#ifdef GANTRY_HAVE_CUDA
+#include "engine/backend/backend_cuda.h"
+#endif
 
 #ifndef GANTRY_VERSION
 #define GANTRY_VERSION "0.1.0"
@@ -65,6 +68,7 @@ static void usage(void) {
         "  --device D              cpu (default), cuda or cuda:N\n"
         CLI_TP_HELP
         CLI_KV_DTYPE_HELP
+        CLI_ACTIVATIONS_HELP
         CLI_PREFILL_PRECISION_HELP
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
         stdout);
@@ -99,7 +103,7 @@ int cmd_serve(int argc, char **argv) {
       {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
       {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"device", 1, 0, 'D'},
       {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"prefill-precision", 1, 0, 'P'},
-      {"help", 0, 0, 'h'},        CLI_TP_OPTS,
+      {"activations", 1, 0, 'A'}, {"help", 0, 0, 'h'},        CLI_TP_OPTS,
       {0, 0, 0, 0}};
   const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
   const char *kv_dtype = NULL, *served_name = NULL;
@@ -120,6 +124,7 @@ int cmd_serve(int argc, char **argv) {
       case 'n': served_name = optarg; break;
       case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
       case 'P': if (cli_prefill_precision(optarg)) return 2; break;
+      case 'A': if (cli_activations(optarg)) return 2; break;
       case 'p': if (cli_int("--metrics-port", optarg, -1, 65535, &metrics_port)) return 2; break;
       case 's': if (cli_int("--max-num-seqs", optarg, 1, 4096, &max_seqs)) return 2; break;
       case 'b': if (cli_int("--max-batch-tokens", optarg, 1, 1 << 20, &max_batch)) return 2; break;
@@ -198,6 +203,10 @@ int cmd_serve(int argc, char **argv) {
               m->hp.n_gdn_layers > 0);
   GT_LOG_INFO("weight_types=%s", wtbuf);
   GT_LOG_INFO("parameters=%lld", (long long)m->n_params);
+#ifdef GANTRY_HAVE_CUDA
+  if (strncmp(device, "cuda", 4) == 0)
+    GT_LOG_INFO("activations=%s prefill_precision=%s", be_cuda_activations(), be_cuda_prefill_precision());
+#endif
   /* the scheduler plans the KV pool from the device's memory and logs the plan (sched_mem.h) */
   sched_config_t cfg = {.max_num_seqs = (int)max_seqs, .max_batch_tokens = (int)max_batch, .max_waiting = (int)max_waiting,
                         .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac};

@@ -55,6 +55,9 @@ int eb_parse_list(const char *s, int *b, int cap, long max) {
 typedef struct {
   int32_t *tok, *pos, *first, *ntok, *slot, *outt, *table;
   float *logits;
+  int32_t *ids;           /* [max batch] greedy ids of a decode step sampled on the backend */
+  be_sample_row_t *rows;  /* [max batch] greedy rows */
+  int host_logits;        /* 1: decode steps download the logits (the backend cannot sample) */
   int mb, V;
   unsigned seed;
 } eb_buf_t;
@@ -89,7 +92,8 @@ static int eb_decode(model_t *m, eb_buf_t *x, int B, int pos, gt_err_t *err) {
   }
   be_batch_t b = {.n_tok = B, .n_seq = B, .tok = x->tok, .pos = x->pos, .seq_first = x->first, .seq_ntok = x->ntok,
                   .block_table = x->table, .max_blocks = x->mb, .state_slot = x->slot, .n_out = B, .out_tok = x->outt};
-  return model_forward(m, &b, x->logits, err);
+  /* as the scheduler's greedy rows: ids sampled on the backend, logits never leave it */
+  return x->host_logits ? model_forward(m, &b, x->logits, err) : model_forward_sample(m, &b, x->rows, x->ids, err);
 }
 
 /* The profile of one batch size (printed after the main table). */
@@ -195,6 +199,9 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   x.outt = malloc(sizeof(int32_t) * (size_t)maxb);
   x.table = malloc(sizeof(int32_t) * (size_t)maxb * mb);
   x.logits = malloc(sizeof(float) * (size_t)maxb * V);
+  x.ids = malloc(sizeof(int32_t) * (size_t)maxb);
+  x.rows = calloc((size_t)maxb, sizeof *x.rows); /* temperature 0: greedy */
+  x.host_logits = !be->ops->sample;
   double *steps = malloc(sizeof(double) * (size_t)o->gen);
   eb_prof_t *prof = o->prof_arm && o->prof_get ? calloc((size_t)o->n_batches, sizeof *prof) : NULL;
   eb_prof_t *pprof = o->prof_arm && o->prof_get && o->n_prefill > 0 ? calloc((size_t)o->n_prefill, sizeof *pprof) : NULL;
@@ -203,7 +210,9 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   const int R = m->tp ? tp_n_ranks(m->tp) : 0;
   double *ar = R ? calloc((size_t)o->n_batches * (R + 2), sizeof *ar) : NULL;
   uint64_t ar_calls0[TP_MAX_RANKS], ar_ns0[TP_MAX_RANKS], ar_calls1[TP_MAX_RANKS], ar_ns1[TP_MAX_RANKS];
-  if (!x.tok || !x.pos || !x.first || !x.ntok || !x.slot || !x.outt || !x.table || !x.logits || !steps ||
+  fprintf(out, "decode steps: %s\n", x.host_logits ? "logits downloaded (the backend cannot sample)"
+                                                   : "greedy ids sampled on the backend, as the scheduler does");
+  if (!x.tok || !x.pos || !x.first || !x.ntok || !x.slot || !x.outt || !x.table || !x.logits || !x.ids || !x.rows || !steps ||
       (o->prof_arm && o->prof_get && (!prof || (o->n_prefill > 0 && !pprof))) || (R && !ar)) {
     rc = gt_err_set(err, GT_ENOMEM, "bench buffers");
     goto done;
@@ -312,6 +321,8 @@ done:
   free(x.outt);
   free(x.table);
   free(x.logits);
+  free(x.ids);
+  free(x.rows);
   free(steps);
   free(prof);
   free(pprof);

@@ -943,6 +943,59 @@ static void test_prefill_fast(void **st) {
   assert_int_equal(be_cuda_set_prefill_precision(NULL), 0);
 }
 
+/* ---- bf16 activations (be_cuda_set_activations "bf16", the product default; every other test
+ * here runs with "fp32", set in main): x rounded to bf16 in products of 3+ rows (BF16 weights: 4+),
+ * through matmul, matmul_multi and ffn_swiglu against the CPU, every K-quant, Q8_0 and BF16, odd
+ * row counts and n_out not a multiple of any tile. Decode rows keep the weights' exact integers
+ * (bound MMQ_BF16_TOL), prefill rows of K-quant / Q8_0 weights take the fast product (FAST_TOL_1);
+ * the error must exceed FAST_MIN there (else x was not rounded), and 1-2 rows (BF16: 1-3) stay on
+ * the exact matvec kernels (TOL). */
+static void test_activations_bf16(void **st) {
+  NEED_GPU();
+  assert_int_equal(be_cuda_set_activations("bf16"), 0);
+  assert_int_equal(be_cuda_set_activations("fp16"), -1);
+  assert_string_equal(be_cuda_activations(), "bf16");
+  assert_string_equal(be_cuda_prefill_precision(), "fast");
+  const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_Q8_0, GT_TYPE_BF16};
+  const int64_t shapes[][2] = {{300, 1024}, {72, 768}};
+  const int rows_list[] = {1, 2, 3, 4, 7, 8, 17, 32, 33, 64, 65, 132};
+  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+      const int64_t n_out = shapes[si][0], cols = shapes[si][1];
+      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
+              wk = weight(types[ti], n_out / 4, cols, 0.5f);
+      for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+        const int rows = rows_list[ri];
+        const int rounded = rows >= (types[ti] == GT_TYPE_BF16 ? 4 : 3);
+        const double tol = !rounded ? TOL : rows > 64 && types[ti] != GT_TYPE_BF16 ? FAST_TOL_1 : MMQ_BF16_TOL;
+        float *x = rnd((size_t)rows * cols, 1.0f);
+        const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (n_out / 4);
+        buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
+              bm = putf(NULL, no), bk = putf(NULL, nk);
+        CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
+        GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
+        CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
+        GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
+        const be_weight_t *mc[] = {&w.c, &wk.c}, *mg[] = {&w.g, &wk.g};
+        float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
+        CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
+        GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
+        char what[96];
+        snprintf(what, sizeof what, "act bf16 %s %lldx%lld rows %d", dt_name(types[ti]), (long long)n_out,
+                 (long long)cols, rows);
+        const double e[] = {cmp(what, bo, no, tol), cmp("  ffn_swiglu", bg, no, tol),
+                            cmp("  matmul_multi 0", bm, no, tol), cmp("  matmul_multi 1", bk, nk, tol)};
+        for (int i = 0; i < 4; i++)
+          if (rounded && e[i] < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e[i]);
+        drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
+        free(x);
+      }
+      wdrop(&w), wdrop(&wu), wdrop(&wk);
+    }
+  }
+  assert_int_equal(be_cuda_set_activations("fp32"), 0);
+}
+
 /* One attn_qk_prep case on a fresh 2-layer pool: q/k vs the CPU and vs the unfused CUDA ops;
  * the pool through attention (head_dim % 32 == 0) against the CPU's. */
 static void qk_prep_case(tbatch_t *tb, int n_head, int n_kv, int hd, int n_rot, int bf16, int max_blocks) {
@@ -1254,6 +1307,8 @@ int main(void) {
     printf("no CUDA device visible: GPU tests skipped\n");
     return 77;
   }
+  /* the op bounds (TOL) are for fp32 activations; test_activations_bf16 covers the default */
+  be_cuda_set_activations("fp32");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul),    cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_dense),
       cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_gdn),
@@ -1261,6 +1316,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
       cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma2), cmocka_unit_test(test_logits_mask),
+      cmocka_unit_test(test_activations_bf16),
       cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -101,7 +101,7 @@ static void test_eval_matches_golden(void **st) {
  * prefill row per --prompt length */
 static void test_bench(void **st) {
   char *out = NULL;
-  int rc = run(&out, "%s bench --model %s --batch 1,3 --prompt 16,40 --gen 4 --threads 1 --prefill-precision fast 2>&1",
+  int rc = run(&out, "%s bench --model %s --batch 1,3 --prompt 16,40 --gen 4 --threads 1 --prefill-precision fast --activations fp32 2>&1",
                tu_bin("gantry-engine"),
                tu_golden("qwen3-tiny.Q8_0.gguf"));
   printf("%s", out);
@@ -171,6 +171,12 @@ static void test_errors(void **st) {
   expect_error("serve --model /nonexistent.gguf --prefill-precision slow", "--prefill-precision must be exact or fast");
   snprintf(args, sizeof args, "bench --model %s --prefill-precision bf16", tu_golden("qwen3-tiny.bf16.gguf"));
   expect_error(args, "--prefill-precision must be exact or fast");
+  /* --activations takes bf16 or fp32, checked before the model is opened */
+  expect_error("serve --model /nonexistent.gguf --activations fp16", "--activations must be bf16 or fp32");
+  snprintf(args, sizeof args, "bench --model %s --activations int8", tu_golden("qwen3-tiny.bf16.gguf"));
+  expect_error(args, "--activations must be bf16 or fp32");
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --activations x", tu_golden("qwen3-tiny.bf16.gguf"));
+  expect_error(args, "--activations must be bf16 or fp32");
 }
 
 /* --tp: generate and eval over two CPU ranks (and one rank forced through the group) give what

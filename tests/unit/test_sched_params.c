@@ -325,6 +325,8 @@ int main(void) {
     printf("no CUDA device visible: GPU tests skipped\n");
     return 77;
   }
+  /* batch-invariant products: these tests compare batched steps with single ones and the CPU */
+  be_cuda_set_activations("fp32");
 #endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_logit_bias),

@@ -2,10 +2,11 @@
  * that links only the engine core and the CUDA backend (no gRPC), so it can be carried to a GPU
  * machine by scripts/gpu/pack.sh:
  *   bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512[,2048...]] [--gen 256] [--kv-dtype bf16|fp32]
- *                [--prefill-precision exact|fast]
+ *                [--activations bf16|fp32] [--prefill-precision exact|fast]
  * Prints engine/models/bench.h's table (decode after a prompt of the first --prompt length; every
  * length also timed as a one-sequence prefill) and per-op profile of one decode step per batch
- * size and of one prefill per length (--prefill-precision: be_cuda_set_prefill_precision), then the
+ * size and of one prefill per length (--activations: be_cuda_set_activations; --prefill-precision:
+ * be_cuda_set_prefill_precision), then the
  * decode batch sizes that have a captured CUDA graph. GANTRY_CUDA_GRAPHS=0 runs decode without
  * graphs. */
 #include <stdio.h>
@@ -16,7 +17,7 @@
 #include "engine/models/bench.h"
 
 int main(int argc, char **argv) {
-  const char *path = NULL, *batches = "1,8,32", *prompts = "512", *kv_dtype = "bf16", *precision = NULL;
+  const char *path = NULL, *batches = "1,8,32", *prompts = "512", *kv_dtype = "bf16", *precision = NULL, *act = NULL;
   int gen = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model")) path = argv[i + 1];
@@ -25,15 +26,16 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--gen")) gen = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--kv-dtype")) kv_dtype = argv[i + 1];
     else if (!strcmp(argv[i], "--prefill-precision")) precision = argv[i + 1];
+    else if (!strcmp(argv[i], "--activations")) act = argv[i + 1];
   }
   int b[64], nb = eb_parse_batches(batches, b, 64), maxb = 1, pl[16], np = eb_parse_list(prompts, pl, 16, 1 << 20);
   if (!path || np <= 0 || gen < 2 || nb <= 0 || (strcmp(kv_dtype, "bf16") && strcmp(kv_dtype, "fp32")) ||
-      (precision && be_cuda_set_prefill_precision(precision))) {
+      (precision && be_cuda_set_prefill_precision(precision)) || (act && be_cuda_set_activations(act))) {
     fprintf(stderr, "usage: bench_decode --model M.gguf [--batch 1,8,32] [--prompt 512[,2048...]] [--gen 256] "
-                    "[--kv-dtype bf16|fp32] [--prefill-precision exact|fast]\n");
+                    "[--kv-dtype bf16|fp32] [--activations bf16|fp32] [--prefill-precision exact|fast]\n");
     return 2;
   }
-  printf("prefill precision: %s\n", be_cuda_prefill_precision());
+  printf("activations: %s, prefill precision: %s\n", be_cuda_activations(), be_cuda_prefill_precision());
   const int prompt = pl[0];
   for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
   for (int i = 0; i < np; i++) maxb = pl[i] > maxb ? pl[i] : maxb; /* max_tokens */
