@@ -48,7 +48,11 @@ __global__ void mmq_pf_prep_kernel(const float *__restrict__ x, int64_t cols, in
       xf[2 * pst + idx] = make_uint2(mvm_bits(l01), mvm_bits(l23));
     }
   }
-  float p = (v.x + v.y) + (v.z + v.w);
+  /* Σx of the sub-block (the Q4_K / Q5_K min term): with one part, the sum of the bf16 x the mma
+   * multiplies, so that d·sc·Σq·x̃ - dmin·m·Σx̃ is exactly W·x̃ (only x's own rounding); the
+   * exact Σx would leave d·sc·Σq·(x̃ - x) uncancelled, several times larger (q >= 0) */
+  float p = parts == 1 ? (__low2float(h01) + __high2float(h01)) + (__low2float(h23) + __high2float(h23))
+                       : (v.x + v.y) + (v.z + v.w);
   p += __shfl_xor_sync(KC_FULL_MASK, p, 1);
   p += __shfl_xor_sync(KC_FULL_MASK, p, 2);
   p += __shfl_xor_sync(KC_FULL_MASK, p, 4);

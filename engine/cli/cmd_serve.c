@@ -58,7 +58,8 @@ static void usage(void) {
         "  --served-model-name N   the model's name in Info and the metrics' model_name label; use the\n"
         "                          router's model id (default: the GGUF's general.name)\n"
         "  --max-num-seqs N        sequences running at once (default 32)\n"
-        "  --max-batch-tokens N    tokens per step, decode + prefill chunks (default 512)\n"
+        "  --max-batch-tokens N    tokens per step, decode + prefill chunks (default 2048 on CUDA, 512 on\n"
+        "                          the CPU; engine/SERVE.md \"Chunk size\")\n"
         "  --max-waiting N         waiting queue bound; more -> RESOURCE_EXHAUSTED (default 256)\n"
         "  --kv-memory SIZE        KV pool: bytes with K/M/G suffix, or a fraction (0.5) of the device's free\n"
         "                          memory after the weights (default: max-num-seqs x max-model-len if that\n"
@@ -96,6 +97,9 @@ static int parse_size(const char *v, double *bytes, double *fraction) {
   return 0;
 }
 
+#define SERVE_CHUNK_CUDA 2048 /* --max-batch-tokens defaults */
+#define SERVE_CHUNK_CPU 512
+
 int cmd_serve(int argc, char **argv) {
   static const struct option opts[] = {
       {"model", 1, 0, 'm'},        {"listen", 1, 0, 'l'},        {"metrics-port", 1, 0, 'p'},
@@ -107,7 +111,7 @@ int cmd_serve(int argc, char **argv) {
       {0, 0, 0, 0}};
   const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
   const char *kv_dtype = NULL, *served_name = NULL;
-  long metrics_port = 9090, max_seqs = 32, max_batch = 512, max_waiting = 256, threads = 0, max_len = 0;
+  long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
   double drain_s = 30;
   cli_tp_t tp = {.tp = 1};
   optind = 1;
@@ -180,6 +184,8 @@ int cmd_serve(int argc, char **argv) {
     tensor_bytes += t->nbytes;
     if ((int)t->type >= 0 && t->type < GT_TYPE_COUNT) n_type[t->type]++;
   }
+  /* CUDA: the smallest chunk within 5 % of the best prefill rate (engine/SERVE.md "Chunk size") */
+  if (!max_batch) max_batch = strncmp(device, "cuda", 4) == 0 ? SERVE_CHUNK_CUDA : SERVE_CHUNK_CPU;
   int lrc = cli_load_model(g, model, device, (int)threads, &tp, (int)max_batch, tensor_bytes, &be, &m);
   if (lrc) {
     rc = lrc;

@@ -37,7 +37,7 @@ typedef struct sched sched_t;
 
 typedef struct {
   int max_num_seqs;     /* running sequences at once (default 32) */
-  int max_batch_tokens; /* tokens per step, decode + prefill chunks (default 512) */
+  int max_batch_tokens; /* tokens per step, decode + prefill chunks (serve: 2048 on CUDA, 512 on the CPU) */
   int max_waiting;      /* bounded waiting queue: more -> GT_EBUSY (default 256) */
   int n_blocks;         /* KV pool blocks (0: planned from memory, engine/sched/sched_mem.h) */
   int block_tokens;     /* default 16 */
