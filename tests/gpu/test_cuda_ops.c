@@ -33,7 +33,7 @@
  * CPU32 keeps them fp32: the unrounded reference the attention test also reports against */
 static be_t *CPU_BE, *GPU_BE, *CPU32;
 /* a second CUDA backend with the chunked GDN scan at its default (off): the sequential scans */
-static be_t *GPU_SEQ;
+static be_t *GPU_SEQ, *GPU_MAIN; /* GPU_MAIN: GPU_BE, also while test_gdn_long swaps it */
 static unsigned g_seed = 12345;
 
 static float frand(void) { /* uniform in [-1, 1) */
@@ -201,6 +201,7 @@ static int setup(void **state) {
     print_message("be_cuda_create: %s\n", err.msg);
     return -1;
   }
+  GPU_MAIN = GPU_BE;
   if (be_cpu_create(0, &CPU_BE, &err) || be_cpu_create(0, &CPU32, &err)) return -1;
   if (be_kv_type(GPU_BE) != GT_TYPE_BF16 || be_kv_set_type(CPU_BE, GT_TYPE_BF16)) {
     print_message("the CUDA backend must default to bf16 KV pools\n");
@@ -212,7 +213,7 @@ static int setup(void **state) {
 }
 static int teardown(void **state) {
   be_destroy(GPU_SEQ);
-  be_destroy(GPU_BE);
+  be_destroy(GPU_MAIN);
   be_destroy(CPU_BE);
   be_destroy(CPU32);
   return 0;
@@ -642,13 +643,12 @@ static void gdn_long_case(int n_k, int n_v, int dk, int dv) {
 
 static void test_gdn_long(void **st) {
   NEED_GPU();
-  be_t *chunked = GPU_BE;
   GPU_BE = GPU_SEQ; /* every helper (put, both_batch, weight) now targets the second backend */
   gdn_long_case(2, 4, 128, 128); /* qwen35-9b head size */
   gdn_long_case(1, 2, 40, 48);   /* partial row groups (d_k 40) and a partial column tile */
   gdn_long_case(1, 3, 256, 64);  /* the largest d_k of the long kernel (8-token tiles) */
   gdn_long_case(2, 2, 260, 32);  /* d_k > 256: the per-token kernels only */
-  GPU_BE = chunked;
+  GPU_BE = GPU_MAIN;
 }
 
 /* The KV pool type of both backends (GPU pools; the CPU's bf16 rounding), for the next kv_init. */
