@@ -2,8 +2,8 @@
  *
  * The per-token cost of the sequential scan is a latency chain (S -> kv = Sᵀk -> delta -> S), so
  * this kernel shortens the chain instead of adding parallelism inside it:
- * - block (tile of CB value columns, value head, sequence), GL_WARPS warps, no __syncthreads per
- *   token: lane l of warp w owns column c = CB tile + w CPW + l / LPC and the key rows of the
+ * - block (tile of GL_CB value columns, value head, sequence), LPC warps, no __syncthreads per
+ *   token: lane l of warp w owns column c = GL_CB tile + w CPW + l / LPC and the key rows of the
  *   float4 groups p + LPC u (p = l % LPC, u < NU), i.e. 4 NU rows of S in registers. A dot product
  *   over d_k is 4 NU FMAs (four independent accumulators) and log2(LPC) xor-shuffles inside the
  *   column's lanes (every lane gets the sum).
@@ -15,7 +15,10 @@
  * exp(g) is taken once per token of a tile (in place in shared memory, before the scan). */
 #include "kernels/gdn_scan_long.cuh"
 
-#define GL_WARPS 4
+/* GL_CB value columns per block: LPC warps of 32 / LPC columns each (4 warps at LPC 4, 8 at LPC
+ * 8), so that d_v 128 x 32 value heads make 128 blocks, one wave on 132 SMs, and the q/k rows a
+ * block stages per token serve 32 columns */
+#define GL_CB 32
 
 __device__ __forceinline__ unsigned gl_sa(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* 4 bytes global -> shared, zero-filled when ok == 0 (src is then not read) */
@@ -31,9 +34,9 @@ struct gl_layout {
   static constexpr int BUF = TT * (QK + V + GB); /* floats per buffer: qk [TT][2 DKP], v [TT][CB], gb [TT][2] */
 };
 
-/* Issues the copies of tokens [t0, t0 + cnt) of the sequence into one buffer; warp w copies the
- * tokens w, w + GL_WARPS, ... of the tile. */
-template <int DKP, int CB>
+/* Issues the copies of tokens [t0, t0 + cnt) of the sequence into one buffer; warp w of NW copies
+ * the tokens w, w + NW, ... of the tile. */
+template <int DKP, int CB, int NW>
 __device__ __forceinline__ void gl_stage(float *buf, int cnt, size_t t0, const float *__restrict__ q,
                                          const float *__restrict__ k, const float *__restrict__ v,
                                          const float *__restrict__ g, const float *__restrict__ beta, int kh, int h,
@@ -42,7 +45,7 @@ __device__ __forceinline__ void gl_stage(float *buf, int cnt, size_t t0, const f
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   float *sqk = buf, *sv = buf + L::TT * L::QK, *sgb = sv + L::TT * L::V;
   const size_t qk_ld = (size_t)n_k * d_k, v_ld = (size_t)n_v * d_v;
-  for (int i = w; i < cnt; i += GL_WARPS) {
+  for (int i = w; i < cnt; i += NW) {
     const size_t t = t0 + (size_t)i;
     const float *qt = q + t * qk_ld + (size_t)kh * d_k, *kt = k + t * qk_ld + (size_t)kh * d_k;
 #pragma unroll
@@ -75,11 +78,11 @@ __device__ __forceinline__ void gl_allreduce2(float &a, float &b) {
 }
 
 template <int LPC, int NU>
-__global__ void __launch_bounds__(GL_WARPS * 32)
+__global__ void __launch_bounds__(LPC * 32)
     gdn_long_kernel(kc_batch_t b, float *ssm, int n_slots, const float *__restrict__ q, const float *__restrict__ k,
                     const float *__restrict__ v, const float *__restrict__ g, const float *__restrict__ beta,
                     float *__restrict__ out, int n_k, int n_v, int d_k, int d_v, int min_tok, int skip_from) {
-  constexpr int CPW = 32 / LPC, CB = GL_WARPS * CPW, DKP = 4 * LPC * NU;
+  constexpr int CPW = 32 / LPC, CB = GL_CB, DKP = 4 * LPC * NU;
   typedef gl_layout<DKP, CB> L;
   extern __shared__ float4 gl_smem4[];
   float *smem = (float *)gl_smem4;
@@ -107,14 +110,14 @@ __global__ void __launch_bounds__(GL_WARPS * 32)
   const size_t v_ld = (size_t)n_v * d_v;
   float *ocol = out + (size_t)h * d_v + c;
   const int ntile = (n + L::TT - 1) / L::TT;
-  gl_stage<DKP, CB>(smem, min(n, L::TT), (size_t)t0, q, k, v, g, beta, kh, h, c0, n_k, n_v, d_k, d_v);
+  gl_stage<DKP, CB, LPC>(smem, min(n, L::TT), (size_t)t0, q, k, v, g, beta, kh, h, c0, n_k, n_v, d_k, d_v);
   float po = 0.0f; /* partial o of the previous token, reduced with the next kv */
   size_t t_prev = 0;
   bool have_prev = false;
   for (int j = 0; j < ntile; j++) {
     float *buf = smem + (j & 1) * L::BUF;
     if (j + 1 < ntile)
-      gl_stage<DKP, CB>(smem + ((j + 1) & 1) * L::BUF, min(n - (j + 1) * L::TT, L::TT),
+      gl_stage<DKP, CB, LPC>(smem + ((j + 1) & 1) * L::BUF, min(n - (j + 1) * L::TT, L::TT),
                         (size_t)t0 + (size_t)(j + 1) * L::TT, q, k, v, g, beta, kh, h, c0, n_k, n_v, d_k, d_v);
     else asm volatile("cp.async.commit_group;\n" ::);
     asm volatile("cp.async.wait_group 1;\n" ::);
@@ -184,10 +187,10 @@ template <int LPC, int NU>
 static int gl_launch(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots, const float *q, const float *k,
                      const float *v, const float *g, const float *beta, float *out, int n_k, int n_v, int d_k, int d_v,
                      int min_tok, int skip_from) {
-  constexpr int CB = GL_WARPS * (32 / LPC), DKP = 4 * LPC * NU;
+  constexpr int CB = GL_CB, DKP = 4 * LPC * NU;
   const size_t smem = sizeof(float) * 2 * (size_t)gl_layout<DKP, CB>::BUF;
   const dim3 grid((unsigned)((d_v + CB - 1) / CB), (unsigned)n_v, (unsigned)b.n_seq);
-  gdn_long_kernel<LPC, NU><<<grid, GL_WARPS * 32, smem, st>>>(b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k,
+  gdn_long_kernel<LPC, NU><<<grid, LPC * 32, smem, st>>>(b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k,
                                                                d_v, min_tok, skip_from);
   return (int)cudaGetLastError();
 }
