@@ -31,8 +31,8 @@ grep -E "^check|^\||MISMATCH" "$O/bench.log"
 step test_cuda_ops 200 "$D/test_cuda_ops"
 grep -E "gdn|FAIL|\[  (PASSED|FAILED)|\[ +(FAILED) +\]" "$O/test_cuda_ops.log" | tail -60
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-step racecheck 90 "$CS" --tool racecheck --error-exitcode 9 "$D/bench_gdn_scan" --prompt 40 --reps 1 --max 64
+step racecheck 90 "$CS" --tool racecheck --error-exitcode 9 "$D/bench_gdn_scan" --prompt 40 --check 1
 grep -E "RACECHECK SUMMARY|^check|hazard" "$O/racecheck.log" | head
-step memcheck 90 "$CS" --tool memcheck --error-exitcode 9 "$D/bench_gdn_scan" --prompt 40 --reps 1 --max 64
+step memcheck 90 "$CS" --tool memcheck --error-exitcode 9 "$D/bench_gdn_scan" --prompt 40 --check 1
 grep -E "ERROR SUMMARY|^check|Invalid" "$O/memcheck.log" | head
 rm -rf "$W"

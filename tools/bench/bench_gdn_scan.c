@@ -6,7 +6,7 @@
  * outputs and final states of a --prompt-token prefill against engine/backend/gdn_chunked.c on
  * the CPU (normalized error). Prints us per layer, ns per token and the speed-up over the
  * per-token kernel.
- *   bench_gdn_scan [--prompt 512] [--reps 20] [--max 8192] */
+ *   bench_gdn_scan [--prompt 512] [--reps 20] [--max 8192] [--check 1 (validation only: sanitizers)] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,14 +114,15 @@ static void bench_row(const char *what, int n_seq, int ntok, const int *kinds, i
 }
 
 int main(int argc, char **argv) {
-  int prompt = 512, reps = 20, maxtok = 8192;
+  int prompt = 512, reps = 20, maxtok = 8192, check_only = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--prompt")) prompt = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--max")) maxtok = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--check")) check_only = atoi(argv[i + 1]);
   }
   if (prompt < 1 || reps < 1 || maxtok < 1) {
-    fprintf(stderr, "usage: bench_gdn_scan [--prompt 512] [--reps 20] [--max 8192]\n");
+    fprintf(stderr, "usage: bench_gdn_scan [--prompt 512] [--reps 20] [--max 8192] [--check 1]\n");
     return 2;
   }
   if (!kc_gdn_chunked_ok(DK, DV)) {
@@ -171,17 +172,20 @@ int main(int argc, char **argv) {
   }
   cudaFree(dm);
   if (bad) printf("MISMATCH: a kernel's error is above 1e-4 (timings follow all the same)\n");
+  if (check_only) maxtok = 0, reps = 0;
   printf("\nper layer (qwen35-9b GDN heads); x24: the 24 GDN layers; speed-up over the per-token kernel\n");
   printf("| case | seqs x tokens | kernel | us / layer | ns / token | x 24 layers (ms) | speed-up |\n"
          "|---|---|---|---|---|---|---|\n");
   const int scan_k[4] = {K_TOKEN, K_LONG4, K_LONG8, K_DEFAULT}, chunk_k[2] = {K_TOKEN, K_CHUNKED};
-  bench_row("prefill", 1, prompt, chunk_k, 2, ssm, in, out, reps);
+  if (reps > 0) bench_row("prefill", 1, prompt, chunk_k, 2, ssm, in, out, reps);
   const int lens[] = {1, 2, 4, 8, 16, 32, 64, 128, 1024, 8192};
   for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
     if (lens[i] <= maxtok) bench_row("one sequence", 1, lens[i], scan_k, 4, ssm, in, out, lens[i] >= 1024 ? 5 : reps);
   if (maxtok >= 1024) bench_row("8 sequences", 8, 1024, scan_k, 4, ssm, in, out, 5);
-  bench_row("decode", 8, 1, scan_k, 4, ssm, in, out, reps);
-  bench_row("decode", 32, 1, scan_k, 4, ssm, in, out, reps);
+  if (reps > 0) {
+    bench_row("decode", 8, 1, scan_k, 4, ssm, in, out, reps);
+    bench_row("decode", 32, 1, scan_k, 4, ssm, in, out, reps);
+  }
   cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) fprintf(stderr, "cuda: %s\n", cudaGetErrorString(e));
   free(hq), free(hk), free(hv), free(hg), free(hb), free(hs), free(ref), free(got), free(S), free(Sg), free(ws);
