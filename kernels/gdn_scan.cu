@@ -163,8 +163,11 @@ KC_API int kc_gdn_scan_sel(cudaStream_t st, kc_batch_t b, float *ssm, int n_slot
   if (d_v > 1024 || d_v <= 0 || d_k <= 0 || n_k <= 0 || n_v <= 0 || n_v % n_k) return (int)cudaErrorInvalidValue;
   if (b.n_seq <= 0) return 0;
   if (long_from < 1) long_from = 1;
-  /* a sequence of >= long_from tokens needs n_tok >= long_from: decode batches launch one kernel */
-  if (long_from < skip_from && b.n_tok >= long_from && kc_gdn_scan_long_ok(d_k, d_v)) {
+  /* Launch the long kernel only when a sequence can have >= long_from tokens: when every sequence
+   * brings >= 1 token the longest has at most n_tok - n_seq + 1, so decode batches (and their
+   * graphs) hold the per-token kernel alone. A batch with empty sequences may understate it: its
+   * long sequences then take the per-token kernel, which is correct for any length. */
+  if (long_from < skip_from && b.n_tok - b.n_seq + 1 >= long_from && kc_gdn_scan_long_ok(d_k, d_v)) {
     const int rc = kc_gdn_scan_long(st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v, long_from,
                                     skip_from, long_lpc);
     if (rc || long_from == 1) return rc;
