@@ -1,6 +1,7 @@
-/* kernels/gdn_scan.cu — see gdn_scan.cuh.
+/* kernels/gdn_scan.cu — see gdn_scan.cuh. The kernels here serve sequences of fewer than
+ * KC_GDN_LONG_MIN tokens (decode); kernels/gdn_scan_long.cu the longer ones.
  *
- * Main kernel (d_k <= 256): block (column tile of 32 value columns, value head, sequence), 256
+ * Per-token kernel (d_k <= 256): block (column tile of 32 value columns, value head, sequence), 256
  * threads = 8 warps. Lane l owns value column j = 32 * tile + l; warp w owns key rows
  * r = w + 8u (u < RPT), so a warp's S accesses are 128-byte rows. The thread keeps its RPT
  * elements of S in registers for all of the sequence's tokens: S is read once and written
@@ -8,6 +9,7 @@
  * across the 8 warps in shared memory (two __syncthreads per token, block-uniform loop).
  * Fallback (d_k > 256): the former block per (value head, sequence) with S in device memory. */
 #include "kernels/gdn_scan.cuh"
+#include "kernels/gdn_scan_long.cuh"
 
 #define GDN_WARPS 8
 #define GDN_TILE 32
@@ -130,11 +132,10 @@ __global__ void gdn_scan_global_kernel(kc_batch_t b, float *ssm, int n_slots, co
   }
 }
 
-KC_API int kc_gdn_scan(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots, const float *q, const float *k,
-                       const float *v, const float *g, const float *beta, float *out, int n_k, int n_v, int d_k,
-                       int d_v, int skip_from) {
-  if (d_v > 1024 || d_v <= 0 || d_k <= 0 || n_k <= 0 || n_v <= 0 || n_v % n_k) return (int)cudaErrorInvalidValue;
-  if (b.n_seq <= 0) return 0;
+/* Launches the former kernels for the sequences with fewer than skip_from tokens. */
+static int gdn_scan_short(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots, const float *q, const float *k,
+                          const float *v, const float *g, const float *beta, float *out, int n_k, int n_v, int d_k,
+                          int d_v, int skip_from) {
   if (d_k <= GDN_WARPS * 32) {
     const dim3 grid((unsigned)((d_v + GDN_TILE - 1) / GDN_TILE), (unsigned)n_v, (unsigned)b.n_seq);
     const int rpt = (d_k + GDN_WARPS - 1) / GDN_WARPS;
@@ -154,4 +155,30 @@ KC_API int kc_gdn_scan(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots, c
   gdn_scan_global_kernel<<<dim3(n_v, b.n_seq), threads, smem, st>>>(b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v,
                                                                      d_k, d_v, skip_from);
   return (int)cudaGetLastError();
+}
+
+KC_API int kc_gdn_scan_sel(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots, const float *q, const float *k,
+                           const float *v, const float *g, const float *beta, float *out, int n_k, int n_v, int d_k,
+                           int d_v, int skip_from, int long_from, int long_lpc) {
+  if (d_v > 1024 || d_v <= 0 || d_k <= 0 || n_k <= 0 || n_v <= 0 || n_v % n_k) return (int)cudaErrorInvalidValue;
+  if (b.n_seq <= 0) return 0;
+  if (long_from < 1) long_from = 1;
+  /* Launch the long kernel only when a sequence can have >= long_from tokens: when every sequence
+   * brings >= 1 token the longest has at most n_tok - n_seq + 1, so decode batches (and their
+   * graphs) hold the per-token kernel alone. A batch with empty sequences may understate it: its
+   * long sequences then take the per-token kernel, which is correct for any length. */
+  if (long_from < skip_from && b.n_tok - b.n_seq + 1 >= long_from && kc_gdn_scan_long_ok(d_k, d_v)) {
+    const int rc = kc_gdn_scan_long(st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v, long_from,
+                                    skip_from, long_lpc);
+    if (rc || long_from == 1) return rc;
+    skip_from = long_from;
+  }
+  return gdn_scan_short(st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v, skip_from);
+}
+
+KC_API int kc_gdn_scan(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots, const float *q, const float *k,
+                       const float *v, const float *g, const float *beta, float *out, int n_k, int n_v, int d_k,
+                       int d_v, int skip_from) {
+  return kc_gdn_scan_sel(st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v, skip_from, KC_GDN_LONG_MIN,
+                         KC_GDN_LONG_LPC);
 }

@@ -18,6 +18,7 @@
 #include "engine/backend/backend_cuda.h"
 #include "tools/quantize.h"
 #include "kernels/attn_flash.cuh"
+#include "kernels/gdn_scan.cuh"
 
 #define TOL 1e-5
 /* Attention of sequences with >= 16 tokens in the batch (prefill) on the bf16 pools runs the
@@ -31,6 +32,8 @@
 /* CPU_BE rounds K and V to bf16 as it stores them (the GPU's default bf16 pools);
  * CPU32 keeps them fp32: the unrounded reference the attention test also reports against */
 static be_t *CPU_BE, *GPU_BE, *CPU32;
+/* a second CUDA backend with the chunked GDN scan at its default (off): the sequential scans */
+static be_t *GPU_SEQ, *GPU_MAIN; /* GPU_MAIN: GPU_BE, also while test_gdn_long swaps it */
 static unsigned g_seed = 12345;
 
 static float frand(void) { /* uniform in [-1, 1) */
@@ -187,12 +190,18 @@ static int setup(void **state) {
     return 0;
   }
   /* the chunked GDN scan is off by default (slower than the sequential one on the H200): these
-   * tests turn it on for sequences of >= 16 tokens; the golden tests cover the sequential path */
+   * tests turn it on for sequences of >= 16 tokens; GPU_SEQ (test_gdn_long) keeps the default */
+  unsetenv("GANTRY_GDN_CHUNK_MIN");
+  if (be_cuda_create(0, &GPU_SEQ, &err)) {
+    print_message("be_cuda_create: %s\n", err.msg);
+    return -1;
+  }
   setenv("GANTRY_GDN_CHUNK_MIN", "16", 1);
   if (be_cuda_create(0, &GPU_BE, &err)) {
     print_message("be_cuda_create: %s\n", err.msg);
     return -1;
   }
+  GPU_MAIN = GPU_BE;
   if (be_cpu_create(0, &CPU_BE, &err) || be_cpu_create(0, &CPU32, &err)) return -1;
   if (be_kv_type(GPU_BE) != GT_TYPE_BF16 || be_kv_set_type(CPU_BE, GT_TYPE_BF16)) {
     print_message("the CUDA backend must default to bf16 KV pools\n");
@@ -203,7 +212,8 @@ static int setup(void **state) {
   return 0;
 }
 static int teardown(void **state) {
-  be_destroy(GPU_BE);
+  be_destroy(GPU_SEQ);
+  be_destroy(GPU_MAIN);
   be_destroy(CPU_BE);
   be_destroy(CPU32);
   return 0;
@@ -594,6 +604,51 @@ static void test_gdn_chunked(void **st) {
   gdn_chunked_case(2, 4, 128, 128); /* qwen35-9b head size */
   gdn_chunked_case(2, 4, 64, 64);   /* qwen35-tiny */
   gdn_chunked_case(1, 2, 40, 48);   /* partial warps of rows and a partial column tile */
+}
+
+/* ---- GDN prefill on the sequential kernels (GPU_SEQ: the default, chunked scan off): long
+ * sequences (gdn_scan_long) beside short ones and decode tokens (the per-token kernel) in one
+ * batch, lengths around KC_GDN_LONG_MIN, continued from a non-zero state, decode after it;
+ * shapes whose d_k / d_v do not fill the long kernel's row groups and column tiles. ---- */
+static void gdn_long_case(int n_k, int n_v, int dk, int dv) {
+  const int K = 4, C = 2 * n_k * dk + n_v * dv, n_slots = 8, L = KC_GDN_LONG_MIN;
+  char label[96];
+  print_message("  gdn long: n_k %d n_v %d d_k %d d_v %d\n", n_k, n_v, dk, dv);
+  assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  float av[64];
+  for (int h = 0; h < n_v; h++) av[h] = -(0.1f + 0.9f * fabsf(frand()));
+  wpair_t a, cw = weight(GT_TYPE_F32, C, K, 0.5f), dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(CPU_BE, &a.c, GT_TYPE_F32, 1, n_v, av, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &a.g, GT_TYPE_F32, 1, n_v, av, &err), 0);
+  int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  tbatch_t *tb = malloc(sizeof *tb);
+  const struct {
+    int n_seq, start[7], ntok[7], slot[7];
+    const char *what;
+  } steps[] = {
+      {7, {0, 0, 0, 0, 0, 0, 0}, {300, 2000, 1, 5, L - 1, L, L + 1}, {0, 1, 2, 3, 4, 5, 6}, "prompts 300+2000+1+5+L-1+L+L+1"},
+      {5, {300, 2000, 1, 5, 0}, {1, 1000, 17, 2 * L, 1}, {0, 1, 2, 3, 7}, "1000+2L+17 from state + 2 decode"},
+      {6, {301, 3000, 18, 5 + 2 * L, 1, L - 1}, {1, 1, 1, 1, 1, 1}, {0, 1, 2, 3, 7, 4}, "decode 6 after long"},
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    mk_batch(tb, steps[i].n_seq, steps[i].start, steps[i].ntok, steps[i].slot, table, 1, 100);
+    snprintf(label, sizeof label, "%s (L %d, d %d/%d)", steps[i].what, L, dk, dv);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, label);
+  }
+  free(tb);
+  wdrop(&cw), wdrop(&a), wdrop(&dtb);
+}
+
+static void test_gdn_long(void **st) {
+  NEED_GPU();
+  GPU_BE = GPU_SEQ; /* every helper (put, both_batch, weight) now targets the second backend */
+  gdn_long_case(2, 4, 128, 128); /* qwen35-9b head size */
+  gdn_long_case(1, 2, 40, 48);   /* partial row groups (d_k 40) and a partial column tile */
+  gdn_long_case(1, 3, 256, 64);  /* the largest d_k of the long kernel (8-token tiles) */
+  gdn_long_case(2, 2, 260, 32);  /* d_k > 256: the per-token kernels only */
+  GPU_BE = GPU_MAIN;
 }
 
 /* The KV pool type of both backends (GPU pools; the CPU's bf16 rounding), for the next kv_init. */
@@ -1312,7 +1367,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul),    cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_dense),
       cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_gdn),
-      cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_decode_graphs),
+      cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_gdn_long), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
       cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma2), cmocka_unit_test(test_logits_mask),
