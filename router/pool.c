@@ -48,6 +48,8 @@ static void check_done_loop(void *a, void *b, intptr_t code) {
       Gantry__V1__HealthResponse *h = (Gantry__V1__HealthResponse *)c->resp;
       ok = h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY;
       bool draining = h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING;
+      if (h->status == GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_FAILED && e->up)
+        GT_LOG_WARN("engine failed model=%s target=%s", e->model, e->target);
       if (draining && !e->draining) GT_LOG_INFO("engine draining model=%s target=%s", e->model, e->target);
       e->draining = draining;
     }

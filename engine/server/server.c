@@ -551,8 +551,9 @@ static void on_health(void *user, gt_rpc_call_t *call) {
   gantry__v1__health_response__init(r);
   srv_state_t st = get_state(s);
   r->status = st == SRV_LOADING ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING
-              : st == SRV_READY ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY
-                                : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING;
+              : st == SRV_READY   ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY
+              : st == SRV_FAILED  ? GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_FAILED
+                                  : GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING;
   if (st != SRV_LOADING) {
     sched_stats_t ss;
     sched_stats(s->sched, &ss);

@@ -162,6 +162,11 @@ static void test_rank_failure(void **state) {
   assert_non_null(strstr(fatal_why, "rank 1"));
   assert_int_equal(srv_state(f.srv), SRV_FAILED);
   assert_int_equal(grpc_health(&f), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  /* gantry's own Health says FAILED (not DRAINING: nothing will finish) */
+  Gantry__V1__HealthResponse *h = NULL;
+  assert_int_equal(ec_health(f.ec, NULL, &h, NULL), GT_RPC_OK);
+  assert_int_equal(h->status, GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_FAILED);
+  protobuf_c_message_free_unpacked(&h->base, NULL);
   /* later requests are refused at once */
   coll_t c3;
   run(&f, ids, 20, 4, &c3);
