@@ -181,6 +181,11 @@ void kv_commit(kv_pool_t *p, int32_t i, uint64_t h, const int32_t *tokens) {
   *head = i;
 }
 
+int32_t kv_committed_block(const kv_pool_t *p, int32_t i, uint64_t h, const int32_t *tokens) {
+  if (i >= 0 && i < p->n_blocks && p->b[i].hashed) return i;
+  return lookup(p, h, tokens);
+}
+
 void kv_set_snapshot(kv_pool_t *p, int32_t i, int snapshot_id) {
   if (i < 0 || i >= p->n_blocks || !p->b[i].hashed) {
     if (snapshot_id >= 0 && p->on_evict) p->on_evict(p->ud, snapshot_id); /* nowhere to keep it */

@@ -62,6 +62,11 @@ struct sched {
   /* slots: [0, max_num_seqs) for running sequences, then n_snapshots snapshot slots */
   int *slot_free, n_slot_free;
   int *snap_free, n_snap_free;
+  /* per snapshot slot (index id - max_num_seqs): the committed block carrying it (-1: free) and
+   * when it was last taken or reused (snap_tick), so that a new snapshot takes the least recently
+   * used slot when none is free (snap_take) */
+  int32_t *snap_block;
+  uint64_t *snap_used, snap_tick;
   req_t **waiting; int n_waiting;
   req_t **running; int n_running;
   /* cross-thread */
@@ -218,7 +223,24 @@ static void waiting_changed(sched_t *s) {
 
 static void on_snapshot_evict(void *ud, int snapshot_id) {
   sched_t *s = ud;
+  s->snap_block[snapshot_id - s->cfg.max_num_seqs] = -1;
   s->snap_free[s->n_snap_free++] = snapshot_id;
+}
+
+/* A snapshot slot for a new snapshot: a free one, else the least recently used one, detached from
+ * its block (the prefix it served can no longer be reused). Without the second rule, slots stay
+ * with the first 2 x max_num_seqs prompts until their blocks are evicted, which in a pool with
+ * room is never: later prompts (a conversation's next turn) would never hit. -1: no slots. */
+static int snap_take(sched_t *s) {
+  if (s->n_snap_free == 0) {
+    int victim = -1;
+    for (int i = 0; i < s->cfg.n_snapshots; i++)
+      if (s->snap_block[i] >= 0 && (victim < 0 || s->snap_used[i] < s->snap_used[victim])) victim = i;
+    if (victim < 0) return -1;
+    kv_set_snapshot(s->kv, s->snap_block[victim], -1); /* on_snapshot_evict frees it */
+    s->st.snapshot_replaced++;
+  }
+  return s->n_snap_free > 0 ? s->snap_free[--s->n_snap_free] : -1;
 }
 
 /* ---- creation ---- */
@@ -280,6 +302,8 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   int T = c.max_batch_tokens, S = c.max_num_seqs;
   s->slot_free = malloc(sizeof(int) * (size_t)S);
   s->snap_free = malloc(sizeof(int) * (size_t)(c.n_snapshots + 1));
+  s->snap_block = malloc(sizeof(int32_t) * (size_t)(c.n_snapshots + 1));
+  s->snap_used = calloc((size_t)c.n_snapshots + 1, sizeof(uint64_t));
   s->waiting = malloc(sizeof(req_t *) * (size_t)(c.max_waiting + S + 1));
   s->running = malloc(sizeof(req_t *) * (size_t)S);
   s->b_tok = malloc(sizeof(int32_t) * (size_t)T);
@@ -305,14 +329,14 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->d_mask = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S * s->mask_words) : NULL;
   s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S) : NULL;
   if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, &s->cons, err))) goto fail;
-  if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
+  if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->snap_block || !s->snap_used || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
       !s->b_rows || !s->b_ids || !s->fork_tmp) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
     goto fail;
   }
   for (int i = S - 1; i >= 0; i--) s->slot_free[s->n_slot_free++] = i;
-  for (int i = c.n_snapshots - 1; i >= 0; i--) s->snap_free[s->n_snap_free++] = S + i;
+  for (int i = c.n_snapshots - 1; i >= 0; i--) s->snap_free[s->n_snap_free++] = S + i, s->snap_block[i] = -1;
   s->next_id = 1;
   s->st.kv_blocks = c.n_blocks;
   s->st.n_ctx = c.n_ctx;
@@ -350,6 +374,8 @@ void sched_free(sched_t *s) {
   if (s->d_rmap) s->m->be->ops->free(s->m->be, s->d_rmap);
   free(s->slot_free);
   free(s->snap_free);
+  free(s->snap_block);
+  free(s->snap_used);
   free(s->waiting);
   free(s->running);
   free(s->b_tok);
@@ -624,7 +650,10 @@ static void admit(sched_t *s) {
     /* reuse cached blocks, always leaving the last token to compute (its logits are needed) */
     int snap = -1;
     int matched = kv_match(s->kv, q->tokens, q->n_tokens - 1, s->max_blocks, s->hybrid, q->blocks, &snap);
-    if (s->hybrid && matched > 0 && snap >= 0) s->m->be->ops->state_copy(s->m->be, q->slot, snap);
+    if (s->hybrid && matched > 0 && snap >= 0) {
+      s->m->be->ops->state_copy(s->m->be, q->slot, snap);
+      s->snap_used[snap - s->cfg.max_num_seqs] = ++s->snap_tick;
+    }
     q->n_blocks = q->n_committed = matched;
     q->n_computed = matched * bt;
     q->chain = 0;
@@ -1007,11 +1036,18 @@ static int step(sched_t *s, gt_err_t *err) {
     req_t *q = s->b_req[i];
     q->n_computed += q->chunk;
     commit_blocks(s, q);
-    if (q->snap_boundary && q->n_computed == q->snap_boundary && q->n_committed * bt == q->snap_boundary &&
-        s->n_snap_free > 0) {
-      int snap = s->snap_free[--s->n_snap_free];
-      s->m->be->ops->state_copy(s->m->be, snap, q->slot);
-      kv_set_snapshot(s->kv, q->blocks[q->n_committed - 1], snap);
+    if (q->snap_boundary && q->n_computed == q->snap_boundary && q->n_committed * bt == q->snap_boundary) {
+      /* on the block kv_match finds: q's own, or the cached one q recomputed (its snapshot lost) */
+      const int32_t blk = kv_committed_block(s->kv, q->blocks[q->n_committed - 1], q->chain,
+                                             q->tokens + (size_t)(q->n_committed - 1) * bt);
+      const int snap = blk >= 0 ? snap_take(s) : -1;
+      if (snap >= 0) {
+        s->m->be->ops->state_copy(s->m->be, snap, q->slot);
+        const int si = snap - s->cfg.max_num_seqs;
+        s->snap_block[si] = blk; /* before: kv_set_snapshot may hand it back */
+        s->snap_used[si] = ++s->snap_tick;
+        kv_set_snapshot(s->kv, blk, snap);
+      }
       q->snap_boundary = 0;
     }
     if (q->n_computed < q->n_tokens) continue; /* mid-prompt chunk: no token yet */

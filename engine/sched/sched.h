@@ -173,6 +173,7 @@ typedef struct {
   uint64_t prompt_tokens, generation_tokens;
   uint64_t computed_tokens;     /* tokens run through the model: prompt chunks and decodes */
   uint64_t preemptions, steps;
+  uint64_t snapshot_replaced;   /* hybrid: prefix snapshots dropped for a newer one (all slots held) */
   uint64_t fork_waits;          /* n > 1 choices that found no free KV block at the fork and waited */
   uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
   uint64_t finished[6];         /* by sched_finish_t */

@@ -28,6 +28,8 @@ void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
   m->prompt_tokens = gt_metrics_add(reg, C, "gantry_engine_prompt_tokens_total", "Prompt tokens of admitted requests.", NULL, NULL, 0);
   m->gen_tokens = gt_metrics_add(reg, C, "gantry_engine_generation_tokens_total", "Generated tokens.", NULL, NULL, 0);
   m->preemptions = gt_metrics_add(reg, C, "gantry_engine_preemptions_total", "Sequences preempted (recomputed later).", NULL, NULL, 0);
+  m->snapshot_replaced = gt_metrics_add(reg, C, "gantry_engine_prefix_snapshots_replaced_total",
+                                        "Hybrid models: prefix-cache state snapshots dropped for a newer prompt's (all snapshot slots held).", NULL, NULL, 0);
   m->steps = gt_metrics_add(reg, C, "gantry_engine_steps_total", "Scheduler steps that ran the model.", NULL, NULL, 0);
   m->eager_steps = gt_metrics_add(reg, C, "gantry_engine_eager_steps_total",
                                   "Decode steps run eagerly (no captured CUDA graph); 0 in steady decode, always 0 on the CPU backend.", NULL, NULL, 0);
@@ -81,6 +83,7 @@ void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {
   gt_metric_set(m->prefix_hits, (double)st->prefix_hit_tokens);
   gt_metric_set(m->prompt_tokens, (double)st->prompt_tokens);
   gt_metric_set(m->preemptions, (double)st->preemptions);
+  gt_metric_set(m->snapshot_replaced, (double)st->snapshot_replaced);
   gt_metric_set(m->steps, (double)st->steps);
   gt_metric_set(m->eager_steps, (double)st->eager_steps);
 }

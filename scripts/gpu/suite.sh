@@ -10,7 +10,8 @@
 #      largest ops of the first and last batch size's profile per model;
 #   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
 #      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0;
-#   4. STACK=1 (pack with STACK=1): the serving path, scripts/gpu/stack.sh, per STACK_MODELS entry.
+#   4. STACK=1 (pack with STACK=1): the serving path, scripts/gpu/stack.sh, per STACK_MODELS entry;
+#      LONG=1: the long-context table (8K / 28K / 64K prompts, eight 28K users) through the stack.
 # Env: TESTS=0 / BENCH=0 / MICRO=0 skip 1 / 2 / the kernel microbenchmarks (bench_matvec,
 # bench_gdn_scan, bench_attn, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
 # qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512,2048: decode after the
@@ -27,7 +28,7 @@ D=${DIST:-$SRC/build-cuda-dist} # DIST=build-x DEVICE=cpu: the SERVE part agains
 [ -z "${DIST:-}" ] && [ -f build-cuda-pack/dist.tar.xz ] && [ ! -x "$D/bench_decode" ] && tar xJf build-cuda-pack/dist.tar.xz
 OUT=${OUT:-/tmp/gpu-suite}
 MODELDIR=${MODELDIR:-/tmp}
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$MODELDIR"
 export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export GANTRY_GOLDEN="$SRC/tests/golden"
 BATCH=${BATCH:-1,8,32} PROMPT=${PROMPT:-512,2048} GEN=${GEN:-256}
@@ -191,5 +192,25 @@ if [ "${STACK:-0}" = 1 ]; then
     echo "== stack $spec"
     DIST=$D OUT=$OUT/stack.$preset.$type bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
   done
+fi
+
+# LONG=1 (pack with STACK=1): issue 17's long-context table through the whole stack, LONG_MODEL
+# (default qwen35-9b:Q4_K_M): `serve --max-num-seqs 8 --max-model-len 32768` (the default KV pool)
+# with contexts 8192 / 28000 at concurrency 1 and 8 (eight 28K users at once), then a 64K prompt
+# alone (`--max-num-seqs 1 --max-model-len 65600`); cold and warm TTFT, per-user decode.
+if [ "${LONG:-0}" = 1 ]; then
+  spec=${LONG_MODEL:-qwen35-9b:Q4_K_M}
+  preset=${spec%%:*} type=${spec#*:}
+  [ -s "$MODELDIR/$preset.$type.gguf" ] || MK_THREADS=$(nproc) mk_model "$preset" "$type"
+  if wait_model "$preset" "$type"; then
+    echo "== long $spec: 8K / 28K x concurrency 1, 8"
+    DIST=$D OUT=$OUT/long.$preset SEQS=8 MAX_LEN=32768 CONTEXTS=${LONG_CTX:-8192,28000} CONC=1,8 MAX_TOKENS=${LONG_TOKENS:-64} \
+      BENCH_TIMEOUT=${LONG_TIMEOUT:-420} bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
+    echo "== long $spec: 64K alone"
+    DIST=$D OUT=$OUT/long64.$preset SEQS=1 MAX_LEN=${LONG64_LEN:-65600} CONTEXTS=${LONG64_CTX:-64000} CONC=1 MAX_TOKENS=${LONG_TOKENS:-64} \
+      BENCH_TIMEOUT=${LONG_TIMEOUT:-420} bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
+  else
+    rc=1
+  fi
 fi
 exit $rc

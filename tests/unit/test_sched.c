@@ -155,6 +155,50 @@ static void test_prefix_cache(void **state) {
   sched_free(s);
 }
 
+/* Hybrid prefix caching keeps a state snapshot per prompt in 2 x max_num_seqs slots. With
+ * max_num_seqs 1 (two slots) and a pool with room for everything, five different 40-token prompts
+ * run one after the other; each repeated afterwards must still hit its two full blocks when it is
+ * among the two most recent (the least recently used snapshot gives its slot to the newest
+ * prompt), and the oldest must not (its snapshot was replaced): before, the first two prompts
+ * kept both slots forever and no later prompt could ever be reused. A reused snapshot counts as
+ * used: repeating prompt 3 keeps it past one newer prompt. Outputs equal the cold runs. */
+static void test_hybrid_snapshot_lru(void **state) {
+  (void)state;
+  fx_t h;
+  gt_err_t err = {0};
+  if (tu_model_fx_open(&h, "qwen35-tiny.bf16.gguf", tu_be_cpu2, &err)) fail_msg("qwen35-tiny: %s", err.msg);
+  enum { P = 5 };
+  static out_t cold[P], warm[5];
+  memset(cold, 0, sizeof cold);
+  memset(warm, 0, sizeof warm);
+  sched_t *s = mk(&h, 1, 64, 0);
+  for (int k = 0; k < P; k++) {
+    sched_req_t r = make_req(60 + k, 40, 6, &cold[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    run_all(s);
+    assert_int_equal(cold[k].usage.cached_tokens, 0);
+  }
+  /* prompts 3 and 4 hold the two slots; 4 is repeated (hit), then 0 (miss: its snapshot is gone;
+   * the recomputed state goes onto its still-cached blocks, replacing 3's, the least recently
+   * used), then 0 again (hit), then 3 (miss) */
+  const int order[5] = {4, 0, 0, 4, 3}, want[5] = {32, 0, 32, 32, 0};
+  for (int i = 0; i < 5; i++) {
+    sched_req_t r = make_req(60 + order[i], 40, 6, &warm[i]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    run_all(s);
+    print_message("repeat of prompt %d: %d cached tokens\n", order[i], warm[i].usage.cached_tokens);
+    assert_int_equal(warm[i].usage.cached_tokens, want[i]);
+    assert_int_equal(warm[i].n, 6);
+    assert_memory_equal(warm[i].ids, cold[order[i]].ids, sizeof(int32_t) * 6);
+  }
+  sched_stats_t st;
+  sched_stats(s, &st);
+  assert_int_equal(st.snapshot_replaced, 5); /* prompts 2, 3, 4 (cold), 0 and 3 (warm) took used slots */
+  assert_int_equal(st.kv_used, 0);
+  sched_free(s);
+  tu_model_fx_close(&h);
+}
+
 static void test_chunked_prefill_interleaves(void **state) {
   fx_t *f = *state;
   static out_t dec, longp;
@@ -372,7 +416,7 @@ int main(void) {
       cmocka_unit_test(test_warmup_invisible),
       cmocka_unit_test(test_batch_invariance),
       cmocka_unit_test(test_preemption),
-      cmocka_unit_test(test_prefix_cache),
+      cmocka_unit_test(test_prefix_cache),       cmocka_unit_test(test_hybrid_snapshot_lru),
       cmocka_unit_test(test_chunked_prefill_interleaves),
       cmocka_unit_test(test_long_prompt_small_pool),
       cmocka_unit_test(test_cancel_and_errors),
