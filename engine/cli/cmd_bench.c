@@ -70,6 +70,8 @@ int cmd_bench(int argc, char **argv) {
     o.prof_arm = be_cuda_profile_arm;
     o.prof_get = be_cuda_profile_get;
   }
+  if (strncmp(device, "cuda", 4) == 0)
+    printf("activations: %s, prefill precision: %s\n", be_cuda_activations(), be_cuda_prefill_precision());
 #endif
   gt_err_t err = {0};
   /* eb_run's pool: the largest batch of sequences of the longest prompt + gen tokens and one more
