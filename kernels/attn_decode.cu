@@ -17,14 +17,6 @@
 
 #define AD_THREADS 128
 
-/* 8 bf16 (one uint4, element 0 in the low half of .x) to fp32 */
-__device__ __forceinline__ void ad_unpack(const uint4 u, float f[8]) {
-  f[0] = __uint_as_float(u.x << 16), f[1] = __uint_as_float(u.x & 0xffff0000u);
-  f[2] = __uint_as_float(u.y << 16), f[3] = __uint_as_float(u.y & 0xffff0000u);
-  f[4] = __uint_as_float(u.z << 16), f[5] = __uint_as_float(u.z & 0xffff0000u);
-  f[6] = __uint_as_float(u.w << 16), f[7] = __uint_as_float(u.w & 0xffff0000u);
-}
-
 template <int TPR, int G, int PPT>
 __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
     ad_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
@@ -88,7 +80,7 @@ __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
 #pragma unroll
     for (int k = 0; k < PPT; k++) {
       float kf[8];
-      ad_unpack(kr[k], kf);
+      kc_ad_unpack(kr[k], kf);
 #pragma unroll
       for (int gi = 0; gi < G; gi++) {
         float d = 0.0f;
@@ -102,7 +94,7 @@ __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
 #pragma unroll
     for (int k = 0; k < PPT; k++) {
       float vf[8];
-      ad_unpack(vr[k], vf);
+      kc_ad_unpack(vr[k], vf);
 #pragma unroll
       for (int gi = 0; gi < G; gi++) {
         if (sc[gi][k] == -INFINITY) continue;
@@ -218,14 +210,20 @@ KC_API int kc_attn_decode_split_len(void) {
 }
 
 KC_API int kc_attn_decode_set_kernel(int k) {
-  static int kern; /* 0: not chosen yet */
-  if (k == 1 || k == 2) kern = k;
-  else if (k == 0 || !kern) {
+  static int mode = -1; /* -1: not read yet */
+  if (k >= 0 && k <= 2) mode = k;
+  if (k == 0 || mode < 0) {
     const char *e = getenv("GANTRY_ATTN_DECODE");
     const int v = e ? atoi(e) : 0;
-    kern = v == 1 || v == 2 ? v : KC_AD_DEFAULT_KERNEL;
+    mode = v == 1 || v == 2 ? v : 0;
   }
-  return kern;
+  return mode;
+}
+
+/* The pass-1 kernel for a batch of n_tok tokens (fixed per captured graph, as n_split is). */
+static int ad_pick(int n_tok) {
+  const int mode = kc_attn_decode_set_kernel(-1);
+  return mode ? mode : n_tok >= KC_AD_WARP_MIN_TOK ? 2 : 1;
 }
 
 KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
@@ -239,7 +237,7 @@ KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
   /* kernel 2: a warp per range, 8 resident per SM (255 registers, 24 KB of shared memory at
    * head_dim 128): the count rounds down so that equal ranges make whole waves of 8 x 132 (batch
    * 32 x 8 kv heads: 8 ranges = 2048 warps, not 9 = 2.2 waves) */
-  const int k2 = kc_attn_decode_set_kernel(-1) == 2;
+  const int k2 = ad_pick(n_tok) == 2;
   int64_t n = k2 ? target / work : (target + work - 1) / work;
   int len = kc_attn_decode_split_len();
   if (k2 && len < KC_AD_WARP_MIN_LEN) len = KC_AD_WARP_MIN_LEN;
@@ -264,7 +262,7 @@ KC_API int kc_attn_decode(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float
   const int TPR = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
   const int G = group == 2 || group == 4 || group == 8 ? group : 1;
   int len = kc_attn_decode_split_len();
-  if (kc_attn_decode_set_kernel(-1) == 2 && (head_dim == 64 || head_dim == 128) && (G > 1 || group == 1)) {
+  if (ad_pick(b.n_tok) == 2 && (head_dim == 64 || head_dim == 128) && (G > 1 || group == 1)) {
     len = len > KC_AD_WARP_MIN_LEN ? len : KC_AD_WARP_MIN_LEN;
     const int rc = kc__attn_decode_warp(st, b, kv, q, part, n_head, n_kv_head, head_dim, scale, n_split, len, fa_min);
     if (rc) return rc;

@@ -30,14 +30,6 @@ __device__ __forceinline__ void adw_cp16(void *dst, const void *src, int bytes) 
 __device__ __forceinline__ void adw_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void adw_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* 8 bf16 (one uint4, element 0 in the low half of .x) to fp32 */
-__device__ __forceinline__ void adw_unpack(const uint4 u, float f[8]) {
-  f[0] = __uint_as_float(u.x << 16), f[1] = __uint_as_float(u.x & 0xffff0000u);
-  f[2] = __uint_as_float(u.y << 16), f[3] = __uint_as_float(u.y & 0xffff0000u);
-  f[4] = __uint_as_float(u.z << 16), f[5] = __uint_as_float(u.z & 0xffff0000u);
-  f[6] = __uint_as_float(u.w << 16), f[7] = __uint_as_float(u.w & 0xffff0000u);
-}
-
 template <int HD, int G> struct adw_cfg {
   static constexpr int CH = HD / 8;                                /* 16-byte chunks per row */
   static constexpr int DS = G * HD / 128 > 2 ? G * HD / 128 : 2;  /* lanes per scored position */
@@ -142,7 +134,7 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
       for (int j = 0; j < CPL; j++) {
         float kf[8];
-        adw_unpack(tk[row * CH + adw_sw<FS>(row, qd + DS * j)], kf);
+        kc_ad_unpack(tk[row * CH + adw_sw<FS>(row, qd + DS * j)], kf);
 #pragma unroll
         for (int gi = 0; gi < G; gi++)
 #pragma unroll
@@ -180,7 +172,7 @@ __global__ void __launch_bounds__(32)
     for (int k = 0; k < ADW_SP / PHN; k++) {
       const int row = ph + PHN * k;
       float vf[8];
-      adw_unpack(tv[row * CH + adw_sw<FS>(row, cc)], vf);
+      kc_ad_unpack(tv[row * CH + adw_sw<FS>(row, cc)], vf);
       /* e of row: lane row % RP (qd = 0) holds it in pass row / RP = PHN k / RP (RP % PHN == 0) */
       const int src = ph + (PHN * k) % RP;
 #pragma unroll
