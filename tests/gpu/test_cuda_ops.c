@@ -511,14 +511,14 @@ static void attn_decode_b32(int n_head, int n_kv, int hd) {
   for (int s = 0, u = 0; s < NS; s++) /* columns past a sequence's context stay 0 (never read) */
     for (int i = 0; i < (ctxs[s % 4] + BT - 1) / BT; i++) table[s * max_blocks + i] = perm[u++];
   int32_t *tok = calloc((size_t)n_fill + NS, sizeof(int32_t)), *pos = malloc(sizeof(int32_t) * ((size_t)n_fill + NS));
-  int32_t first[NS], ntok[NS], slot[NS], out[NS];
+  int32_t first[NS], ntok[NS], out[NS];
   /* fill: positions 0 .. ctx - 2 of every sequence */
   for (int s = 0, t = 0; s < NS; s++) {
-    first[s] = t, ntok[s] = ctxs[s % 4] - 1, slot[s] = s;
+    first[s] = t, ntok[s] = ctxs[s % 4] - 1;
     for (int p = 0; p < ntok[s]; p++) pos[t++] = p;
   }
   be_batch_t b = {.n_tok = n_fill, .n_seq = NS, .tok = tok, .pos = pos, .seq_first = first, .seq_ntok = ntok,
-                  .block_table = table, .max_blocks = max_blocks, .state_slot = slot, .n_out = 0, .out_tok = out};
+                  .block_table = table, .max_blocks = max_blocks, .state_slot = NULL, .n_out = 0, .out_tok = out};
   both_batch(&b);
   float *k = rnd((size_t)n_fill * kvd, 1.0f), *v = rnd((size_t)n_fill * kvd, 1.0f);
   buf_t bk = putf(k, (size_t)n_fill * kvd), bv = putf(v, (size_t)n_fill * kvd);
