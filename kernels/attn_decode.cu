@@ -8,26 +8,14 @@
  * summed over the group by xor shuffles. At the end the groups are merged in shared memory and
  * (max, sum, acc[head_dim]) written per (token, head, range). Pass 2 merges the ranges. Positions
  * whose KV slot is invalid raise KC_EFLAG_KV_SLOT and are left out. Partial row per (token, head,
- * range): acc[head_dim], max, sum, 2 floats of padding (16-byte aligned rows). */
+ * range): acc[head_dim], max, sum, 2 floats of padding (16-byte aligned rows). Kernel 2 of pass 1
+ * (kernels/attn_decode_warp.cu) writes the same rows; kc_attn_decode picks one. */
 #include <stdlib.h>
 
 #include "kernels/attn_decode.cuh"
 #include "kernels/kv_store.cuh"
 
 #define AD_THREADS 128
-
-__host__ __device__ __forceinline__ int ad_n_eff(int ctx, int n_split, int split_len) {
-  const int n = (ctx + split_len - 1) / split_len;
-  return n < 1 ? 1 : n < n_split ? n : n_split;
-}
-
-/* 8 bf16 (one uint4, element 0 in the low half of .x) to fp32 */
-__device__ __forceinline__ void ad_unpack(const uint4 u, float f[8]) {
-  f[0] = __uint_as_float(u.x << 16), f[1] = __uint_as_float(u.x & 0xffff0000u);
-  f[2] = __uint_as_float(u.y << 16), f[3] = __uint_as_float(u.y & 0xffff0000u);
-  f[4] = __uint_as_float(u.z << 16), f[5] = __uint_as_float(u.z & 0xffff0000u);
-  f[6] = __uint_as_float(u.w << 16), f[7] = __uint_as_float(u.w & 0xffff0000u);
-}
 
 template <int TPR, int G, int PPT>
 __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
@@ -36,7 +24,7 @@ __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
   constexpr int NG = AD_THREADS / TPR;
   const int sp = blockIdx.x, t = blockIdx.z, s = b.seq_of_tok[t];
   if (b.seq_ntok[s] >= fa_min) return;
-  const int ctx = b.pos[t] + 1, n_eff = ad_n_eff(ctx, n_split, split_len);
+  const int ctx = b.pos[t] + 1, n_eff = kc_ad_n_eff(ctx, n_split, split_len);
   if (sp >= n_eff) return;
   const int len = (ctx + n_eff - 1) / n_eff, p_begin = sp * len, p_end = min(ctx, p_begin + len);
   const int kvh = G > 1 ? (int)blockIdx.y : (int)blockIdx.y / group, h0 = G > 1 ? kvh * G : (int)blockIdx.y;
@@ -92,7 +80,7 @@ __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
 #pragma unroll
     for (int k = 0; k < PPT; k++) {
       float kf[8];
-      ad_unpack(kr[k], kf);
+      kc_ad_unpack(kr[k], kf);
 #pragma unroll
       for (int gi = 0; gi < G; gi++) {
         float d = 0.0f;
@@ -106,7 +94,7 @@ __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
 #pragma unroll
     for (int k = 0; k < PPT; k++) {
       float vf[8];
-      ad_unpack(vr[k], vf);
+      kc_ad_unpack(vr[k], vf);
 #pragma unroll
       for (int gi = 0; gi < G; gi++) {
         if (sc[gi][k] == -INFINITY) continue;
@@ -165,7 +153,7 @@ __global__ void __launch_bounds__(AD_CT)
   constexpr int NW = AD_CT / 32;
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
   if (b.seq_ntok[b.seq_of_tok[t]] >= fa_min) return;
-  const int n_eff = ad_n_eff(b.pos[t] + 1, n_split, split_len), ld = head_dim + 4;
+  const int n_eff = kc_ad_n_eff(b.pos[t] + 1, n_split, split_len), ld = head_dim + 4;
   const float *src = part + ((size_t)t * n_head + h) * n_split * (size_t)ld;
   __shared__ float sw[KC_AD_MAX_SPLIT], red[NW];
   __shared__ __align__(16) float sacc[NW][KC_ATTN_DEC_MAX_HD];
@@ -221,6 +209,23 @@ KC_API int kc_attn_decode_split_len(void) {
   return len;
 }
 
+KC_API int kc_attn_decode_set_kernel(int k) {
+  static int mode = -1; /* -1: not read yet */
+  if (k >= 0 && k <= 2) mode = k;
+  if (k == 0 || mode < 0) {
+    const char *e = getenv("GANTRY_ATTN_DECODE");
+    const int v = e ? atoi(e) : 0;
+    mode = v == 1 || v == 2 ? v : 0;
+  }
+  return mode;
+}
+
+/* The pass-1 kernel for a batch of n_tok tokens (fixed per captured graph, as n_split is). */
+static int ad_pick(int n_tok) {
+  const int mode = kc_attn_decode_set_kernel(-1);
+  return mode ? mode : n_tok >= KC_AD_WARP_MIN_TOK ? 2 : 1;
+}
+
 KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
   const int64_t work = (int64_t)(n_tok > 0 ? n_tok : 1) * (n_kv_head > 0 ? n_kv_head : 1);
   /* about four waves of four resident blocks (128 threads, <= 128 registers) per SM of an
@@ -229,8 +234,13 @@ KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
    * batch 8 x 28K: 866 us with 544 blocks = one wave and 16 blocks, 485 us with 1056 blocks in
    * the kernel's previous form) */
   const int64_t target = 16 * 132;
-  int64_t n = (target + work - 1) / work;
-  const int len = kc_attn_decode_split_len();
+  /* kernel 2: a warp per range, 8 resident per SM (255 registers, 24 KB of shared memory at
+   * head_dim 128): the count rounds down so that equal ranges make whole waves of 8 x 132 (batch
+   * 32 x 8 kv heads: 8 ranges = 2048 warps, not 9 = 2.2 waves) */
+  const int k2 = ad_pick(n_tok) == 2;
+  int64_t n = k2 ? target / work : (target + work - 1) / work;
+  int len = kc_attn_decode_split_len();
+  if (k2 && len < KC_AD_WARP_MIN_LEN) len = KC_AD_WARP_MIN_LEN;
   const int64_t ranges = ((int64_t)max_ctx + len - 1) / len;
   if (n > KC_AD_MAX_SPLIT) n = KC_AD_MAX_SPLIT;
   if (n > ranges) n = ranges;
@@ -251,7 +261,14 @@ KC_API int kc_attn_decode(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float
   const int need = head_dim / 8;
   const int TPR = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
   const int G = group == 2 || group == 4 || group == 8 ? group : 1;
-  const int len = kc_attn_decode_split_len();
+  int len = kc_attn_decode_split_len();
+  if (ad_pick(b.n_tok) == 2 && (head_dim == 64 || head_dim == 128) && (G > 1 || group == 1)) {
+    len = len > KC_AD_WARP_MIN_LEN ? len : KC_AD_WARP_MIN_LEN;
+    const int rc = kc__attn_decode_warp(st, b, kv, q, part, n_head, n_kv_head, head_dim, scale, n_split, len, fa_min);
+    if (rc) return rc;
+    ad_combine_kernel<<<dim3(n_head, b.n_tok), AD_CT, 0, st>>>(b, part, out, n_head, head_dim, n_split, len, fa_min);
+    return (int)cudaGetLastError();
+  }
   const dim3 grid(n_split, G > 1 ? n_kv_head : n_head, b.n_tok);
 #define AD_GO(TT, GG, PP)                                                                                          \
   if (TPR == TT && G == GG)                                                                                        \

@@ -17,6 +17,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/backend_cuda.h"
 #include "tools/quantize.h"
+#include "kernels/attn_decode.cuh"
 #include "kernels/attn_flash.cuh"
 #include "kernels/gdn_scan.cuh"
 
@@ -483,6 +484,14 @@ static void test_attention(void **st) {
   attn_case(4, 1, 256); /* qwen35 head size, a group of 4 */
   attn_case(6, 6, 96);  /* no group (G = 1), a head size the flash kernel leaves to the split one */
   attn_case(16, 2, 128); /* groups of 8 */
+  /* decode pass-1 kernel 2 (a warp per range) on the same steps; 96 falls back to kernel 1 */
+  print_message("  decode kernel 2\n");
+  kc_attn_decode_set_kernel(2);
+  attn_case(8, 2, 64);
+  attn_case(8, 2, 128);
+  attn_case(16, 2, 128);
+  attn_case(6, 6, 96);
+  kc_attn_decode_set_kernel(0);
   /* --kv-dtype fp32: the fp32 pools and their kernel, against the unrounded CPU */
   assert_int_equal(be_kv_set_type(GPU_BE, GT_TYPE_F32), 0);
   assert_int_equal(be_kv_set_type(CPU_BE, GT_TYPE_F32), 0);
@@ -490,6 +499,80 @@ static void test_attention(void **st) {
   attn_case(8, 2, 128);
   assert_int_equal(be_kv_set_type(GPU_BE, GT_TYPE_BF16), 0);
   assert_int_equal(be_kv_set_type(CPU_BE, GT_TYPE_BF16), 0);
+}
+
+/* Batch-32 decode step over bf16 pools: sequence s has context ctxs[s % 4] = 1, 17, 600, 3000
+ * (positions before the last stored by one fill step, kv_store only), shuffled blocks; both
+ * decode pass-1 kernels against the CPU with bf16-rounded K/V at TOL. */
+static void attn_decode_b32(int n_head, int n_kv, int hd) {
+  enum { NS = 32, BT = 16 };
+  static const int ctxs[4] = {1, 17, 600, 3000};
+  const int kvd = n_kv * hd, max_blocks = (3000 + BT - 1) / BT;
+  int n_blocks = 0, n_fill = 0;
+  for (int s = 0; s < NS; s++) n_blocks += (ctxs[s % 4] + BT - 1) / BT, n_fill += ctxs[s % 4] - 1;
+  assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, n_blocks, BT, kvd), 0);
+  assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, n_blocks, BT, kvd), 0);
+  int32_t *table = calloc((size_t)NS * max_blocks, sizeof(int32_t)), *perm = malloc(sizeof(int32_t) * n_blocks);
+  for (int i = 0; i < n_blocks; i++) perm[i] = i;
+  for (int i = n_blocks - 1; i > 0; i--) {
+    const int j = (int)((unsigned)((frand() + 1.0f) * 0.5f * (float)i)), x = perm[i];
+    perm[i] = perm[j], perm[j] = x;
+  }
+  for (int s = 0, u = 0; s < NS; s++) /* columns past a sequence's context stay 0 (never read) */
+    for (int i = 0; i < (ctxs[s % 4] + BT - 1) / BT; i++) table[s * max_blocks + i] = perm[u++];
+  int32_t *tok = calloc((size_t)n_fill + NS, sizeof(int32_t)), *pos = malloc(sizeof(int32_t) * ((size_t)n_fill + NS));
+  int32_t first[NS], ntok[NS], out[NS];
+  /* fill: positions 0 .. ctx - 2 of every sequence */
+  for (int s = 0, t = 0; s < NS; s++) {
+    first[s] = t, ntok[s] = ctxs[s % 4] - 1;
+    for (int p = 0; p < ntok[s]; p++) pos[t++] = p;
+  }
+  be_batch_t b = {.n_tok = n_fill, .n_seq = NS, .tok = tok, .pos = pos, .seq_first = first, .seq_ntok = ntok,
+                  .block_table = table, .max_blocks = max_blocks, .state_slot = NULL, .n_out = 0, .out_tok = out};
+  both_batch(&b);
+  float *k = rnd((size_t)n_fill * kvd, 1.0f), *v = rnd((size_t)n_fill * kvd, 1.0f);
+  buf_t bk = putf(k, (size_t)n_fill * kvd), bv = putf(v, (size_t)n_fill * kvd);
+  CPU_BE->ops->kv_store(CPU_BE, 0, bk.c, bv.c);
+  GPU_BE->ops->kv_store(GPU_BE, 0, bk.g, bv.g);
+  assert_int_equal(CPU_BE->ops->sync(CPU_BE), 0);
+  assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+  drop(&bk), drop(&bv);
+  free(k), free(v);
+  /* the decode step: one token per sequence at position ctx - 1 */
+  for (int s = 0; s < NS; s++) first[s] = s, ntok[s] = 1, pos[s] = ctxs[s % 4] - 1, out[s] = s;
+  b.n_tok = NS, b.n_out = NS;
+  both_batch(&b);
+  const size_t no = (size_t)NS * n_head * hd;
+  float *q = rnd(no, 1.0f);
+  k = rnd((size_t)NS * kvd, 1.0f), v = rnd((size_t)NS * kvd, 1.0f);
+  bk = putf(k, (size_t)NS * kvd), bv = putf(v, (size_t)NS * kvd);
+  buf_t bq = putf(q, no), bo = putf(NULL, no);
+  CPU_BE->ops->kv_store(CPU_BE, 0, bk.c, bv.c);
+  GPU_BE->ops->kv_store(GPU_BE, 0, bk.g, bv.g);
+  const float scale = 1.0f / sqrtf((float)hd);
+  CPU_BE->ops->attention(CPU_BE, 0, bq.c, bo.c, n_head, n_kv, hd, scale);
+  for (int kern = 1; kern <= 2; kern++) {
+    kc_attn_decode_set_kernel(kern);
+    GPU_BE->ops->attention(GPU_BE, 0, bq.g, bo.g, n_head, n_kv, hd, scale);
+    char label[96];
+    snprintf(label, sizeof label, "attention bf16 H %d/%d hd=%d batch 32 ctx 1/17/600/3000 kernel %d", n_head, n_kv,
+             hd, kern);
+    cmp(label, bo, no, TOL);
+  }
+  kc_attn_decode_set_kernel(0);
+  drop(&bk), drop(&bv), drop(&bq), drop(&bo);
+  free(k), free(v), free(q), free(tok), free(pos), free(table), free(perm);
+}
+
+static void test_attention_decode_b32(void **st) {
+  NEED_GPU();
+  assert_int_equal(be_kv_type(GPU_BE), GT_TYPE_BF16);
+  attn_decode_b32(32, 8, 128); /* qwen3-8b: groups of 4 */
+  attn_decode_b32(16, 2, 128); /* groups of 8 */
+  attn_decode_b32(8, 4, 128);  /* groups of 2 */
+  attn_decode_b32(8, 8, 64);   /* no group */
+  attn_decode_b32(8, 1, 64);   /* groups of 8 at head_dim 64 */
+  attn_decode_b32(16, 4, 256); /* qwen35-9b: kernel 2 leaves it to kernel 1 */
 }
 
 /* ---- Gated DeltaNet: conv1d, gates, scan with state across steps, state copy/zero ---- */
@@ -1366,7 +1449,8 @@ int main(void) {
   be_cuda_set_activations("fp32");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul),    cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_dense),
-      cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_gdn),
+      cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_attention_decode_b32),
+      cmocka_unit_test(test_gdn),
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_gdn_long), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),

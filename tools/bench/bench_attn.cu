@@ -1,16 +1,17 @@
 /* tools/bench/bench_attn.cu — microbenchmark of the attention kernels (no pass/fail).
  *
- *   bench_attn [--reps N]
+ *   bench_attn [--reps N] [--decode]
  *
  * Decode (one token per sequence at the end of its context, paged pools of 16-token blocks in
- * shuffled order, block table of ceil(ctx / 16) columns as a captured graph sees it): the bf16
- * split kernel (kernels/attn_decode.cu) and the fp32 kernel it replaces (kernels/attention.cu,
- * `--kv-dtype fp32`), per head shape x batch x context. Prints
- *   shape | kv | batch | ctx | splits | us | GB/s | % of copy BW
- * with bytes = the K and V rows read (batch x ctx x kv_dim x 2 x element size), copy BW =
- * 2 x bytes / time of a 1 GiB cudaMemcpy D2D. Prefill (one sequence, a chunk of T queries at
- * offset P, causal): the flash kernel (kernels/attn_flash.cu) against the fp32 kernel, in
- * TFLOP/s of 4 x n_head x head_dim x (attended pairs). */
+ * shuffled order, block table of ceil(ctx / 16) columns as a captured graph sees it): the two
+ * pass-1 kernels of kc_attn_decode (1: 128-thread blocks, K/V rows in registers; 2: a warp per
+ * range, K/V tiles through shared memory by cp.async) on bf16 pools, per head shape x batch x
+ * context, with the normalized difference of their outputs. Prints
+ *   shape | batch | ctx | splits (k1/k2) | k1 us | GB/s | % | k2 us | GB/s | % | k1/k2 | err
+ * with bytes = the K and V rows read (batch x ctx x kv_dim x 2 x 2 bytes), % = of the copy
+ * bandwidth (2 x bytes / time of a 1 GiB cudaMemcpy D2D). Prefill (skipped with --decode; one
+ * sequence, a chunk of T queries at offset P, causal): the flash kernel (kernels/attn_flash.cu)
+ * against the fp32 kernel, in TFLOP/s of 4 x n_head x head_dim x (attended pairs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,9 +103,15 @@ static float time_us(cudaEvent_t e0, cudaEvent_t e1, int reps) {
 }
 
 int main(int argc, char **argv) {
-  int reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+  int reps = 20, decode_only = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--decode")) decode_only = 1;
+    else {
+      fprintf(stderr, "usage: bench_attn [--reps N] [--decode]\n");
+      return 2;
+    }
+  }
   if (reps < 1) reps = 1;
   cudaEvent_t e0, e1;
   BA_CHECK(cudaEventCreate(&e0));
@@ -125,56 +132,80 @@ int main(int argc, char **argv) {
     printf("copy bandwidth %.0f GB/s (1 GiB cudaMemcpy D2D, read + write)\n\n", copy_bw / 1e9);
   }
   const shape_t shapes[] = {{32, 8, 128, "qwen3-8b 32/8x128"}, {16, 4, 256, "qwen35-9b 16/4x256"}};
-  const int batches[] = {1, 8, 32}, ctxs[] = {2048, 8192, 28672, 65536};
-  printf("decode attention, one layer\n%-20s | %-4s | %5s | %6s | %6s | %9s | %8s | %s\n", "shape", "kv", "batch", "ctx",
-         "splits", "us", "GB/s", "% of copy BW");
+  const int batches[] = {1, 8, 32}, ctxs[] = {512, 2048, 8192, 28672, 32768, 65536};
+  printf("decode attention, one layer: kernel 1 (old, 128-thread blocks) vs kernel 2 (new, a warp per range;\n"
+         "head_dim 64 / 128 only), GB/s of K and V bytes read, %% of copy BW; err = ||k2 - k1|| / ||k1||\n"
+         "%-20s | %5s | %6s | %7s | %8s | %6s | %5s | %8s | %6s | %5s | %7s | %s\n",
+         "shape", "batch", "ctx", "splits", "k1 us", "GB/s", "%", "k2 us", "GB/s", "%", "k1/k2", "err");
   for (int si = 0; si < 2; si++) {
     const shape_t sh = shapes[si];
     const int kvd = sh.n_kv * sh.hd;
     for (int bi = 0; bi < 3; bi++)
-      for (int ci = 0; ci < 4; ci++) {
+      for (int ci = 0; ci < 6; ci++) {
         const int B = batches[bi], ctx = ctxs[ci];
-        if ((double)B * ctx > 32.0 * 8192 + 1) continue; /* batch 32 to 8K, batch 8 to 28K, batch 1 to 64K */
+        if ((double)B * ctx > 32.0 * 8192 + 1) continue; /* batch 32 to 8K, batch 8 to 32K, batch 1 to 64K */
         const int mb = (ctx + BT - 1) / BT;
         int start[32], ntok[32];
         for (int s = 0; s < B; s++) start[s] = ctx - 1, ntok[s] = 1;
         dbatch_t db = mk_batch(B, start, ntok, mb);
-        const size_t elems = (size_t)db.n_blocks * BT * kvd;
-        float *q, *out, *part;
-        BA_CHECK(cudaMalloc(&q, sizeof(float) * B * sh.n_head * sh.hd));
-        BA_CHECK(cudaMalloc(&out, sizeof(float) * B * sh.n_head * sh.hd));
-        ba_fill<<<1024, 256>>>((uint32_t *)q, (size_t)B * sh.n_head * sh.hd, 7, 1);
-        for (int f32 = 0; f32 < 2; f32++) {
-          void *k, *v;
-          const size_t eb = f32 ? 4 : 2;
-          BA_CHECK(cudaMalloc(&k, elems * eb));
-          BA_CHECK(cudaMalloc(&v, elems * eb));
-          ba_fill<<<4096, 256>>>((uint32_t *)k, elems * eb / 4, 1, f32);
-          ba_fill<<<4096, 256>>>((uint32_t *)v, elems * eb / 4, 2, f32);
-          kc_kv_t kv = {k, v, db.n_blocks, BT, kvd, !f32};
-          const int ns = f32 ? kc_attention_splits(B, sh.n_head, 1 << 30) : kc_attn_decode_splits(B, sh.n_kv, mb * BT);
-          const size_t pf = f32 ? kc_attention_part_floats(B, sh.n_head, sh.hd, ns)
-                                : kc_attn_decode_part_floats(B, sh.n_head, sh.hd, ns);
-          BA_CHECK(cudaMalloc(&part, pf * sizeof(float)));
-          const float scale = 1.0f / sqrtf((float)sh.hd);
-#define BA_RUN()                                                                                                   \
-  (f32 ? kc_attention(0, db.b, kv, q, out, sh.n_head, sh.n_kv, sh.hd, scale, ns, part)                             \
-       : kc_attn_decode(0, db.b, kv, q, out, sh.n_head, sh.n_kv, sh.hd, scale, ns, 1 << 30, part))
+        const size_t elems = (size_t)db.n_blocks * BT * kvd, no = (size_t)B * sh.n_head * sh.hd;
+        float *q, *out[2], *part;
+        void *k, *v;
+        BA_CHECK(cudaMalloc(&q, sizeof(float) * no));
+        BA_CHECK(cudaMalloc(&out[0], sizeof(float) * no));
+        BA_CHECK(cudaMalloc(&out[1], sizeof(float) * no));
+        BA_CHECK(cudaMalloc(&k, elems * 2));
+        BA_CHECK(cudaMalloc(&v, elems * 2));
+        ba_fill<<<1024, 256>>>((uint32_t *)q, no, 7, 1);
+        ba_fill<<<4096, 256>>>((uint32_t *)k, elems / 2, 1, 0);
+        ba_fill<<<4096, 256>>>((uint32_t *)v, elems / 2, 2, 0);
+        kc_kv_t kv = {k, v, db.n_blocks, BT, kvd, 1};
+        BA_CHECK(cudaMalloc(&part, kc_attn_decode_part_floats(B, sh.n_head, sh.hd, KC_AD_MAX_SPLIT) * sizeof(float)));
+        int ns[2] = {0, 0}; /* each kernel's range count, as the engine asks for it */
+        const float scale = 1.0f / sqrtf((float)sh.hd);
+        const int has2 = sh.hd == 64 || sh.hd == 128;
+        double us[2] = {0, 0};
+        const double bytes = (double)B * ctx * kvd * 2 * 2;
+        for (int ki = 0; ki < 1 + has2; ki++) {
+          kc_attn_decode_set_kernel(ki + 1);
+          ns[ki] = kc_attn_decode_splits(B, sh.n_kv, mb * BT);
+#define BA_RUN() kc_attn_decode(0, db.b, kv, q, out[ki], sh.n_head, sh.n_kv, sh.hd, scale, ns[ki], 1 << 30, part)
           BA_CHECK(BA_RUN());
           BA_CHECK(cudaDeviceSynchronize());
           BA_CHECK(cudaEventRecord(e0));
           for (int r = 0; r < reps; r++) BA_RUN();
           BA_CHECK(cudaEventRecord(e1));
-          const double us = time_us(e0, e1, reps), bytes = (double)B * ctx * kvd * 2 * eb;
-          printf("%-20s | %-4s | %5d | %6d | %6d | %9.1f | %8.0f | %5.1f %%\n", sh.name, f32 ? "fp32" : "bf16", B, ctx, ns,
-                 us, bytes / (us * 1e-6) / 1e9, 100.0 * bytes / (us * 1e-6) / copy_bw);
+          us[ki] = time_us(e0, e1, reps);
 #undef BA_RUN
-          cudaFree(k), cudaFree(v), cudaFree(part);
         }
-        cudaFree(q), cudaFree(out), cudaFree(db.d), cudaFree((void *)db.b.eflag);
+        kc_attn_decode_set_kernel(0);
+        int eflag = 0;
+        BA_CHECK(cudaMemcpy(&eflag, db.b.eflag, sizeof eflag, cudaMemcpyDeviceToHost));
+        char nss[16];
+        snprintf(nss, sizeof nss, has2 ? "%d/%d" : "%d", ns[0], ns[1]);
+        printf("%-20s | %5d | %6d | %7s | %8.1f | %6.0f | %5.1f", sh.name, B, ctx, nss, us[0], bytes / (us[0] * 1e-6) / 1e9,
+               100.0 * bytes / (us[0] * 1e-6) / copy_bw);
+        if (has2) {
+          float *h[2];
+          double num = 0, den = 0;
+          for (int i = 0; i < 2; i++) {
+            h[i] = (float *)malloc(sizeof(float) * no);
+            BA_CHECK(cudaMemcpy(h[i], out[i], sizeof(float) * no, cudaMemcpyDeviceToHost));
+          }
+          for (size_t i = 0; i < no; i++) num += ((double)h[1][i] - h[0][i]) * ((double)h[1][i] - h[0][i]), den += (double)h[0][i] * h[0][i];
+          printf(" | %8.1f | %6.0f | %5.1f | %7.2f | %.1e%s\n", us[1], bytes / (us[1] * 1e-6) / 1e9,
+                 100.0 * bytes / (us[1] * 1e-6) / copy_bw, us[0] / us[1], sqrt(num / (den > 0 ? den : 1)),
+                 eflag ? " eflag!" : "");
+          free(h[0]), free(h[1]);
+        } else {
+          printf(" | %8s | %6s | %5s | %7s | -%s\n", "-", "-", "-", "-", eflag ? " eflag!" : "");
+        }
+        cudaFree(k), cudaFree(v), cudaFree(part), cudaFree(q), cudaFree(out[0]), cudaFree(out[1]);
+        cudaFree(db.d), cudaFree((void *)db.b.eflag);
         fflush(stdout);
       }
   }
+  if (decode_only) return 0;
 
   /* prefill: one sequence, a chunk of T queries at offset P */
   const int chunks[][2] = {{512, 0}, {512, 27648}, {2048, 0}, {2048, 6144}, {8192, 0}};
