@@ -5,7 +5,9 @@
  * Flow control, as on the HTTP front: a Generate stream whose unsent output reaches
  * --stream-buffer-bytes stops reading from the engine until the client took half of it; if it
  * does not within --stream-write-timeout-s, the request is cancelled (engine stream, lease) and
- * the call aborted with DEADLINE_EXCEEDED, dropping everything queued for it. */
+ * the call aborted with DEADLINE_EXCEEDED, dropping everything queued for it. A request that fails
+ * while its stream is paused (engine error, deadline, drain) is aborted the same way, with the
+ * error's status: its final message would otherwise wait behind the queue until the client left. */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +135,16 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
   gctx_t *c = sink;
   if (ev->kind == RQ_EV_ERROR) {
     c->rq = NULL;
+    if (c->wtimer) {
+      /* paused: the client has not taken the bound queued for it, and a final message would
+       * wait behind it, holding it until the connection drops; end the call now instead */
+      GT_LOG_WARN("rid=%s request failed while its gRPC stream was paused: call ended, %zu bytes unsent dropped: %s",
+                  c->id, gt_rpc_call_unsent_bytes(c->call), ev->err.message);
+      gt_rpc_call_abort(c->call, code_of_status(ev->err.status), ev->err.message);
+      c->call = NULL;
+      gctx_unlink(c);
+      return;
+    }
     if (ev->started) {
       gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR, ev->err.message);
       if (f) gt_rpc_call_send(c->call, &f->base, GT_RPC_SEND_NO_MERGE);
@@ -487,6 +499,8 @@ fail:
   free(g);
   return NULL;
 }
+
+size_t rgf_unsent_bytes(rgf_t *g) { return g ? gt_rpc_server_unsent_bytes(g->srv) : 0; }
 
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their
