@@ -25,6 +25,7 @@
 #define M_GETLIM "/gantry.v1.Admin/GetLimits"
 #define M_SETLIM "/gantry.v1.Admin/SetLimits"
 #define M_QUEUES "/gantry.v1.Admin/ListQueues"
+#define M_GENERATE_ROUTE "grpc:Generate" /* route label of gantry_router_requests_total */
 
 typedef struct gctx {
   rgf_t *g;
@@ -56,7 +57,10 @@ static gt_rpc_code_t code_of_status(int http) {
   }
 }
 
-static void gctx_unlink(gctx_t *c) {
+/* Ends c (its call already finished or aborted): counts the request once, like the HTTP front
+ * (status: 200, the error's HTTP status, 499 when the client cancelled or stopped reading). */
+static void gctx_unlink(gctx_t *c, int status) {
+  metrics_request(c->g->rt->metrics, M_GENERATE_ROUTE, status);
   if (c->wtimer) event_free(c->wtimer);
   if (c->prev) c->prev->next = c->next;
   else c->g->live = c->next;
@@ -64,10 +68,10 @@ static void gctx_unlink(gctx_t *c) {
   free(c);
 }
 
-static void gctx_done(gctx_t *c, gt_rpc_code_t code, const char *msg) {
+static void gctx_done(gctx_t *c, int status, gt_rpc_code_t code, const char *msg) {
   if (c->call) gt_rpc_call_finish(c->call, code, msg);
   c->call = NULL;
-  gctx_unlink(c);
+  gctx_unlink(c, status);
 }
 
 static gctx_t *gctx_find(rgf_t *g, uint64_t call_id) {
@@ -109,7 +113,7 @@ static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
   snprintf(msg, sizeof msg, "the client did not read its stream for %d s", rt->cfg.stream_write_timeout_s);
   gt_rpc_call_abort(c->call, GT_RPC_DEADLINE_EXCEEDED, msg);
   c->call = NULL;
-  gctx_unlink(c);
+  gctx_unlink(c, 499);
 }
 
 /* After a delta was queued: a stream whose unsent output reached the bound pauses the engine. */
@@ -142,18 +146,18 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
                   c->id, gt_rpc_call_unsent_bytes(c->call), ev->err.message);
       gt_rpc_call_abort(c->call, code_of_status(ev->err.status), ev->err.message);
       c->call = NULL;
-      gctx_unlink(c);
+      gctx_unlink(c, ev->err.status);
       return;
     }
     if (ev->started) {
       gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR, ev->err.message);
       if (f) gt_rpc_call_send(c->call, &f->base, GT_RPC_SEND_NO_MERGE);
-      gctx_done(c, GT_RPC_OK, NULL);
+      gctx_done(c, ev->err.status, GT_RPC_OK, NULL);
     } else {
       char msg[600];
       if (ev->retry_after_s > 0) snprintf(msg, sizeof msg, "%s (retry-after: %d)", ev->err.message, ev->retry_after_s);
       else snprintf(msg, sizeof msg, "%s", ev->err.message);
-      gctx_done(c, code_of_status(ev->err.status), msg);
+      gctx_done(c, ev->err.status, code_of_status(ev->err.status), msg);
     }
     return;
   }
@@ -161,7 +165,7 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
   gt_rpc_call_send(c->call, &ev->msg->base, ev->final ? GT_RPC_SEND_NO_MERGE : 0);
   if (ev->final) {
     c->rq = NULL;
-    gctx_done(c, GT_RPC_OK, NULL);
+    gctx_done(c, 200, GT_RPC_OK, NULL);
   } else {
     maybe_pause(c, ev);
   }
@@ -177,28 +181,28 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   gctx_t *c = arg;
   router_t *rt = c->g->rt;
   if (st != AUTH_OK) {
-    gctx_done(c, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
+    gctx_done(c, st == AUTH_DENIED ? 401 : 503, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
               st == AUTH_DENIED   ? "invalid or missing API key"
               : st == AUTH_NOKEYS ? AUTH_NOKEYS_MSG
                                   : "cannot check the API key: Redis is unreachable");
     return;
   }
   if (gt_rpc_call_is_cancelled(c->call)) {
-    gctx_done(c, GT_RPC_CANCELLED, NULL);
+    gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
     return;
   }
   snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
   const Gantry__V1__RouterGenerateRequest *in = (const Gantry__V1__RouterGenerateRequest *)gt_rpc_call_request(c->call);
   if (!in->model || !in->model[0] || !in->request || in->request->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT__NOT_SET) {
-    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "model and request (with chat, prompt or tokens input) are required");
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "model and request (with chat, prompt or tokens input) are required");
     return;
   }
   if (in->request->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT && in->request->chat->n_messages == 0) {
-    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "chat.messages must not be empty");
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "chat.messages must not be empty");
     return;
   }
   if (in->request->max_tokens_opt_case && in->request->max_tokens == 0) {
-    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "max_tokens must be at least 1");
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "max_tokens must be at least 1");
     return;
   }
   /* own copy of the engine request (the rq keeps it for a retry) */
@@ -211,7 +215,7 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
     free(buf);
   }
   if (!gen) {
-    gctx_done(c, GT_RPC_INTERNAL, "out of memory");
+    gctx_done(c, 500, GT_RPC_INTERNAL, "out of memory");
     return;
   }
   gen->parse_special_tokens = false; /* user content is text, never control tokens */
@@ -221,8 +225,7 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   oa_error_t e;
   snprintf(c->model, sizeof c->model, "%s", in->model);
   c->rq = rq_start(rt, c->model, c->tenant, c->id, gen, on_gen_event, c, &e);
-  metrics_request(rt->metrics, "grpc:Generate", c->rq ? 200 : e.status);
-  if (!c->rq) gctx_done(c, code_of_status(e.status), e.message);
+  if (!c->rq) gctx_done(c, e.status, code_of_status(e.status), e.message);
 }
 
 static void gen_loop(void *a, void *b, intptr_t x) {
@@ -250,7 +253,7 @@ static void cancel_loop(void *a, void *b, intptr_t id) {
   rq_t *q = c->rq;
   c->rq = NULL;
   rq_cancel(q);
-  gctx_done(c, GT_RPC_CANCELLED, NULL);
+  gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
 }
 
 static void on_generate(void *user, gt_rpc_call_t *call) {
@@ -514,7 +517,7 @@ void rgf_stop(rgf_t *g) {
       c->rq = NULL;
       rq_cancel(q);
     }
-    gctx_done(c, GT_RPC_UNAVAILABLE, "router shutting down");
+    gctx_done(c, 503, GT_RPC_UNAVAILABLE, "router shutting down");
   }
   gt_rpc_server_destroy(g->srv);
   free(g);

@@ -39,6 +39,7 @@
 static int engine_idle(fe_t *f) { return fe_active(f) == 0; }
 
 #define WT_METRIC "gantry_router_rejections_total{reason=\"client_write_timeout\"}"
+#define GEN_METRIC(status) "gantry_router_requests_total{route=\"grpc:Generate\",status=\"" status "\"}"
 
 /* Sends a streaming chat request on a socket with a tiny receive buffer and returns the socket
  * (never read). */
@@ -284,6 +285,9 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
   double until = gt_now_ms() + 20000;
   while (rp_metric(&rp, WT_METRIC, NULL) < 1 && gt_now_ms() < until) usleep(20000);
   assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), 1);
+  /* counted once, as a client that went away (499), like the HTTP front's write timeout */
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("499"), NULL), 1);
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
   assert_true(fe_wait(k.fe, engine_idle, 5000));
   const long grown = rp_peak_rss_kib(&rp) - rss0;
   printf("router peak RSS grew by %ld KiB while a gRPC client did not read a 62.5 MiB stream\n", grown);
@@ -321,6 +325,8 @@ static void test_grpc_paused_stream_failure_frees_output(void **st) {
   printf("paused gRPC stream: %lld bytes queued; after the request failed: %lld (connection still open)\n", paused,
          after);
   assert_int_equal(after, 0);
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("504"), NULL), 1); /* counted once, with the deadline's status */
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
   /* the call was ended by the router (RST_STREAM: the queued output was dropped) */
   assert_true(h2_wait_stream_end(fd, 5000));
   close(fd);
