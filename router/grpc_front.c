@@ -9,6 +9,7 @@
  * while its stream is paused (engine error, deadline, drain) is aborted the same way, with the
  * error's status: its final message would otherwise wait behind the queue until the client left. */
 #include <event2/event.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,43 @@ typedef struct gctx {
 struct rgf {
   router_t *rt;
   gt_rpc_server_t *srv;
-  gctx_t *live; /* Generate calls in progress (loop thread) */
+  gctx_t *live;       /* Generate calls in progress (loop thread) */
+  pthread_mutex_t mu; /* guards the two below: cq thread vs loop */
+  bool stopping;      /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
+  int posts;          /* posted to the loop and not yet run */
 };
+
+#define POST_STOPPING 1
+
+/* cq thread: hands fn(g, b, x) to the loop thread. 0; -1 out of memory; POST_STOPPING once
+ * rgf_stop began. On failure fn will not run. */
+static int front_post(rgf_t *g, mbox_fn fn, void *b, intptr_t x) {
+  pthread_mutex_lock(&g->mu);
+  int rc = g->stopping ? POST_STOPPING : mbox_post(g->rt->mb, fn, g, b, x);
+  if (rc == 0) g->posts++;
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
+/* Loop thread, first thing in every function front_post handed over. */
+static void post_ran(rgf_t *g) {
+  pthread_mutex_lock(&g->mu);
+  g->posts--;
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* cq thread: a new call front_post could not hand to the loop. */
+static void refuse(gt_rpc_call_t *call, int rc) {
+  if (rc == POST_STOPPING) gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "router shutting down");
+  else gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* Loop thread: a new call posted before rgf_stop began, run by its drain: answered at once. */
+static bool refused_stopping(rgf_t *g, gt_rpc_call_t *call) {
+  if (!g->stopping) return false;
+  gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "router shutting down");
+  return true;
+}
 
 static gt_rpc_code_t code_of_status(int http) {
   switch (http) {
@@ -84,6 +120,7 @@ static gctx_t *gctx_find(rgf_t *g, uint64_t call_id) {
 /* Loop thread: the client took its output down to half the bound: read from the engine again. */
 static void drained_loop(void *a, void *b, intptr_t id) {
   (void)b;
+  post_ran(a);
   gctx_t *c = gctx_find(a, (uint64_t)id);
   if (!c || !c->wtimer) return;
   event_free(c->wtimer);
@@ -94,7 +131,7 @@ static void drained_loop(void *a, void *b, intptr_t id) {
 /* cq thread */
 static void on_drained(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  mbox_post(g->rt->mb, drained_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
+  front_post(g, drained_loop, NULL, (intptr_t)gt_rpc_call_id(call)); /* stopping: rgf_stop ends the call */
 }
 
 /* A paused stream did not drain for --stream-write-timeout-s: the client does not read. */
@@ -232,8 +269,14 @@ static void gen_loop(void *a, void *b, intptr_t x) {
   rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
+  post_ran(g);
+  if (refused_stopping(g, call)) {
+    metrics_request(g->rt->metrics, M_GENERATE_ROUTE, 503);
+    return;
+  }
   gctx_t *c = calloc(1, sizeof *c);
   if (!c) {
+    metrics_request(g->rt->metrics, M_GENERATE_ROUTE, 500);
     gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -248,6 +291,7 @@ static void gen_loop(void *a, void *b, intptr_t x) {
 
 static void cancel_loop(void *a, void *b, intptr_t id) {
   (void)b;
+  post_ran(a);
   gctx_t *c = gctx_find(a, (uint64_t)id);
   if (!c || !c->rq) return;
   rq_t *q = c->rq;
@@ -258,13 +302,14 @@ static void cancel_loop(void *a, void *b, intptr_t id) {
 
 static void on_generate(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  if (mbox_post(g->rt->mb, gen_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = front_post(g, gen_loop, call, 0);
+  if (rc) refuse(call, rc);
 }
 
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   rgf_t *g = user;
   (void)code;
-  mbox_post(g->rt->mb, cancel_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
+  front_post(g, cancel_loop, NULL, (intptr_t)gt_rpc_call_id(call)); /* stopping: rgf_stop ends the call */
 }
 
 /* ---- ListModels ---- */
@@ -321,6 +366,8 @@ static void models_auth(void *arg, auth_status_t st, const char *tenant) {
 static void models_check(void *a, void *b, intptr_t x) {
   rgf_t *g = a;
   gt_rpc_call_t *call = b;
+  post_ran(g);
+  if (refused_stopping(g, call)) return;
   if (!g->rt->cfg.protect_info) {
     models_loop(g, call, x);
     return;
@@ -336,7 +383,8 @@ static void models_check(void *a, void *b, intptr_t x) {
 
 static void on_models(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  if (mbox_post(g->rt->mb, models_check, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = front_post(g, models_check, call, 0);
+  if (rc) refuse(call, rc);
 }
 
 /* ---- Admin ---- */
@@ -454,6 +502,8 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
+  post_ran(g);
+  if (refused_stopping(g, call)) return;
   actx_t *c = calloc(1, sizeof *c);
   if (!c) {
     gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -467,7 +517,8 @@ static void admin_loop(void *a, void *b, intptr_t x) {
 
 static void on_admin(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  if (mbox_post(g->rt->mb, admin_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = front_post(g, admin_loop, call, 0);
+  if (rc) refuse(call, rc);
 }
 
 rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
@@ -477,11 +528,13 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
     return NULL;
   }
   g->rt = rt;
+  pthread_mutex_init(&g->mu, NULL);
   /* the same request size cap as the HTTP front (--max-body-bytes), and the same time to send
    * a request (--http-timeout-s) */
   gt_rpc_server_opts_t so = {.max_message_bytes = (int)rt->cfg.max_body_bytes,
                              .recv_timeout_ms = rt->cfg.http_timeout_s * 1000};
   if (gt_rpc_server_create(&so, &g->srv, err)) {
+    pthread_mutex_destroy(&g->mu);
     free(g);
     return NULL;
   }
@@ -499,17 +552,32 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
   return g;
 fail:
   gt_rpc_server_destroy(g->srv);
+  pthread_mutex_destroy(&g->mu);
   free(g);
   return NULL;
 }
 
 size_t rgf_unsent_bytes(rgf_t *g) { return g ? gt_rpc_server_unsent_bytes(g->srv) : 0; }
 
+int rgf_pending_posts(rgf_t *g) {
+  pthread_mutex_lock(&g->mu);
+  int n = g->posts;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their
- * calls first, then shut down with no grace. */
+ * calls first, then shut down with no grace. Hand-offs the cq thread posted before are run
+ * first, while g lives (a new call among them is refused: left unfinished it would hold the
+ * shutdown forever); from then on the cq thread posts nothing and refuses new calls itself. */
 void rgf_stop(rgf_t *g) {
   if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  g->stopping = true;
+  pthread_mutex_unlock(&g->mu);
+  mbox_drain(g->rt->mb); /* every post made before `stopping` is queued there */
+  if (rgf_pending_posts(g)) GT_LOG_ERROR("grpc front: %d hand-off(s) still pending at stop", rgf_pending_posts(g));
   while (g->live) {
     gctx_t *c = g->live;
     if (c->rq) {
@@ -520,5 +588,6 @@ void rgf_stop(rgf_t *g) {
     gctx_done(c, 503, GT_RPC_UNAVAILABLE, "router shutting down");
   }
   gt_rpc_server_destroy(g->srv);
+  pthread_mutex_destroy(&g->mu);
   free(g);
 }

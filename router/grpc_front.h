@@ -15,5 +15,7 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err);
 void rgf_stop(rgf_t *g);
 /* Output queued for gRPC clients and not yet taken by the transport (bytes; 0 for NULL). */
 size_t rgf_unsent_bytes(rgf_t *g);
+/* Hand-offs from gRPC threads to the loop not yet run (any thread; for tests). */
+int rgf_pending_posts(rgf_t *g);
 
 #endif
