@@ -162,6 +162,13 @@ static void dispatch(grpc_event ev) {
         grpc_byte_buffer_destroy(s->send_bb);
         s->send_bb = NULL;
       }
+      /* A paused manual-read stream has no read outstanding, so a call that failed meanwhile
+       * (deadline, lost connection, reset by the server) would never reach on_done: drop what
+       * is buffered and read on to the end (a clean end still waits for the reader). */
+      if (s->manual_read && s->status != GRPC_STATUS_OK) {
+        grpc_call_cancel(s->call, NULL);
+        arm_recv(s);
+      }
       maybe_done(s);
       break;
     case TAG_RECV: on_recv(s, ev.success); break;

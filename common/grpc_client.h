@@ -69,7 +69,9 @@ typedef struct gt_rpc_stream_args {
   gt_rpc_stream_done_fn on_done;
   void *user;
   int manual_read; /* 1: after each message the next is read only on gt_rpc_stream_read_next;
-                      unread data keeps the HTTP/2 window closed, so the server is held back */
+                      unread data keeps the HTTP/2 window closed, so the server is held back.
+                      A call that fails (status not OK) ends at once: on_done comes without
+                      waiting for reads, and unread messages are dropped */
 } gt_rpc_stream_args_t;
 
 /* Starts a server-streaming (or unary, read as a one-message stream) call. Callable from

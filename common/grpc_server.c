@@ -68,6 +68,7 @@ struct gt_rpc_server {
   int shutting_down;      /* under mu */
   int stopped;            /* shutdown completed */
   int recv_timeout_ms;
+  atomic_size_t unsent_bytes; /* sum of every call's queued_bytes + in_flight_bytes */
   /* cq thread only: calls accepted whose request message is still arriving */
   struct gt_rpc_call *recv_wait;
 };
@@ -117,6 +118,7 @@ struct gt_rpc_call {
   int broken;         /* a send failed or the call was cancelled: drop further sends */
   size_t queued_bytes;    /* sum of the queue's qitem.bytes */
   size_t in_flight_bytes; /* the message of the send batch in flight */
+  size_t accounted;       /* queued_bytes + in_flight_bytes as last added to srv->unsent_bytes */
   gt_rpc_drain_fn drain_cb; /* armed by gt_rpc_call_on_drain; one shot */
   void *drain_user;
   size_t drain_low;
@@ -124,6 +126,15 @@ struct gt_rpc_call {
 };
 
 /* ---- call lifetime ------------------------------------------------------------------------ */
+
+/* Brings srv->unsent_bytes up to date with this call's unsent bytes. Caller holds c->mu (or the
+ * last reference). */
+static void account_locked(gt_rpc_call_t *c) {
+  const size_t now = c->queued_bytes + c->in_flight_bytes;
+  if (now >= c->accounted) atomic_fetch_add(&c->srv->unsent_bytes, now - c->accounted);
+  else atomic_fetch_sub(&c->srv->unsent_bytes, c->accounted - now);
+  c->accounted = now;
+}
 
 static void free_queue(gt_rpc_call_t *c) {
   qitem_t *it = c->head;
@@ -135,6 +146,7 @@ static void free_queue(gt_rpc_call_t *c) {
   }
   c->head = c->tail = NULL;
   c->queued_bytes = 0;
+  account_locked(c);
 }
 
 static void call_free(gt_rpc_call_t *c) {
@@ -166,8 +178,15 @@ static void call_unref(gt_rpc_call_t *c) {
   if (r == 0) call_free(c);
 }
 
+static void pump(gt_rpc_call_t *c);
+
 /* Starts the next send batch if none is in flight. Caller holds c->mu. */
 static void pump_locked(gt_rpc_call_t *c) {
+  pump(c);
+  account_locked(c);
+}
+
+static void pump(gt_rpc_call_t *c) {
   if (c->in_flight || c->status_sent || c->broken) return;
   int want_status = c->finish_called && (c->head == NULL || c->head->next == NULL);
   if (!c->head && !want_status) return;
@@ -660,6 +679,8 @@ int gt_rpc_server_live_calls(gt_rpc_server_t *s) {
   pthread_mutex_unlock(&s->mu);
   return n;
 }
+
+size_t gt_rpc_server_unsent_bytes(gt_rpc_server_t *s) { return atomic_load(&s->unsent_bytes); }
 
 /* ---- per call ----------------------------------------------------------------------------- */
 

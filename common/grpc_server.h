@@ -80,6 +80,11 @@ void gt_rpc_server_destroy(gt_rpc_server_t *s);
 /* Calls alive (accepted and not yet fully released). For tests and metrics. */
 int gt_rpc_server_live_calls(gt_rpc_server_t *s);
 
+/* Output of every call given to send and not yet taken by gRPC's transport (the sum of
+ * gt_rpc_call_unsent_bytes over live calls, also over calls already finished whose queue still
+ * waits for a slow peer). Any thread. For metrics and tests. */
+size_t gt_rpc_server_unsent_bytes(gt_rpc_server_t *s);
+
 /* ---- per call (thread-safe unless noted) ---------------------------------------------- */
 
 /* The parsed request (owned by the call; valid until the call is released). */

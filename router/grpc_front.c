@@ -5,8 +5,11 @@
  * Flow control, as on the HTTP front: a Generate stream whose unsent output reaches
  * --stream-buffer-bytes stops reading from the engine until the client took half of it; if it
  * does not within --stream-write-timeout-s, the request is cancelled (engine stream, lease) and
- * the call aborted with DEADLINE_EXCEEDED, dropping everything queued for it. */
+ * the call aborted with DEADLINE_EXCEEDED, dropping everything queued for it. A request that fails
+ * while its stream is paused (engine error, deadline, drain) is aborted the same way, with the
+ * error's status: its final message would otherwise wait behind the queue until the client left. */
 #include <event2/event.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,7 @@
 #define M_GETLIM "/gantry.v1.Admin/GetLimits"
 #define M_SETLIM "/gantry.v1.Admin/SetLimits"
 #define M_QUEUES "/gantry.v1.Admin/ListQueues"
+#define M_GENERATE_ROUTE "grpc:Generate" /* route label of gantry_router_requests_total */
 
 typedef struct gctx {
   rgf_t *g;
@@ -38,8 +42,43 @@ typedef struct gctx {
 struct rgf {
   router_t *rt;
   gt_rpc_server_t *srv;
-  gctx_t *live; /* Generate calls in progress (loop thread) */
+  gctx_t *live;       /* Generate calls in progress (loop thread) */
+  pthread_mutex_t mu; /* guards the two below: cq thread vs loop */
+  bool stopping;      /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
+  int posts;          /* posted to the loop and not yet run */
 };
+
+#define POST_STOPPING 1
+
+/* cq thread: hands fn(g, b, x) to the loop thread. 0; -1 out of memory; POST_STOPPING once
+ * rgf_stop began. On failure fn will not run. */
+static int front_post(rgf_t *g, mbox_fn fn, void *b, intptr_t x) {
+  pthread_mutex_lock(&g->mu);
+  int rc = g->stopping ? POST_STOPPING : mbox_post(g->rt->mb, fn, g, b, x);
+  if (rc == 0) g->posts++;
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
+/* Loop thread, first thing in every function front_post handed over. */
+static void post_ran(rgf_t *g) {
+  pthread_mutex_lock(&g->mu);
+  g->posts--;
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* cq thread: a new call front_post could not hand to the loop. */
+static void refuse(gt_rpc_call_t *call, int rc) {
+  if (rc == POST_STOPPING) gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "router shutting down");
+  else gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* Loop thread: a new call posted before rgf_stop began, run by its drain: answered at once. */
+static bool refused_stopping(rgf_t *g, gt_rpc_call_t *call) {
+  if (!g->stopping) return false;
+  gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "router shutting down");
+  return true;
+}
 
 static gt_rpc_code_t code_of_status(int http) {
   switch (http) {
@@ -54,7 +93,10 @@ static gt_rpc_code_t code_of_status(int http) {
   }
 }
 
-static void gctx_unlink(gctx_t *c) {
+/* Ends c (its call already finished or aborted): counts the request once, like the HTTP front
+ * (status: 200, the error's HTTP status, 499 when the client cancelled or stopped reading). */
+static void gctx_unlink(gctx_t *c, int status) {
+  metrics_request(c->g->rt->metrics, M_GENERATE_ROUTE, status);
   if (c->wtimer) event_free(c->wtimer);
   if (c->prev) c->prev->next = c->next;
   else c->g->live = c->next;
@@ -62,10 +104,10 @@ static void gctx_unlink(gctx_t *c) {
   free(c);
 }
 
-static void gctx_done(gctx_t *c, gt_rpc_code_t code, const char *msg) {
+static void gctx_done(gctx_t *c, int status, gt_rpc_code_t code, const char *msg) {
   if (c->call) gt_rpc_call_finish(c->call, code, msg);
   c->call = NULL;
-  gctx_unlink(c);
+  gctx_unlink(c, status);
 }
 
 static gctx_t *gctx_find(rgf_t *g, uint64_t call_id) {
@@ -78,6 +120,7 @@ static gctx_t *gctx_find(rgf_t *g, uint64_t call_id) {
 /* Loop thread: the client took its output down to half the bound: read from the engine again. */
 static void drained_loop(void *a, void *b, intptr_t id) {
   (void)b;
+  post_ran(a);
   gctx_t *c = gctx_find(a, (uint64_t)id);
   if (!c || !c->wtimer) return;
   event_free(c->wtimer);
@@ -88,7 +131,7 @@ static void drained_loop(void *a, void *b, intptr_t id) {
 /* cq thread */
 static void on_drained(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  mbox_post(g->rt->mb, drained_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
+  front_post(g, drained_loop, NULL, (intptr_t)gt_rpc_call_id(call)); /* stopping: rgf_stop ends the call */
 }
 
 /* A paused stream did not drain for --stream-write-timeout-s: the client does not read. */
@@ -107,7 +150,7 @@ static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
   snprintf(msg, sizeof msg, "the client did not read its stream for %d s", rt->cfg.stream_write_timeout_s);
   gt_rpc_call_abort(c->call, GT_RPC_DEADLINE_EXCEEDED, msg);
   c->call = NULL;
-  gctx_unlink(c);
+  gctx_unlink(c, 499);
 }
 
 /* After a delta was queued: a stream whose unsent output reached the bound pauses the engine. */
@@ -133,15 +176,25 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
   gctx_t *c = sink;
   if (ev->kind == RQ_EV_ERROR) {
     c->rq = NULL;
+    if (c->wtimer) {
+      /* paused: the client has not taken the bound queued for it, and a final message would
+       * wait behind it, holding it until the connection drops; end the call now instead */
+      GT_LOG_WARN("rid=%s request failed while its gRPC stream was paused: call ended, %zu bytes unsent dropped: %s",
+                  c->id, gt_rpc_call_unsent_bytes(c->call), ev->err.message);
+      gt_rpc_call_abort(c->call, code_of_status(ev->err.status), ev->err.message);
+      c->call = NULL;
+      gctx_unlink(c, ev->err.status);
+      return;
+    }
     if (ev->started) {
       gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR, ev->err.message);
       if (f) gt_rpc_call_send(c->call, &f->base, GT_RPC_SEND_NO_MERGE);
-      gctx_done(c, GT_RPC_OK, NULL);
+      gctx_done(c, ev->err.status, GT_RPC_OK, NULL);
     } else {
       char msg[600];
       if (ev->retry_after_s > 0) snprintf(msg, sizeof msg, "%s (retry-after: %d)", ev->err.message, ev->retry_after_s);
       else snprintf(msg, sizeof msg, "%s", ev->err.message);
-      gctx_done(c, code_of_status(ev->err.status), msg);
+      gctx_done(c, ev->err.status, code_of_status(ev->err.status), msg);
     }
     return;
   }
@@ -149,7 +202,7 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
   gt_rpc_call_send(c->call, &ev->msg->base, ev->final ? GT_RPC_SEND_NO_MERGE : 0);
   if (ev->final) {
     c->rq = NULL;
-    gctx_done(c, GT_RPC_OK, NULL);
+    gctx_done(c, 200, GT_RPC_OK, NULL);
   } else {
     maybe_pause(c, ev);
   }
@@ -165,28 +218,28 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   gctx_t *c = arg;
   router_t *rt = c->g->rt;
   if (st != AUTH_OK) {
-    gctx_done(c, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
+    gctx_done(c, st == AUTH_DENIED ? 401 : 503, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
               st == AUTH_DENIED   ? "invalid or missing API key"
               : st == AUTH_NOKEYS ? AUTH_NOKEYS_MSG
                                   : "cannot check the API key: Redis is unreachable");
     return;
   }
   if (gt_rpc_call_is_cancelled(c->call)) {
-    gctx_done(c, GT_RPC_CANCELLED, NULL);
+    gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
     return;
   }
   snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
   const Gantry__V1__RouterGenerateRequest *in = (const Gantry__V1__RouterGenerateRequest *)gt_rpc_call_request(c->call);
   if (!in->model || !in->model[0] || !in->request || in->request->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT__NOT_SET) {
-    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "model and request (with chat, prompt or tokens input) are required");
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "model and request (with chat, prompt or tokens input) are required");
     return;
   }
   if (in->request->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT && in->request->chat->n_messages == 0) {
-    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "chat.messages must not be empty");
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "chat.messages must not be empty");
     return;
   }
   if (in->request->max_tokens_opt_case && in->request->max_tokens == 0) {
-    gctx_done(c, GT_RPC_INVALID_ARGUMENT, "max_tokens must be at least 1");
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "max_tokens must be at least 1");
     return;
   }
   /* own copy of the engine request (the rq keeps it for a retry) */
@@ -199,7 +252,7 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
     free(buf);
   }
   if (!gen) {
-    gctx_done(c, GT_RPC_INTERNAL, "out of memory");
+    gctx_done(c, 500, GT_RPC_INTERNAL, "out of memory");
     return;
   }
   gen->parse_special_tokens = false; /* user content is text, never control tokens */
@@ -209,16 +262,21 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   oa_error_t e;
   snprintf(c->model, sizeof c->model, "%s", in->model);
   c->rq = rq_start(rt, c->model, c->tenant, c->id, gen, on_gen_event, c, &e);
-  metrics_request(rt->metrics, "grpc:Generate", c->rq ? 200 : e.status);
-  if (!c->rq) gctx_done(c, code_of_status(e.status), e.message);
+  if (!c->rq) gctx_done(c, e.status, code_of_status(e.status), e.message);
 }
 
 static void gen_loop(void *a, void *b, intptr_t x) {
   rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
+  post_ran(g);
+  if (refused_stopping(g, call)) {
+    metrics_request(g->rt->metrics, M_GENERATE_ROUTE, 503);
+    return;
+  }
   gctx_t *c = calloc(1, sizeof *c);
   if (!c) {
+    metrics_request(g->rt->metrics, M_GENERATE_ROUTE, 500);
     gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -233,23 +291,25 @@ static void gen_loop(void *a, void *b, intptr_t x) {
 
 static void cancel_loop(void *a, void *b, intptr_t id) {
   (void)b;
+  post_ran(a);
   gctx_t *c = gctx_find(a, (uint64_t)id);
   if (!c || !c->rq) return;
   rq_t *q = c->rq;
   c->rq = NULL;
   rq_cancel(q);
-  gctx_done(c, GT_RPC_CANCELLED, NULL);
+  gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
 }
 
 static void on_generate(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  if (mbox_post(g->rt->mb, gen_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = front_post(g, gen_loop, call, 0);
+  if (rc) refuse(call, rc);
 }
 
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   rgf_t *g = user;
   (void)code;
-  mbox_post(g->rt->mb, cancel_loop, g, NULL, (intptr_t)gt_rpc_call_id(call));
+  front_post(g, cancel_loop, NULL, (intptr_t)gt_rpc_call_id(call)); /* stopping: rgf_stop ends the call */
 }
 
 /* ---- ListModels ---- */
@@ -306,6 +366,8 @@ static void models_auth(void *arg, auth_status_t st, const char *tenant) {
 static void models_check(void *a, void *b, intptr_t x) {
   rgf_t *g = a;
   gt_rpc_call_t *call = b;
+  post_ran(g);
+  if (refused_stopping(g, call)) return;
   if (!g->rt->cfg.protect_info) {
     models_loop(g, call, x);
     return;
@@ -321,7 +383,8 @@ static void models_check(void *a, void *b, intptr_t x) {
 
 static void on_models(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  if (mbox_post(g->rt->mb, models_check, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = front_post(g, models_check, call, 0);
+  if (rc) refuse(call, rc);
 }
 
 /* ---- Admin ---- */
@@ -439,6 +502,8 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   rgf_t *g = a;
   gt_rpc_call_t *call = b;
   (void)x;
+  post_ran(g);
+  if (refused_stopping(g, call)) return;
   actx_t *c = calloc(1, sizeof *c);
   if (!c) {
     gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
@@ -452,7 +517,8 @@ static void admin_loop(void *a, void *b, intptr_t x) {
 
 static void on_admin(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
-  if (mbox_post(g->rt->mb, admin_loop, g, call, 0)) gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = front_post(g, admin_loop, call, 0);
+  if (rc) refuse(call, rc);
 }
 
 rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
@@ -462,11 +528,13 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
     return NULL;
   }
   g->rt = rt;
+  pthread_mutex_init(&g->mu, NULL);
   /* the same request size cap as the HTTP front (--max-body-bytes), and the same time to send
    * a request (--http-timeout-s) */
   gt_rpc_server_opts_t so = {.max_message_bytes = (int)rt->cfg.max_body_bytes,
                              .recv_timeout_ms = rt->cfg.http_timeout_s * 1000};
   if (gt_rpc_server_create(&so, &g->srv, err)) {
+    pthread_mutex_destroy(&g->mu);
     free(g);
     return NULL;
   }
@@ -484,15 +552,32 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
   return g;
 fail:
   gt_rpc_server_destroy(g->srv);
+  pthread_mutex_destroy(&g->mu);
   free(g);
   return NULL;
 }
 
+size_t rgf_unsent_bytes(rgf_t *g) { return g ? gt_rpc_server_unsent_bytes(g->srv) : 0; }
+
+int rgf_pending_posts(rgf_t *g) {
+  pthread_mutex_lock(&g->mu);
+  int n = g->posts;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their
- * calls first, then shut down with no grace. */
+ * calls first, then shut down with no grace. Hand-offs the cq thread posted before are run
+ * first, while g lives (a new call among them is refused: left unfinished it would hold the
+ * shutdown forever); from then on the cq thread posts nothing and refuses new calls itself. */
 void rgf_stop(rgf_t *g) {
   if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  g->stopping = true;
+  pthread_mutex_unlock(&g->mu);
+  mbox_drain(g->rt->mb); /* every post made before `stopping` is queued there */
+  if (rgf_pending_posts(g)) GT_LOG_ERROR("grpc front: %d hand-off(s) still pending at stop", rgf_pending_posts(g));
   while (g->live) {
     gctx_t *c = g->live;
     if (c->rq) {
@@ -500,8 +585,9 @@ void rgf_stop(rgf_t *g) {
       c->rq = NULL;
       rq_cancel(q);
     }
-    gctx_done(c, GT_RPC_UNAVAILABLE, "router shutting down");
+    gctx_done(c, 503, GT_RPC_UNAVAILABLE, "router shutting down");
   }
   gt_rpc_server_destroy(g->srv);
+  pthread_mutex_destroy(&g->mu);
   free(g);
 }

@@ -3,6 +3,8 @@
 #ifndef GANTRY_ROUTER_GRPC_FRONT_H
 #define GANTRY_ROUTER_GRPC_FRONT_H
 
+#include <stddef.h>
+
 #include "common/err.h"
 
 typedef struct router router_t;
@@ -11,5 +13,9 @@ typedef struct rgf rgf_t;
 /* Binds cfg.grpc_addr (sets rt->grpc_port); NULL with err filled on failure. */
 rgf_t *rgf_start(router_t *rt, gt_err_t *err);
 void rgf_stop(rgf_t *g);
+/* Output queued for gRPC clients and not yet taken by the transport (bytes; 0 for NULL). */
+size_t rgf_unsent_bytes(rgf_t *g);
+/* Hand-offs from gRPC threads to the loop not yet run (any thread; for tests). */
+int rgf_pending_posts(rgf_t *g);
 
 #endif

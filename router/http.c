@@ -217,6 +217,16 @@ static void on_out_drained(struct evbuffer *b, const struct evbuffer_cb_info *in
   rq_resume(h->rq);
 }
 
+/* Ends a stream whose request is over (h->rq NULL) by dropping its connection with everything
+ * buffered for it, counted with status; frees h. */
+static void drop_stream(hreq_t *h, int status) {
+  metrics_request(h->rt->metrics, route_names[h->route], status);
+  struct evhttp_connection *conn = h->conn;
+  if (conn) evhttp_connection_set_closecb(conn, NULL, NULL);
+  hreq_free(h);
+  if (conn) evhttp_connection_free(conn); /* frees the request and its output */
+}
+
 /* A paused stream did not drain for --stream-write-timeout-s: the client does not read. Cancel
  * the request (engine stream, lease) and drop the connection with everything buffered for it. */
 static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
@@ -227,15 +237,10 @@ static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
   GT_LOG_WARN("rid=%s client does not read: stream cancelled after %d s with %zu bytes unsent", h->id,
               h->rt->cfg.stream_write_timeout_s, unsent);
   metrics_reject(h->rt->metrics, "client_write_timeout");
-  metrics_request(h->rt->metrics, route_names[h->route], 499);
-  unpause(h);
   rq_t *q = h->rq;
   h->rq = NULL;
   rq_cancel(q);
-  struct evhttp_connection *conn = h->conn;
-  if (conn) evhttp_connection_set_closecb(conn, NULL, NULL);
-  hreq_free(h);
-  if (conn) evhttp_connection_free(conn); /* frees the request and its output */
+  drop_stream(h, 499);
 }
 
 /* After a chunk went out: a stream whose unsent output reached the bound pauses the engine. */
@@ -258,6 +263,14 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
   hreq_t *h = sink;
   if (ev->kind == RQ_EV_ERROR) {
     h->rq = NULL;
+    if (h->wtimer) {
+      /* paused: the client has not taken the bound buffered for it, and the error event would
+       * wait behind it, holding it until the client leaves; drop the connection instead */
+      GT_LOG_WARN("rid=%s request failed while its stream was paused: connection dropped with %zu bytes unsent: %s",
+                  h->id, h->out ? evbuffer_get_length(h->out) : 0, ev->err.message);
+      drop_stream(h, 200); /* the stream's status line went out as 200, like other stream errors */
+      return;
+    }
     if (h->streaming) {
       oa_sb_t sb = {0};
       oa_resp_error_sse(h->resp, &ev->err, &sb);
@@ -655,6 +668,7 @@ static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_r
   adm_stats_t as;
   adm_stats(h->rt->adm, &as);
   metrics_set_dataguard(h->rt->metrics, dg_losses(h->rt->dg), dg_snapshot_entries(h->rt->dg));
+  metrics_set_grpc_unsent(h->rt->metrics, rgf_unsent_bytes(h->rt->grpc));
   char *t = metrics_render(h->rt->metrics, &as, h->rt->pool, status == GT_OK ? rows : NULL, status == GT_OK ? n : 0);
   reply_text(h, 200, "text/plain; version=0.0.4", t ? t : "");
   free(t);

@@ -36,6 +36,7 @@ struct metrics {
   reason_t rej[32];
   int nrej;
   uint64_t data_losses, snapshot_entries;
+  size_t grpc_unsent;
   lat_hist_t lat[MAX_MODELS];
   int nlat;
 };
@@ -87,6 +88,8 @@ void metrics_set_dataguard(metrics_t *m, uint64_t losses, uint64_t snapshot_entr
   m->data_losses = losses;
   m->snapshot_entries = snapshot_entries;
 }
+
+void metrics_set_grpc_unsent(metrics_t *m, size_t bytes) { m->grpc_unsent = bytes; }
 
 char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_queue_row_t *rows, int nrows) {
   oa_sb_t b = {0};
@@ -150,6 +153,8 @@ char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_q
   OUT("# HELP gantry_router_redis_snapshot_entries API key and limit entries this router would restore after a data loss.\n");
   OUT("# TYPE gantry_router_redis_snapshot_entries gauge\ngantry_router_redis_snapshot_entries %llu\n",
       (unsigned long long)m->snapshot_entries);
+  OUT("# HELP gantry_router_grpc_unsent_bytes gRPC front output queued for clients, not yet taken by the transport.\n");
+  OUT("# TYPE gantry_router_grpc_unsent_bytes gauge\ngantry_router_grpc_unsent_bytes %zu\n", m->grpc_unsent);
   OUT("# HELP gantry_router_queue_depth Requests queued in Redis per pool (tenant=\"\") and tenant.\n");
   OUT("# TYPE gantry_router_queue_depth gauge\n");
   for (int i = 0; i < nrows; i++)

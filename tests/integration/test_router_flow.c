@@ -9,7 +9,12 @@
  * message); before, the call and what it had sent were held until the client left.
  * The same bound on the gRPC front: a raw HTTP/2 client that never opens its flow-control window
  * past the first 64 KiB; before, the router merged the whole 64 MiB stream into one pending
- * message and never cancelled it. */
+ * message and never cancelled it.
+ * A request that fails while its stream is paused (here --request-timeout-s) ends at once on both
+ * fronts without what was buffered: the SSE connection is dropped, the gRPC call aborted
+ * (gantry_router_grpc_unsent_bytes back to 0 while the client's connection stays open); before,
+ * a paused engine stream did not see its deadline at all, and once it did the buffer waited for
+ * the client to leave. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -34,6 +39,7 @@
 static int engine_idle(fe_t *f) { return fe_active(f) == 0; }
 
 #define WT_METRIC "gantry_router_rejections_total{reason=\"client_write_timeout\"}"
+#define GEN_METRIC(status) "gantry_router_requests_total{route=\"grpc:Generate\",status=\"" status "\"}"
 
 /* Sends a streaming chat request on a socket with a tiny receive buffer and returns the socket
  * (never read). */
@@ -92,6 +98,62 @@ static void test_unread_stream_bounded_and_cancelled(void **st) {
   while ((n = read(fd, buf, sizeof buf)) > 0) total += (size_t)n;
   printf("the client could still read %zu bytes before the connection ended\n", total);
   assert_true(total < 16u << 20);
+  close(fd);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
+#define UNSENT_METRIC "gantry_router_grpc_unsent_bytes"
+
+/* Polls the router's /metrics until pred(value of name) holds (up to ms); returns the last value. */
+static long long wait_metric(rp_t *rp, const char *name, int (*pred)(long long), int ms) {
+  double until = gt_now_ms() + ms;
+  long long v = rp_metric(rp, name, NULL);
+  while (!pred(v) && gt_now_ms() < until) {
+    usleep(20000);
+    v = rp_metric(rp, name, NULL);
+  }
+  return v;
+}
+static int is_zero(long long v) { return v == 0; }
+static int is_one(long long v) { return v == 1; }
+static int over_1mib(long long v) { return v >= 1 << 20; }
+
+/* Reads fd until the peer ends the connection (EOF or reset) or ms pass; returns 1 if it ended,
+ * *total the bytes read. */
+static int read_until_closed(int fd, int ms, size_t *total) {
+  double end = gt_now_ms() + ms;
+  char buf[65536];
+  *total = 0;
+  while (gt_now_ms() < end) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 50) <= 0) continue;
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return 1;
+    *total += (size_t)n;
+  }
+  return 0;
+}
+
+/* A request that fails while its SSE stream is paused (--request-timeout-s passes while the client
+ * reads nothing) drops the connection with what was buffered for it; the error event would
+ * otherwise wait behind the buffer as long as the client keeps the connection. */
+static void test_unread_stream_failure_drops_connection(void **st) {
+  (void)st;
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--health-ms", "100", "--stream-write-timeout-s", "60", "--request-timeout-s",
+                                         "2", NULL});
+  rp_t rp = k.rp;
+  assert_true(rp_wait_ready(&rp, 20000));
+  int fd = send_unread_stream(rp.http_port, "FLOOD", 4096);
+  assert_int_equal(wait_metric(&rp, "gantry_router_leases_held", is_one, 10000), 1);
+  const double t0 = gt_now_ms();
+  assert_int_equal(wait_metric(&rp, "gantry_router_leases_held", is_zero, 10000), 0);
+  size_t total = 0;
+  const int closed = read_until_closed(fd, 5000, &total);
+  printf("paused SSE stream failed: connection ended %.0f ms after the lease went back, %zu bytes read\n",
+         gt_now_ms() - t0, total);
+  assert_true(closed);
+  assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), -1); /* not the write timeout (60 s) */
   close(fd);
   assert_int_equal(rstack_stop(&k), 0);
 }
@@ -166,6 +228,25 @@ static int h2_open_generate(int port, int rcvbuf) {
   return fd;
 }
 
+/* Sends the request message of the Generate call opened by h2_open_generate (model "tiny"). */
+static void h2_send_generate(int fd, const char *prompt, uint32_t max_tokens) {
+  Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
+  g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
+  g.prompt = (char *)prompt;
+  g.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
+  g.max_tokens = max_tokens;
+  Gantry__V1__RouterGenerateRequest r = GANTRY__V1__ROUTER_GENERATE_REQUEST__INIT;
+  r.model = "tiny";
+  r.request = &g;
+  uint8_t msg[256];
+  size_t ml = protobuf_c_message_get_packed_size(&r.base);
+  assert_true(ml + 5 <= sizeof msg);
+  msg[0] = 0;
+  msg[1] = (uint8_t)(ml >> 24), msg[2] = (uint8_t)(ml >> 16), msg[3] = (uint8_t)(ml >> 8), msg[4] = (uint8_t)ml;
+  protobuf_c_message_pack(&r.base, msg + 5);
+  h2_frame(fd, 0, 0x1, 1, msg, ml + 5); /* DATA, END_STREAM */
+}
+
 static void test_grpc_half_sent_message_deadline(void **st) {
   (void)st;
   rstack_t k;
@@ -196,22 +277,7 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
   assert_true(rp_wait_ready(&rp, 20000));
   const long rss0 = rp_peak_rss_kib(&rp);
   int fd = h2_open_generate(rp.grpc_port, 4096);
-  /* Generate "FLOOD", 4000 tokens of 16 KiB: 62.5 MiB */
-  Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
-  g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
-  g.prompt = "FLOOD";
-  g.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
-  g.max_tokens = 4000;
-  Gantry__V1__RouterGenerateRequest r = GANTRY__V1__ROUTER_GENERATE_REQUEST__INIT;
-  r.model = "tiny";
-  r.request = &g;
-  uint8_t msg[256];
-  size_t ml = protobuf_c_message_get_packed_size(&r.base);
-  assert_true(ml + 5 <= sizeof msg);
-  msg[0] = 0;
-  msg[1] = (uint8_t)(ml >> 24), msg[2] = (uint8_t)(ml >> 16), msg[3] = (uint8_t)(ml >> 8), msg[4] = (uint8_t)ml;
-  protobuf_c_message_pack(&r.base, msg + 5);
-  h2_frame(fd, 0, 0x1, 1, msg, ml + 5); /* DATA, END_STREAM */
+  h2_send_generate(fd, "FLOOD", 4000); /* 4000 tokens of 16 KiB: 62.5 MiB */
   /* the server's first frames (its SETTINGS acknowledged); never a WINDOW_UPDATE, so the stream's
    * window stays at 64 KiB; the stream must not end this early */
   assert_false(h2_wait_stream_end(fd, 300));
@@ -219,6 +285,9 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
   double until = gt_now_ms() + 20000;
   while (rp_metric(&rp, WT_METRIC, NULL) < 1 && gt_now_ms() < until) usleep(20000);
   assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), 1);
+  /* counted once, as a client that went away (499), like the HTTP front's write timeout */
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("499"), NULL), 1);
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
   assert_true(fe_wait(k.fe, engine_idle, 5000));
   const long grown = rp_peak_rss_kib(&rp) - rss0;
   printf("router peak RSS grew by %ld KiB while a gRPC client did not read a 62.5 MiB stream\n", grown);
@@ -234,9 +303,41 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
   assert_int_equal(rstack_stop(&k), 0);
 }
 
+/* A request that fails while its gRPC stream is paused (here: --request-timeout-s passes while
+ * the client reads nothing) ends the call and drops what was queued for it at once; before, the
+ * ~1 MiB stayed allocated until the client's connection dropped. */
+static void test_grpc_paused_stream_failure_frees_output(void **st) {
+  (void)st;
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--health-ms", "100", "--stream-write-timeout-s", "60",
+                                         "--request-timeout-s", "2", NULL});
+  rp_t rp = k.rp;
+  assert_true(rp_wait_ready(&rp, 20000));
+  assert_int_equal(rp_metric(&rp, UNSENT_METRIC, NULL), 0);
+  int fd = h2_open_generate(rp.grpc_port, 4096);
+  h2_send_generate(fd, "FLOOD", 4000);
+  assert_false(h2_wait_stream_end(fd, 300)); /* the server's SETTINGS answered; then no more reads */
+  const long long paused = wait_metric(&rp, UNSENT_METRIC, over_1mib, 10000);
+  assert_true(paused >= 1 << 20); /* the stream is paused with the bound queued */
+  /* the engine stream's deadline (2 s) fails the request; its lease goes back */
+  assert_int_equal(wait_metric(&rp, "gantry_router_leases_held", is_zero, 10000), 0);
+  const long long after = wait_metric(&rp, UNSENT_METRIC, is_zero, 5000);
+  printf("paused gRPC stream: %lld bytes queued; after the request failed: %lld (connection still open)\n", paused,
+         after);
+  assert_int_equal(after, 0);
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("504"), NULL), 1); /* counted once, with the deadline's status */
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
+  /* the call was ended by the router (RST_STREAM: the queued output was dropped) */
+  assert_true(h2_wait_stream_end(fd, 5000));
+  close(fd);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_unread_stream_bounded_and_cancelled),
+                                     cmocka_unit_test(test_unread_stream_failure_drops_connection),
                                      cmocka_unit_test(test_grpc_half_sent_message_deadline),
-                                     cmocka_unit_test(test_grpc_unread_stream_bounded_and_cancelled)};
+                                     cmocka_unit_test(test_grpc_unread_stream_bounded_and_cancelled),
+                                     cmocka_unit_test(test_grpc_paused_stream_failure_frees_output)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
