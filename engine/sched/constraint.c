@@ -370,9 +370,11 @@ int cons_seq_accept(cons_seq_t *q, int32_t tok) {
       if (tok != k->prefix[q->pos]) return GT_EINVAL;
       if (++q->pos == k->n_prefix) q->phase = P_GRAMMAR;
       return CONS_MORE;
-    case P_GRAMMAR:
-      if (gr_matcher_accept(q->m, tok) != GT_OK) return GT_EINVAL;
+    case P_GRAMMAR: {
+      int rc = gr_matcher_accept(q->m, tok);
+      if (rc) return rc; /* GT_EINVAL: not allowed; GT_ERANGE, GT_ENOMEM: the grammar's */
       return gr_matcher_done(q->m) ? after_grammar(q) : CONS_MORE;
+    }
     case P_SUFFIX:
       if (tok != k->suffix[q->pos]) return GT_EINVAL;
       if (++q->pos < k->n_suffix) return CONS_MORE;
@@ -381,4 +383,14 @@ int cons_seq_accept(cons_seq_t *q, int32_t tok) {
     case P_END: break;
   }
   return GT_EINVAL;
+}
+
+const char *cons_strerror(int rc) {
+  switch (rc) {
+    case GT_ERANGE:
+      return "this output's grammar automaton outgrew its limits (65,536 states, 1,048,576 stack nodes)";
+    case GT_ENOMEM: return "out of memory in the grammar matcher";
+    case GT_EINVAL: return "the sampled token is not allowed by the mask";
+    default: return "internal error in the grammar matcher";
+  }
 }

@@ -74,13 +74,18 @@ void cons_seq_free(cons_seq_t *q); /* NULL: nothing */
 int cons_seq_active(const cons_seq_t *q);
 /* The next token's mask for a model vocabulary of n_vocab (mask[(n_vocab + 31) / 32]); call only
  * when cons_seq_active. Returns the number of allowed ids (0: a dead end, nothing can continue
- * the output), or a negative GT_E* error (the grammar's state tables exceeded their limits). */
+ * the output), or a negative GT_E* error: GT_ERANGE (this output's walk outgrew the grammar's
+ * state limits), GT_ENOMEM. */
 int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab);
 
 enum { CONS_MORE = 0, CONS_DONE = 1 };
 /* Records the token the sequence took (masked or free). Returns CONS_MORE, CONS_DONE (the
- * output is complete: stop after this token), or GT_EINVAL when the mask did not allow it. An
- * end-of-sequence token ends the sequence elsewhere (the scheduler): it is only recorded. */
+ * output is complete: stop after this token), GT_EINVAL when the mask did not allow it, or
+ * GT_ERANGE / GT_ENOMEM as cons_seq_mask. An end-of-sequence token ends the sequence elsewhere
+ * (the scheduler): it is only recorded. */
 int cons_seq_accept(cons_seq_t *q, int32_t tok);
+
+/* What a negative cons_seq_mask / cons_seq_accept result means, for error messages (static). */
+const char *cons_strerror(int rc);
 
 #endif

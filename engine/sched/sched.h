@@ -99,8 +99,10 @@ typedef struct {
   int n;
   /* constrained decoding (engine/sched/constraint.h; sched_constraint gives one): each sampled
    * token is masked to the constraint (on the backend with its logits_mask op when it samples
-   * there, else on the host) and the output ends when the constraint is complete; a dead end
-   * (no token allowed) finishes the choice with ERROR. A reasoning model's <think> part is free
+   * there, else on the host) and the output ends when the constraint is complete. A dead end (no
+   * token allowed: the output cannot be completed in this vocabulary) finishes the choice with
+   * ERROR, its message "constraint: dead end after N tokens: ..."; so does a grammar error (its
+   * state limit, out of memory), its message naming that cause. A reasoning model's <think> part is free
    * (out.starts_in_reasoning; cons_may_think: the model may open it itself). The reference passes
    * to the scheduler on submit, refused or not. NULL: free text. */
   cons_t *constraint;

@@ -408,6 +408,40 @@ static void test_errors_and_cache(void **state) {
   sched_free(s);
 }
 
+/* A schema no output can satisfy: "a" must be a string of a character from an empty class. The
+ * grammar compiles (the start state is alive), the output runs into a dead end after '{"a":' and
+ * its bounded whitespace, where no token can continue it. */
+#define DEAD_END_SCHEMA                                                                               \
+  "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"[^\\\\s\\\\S]\"}},"   \
+  "\"required\":[\"a\"]}"
+
+/* A dead end finishes the choice with ERROR and a message that says so, after the text so far was
+ * delivered, on the device-sampled path (logits_mask) and the host-sampled one (logprobs), which
+ * agree token for token. */
+static void test_dead_end(void **state) {
+  fx_t *f = *state;
+  static out_t dev, host;
+  req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = DEAD_END_SCHEMA, .temperature = 0.0f, .logprobs = -1, .bias_id = -1};
+  run1(f, &ro, &dev);
+  ro.logprobs = 0;
+  run1(f, &ro, &host);
+  out_t *both[2] = {&dev, &host};
+  for (int i = 0; i < 2; i++) {
+    out_t *o = both[i];
+    print_message("  dead end (%s path): %d tokens '%s' -> %s\n", i ? "host" : "device", o->n, o->text, o->error);
+    assert_int_equal(o->finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(o->error, "constraint: dead end after"));
+    assert_true(o->n > 0); /* mid-output: '{' at least came first */
+    /* '{', the key, ':' and whitespace: the value's opening quote is never allowed */
+    assert_true(o->text[0] == '{' && strstr(o->text, "\"a\"") && strchr(o->text, ':'));
+    const char *after = strrchr(o->text, ':') + 1;
+    assert_int_equal(strspn(after, " \t\n"), strlen(after));
+  }
+  assert_int_equal(dev.n, host.n);
+  assert_memory_equal(dev.ids, host.ids, sizeof(int32_t) * (size_t)dev.n);
+  assert_string_equal(dev.error, host.error);
+}
+
 int main(void) {
 #ifdef SCHED_CONS_CUDA
   if (!be_cuda_available()) {
@@ -422,6 +456,7 @@ int main(void) {
       cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
+      cmocka_unit_test(test_dead_end),
   };
   if (getenv("GANTRY_TEST_FILTER")) cmocka_set_test_filter(getenv("GANTRY_TEST_FILTER")); /* e.g. "test_tool*" */
 #ifdef SCHED_CONS_CUDA
