@@ -304,7 +304,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   const int dev_mask = m->be->ops->logits_mask && m->be->ops->alloc;
   s->d_mask = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S * s->mask_words) : NULL;
   s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S) : NULL;
-  if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, &s->cons, err))) goto fail;
+  if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, s->cfg.cons_max_states, &s->cons, err))) goto fail;
   if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
       !s->b_rows || !s->b_ids || !s->fork_tmp) {
@@ -834,7 +834,8 @@ static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
   }
   if (!any) return 0;
   /* the rows' masks in parallel (a cold grammar state walks the vocabulary: ~ms on 248K ids);
-   * matchers are per sequence, grammars and the vocabulary shared read-only (grammar.h) */
+   * matchers are per sequence; the grammar's cache is shared and locks itself (grammar.h), so the
+   * rows of one grammar take turns and a state's mask is computed once for all of them */
 #pragma omp parallel for schedule(dynamic, 1) if (k > 1)
   for (int j = 0; j < k; j++) {
     req_t *q = s->b_mreq[j];

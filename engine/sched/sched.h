@@ -47,6 +47,9 @@ typedef struct {
    * the model's device after the weights; both 0: the default rule (sched_mem.h) */
   uint64_t kv_mem_bytes;
   double kv_mem_fraction;
+  /* constrained decoding: states per grammar cache (engine/sched/constraint.h; 0: 65,536, the
+   * most; each costs about 1 KiB). An output whose own walk needs more ends with ERROR. */
+  int cons_max_states;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */

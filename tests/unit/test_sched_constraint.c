@@ -6,6 +6,7 @@
  * free until </think>, the grammar cache is shared and bounded, bad specs are refused.
  * Built twice: on the CPU backend (test_sched_constraint) and, with SCHED_CONS_CUDA, on the CUDA
  * backend (test_cuda_sched_constraint; exit 77 = skipped without a GPU). */
+#include <inttypes.h>
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -114,6 +115,15 @@ static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
   if (o->spec && sched_constraint(s, o->kind, o->spec, strlen(o->spec), &r.constraint, &err))
     fail_msg("compile %s: %s", o->spec, err.msg);
   if (sched_submit(s, &r, &err) <= 0) fail_msg("submit: %s", err.msg);
+}
+
+/* A scheduler for the tests; max_states: its grammar caches' state limit (0: the default). */
+static sched_t *mk_sched_limited(fx_t *f, int max_states) {
+  sched_config_t c = {.max_num_seqs = 8, .max_batch_tokens = 64, .n_ctx = 512, .cons_max_states = max_states};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
+  return s;
 }
 
 static sched_t *mk_sched(fx_t *f) {
@@ -408,6 +418,7 @@ static void test_errors_and_cache(void **state) {
   sched_free(s);
 }
 
+
 /* A schema no output can satisfy: "a" must be a string of a character from an empty class. The
  * grammar compiles (the start state is alive), the output runs into a dead end after '{"a":' and
  * its bounded whitespace, where no token can continue it. */
@@ -442,6 +453,138 @@ static void test_dead_end(void **state) {
   assert_string_equal(dev.error, host.error);
 }
 
+/* A grammar error (here the state limit, set to 1 so that no mask fits) ends the choice with ERROR
+ * and a message naming that cause, not a dead end, on both sampling paths. */
+static void test_grammar_error(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  for (int host = 0; host < 2; host++) {
+    sched_t *s = mk_sched_limited(f, 1);
+    req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 0.0f, .logprobs = host ? 0 : -1,
+                     .bias_id = -1};
+    submit_req(s, &ro, &o);
+    tu_sched_run_all(s, NULL);
+    sched_free(s);
+    print_message("  grammar error (%s path): %s\n", host ? "host" : "device", o.error);
+    assert_int_equal(o.finals, 1);
+    assert_int_equal(o.finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(o.error, "grammar automaton outgrew its limits"));
+    assert_null(strstr(o.error, "dead end"));
+    assert_int_equal(o.n, 0);
+  }
+}
+
+/* Runs ro on s to completion; *st: the stats of ro's constraint afterwards. */
+static void run_stats(fx_t *f, sched_t *s, const req_opts_t *ro, cons_stats_t *st) {
+  static out_t o;
+  gt_err_t err = {0};
+  cons_t *k = NULL;
+  submit_req(s, ro, &o);
+  tu_sched_run_all(s, NULL);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+  assert_int_equal(sched_constraint(s, ro->kind, ro->spec, strlen(ro->spec), &k, &err), 0);
+  cons_stats(k, st);
+  cons_unref(k);
+  (void)f;
+}
+
+/* Requests with the same schema share one mask cache: the same request again computes no mask;
+ * another one (sampled) computes fewer than it does on a scheduler of its own; one cache serves
+ * them all. */
+static void test_mask_cache_shared(void **state) {
+  fx_t *f = *state;
+  req_opts_t greedy = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 0.0f, .logprobs = -1, .bias_id = -1};
+  req_opts_t sampled = greedy;
+  sampled.temperature = 1.0f;
+  sampled.seed = 5;
+  cons_stats_t alone, st[3];
+  sched_t *s = mk_sched(f);
+  run_stats(f, s, &sampled, &alone);
+  sched_free(s);
+  s = mk_sched(f);
+  run_stats(f, s, &greedy, &st[0]);
+  run_stats(f, s, &greedy, &st[1]);
+  run_stats(f, s, &sampled, &st[2]);
+  sched_free(s);
+  print_message("  masks computed / copied: greedy %" PRIu64 " / %" PRIu64 ", greedy again +%" PRIu64 " / +%" PRIu64
+                ", then sampled +%" PRIu64 " / +%" PRIu64 " (alone: %" PRIu64 " / %" PRIu64 ")\n",
+                st[0].mask_fills, st[0].mask_hits, st[1].mask_fills - st[0].mask_fills,
+                st[1].mask_hits - st[0].mask_hits, st[2].mask_fills - st[1].mask_fills,
+                st[2].mask_hits - st[1].mask_hits, alone.mask_fills, alone.mask_hits);
+  assert_true(st[0].mask_fills > 0);
+  assert_int_equal(st[1].mask_fills, st[0].mask_fills); /* every state of the same walk is cached */
+  assert_true(st[1].mask_hits - st[0].mask_hits >= st[0].mask_fills);
+  assert_true(st[2].mask_fills - st[1].mask_fills < alone.mask_fills);
+  assert_int_equal(st[2].caches, 1);
+  assert_int_equal(st[2].moves, 0);
+}
+
+/* Feeds text's tokens to q, each allowed by q's mask first; returns the last accept's result. */
+static int feed(const fx_t *f, cons_seq_t *q, const char *text, uint32_t *mask) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  gt_err_t err = {0};
+  assert_int_equal(tok_encode(f->tok, text, strlen(text), 0, &ids, &n, &err), 0);
+  int rc = CONS_MORE, nv = (int)tok_n_vocab(f->tok);
+  for (size_t i = 0; i < n && rc == CONS_MORE; i++) {
+    int allowed = cons_seq_mask(q, mask, nv);
+    if (allowed <= 0) fail_msg("'%s' token %zu: mask %d", text, i, allowed);
+    assert_true(mask[ids[i] / 32] >> (ids[i] % 32) & 1u);
+    rc = cons_seq_accept(q, ids[i]);
+  }
+  free(ids);
+  return rc;
+}
+
+/* A grammar that outgrows a cache's state limit (json_object nested ever deeper, 400 states):
+ * the sequence that does it fails with GT_ERANGE, after moving once to a cache of its own; a
+ * sequence that was running on the full shared cache moves too and completes; a new sequence
+ * gets a fresh shared cache and completes. */
+static void test_mask_cache_full(void **state) {
+  fx_t *f = *state;
+  gt_err_t err = {0};
+  cons_cache_t *c = NULL;
+  cons_t *k = NULL;
+  assert_int_equal(cons_cache_create(f->tok, 4, 400, &c, &err), 0);
+  assert_int_equal(cons_get(c, CONS_JSON_OBJECT, "", 0, &k, &err), 0);
+  uint32_t *mask = malloc(sizeof(uint32_t) * ((tok_n_vocab(f->tok) + 31) / 32));
+  assert_non_null(mask);
+  cons_seq_t *early = NULL, *deep = NULL, *late = NULL;
+  assert_int_equal(cons_seq_create(k, 0, 0, &early, &err), 0);
+  assert_int_equal(feed(f, early, "{\"a\":", mask), CONS_MORE);
+  assert_int_equal(cons_seq_create(k, 0, 0, &deep, &err), 0);
+  int32_t *open = NULL;
+  size_t n_open = 0;
+  assert_int_equal(tok_encode(f->tok, "{\"b\":[", 6, 0, &open, &n_open, &err), 0);
+  int rc = CONS_MORE, depth = 0;
+  for (size_t i = 0; i < n_open && rc == CONS_MORE; i++) rc = cons_seq_accept(deep, open[i]);
+  const int32_t bracket = open[n_open - 1]; /* '[' alone (checked by the accepts below) */
+  free(open);
+  while (rc == CONS_MORE && depth < 4000) {
+    rc = cons_seq_accept(deep, bracket);
+    depth++;
+  }
+  cons_stats_t st;
+  cons_stats(k, &st);
+  print_message("  deep nesting: %s at depth %d; moves %" PRIu64 "\n", cons_strerror(rc), depth, st.moves);
+  assert_int_equal(rc, GT_ERANGE);
+  assert_true(depth < 4000);
+  assert_int_equal(st.moves, 1);
+  cons_seq_free(deep);
+  assert_int_equal(cons_seq_create(k, 0, 0, &late, &err), 0); /* the full cache is replaced */
+  assert_int_equal(feed(f, late, "{\"b\": [1, {\"c\": true}]}", mask), CONS_DONE);
+  assert_int_equal(feed(f, early, "12}", mask), CONS_DONE);
+  cons_stats(k, &st);
+  print_message("  after: caches %" PRIu64 ", moves %" PRIu64 "\n", st.caches, st.moves);
+  assert_int_equal(st.caches, 2);
+  assert_int_equal(st.moves, 2); /* early needed a state the full cache could not take */
+  cons_seq_free(late);
+  cons_seq_free(early);
+  free(mask);
+  cons_unref(k);
+  cons_cache_free(c);
+}
+
 int main(void) {
 #ifdef SCHED_CONS_CUDA
   if (!be_cuda_available()) {
@@ -456,7 +599,8 @@ int main(void) {
       cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
-      cmocka_unit_test(test_dead_end),
+      cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
+      cmocka_unit_test(test_mask_cache_shared),     cmocka_unit_test(test_mask_cache_full),
   };
   if (getenv("GANTRY_TEST_FILTER")) cmocka_set_test_filter(getenv("GANTRY_TEST_FILTER")); /* e.g. "test_tool*" */
 #ifdef SCHED_CONS_CUDA
