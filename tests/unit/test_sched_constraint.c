@@ -3,11 +3,14 @@
  * json_object, choice, regex, a tool call through the chat output parser), the same requests
  * unconstrained do not (the mask is what makes them valid), the backend's logits_mask path gives
  * the host path's tokens, unconstrained rows of a batch are untouched, a reasoning part stays
- * free until </think>, the grammar cache is shared and bounded, bad specs are refused.
+ * free until </think>, the grammar cache is shared and bounded, bad specs are refused; a dead end
+ * and a grammar error each finish with ERROR naming the cause; a grammar's mask cache is shared by
+ * its requests, replaced when full, and no sequence fails because others filled it (threads too).
  * Built twice: on the CPU backend (test_sched_constraint) and, with SCHED_CONS_CUDA, on the CUDA
  * backend (test_cuda_sched_constraint; exit 77 = skipped without a GPU). */
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -585,6 +588,93 @@ static void test_mask_cache_full(void **state) {
   cons_cache_free(c);
 }
 
+/* Threads that each run sequences of one constraint at once (as the scheduler's submit threads
+ * and its parallel mask fill do) on a small state limit: sequence s nests objects and arrays
+ * by the bits of s, so together they need far more states than one cache holds while each
+ * fits alone; shared caches fill and are replaced, running sequences move, and every sequence
+ * completes. */
+enum { MT_THREADS = 4, MT_SEQS = 24, MT_DEPTH = 8 };
+
+typedef struct {
+  const fx_t *f;
+  cons_t *k;
+  int t, done, failed;
+  char why[512];
+} mt_job_t;
+
+static void *mt_run(void *arg) {
+  mt_job_t *j = arg;
+  const int nv = (int)tok_n_vocab(j->f->tok);
+  uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((nv + 31) / 32));
+  for (int i = 0; i < MT_SEQS && mask && !j->failed; i++) {
+    const unsigned bits = (unsigned)(j->t * MT_SEQS + i) * 37u;
+    char text[256] = "{\"a\":"; /* json_object: an object at the top */
+    size_t n = strlen(text);
+    for (int l = 0; l < MT_DEPTH; l++) n += (size_t)snprintf(text + n, sizeof text - n, "%s", bits >> l & 1 ? "{\"k\":" : "[");
+    n += (size_t)snprintf(text + n, sizeof text - n, "%u", bits % 1000);
+    for (int l = MT_DEPTH; l-- > 0;) n += (size_t)snprintf(text + n, sizeof text - n, "%s", bits >> l & 1 ? "}" : "]");
+    n += (size_t)snprintf(text + n, sizeof text - n, "}");
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    cons_seq_t *q = NULL;
+    gt_err_t err = {0};
+    int rc = tok_encode(j->f->tok, text, n, 0, &ids, &n_ids, &err);
+    if (!rc) rc = cons_seq_create(j->k, 0, 0, &q, &err);
+    for (size_t x = 0; !rc && x < n_ids; x++) {
+      const int allowed = cons_seq_mask(q, mask, nv);
+      if (allowed <= 0) {
+        rc = allowed ? allowed : GT_EINTERNAL; /* 0: a dead end */
+        break;
+      }
+      if (!(mask[ids[x] / 32] >> (ids[x] % 32) & 1u)) {
+        rc = GT_EINVAL;
+        break;
+      }
+      const int a = cons_seq_accept(q, ids[x]);
+      rc = a < 0 ? a : (a == CONS_DONE) != (x + 1 == n_ids) ? GT_EINTERNAL : 0; /* done at the last token */
+    }
+    if (rc) {
+      j->failed = 1;
+      snprintf(j->why, sizeof j->why, "%s: %d (%s)", text, rc, rc < 0 ? cons_strerror(rc) : "");
+    }
+    j->done += !rc;
+    cons_seq_free(q);
+    free(ids);
+  }
+  free(mask);
+  return NULL;
+}
+
+static void test_mask_cache_threads(void **state) {
+  fx_t *f = *state;
+  gt_err_t err = {0};
+  cons_cache_t *c = NULL;
+  cons_t *k = NULL;
+  assert_int_equal(cons_cache_create(f->tok, 4, 600, &c, &err), 0);
+  assert_int_equal(cons_get(c, CONS_JSON_OBJECT, "", 0, &k, &err), 0);
+  mt_job_t jobs[MT_THREADS];
+  pthread_t th[MT_THREADS];
+  for (int t = 0; t < MT_THREADS; t++) {
+    jobs[t] = (mt_job_t){.f = f, .k = k, .t = t};
+    assert_int_equal(pthread_create(&th[t], NULL, mt_run, &jobs[t]), 0);
+  }
+  int done = 0;
+  for (int t = 0; t < MT_THREADS; t++) {
+    pthread_join(th[t], NULL);
+    if (jobs[t].failed) fail_msg("thread %d: %s", t, jobs[t].why);
+    done += jobs[t].done;
+  }
+  cons_stats_t st;
+  cons_stats(k, &st);
+  print_message("  %d threads: %d sequences done; caches %" PRIu64 ", moves %" PRIu64 ", masks computed %" PRIu64
+                " / copied %" PRIu64 "\n",
+                MT_THREADS, done, st.caches, st.moves, st.mask_fills, st.mask_hits);
+  assert_int_equal(done, MT_THREADS * MT_SEQS);
+  assert_true(st.caches > 1); /* the limit was reached: the case under test happened */
+  cons_unref(k);
+  cons_cache_free(c);
+}
+
 int main(void) {
 #ifdef SCHED_CONS_CUDA
   if (!be_cuda_available()) {
@@ -601,6 +691,7 @@ int main(void) {
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
       cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
       cmocka_unit_test(test_mask_cache_shared),     cmocka_unit_test(test_mask_cache_full),
+      cmocka_unit_test(test_mask_cache_threads),
   };
   if (getenv("GANTRY_TEST_FILTER")) cmocka_set_test_filter(getenv("GANTRY_TEST_FILTER")); /* e.g. "test_tool*" */
 #ifdef SCHED_CONS_CUDA
