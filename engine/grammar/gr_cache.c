@@ -53,6 +53,8 @@ struct gr_cache {
   int32_t start;
   int32_t *walk;      /* [max_depth + 1] states along the trie path */
   int err;            /* last failure inside a transition */
+  int full;           /* sticky: a new node or state was refused for MAX_NODES / max_states */
+  size_t max_states;  /* <= MAX_STATES */
   int refs;           /* gr_cache_new's reference + one per matcher */
   pthread_mutex_t lock;
 };
@@ -104,6 +106,7 @@ static int32_t node_get(gr_cache_t *m, int32_t pos, int32_t parent) {
     if (m->nodes[id].pos == pos && m->nodes[id].parent == parent) return id;
   if (m->n_nodes >= MAX_NODES) {
     m->err = GT_ERANGE;
+    m->full = 1;
     return -1;
   }
   size_t old = m->cap_mark;
@@ -183,8 +186,9 @@ static int32_t state_get(gr_cache_t *m) {
     state_t *s = &m->states[id];
     if ((size_t)s->len == m->n_res && !memcmp(m->items + s->off, m->res, m->n_res * sizeof *m->res)) return id;
   }
-  if (m->n_states >= MAX_STATES) {
+  if (m->n_states >= m->max_states) {
     m->err = GT_ERANGE;
+    m->full = 1;
     return T_ERROR;
   }
   if (!gr_grow((void **)&m->states, &m->cap_states, m->n_states + 1, sizeof *m->states) ||
@@ -273,10 +277,16 @@ static void cache_destroy(gr_cache_t *m) {
 }
 
 int gr_cache_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_cache_t **out, gt_err_t *err) {
+  return gr_cache_new_limited(g, v, MAX_STATES, out, err);
+}
+
+int gr_cache_new_limited(const gr_grammar_t *g, const gr_vocab_t *v, size_t max_states, gr_cache_t **out,
+                         gt_err_t *err) {
   *out = NULL;
   gr_cache_t *m = calloc(1, sizeof *m);
   if (!m) return gt_err_set(err, GT_ENOMEM, "grammar cache: out of memory");
   pthread_mutex_init(&m->lock, NULL);
+  m->max_states = max_states < 1 ? 1 : max_states > MAX_STATES ? MAX_STATES : max_states;
   m->g = g;
   m->v = v;
   m->refs = 1;
@@ -299,7 +309,9 @@ int gr_cache_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_cache_t **out, g
     int code = m->start == T_DEAD ? GT_EINVAL : m->err;
     cache_destroy(m);
     return gt_err_set(err, code, "grammar cache: %s",
-                      code == GT_EINVAL ? "the grammar matches nothing" : "out of memory");
+                      code == GT_EINVAL ? "the grammar matches nothing"
+                      : code == GT_ERANGE ? "the start state is over the state limit"
+                                          : "out of memory");
   }
   *out = m;
   return GT_OK;
@@ -309,6 +321,13 @@ void gr_cache_ref(gr_cache_t *c) {
   pthread_mutex_lock(&c->lock);
   c->refs++;
   pthread_mutex_unlock(&c->lock);
+}
+
+int gr_cache_full(gr_cache_t *c) {
+  pthread_mutex_lock(&c->lock);
+  int full = c->full;
+  pthread_mutex_unlock(&c->lock);
+  return full;
 }
 
 void gr_cache_free(gr_cache_t *c) {

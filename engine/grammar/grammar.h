@@ -120,9 +120,18 @@ int gr_matcher_done(const gr_matcher_t *m);          /* accepting and nothing ca
  * it. Errors: GT_EINVAL (the grammar matches nothing), GT_ENOMEM. */
 typedef struct gr_cache gr_cache_t;
 int gr_cache_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_cache_t **out, gt_err_t *err);
+/* Same, holding at most max_states states (clamped to [1, 65,536]): a smaller memory bound per
+ * grammar (each state costs about 1 KiB of transitions), and tests of the full-cache paths. */
+int gr_cache_new_limited(const gr_grammar_t *g, const gr_vocab_t *v, size_t max_states, gr_cache_t **out,
+                         gt_err_t *err);
 void gr_cache_free(gr_cache_t *c);
 /* A matcher at the start state of c's grammar, holding a reference to c. */
 int gr_matcher_new_cached(gr_cache_t *c, gr_matcher_t **out, gt_err_t *err);
+/* 1 once c refused a new state or stack node for its limits (sticky: from then on its matchers
+ * get GT_ERANGE whenever they need a state it does not hold yet), else 0. A cache shared across
+ * requests that is full is replaced by a fresh one for new requests
+ * (engine/sched/constraint.c). */
+int gr_cache_full(gr_cache_t *c);
 
 /* Feeds raw bytes (tests, forced text such as a tool call's prefix): GT_OK, or GT_EINVAL at the
  * first byte not allowed (state unchanged: all or nothing). */

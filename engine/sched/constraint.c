@@ -28,6 +28,12 @@ struct cons {
   int n_prefix, n_suffix;
   int32_t think_start, think_end; /* <think>, </think> ids (-1: none) */
   uint64_t used;         /* LRU clock of the last cons_get */
+  size_t max_states;     /* per grammar cache (gr_cache_new_limited) */
+  /* the automaton and masks that new sequences join (one reference; created at the first
+   * cons_seq_create, replaced by a fresh one once full); mu guards the pointer */
+  pthread_mutex_t mu;
+  gr_cache_t *shared;
+  atomic_uint_fast64_t mask_fills, mask_hits, caches, moves; /* cons_stats_t */
 };
 
 struct cons_cache {
@@ -37,6 +43,7 @@ struct cons_cache {
   cons_t **e;            /* [cap] */
   int n, cap;
   uint64_t clock;
+  size_t max_states;     /* per grammar cache */
   cons_cache_stats_t st;
 };
 
@@ -51,6 +58,8 @@ void cons_ref(cons_t *k) { atomic_fetch_add(&k->refs, 1); }
 
 void cons_unref(cons_t *k) {
   if (!k || atomic_fetch_sub(&k->refs, 1) != 1) return;
+  gr_cache_free(k->shared); /* before the grammar and the vocabulary it reads */
+  pthread_mutex_destroy(&k->mu);
   gr_grammar_free(k->g);
   vocab_unref(k->vocab);
   free(k->spec);
@@ -59,7 +68,7 @@ void cons_unref(cons_t *k) {
   free(k);
 }
 
-int cons_cache_create(const tok_t *tok, int capacity, cons_cache_t **out, gt_err_t *err) {
+int cons_cache_create(const tok_t *tok, int capacity, int max_states, cons_cache_t **out, gt_err_t *err) {
   cons_cache_t *c = calloc(1, sizeof *c);
   if (c) c->e = calloc((size_t)(capacity > 0 ? capacity : 1), sizeof *c->e);
   if (!c || !c->e) {
@@ -69,6 +78,7 @@ int cons_cache_create(const tok_t *tok, int capacity, cons_cache_t **out, gt_err
   pthread_mutex_init(&c->mu, NULL);
   c->tok = tok;
   c->cap = capacity > 0 ? capacity : 1;
+  c->max_states = max_states > 0 ? (size_t)max_states : 65536;
   *out = c;
   return GT_OK;
 }
@@ -187,6 +197,7 @@ static int compile(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t l
     return gt_err_set(err, GT_ENOMEM, "out of memory");
   }
   atomic_init(&k->refs, 1);
+  pthread_mutex_init(&k->mu, NULL);
   memcpy(k->spec, spec, len);
   k->spec[len] = 0;
   k->len = len;
@@ -194,6 +205,7 @@ static int compile(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t l
   k->hash = fnv1a(kind, spec, len);
   k->think_start = tok_find(c->tok, "<think>");
   k->think_end = tok_find(c->tok, "</think>");
+  k->max_states = c->max_states;
   int rc = GT_OK;
   char *schema = NULL;
   if (kind == CONS_TOOL_CALL) {
@@ -263,6 +275,9 @@ typedef enum { P_REASON, P_PREFIX, P_GRAMMAR, P_SUFFIX, P_END } phase_t;
 struct cons_seq {
   cons_t *k;
   gr_matcher_t *m;
+  int own;          /* m's cache is this sequence's alone (it moved off a full shared one) */
+  int32_t *toks;    /* [cap_toks] the tokens m accepted, replayed when it moves */
+  size_t n_toks, cap_toks;
   phase_t phase;
   int pos;          /* next forced token of the prefix / suffix */
   int may_think;    /* the first token may be <think> */
@@ -273,10 +288,60 @@ struct cons_seq {
 /* The phase after the reasoning (or at the start). */
 static phase_t first_phase(const cons_t *k) { return k->n_prefix ? P_PREFIX : P_GRAMMAR; }
 
+/* A matcher at the start of k on k's shared cache: made at the first call, and replaced by a
+ * fresh one when full (its sequences keep it until they end). */
+static int join_shared(cons_t *k, gr_matcher_t **out, gt_err_t *err) {
+  pthread_mutex_lock(&k->mu);
+  int rc = GT_OK;
+  if (!k->shared || gr_cache_full(k->shared)) {
+    gr_cache_t *c = NULL;
+    if (!(rc = gr_cache_new_limited(k->g, k->vocab->v, k->max_states, &c, err))) {
+      gr_cache_free(k->shared);
+      k->shared = c;
+      atomic_fetch_add(&k->caches, 1);
+    }
+  }
+  if (!rc) rc = gr_matcher_new_cached(k->shared, out, err);
+  pthread_mutex_unlock(&k->mu);
+  return rc;
+}
+
+/* Adds m's mask counters to k's (before m goes). */
+static void count_masks(cons_t *k, const gr_matcher_t *m) {
+  gr_stats_t st;
+  gr_matcher_stats(m, &st);
+  atomic_fetch_add(&k->mask_fills, st.mask_misses);
+  atomic_fetch_add(&k->mask_hits, st.mask_hits);
+}
+
+/* q's cache is full (GT_ERANGE): q moves to a fresh cache of its own and replays its tokens, so
+ * that a sequence fails only when its own walk outgrows the limits, never because others filled
+ * the shared cache. Returns GT_OK, or GT_ERANGE (a second time: its own walk) / GT_ENOMEM. */
+static int move_cache(cons_seq_t *q) {
+  if (q->own) return GT_ERANGE;
+  q->own = 1;
+  gr_matcher_t *m = NULL;
+  gr_cache_t *c = NULL;
+  int rc = gr_cache_new_limited(q->k->g, q->k->vocab->v, q->k->max_states, &c, NULL);
+  if (!rc) rc = gr_matcher_new_cached(c, &m, NULL);
+  gr_cache_free(c); /* m holds it */
+  for (size_t i = 0; !rc && i < q->n_toks; i++) rc = gr_matcher_accept(m, q->toks[i]);
+  if (rc) {
+    if (m) count_masks(q->k, m);
+    gr_matcher_free(m);
+    return rc == GT_EINVAL ? GT_EINTERNAL : rc; /* accepted before: never refused now */
+  }
+  count_masks(q->k, q->m);
+  gr_matcher_free(q->m);
+  q->m = m;
+  atomic_fetch_add(&q->k->moves, 1);
+  return GT_OK;
+}
+
 int cons_seq_create(cons_t *k, int starts_in_reasoning, int may_think, cons_seq_t **out, gt_err_t *err) {
   cons_seq_t *q = calloc(1, sizeof *q);
   if (!q) return gt_err_set(err, GT_ENOMEM, "out of memory");
-  int rc = gr_matcher_new(k->g, k->vocab->v, &q->m, err);
+  int rc = join_shared(k, &q->m, err);
   if (rc) {
     free(q);
     return rc;
@@ -292,8 +357,10 @@ int cons_seq_create(cons_t *k, int starts_in_reasoning, int may_think, cons_seq_
 
 void cons_seq_free(cons_seq_t *q) {
   if (!q) return;
+  count_masks(q->k, q->m);
   gr_matcher_free(q->m);
   cons_unref(q->k);
+  free(q->toks);
   free(q->scratch);
   free(q);
 }
@@ -302,6 +369,13 @@ int cons_seq_active(const cons_seq_t *q) { return q->phase != P_REASON; }
 
 static void set_bit(uint32_t *mask, int32_t id, int n_vocab) {
   if (id >= 0 && id < n_vocab) mask[id / 32] |= 1u << (id % 32);
+}
+
+/* The grammar's mask (mask[gw]), moving q to a cache of its own when the shared one is full. */
+static int fill_mask(cons_seq_t *q, uint32_t *mask) {
+  int n = gr_matcher_fill_mask(q->m, mask);
+  if (n == GT_ERANGE && (n = move_cache(q)) == GT_OK) n = gr_matcher_fill_mask(q->m, mask);
+  return n;
 }
 
 int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
@@ -318,11 +392,11 @@ int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
     }
     case P_GRAMMAR:
       if (q->gw <= mw) {
-        n = gr_matcher_fill_mask(q->m, mask);
+        n = fill_mask(q, mask);
         if (q->gw < mw) memset(mask + q->gw, 0, sizeof(uint32_t) * (mw - q->gw));
       } else { /* a tokenizer larger than the model's vocabulary: ids past it are dropped */
         if (!q->scratch && !(q->scratch = malloc(sizeof(uint32_t) * q->gw))) return GT_ENOMEM;
-        if ((n = gr_matcher_fill_mask(q->m, q->scratch)) < 0) return n;
+        if ((n = fill_mask(q, q->scratch)) < 0) return n;
         memcpy(mask, q->scratch, sizeof(uint32_t) * mw);
         if (n_vocab % 32) mask[mw - 1] &= (1u << (n_vocab % 32)) - 1;
         n = 0;
@@ -340,6 +414,16 @@ int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
     set_bit(mask, ts, n_vocab);
   }
   return n;
+}
+
+/* Doubles q->toks (from 64); 0 on failure. */
+static int grow_toks(cons_seq_t *q) {
+  size_t cap = q->cap_toks ? q->cap_toks * 2 : 64;
+  int32_t *t = realloc(q->toks, cap * sizeof *t);
+  if (!t) return 0;
+  q->toks = t;
+  q->cap_toks = cap;
+  return 1;
 }
 
 /* After the prefix or the grammar: what comes next. */
@@ -370,9 +454,14 @@ int cons_seq_accept(cons_seq_t *q, int32_t tok) {
       if (tok != k->prefix[q->pos]) return GT_EINVAL;
       if (++q->pos == k->n_prefix) q->phase = P_GRAMMAR;
       return CONS_MORE;
-    case P_GRAMMAR:
-      if (gr_matcher_accept(q->m, tok) != GT_OK) return GT_EINVAL;
+    case P_GRAMMAR: {
+      if (q->n_toks == q->cap_toks && !grow_toks(q)) return GT_ENOMEM;
+      int rc = gr_matcher_accept(q->m, tok);
+      if (rc == GT_ERANGE && (rc = move_cache(q)) == GT_OK) rc = gr_matcher_accept(q->m, tok);
+      if (rc) return rc;
+      q->toks[q->n_toks++] = tok;
       return gr_matcher_done(q->m) ? after_grammar(q) : CONS_MORE;
+    }
     case P_SUFFIX:
       if (tok != k->suffix[q->pos]) return GT_EINVAL;
       if (++q->pos < k->n_suffix) return CONS_MORE;
@@ -381,4 +470,22 @@ int cons_seq_accept(cons_seq_t *q, int32_t tok) {
     case P_END: break;
   }
   return GT_EINVAL;
+}
+
+void cons_stats(cons_t *k, cons_stats_t *out) {
+  out->mask_fills = atomic_load(&k->mask_fills);
+  out->mask_hits = atomic_load(&k->mask_hits);
+  out->caches = atomic_load(&k->caches);
+  out->moves = atomic_load(&k->moves);
+}
+
+const char *cons_strerror(int rc) {
+  switch (rc) {
+    case GT_ERANGE:
+      return "this output's grammar automaton outgrew its limits (the states per grammar cache: 65,536 or the "
+             "engine's lower setting; 1,048,576 stack nodes)";
+    case GT_ENOMEM: return "out of memory in the grammar matcher";
+    case GT_EINVAL: return "the sampled token is not allowed by the mask";
+    default: return "internal error in the grammar matcher";
+  }
 }

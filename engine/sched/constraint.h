@@ -20,6 +20,14 @@
  * are lifted to the schema's root. A marker that is a control token in the vocabulary (whose text
  * the output drops: small test vocabularies) is forced as plain text instead.
  *
+ * Mask cache: the automaton and the masks a grammar's sequences compute (gr_cache_t) are shared
+ * by every sequence of one cons_t, so a spec seen before is warm from its first token. A cache
+ * holds at most 65,536 states / 2^20 stack nodes (grammar.h). Once full it is replaced by a fresh
+ * one for new sequences (the full one lives until its last sequence ends), and a running sequence
+ * that needs a state the full cache cannot take moves to a fresh cache of its own, replaying its
+ * tokens: a sequence fails (GT_ERANGE) only when its own output outgrows the limits, never
+ * because other requests filled the shared cache.
+ *
  * Masks are in the model's vocabulary: mask[ceil(n_vocab / 32)], bit id % 32 of word id / 32 set
  * = allowed; ids the tokenizer does not have are never allowed. */
 #ifndef GANTRY_ENGINE_CONSTRAINT_H
@@ -44,8 +52,10 @@ typedef struct cons_cache cons_cache_t;
 typedef struct cons cons_t;
 typedef struct cons_seq cons_seq_t;
 
-/* A cache of at most capacity (> 0) compiled constraints for tok (which must outlive it). */
-int cons_cache_create(const tok_t *tok, int capacity, cons_cache_t **out, gt_err_t *err);
+/* A cache of at most capacity (> 0) compiled constraints for tok (which must outlive it); each
+ * grammar cache (mask cache, above) holds at most max_states states (0: the grammar's 65,536;
+ * gr_cache_new_limited). */
+int cons_cache_create(const tok_t *tok, int capacity, int max_states, cons_cache_t **out, gt_err_t *err);
 /* Frees the cache and drops its references; constraints still referenced stay valid until their
  * last cons_unref (the vocabulary lives until then too). */
 void cons_cache_free(cons_cache_t *c);
@@ -65,8 +75,17 @@ typedef struct {
 } cons_cache_stats_t;
 void cons_cache_stats(cons_cache_t *c, cons_cache_stats_t *out);
 
-/* A sequence's state at the start of k (takes its own reference of k). starts_in_reasoning,
- * may_think: see above. */
+/* A constraint's mask counters, over its sequences that have ended (or moved cache). */
+typedef struct {
+  uint64_t mask_fills; /* masks computed by a vocabulary walk (a state's first visit in a cache) */
+  uint64_t mask_hits;  /* masks copied from the cache */
+  uint64_t caches;     /* shared caches created (1 + replacements of a full one) */
+  uint64_t moves;      /* sequences that moved off a full shared cache to one of their own */
+} cons_stats_t;
+void cons_stats(cons_t *k, cons_stats_t *out);
+
+/* A sequence's state at the start of k (takes its own reference of k), on k's shared cache.
+ * starts_in_reasoning, may_think: see above. Any thread. */
 int cons_seq_create(cons_t *k, int starts_in_reasoning, int may_think, cons_seq_t **out, gt_err_t *err);
 void cons_seq_free(cons_seq_t *q); /* NULL: nothing */
 
@@ -74,13 +93,19 @@ void cons_seq_free(cons_seq_t *q); /* NULL: nothing */
 int cons_seq_active(const cons_seq_t *q);
 /* The next token's mask for a model vocabulary of n_vocab (mask[(n_vocab + 31) / 32]); call only
  * when cons_seq_active. Returns the number of allowed ids (0: a dead end, nothing can continue
- * the output), or a negative GT_E* error (the grammar's state tables exceeded their limits). */
+ * the output), or a negative GT_E* error: GT_ERANGE (this output's walk outgrew the grammar's
+ * state limits), GT_ENOMEM. A sequence is used by one thread at a time; different sequences,
+ * of one constraint or not, on any threads. */
 int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab);
 
 enum { CONS_MORE = 0, CONS_DONE = 1 };
 /* Records the token the sequence took (masked or free). Returns CONS_MORE, CONS_DONE (the
- * output is complete: stop after this token), or GT_EINVAL when the mask did not allow it. An
- * end-of-sequence token ends the sequence elsewhere (the scheduler): it is only recorded. */
+ * output is complete: stop after this token), GT_EINVAL when the mask did not allow it, or
+ * GT_ERANGE / GT_ENOMEM as cons_seq_mask. An end-of-sequence token ends the sequence elsewhere
+ * (the scheduler): it is only recorded. */
 int cons_seq_accept(cons_seq_t *q, int32_t tok);
+
+/* What a negative cons_seq_mask / cons_seq_accept result means, for error messages (static). */
+const char *cons_strerror(int rc);
 
 #endif

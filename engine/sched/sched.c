@@ -48,8 +48,8 @@ typedef struct req {
   struct req **forks; /* choices 1 .. n-1 until the fork (owned; none running yet) */
   int n_fork;
   cons_seq_t *cs;    /* constrained decoding: this choice's walk through r.constraint, or NULL */
-  int cons_dead;     /* the step's mask allowed nothing (device sampling): ends with ERROR */
-  char fail[160];    /* take_token's reason for an ERROR finish ("" : output processing failed) */
+  int cons_end;      /* this step's mask ended the walk (cons_mask_end): take_token finishes q */
+  char fail[256];    /* take_token's reason for an ERROR finish ("" : output processing failed) */
 } req_t;
 
 struct sched {
@@ -328,7 +328,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   const int dev_mask = m->be->ops->logits_mask && m->be->ops->alloc;
   s->d_mask = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S * s->mask_words) : NULL;
   s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S) : NULL;
-  if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, &s->cons, err))) goto fail;
+  if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, s->cfg.cons_max_states, &s->cons, err))) goto fail;
   if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->snap_block || !s->snap_used || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
       !s->b_rows || !s->b_ids || !s->fork_tmp) {
@@ -739,6 +739,27 @@ static int is_eos(const sched_t *s, int32_t id) {
   return 0;
 }
 
+/* cons_seq_mask's result n as req_t.cons_end: 0 (tokens allowed), CONS_DEAD_END (none), or the
+ * grammar's negative GT_E* error. */
+enum { CONS_DEAD_END = 1 };
+static int cons_mask_end(int n) { return n > 0 ? 0 : n == 0 ? CONS_DEAD_END : n; }
+
+/* Finishes q for its constraint (end: cons_mask_end, or cons_seq_accept's error): a dead end and a
+ * grammar error are both ERROR finishes, each with a message naming its cause (the router turns it
+ * into an OpenAI-style error). Returns take_token's result. */
+static int cons_fail(req_t *q, int end, int32_t tok) {
+  if (end == CONS_DEAD_END)
+    snprintf(q->fail, sizeof q->fail,
+             "constraint: dead end after %d tokens: the constraint allows no token of the model's vocabulary "
+             "next (no text can complete the output)",
+             q->n_generated);
+  else if (end == GT_EINVAL) /* the mask allowed it: a bug, reported rather than emitted */
+    snprintf(q->fail, sizeof q->fail, "constraint: sampled token %d that the mask does not allow", tok);
+  else
+    snprintf(q->fail, sizeof q->fail, "constraint: %s (after %d tokens)", cons_strerror(end), q->n_generated);
+  return 1 + SCHED_FINISH_ERROR;
+}
+
 /* Takes q's next token: sampled here from logits row lg, or (lg NULL) the id the backend sampled
  * with a draw from q's sampler (see device_rows). Returns 1 + sched_finish_t if q is done, else 0. */
 static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
@@ -755,25 +776,17 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
   if (lg && masked) { /* host path: the mask now (the device path applied it on the backend) */
     const double t0 = now_ms();
-    const int n = cons_seq_mask(q->cs, s->h_mask1, s->V);
-    q->cons_dead = n <= 0;
-    if (n > 0) sampler_mask_logits(lg, s->h_mask1, s->V);
+    q->cons_end = cons_mask_end(cons_seq_mask(q->cs, s->h_mask1, s->V));
+    if (!q->cons_end) sampler_mask_logits(lg, s->h_mask1, s->V);
     s->mask_ms += now_ms() - t0;
   }
-  if (masked && q->cons_dead) {
-    snprintf(q->fail, sizeof q->fail, "constraint: no token can continue the output after %d tokens (dead end)",
-             q->n_generated);
-    return 1 + SCHED_FINISH_ERROR;
-  }
+  if (masked && q->cons_end) return cons_fail(q, q->cons_end, -1);
   int32_t t = lg ? sampler_sample(q->smp, lg) : sampled;
   int cons_done = 0;
   if (q->cs) {
     s->n_constrained += masked;
     const int a = cons_seq_accept(q->cs, t);
-    if (a < 0) { /* the mask allowed it: a bug, reported rather than emitted */
-      snprintf(q->fail, sizeof q->fail, "constraint: sampled token %d that the mask does not allow", t);
-      return 1 + SCHED_FINISH_ERROR;
-    }
+    if (a < 0) return cons_fail(q, a, t);
     cons_done = a == CONS_DONE;
   }
   sampler_accept(q->smp, t, 1);
@@ -833,8 +846,8 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
  * (packed), h_rmap[n_out] (their rows, else BE_MASK_NONE), uploaded to d_mask / d_rmap for the
  * backend's logits_mask op. Returns 1 when the op is to run (the batch holds a constrained
  * sequence), 0 when not (nothing uploaded), -1 on an upload error (err set); a row whose mask
- * allows nothing gets BE_MASK_NONE and q->cons_dead (take_token ends it). The masks are filled in
- * parallel (OpenMP). */
+ * allows nothing (a dead end) or failed (a grammar error) gets BE_MASK_NONE and q->cons_end
+ * (take_token ends it). The masks are filled in parallel (OpenMP). */
 static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
   int o = 0, k = 0, any = 0;
   for (int i = 0; i < n_seq; i++) {
@@ -850,14 +863,15 @@ static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
   }
   if (!any) return 0;
   /* the rows' masks in parallel (a cold grammar state walks the vocabulary: ~ms on 248K ids);
-   * matchers are per sequence, grammars and the vocabulary shared read-only (grammar.h) */
+   * matchers are per sequence; the grammar's cache is shared and locks itself (grammar.h), so the
+   * rows of one grammar take turns and a state's mask is computed once for all of them */
 #pragma omp parallel for schedule(dynamic, 1) if (k > 1)
   for (int j = 0; j < k; j++) {
     req_t *q = s->b_mreq[j];
-    q->cons_dead = cons_seq_mask(q->cs, s->h_mask + (size_t)j * s->mask_words, s->V) <= 0;
+    q->cons_end = cons_mask_end(cons_seq_mask(q->cs, s->h_mask + (size_t)j * s->mask_words, s->V));
   }
-  for (int j = 0; j < n_out; j++) /* a dead row is left unmasked: take_token ends it */
-    if (s->h_rmap[j] != BE_MASK_NONE && s->b_mreq[s->h_rmap[j]]->cons_dead) s->h_rmap[j] = BE_MASK_NONE;
+  for (int j = 0; j < n_out; j++) /* a row without a mask is left unmasked: take_token ends it */
+    if (s->h_rmap[j] != BE_MASK_NONE && s->b_mreq[s->h_rmap[j]]->cons_end) s->h_rmap[j] = BE_MASK_NONE;
   /* the op runs in every step of a batch that holds a constrained sequence, even when none of its
    * rows is masked now (reasoning, mid-prompt): the decode graph then keeps one op list while
    * the sequence runs instead of being captured again whenever its mask comes and goes */

@@ -47,6 +47,9 @@ typedef struct {
    * the model's device after the weights; both 0: the default rule (sched_mem.h) */
   uint64_t kv_mem_bytes;
   double kv_mem_fraction;
+  /* constrained decoding: states per grammar cache (engine/sched/constraint.h; 0: 65,536, the
+   * most; each costs about 1 KiB). An output whose own walk needs more ends with ERROR. */
+  int cons_max_states;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */
@@ -99,8 +102,10 @@ typedef struct {
   int n;
   /* constrained decoding (engine/sched/constraint.h; sched_constraint gives one): each sampled
    * token is masked to the constraint (on the backend with its logits_mask op when it samples
-   * there, else on the host) and the output ends when the constraint is complete; a dead end
-   * (no token allowed) finishes the choice with ERROR. A reasoning model's <think> part is free
+   * there, else on the host) and the output ends when the constraint is complete. A dead end (no
+   * token allowed: the output cannot be completed in this vocabulary) finishes the choice with
+   * ERROR, its message "constraint: dead end after N tokens: ..."; so does a grammar error (its
+   * state limit, out of memory), its message naming that cause. A reasoning model's <think> part is free
    * (out.starts_in_reasoning; cons_may_think: the model may open it itself). The reference passes
    * to the scheduler on submit, refused or not. NULL: free text. */
   cons_t *constraint;

@@ -516,6 +516,26 @@ test('structured: guided_regex matches the whole output', DEMO, async () => {
   }
 });
 
+test('structured: an unsatisfiable schema ends in a dead end: an engine error naming it, streamed and not', DEMO, async () => {
+  // "a" must be a string of one character from an empty class: the grammar compiles, but after
+  // '{"a":' no token can continue (engine/SERVE.md: an error, not a `stop` on invalid JSON)
+  const schema = { type: 'object', properties: { a: { type: 'string', pattern: '[^\\s\\S]' } }, required: ['a'] };
+  const req = { model: MODEL, messages: ASK, max_tokens: 200, temperature: 0, response_format: { type: 'json_schema', json_schema: { name: 'never', schema } } };
+  const deadEnd = /constraint: dead end after \d+ tokens/;
+  await assert.rejects(client.chat.completions.create(req), (e) => {
+    assert.equal(e.status, 500);
+    assert.match(e.message, deadEnd);
+    return true;
+  });
+  const s = await client.chat.completions.create({ ...req, stream: true });
+  let text = '';
+  await assert.rejects((async () => { for await (const c of s) text += c.choices[0]?.delta?.content ?? ''; })(), (e) => {
+    assert.match(String(e.message), deadEnd);
+    return true;
+  });
+  assert.match(text, /^\{\s*"a"\s*:\s*$/); // the text so far was delivered first
+});
+
 test('structured: tool_choice required and named force a valid call', DEMO, async () => {
   const weather = { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, days: { type: 'integer' } }, required: ['city', 'days'] };
   const tools = [

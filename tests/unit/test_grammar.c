@@ -507,6 +507,36 @@ static void test_state_limit(void **state) {
   gr_grammar_free(g);
 }
 
+/* gr_cache_new_limited: a cache of 50 states refuses the 51st (GT_ERANGE) and says it is full from
+ * then on; its other matchers still walk the states it holds; a new cache starts empty. */
+static void test_cache_limited_full(void **state) {
+  gr_grammar_t *g = compile(GR_REGEX, "a{200}b");
+  gr_cache_t *c = NULL;
+  gr_matcher_t *m = NULL, *m2 = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(gr_cache_new_limited(g, g_vocab, 50, &c, &err), GT_OK);
+  assert_int_equal(gr_matcher_new_cached(c, &m, &err), GT_OK);
+  assert_int_equal(gr_matcher_new_cached(c, &m2, &err), GT_OK);
+  char as[100];
+  memset(as, 'a', sizeof as);
+  assert_int_equal(gr_matcher_accept_bytes(m, as, 49), GT_OK); /* the start state + 49 */
+  assert_int_equal(gr_cache_full(c), 0);
+  assert_int_equal(gr_matcher_accept_bytes(m, as, 1), GT_ERANGE);
+  assert_int_equal(gr_cache_full(c), 1);
+  assert_int_equal(gr_matcher_accept_bytes(m2, as, 49), GT_OK); /* states it holds */
+  assert_int_equal(gr_matcher_accept_bytes(m2, as, 1), GT_ERANGE);
+  gr_matcher_free(m2);
+  gr_matcher_free(m);
+  gr_cache_free(c);
+  assert_int_equal(gr_cache_new_limited(g, g_vocab, 50, &c, &err), GT_OK);
+  assert_int_equal(gr_cache_full(c), 0);
+  assert_int_equal(gr_matcher_new_cached(c, &m, &err), GT_OK);
+  assert_int_equal(gr_matcher_accept_bytes(m, as, 49), GT_OK);
+  gr_matcher_free(m);
+  gr_cache_free(c);
+  gr_grammar_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_choice),
@@ -522,6 +552,7 @@ int main(void) {
     cmocka_unit_test(test_errors),
     cmocka_unit_test(test_mutated_specs),
     cmocka_unit_test(test_state_limit),
+    cmocka_unit_test(test_cache_limited_full),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

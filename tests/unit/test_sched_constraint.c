@@ -3,10 +3,14 @@
  * json_object, choice, regex, a tool call through the chat output parser), the same requests
  * unconstrained do not (the mask is what makes them valid), the backend's logits_mask path gives
  * the host path's tokens, unconstrained rows of a batch are untouched, a reasoning part stays
- * free until </think>, the grammar cache is shared and bounded, bad specs are refused.
+ * free until </think>, the grammar cache is shared and bounded, bad specs are refused; a dead end
+ * and a grammar error each finish with ERROR naming the cause; a grammar's mask cache is shared by
+ * its requests, replaced when full, and no sequence fails because others filled it (threads too).
  * Built twice: on the CPU backend (test_sched_constraint) and, with SCHED_CONS_CUDA, on the CUDA
  * backend (test_cuda_sched_constraint; exit 77 = skipped without a GPU). */
+#include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -114,6 +118,15 @@ static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
   if (o->spec && sched_constraint(s, o->kind, o->spec, strlen(o->spec), &r.constraint, &err))
     fail_msg("compile %s: %s", o->spec, err.msg);
   if (sched_submit(s, &r, &err) <= 0) fail_msg("submit: %s", err.msg);
+}
+
+/* A scheduler for the tests; max_states: its grammar caches' state limit (0: the default). */
+static sched_t *mk_sched_limited(fx_t *f, int max_states) {
+  sched_config_t c = {.max_num_seqs = 8, .max_batch_tokens = 64, .n_ctx = 512, .cons_max_states = max_states};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
+  return s;
 }
 
 static sched_t *mk_sched(fx_t *f) {
@@ -408,6 +421,260 @@ static void test_errors_and_cache(void **state) {
   sched_free(s);
 }
 
+
+/* A schema no output can satisfy: "a" must be a string of a character from an empty class. The
+ * grammar compiles (the start state is alive), the output runs into a dead end after '{"a":' and
+ * its bounded whitespace, where no token can continue it. */
+#define DEAD_END_SCHEMA                                                                               \
+  "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"[^\\\\s\\\\S]\"}},"   \
+  "\"required\":[\"a\"]}"
+
+/* A dead end finishes the choice with ERROR and a message that says so, after the text so far was
+ * delivered, on the device-sampled path (logits_mask) and the host-sampled one (logprobs), which
+ * agree token for token. */
+static void test_dead_end(void **state) {
+  fx_t *f = *state;
+  static out_t dev, host;
+  req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = DEAD_END_SCHEMA, .temperature = 0.0f, .logprobs = -1, .bias_id = -1};
+  run1(f, &ro, &dev);
+  ro.logprobs = 0;
+  run1(f, &ro, &host);
+  out_t *both[2] = {&dev, &host};
+  for (int i = 0; i < 2; i++) {
+    out_t *o = both[i];
+    print_message("  dead end (%s path): %d tokens '%s' -> %s\n", i ? "host" : "device", o->n, o->text, o->error);
+    assert_int_equal(o->finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(o->error, "constraint: dead end after"));
+    assert_true(o->n > 0); /* mid-output: '{' at least came first */
+    /* '{', the key, ':' and whitespace: the value's opening quote is never allowed */
+    assert_true(o->text[0] == '{' && strstr(o->text, "\"a\"") && strchr(o->text, ':'));
+    const char *after = strrchr(o->text, ':') + 1;
+    assert_int_equal(strspn(after, " \t\n"), strlen(after));
+  }
+  assert_int_equal(dev.n, host.n);
+  assert_memory_equal(dev.ids, host.ids, sizeof(int32_t) * (size_t)dev.n);
+  assert_string_equal(dev.error, host.error);
+}
+
+/* A grammar error (here the state limit, set to 1 so that no mask fits) ends the choice with ERROR
+ * and a message naming that cause, not a dead end, on both sampling paths. */
+static void test_grammar_error(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  for (int host = 0; host < 2; host++) {
+    sched_t *s = mk_sched_limited(f, 1);
+    req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 0.0f, .logprobs = host ? 0 : -1,
+                     .bias_id = -1};
+    submit_req(s, &ro, &o);
+    tu_sched_run_all(s, NULL);
+    sched_free(s);
+    print_message("  grammar error (%s path): %s\n", host ? "host" : "device", o.error);
+    assert_int_equal(o.finals, 1);
+    assert_int_equal(o.finish, SCHED_FINISH_ERROR);
+    assert_non_null(strstr(o.error, "grammar automaton outgrew its limits"));
+    assert_null(strstr(o.error, "dead end"));
+    assert_int_equal(o.n, 0);
+  }
+}
+
+/* Runs ro on s to completion; *st: the stats of ro's constraint afterwards. */
+static void run_stats(fx_t *f, sched_t *s, const req_opts_t *ro, cons_stats_t *st) {
+  static out_t o;
+  gt_err_t err = {0};
+  cons_t *k = NULL;
+  submit_req(s, ro, &o);
+  tu_sched_run_all(s, NULL);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+  assert_int_equal(sched_constraint(s, ro->kind, ro->spec, strlen(ro->spec), &k, &err), 0);
+  cons_stats(k, st);
+  cons_unref(k);
+  (void)f;
+}
+
+/* Requests with the same schema share one mask cache: the same request again computes no mask;
+ * another one (sampled) computes fewer than it does on a scheduler of its own; one cache serves
+ * them all. */
+static void test_mask_cache_shared(void **state) {
+  fx_t *f = *state;
+  req_opts_t greedy = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 0.0f, .logprobs = -1, .bias_id = -1};
+  req_opts_t sampled = greedy;
+  sampled.temperature = 1.0f;
+  sampled.seed = 5;
+  cons_stats_t alone, st[3];
+  sched_t *s = mk_sched(f);
+  run_stats(f, s, &sampled, &alone);
+  sched_free(s);
+  s = mk_sched(f);
+  run_stats(f, s, &greedy, &st[0]);
+  run_stats(f, s, &greedy, &st[1]);
+  run_stats(f, s, &sampled, &st[2]);
+  sched_free(s);
+  print_message("  masks computed / copied: greedy %" PRIu64 " / %" PRIu64 ", greedy again +%" PRIu64 " / +%" PRIu64
+                ", then sampled +%" PRIu64 " / +%" PRIu64 " (alone: %" PRIu64 " / %" PRIu64 ")\n",
+                st[0].mask_fills, st[0].mask_hits, st[1].mask_fills - st[0].mask_fills,
+                st[1].mask_hits - st[0].mask_hits, st[2].mask_fills - st[1].mask_fills,
+                st[2].mask_hits - st[1].mask_hits, alone.mask_fills, alone.mask_hits);
+  assert_true(st[0].mask_fills > 0);
+  assert_int_equal(st[1].mask_fills, st[0].mask_fills); /* every state of the same walk is cached */
+  assert_true(st[1].mask_hits - st[0].mask_hits >= st[0].mask_fills);
+  assert_true(st[2].mask_fills - st[1].mask_fills < alone.mask_fills);
+  assert_int_equal(st[2].caches, 1);
+  assert_int_equal(st[2].moves, 0);
+}
+
+/* Feeds text's tokens to q, each allowed by q's mask first; returns the last accept's result. */
+static int feed(const fx_t *f, cons_seq_t *q, const char *text, uint32_t *mask) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  gt_err_t err = {0};
+  assert_int_equal(tok_encode(f->tok, text, strlen(text), 0, &ids, &n, &err), 0);
+  int rc = CONS_MORE, nv = (int)tok_n_vocab(f->tok);
+  for (size_t i = 0; i < n && rc == CONS_MORE; i++) {
+    int allowed = cons_seq_mask(q, mask, nv);
+    if (allowed <= 0) fail_msg("'%s' token %zu: mask %d", text, i, allowed);
+    assert_true(mask[ids[i] / 32] >> (ids[i] % 32) & 1u);
+    rc = cons_seq_accept(q, ids[i]);
+  }
+  free(ids);
+  return rc;
+}
+
+/* A grammar that outgrows a cache's state limit (json_object nested ever deeper, 400 states):
+ * the sequence that does it fails with GT_ERANGE, after moving once to a cache of its own; a
+ * sequence that was running on the full shared cache moves too and completes; a new sequence
+ * gets a fresh shared cache and completes. */
+static void test_mask_cache_full(void **state) {
+  fx_t *f = *state;
+  gt_err_t err = {0};
+  cons_cache_t *c = NULL;
+  cons_t *k = NULL;
+  assert_int_equal(cons_cache_create(f->tok, 4, 400, &c, &err), 0);
+  assert_int_equal(cons_get(c, CONS_JSON_OBJECT, "", 0, &k, &err), 0);
+  uint32_t *mask = malloc(sizeof(uint32_t) * ((tok_n_vocab(f->tok) + 31) / 32));
+  assert_non_null(mask);
+  cons_seq_t *early = NULL, *deep = NULL, *late = NULL;
+  assert_int_equal(cons_seq_create(k, 0, 0, &early, &err), 0);
+  assert_int_equal(feed(f, early, "{\"a\":", mask), CONS_MORE);
+  assert_int_equal(cons_seq_create(k, 0, 0, &deep, &err), 0);
+  int32_t *open = NULL;
+  size_t n_open = 0;
+  assert_int_equal(tok_encode(f->tok, "{\"b\":[", 6, 0, &open, &n_open, &err), 0);
+  int rc = CONS_MORE, depth = 0;
+  for (size_t i = 0; i < n_open && rc == CONS_MORE; i++) rc = cons_seq_accept(deep, open[i]);
+  const int32_t bracket = open[n_open - 1]; /* '[' alone (checked by the accepts below) */
+  free(open);
+  while (rc == CONS_MORE && depth < 4000) {
+    rc = cons_seq_accept(deep, bracket);
+    depth++;
+  }
+  cons_stats_t st;
+  cons_stats(k, &st);
+  print_message("  deep nesting: %s at depth %d; moves %" PRIu64 "\n", cons_strerror(rc), depth, st.moves);
+  assert_int_equal(rc, GT_ERANGE);
+  assert_true(depth < 4000);
+  assert_int_equal(st.moves, 1);
+  cons_seq_free(deep);
+  assert_int_equal(cons_seq_create(k, 0, 0, &late, &err), 0); /* the full cache is replaced */
+  assert_int_equal(feed(f, late, "{\"b\": [1, {\"c\": true}]}", mask), CONS_DONE);
+  assert_int_equal(feed(f, early, "12}", mask), CONS_DONE);
+  cons_stats(k, &st);
+  print_message("  after: caches %" PRIu64 ", moves %" PRIu64 "\n", st.caches, st.moves);
+  assert_int_equal(st.caches, 2);
+  assert_int_equal(st.moves, 2); /* early needed a state the full cache could not take */
+  cons_seq_free(late);
+  cons_seq_free(early);
+  free(mask);
+  cons_unref(k);
+  cons_cache_free(c);
+}
+
+/* Threads that each run sequences of one constraint at once (as the scheduler's submit threads
+ * and its parallel mask fill do) on a small state limit: sequence s nests objects and arrays
+ * by the bits of s, so together they need far more states than one cache holds while each
+ * fits alone; shared caches fill and are replaced, running sequences move, and every sequence
+ * completes. */
+enum { MT_THREADS = 4, MT_SEQS = 24, MT_DEPTH = 8 };
+
+typedef struct {
+  const fx_t *f;
+  cons_t *k;
+  int t, done, failed;
+  char why[512];
+} mt_job_t;
+
+static void *mt_run(void *arg) {
+  mt_job_t *j = arg;
+  const int nv = (int)tok_n_vocab(j->f->tok);
+  uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((nv + 31) / 32));
+  for (int i = 0; i < MT_SEQS && mask && !j->failed; i++) {
+    const unsigned bits = (unsigned)(j->t * MT_SEQS + i) * 37u;
+    char text[256] = "{\"a\":"; /* json_object: an object at the top */
+    size_t n = strlen(text);
+    for (int l = 0; l < MT_DEPTH; l++) n += (size_t)snprintf(text + n, sizeof text - n, "%s", bits >> l & 1 ? "{\"k\":" : "[");
+    n += (size_t)snprintf(text + n, sizeof text - n, "%u", bits % 1000);
+    for (int l = MT_DEPTH; l-- > 0;) n += (size_t)snprintf(text + n, sizeof text - n, "%s", bits >> l & 1 ? "}" : "]");
+    n += (size_t)snprintf(text + n, sizeof text - n, "}");
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    cons_seq_t *q = NULL;
+    gt_err_t err = {0};
+    int rc = tok_encode(j->f->tok, text, n, 0, &ids, &n_ids, &err);
+    if (!rc) rc = cons_seq_create(j->k, 0, 0, &q, &err);
+    for (size_t x = 0; !rc && x < n_ids; x++) {
+      const int allowed = cons_seq_mask(q, mask, nv);
+      if (allowed <= 0) {
+        rc = allowed ? allowed : GT_EINTERNAL; /* 0: a dead end */
+        break;
+      }
+      if (!(mask[ids[x] / 32] >> (ids[x] % 32) & 1u)) {
+        rc = GT_EINVAL;
+        break;
+      }
+      const int a = cons_seq_accept(q, ids[x]);
+      rc = a < 0 ? a : (a == CONS_DONE) != (x + 1 == n_ids) ? GT_EINTERNAL : 0; /* done at the last token */
+    }
+    if (rc) {
+      j->failed = 1;
+      snprintf(j->why, sizeof j->why, "%s: %d (%s)", text, rc, rc < 0 ? cons_strerror(rc) : "");
+    }
+    j->done += !rc;
+    cons_seq_free(q);
+    free(ids);
+  }
+  free(mask);
+  return NULL;
+}
+
+static void test_mask_cache_threads(void **state) {
+  fx_t *f = *state;
+  gt_err_t err = {0};
+  cons_cache_t *c = NULL;
+  cons_t *k = NULL;
+  assert_int_equal(cons_cache_create(f->tok, 4, 600, &c, &err), 0);
+  assert_int_equal(cons_get(c, CONS_JSON_OBJECT, "", 0, &k, &err), 0);
+  mt_job_t jobs[MT_THREADS];
+  pthread_t th[MT_THREADS];
+  for (int t = 0; t < MT_THREADS; t++) {
+    jobs[t] = (mt_job_t){.f = f, .k = k, .t = t};
+    assert_int_equal(pthread_create(&th[t], NULL, mt_run, &jobs[t]), 0);
+  }
+  int done = 0;
+  for (int t = 0; t < MT_THREADS; t++) {
+    pthread_join(th[t], NULL);
+    if (jobs[t].failed) fail_msg("thread %d: %s", t, jobs[t].why);
+    done += jobs[t].done;
+  }
+  cons_stats_t st;
+  cons_stats(k, &st);
+  print_message("  %d threads: %d sequences done; caches %" PRIu64 ", moves %" PRIu64 ", masks computed %" PRIu64
+                " / copied %" PRIu64 "\n",
+                MT_THREADS, done, st.caches, st.moves, st.mask_fills, st.mask_hits);
+  assert_int_equal(done, MT_THREADS * MT_SEQS);
+  assert_true(st.caches > 1); /* the limit was reached: the case under test happened */
+  cons_unref(k);
+  cons_cache_free(c);
+}
+
 int main(void) {
 #ifdef SCHED_CONS_CUDA
   if (!be_cuda_available()) {
@@ -422,6 +689,9 @@ int main(void) {
       cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
+      cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
+      cmocka_unit_test(test_mask_cache_shared),     cmocka_unit_test(test_mask_cache_full),
+      cmocka_unit_test(test_mask_cache_threads),
   };
   if (getenv("GANTRY_TEST_FILTER")) cmocka_set_test_filter(getenv("GANTRY_TEST_FILTER")); /* e.g. "test_tool*" */
 #ifdef SCHED_CONS_CUDA
