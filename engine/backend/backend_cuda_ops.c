@@ -108,6 +108,7 @@ size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows) {
 
 static int g_act_bf16 = -1;     /* -1: GANTRY_ACTIVATIONS not read yet */
 static int g_prefill_fast = -1; /* -1: follows the activations unless GANTRY_PREFILL_PRECISION says */
+static int g_prefill_env = -2;  /* GANTRY_PREFILL_PRECISION: -2 not read yet, -1 unset, 0 exact, 1 fast */
 
 int be_cuda_set_activations(const char *name) {
   if (!name) g_act_bf16 = -1;
@@ -139,10 +140,14 @@ int be_cuda_set_prefill_precision(const char *name) {
   return 0;
 }
 
+/* called for every product: the environment is read once */
 static int prefill_fast(void) {
   if (g_prefill_fast >= 0) return g_prefill_fast;
-  const char *e = getenv("GANTRY_PREFILL_PRECISION");
-  return e && !strcmp(e, "fast") ? 1 : e && !strcmp(e, "exact") ? 0 : act_bf16();
+  if (g_prefill_env == -2) {
+    const char *e = getenv("GANTRY_PREFILL_PRECISION");
+    g_prefill_env = e && !strcmp(e, "fast") ? 1 : e && !strcmp(e, "exact") ? 0 : -1;
+  }
+  return g_prefill_env >= 0 ? g_prefill_env : act_bf16();
 }
 
 const char *be_cuda_prefill_precision(void) { return prefill_fast() ? "fast" : "exact"; }
