@@ -512,6 +512,7 @@ static void attn_decode_b32(int n_head, int n_kv, int hd) {
   for (int s = 0; s < NS; s++) n_blocks += (ctxs[s % 4] + BT - 1) / BT, n_fill += ctxs[s % 4] - 1;
   assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, n_blocks, BT, kvd), 0);
   assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, n_blocks, BT, kvd), 0);
+  assert_int_equal(be_kv_type(GPU_BE), GT_TYPE_BF16); /* the type of the pools kv_init just made */
   int32_t *table = calloc((size_t)NS * max_blocks, sizeof(int32_t)), *perm = malloc(sizeof(int32_t) * n_blocks);
   for (int i = 0; i < n_blocks; i++) perm[i] = i;
   for (int i = n_blocks - 1; i > 0; i--) {
@@ -566,7 +567,6 @@ static void attn_decode_b32(int n_head, int n_kv, int hd) {
 
 static void test_attention_decode_b32(void **st) {
   NEED_GPU();
-  assert_int_equal(be_kv_type(GPU_BE), GT_TYPE_BF16);
   attn_decode_b32(32, 8, 128); /* qwen3-8b: groups of 4 */
   attn_decode_b32(16, 2, 128); /* groups of 8 */
   attn_decode_b32(8, 4, 128);  /* groups of 2 */
