@@ -1020,6 +1020,32 @@ static void test_mmq(void **st) {
   be_cuda_set_prefill_precision(NULL);
 }
 
+/* matmul (w), ffn_swiglu (gate w, up wu) and matmul_multi {w, wk} of one random x[rows, w's cols]
+ * on both backends, each checked against the CPU within tol (cmp); their errors into e[4] in that
+ * order. wk: w's cols, any rows. */
+static void products_vs_cpu(const char *what, const wpair_t *w, const wpair_t *wu, const wpair_t *wk, int rows,
+                            double tol, double e[4]) {
+  const int64_t n_out = w->c.rows, cols = w->c.cols;
+  float *x = rnd((size_t)rows * cols, 1.0f);
+  const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (size_t)wk->c.rows;
+  buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
+        bm = putf(NULL, no), bk = putf(NULL, nk);
+  CPU_BE->ops->matmul(CPU_BE, &w->c, bx.c, bo.c, rows);
+  GPU_BE->ops->matmul(GPU_BE, &w->g, bx.g, bo.g, rows);
+  CPU_BE->ops->ffn_swiglu(CPU_BE, &w->c, &wu->c, bx.c, bg.c, bu.c, rows);
+  GPU_BE->ops->ffn_swiglu(GPU_BE, &w->g, &wu->g, bx.g, bg.g, bu.g, rows);
+  const be_weight_t *mc[] = {&w->c, &wk->c}, *mg[] = {&w->g, &wk->g};
+  float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
+  CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
+  GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
+  e[0] = cmp(what, bo, no, tol);
+  e[1] = cmp("  ffn_swiglu", bg, no, tol);
+  e[2] = cmp("  matmul_multi 0", bm, no, tol);
+  e[3] = cmp("  matmul_multi 1", bk, nk, tol);
+  drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
+  free(x);
+}
+
 /* ---- the fast prefill product (be_cuda_set_prefill_precision "fast"): K-quant / Q8_0 weights
  * dequantized to bf16 (2^-9 relative per weight) + cuBLAS bf16 GEMMs, x in 1 (bf16) or 2 (hi +
  * lo) parts, at prefill row counts (> 64; odd ones, n_out not a multiple of any tile), through
@@ -1049,29 +1075,15 @@ static void test_prefill_fast(void **st) {
         for (int parts = 1; parts <= 2; parts++) {
           kc_mmq_set(-1, parts);
           const double tol = rows <= 64 ? TOL : parts == 1 ? FAST_TOL_1 : FAST_TOL_2;
-          float *x = rnd((size_t)rows * cols, 1.0f);
-          const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (n_out / 4);
-          buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
-                bm = putf(NULL, no), bk = putf(NULL, nk);
-          CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
-          GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
-          CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
-          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
-          const be_weight_t *mc[] = {&w.c, &wk.c}, *mg[] = {&w.g, &wk.g};
-          float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
-          CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
-          GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
           char what[96];
           snprintf(what, sizeof what, "fast %s %lldx%lld rows %d parts %d", dt_name(types[ti]), (long long)n_out,
                    (long long)cols, rows, parts);
-          const double e[] = {cmp(what, bo, no, tol), cmp("  ffn_swiglu", bg, no, tol),
-                              cmp("  matmul_multi 0", bm, no, tol), cmp("  matmul_multi 1", bk, nk, tol)};
+          double e[4];
+          products_vs_cpu(what, &w, &wu, &wk, rows, tol, e);
           for (int i = 0; i < 4; i++) {
             if (rows > 64 && e[i] < FAST_MIN) fail_msg("%s: error %.3e: the fast path did not run", what, e[i]);
             if (rows <= 64 && e[i] > TOL) fail_msg("%s: decode rows left the exact path", what);
           }
-          drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
-          free(x);
         }
       }
       wdrop(&w), wdrop(&wu), wdrop(&wk);
@@ -1106,27 +1118,13 @@ static void test_activations_bf16(void **st) {
         const int rows = rows_list[ri];
         const int rounded = rows >= (types[ti] == GT_TYPE_BF16 ? 4 : 3);
         const double tol = !rounded ? TOL : rows > 64 && types[ti] != GT_TYPE_BF16 ? FAST_TOL_1 : MMQ_BF16_TOL;
-        float *x = rnd((size_t)rows * cols, 1.0f);
-        const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (n_out / 4);
-        buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
-              bm = putf(NULL, no), bk = putf(NULL, nk);
-        CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
-        GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
-        CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
-        GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
-        const be_weight_t *mc[] = {&w.c, &wk.c}, *mg[] = {&w.g, &wk.g};
-        float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
-        CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
-        GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
         char what[96];
         snprintf(what, sizeof what, "act bf16 %s %lldx%lld rows %d", dt_name(types[ti]), (long long)n_out,
                  (long long)cols, rows);
-        const double e[] = {cmp(what, bo, no, tol), cmp("  ffn_swiglu", bg, no, tol),
-                            cmp("  matmul_multi 0", bm, no, tol), cmp("  matmul_multi 1", bk, nk, tol)};
+        double e[4];
+        products_vs_cpu(what, &w, &wu, &wk, rows, tol, e);
         for (int i = 0; i < 4; i++)
           if (rounded && e[i] < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e[i]);
-        drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
-        free(x);
       }
       wdrop(&w), wdrop(&wu), wdrop(&wk);
     }
