@@ -130,12 +130,12 @@ KC_API int kc_mvm_enabled(void) {
   if (g_mvm_env < 0) {
     const char *e = getenv("GANTRY_MATVEC_MMA");
     const int one = e && e[0] != '\0' && e[1] == '\0';
-    g_mvm_env = one && e[0] == '0' ? 0 : one && e[0] == '1' ? 1 : one && e[0] == '2' ? 2 : KC_MVM_DEFAULT;
+    g_mvm_env = one && e[0] == '0' ? 0 : one && e[0] == '1' ? 1 : KC_MVM_DEFAULT;
   }
   return g_mvm_env;
 }
 
-KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on > 2 ? 2 : on; }
+KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on > 0; }
 
 KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n) {
   if (n < 1 || n > KC_MVM_MAX_ROWS || cols <= 0 || cols % 256 != 0 || !kc_mvm_enabled()) return 0;
@@ -163,10 +163,6 @@ KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
   a.n_seg = n_seg;
   a.wup = (const uint8_t *)wup;
   a.swiglu = wup != NULL;
-  if (kc_mvm_enabled() == 2) { /* v2 where its shared memory fits; v1 gives the same bits */
-    const int rc = mvm2_launch(st, type, a, cols, x, n);
-    if (rc >= 0) return rc;
-  }
   switch (type) {
     case GT_TYPE_Q4_K: return mvm_pick<mvm_q4k>(st, a, cols, x, n);
     case GT_TYPE_Q6_K: return mvm_pick<mvm_q6k>(st, a, cols, x, n);

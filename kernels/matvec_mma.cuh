@@ -8,22 +8,20 @@
  *
  * The launchers of kernels/matvec.cuh use this path when kc_mvm_ok() says so for every weight
  * of a call, so kc_matvec, kc_matvec_multi and kc_matvec_swiglu stay bit-identical per product.
- * Switch: GANTRY_MATVEC_MMA in the environment (read once): 0 turns the path off, 1 / 2 pick the
- * v1 / v2 kernel (kc_mvm_enabled). */
+ * Switch: GANTRY_MATVEC_MMA in the environment (read once): 0 turns the path off, 1 on
+ * (kc_mvm_enabled). */
 #ifndef GANTRY_KERNELS_MATVEC_MMA_CUH
 #define GANTRY_KERNELS_MATVEC_MMA_CUH
 #include "kernels/matvec.cuh"
 
 #define KC_MVM_MAX_ROWS 2 /* three bf16 columns (hi, mid, lo) per x row */
 
-#define KC_MVM_DEFAULT 1 /* the kernel used when GANTRY_MATVEC_MMA is unset */
+#define KC_MVM_DEFAULT 1 /* the path's state when GANTRY_MATVEC_MMA is unset */
 
-/* The path in use: 0 off (kernels/matvec.cu's CUDA-core kernel), 1 the v1 kernel
- * (kernels/matvec_mma.cu), 2 the v2 kernel (kernels/matvec_mma2.cu: same bits as v1);
- * kc_mvm_set_enabled's value if set, else GANTRY_MATVEC_MMA = "0" / "1" / "2", else
- * KC_MVM_DEFAULT. */
+/* The path in use: 0 off (kernels/matvec.cu's CUDA-core kernel), 1 on (kernels/matvec_mma.cu);
+ * kc_mvm_set_enabled's value if set, else GANTRY_MATVEC_MMA = "0" / "1", else KC_MVM_DEFAULT. */
 KC_API int kc_mvm_enabled(void);
-/* 0 / 1 / 2 as above, -1 back to the environment (benchmarks compare the paths; not thread-safe) */
+/* 0 / 1 as above, -1 back to the environment (benchmarks compare the paths; not thread-safe) */
 KC_API void kc_mvm_set_enabled(int on);
 
 /* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w

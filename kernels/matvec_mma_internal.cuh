@@ -1,9 +1,7 @@
-/* kernels/matvec_mma_internal.cuh — what the two tensor-core matvec kernels share:
- * kernels/matvec_mma.cu (v1: x fragments built per window of S chunks, two block barriers per
- * window) and kernels/matvec_mma2.cu (v2: x fragments of all chunks built once per block, weights
- * prefetched two chunks ahead, no block barrier in the loop). Both give the same bits: same work
- * split (mvm_plan), same per-chunk arithmetic (mvm_chunk), same reduction (mvm_finish).
- * Fragment layout and exactness notes: matvec_mma.cu. Device-side, not a public header. */
+/* kernels/matvec_mma_internal.cuh — the pieces of the tensor-core matvec kernel
+ * (kernels/matvec_mma.cu): work split (mvm_plan), per-chunk arithmetic (mvm_chunk), reduction
+ * (mvm_finish). Fragment layout and exactness notes: matvec_mma.cu. Device-side, not a public
+ * header. */
 #ifndef GANTRY_KERNELS_MATVEC_MMA_INTERNAL_CUH
 #define GANTRY_KERNELS_MATVEC_MMA_INTERNAL_CUH
 #include "kernels/matvec_mma.cuh"
@@ -185,10 +183,4 @@ __device__ __forceinline__ float mvm_sub_sum(float4 v) {
   p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
   return p;
 }
-
-/* v2 (kernels/matvec_mma2.cu): launches the product of kc_mvm_launch's arguments (a.w / wup /
- * out / n_out / row_bytes / n_seg / swiglu set) when its shared memory (x fragments of all
- * chunks) fits; returns -1 when it does not (the caller runs v1: same bits), else a cudaError_t
- * value. */
-int mvm2_launch(cudaStream_t st, int type, mvm_args_t a, int64_t cols, const float *x, int n);
 #endif

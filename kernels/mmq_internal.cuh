@@ -35,5 +35,33 @@ template <class D, int NT> static int mmq_occ() {
 
 /* mmq_prefill.cu: kc_mmq_prep / kc_mmq_launch for n > KC_MMQ_EXACT_ROWS (same contracts) */
 int mmq_pf_prep(cudaStream_t st, int type, const float *x, int64_t cols, int n, int parts, void *scratch);
+
+/* The prep of one quad v of x (a lane of 8 consecutive lanes = one 32-element sub-block): its
+ * `parts` bf16 parts (hi, mid, lo) into xp[idx], xp[pst + idx], xp[2 pst + idx]; returns the
+ * sub-block's Σx (the Q4_K / Q5_K min term) to every lane of the 8. With one part, the sum of
+ * the bf16 x the mma multiplies, so that d·sc·Σq·x̃ - dmin·m·Σx̃ is exactly W·x̃ (only x's own
+ * rounding); the exact Σx would leave d·sc·Σq·(x̃ - x) uncancelled, several times larger (q >= 0). */
+__device__ __forceinline__ float mmq_prep_quad(const float4 v, int parts, uint2 *__restrict__ xp, int64_t idx,
+                                               int64_t pst) {
+  const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+  xp[idx] = make_uint2(mvm_bits(h01), mvm_bits(h23));
+  if (parts > 1) {
+    const float4 r1 = make_float4(v.x - __low2float(h01), v.y - __high2float(h01), v.z - __low2float(h23),
+                                  v.w - __high2float(h23));
+    const __nv_bfloat162 m01 = __floats2bfloat162_rn(r1.x, r1.y), m23 = __floats2bfloat162_rn(r1.z, r1.w);
+    xp[pst + idx] = make_uint2(mvm_bits(m01), mvm_bits(m23));
+    if (parts > 2) {
+      const __nv_bfloat162 l01 = __floats2bfloat162_rn(r1.x - __low2float(m01), r1.y - __high2float(m01));
+      const __nv_bfloat162 l23 = __floats2bfloat162_rn(r1.z - __low2float(m23), r1.w - __high2float(m23));
+      xp[2 * pst + idx] = make_uint2(mvm_bits(l01), mvm_bits(l23));
+    }
+  }
+  float p = parts == 1 ? (__low2float(h01) + __high2float(h01)) + (__low2float(h23) + __high2float(h23))
+                       : (v.x + v.y) + (v.z + v.w);
+  p += __shfl_xor_sync(KC_FULL_MASK, p, 1);
+  p += __shfl_xor_sync(KC_FULL_MASK, p, 2);
+  p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
+  return p;
+}
 int mmq_pf_launch(cudaStream_t st, int type, const mmq_args_t &a, int64_t cols, const void *scratch, int n, int parts);
 #endif

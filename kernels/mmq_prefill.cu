@@ -35,27 +35,7 @@ __global__ void mmq_pf_prep_kernel(const float *__restrict__ x, int64_t cols, in
   const int64_t idx = (((r >> 3) * (cols >> 8) + kb) * 16 + s) * 32 + lane, pst = npad * qpr;
   const int64_t rr = r < n ? r : n - 1;
   const float4 v = __ldg((const float4 *)(x + rr * cols) + qq);
-  const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
-  xf[idx] = make_uint2(mvm_bits(h01), mvm_bits(h23));
-  if (parts > 1) {
-    const float4 r1 = make_float4(v.x - __low2float(h01), v.y - __high2float(h01), v.z - __low2float(h23),
-                                  v.w - __high2float(h23));
-    const __nv_bfloat162 m01 = __floats2bfloat162_rn(r1.x, r1.y), m23 = __floats2bfloat162_rn(r1.z, r1.w);
-    xf[pst + idx] = make_uint2(mvm_bits(m01), mvm_bits(m23));
-    if (parts > 2) {
-      const __nv_bfloat162 l01 = __floats2bfloat162_rn(r1.x - __low2float(m01), r1.y - __high2float(m01));
-      const __nv_bfloat162 l23 = __floats2bfloat162_rn(r1.z - __low2float(m23), r1.w - __high2float(m23));
-      xf[2 * pst + idx] = make_uint2(mvm_bits(l01), mvm_bits(l23));
-    }
-  }
-  /* Σx of the sub-block (the Q4_K / Q5_K min term): with one part, the sum of the bf16 x the mma
-   * multiplies, so that d·sc·Σq·x̃ - dmin·m·Σx̃ is exactly W·x̃ (only x's own rounding); the
-   * exact Σx would leave d·sc·Σq·(x̃ - x) uncancelled, several times larger (q >= 0) */
-  float p = parts == 1 ? (__low2float(h01) + __high2float(h01)) + (__low2float(h23) + __high2float(h23))
-                       : (v.x + v.y) + (v.z + v.w);
-  p += __shfl_xor_sync(KC_FULL_MASK, p, 1);
-  p += __shfl_xor_sync(KC_FULL_MASK, p, 2);
-  p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
+  const float p = mmq_prep_quad(v, parts, xf, idx, pst);
   if ((qq & 7) == 0) sx[(qq >> 3) * npad + r] = p; /* [sub-block][row] */
 }
 

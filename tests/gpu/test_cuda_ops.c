@@ -910,13 +910,10 @@ static void test_ffn_swiglu(void **st) {
   }
 }
 
-/* ---- the two tensor-core matvec kernels for 1..2 rows (kernels/matvec_mma.cu v1,
- * kernels/matvec_mma2.cu v2): Q4_K and Q6_K through matmul, matmul_multi and ffn_swiglu, each
- * against the CPU (TOL) and v2 against v1 bit for bit (same split, arithmetic and reduction
- * order). Shapes: n_out not a multiple of a block's rows, one chunk (cols 256), 16 chunks, and
- * 48 (cols 12288: v2's shared memory takes 1 row; at 2 rows it declines and v1 runs). */
-void kc_mvm_set_enabled(int on); /* kernels/matvec_mma.cuh: 0 off, 1 v1, 2 v2, -1 environment */
-static void test_matvec_mma2(void **st) {
+/* ---- the tensor-core matvec kernel for 1..2 rows (kernels/matvec_mma.cu): Q4_K and Q6_K
+ * through matmul_multi and ffn_swiglu, against the CPU (TOL). Shapes: n_out not a multiple of a
+ * block's rows, one chunk (cols 256), 16 chunks, and 48 (cols 12288). */
+static void test_matvec_mma(void **st) {
   NEED_GPU();
   const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q6_K};
   const int64_t shapes[][2] = {{300, 1024}, {40, 256}, {2100, 4096}, {72, 12288}};
@@ -928,36 +925,22 @@ static void test_matvec_mma2(void **st) {
       for (int rows = 1; rows <= 2; rows++) {
         float *x = rnd((size_t)rows * cols, 1.0f);
         const size_t no = (size_t)rows * n_out, n2 = (size_t)rows * o2;
-        buf_t bx = putf(x, (size_t)rows * cols), out[2][4];
-        for (int v = 0; v < 2; v++) {
-          out[v][0] = putf(NULL, no), out[v][1] = putf(NULL, no), out[v][2] = putf(NULL, n2);
-          out[v][3] = putf(NULL, no);
-        }
-        CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, out[0][0].c, rows);
-        CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, out[0][1].c, out[0][3].c, rows);
-        CPU_BE->ops->matmul(CPU_BE, &w2.c, bx.c, out[0][2].c, rows);
-        for (int v = 0; v < 2; v++) { /* v 0: the v2 kernel, 1: v1 */
-          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0); /* the switch takes effect at launch */
-          kc_mvm_set_enabled(2 - v);
-          const be_weight_t *wg[2] = {&w.g, &w2.g};
-          float *og[2] = {(float *)out[v][0].g, (float *)out[v][2].g};
-          GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og, rows);
-          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, out[v][1].g, out[v][3].g, rows);
-          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
-        }
-        kc_mvm_set_enabled(-1);
+        buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), b2 = putf(NULL, n2),
+              bu = putf(NULL, no);
+        CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
+        CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
+        CPU_BE->ops->matmul(CPU_BE, &w2.c, bx.c, b2.c, rows);
+        const be_weight_t *wg[2] = {&w.g, &w2.g};
+        float *og[2] = {bo.g, b2.g};
+        GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og, rows);
+        GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
         char what[96];
-        snprintf(what, sizeof what, "mma2 %s %lldx%lld rows %d multi [0]", dt_name(types[ti]), (long long)n_out,
+        snprintf(what, sizeof what, "mma %s %lldx%lld rows %d multi [0]", dt_name(types[ti]), (long long)n_out,
                  (long long)cols, rows);
-        cmp(what, out[0][0], no, TOL);
-        gpu_vs_gpu("  vs v1", out[0][0].g, out[1][0].g, no, 0.0);
-        cmp("  multi [1]", out[0][2], n2, TOL);
-        gpu_vs_gpu("  multi [1] vs v1", out[0][2].g, out[1][2].g, n2, 0.0);
-        cmp("  ffn_swiglu", out[0][1], no, TOL);
-        gpu_vs_gpu("  ffn_swiglu vs v1", out[0][1].g, out[1][1].g, no, 0.0);
-        for (int v = 0; v < 2; v++)
-          for (int k = 0; k < 4; k++) drop(&out[v][k]);
-        drop(&bx);
+        cmp(what, bo, no, TOL);
+        cmp("  multi [1]", b2, n2, TOL);
+        cmp("  ffn_swiglu", bg, no, TOL);
+        drop(&bx), drop(&bo), drop(&bg), drop(&b2), drop(&bu);
         free(x);
       }
       wdrop(&w), wdrop(&wu), wdrop(&w2);
@@ -1020,6 +1003,32 @@ static void test_mmq(void **st) {
   be_cuda_set_prefill_precision(NULL);
 }
 
+/* matmul (w), ffn_swiglu (gate w, up wu) and matmul_multi {w, wk} of one random x[rows, w's cols]
+ * on both backends, each checked against the CPU within tol (cmp); their errors into e[4] in that
+ * order. wk: w's cols, any rows. */
+static void products_vs_cpu(const char *what, const wpair_t *w, const wpair_t *wu, const wpair_t *wk, int rows,
+                            double tol, double e[4]) {
+  const int64_t n_out = w->c.rows, cols = w->c.cols;
+  float *x = rnd((size_t)rows * cols, 1.0f);
+  const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (size_t)wk->c.rows;
+  buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
+        bm = putf(NULL, no), bk = putf(NULL, nk);
+  CPU_BE->ops->matmul(CPU_BE, &w->c, bx.c, bo.c, rows);
+  GPU_BE->ops->matmul(GPU_BE, &w->g, bx.g, bo.g, rows);
+  CPU_BE->ops->ffn_swiglu(CPU_BE, &w->c, &wu->c, bx.c, bg.c, bu.c, rows);
+  GPU_BE->ops->ffn_swiglu(GPU_BE, &w->g, &wu->g, bx.g, bg.g, bu.g, rows);
+  const be_weight_t *mc[] = {&w->c, &wk->c}, *mg[] = {&w->g, &wk->g};
+  float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
+  CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
+  GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
+  e[0] = cmp(what, bo, no, tol);
+  e[1] = cmp("  ffn_swiglu", bg, no, tol);
+  e[2] = cmp("  matmul_multi 0", bm, no, tol);
+  e[3] = cmp("  matmul_multi 1", bk, nk, tol);
+  drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
+  free(x);
+}
+
 /* ---- the fast prefill product (be_cuda_set_prefill_precision "fast"): K-quant / Q8_0 weights
  * dequantized to bf16 (2^-9 relative per weight) + cuBLAS bf16 GEMMs, x in 1 (bf16) or 2 (hi +
  * lo) parts, at prefill row counts (> 64; odd ones, n_out not a multiple of any tile), through
@@ -1049,29 +1058,15 @@ static void test_prefill_fast(void **st) {
         for (int parts = 1; parts <= 2; parts++) {
           kc_mmq_set(-1, parts);
           const double tol = rows <= 64 ? TOL : parts == 1 ? FAST_TOL_1 : FAST_TOL_2;
-          float *x = rnd((size_t)rows * cols, 1.0f);
-          const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (n_out / 4);
-          buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
-                bm = putf(NULL, no), bk = putf(NULL, nk);
-          CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
-          GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
-          CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
-          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
-          const be_weight_t *mc[] = {&w.c, &wk.c}, *mg[] = {&w.g, &wk.g};
-          float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
-          CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
-          GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
           char what[96];
           snprintf(what, sizeof what, "fast %s %lldx%lld rows %d parts %d", dt_name(types[ti]), (long long)n_out,
                    (long long)cols, rows, parts);
-          const double e[] = {cmp(what, bo, no, tol), cmp("  ffn_swiglu", bg, no, tol),
-                              cmp("  matmul_multi 0", bm, no, tol), cmp("  matmul_multi 1", bk, nk, tol)};
+          double e[4];
+          products_vs_cpu(what, &w, &wu, &wk, rows, tol, e);
           for (int i = 0; i < 4; i++) {
             if (rows > 64 && e[i] < FAST_MIN) fail_msg("%s: error %.3e: the fast path did not run", what, e[i]);
             if (rows <= 64 && e[i] > TOL) fail_msg("%s: decode rows left the exact path", what);
           }
-          drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
-          free(x);
         }
       }
       wdrop(&w), wdrop(&wu), wdrop(&wk);
@@ -1106,27 +1101,13 @@ static void test_activations_bf16(void **st) {
         const int rows = rows_list[ri];
         const int rounded = rows >= (types[ti] == GT_TYPE_BF16 ? 4 : 3);
         const double tol = !rounded ? TOL : rows > 64 && types[ti] != GT_TYPE_BF16 ? FAST_TOL_1 : MMQ_BF16_TOL;
-        float *x = rnd((size_t)rows * cols, 1.0f);
-        const size_t no = (size_t)rows * n_out, nk = (size_t)rows * (n_out / 4);
-        buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), bu = putf(NULL, no),
-              bm = putf(NULL, no), bk = putf(NULL, nk);
-        CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
-        GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
-        CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
-        GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
-        const be_weight_t *mc[] = {&w.c, &wk.c}, *mg[] = {&w.g, &wk.g};
-        float *oc[] = {bm.c, bk.c}, *og[] = {bm.g, bk.g};
-        CPU_BE->ops->matmul_multi(CPU_BE, 2, mc, bx.c, oc, rows);
-        GPU_BE->ops->matmul_multi(GPU_BE, 2, mg, bx.g, og, rows);
         char what[96];
         snprintf(what, sizeof what, "act bf16 %s %lldx%lld rows %d", dt_name(types[ti]), (long long)n_out,
                  (long long)cols, rows);
-        const double e[] = {cmp(what, bo, no, tol), cmp("  ffn_swiglu", bg, no, tol),
-                            cmp("  matmul_multi 0", bm, no, tol), cmp("  matmul_multi 1", bk, nk, tol)};
+        double e[4];
+        products_vs_cpu(what, &w, &wu, &wk, rows, tol, e);
         for (int i = 0; i < 4; i++)
           if (rounded && e[i] < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e[i]);
-        drop(&bx), drop(&bo), drop(&bg), drop(&bu), drop(&bm), drop(&bk);
-        free(x);
       }
       wdrop(&w), wdrop(&wu), wdrop(&wk);
     }
@@ -1454,7 +1435,7 @@ int main(void) {
       cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_gdn_long), cmocka_unit_test(test_decode_graphs),
       cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
       cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
-      cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma2), cmocka_unit_test(test_logits_mask),
+      cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma), cmocka_unit_test(test_logits_mask),
       cmocka_unit_test(test_activations_bf16),
       cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
   };

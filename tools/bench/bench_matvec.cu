@@ -7,10 +7,9 @@
  * (dt_dequant_row + double dot) on a sample of output features: normalized error <= 1e-5
  * (the bound of tests/gpu/test_cuda_ops.c); kc_matvec_multi must equal kc_matvec per weight
  * and kc_matvec_swiglu must equal kc_swiglu(kc_matvec(gate), kc_matvec(up)), bit for bit.
- * Q4_K and Q6_K at n <= 2 run (checks and timing) three times: path "old" (SIMT kernel,
- * kc_mvm_set_enabled(0)), "mma" (tensor-core kernel v1 of kernels/matvec_mma.cu; the check fails
- * if kc_mvm_ok refuses the weight) and "mma2" (v2, kernels/matvec_mma2.cu: must equal "mma" bit
- * for bit); other rows print path "dflt" (what kc_matvec picks).
+ * Q4_K and Q6_K at n <= 2 run (checks and timing) twice: path "old" (SIMT kernel,
+ * kc_mvm_set_enabled(0)) and "mma" (tensor-core kernel of kernels/matvec_mma.cu; the check fails
+ * if kc_mvm_ok refuses the weight); other rows print path "dflt" (what kc_matvec picks).
  * Timing: cudaEvents over N reps (default 50); every weight is replicated to >= 256 MiB (up to
  * 64 copies) and the copies cycled so that each rep streams from HBM, not L2. Prints
  *   shape | type | path | n | us | GB/s | % of copy BW | % of 4.8 TB/s
@@ -140,21 +139,20 @@ static int bm_same(const float *a, const float *b, size_t n) { /* device arrays,
 static double g_copy_bw; /* bytes/s */
 static int g_fail;
 static const char *g_path = "dflt"; /* label of the matvec path in use (bm_path) */
-static float *g_dmma;               /* [32, 151936]: the "mma" path's output, for the "mma2" check */
 
-/* Paths to run for (type, n): {0 old, 1 mma, 2 mma2} where the mma path applies, else {-1
- * default}. Returns the count; bm_path(mode) selects one. */
+/* Paths to run for (type, n): {0 old, 1 mma} where the mma path applies, else {-1 default}.
+ * Returns the count; bm_path(mode) selects one. */
 static int bm_modes(gt_type_t t, int n, int *modes) {
   if ((t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K) && n <= KC_MVM_MAX_ROWS) {
-    modes[0] = 0, modes[1] = 1, modes[2] = 2;
-    return 3;
+    modes[0] = 0, modes[1] = 1;
+    return 2;
   }
   modes[0] = -1;
   return 1;
 }
 static void bm_path(int mode) {
   kc_mvm_set_enabled(mode);
-  g_path = mode < 0 ? "dflt" : mode == 2 ? "mma2" : mode ? "mma" : "old";
+  g_path = mode < 0 ? "dflt" : mode ? "mma" : "old";
 }
 
 static void bm_row(const char *shape, gt_type_t t, int n, double sec, double bytes) {
@@ -198,7 +196,7 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
   char shape[48];
   snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_out, (long long)cols);
   const int check_ns[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 32};
-  int modes[3];
+  int modes[2];
   for (size_t i = 0; i < sizeof check_ns / sizeof *check_ns; i++) {
     const int n = check_ns[i];
     for (int k = 0, nm = bm_modes(t, n, modes); k < nm; k++) {
@@ -212,12 +210,6 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
       const double e = bm_err(&w, hx, dout, n);
       if (!(e <= BM_TOL)) {
         printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), g_path, n, e, BM_TOL);
-        g_fail = 1;
-      }
-      const size_t m = (size_t)n * (size_t)n_out;
-      if (modes[k] == 1) BM_CHECK(cudaMemcpy(g_dmma, dout, sizeof(float) * m, cudaMemcpyDeviceToDevice));
-      if (modes[k] == 2 && !bm_same(dout, g_dmma, m)) {
-        printf("FAIL %s %s mma2 n=%d: differs from mma\n", shape, dt_name(t), n);
         g_fail = 1;
       }
     }
@@ -253,7 +245,7 @@ static void bm_multi(gt_type_t t, const float *hx, const float *dx, float *dout,
     seg[s].w = w[s].d, seg[s].n_out = outs[s], seg[s].row_bytes = w[s].row_bytes;
     bytes += (double)w[s].bytes;
   }
-  int modes[3];
+  int modes[2];
   for (int i = 0; i < BM_NN; i++)
   for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
     bm_path(modes[mi]);
@@ -301,7 +293,7 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
   bm_w_t g = bm_weight(t, n_out, cols, 1, 101), u = bm_weight(t, n_out, cols, 1, 202);
   float *tmp;
   BM_CHECK(cudaMalloc((void **)&tmp, sizeof(float) * 2 * 32 * n_out));
-  int modes[3];
+  int modes[2];
   for (int i = 0; i < BM_NN; i++)
   for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
     bm_path(modes[mi]);
@@ -432,7 +424,6 @@ int main(int argc, char **argv) {
   BM_CHECK(cudaMalloc((void **)&dx, sizeof(float) * 512 * max_cols));
   BM_CHECK(cudaMalloc((void **)&dout, sizeof(float) * 32 * max_out));
   BM_CHECK(cudaMalloc((void **)&dref, sizeof(float) * 32 * max_out));
-  BM_CHECK(cudaMalloc((void **)&g_dmma, sizeof(float) * 32 * max_out));
   BM_CHECK(cudaMemcpy(dx, hx, sizeof(float) * 512 * max_cols, cudaMemcpyHostToDevice));
   cudaEvent_t e0, e1;
   BM_CHECK(cudaEventCreate(&e0));
@@ -468,6 +459,5 @@ int main(int argc, char **argv) {
   cudaFree(dx);
   cudaFree(dout);
   cudaFree(dref);
-  cudaFree(g_dmma);
   return g_fail ? 1 : 0;
 }
