@@ -480,7 +480,8 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
     if (r->bias_ids[i] < 0 || r->bias_ids[i] >= s->V)
       rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: token id %d is outside the vocabulary of %d", r->bias_ids[i], s->V);
     else if (!(r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f))
-      rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: the bias of token %d must be in [-100, 100]", r->bias_ids[i]);
+      rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: the bias of token %d must be in [-100, 100], got %g", r->bias_ids[i],
+                            (double)r->bias_vals[i]);
   }
   const int n = r->n <= 0 ? 1 : r->n;
   if (!rc && (n > SCHED_MAX_N || n > s->cfg.max_num_seqs))
