@@ -575,6 +575,19 @@ void sched_stats(sched_t *s, sched_stats_t *out) {
 
 /* ---- the step ---- */
 
+/* Removes the requests of arr[*n] marked cancel_now and finishes them CANCELLED. */
+static void finish_cancelled(sched_t *s, req_t **arr, int *n) {
+  for (int i = 0; i < *n;) {
+    req_t *q = arr[i];
+    if (!q->cancel_now) {
+      i++;
+      continue;
+    }
+    remove_at(arr, n, i);
+    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  }
+}
+
 /* Moves incoming requests to the waiting queue and applies cancellations. */
 static void take_inbox(sched_t *s) {
   pthread_mutex_lock(&s->mu);
@@ -596,23 +609,9 @@ static void take_inbox(sched_t *s) {
   for (int i = 0; cancels && i < s->n_waiting; i++) s->waiting[i]->cancel_now = s->waiting[i]->cancel_asked;
   for (int i = 0; cancels && i < s->n_running; i++) s->running[i]->cancel_now = s->running[i]->cancel_asked;
   pthread_mutex_unlock(&s->mu);
-  for (int i = 0; cancels && i < s->n_waiting;) {
-    req_t *q = s->waiting[i];
-    if (!q->cancel_now) {
-      i++;
-      continue;
-    }
-    remove_at(s->waiting, &s->n_waiting, i);
-    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
-  }
-  for (int i = 0; cancels && i < s->n_running;) {
-    req_t *q = s->running[i];
-    if (!q->cancel_now) {
-      i++;
-      continue;
-    }
-    remove_at(s->running, &s->n_running, i);
-    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  if (cancels) {
+    finish_cancelled(s, s->waiting, &s->n_waiting);
+    finish_cancelled(s, s->running, &s->n_running);
   }
   waiting_changed(s);
 }
