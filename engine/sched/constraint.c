@@ -186,8 +186,9 @@ static int encode_forced(const tok_t *tok, const char *text, int32_t **ids, int 
   return rc;
 }
 
-/* Compiles (kind, spec) with vocab r (the caller holds the cache's lock). */
-static int compile(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t len, cons_t **out, gt_err_t *err) {
+/* Compiles (kind, spec), whose fnv1a is hash, with c's vocabulary (the caller holds c's lock). */
+static int compile(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t len, uint64_t hash, cons_t **out,
+                   gt_err_t *err) {
   static const gr_kind_t kinds[] = {[CONS_JSON_SCHEMA] = GR_JSON_SCHEMA, [CONS_JSON_OBJECT] = GR_JSON_OBJECT,
                                     [CONS_CHOICE] = GR_CHOICE, [CONS_REGEX] = GR_REGEX, [CONS_TOOL_CALL] = GR_JSON_SCHEMA};
   if (kind < CONS_JSON_SCHEMA || kind > CONS_TOOL_CALL) return gt_err_set(err, GT_EINVAL, "unknown constraint kind %d", (int)kind);
@@ -202,7 +203,7 @@ static int compile(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t l
   k->spec[len] = 0;
   k->len = len;
   k->kind = kind;
-  k->hash = fnv1a(kind, spec, len);
+  k->hash = hash;
   k->think_start = tok_find(c->tok, "<think>");
   k->think_end = tok_find(c->tok, "</think>");
   k->max_states = c->max_states;
@@ -250,7 +251,7 @@ int cons_get(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t len, co
       break;
     }
   }
-  if (!rc && !*out && !(rc = compile(c, kind, spec, len, out, err))) {
+  if (!rc && !*out && !(rc = compile(c, kind, spec, len, h, out, err))) {
     c->st.compiled++;
     if (c->n == c->cap) { /* evict the least recently used (requests keep their references) */
       int lru = 0;

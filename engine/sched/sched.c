@@ -480,7 +480,8 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
     if (r->bias_ids[i] < 0 || r->bias_ids[i] >= s->V)
       rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: token id %d is outside the vocabulary of %d", r->bias_ids[i], s->V);
     else if (!(r->bias_vals[i] >= -100.0f && r->bias_vals[i] <= 100.0f))
-      rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: the bias of token %d must be in [-100, 100]", r->bias_ids[i]);
+      rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: the bias of token %d must be in [-100, 100], got %g", r->bias_ids[i],
+                            (double)r->bias_vals[i]);
   }
   const int n = r->n <= 0 ? 1 : r->n;
   if (!rc && (n > SCHED_MAX_N || n > s->cfg.max_num_seqs))
@@ -574,6 +575,19 @@ void sched_stats(sched_t *s, sched_stats_t *out) {
 
 /* ---- the step ---- */
 
+/* Removes the requests of arr[*n] marked cancel_now and finishes them CANCELLED. */
+static void finish_cancelled(sched_t *s, req_t **arr, int *n) {
+  for (int i = 0; i < *n;) {
+    req_t *q = arr[i];
+    if (!q->cancel_now) {
+      i++;
+      continue;
+    }
+    remove_at(arr, n, i);
+    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  }
+}
+
 /* Moves incoming requests to the waiting queue and applies cancellations. */
 static void take_inbox(sched_t *s) {
   pthread_mutex_lock(&s->mu);
@@ -595,23 +609,9 @@ static void take_inbox(sched_t *s) {
   for (int i = 0; cancels && i < s->n_waiting; i++) s->waiting[i]->cancel_now = s->waiting[i]->cancel_asked;
   for (int i = 0; cancels && i < s->n_running; i++) s->running[i]->cancel_now = s->running[i]->cancel_asked;
   pthread_mutex_unlock(&s->mu);
-  for (int i = 0; cancels && i < s->n_waiting;) {
-    req_t *q = s->waiting[i];
-    if (!q->cancel_now) {
-      i++;
-      continue;
-    }
-    remove_at(s->waiting, &s->n_waiting, i);
-    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
-  }
-  for (int i = 0; cancels && i < s->n_running;) {
-    req_t *q = s->running[i];
-    if (!q->cancel_now) {
-      i++;
-      continue;
-    }
-    remove_at(s->running, &s->n_running, i);
-    finish(s, q, SCHED_FINISH_CANCELLED, NULL);
+  if (cancels) {
+    finish_cancelled(s, s->waiting, &s->n_waiting);
+    finish_cancelled(s, s->running, &s->n_running);
   }
   waiting_changed(s);
 }

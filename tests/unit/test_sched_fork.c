@@ -85,11 +85,26 @@ static sched_t *mk(model_t *m, const tok_t *tok, int max_seqs, int n_blocks) {
   return s;
 }
 
+/* Choice i of o (T tokens) equals a solo run of seed + i on a fresh scheduler (so that no
+ * prefix cache helps it). */
+static void assert_equals_solo(model_t *m, const tok_t *tok, const outs_t *o, int i, uint64_t seed, int T) {
+  static outs_t solo;
+  memset(&solo, 0, sizeof solo);
+  gt_err_t err = {0};
+  sched_t *s = mk(m, tok, 8, 0);
+  sched_req_t r = make_req(1, seed + (uint64_t)i, T, &solo);
+  assert_true(sched_submit(s, &r, &err) > 0);
+  run_all(s);
+  sched_free(s);
+  assert_int_equal(solo.n[0], T);
+  assert_memory_equal(o->ids[i], solo.ids[0], sizeof(int32_t) * T);
+}
+
 /* n = 4 in one request against 4 solo runs with seeds 100..103 (each on a fresh scheduler, so
  * that no prefix cache helps them). */
 static void check_fork(model_t *m, const tok_t *tok) {
   enum { N = 4, T = 12 };
-  static outs_t o, solo[N];
+  static outs_t o;
   memset(&o, 0, sizeof o);
   gt_err_t err = {0};
   sched_t *s = mk(m, tok, 8, 0);
@@ -112,14 +127,7 @@ static void check_fork(model_t *m, const tok_t *tok) {
     assert_int_equal(o.n[i], T);
     assert_int_equal(o.usage[i].prompt_tokens, 37);
     assert_int_equal(o.usage[i].completion_tokens, T);
-    memset(&solo[i], 0, sizeof solo[i]);
-    s = mk(m, tok, 8, 0);
-    r = make_req(1, 100 + (uint64_t)i, T, &solo[i]);
-    assert_true(sched_submit(s, &r, &err) > 0);
-    run_all(s);
-    sched_free(s);
-    assert_int_equal(solo[i].n[0], T);
-    assert_memory_equal(o.ids[i], solo[i].ids[0], sizeof(int32_t) * T);
+    assert_equals_solo(m, tok, &o, i, 100, T);
     if (i > 0) differ += memcmp(o.ids[i], o.ids[0], sizeof(int32_t) * T) != 0;
   }
   assert_true(differ > 0); /* different seeds: the choices are not all copies of choice 0 */
@@ -183,7 +191,7 @@ static void test_fork_cancel_no_leak(void **state) {
 static void test_fork_small_pool(void **state) {
   tu_model_fx_t *f = *state;
   enum { N = 3, T = 20 };
-  static outs_t o, solo;
+  static outs_t o;
   memset(&o, 0, sizeof o);
   gt_err_t err = {0};
   /* need: 2 shared blocks + 3 * ceil((5 + 20) / 16) = 8 blocks */
@@ -198,13 +206,7 @@ static void test_fork_small_pool(void **state) {
   for (int i = 0; i < N; i++) {
     assert_int_equal(o.finals[i], 1);
     assert_int_equal(o.n[i], T);
-    memset(&solo, 0, sizeof solo);
-    s = mk(f->m, f->tok, 8, 0);
-    r = make_req(1, 7 + (uint64_t)i, T, &solo);
-    assert_true(sched_submit(s, &r, &err) > 0);
-    run_all(s);
-    sched_free(s);
-    assert_memory_equal(o.ids[i], solo.ids[0], sizeof(int32_t) * T);
+    assert_equals_solo(f->m, f->tok, &o, i, 7, T);
   }
 }
 
@@ -256,7 +258,7 @@ static void test_cancel_storm(void **state) {
 static void test_fork_no_free_block_waits(void **state) {
   tu_model_fx_t *f = *state;
   enum { N = 3, T = 8, TA = 4 };
-  static outs_t a, o, solo;
+  static outs_t a, o;
   memset(&a, 0, sizeof a);
   memset(&o, 0, sizeof o);
   gt_err_t err = {0};
@@ -290,13 +292,7 @@ static void test_fork_no_free_block_waits(void **state) {
     assert_int_equal(o.finals[i], 1);
     assert_int_equal(o.finish[i], SCHED_FINISH_LENGTH);
     assert_int_equal(o.n[i], T);
-    memset(&solo, 0, sizeof solo);
-    s = mk(f->m, f->tok, 8, 0);
-    r = make_req(1, 7 + (uint64_t)i, T, &solo);
-    assert_true(sched_submit(s, &r, &err) > 0);
-    run_all(s);
-    sched_free(s);
-    assert_memory_equal(o.ids[i], solo.ids[0], sizeof(int32_t) * T);
+    assert_equals_solo(f->m, f->tok, &o, i, 7, T);
   }
 }
 

@@ -131,6 +131,13 @@ static void test_logit_bias(void **state) {
   float big = 101;
   assert_int_equal(run(f, greedy, 8, &x, &big, 1, NULL, 0, -1, &o, &err), GT_EINVAL);
   assert_non_null(strstr(err.msg, "logit_bias"));
+  /* the one range check of a bias (the server passes it through): below -100 and NaN too */
+  float out_of_range[2] = {-100.5f, NAN};
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(run(f, greedy, 8, &x, &out_of_range[i], 1, NULL, 0, -1, &o, &err), GT_EINVAL);
+    assert_non_null(strstr(err.msg, "must be in [-100, 100]"));
+    assert_string_equal(err.param, "logit_bias");
+  }
 }
 
 /* A biased request moves its whole batch to the host sampler; an unbiased, sampled neighbour
