@@ -58,7 +58,7 @@ endif()
 if(TARGET CUDA::cudart_static)
   # benchmark (prints numbers; its own sum check decides the exit status): tools/bench/comm_bench.c
   add_executable(bench_comm tools/bench/comm_bench.c)
-  target_link_libraries(bench_comm PRIVATE gantry_comm_nccl CUDA::cudart_static m)
+  target_link_libraries(bench_comm PRIVATE gantry_comm_nccl gantry_gguf CUDA::cudart_static m)
   # bench_comm with every GPU hidden (and bad arguments): skips with exit 77 and says why
   gt_add_test(test_comm_bench_skip SOURCES tests/unit/test_comm_bench_skip.c LIBS gantry_testutil TIMEOUT 60)
   add_dependencies(test_comm_bench_skip bench_comm)

@@ -12,16 +12,11 @@ OUT=${OUT:-/tmp/attn-out}
 PACK=${PACK:-build-cuda-pack/dist.tar.xz}
 BUDGET=${BUDGET:-280}
 LONG=${LONG:-28672}
-mkdir -p "$OUT"
-ALL=$OUT/all.txt
-: >"$ALL"
-t0=$(date +%s)
 . "$(dirname "$0")/session_lib.sh"
-session_unpack "$PACK"
+session_begin "$PACK"
 Q3=/tmp/qwen3-8b.bf16.gguf Q35=/tmp/qwen35-9b.Q4_K_M.gguf
 session_mkmodel "$Q3" /tmp/mk1.txt --preset qwen3-8b --type bf16 --threads 8
 session_mkmodel "$Q35" /tmp/mk2.txt --preset qwen35-9b --type Q4_K_M --keep-output-bf16 --threads 8
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 step test_cuda_ops 100 "$D/test_cuda_ops"
 grep -E "attention|flash m-tiles|vs fp32|attn_qk_prep .*FAIL|FAIL|\[  (PASSED|FAILED)|\[ +(FAILED) +\]|decode graphs" /tmp/step.txt | head -150
 step test_cuda_golden 80 "$D/test_cuda_golden"

@@ -15,15 +15,10 @@ set -u
 OUT=${OUT:-/tmp/attn-decode-out}
 PACK=${PACK:-build-cuda-pack/dist.tar.xz}
 BUDGET=${BUDGET:-280}
-mkdir -p "$OUT"
-ALL=$OUT/all.txt
-: >"$ALL"
-t0=$(date +%s)
 . "$(dirname "$0")/session_lib.sh"
-session_unpack "$PACK"
+session_begin "$PACK"
 Q3=/tmp/qwen3-8b.Q4_K_M.gguf
 session_mkmodel "$Q3" /tmp/mk1.txt --preset qwen3-8b --type Q4_K_M --threads 10
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 step bench_attn 60 "$D/bench_attn" --decode --reps 20 && cat /tmp/step.txt
 step test_cuda_ops 130 "$D/test_cuda_ops"
 grep -E "attention|decode kernel|FAIL|\[  (PASSED|FAILED)|\[ +(FAILED) +\]" /tmp/step.txt | head -120

@@ -14,15 +14,10 @@ set -u
 OUT=${OUT:-/tmp/mv-out}
 PACK=${PACK:-build-cuda-pack/dist.tar.xz}
 BUDGET=${BUDGET:-270}
-mkdir -p "$OUT"
-ALL=$OUT/all.txt
-: >"$ALL"
-t0=$(date +%s)
 . "$(dirname "$0")/session_lib.sh"
-session_unpack "$PACK"
+session_begin "$PACK"
 M=/tmp/qwen3-8b.Q4_K_M.gguf
 session_mkmodel "$M" /tmp/mk.txt --preset qwen3-8b --type Q4_K_M --threads 10
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 step bench_matvec 70 "$D/bench_matvec" --types Q4_K,Q6_K --ns 1,2 --mmq 0 --reps 30 &&
   grep -E "^copy|\| (old|mma|mma2) +\||FAIL|checks passed|VALIDATION" /tmp/step.txt
 step test_cuda_ops_v2 70 env GANTRY_MATVEC_MMA=2 GANTRY_ATTN_SPLIT_LEN=16 "$D/test_cuda_ops" &&

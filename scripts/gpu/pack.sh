@@ -3,8 +3,9 @@
 # shared libraries the GPU machine lacks into build-cuda-dist/ and, compressed, into
 # build-cuda-pack/dist.tar.xz (both ignored by git): carry build-cuda-pack to the device and run
 # scripts/gpu/suite.sh there.
-# Default TARGETS: what scripts/gpu/suite.sh runs (GPU tests, kernel microbenchmarks,
-# bench_decode, gantry-mkmodel, and for SERVE=1 gantry-engine + engine-bench as its gRPC client).
+# Default TARGETS: what scripts/gpu/suite.sh runs (the GPU tests of gpu_tests.sh, kernel
+# microbenchmarks, bench_decode, gantry-mkmodel, and for SERVE=1 gantry-engine + engine-bench as
+# its gRPC client).
 # Shared libraries: every one ldd lists for the programs except glibc / libstdc++ / libgcc and
 # CUDA's own (the GPU machine has those), so gRPC, protobuf-c, absl, ... travel along.
 set -eu
@@ -13,7 +14,8 @@ B=${BUILD:-$SRC/build-cuda}
 D=$SRC/build-cuda-dist
 cmake -S "$SRC" -B "$B" -DGANTRY_WERROR=ON >/dev/null
 if [ -z "${TARGETS:-}" ]; then
-  TARGETS="test_cuda_ops test_cuda_golden test_cuda_sample test_cuda_kvmem test_cuda_sched_params test_cuda_sched_fork test_cuda_sched_constraint test_cuda_tp test_comm_nccl_gpu bench_comm bench_constraint bench_matvec bench_gdn_scan bench_attn bench_decode gantry-mkmodel"
+  . "$SRC/scripts/gpu/gpu_tests.sh"
+  TARGETS="$GPU_TESTS bench_comm bench_constraint bench_matvec bench_gdn_scan bench_attn bench_decode gantry-mkmodel"
   TARGETS="$TARGETS gantry-engine engine-bench"
   # STACK=1: the serving path (scripts/gpu/stack.sh): router, CLI, and this machine's redis-server
   [ "${STACK:-0}" = 1 ] && TARGETS="$TARGETS gantry-router gantry"

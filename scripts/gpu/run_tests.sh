@@ -1,7 +1,7 @@
 #!/bin/sh
 # On the GPU machine, from the repository root: runs the packed CUDA tests (build-cuda-dist/,
-# see pack.sh) against tests/golden. MEMCHECK=1 also runs the qwen35 golden test under
-# compute-sanitizer memcheck. Logs go to $OUT when set.
+# see pack.sh; the list: gpu_tests.sh) against tests/golden. MEMCHECK=1 also runs the qwen35
+# golden test under compute-sanitizer memcheck. Logs go to $OUT when set.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 D=$SRC/build-cuda-dist
@@ -12,8 +12,8 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 . "$SRC/scripts/gpu/nccl_lib.sh" # test_cuda_tp: libnccl for the NCCL communicator
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 rc=0
-for t in test_cuda_ops test_cuda_golden test_cuda_sample test_cuda_kvmem test_cuda_sched_params test_cuda_sched_fork \
-    test_cuda_sched_constraint test_comm_nccl_gpu test_cuda_tp; do
+. "$SRC/scripts/gpu/gpu_tests.sh"
+for t in $GPU_TESTS; do
   [ -x "$D/$t" ] || continue
   echo "== $t"
   "$D/$t" >"$LOG/$t.log" 2>&1; r=$?

@@ -1,5 +1,5 @@
-# Sourced (POSIX sh) by the one-off device-call scripts (attn.sh, mv_session.sh, prefill.sh), run
-# from the repository root on the GPU machine after scripts/gpu/pack.sh.
+# Sourced (POSIX sh) by the one-off device-call scripts (attn.sh, attn_decode.sh, mv_session.sh,
+# prefill.sh), run from the repository root on the GPU machine after scripts/gpu/pack.sh.
 
 # session_unpack TARBALL: unpacks build-cuda-dist/ from TARBALL unless already there, prints its
 # COMMIT; sets D (the programs) and the environment the GPU tests read.
@@ -9,6 +9,18 @@ session_unpack() {
   cat "$D/COMMIT" 2>/dev/null
   export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export GANTRY_GOLDEN="$PWD/tests/golden" GANTRY_SRC="$PWD" GANTRY_BIN="$D"
+}
+
+# session_begin TARBALL: the common start of a budgeted session: makes $OUT, empties $ALL
+# ($OUT/all.txt, the log every step appends to), starts the budget clock t0, session_unpack
+# TARBALL, prints the GPU.
+session_begin() {
+  mkdir -p "$OUT"
+  ALL=$OUT/all.txt
+  : >"$ALL"
+  t0=$(date +%s)
+  session_unpack "$1"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 }
 
 # session_mkmodel GGUF LOG ARGS...: gantry-mkmodel ARGS --out GGUF (through GGUF.tmp) in the

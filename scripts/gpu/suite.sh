@@ -2,7 +2,7 @@
 # On the GPU machine, from the repository root, after scripts/gpu/pack.sh (default TARGETS)
 # with build-cuda-pack carried along; builds nothing:
 #   1. the GPU correctness tests (scripts/gpu/run_tests.sh: test_cuda_ops, test_cuda_golden,
-#      test_cuda_sample, test_cuda_kvmem, ... when packed: the list in run_tests.sh);
+#      test_cuda_sample, test_cuda_kvmem, ... when packed: the list in gpu_tests.sh);
 #   2. for each model of MODELS: gantry-mkmodel (kept in $MODELDIR for later calls on the same
 #      machine; all models generated in the background while the tests run), then bench_decode --batch $BATCH --prompt $PROMPT --gen $GEN (engine/models/bench.h
 #      table, prefill per PROMPT length, the per-op profile of one decode step per batch size); at the

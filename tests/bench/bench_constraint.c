@@ -71,7 +71,8 @@ static int run(model_t *m, const tok_t *tok, int B, int prompt, int gen, cons_ki
     r.on_event = on_event;
     r.ud = &finals;
     if (!rc && spec) rc = sched_constraint(s, kind, spec, strlen(spec), &r.constraint, err);
-    if (!rc && sched_submit(s, &r, err) < 0) rc = err->code ? err->code : GT_EINVAL;
+    if (rc) free(r.prompt); /* not submitted: still ours */
+    else if (sched_submit(s, &r, err) < 0) rc = err->code ? err->code : GT_EINVAL;
   }
   static double t[MAX_STEPS];
   int n = 0;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "engine/backend/comm_nccl.h"
+#include "format/dtype.h"
 
 #define MAXR 16
 #define SKIP 77
@@ -111,19 +112,6 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* bf16 <-> float for the small integers the check uses (exact: truncation loses nothing) */
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-
 /* one rank's part of one series (a method, dtype and size): filled by rank_series */
 typedef struct {
   clique_t *q;
@@ -153,7 +141,7 @@ static size_t esize(gt_type_t dt) { return dt == GT_TYPE_F32 ? 4 : 2; }
 static void host_fill(void *host, size_t count, gt_type_t dt, int rank) {
   for (size_t i = 0; i < count; i++) {
     if (dt == GT_TYPE_F32) ((float *)host)[i] = (float)(rank + 1);
-    else ((uint16_t *)host)[i] = to_bf16((float)(rank + 1));
+    else ((uint16_t *)host)[i] = dt_f32_to_bf16((float)(rank + 1));
   }
 }
 
@@ -162,7 +150,7 @@ static int host_check(const series_t *s, const void *host, const char *what) {
   const int n = s->q->n;
   const float want = (float)(n * (n + 1) / 2);
   for (size_t i = 0; i < s->count; i++) {
-    float got = s->dt == GT_TYPE_F32 ? ((const float *)host)[i] : from_bf16(((const uint16_t *)host)[i]);
+    float got = s->dt == GT_TYPE_F32 ? ((const float *)host)[i] : dt_bf16_to_f32(((const uint16_t *)host)[i]);
     if (got != want) {
       fprintf(stderr, "bench_comm: CHECK FAILED (%s): N=%d rank %d element %zu of %zu: %g, want %g\n", what, n, s->rank,
               i, s->count, got, want);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/utf8.h"
 #include "engine/grammar/grammar.h"
 #include "format/gguf.h"
 #include "format/tok_utf8.h"
@@ -66,15 +67,9 @@ static int closing(const tok_t *t, int32_t id) {
 /* Appends code point cp to out in GPT-2's byte alphabet (each UTF-8 byte as its alphabet code
  * point, UTF-8 encoded); returns the new length. */
 static size_t put_cp_alphabet(char *out, size_t len, uint32_t cp) {
-  unsigned char u[4];
-  int n = cp < 0x80 ? (u[0] = (unsigned char)cp, 1)
-        : cp < 0x800 ? (u[0] = 0xC0 | cp >> 6, u[1] = 0x80 | (cp & 63), 2)
-                     : (u[0] = 0xE0 | cp >> 12, u[1] = 0x80 | ((cp >> 6) & 63), u[2] = 0x80 | (cp & 63), 3);
-  for (int i = 0; i < n; i++) {
-    uint32_t a = tok_byte_to_cp(u[i]); /* < 0x800: one or two bytes */
-    if (a < 0x80) out[len++] = (char)a;
-    else { out[len++] = (char)(0xC0 | a >> 6); out[len++] = (char)(0x80 | (a & 63)); }
-  }
+  char u[4];
+  const int n = gt_utf8_put(cp, u);
+  for (int i = 0; i < n; i++) len += (size_t)gt_utf8_put(tok_byte_to_cp((uint8_t)u[i]), out + len);
   return len;
 }
 
