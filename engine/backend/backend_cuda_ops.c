@@ -190,7 +190,7 @@ static void deq_gemm(be_t *be, const be_weight_t *w, const float *x, float *out,
   if (!sc) return;
   uint16_t *xs = (uint16_t *)sc; /* bf16 [2][rows][k]: hi, lo */
   void *wt = sc + ((size_t)rows * (size_t)k + 63) / 64 * 64;
-  if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, xs))) return; /* hi and lo, lo unused with 1 part */
+  if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, parts, xs))) return;
   const float one = 1.0f, zero = 0.0f;
   for (int64_t r0 = 0; r0 < n_out; r0 += tile) {
     const int64_t nt = n_out - r0 < tile ? n_out - r0 : tile;
@@ -255,7 +255,7 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
     const float one = 1.0f, zero = 0.0f;
     /* one x part (x_parts: bf16 activations, or GANTRY_PREFILL_XPARTS=1 at prefill rows): x in bf16, one GEMM into out */
     const int one_part = x_parts(rows) == 1;
-    if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, xs)) ||
+    if (KC_CUDA(CU_ERR(be), kc_split_bf16(c->stream, x, rows, k, one_part ? 1 : 2, xs)) ||
         KC_CUBLAS(CU_ERR(be), cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_out, one_part ? rows : 2 * rows, (int)k,
                                         &one, w->data, CUDA_R_16BF, (int)k, xs, CUDA_R_16BF, (int)k, &zero,
                                         one_part ? out : c2, CUDA_R_32F, (int)n_out, CUBLAS_COMPUTE_32F,
