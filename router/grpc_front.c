@@ -577,7 +577,8 @@ void rgf_stop(rgf_t *g) {
   g->stopping = true;
   pthread_mutex_unlock(&g->mu);
   mbox_drain(g->rt->mb); /* every post made before `stopping` is queued there */
-  if (rgf_pending_posts(g)) GT_LOG_ERROR("grpc front: %d hand-off(s) still pending at stop", rgf_pending_posts(g));
+  const int pending = rgf_pending_posts(g);
+  if (pending) GT_LOG_ERROR("grpc front: %d hand-off(s) still pending at stop", pending);
   while (g->live) {
     gctx_t *c = g->live;
     if (c->rq) {
