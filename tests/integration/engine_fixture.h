@@ -26,6 +26,10 @@ typedef struct {
  * (model_load failure, e.g. an architecture not ready yet). */
 int efx_start(efx_t *f, const char *model_rel, const sched_config_t *cfg);
 void efx_stop(efx_t *f);
+/* The serving half of efx_start, for a fixture whose f->g and f->m the caller loaded (e.g. over
+ * tensor-parallel ranks): tokenizer, metrics registry, server (on_fatal may be NULL) and client.
+ * 0 or a GT_E* code with err filled; efx_stop frees what was made. */
+int efx_serve(efx_t *f, const sched_config_t *cfg, void (*on_fatal)(void *ud, const char *why), gt_err_t *err);
 
 /* What one Generate stream delivered. */
 typedef struct {

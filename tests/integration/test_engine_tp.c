@@ -61,15 +61,7 @@ static void start_tp(efx_t *f, int n_ranks, const sched_config_t *cfg) {
   int rc = gguf_open(tu_golden(MODEL), &f->g, &err);
   if (!rc) rc = be_comm_cpu_create(n_ranks, &comm, &err);
   if (!rc) rc = tp_load(f->g, comm, tp_cpu_backend, NULL, cfg->max_batch_tokens, &f->m, &f->be, &err);
-  if (!rc) rc = tok_load(f->g, &f->tok, &err);
-  if (!rc && !(f->reg = gt_metrics_create())) rc = GT_ENOMEM;
-  if (!rc)
-    rc = srv_create(&(srv_opts_t){.listen = "127.0.0.1:0", .metrics = f->reg, .on_fatal = on_fatal}, &f->srv,
-                    &f->port, &err);
-  if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.version = "test"}, &err);
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", f->port);
-  if (!rc) rc = ec_open(target, NULL, &f->ec, &err);
+  if (!rc) rc = efx_serve(f, cfg, on_fatal, &err);
   if (rc) fail_msg("start_tp: %s", err.msg);
 }
 
