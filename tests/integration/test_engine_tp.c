@@ -132,16 +132,21 @@ static void test_tp2_serves_like_one_rank(void **state) {
   efx_stop(&f);
 }
 
+/* Two ranks, rank 1 failing on its third forward (the prompt step and one decode step run
+ * first); fills ids with a 20-token prompt. */
+static void start_failing_tp2(efx_t *f, int max_num_seqs, int32_t ids[20]) {
+  sched_config_t cfg = {.max_num_seqs = max_num_seqs, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
+  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
+  start_tp(f, 2, &cfg);
+  n_fatal = 0;
+  tp_fail_rank_at(f->m->tp, 1, 2);
+}
+
 static void test_rank_failure(void **state) {
   (void)state;
-  sched_config_t cfg = {.max_num_seqs = 4, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
   int32_t ids[20];
-  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
   efx_t f;
-  start_tp(&f, 2, &cfg);
-  n_fatal = 0;
-  /* rank 1 fails on its third forward: the prompt step and one decode step run first */
-  tp_fail_rank_at(f.m->tp, 1, 2);
+  start_failing_tp2(&f, 4, ids);
   coll_t c;
   run(&f, ids, 20, 50, &c);
   assert_int_equal(wait_fatal(), 1);
@@ -172,13 +177,9 @@ static void test_rank_failure(void **state) {
  * UNAVAILABLE (its call is finished, not left open), and on_fatal is called only once. */
 static void test_rank_failure_ends_waiting(void **state) {
   (void)state;
-  sched_config_t cfg = {.max_num_seqs = 1, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
   int32_t ids[20];
-  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
   efx_t f;
-  start_tp(&f, 2, &cfg);
-  n_fatal = 0;
-  tp_fail_rank_at(f.m->tp, 1, 2);
+  start_failing_tp2(&f, 1, ids);
   reqb_t b[2];
   coll_t c[2];
   for (int k = 0; k < 2; k++) {
