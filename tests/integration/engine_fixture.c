@@ -13,6 +13,12 @@
 #include "common/clock.h"
 #include "tests/common/testutil.h"
 
+int efx_connect(efx_t *f, int port, gt_err_t *err) {
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  return ec_open(target, NULL, &f->ec, err);
+}
+
 int efx_serve(efx_t *f, const sched_config_t *cfg, void (*on_fatal)(void *ud, const char *why), gt_err_t *err) {
   int rc = tok_load(f->g, &f->tok, err);
   if (!rc && !(f->reg = gt_metrics_create())) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
@@ -20,9 +26,7 @@ int efx_serve(efx_t *f, const sched_config_t *cfg, void (*on_fatal)(void *ud, co
     rc = srv_create(&(srv_opts_t){.listen = "127.0.0.1:0", .metrics = f->reg, .on_fatal = on_fatal}, &f->srv,
                     &f->port, err);
   if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.model_name = "tiny", .version = "test"}, err);
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", f->port);
-  if (!rc) rc = ec_open(target, NULL, &f->ec, err);
+  if (!rc) rc = efx_connect(f, f->port, err);
   return rc;
 }
 

@@ -26,6 +26,8 @@ typedef struct {
  * (model_load failure, e.g. an architecture not ready yet). */
 int efx_start(efx_t *f, const char *model_rel, const sched_config_t *cfg);
 void efx_stop(efx_t *f);
+/* Opens f->ec to an Engine service on 127.0.0.1:port (ec_close or efx_stop closes it). */
+int efx_connect(efx_t *f, int port, gt_err_t *err);
 /* The serving half of efx_start, for a fixture whose f->g and f->m the caller loaded (e.g. over
  * tensor-parallel ranks): tokenizer, metrics registry, server (on_fatal may be NULL) and client.
  * 0 or a GT_E* code with err filled; efx_stop frees what was made. */

@@ -124,10 +124,8 @@ static void sigterm_drains(const char *tp) {
   free(body);
 
   efx_t f = {0};
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", p.grpc_port);
   gt_err_t err = {0};
-  assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
+  assert_int_equal(efx_connect(&f, p.grpc_port, &err), GT_OK);
   Gantry__V1__InfoResponse *info = NULL;
   assert_int_equal(ec_info(f.ec, NULL, &info, NULL), GT_RPC_OK);
   assert_int_equal(info->context_length, 1024);
@@ -211,10 +209,8 @@ static void test_rank_failure_exits(void **state) {
   unsetenv("GANTRY_TEST_TP_FAIL");
   wait_ready(&p);
   efx_t f = {0};
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", p.grpc_port);
   gt_err_t err = {0};
-  assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
+  assert_int_equal(efx_connect(&f, p.grpc_port, &err), GT_OK);
   int32_t ids[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   reqb_t b;
   reqb_tokens(&b, ids, 12, 50);
