@@ -127,10 +127,13 @@ struct gt_rpc_call {
 
 /* ---- call lifetime ------------------------------------------------------------------------ */
 
+/* This call's output given to send and not yet taken by the transport. Caller holds c->mu. */
+static size_t unsent_locked(const gt_rpc_call_t *c) { return c->queued_bytes + c->in_flight_bytes; }
+
 /* Brings srv->unsent_bytes up to date with this call's unsent bytes. Caller holds c->mu (or the
  * last reference). */
 static void account_locked(gt_rpc_call_t *c) {
-  const size_t now = c->queued_bytes + c->in_flight_bytes;
+  const size_t now = unsent_locked(c);
   if (now >= c->accounted) atomic_fetch_add(&c->srv->unsent_bytes, now - c->accounted);
   else atomic_fetch_sub(&c->srv->unsent_bytes, c->accounted - now);
   c->accounted = now;
@@ -274,7 +277,7 @@ static void on_send_done(gt_rpc_call_t *c, int ok) {
   pump_locked(c);
   gt_rpc_drain_fn drained = NULL;
   void *drain_user = NULL;
-  if (c->drain_cb && c->queued_bytes + c->in_flight_bytes <= c->drain_low) {
+  if (c->drain_cb && unsent_locked(c) <= c->drain_low) {
     drained = c->drain_cb;
     drain_user = c->drain_user;
     c->drain_cb = NULL;
@@ -762,7 +765,7 @@ void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *messag
 
 size_t gt_rpc_call_unsent_bytes(gt_rpc_call_t *c) {
   pthread_mutex_lock(&c->mu);
-  size_t n = c->queued_bytes + c->in_flight_bytes;
+  size_t n = unsent_locked(c);
   pthread_mutex_unlock(&c->mu);
   return n;
 }
@@ -770,7 +773,7 @@ size_t gt_rpc_call_unsent_bytes(gt_rpc_call_t *c) {
 int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void *user) {
   pthread_mutex_lock(&c->mu);
   int armed = 0;
-  if (c->queued_bytes + c->in_flight_bytes > low && !c->broken) {
+  if (unsent_locked(c) > low && !c->broken) {
     c->drain_cb = cb;
     c->drain_user = user;
     c->drain_low = low;
