@@ -747,17 +747,27 @@ int gt_rpc_call_send(gt_rpc_call_t *c, ProtobufCMessage *msg, unsigned flags) {
   return GT_OK;
 }
 
-void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message) {
-  pthread_mutex_lock(&c->mu);
-  if (c->finish_called) { /* a second finish is a bug in the caller: ignore it */
-    pthread_mutex_unlock(&c->mu);
+/* The application's end of c (finish or abort): 1, or 0 if it ended c already (a bug in the
+ * caller: logged and ignored). Disarms the drain callback: nothing more to resume. Caller holds
+ * c->mu. */
+static int end_once_locked(gt_rpc_call_t *c) {
+  if (c->finish_called) {
     GT_LOG_ERROR("grpc call finished twice call=%llu", (unsigned long long)c->id);
-    return;
+    return 0;
   }
   c->finish_called = 1;
+  c->drain_cb = NULL;
+  return 1;
+}
+
+void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message) {
+  pthread_mutex_lock(&c->mu);
+  if (!end_once_locked(c)) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
   c->fin_code = code;
   c->fin_msg = message ? strdup(message) : NULL;
-  c->drain_cb = NULL; /* the application is done with the call: nothing more to resume */
   pump_locked(c);
   pthread_mutex_unlock(&c->mu);
   call_unref(c);
@@ -785,14 +795,11 @@ int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void 
 
 void gt_rpc_call_abort(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message) {
   pthread_mutex_lock(&c->mu);
-  if (c->finish_called) {
+  if (!end_once_locked(c)) {
     pthread_mutex_unlock(&c->mu);
-    GT_LOG_ERROR("grpc call finished twice call=%llu", (unsigned long long)c->id);
     return;
   }
-  c->finish_called = 1;
   c->broken = 1;
-  c->drain_cb = NULL;
   free_queue(c);
   pthread_mutex_unlock(&c->mu);
   /* fails the send in flight (its buffer is freed in on_send_done) and ends the stream */
