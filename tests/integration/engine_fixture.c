@@ -129,6 +129,14 @@ int coll_start(efx_t *f, coll_t *c, const Gantry__V1__GenerateRequest *req, int6
   return rc;
 }
 
+int coll_run_tokens(efx_t *f, coll_t *c, const int32_t *ids, int n, int max_tokens, int64_t timeout_ms) {
+  reqb_t b;
+  reqb_tokens(&b, ids, n, max_tokens);
+  coll_init(c);
+  if (coll_start(f, c, &b.req, timeout_ms)) return -1;
+  return coll_wait_done(c, timeout_ms) ? 0 : -1;
+}
+
 static void deadline_ts(struct timespec *ts, int64_t ms) {
   clock_gettime(CLOCK_REALTIME, ts);
   ts->tv_sec += ms / 1000;

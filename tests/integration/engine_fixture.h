@@ -84,6 +84,10 @@ void reqb_prompt(reqb_t *b, const char *text, int max_tokens);
 /* One-user-message chat. */
 void reqb_chat(reqb_t *b, const char *user, int max_tokens);
 
+/* reqb_tokens + coll_init + coll_start, then coll_wait_done, all with timeout_ms: 0 once the
+ * stream ended, -1 if it could not start or did not end; the caller reads c and coll_destroys it. */
+int coll_run_tokens(efx_t *f, coll_t *c, const int32_t *ids, int n, int max_tokens, int64_t timeout_ms);
+
 /* Waits (bounded) until the server's running == 0, waiting == 0 and kv_used <= kv_used_max. */
 int efx_wait_quiet(efx_t *f, int kv_used_max, int64_t timeout_ms);
 

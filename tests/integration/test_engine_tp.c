@@ -66,11 +66,7 @@ static void start_tp(efx_t *f, int n_ranks, const sched_config_t *cfg) {
 }
 
 static void run(efx_t *f, const int32_t *ids, int n, int max_tokens, coll_t *c) {
-  reqb_t b;
-  reqb_tokens(&b, ids, n, max_tokens);
-  coll_init(c);
-  assert_int_equal(coll_start(f, c, &b.req, WAIT_MS), 0);
-  assert_true(coll_wait_done(c, WAIT_MS));
+  assert_int_equal(coll_run_tokens(f, c, ids, n, max_tokens, WAIT_MS), 0);
 }
 
 static int grpc_health(efx_t *f) {
