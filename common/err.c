@@ -4,14 +4,18 @@
 #include <stdio.h>
 #include <string.h>
 
+static void err_vset(gt_err_t *e, int code, const char *param, const char *fmt, va_list ap) {
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  e->code = code;
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+}
+
 int gt_err_set(gt_err_t *e, int code, const char *fmt, ...) {
   if (e) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    err_vset(e, code, NULL, fmt, ap);
     va_end(ap);
-    e->code = code;
-    e->param[0] = '\0';
   }
   return code;
 }
@@ -20,10 +24,8 @@ int gt_err_set_param(gt_err_t *e, int code, const char *param, const char *fmt, 
   if (e) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    err_vset(e, code, param, fmt, ap);
     va_end(ap);
-    e->code = code;
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
   }
   return code;
 }

@@ -127,10 +127,13 @@ struct gt_rpc_call {
 
 /* ---- call lifetime ------------------------------------------------------------------------ */
 
+/* This call's output given to send and not yet taken by the transport. Caller holds c->mu. */
+static size_t unsent_locked(const gt_rpc_call_t *c) { return c->queued_bytes + c->in_flight_bytes; }
+
 /* Brings srv->unsent_bytes up to date with this call's unsent bytes. Caller holds c->mu (or the
  * last reference). */
 static void account_locked(gt_rpc_call_t *c) {
-  const size_t now = c->queued_bytes + c->in_flight_bytes;
+  const size_t now = unsent_locked(c);
   if (now >= c->accounted) atomic_fetch_add(&c->srv->unsent_bytes, now - c->accounted);
   else atomic_fetch_sub(&c->srv->unsent_bytes, c->accounted - now);
   c->accounted = now;
@@ -274,7 +277,7 @@ static void on_send_done(gt_rpc_call_t *c, int ok) {
   pump_locked(c);
   gt_rpc_drain_fn drained = NULL;
   void *drain_user = NULL;
-  if (c->drain_cb && c->queued_bytes + c->in_flight_bytes <= c->drain_low) {
+  if (c->drain_cb && unsent_locked(c) <= c->drain_low) {
     drained = c->drain_cb;
     drain_user = c->drain_user;
     c->drain_cb = NULL;
@@ -744,17 +747,27 @@ int gt_rpc_call_send(gt_rpc_call_t *c, ProtobufCMessage *msg, unsigned flags) {
   return GT_OK;
 }
 
-void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message) {
-  pthread_mutex_lock(&c->mu);
-  if (c->finish_called) { /* a second finish is a bug in the caller: ignore it */
-    pthread_mutex_unlock(&c->mu);
+/* The application's end of c (finish or abort): 1, or 0 if it ended c already (a bug in the
+ * caller: logged and ignored). Disarms the drain callback: nothing more to resume. Caller holds
+ * c->mu. */
+static int end_once_locked(gt_rpc_call_t *c) {
+  if (c->finish_called) {
     GT_LOG_ERROR("grpc call finished twice call=%llu", (unsigned long long)c->id);
-    return;
+    return 0;
   }
   c->finish_called = 1;
+  c->drain_cb = NULL;
+  return 1;
+}
+
+void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message) {
+  pthread_mutex_lock(&c->mu);
+  if (!end_once_locked(c)) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
   c->fin_code = code;
   c->fin_msg = message ? strdup(message) : NULL;
-  c->drain_cb = NULL; /* the application is done with the call: nothing more to resume */
   pump_locked(c);
   pthread_mutex_unlock(&c->mu);
   call_unref(c);
@@ -762,7 +775,7 @@ void gt_rpc_call_finish(gt_rpc_call_t *c, gt_rpc_code_t code, const char *messag
 
 size_t gt_rpc_call_unsent_bytes(gt_rpc_call_t *c) {
   pthread_mutex_lock(&c->mu);
-  size_t n = c->queued_bytes + c->in_flight_bytes;
+  size_t n = unsent_locked(c);
   pthread_mutex_unlock(&c->mu);
   return n;
 }
@@ -770,7 +783,7 @@ size_t gt_rpc_call_unsent_bytes(gt_rpc_call_t *c) {
 int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void *user) {
   pthread_mutex_lock(&c->mu);
   int armed = 0;
-  if (c->queued_bytes + c->in_flight_bytes > low && !c->broken) {
+  if (unsent_locked(c) > low && !c->broken) {
     c->drain_cb = cb;
     c->drain_user = user;
     c->drain_low = low;
@@ -782,14 +795,11 @@ int gt_rpc_call_on_drain(gt_rpc_call_t *c, size_t low, gt_rpc_drain_fn cb, void 
 
 void gt_rpc_call_abort(gt_rpc_call_t *c, gt_rpc_code_t code, const char *message) {
   pthread_mutex_lock(&c->mu);
-  if (c->finish_called) {
+  if (!end_once_locked(c)) {
     pthread_mutex_unlock(&c->mu);
-    GT_LOG_ERROR("grpc call finished twice call=%llu", (unsigned long long)c->id);
     return;
   }
-  c->finish_called = 1;
   c->broken = 1;
-  c->drain_cb = NULL;
   free_queue(c);
   pthread_mutex_unlock(&c->mu);
   /* fails the send in flight (its buffer is freed in on_send_done) and ends the stream */

@@ -23,9 +23,10 @@ gpr_timespec gt_rpc_deadline_in(int64_t timeout_ms);
 /* Milliseconds from now until deadline (clamped at 0), or INT64_MAX for an infinite one. */
 int64_t gt_rpc_ms_until(gpr_timespec deadline);
 
-/* Copies a slice into a NUL-terminated string of at most cap-1 bytes. */
 /* A client's final status from what RECV_STATUS_ON_CLIENT received (trailers may be NULL). */
 void gt_rpc_status_fill(gt_rpc_status_t *st, grpc_status_code code, grpc_slice details, const grpc_metadata_array *trailers);
+
+/* Copies a slice into a NUL-terminated string of at most cap-1 bytes. */
 void gt_rpc_slice_to_str(grpc_slice s, char *out, size_t cap);
 
 #endif

@@ -110,6 +110,13 @@ static void gctx_done(gctx_t *c, int status, gt_rpc_code_t code, const char *msg
   gctx_unlink(c, status);
 }
 
+/* Like gctx_done, but aborts the call: what is queued for the client is dropped. */
+static void gctx_abort(gctx_t *c, int status, gt_rpc_code_t code, const char *msg) {
+  gt_rpc_call_abort(c->call, code, msg);
+  c->call = NULL;
+  gctx_unlink(c, status);
+}
+
 static gctx_t *gctx_find(rgf_t *g, uint64_t call_id) {
   for (gctx_t *c = g->live; c; c = c->next)
     if (c->call_id == call_id) return c;
@@ -148,9 +155,7 @@ static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
   rq_cancel(q);
   char msg[96];
   snprintf(msg, sizeof msg, "the client did not read its stream for %d s", rt->cfg.stream_write_timeout_s);
-  gt_rpc_call_abort(c->call, GT_RPC_DEADLINE_EXCEEDED, msg);
-  c->call = NULL;
-  gctx_unlink(c, 499);
+  gctx_abort(c, 499, GT_RPC_DEADLINE_EXCEEDED, msg);
 }
 
 /* After a delta was queued: a stream whose unsent output reached the bound pauses the engine. */
@@ -181,9 +186,7 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
        * wait behind it, holding it until the connection drops; end the call now instead */
       GT_LOG_WARN("rid=%s request failed while its gRPC stream was paused: call ended, %zu bytes unsent dropped: %s",
                   c->id, gt_rpc_call_unsent_bytes(c->call), ev->err.message);
-      gt_rpc_call_abort(c->call, code_of_status(ev->err.status), ev->err.message);
-      c->call = NULL;
-      gctx_unlink(c, ev->err.status);
+      gctx_abort(c, ev->err.status, code_of_status(ev->err.status), ev->err.message);
       return;
     }
     if (ev->started) {
@@ -577,7 +580,8 @@ void rgf_stop(rgf_t *g) {
   g->stopping = true;
   pthread_mutex_unlock(&g->mu);
   mbox_drain(g->rt->mb); /* every post made before `stopping` is queued there */
-  if (rgf_pending_posts(g)) GT_LOG_ERROR("grpc front: %d hand-off(s) still pending at stop", rgf_pending_posts(g));
+  const int pending = rgf_pending_posts(g);
+  if (pending) GT_LOG_ERROR("grpc front: %d hand-off(s) still pending at stop", pending);
   while (g->live) {
     gctx_t *c = g->live;
     if (c->rq) {

@@ -13,6 +13,23 @@
 #include "common/clock.h"
 #include "tests/common/testutil.h"
 
+int efx_connect(efx_t *f, int port, gt_err_t *err) {
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  return ec_open(target, NULL, &f->ec, err);
+}
+
+int efx_serve(efx_t *f, const sched_config_t *cfg, void (*on_fatal)(void *ud, const char *why), gt_err_t *err) {
+  int rc = tok_load(f->g, &f->tok, err);
+  if (!rc && !(f->reg = gt_metrics_create())) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  if (!rc)
+    rc = srv_create(&(srv_opts_t){.listen = "127.0.0.1:0", .metrics = f->reg, .on_fatal = on_fatal}, &f->srv,
+                    &f->port, err);
+  if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.model_name = "tiny", .version = "test"}, err);
+  if (!rc) rc = efx_connect(f, f->port, err);
+  return rc;
+}
+
 int efx_start(efx_t *f, const char *model_rel, const sched_config_t *cfg) {
   memset(f, 0, sizeof *f);
   gt_err_t err = {0};
@@ -20,13 +37,7 @@ int efx_start(efx_t *f, const char *model_rel, const sched_config_t *cfg) {
   int max_batch = cfg && cfg->max_batch_tokens > 0 ? cfg->max_batch_tokens : 512;
   if (!rc) rc = be_cpu_create(1, &f->be, &err);
   if (!rc) rc = model_load(f->g, f->be, max_batch, &f->m, &err);
-  if (!rc) rc = tok_load(f->g, &f->tok, &err);
-  if (!rc && !(f->reg = gt_metrics_create())) rc = GT_ENOMEM;
-  if (!rc) rc = srv_create(&(srv_opts_t){.listen = "127.0.0.1:0", .metrics = f->reg}, &f->srv, &f->port, &err);
-  if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.model_name = "tiny", .version = "test"}, &err);
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", f->port);
-  if (!rc) rc = ec_open(target, NULL, &f->ec, &err);
+  if (!rc) rc = efx_serve(f, cfg, NULL, &err);
   if (rc) {
     fprintf(stderr, "efx_start(%s): %s\n", model_rel, err.msg);
     efx_stop(f);
@@ -116,6 +127,14 @@ int coll_start(efx_t *f, coll_t *c, const Gantry__V1__GenerateRequest *req, int6
   int rc = ec_generate(f->ec, req, &(ec_call_opts_t){.timeout_ms = timeout_ms}, on_resp, on_done, c, &c->s, &err);
   if (rc) fprintf(stderr, "ec_generate: %s\n", err.msg);
   return rc;
+}
+
+int coll_run_tokens(efx_t *f, coll_t *c, const int32_t *ids, int n, int max_tokens, int64_t timeout_ms) {
+  reqb_t b;
+  reqb_tokens(&b, ids, n, max_tokens);
+  coll_init(c);
+  if (coll_start(f, c, &b.req, timeout_ms)) return -1;
+  return coll_wait_done(c, timeout_ms) ? 0 : -1;
 }
 
 static void deadline_ts(struct timespec *ts, int64_t ms) {

@@ -26,6 +26,12 @@ typedef struct {
  * (model_load failure, e.g. an architecture not ready yet). */
 int efx_start(efx_t *f, const char *model_rel, const sched_config_t *cfg);
 void efx_stop(efx_t *f);
+/* Opens f->ec to an Engine service on 127.0.0.1:port (ec_close or efx_stop closes it). */
+int efx_connect(efx_t *f, int port, gt_err_t *err);
+/* The serving half of efx_start, for a fixture whose f->g and f->m the caller loaded (e.g. over
+ * tensor-parallel ranks): tokenizer, metrics registry, server (on_fatal may be NULL) and client.
+ * 0 or a GT_E* code with err filled; efx_stop frees what was made. */
+int efx_serve(efx_t *f, const sched_config_t *cfg, void (*on_fatal)(void *ud, const char *why), gt_err_t *err);
 
 /* What one Generate stream delivered. */
 typedef struct {
@@ -77,6 +83,10 @@ void reqb_tokens(reqb_t *b, const int32_t *ids, int n, int max_tokens);
 void reqb_prompt(reqb_t *b, const char *text, int max_tokens);
 /* One-user-message chat. */
 void reqb_chat(reqb_t *b, const char *user, int max_tokens);
+
+/* reqb_tokens + coll_init + coll_start, then coll_wait_done, all with timeout_ms: 0 once the
+ * stream ended, -1 if it could not start or did not end; the caller reads c and coll_destroys it. */
+int coll_run_tokens(efx_t *f, coll_t *c, const int32_t *ids, int n, int max_tokens, int64_t timeout_ms);
 
 /* Waits (bounded) until the server's running == 0, waiting == 0 and kv_used <= kv_used_max. */
 int efx_wait_quiet(efx_t *f, int kv_used_max, int64_t timeout_ms);

@@ -588,9 +588,7 @@ static void test_loading(void **state) {
   gt_err_t err = {0};
   assert_int_equal(srv_create(&(srv_opts_t){.listen = "127.0.0.1:0"}, &srv, &port, &err), GT_OK);
   efx_t f = {0};
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", port);
-  assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
+  assert_int_equal(efx_connect(&f, port, &err), GT_OK);
   Gantry__V1__HealthResponse *h = NULL;
   assert_int_equal(ec_health(f.ec, NULL, &h, NULL), GT_RPC_OK);
   assert_int_equal(h->status, GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_LOADING);

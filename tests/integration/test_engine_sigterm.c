@@ -124,10 +124,8 @@ static void sigterm_drains(const char *tp) {
   free(body);
 
   efx_t f = {0};
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", p.grpc_port);
   gt_err_t err = {0};
-  assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
+  assert_int_equal(efx_connect(&f, p.grpc_port, &err), GT_OK);
   Gantry__V1__InfoResponse *info = NULL;
   assert_int_equal(ec_info(f.ec, NULL, &info, NULL), GT_RPC_OK);
   assert_int_equal(info->context_length, 1024);
@@ -152,12 +150,8 @@ static void sigterm_drains(const char *tp) {
     protobuf_c_message_free_unpacked(&h->base, NULL);
   }
   if (draining) { /* a new stream is refused while the old one finishes */
-    reqb_t b2;
-    reqb_tokens(&b2, ids, 12, 4);
     coll_t c2;
-    coll_init(&c2);
-    assert_int_equal(coll_start(&f, &c2, &b2.req, 10000), 0);
-    assert_true(coll_wait_done(&c2, 30000));
+    assert_int_equal(coll_run_tokens(&f, &c2, ids, 12, 4, 30000), 0);
     assert_int_equal(c2.st.code, GT_RPC_UNAVAILABLE);
     coll_destroy(&c2);
   }
@@ -211,17 +205,11 @@ static void test_rank_failure_exits(void **state) {
   unsetenv("GANTRY_TEST_TP_FAIL");
   wait_ready(&p);
   efx_t f = {0};
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", p.grpc_port);
   gt_err_t err = {0};
-  assert_int_equal(ec_open(target, NULL, &f.ec, &err), GT_OK);
+  assert_int_equal(efx_connect(&f, p.grpc_port, &err), GT_OK);
   int32_t ids[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-  reqb_t b;
-  reqb_tokens(&b, ids, 12, 50);
   coll_t c;
-  coll_init(&c);
-  assert_int_equal(coll_start(&f, &c, &b.req, 60000), 0);
-  assert_true(coll_wait_done(&c, 60000));
+  assert_int_equal(coll_run_tokens(&f, &c, ids, 12, 50, 60000), 0);
   print_message("stream: %d '%s' after %d tokens\n", (int)c.st.code, c.st.message, c.n_ids);
   assert_int_equal(c.st.code, GT_RPC_UNAVAILABLE);
   assert_non_null(strstr(c.st.message, "rank 1"));

@@ -61,24 +61,12 @@ static void start_tp(efx_t *f, int n_ranks, const sched_config_t *cfg) {
   int rc = gguf_open(tu_golden(MODEL), &f->g, &err);
   if (!rc) rc = be_comm_cpu_create(n_ranks, &comm, &err);
   if (!rc) rc = tp_load(f->g, comm, tp_cpu_backend, NULL, cfg->max_batch_tokens, &f->m, &f->be, &err);
-  if (!rc) rc = tok_load(f->g, &f->tok, &err);
-  if (!rc && !(f->reg = gt_metrics_create())) rc = GT_ENOMEM;
-  if (!rc)
-    rc = srv_create(&(srv_opts_t){.listen = "127.0.0.1:0", .metrics = f->reg, .on_fatal = on_fatal}, &f->srv,
-                    &f->port, &err);
-  if (!rc) rc = srv_attach(f->srv, f->g, f->m, f->tok, cfg, &(srv_model_info_t){.version = "test"}, &err);
-  char target[64];
-  snprintf(target, sizeof target, "127.0.0.1:%d", f->port);
-  if (!rc) rc = ec_open(target, NULL, &f->ec, &err);
+  if (!rc) rc = efx_serve(f, cfg, on_fatal, &err);
   if (rc) fail_msg("start_tp: %s", err.msg);
 }
 
 static void run(efx_t *f, const int32_t *ids, int n, int max_tokens, coll_t *c) {
-  reqb_t b;
-  reqb_tokens(&b, ids, n, max_tokens);
-  coll_init(c);
-  assert_int_equal(coll_start(f, c, &b.req, WAIT_MS), 0);
-  assert_true(coll_wait_done(c, WAIT_MS));
+  assert_int_equal(coll_run_tokens(f, c, ids, n, max_tokens, WAIT_MS), 0);
 }
 
 static int grpc_health(efx_t *f) {
@@ -140,16 +128,21 @@ static void test_tp2_serves_like_one_rank(void **state) {
   efx_stop(&f);
 }
 
+/* Two ranks, rank 1 failing on its third forward (the prompt step and one decode step run
+ * first); fills ids with a 20-token prompt. */
+static void start_failing_tp2(efx_t *f, int max_num_seqs, int32_t ids[20]) {
+  sched_config_t cfg = {.max_num_seqs = max_num_seqs, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
+  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
+  start_tp(f, 2, &cfg);
+  n_fatal = 0;
+  tp_fail_rank_at(f->m->tp, 1, 2);
+}
+
 static void test_rank_failure(void **state) {
   (void)state;
-  sched_config_t cfg = {.max_num_seqs = 4, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
   int32_t ids[20];
-  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
   efx_t f;
-  start_tp(&f, 2, &cfg);
-  n_fatal = 0;
-  /* rank 1 fails on its third forward: the prompt step and one decode step run first */
-  tp_fail_rank_at(f.m->tp, 1, 2);
+  start_failing_tp2(&f, 4, ids);
   coll_t c;
   run(&f, ids, 20, 50, &c);
   assert_int_equal(wait_fatal(), 1);
@@ -180,13 +173,9 @@ static void test_rank_failure(void **state) {
  * UNAVAILABLE (its call is finished, not left open), and on_fatal is called only once. */
 static void test_rank_failure_ends_waiting(void **state) {
   (void)state;
-  sched_config_t cfg = {.max_num_seqs = 1, .max_batch_tokens = 64, .n_ctx = 256, .n_blocks = 64};
   int32_t ids[20];
-  for (int i = 0; i < 20; i++) ids[i] = (int32_t)(1 + (i * 41 + 3) % 900);
   efx_t f;
-  start_tp(&f, 2, &cfg);
-  n_fatal = 0;
-  tp_fail_rank_at(f.m->tp, 1, 2);
+  start_failing_tp2(&f, 1, ids);
   reqb_t b[2];
   coll_t c[2];
   for (int k = 0; k < 2; k++) {

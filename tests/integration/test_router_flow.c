@@ -61,6 +61,21 @@ static int send_unread_stream(int port, const char *content, int max_tokens) {
   return fd;
 }
 
+/* Polls the router's /metrics until pred(value of name) holds (up to ms); returns the last value. */
+static long long wait_metric(rp_t *rp, const char *name, int (*pred)(long long), int ms) {
+  double until = gt_now_ms() + ms;
+  long long v = rp_metric(rp, name, NULL);
+  while (!pred(v) && gt_now_ms() < until) {
+    usleep(20000);
+    v = rp_metric(rp, name, NULL);
+  }
+  return v;
+}
+static int is_zero(long long v) { return v == 0; }
+static int is_one(long long v) { return v == 1; }
+static int at_least_one(long long v) { return v >= 1; }
+static int over_1mib(long long v) { return v >= 1 << 20; }
+
 static void test_unread_stream_bounded_and_cancelled(void **st) {
   (void)st;
   rstack_t k;
@@ -73,9 +88,8 @@ static void test_unread_stream_bounded_and_cancelled(void **st) {
 
   int fd = send_unread_stream(rp.http_port, "FLOOD", 4096); /* 64 MiB of tokens */
   /* the write timeout (2 s after the buffer filled) cancels the request */
-  double until = gt_now_ms() + 20000;
-  while (rp_metric(&rp, WT_METRIC, NULL) < 1 && gt_now_ms() < until) usleep(20000);
-  assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), 1);
+  wait_metric(&rp, WT_METRIC, at_least_one, 20000);
+  assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), 1); /* read again: exactly one, not just the first */
   assert_true(fe_wait(fe, engine_idle, 5000));
   const long grown = rp_peak_rss_kib(&rp) - rss0;
   printf("router peak RSS grew by %ld KiB while a client did not read a 64 MiB stream\n", grown);
@@ -83,9 +97,7 @@ static void test_unread_stream_bounded_and_cancelled(void **st) {
   assert_true(grown < 16 * 1024);
 #endif
   /* the lease came back and the router answers others */
-  double end = gt_now_ms() + 5000;
-  while (rp_metric(&rp, "gantry_router_leases_held", NULL) != 0 && gt_now_ms() < end) usleep(20000);
-  assert_int_equal(rp_metric(&rp, "gantry_router_leases_held", NULL), 0);
+  assert_int_equal(wait_metric(&rp, "gantry_router_leases_held", is_zero, 5000), 0);
   char *b = NULL;
   const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
   const char *h[] = {"Content-Type: application/json", NULL};
@@ -104,19 +116,6 @@ static void test_unread_stream_bounded_and_cancelled(void **st) {
 
 #define UNSENT_METRIC "gantry_router_grpc_unsent_bytes"
 
-/* Polls the router's /metrics until pred(value of name) holds (up to ms); returns the last value. */
-static long long wait_metric(rp_t *rp, const char *name, int (*pred)(long long), int ms) {
-  double until = gt_now_ms() + ms;
-  long long v = rp_metric(rp, name, NULL);
-  while (!pred(v) && gt_now_ms() < until) {
-    usleep(20000);
-    v = rp_metric(rp, name, NULL);
-  }
-  return v;
-}
-static int is_zero(long long v) { return v == 0; }
-static int is_one(long long v) { return v == 1; }
-static int over_1mib(long long v) { return v >= 1 << 20; }
 
 /* Reads fd until the peer ends the connection (EOF or reset) or ms pass; returns 1 if it ended,
  * *total the bytes read. */
@@ -282,9 +281,8 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
    * window stays at 64 KiB; the stream must not end this early */
   assert_false(h2_wait_stream_end(fd, 300));
   /* from here on the client reads nothing: the write timeout cancels the request */
-  double until = gt_now_ms() + 20000;
-  while (rp_metric(&rp, WT_METRIC, NULL) < 1 && gt_now_ms() < until) usleep(20000);
-  assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), 1);
+  wait_metric(&rp, WT_METRIC, at_least_one, 20000);
+  assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), 1); /* read again: exactly one, not just the first */
   /* counted once, as a client that went away (499), like the HTTP front's write timeout */
   assert_int_equal(rp_metric(&rp, GEN_METRIC("499"), NULL), 1);
   assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
@@ -294,9 +292,7 @@ static void test_grpc_unread_stream_bounded_and_cancelled(void **st) {
 #ifndef __SANITIZE_ADDRESS__
   assert_true(grown < 16 * 1024);
 #endif
-  double end = gt_now_ms() + 5000;
-  while (rp_metric(&rp, "gantry_router_leases_held", NULL) != 0 && gt_now_ms() < end) usleep(20000);
-  assert_int_equal(rp_metric(&rp, "gantry_router_leases_held", NULL), 0);
+  assert_int_equal(wait_metric(&rp, "gantry_router_leases_held", is_zero, 5000), 0);
   /* the stream was ended by the router (RST_STREAM or trailers behind what the client reads now) */
   assert_true(h2_wait_stream_end(fd, 5000));
   close(fd);
