@@ -5,6 +5,9 @@ include(CheckLanguage)
 check_language(CUDA)
 if(CMAKE_CUDA_COMPILER)
   set(GANTRY_CUDA_ARCHS "90" CACHE STRING "CUDA architectures to build kernels for (list)")
+  # line tables for profilers (ncu source view); scripts/gpu/pack.sh turns them off (with
+  # CMAKE_CUDA_ARCHITECTURES 90-real: no PTX) to ship programs a quarter of the size
+  option(GANTRY_CUDA_LINEINFO "nvcc -lineinfo" ON)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES ${GANTRY_CUDA_ARCHS})
   endif()
@@ -21,7 +24,8 @@ if(CMAKE_CUDA_COMPILER)
   target_compile_options(gantry_cuda PRIVATE
     $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers>
     $<$<AND:$<COMPILE_LANGUAGE:C>,$<BOOL:${GANTRY_WERROR}>>:-Werror>
-    $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xcompiler=-Wall,-Wno-unused-parameter -lineinfo>)
+    $<$<COMPILE_LANGUAGE:CUDA>:-O3 -Xcompiler=-Wall,-Wno-unused-parameter>
+    $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${GANTRY_CUDA_LINEINFO}>>:-lineinfo>)
   set_target_properties(gantry_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Static POSITION_INDEPENDENT_CODE ON)
   target_compile_definitions(gantry_cuda PUBLIC GANTRY_HAVE_CUDA=1)
   target_link_libraries(gantry_cuda PUBLIC gantry_common CUDA::cudart_static CUDA::cublas)

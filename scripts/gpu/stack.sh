@@ -16,6 +16,7 @@ cd "$SRC" || exit 1
 M=${1:?usage: stack.sh MODEL.gguf [NAME]}
 NAME=${2:-model}
 D=${DIST:-$SRC/build-cuda-dist}
+[ -z "${DIST:-}" ] && [ -f build-cuda-stack/stack.tar.xz ] && [ ! -x "$D/gantry-router" ] && tar xJf build-cuda-stack/stack.tar.xz
 OUT=${OUT:-/tmp/gpu-stack}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"

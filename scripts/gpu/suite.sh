@@ -26,6 +26,8 @@ SRC=${GANTRY_SRC_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)} # GANTRY_SRC_ROOT: 
 cd "$SRC" || exit 1
 D=${DIST:-$SRC/build-cuda-dist} # DIST=build-x DEVICE=cpu: the SERVE part against a local build
 [ -z "${DIST:-}" ] && [ -f build-cuda-pack/dist.tar.xz ] && [ ! -x "$D/bench_decode" ] && tar xJf build-cuda-pack/dist.tar.xz
+# the stack programs' own pack (scripts/gpu/pack.sh STACK=1), unpacked over the CUDA programs
+[ -z "${DIST:-}" ] && [ -f build-cuda-stack/stack.tar.xz ] && [ ! -x "$D/gantry-router" ] && tar xJf build-cuda-stack/stack.tar.xz
 OUT=${OUT:-/tmp/gpu-suite}
 MODELDIR=${MODELDIR:-/tmp}
 mkdir -p "$OUT" "$MODELDIR"
@@ -61,12 +63,17 @@ wait_model() {
   echo "== mkmodel $1:$2 FAILED ($OUT/mkmodel.$1.$2.txt)"
   return 1
 }
-if [ "${BENCH:-1}" = 1 ]; then
-  n_models=$(echo $MODELS | wc -w)
-  MK_THREADS=$(( $(nproc) / (n_models > 0 ? n_models : 1) ))
-  [ "$MK_THREADS" -ge 1 ] || MK_THREADS=1
-  for spec in $MODELS; do rm -f "$OUT/mkmodel.${spec%%:*}.${spec#*:}.done"; mk_model "${spec%%:*}" "${spec#*:}" & done
-fi
+# every model a part of this run needs (BENCH's MODELS, STACK's STACK_MODELS, LONG's LONG_MODEL),
+# each once, all generated at once in the background (the threads split among them)
+ALL_SPECS=
+[ "${BENCH:-1}" = 1 ] && ALL_SPECS="$MODELS"
+[ "${STACK:-0}" = 1 ] && ALL_SPECS="$ALL_SPECS ${STACK_MODELS:-qwen3-8b:Q4_K_M}"
+[ "${LONG:-0}" = 1 ] && ALL_SPECS="$ALL_SPECS ${LONG_MODEL:-qwen35-9b:Q4_K_M}"
+ALL_SPECS=$(printf '%s\n' $ALL_SPECS | awk 'NF && !seen[$0]++' | tr '\n' ' ')
+n_models=$(echo $ALL_SPECS | wc -w)
+MK_THREADS=$(( $(nproc) / (n_models > 0 ? n_models : 1) ))
+[ "$MK_THREADS" -ge 1 ] || MK_THREADS=1
+for spec in $ALL_SPECS; do rm -f "$OUT/mkmodel.${spec%%:*}.${spec#*:}.done"; mk_model "${spec%%:*}" "${spec#*:}" & done
 
 if [ "${TESTS:-1}" = 1 ]; then
   OUT=$OUT timeout "${TESTS_TIMEOUT:-240}" sh scripts/gpu/run_tests.sh >"$OUT/tests.txt" 2>&1
@@ -187,7 +194,6 @@ fi
 if [ "${STACK:-0}" = 1 ]; then
   for spec in ${STACK_MODELS:-qwen3-8b:Q4_K_M}; do
     preset=${spec%%:*} type=${spec#*:}
-    [ -s "$MODELDIR/$preset.$type.gguf" ] || MK_THREADS=$(nproc) mk_model "$preset" "$type"
     wait_model "$preset" "$type" || { rc=1; continue; }
     echo "== stack $spec"
     DIST=$D OUT=$OUT/stack.$preset.$type bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
@@ -201,7 +207,6 @@ fi
 if [ "${LONG:-0}" = 1 ]; then
   spec=${LONG_MODEL:-qwen35-9b:Q4_K_M}
   preset=${spec%%:*} type=${spec#*:}
-  [ -s "$MODELDIR/$preset.$type.gguf" ] || MK_THREADS=$(nproc) mk_model "$preset" "$type"
   if wait_model "$preset" "$type"; then
     echo "== long $spec: 8K / 28K x concurrency 1, 8"
     DIST=$D OUT=$OUT/long.$preset SEQS=8 MAX_LEN=32768 CONTEXTS=${LONG_CTX:-8192,28000} CONC=1,8 MAX_TOKENS=${LONG_TOKENS:-64} \
