@@ -191,11 +191,23 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
   }
 }
 
+/* GANTRY_MMQ_TARGET_WARPS (a measurement knob, read once; 64..65536): the warp count the split
+ * aims at instead of MMQ_TARGET_WARPS. Fewer parts = more row warps per block sharing x in L1. */
+static int64_t mmq_target_warps(void) {
+  static int64_t t = 0;
+  if (!t) {
+    const char *e = getenv("GANTRY_MMQ_TARGET_WARPS");
+    const long v = e ? strtol(e, NULL, 10) : 0;
+    t = v >= 64 && v <= 65536 ? v : MMQ_TARGET_WARPS;
+  }
+  return t;
+}
+
 /* Column parts: a function of the weight's own n_out and the tile count only. */
 static int mmq_split(int64_t n_out, int64_t nkb, unsigned ny) {
-  const int64_t warps = (n_out + 31) / 32 * (int64_t)ny;
+  const int64_t warps = (n_out + 31) / 32 * (int64_t)ny, target = mmq_target_warps();
   int S = 1;
-  while (S < MMQ_WARPS && warps * S < MMQ_TARGET_WARPS && 2 * S <= nkb) S *= 2;
+  while (S < MMQ_WARPS && warps * S < target && 2 * S <= nkb) S *= 2;
   return S;
 }
 
