@@ -2,10 +2,10 @@
  * warp per (range, kv head, token) serving the G query heads of the kv head, K/V read once per
  * group.
  *
- * The range is cut into tiles of ADW_SP positions; each tile's K and V rows (bf16, head_dim HD)
- * go global -> shared by cp.async (16 bytes per copy, zero-filled past the range or for an
- * invalid slot), ADW_NST tiles in flight per warp, so a warp keeps up to 2 x 8 KB (HD 128) of
- * loads outstanding without holding them in registers. Shared rows are 16-byte chunks, chunk c
+ * The range is cut into tiles of SP positions (16; 8 at head_dim 256: 8 KB of K and V per tile
+ * either way); each tile's K and V rows (bf16, head_dim HD) go global -> shared by cp.async (16
+ * bytes per copy, zero-filled past the range or for an invalid slot), ADW_NST tiles in flight per
+ * warp, so a warp keeps up to 2 x 8 KB of loads outstanding without holding them in registers. Shared rows are 16-byte chunks, chunk c
  * of row r stored at c ^ adw_sw(r): conflict-free for the three access patterns below.
  * Per tile:
  * - scores: lane (r, qd) = r + RP * qd takes positions r, r + RP, ... of the tile over chunks
@@ -20,7 +20,6 @@
 #include "kernels/attn_decode.cuh"
 #include "kernels/kv_store.cuh"
 
-#define ADW_SP 16 /* positions per tile */
 #define ADW_NST 3 /* tiles per warp in shared memory (cp.async stages) */
 
 __device__ __forceinline__ void adw_cp16(void *dst, const void *src, int bytes) {
@@ -31,15 +30,17 @@ __device__ __forceinline__ void adw_commit(void) { asm volatile("cp.async.commit
 template <int N> __device__ __forceinline__ void adw_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <int HD, int G> struct adw_cfg {
-  static constexpr int CH = HD / 8;                                /* 16-byte chunks per row */
-  static constexpr int DS = G * HD / 128 > 2 ? G * HD / 128 : 2;  /* lanes per scored position */
-  static constexpr int RP = 32 / DS;                               /* positions per scoring pass */
-  static constexpr int NP = ADW_SP / RP;                           /* scoring passes per tile */
-  static constexpr int CPL = CH / DS;                              /* chunks per lane in scoring */
-  static constexpr int PHN = 32 / CH;                              /* position phases in P V */
-  static constexpr int FS = RP >= 8 ? 1 : 8 / RP;                  /* swizzle step */
-  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-  static_assert(DS <= CH && NP >= 1 && ADW_SP % RP == 0 && RP % PHN == 0 && ADW_SP % PHN == 0, "lane layout");
+  static constexpr int SP = HD > 128 ? 8 : 16; /* positions per tile (8 KB of K, 8 KB of V at HD 128 / 256) */
+  static constexpr int CH = HD / 8;            /* 16-byte chunks per row */
+  static constexpr int DS0 = G * HD / 128 > 2 ? G * HD / 128 : 2;
+  static constexpr int DS = DS0 > 32 / SP ? DS0 : 32 / SP; /* lanes per scored position (RP <= SP) */
+  static constexpr int RP = 32 / DS;                       /* positions per scoring pass */
+  static constexpr int NP = SP / RP;                       /* scoring passes per tile */
+  static constexpr int CPL = CH / DS;                      /* chunks per lane in scoring */
+  static constexpr int PHN = 32 / CH;                      /* position phases in P V */
+  static constexpr int FS = RP >= 8 ? 1 : 8 / RP;          /* swizzle step */
+  static_assert(HD == 64 || HD == 128 || HD == 256, "head_dim 64, 128 or 256");
+  static_assert(DS <= CH && NP >= 1 && SP % RP == 0 && RP % PHN == 0 && SP % PHN == 0, "lane layout");
 };
 
 /* Physical chunk of logical chunk c of row r: the 8 lanes of a quarter warp hit 8 distinct
@@ -52,32 +53,32 @@ __global__ void __launch_bounds__(32)
     adw_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
                        float scale, int n_split, int split_len, int fa_min) {
   using C = adw_cfg<HD, G>;
-  constexpr int CH = C::CH, DS = C::DS, RP = C::RP, NP = C::NP, CPL = C::CPL, PHN = C::PHN, FS = C::FS;
+  constexpr int SP = C::SP, CH = C::CH, DS = C::DS, RP = C::RP, NP = C::NP, CPL = C::CPL, PHN = C::PHN, FS = C::FS;
   const int sp = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, lane = threadIdx.x;
   const int s = b.seq_of_tok[t];
   if (b.seq_ntok[s] >= fa_min) return;
   const int ctx = b.pos[t] + 1, n_eff = kc_ad_n_eff(ctx, n_split, split_len);
   if (sp >= n_eff) return;
   const int len = (ctx + n_eff - 1) / n_eff, p_begin = sp * len, p_end = min(ctx, p_begin + len);
-  const int n_tiles = p_end > p_begin ? (p_end - p_begin + ADW_SP - 1) / ADW_SP : 0;
+  const int n_tiles = p_end > p_begin ? (p_end - p_begin + SP - 1) / SP : 0;
   const int h0 = kvh * G;
 
-  __shared__ __align__(16) uint4 sk[ADW_NST][ADW_SP * CH], sv[ADW_NST][ADW_SP * CH];
+  __shared__ __align__(16) uint4 sk[ADW_NST][SP * CH], sv[ADW_NST][SP * CH];
   __shared__ unsigned smask[ADW_NST]; /* bit r: row r of the stage's tile is a valid position */
   const __nv_bfloat16 *K = (const __nv_bfloat16 *)kv.k, *V = (const __nv_bfloat16 *)kv.v;
   const size_t koff = (size_t)kvh * HD;
-  /* tile i -> stage i % ADW_NST; lane l finds the slot of row l % ADW_SP (two lanes per row) */
+  /* tile i -> stage i % ADW_NST; lane l finds the slot of row l % SP (32 / SP lanes per row) */
   auto issue = [&](int i) {
-    const int st = i % ADW_NST, p = p_begin + i * ADW_SP + lane % ADW_SP;
+    const int st = i % ADW_NST, p = p_begin + i * SP + lane % SP;
     long long slot = -1;
     if (p < p_end) {
       slot = kc_kv_slot(b, kv, s, p);
-      if (slot < 0 && lane < ADW_SP) atomicOr(b.eflag, KC_EFLAG_KV_SLOT);
+      if (slot < 0 && lane < SP) atomicOr(b.eflag, KC_EFLAG_KV_SLOT);
     }
-    const unsigned okm = __ballot_sync(KC_FULL_MASK, slot >= 0) & ((1u << ADW_SP) - 1u);
+    const unsigned okm = __ballot_sync(KC_FULL_MASK, slot >= 0) & ((1u << SP) - 1u);
     if (lane == 0) smask[st] = okm;
 #pragma unroll
-    for (int k = 0; k < ADW_SP * CH / 32; k++) {
+    for (int k = 0; k < SP * CH / 32; k++) {
       const int idx = lane + 32 * k, row = idx / CH, c = idx % CH;
       const long long sl = __shfl_sync(KC_FULL_MASK, slot, row);
       const size_t go = sl >= 0 ? (size_t)sl * kv.kv_dim + koff + (size_t)c * 8 : 0;
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
       for (int x = 0; x < 8; x++) acc[gi][x] *= corr[gi];
 #pragma unroll
-    for (int k = 0; k < ADW_SP / PHN; k++) {
+    for (int k = 0; k < SP / PHN; k++) {
       const int row = ph + PHN * k;
       float vf[8];
       kc_ad_unpack(tv[row * CH + adw_sw<FS>(row, cc)], vf);
@@ -215,6 +216,7 @@ int kc__attn_decode_warp(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float 
   }
   ADW_GO(64, 1) ADW_GO(64, 2) ADW_GO(64, 4) ADW_GO(64, 8);
   ADW_GO(128, 1) ADW_GO(128, 2) ADW_GO(128, 4) ADW_GO(128, 8);
+  ADW_GO(256, 1) ADW_GO(256, 2) ADW_GO(256, 4) ADW_GO(256, 8);
 #undef ADW_GO
   return (int)cudaErrorInvalidValue;
 }

@@ -572,7 +572,10 @@ static void test_attention_decode_b32(void **st) {
   attn_decode_b32(8, 4, 128);  /* groups of 2 */
   attn_decode_b32(8, 8, 64);   /* no group */
   attn_decode_b32(8, 1, 64);   /* groups of 8 at head_dim 64 */
-  attn_decode_b32(16, 4, 256); /* qwen35-9b: kernel 2 leaves it to kernel 1 */
+  attn_decode_b32(16, 4, 256); /* qwen35-9b: groups of 4, tiles of 8 positions */
+  attn_decode_b32(16, 2, 256); /* groups of 8 at head_dim 256 */
+  attn_decode_b32(8, 4, 256);  /* groups of 2 */
+  attn_decode_b32(4, 4, 256);  /* no group */
 }
 
 /* ---- Gated DeltaNet: conv1d, gates, scan with state across steps, state copy/zero ---- */

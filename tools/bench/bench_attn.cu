@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
         BA_CHECK(cudaMalloc(&part, kc_attn_decode_part_floats(B, sh.n_head, sh.hd, KC_AD_MAX_SPLIT) * sizeof(float)));
         int ns[2] = {0, 0}; /* each kernel's range count, as the engine asks for it */
         const float scale = 1.0f / sqrtf((float)sh.hd);
-        const int has2 = sh.hd == 64 || sh.hd == 128;
+        const int has2 = sh.hd == 64 || sh.hd == 128 || sh.hd == 256;
         double us[2] = {0, 0};
         const double bytes = (double)B * ctx * kvd * 2 * 2;
         for (int ki = 0; ki < 1 + has2; ki++) {
