@@ -32,7 +32,7 @@ cmake --build "$B" -j2 --target $TARGETS $STACK_TARGETS
 # the shared libraries programs need (paths), less the ones every machine has
 libs_of() {
   for t in "$@"; do ldd "$t"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/cuda[^/]*/|libcuda\.so|libcublas'
+    grep -Ev '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/cuda[^/]*/|libcuda\.so|libcublas' || true
 }
 rm -rf "$D" && mkdir -p "$D/lib"
 for t in $TARGETS; do cp "$B/$t" "$D/"; done
@@ -52,7 +52,7 @@ if [ -n "$STACK_TARGETS" ]; then
   R=$(command -v redis-server)
   for t in $STACK_TARGETS; do cp "$B/$t" "$S/build-cuda-dist/"; done
   cp "$R" "$S/build-cuda-dist/"
-  libs_of $(for t in $STACK_TARGETS; do echo "$B/$t"; done) "$R" | grep -vxF -f "$D/lib/.list" |
+  libs_of $(for t in $STACK_TARGETS; do echo "$B/$t"; done) "$R" | { grep -vxF -f "$D/lib/.list" || true; } |
     while read -r l; do cp -L "$l" "$S/build-cuda-dist/lib/"; done
   strip "$S/build-cuda-dist"/* 2>/dev/null || true
   cp "$D/COMMIT" "$S/build-cuda-dist/COMMIT.stack"

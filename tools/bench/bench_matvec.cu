@@ -17,7 +17,8 @@
  * TB/s the H200's nominal HBM3e bandwidth (the roofline of kernels/README.md). --ns: the row
  * counts timed (checks always run n = 1..32 samples); --mmq 0 skips the mmq section.
  * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
- * "mmqP/O" with P bf16 parts of x, built for O blocks per SM) for n = 1..512 on the same shapes, checked the same way (bound
+ * "mmqP/O" with P bf16 parts of x, built for O blocks per SM; decode rows n <= 64 with 3 and 1 parts) for
+ * n = 1..512 on the same shapes, checked the same way (bound
  * 1e-5, 6e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
  * Exit status 1 if any check fails. */
 #include <math.h>
@@ -340,8 +341,8 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
   for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
     const int n = ns[i];
     if ((double)n * n_out > 32.0 * 151936) continue;
-    for (int po = 0; po < (n > 64 ? 6 : 2); po++) {
-      const int parts = n > 64 ? 1 + po / 2 : 3, occ = 1 + po % 2;
+    for (int po = 0; po < (n > 64 ? 6 : 4); po++) { /* decode rows: 3 parts (fp32 activations), 1 (bf16) */
+      const int parts = n > 64 ? 1 + po / 2 : po < 2 ? 3 : 1, occ = 1 + po % 2;
       kc_mmq_set_occ(occ);
       void *sc;
       float *dout;
