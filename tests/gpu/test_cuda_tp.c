@@ -22,8 +22,8 @@
 
 #include "engine/backend/backend_cuda.h"
 #include "engine/backend/comm_nccl.h"
-#include "engine/models/gen.h"
 #include "engine/models/tp.h"
+#include "tests/common/gen_run.h"
 #include "tests/common/testutil.h"
 
 #define N_PROMPT 40
@@ -73,36 +73,6 @@ typedef struct {
   int32_t greedy[N_GREEDY];
 } run_t;
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
-/* Teacher-forced prompt logits and greedy continuation of m (decode steps: CUDA graphs). */
-static void run(model_t *m, run_t *out) {
-  const int V = m->hp.n_vocab;
-  gen_t *gen;
-  gt_err_t err = {0};
-  if (gen_create(m, N_CTX, &gen, &err)) fail_msg("gen_create: %s", err.msg);
-  int32_t ids[N_PROMPT];
-  for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
-  out->logits = malloc(sizeof(float) * (size_t)N_PROMPT * V);
-  float *last = malloc(sizeof(float) * (size_t)V);
-  assert_non_null(out->logits);
-  assert_non_null(last);
-  if (gen_feed(gen, ids, N_PROMPT, 16, out->logits, NULL, &err)) fail_msg("gen_feed: %s", err.msg);
-  int32_t t = argmax(out->logits + (size_t)(N_PROMPT - 1) * V, V);
-  for (int i = 0; i < N_GREEDY; i++) {
-    out->greedy[i] = t;
-    if (gen_feed(gen, &t, 1, 0, NULL, last, &err)) fail_msg("gen_feed (decode): %s", err.msg);
-    t = argmax(last, V);
-  }
-  free(last);
-  gen_free(gen);
-}
-
 /* The plain CUDA backend on device 0 (fp32 KV pools if kv_f32). */
 static void run_plain(gguf_t *g, int kv_f32, run_t *out) {
   gt_err_t err = {0};
@@ -111,7 +81,7 @@ static void run_plain(gguf_t *g, int kv_f32, run_t *out) {
   if (be_cuda_create(0, &be, &err)) fail_msg("be_cuda_create: %s", err.msg);
   if (kv_f32) assert_int_equal(be_kv_set_type(be, GT_TYPE_F32), 0);
   if (model_load(g, be, 16, &m, &err)) fail_msg("model_load: %s", err.msg);
-  run(m, out);
+  out->logits = tu_gen_greedy(m, N_CTX, N_PROMPT, 16, N_GREEDY, out->greedy);
   model_free(m);
   be_destroy(be);
 }
@@ -147,7 +117,7 @@ static void one_rank(const char *file) {
   be_t *be;
   if (tp_load(g, &cc->base, mk_cuda_rank, &rk, 16, &m, &be, &err)) fail_msg("%s: tp_load: %s", file, err.msg);
   assert_int_equal(be->n_ranks, 1);
-  run(m, &grp);
+  grp.logits = tu_gen_greedy(m, N_CTX, N_PROMPT, 16, N_GREEDY, grp.greedy);
   be_cuda_stats_t st;
   be_cuda_get_stats(tp_rank_model(m->tp, 0)->be, &st);
   const int V = m->hp.n_vocab;
@@ -188,7 +158,7 @@ static void two_ranks(const char *file) {
   be_t *be;
   if (tp_load(g, comm, mk_cuda_rank, &rk, 16, &m, &be, &err)) fail_msg("%s: tp_load TP=2: %s", file, err.msg);
   assert_int_equal(be->n_ranks, 2);
-  run(m, &tp);
+  tp.logits = tu_gen_greedy(m, N_CTX, N_PROMPT, 16, N_GREEDY, tp.greedy);
   const int V = m->hp.n_vocab;
   const double e = tu_max_row_rel_err(tp.logits, ref.logits, N_PROMPT, V);
   print_message("%s TP=2 vs plain CUDA (fp32 KV): max row rel err %.3g, greedy %s\n", file, e,
