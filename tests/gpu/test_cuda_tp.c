@@ -86,14 +86,20 @@ static void run_plain(gguf_t *g, int kv_f32, run_t *out) {
   be_destroy(be);
 }
 
-/* The NCCL communicator over devices 0..n-1, or a skip when libnccl cannot be loaded. */
-static be_comm_t *nccl_or_skip(int n) {
+/* Skips the test when libnccl cannot be loaded. A skip leaves the test by longjmp: call it
+ * before the test allocates anything. */
+static void skip_without_nccl(void) {
   gt_err_t err = {0};
-  be_comm_t *c;
   if (nccl_comm_load(&err)) {
     print_message("NCCL unavailable, skipped: %s\n", err.msg);
     skip();
   }
+}
+
+/* The NCCL communicator over devices 0..n-1 (libnccl loaded: skip_without_nccl). */
+static be_comm_t *nccl_create(int n) {
+  gt_err_t err = {0};
+  be_comm_t *c;
   if (be_comm_nccl_create(NULL, n, &c, &err)) fail_msg("be_comm_nccl_create(%d): %s", n, err.msg);
   char d[256];
   print_message("%s\n", nccl_comm_describe(be_comm_nccl(c), d, sizeof d));
@@ -101,12 +107,13 @@ static be_comm_t *nccl_or_skip(int n) {
 }
 
 static void one_rank(const char *file) {
+  skip_without_nccl();
   gt_err_t err = {0};
   gguf_t *g;
   if (gguf_open(tu_golden(file), &g, &err)) fail_msg("%s: %s", file, err.msg);
   run_t ref, grp;
   run_plain(g, 0, &ref);
-  be_comm_t *nccl = nccl_or_skip(1);
+  be_comm_t *nccl = nccl_create(1);
   count_comm_t *cc = calloc(1, sizeof *cc);
   assert_non_null(cc);
   cc->in = nccl;
@@ -147,12 +154,13 @@ static void two_ranks(const char *file) {
     print_message("%s TP=2: %d GPU visible, skipped (scripts/gpu/tp.sh runs TP > 1)\n", file, be_cuda_device_count());
     skip();
   }
+  skip_without_nccl();
   gt_err_t err = {0};
   gguf_t *g;
   if (gguf_open(tu_golden(file), &g, &err)) fail_msg("%s: %s", file, err.msg);
   run_t ref, tp;
   run_plain(g, 1, &ref);
-  be_comm_t *comm = nccl_or_skip(2);
+  be_comm_t *comm = nccl_create(2);
   ranks_t rk = {.dev = {0, 1}, .kv_f32 = 1};
   model_t *m;
   be_t *be;
