@@ -24,6 +24,10 @@ target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok
 add_library(gantry_golden STATIC tests/common/golden_model.c)
 target_link_libraries(gantry_golden PUBLIC gantry_model gantry_quant gantry_testutil)
 
+# the teacher-forced + greedy run that model comparisons share (tests/common/gen_run.h)
+add_library(gantry_gen_run STATIC tests/common/gen_run.c)
+target_link_libraries(gantry_gen_run PUBLIC gantry_model gantry_testutil)
+
 gt_add_test(test_qwen3 SOURCES tests/unit/test_qwen3.c LIBS gantry_golden TIMEOUT 900)
 # the CPU backend's fused ops (matmul_multi, ffn_swiglu, attn_qk_prep, gdn_conv_qkv) == the unfused op sequences, bitwise
 gt_add_test(test_backend_fused SOURCES tests/unit/test_backend_fused.c LIBS gantry_model gantry_quant gantry_testutil
@@ -48,4 +52,4 @@ gt_add_test(test_sampler SOURCES tests/unit/test_sampler.c LIBS gantry_model TIM
 gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 # tensor parallelism on CPU ranks: the communicator, TP=2/4 against TP=1 on every golden model
 # and weight type, unsplittable shapes refused (tests/unit/test_tp.c)
-gt_add_test(test_tp SOURCES tests/unit/test_tp.c LIBS gantry_model gantry_testutil TIMEOUT 300)
+gt_add_test(test_tp SOURCES tests/unit/test_tp.c LIBS gantry_model gantry_gen_run gantry_testutil TIMEOUT 300)

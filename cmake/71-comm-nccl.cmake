@@ -51,7 +51,7 @@ if(TARGET CUDA::cudart_static AND TARGET gantry_cuda)
   # GPU: one rank through the group and NCCL = the plain CUDA backend (bit-identical), the
   # all-reduce inside the decode graphs; TP=2 vs TP=1 with >= 2 GPUs (tests/gpu/test_cuda_tp.c)
   gt_add_test(test_cuda_tp SOURCES tests/gpu/test_cuda_tp.c
-    LIBS gantry_cuda gantry_comm_nccl gantry_model gantry_testutil TIMEOUT 300)
+    LIBS gantry_cuda gantry_comm_nccl gantry_model gantry_gen_run gantry_testutil TIMEOUT 300)
   set_tests_properties(test_cuda_tp PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
 

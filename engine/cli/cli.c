@@ -17,6 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The largest ordinal --device cuda:N and --devices accept: a bound on the number as written,
+ * not a device count (the backend refuses an ordinal the machine lacks) and not a rank count
+ * (--tp is bounded by TP_MAX_RANKS, engine/models/tp.h). */
+#define CLI_CUDA_ORDINAL_MAX 63
+
 int cli_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -33,7 +38,7 @@ static int cuda_ordinal(const char *device, long *ordinal) {
   *ordinal = -1;
   if (strncmp(device, "cuda", 4) || (device[4] && device[4] != ':'))
     return cli_fail("--device must be cpu, cuda or cuda:N, got '%s'", device);
-  return device[4] == ':' && cli_int("--device cuda:N", device + 5, 0, 63, ordinal);
+  return device[4] == ':' && cli_int("--device cuda:N", device + 5, 0, CLI_CUDA_ORDINAL_MAX, ordinal);
 }
 
 int cli_create_backend(const char *device, int threads, be_t **out) {
@@ -93,7 +98,7 @@ static int parse_devices(const char *list, int n, int *dev) {
   for (const char *p = list; *p;) {
     char *end;
     long d = strtol(p, &end, 10);
-    if (end == p || d < 0 || d > 63 || (*end && *end != ','))
+    if (end == p || d < 0 || d > CLI_CUDA_ORDINAL_MAX || (*end && *end != ','))
       return cli_fail("--devices expects CUDA ordinals like 0,1,2,3, got '%s'", list);
     if (count < TP_MAX_RANKS) dev[count] = (int)d;
     count++;

@@ -31,6 +31,9 @@ typedef int (*tp_backend_fn)(void *ud, int rank, be_comm_t *comm, be_t **out, gt
 /* A tp_backend_fn for CPU ranks: ud is a const int * with the threads of each rank (NULL: 1). */
 int tp_cpu_backend(void *ud, int rank, be_comm_t *comm, be_t **out, gt_err_t *err);
 
+/* The most ranks of one group (--tp N): the size of the group's per-rank arrays. The
+ * communicators bound their own ranks apart (BE_COMM_MAX_RANKS for the CPU one, comm_nccl.c's
+ * for NCCL); tp_load refuses a communicator of more ranks than this. */
 #define TP_MAX_RANKS 16
 
 /* Loads g over comm->n_ranks (1..TP_MAX_RANKS) ranks, each with a backend from mk, scratch for

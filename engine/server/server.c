@@ -20,6 +20,8 @@
 #include "grpc/health/v1/health.pb-c.h"
 
 #define SRV_MAX_PROMPTS 64 /* prompts in one Generate call (more_prompts / more_tokens + 1) */
+/* SRV_FAILED in words: the status of the calls it ends or refuses, and the log line */
+#define SRV_FAILED_WHY "the engine failed (a tensor-parallel rank failed)"
 
 struct live;
 /* One prompt of a call: the scheduler request's ud (its choices' indexes start at base). */
@@ -168,8 +170,7 @@ static void on_event(void *ud, const sched_event_t *ev) {
       /* the engine cannot go on (this thread runs the group): a status, not a final, so that
        * the caller sees the engine is gone rather than one request failing */
       char msg[600];
-      snprintf(msg, sizeof msg, "the engine failed (a tensor-parallel rank failed)%s%s", ev->error ? ": " : "",
-               ev->error ? ev->error : "");
+      snprintf(msg, sizeof msg, SRV_FAILED_WHY "%s%s", ev->error ? ": " : "", ev->error ? ev->error : "");
       gt_rpc_call_finish(l->call, GT_RPC_UNAVAILABLE, msg);
     } else {
       gt_genresp_t *r = srv_conv_final(ev->finish, ev->error, u);
@@ -209,7 +210,7 @@ static void *sched_main(void *arg) {
       s->state = SRV_FAILED;
       pthread_mutex_unlock(&s->mu);
       if (first) {
-        GT_LOG_ERROR("engine failed: a tensor-parallel rank failed; not serving any more");
+        GT_LOG_ERROR(SRV_FAILED_WHY "; not serving any more");
         if (s->on_fatal) s->on_fatal(s->fatal_ud, err.msg);
       }
     }
@@ -249,7 +250,7 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
   if (st != SRV_READY) {
     gt_metric_inc(s->met.rejected_unavailable, 1);
     gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, st == SRV_LOADING  ? "the engine is loading its model"
-                                                 : st == SRV_FAILED ? "the engine failed (a tensor-parallel rank failed)"
+                                                 : st == SRV_FAILED ? SRV_FAILED_WHY
                                                                     : "the engine is draining");
     return;
   }

@@ -43,13 +43,6 @@ static float margin(const float *row, int n) {
   return a - b;
 }
 
-static int argmax(const float *row, int n) {
-  int best = 0;
-  for (int i = 1; i < n; i++)
-    if (row[i] > row[best]) best = i;
-  return best;
-}
-
 static int make_backend(be_t **be, gt_err_t *err) {
   if (!gm_backend_factory) return be_cpu_create(0, be, err);
   *be = gm_backend_factory();
@@ -100,7 +93,7 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
   res->rows = rows;
   res->max_rel_err = tu_max_row_rel_err(logits + (size_t)first_row * V, ref, rows, V);
   for (int r = 0; r < rows; r++) {
-    const int agree = argmax(logits + (size_t)(first_row + r) * V, V) == argmax(ref + (size_t)r * V, V);
+    const int agree = tu_argmax(logits + (size_t)(first_row + r) * V, V) == tu_argmax(ref + (size_t)r * V, V);
     res->top1_agree += agree;
     if (margin(ref + (size_t)r * V, V) >= 0.05f) res->rows_m05++, res->top1_agree_m05 += agree;
   }
@@ -116,11 +109,11 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
   for (int j = 0; j < n_gen; j++) {
     int row = n_prompt - 1 + j - first_row; /* stored row predicting generated token j */
     if (row >= 0 && row < rows && margin(ref + (size_t)row * V, V) < 1e-3f) break;
-    if (row >= 0 && row < rows && argmax(ref + (size_t)row * V, V) != want[j]) {
+    if (row >= 0 && row < rows && tu_argmax(ref + (size_t)row * V, V) != want[j]) {
       res->fixture_inconsistent = 1;
       break;
     }
-    int32_t tok = (int32_t)argmax(last, V);
+    int32_t tok = (int32_t)tu_argmax(last, V);
     res->greedy_checked++;
     if (tok != want[j]) {
       res->greedy_match = 0;

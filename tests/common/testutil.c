@@ -51,6 +51,13 @@ json_t *tu_json(const char *rel) {
   return j;
 }
 
+int tu_argmax(const float *x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
 double tu_max_row_rel_err(const float *out, const float *ref, int rows, int n) {
   double worst = 0;
   for (int r = 0; r < rows; r++) {

@@ -15,6 +15,8 @@ void *tu_read_file(const char *path, size_t *len);
 json_t *tu_json(const char *rel);
 /* Max over rows of ||out - ref|| / ||ref||, rows of n floats. */
 double tu_max_row_rel_err(const float *out, const float *ref, int rows, int n);
+/* Index of the largest of x[0..n-1] (the first on a tie; NaN never wins over x[0]). */
+int tu_argmax(const float *x, int n);
 /* Runs a shell command, captures stdout (malloc'd) and returns the exit status (-1 on failure). */
 int tu_run(const char *cmd, char **out);
 /* Path of a built program: $GANTRY_BIN/name (static buffer). */

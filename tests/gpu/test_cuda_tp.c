@@ -22,8 +22,8 @@
 
 #include "engine/backend/backend_cuda.h"
 #include "engine/backend/comm_nccl.h"
-#include "engine/models/gen.h"
 #include "engine/models/tp.h"
+#include "tests/common/gen_run.h"
 #include "tests/common/testutil.h"
 
 #define N_PROMPT 40
@@ -73,36 +73,6 @@ typedef struct {
   int32_t greedy[N_GREEDY];
 } run_t;
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
-/* Teacher-forced prompt logits and greedy continuation of m (decode steps: CUDA graphs). */
-static void run(model_t *m, run_t *out) {
-  const int V = m->hp.n_vocab;
-  gen_t *gen;
-  gt_err_t err = {0};
-  if (gen_create(m, N_CTX, &gen, &err)) fail_msg("gen_create: %s", err.msg);
-  int32_t ids[N_PROMPT];
-  for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
-  out->logits = malloc(sizeof(float) * (size_t)N_PROMPT * V);
-  float *last = malloc(sizeof(float) * (size_t)V);
-  assert_non_null(out->logits);
-  assert_non_null(last);
-  if (gen_feed(gen, ids, N_PROMPT, 16, out->logits, NULL, &err)) fail_msg("gen_feed: %s", err.msg);
-  int32_t t = argmax(out->logits + (size_t)(N_PROMPT - 1) * V, V);
-  for (int i = 0; i < N_GREEDY; i++) {
-    out->greedy[i] = t;
-    if (gen_feed(gen, &t, 1, 0, NULL, last, &err)) fail_msg("gen_feed (decode): %s", err.msg);
-    t = argmax(last, V);
-  }
-  free(last);
-  gen_free(gen);
-}
-
 /* The plain CUDA backend on device 0 (fp32 KV pools if kv_f32). */
 static void run_plain(gguf_t *g, int kv_f32, run_t *out) {
   gt_err_t err = {0};
@@ -111,19 +81,25 @@ static void run_plain(gguf_t *g, int kv_f32, run_t *out) {
   if (be_cuda_create(0, &be, &err)) fail_msg("be_cuda_create: %s", err.msg);
   if (kv_f32) assert_int_equal(be_kv_set_type(be, GT_TYPE_F32), 0);
   if (model_load(g, be, 16, &m, &err)) fail_msg("model_load: %s", err.msg);
-  run(m, out);
+  out->logits = tu_gen_greedy(m, N_CTX, N_PROMPT, 16, N_GREEDY, out->greedy);
   model_free(m);
   be_destroy(be);
 }
 
-/* The NCCL communicator over devices 0..n-1, or a skip when libnccl cannot be loaded. */
-static be_comm_t *nccl_or_skip(int n) {
+/* Skips the test when libnccl cannot be loaded. A skip leaves the test by longjmp: call it
+ * before the test allocates anything. */
+static void skip_without_nccl(void) {
   gt_err_t err = {0};
-  be_comm_t *c;
   if (nccl_comm_load(&err)) {
     print_message("NCCL unavailable, skipped: %s\n", err.msg);
     skip();
   }
+}
+
+/* The NCCL communicator over devices 0..n-1 (libnccl loaded: skip_without_nccl). */
+static be_comm_t *nccl_create(int n) {
+  gt_err_t err = {0};
+  be_comm_t *c;
   if (be_comm_nccl_create(NULL, n, &c, &err)) fail_msg("be_comm_nccl_create(%d): %s", n, err.msg);
   char d[256];
   print_message("%s\n", nccl_comm_describe(be_comm_nccl(c), d, sizeof d));
@@ -131,12 +107,13 @@ static be_comm_t *nccl_or_skip(int n) {
 }
 
 static void one_rank(const char *file) {
+  skip_without_nccl();
   gt_err_t err = {0};
   gguf_t *g;
   if (gguf_open(tu_golden(file), &g, &err)) fail_msg("%s: %s", file, err.msg);
   run_t ref, grp;
   run_plain(g, 0, &ref);
-  be_comm_t *nccl = nccl_or_skip(1);
+  be_comm_t *nccl = nccl_create(1);
   count_comm_t *cc = calloc(1, sizeof *cc);
   assert_non_null(cc);
   cc->in = nccl;
@@ -147,7 +124,7 @@ static void one_rank(const char *file) {
   be_t *be;
   if (tp_load(g, &cc->base, mk_cuda_rank, &rk, 16, &m, &be, &err)) fail_msg("%s: tp_load: %s", file, err.msg);
   assert_int_equal(be->n_ranks, 1);
-  run(m, &grp);
+  grp.logits = tu_gen_greedy(m, N_CTX, N_PROMPT, 16, N_GREEDY, grp.greedy);
   be_cuda_stats_t st;
   be_cuda_get_stats(tp_rank_model(m->tp, 0)->be, &st);
   const int V = m->hp.n_vocab;
@@ -177,18 +154,19 @@ static void two_ranks(const char *file) {
     print_message("%s TP=2: %d GPU visible, skipped (scripts/gpu/tp.sh runs TP > 1)\n", file, be_cuda_device_count());
     skip();
   }
+  skip_without_nccl();
   gt_err_t err = {0};
   gguf_t *g;
   if (gguf_open(tu_golden(file), &g, &err)) fail_msg("%s: %s", file, err.msg);
   run_t ref, tp;
   run_plain(g, 1, &ref);
-  be_comm_t *comm = nccl_or_skip(2);
+  be_comm_t *comm = nccl_create(2);
   ranks_t rk = {.dev = {0, 1}, .kv_f32 = 1};
   model_t *m;
   be_t *be;
   if (tp_load(g, comm, mk_cuda_rank, &rk, 16, &m, &be, &err)) fail_msg("%s: tp_load TP=2: %s", file, err.msg);
   assert_int_equal(be->n_ranks, 2);
-  run(m, &tp);
+  tp.logits = tu_gen_greedy(m, N_CTX, N_PROMPT, 16, N_GREEDY, tp.greedy);
   const int V = m->hp.n_vocab;
   const double e = tu_max_row_rel_err(tp.logits, ref.logits, N_PROMPT, V);
   print_message("%s TP=2 vs plain CUDA (fp32 KV): max row rel err %.3g, greedy %s\n", file, e,

@@ -166,13 +166,6 @@ static double case_err(const gcase_t *c, const float *all) {
   return tu_max_row_rel_err(all + (size_t)c->first_row * c->vocab, c->ref, c->rows, c->vocab);
 }
 
-static int argmax(const float *x, int n) {
-  int best = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[best]) best = i;
-  return best;
-}
-
 static double ref_margin(const gcase_t *c, int row) {
   const float *r = c->ref + (size_t)row * c->vocab;
   double a = -INFINITY, b = -INFINITY;
@@ -233,7 +226,7 @@ static void test_teacher_forced(void **state) {
     for (int p = c->n_prompt; p < c->n_all; p++) {
       const int row = p - 1 - c->first_row;
       if (row >= 0 && ref_margin(c, row) < MARGIN_MIN) break;
-      const int tk = argmax(all + (size_t)(p - 1) * c->vocab, c->vocab);
+      const int tk = tu_argmax(all + (size_t)(p - 1) * c->vocab, c->vocab);
       if (tk != c->all[p])
         fail_msg("%s: argmax at position %d is %d, generated_ids has %d", c->name, p - 1, tk, c->all[p]);
       agree++;
@@ -267,7 +260,7 @@ static void test_greedy_chunked(void **state) {
       const int pos = c->n_prompt + j; /* position of the generated token */
       const int row = pos - 1 - c->first_row;
       if (row >= 0 && ref_margin(c, row) < MARGIN_MIN) break;
-      int tk = argmax(lg + (size_t)(pos - 1) * V, V);
+      int tk = tu_argmax(lg + (size_t)(pos - 1) * V, V);
       if (tk != c->all[pos]) fail_msg("%s: greedy token %d is %d, expected %d", c->name, j, tk, c->all[pos]);
       checked++;
       seq[pos] = tk;

@@ -26,6 +26,7 @@
 #include "engine/backend/sampler.h"
 #include "engine/models/gen.h"
 #include "engine/models/tp.h"
+#include "tests/common/gen_run.h"
 #include "tests/common/testutil.h"
 
 #define N_PROMPT 40
@@ -112,36 +113,6 @@ typedef struct {
   int32_t greedy[N_GREEDY];
 } run_t;
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
-/* Teacher-forced prompt logits and greedy continuation of m. */
-static void run(model_t *m, run_t *out) {
-  const int V = m->hp.n_vocab;
-  gen_t *gen;
-  gt_err_t err = {0};
-  if (gen_create(m, N_CTX, &gen, &err)) fail_msg("gen_create: %s", err.msg);
-  int32_t ids[N_PROMPT];
-  for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
-  out->logits = malloc(sizeof(float) * (size_t)N_PROMPT * V);
-  float *last = malloc(sizeof(float) * (size_t)V);
-  assert_non_null(out->logits);
-  assert_non_null(last);
-  if (gen_feed(gen, ids, N_PROMPT, 16, out->logits, NULL, &err)) fail_msg("gen_feed: %s", err.msg);
-  int32_t t = argmax(out->logits + (size_t)(N_PROMPT - 1) * V, V);
-  for (int i = 0; i < N_GREEDY; i++) {
-    out->greedy[i] = t;
-    if (gen_feed(gen, &t, 1, 0, NULL, last, &err)) fail_msg("gen_feed (decode): %s", err.msg);
-    t = argmax(last, V);
-  }
-  free(last);
-  gen_free(gen);
-}
-
 /* Sampling on the group (model_forward_sample: picks across ranks) against the group's gathered
  * logits sampled on the host, and its greedy pick against the one-rank greedy token. */
 static void check_sampling(model_t *m, int32_t want_greedy) {
@@ -150,7 +121,7 @@ static void check_sampling(model_t *m, int32_t want_greedy) {
   gt_err_t err = {0};
   if (gen_create(m, N_CTX, &gen, &err)) fail_msg("gen_create: %s", err.msg);
   int32_t ids[N_PROMPT], id;
-  for (int i = 0; i < N_PROMPT; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+  tu_gen_prompt(ids, N_PROMPT, V);
   be_sample_row_t greedy = {.temperature = 0, .top_p = 1, .u = 0.5};
   if (gen_feed_sample(gen, ids, N_PROMPT, 16, &greedy, &id, &err)) fail_msg("gen_feed_sample: %s", err.msg);
   assert_int_equal(id, want_greedy);
@@ -198,7 +169,7 @@ static void check_model(const model_case_t *mc) {
   assert_int_equal(be_cpu_create(1, &be1, &err), 0);
   if (model_load(g, be1, 16, &m1, &err)) fail_msg("%s: %s", mc->file, err.msg);
   run_t ref;
-  run(m1, &ref);
+  ref.logits = tu_gen_greedy(m1, N_CTX, N_PROMPT, 16, N_GREEDY, ref.greedy);
   const int V = m1->hp.n_vocab;
   for (int N = 2; N <= 4; N += 2) {
     const char *fail = N == 2 ? mc->fail2 : mc->fail4;
@@ -217,7 +188,7 @@ static void check_model(const model_case_t *mc) {
     if (rc) fail_msg("%s TP=%d: %s", mc->file, N, err.msg);
     assert_int_equal(m->be->n_ranks, N);
     run_t tp;
-    run(m, &tp);
+    tp.logits = tu_gen_greedy(m, N_CTX, N_PROMPT, 16, N_GREEDY, tp.greedy);
     double e = tu_max_row_rel_err(tp.logits, ref.logits, N_PROMPT, V);
     print_message("%s TP=%d: max row rel err %.3g vs TP=1, greedy %s\n", mc->file, N, e,
                   memcmp(tp.greedy, ref.greedy, sizeof tp.greedy) ? "DIFFERS" : "identical");
