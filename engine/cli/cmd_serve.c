@@ -248,8 +248,10 @@ int cmd_serve(int argc, char **argv) {
 out:
   gt_metrics_http_stop(http);
   /* finished streams still have their last messages and status in flight: give gRPC a
-   * moment to deliver them; anything still running after the drain is cancelled */
-  srv_free(srv, rc == 0 && idle ? 5000 : 0);
+   * moment to deliver them (after a drain; after an engine failure, whose error statuses are
+   * already queued, a shorter one: without it a loaded machine sent "Cancelling all calls"
+   * instead of the rank's error); anything still running after the drain is cancelled */
+  srv_free(srv, rc == 0 && idle ? 5000 : atomic_load(&g_fatal) ? 1000 : 0);
   tok_free(tok);
   model_free(m);
   be_destroy(be);
