@@ -268,7 +268,7 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
        * wait behind it, holding it until the client leaves; drop the connection instead */
       GT_LOG_WARN("rid=%s request failed while its stream was paused: connection dropped with %zu bytes unsent: %s",
                   h->id, h->out ? evbuffer_get_length(h->out) : 0, ev->err.message);
-      drop_stream(h, 200); /* the stream's status line went out as 200, like other stream errors */
+      drop_stream(h, ev->err.status); /* counted as failed, like the gRPC front */
       return;
     }
     if (h->streaming) {
@@ -277,7 +277,9 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
       send_sse(h, &sb);
       oa_sb_free(&sb);
       evhttp_send_reply_end(h->req);
-      finish(h, 200);
+      /* the status line went out as 200, but the request failed: counted with the error's
+       * status, as on the gRPC front (gantry_router_requests_total is the final outcome) */
+      finish(h, ev->err.status);
     } else {
       reply_error(h, &ev->err, ev->retry_after_s);
     }
