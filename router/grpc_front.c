@@ -39,13 +39,17 @@ typedef struct gctx {
   struct gctx *prev, *next;
 } gctx_t;
 
+typedef struct actx actx_t;
+
 struct rgf {
   router_t *rt;
-  gt_rpc_server_t *srv;
-  gctx_t *live;       /* Generate calls in progress (loop thread) */
-  pthread_mutex_t mu; /* guards the two below: cq thread vs loop */
-  bool stopping;      /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
-  int posts;          /* posted to the loop and not yet run */
+  gt_rpc_server_t *srv; /* NULL once rgf_stop shut it down */
+  gctx_t *live;         /* Generate calls in progress (loop thread) */
+  actx_t *admin;        /* admin calls waiting on Redis, and those rgf_stop ended (loop thread) */
+  pthread_mutex_t mu;   /* guards the three below: cq thread vs loop */
+  bool stopping;        /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
+  int posts;            /* posted to the loop and not yet run */
+  int admin_calls;      /* admin calls not yet answered */
 };
 
 #define POST_STOPPING 1
@@ -391,20 +395,46 @@ static void on_models(void *user, gt_rpc_call_t *call) {
 }
 
 /* ---- Admin ---- */
-typedef struct actx {
+/* An admin call from arrival to its answer, and on until its admission callback came: rgf_stop
+ * answers a call still waiting on Redis (call NULL from then on); its callback frees c, or
+ * rgf_free when adm_destroy dropped the callback. */
+struct actx {
   rgf_t *g;
   gt_rpc_call_t *call;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
-} actx_t;
+  actx_t *prev, *next;
+};
 
-static void admin_fail(actx_t *c, gt_rpc_code_t code, const char *msg) {
-  gt_rpc_call_finish(c->call, code, msg);
+static void admin_set_calls(rgf_t *g, int delta) {
+  pthread_mutex_lock(&g->mu);
+  g->admin_calls += delta;
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Unlinks and frees c (its call already answered). */
+static void admin_free(actx_t *c) {
+  if (c->prev) c->prev->next = c->next;
+  else c->g->admin = c->next;
+  if (c->next) c->next->prev = c->prev;
   free(c);
 }
 
+/* Answers c's call unless rgf_stop did (with reply, given to the call, when not NULL: only
+ * while c->call is set; else with code and msg), and frees c. */
+static void admin_end(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCMessage *reply) {
+  if (c->call) {
+    if (reply) gt_rpc_call_reply(c->call, reply);
+    else gt_rpc_call_finish(c->call, code, msg);
+    admin_set_calls(c->g, -1);
+  }
+  admin_free(c);
+}
+
+static void admin_fail(actx_t *c, gt_rpc_code_t code, const char *msg) { admin_end(c, code, msg, NULL); }
+
 static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t *l) {
   actx_t *c = arg;
-  if (status != GT_OK || !l) {
+  if (!c->call || status != GT_OK || !l) {
     admin_fail(c, gt_rpc_code_from_err(status ? status : GT_EIO), msg ? msg : "limits unavailable");
     return;
   }
@@ -419,14 +449,13 @@ static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t
   r->max_inflight = l->max_inflight;
   r->max_queued = l->max_queued;
   r->weight = l->weight;
-  gt_rpc_call_reply(c->call, &r->base);
-  free(c);
+  admin_end(c, GT_RPC_OK, NULL, &r->base);
 }
 
 static void set_done(void *arg, int status, const char *msg) {
   actx_t *c = arg;
   gt_err_t err;
-  if (status != GT_OK) {
+  if (!c->call || status != GT_OK) {
     admin_fail(c, gt_rpc_code_from_err(status), msg);
     return;
   }
@@ -436,7 +465,7 @@ static void set_done(void *arg, int status, const char *msg) {
 
 static void queues_reply(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
   actx_t *c = arg;
-  if (status != GT_OK) {
+  if (!c->call || status != GT_OK) {
     admin_fail(c, gt_rpc_code_from_err(status), msg);
     return;
   }
@@ -460,8 +489,7 @@ static void queues_reply(void *arg, int status, const char *msg, const adm_queue
     q->weight = rows[i].weight;
     r->rows[r->n_rows++] = q;
   }
-  gt_rpc_call_reply(c->call, &r->base);
-  free(c);
+  admin_end(c, GT_RPC_OK, NULL, &r->base);
 }
 
 static void admin_auth(void *arg, auth_status_t st, const char *tenant) {
@@ -514,6 +542,10 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   }
   c->g = g;
   c->call = call;
+  c->next = g->admin;
+  if (g->admin) g->admin->prev = c;
+  g->admin = c;
+  admin_set_calls(g, 1);
   metrics_request(g->rt->metrics, gt_rpc_call_method(call), 200);
   auth_check(g->rt->auth, md_key(call), AUTH_FOR_ADMIN, admin_auth, c);
 }
@@ -560,7 +592,7 @@ fail:
   return NULL;
 }
 
-size_t rgf_unsent_bytes(rgf_t *g) { return g ? gt_rpc_server_unsent_bytes(g->srv) : 0; }
+size_t rgf_unsent_bytes(rgf_t *g) { return g && g->srv ? gt_rpc_server_unsent_bytes(g->srv) : 0; }
 
 int rgf_pending_posts(rgf_t *g) {
   pthread_mutex_lock(&g->mu);
@@ -569,11 +601,20 @@ int rgf_pending_posts(rgf_t *g) {
   return n;
 }
 
+int rgf_admin_calls(rgf_t *g) {
+  pthread_mutex_lock(&g->mu);
+  int n = g->admin_calls;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their
  * calls first, then shut down with no grace. Hand-offs the cq thread posted before are run
  * first, while g lives (a new call among them is refused: left unfinished it would hold the
- * shutdown forever); from then on the cq thread posts nothing and refuses new calls itself. */
+ * shutdown forever); from then on the cq thread posts nothing and refuses new calls itself.
+ * Admin calls still waiting on Redis (which may never answer) are answered too; their contexts
+ * stay until their callback comes or rgf_free. */
 void rgf_stop(rgf_t *g) {
   if (!g) return;
   pthread_mutex_lock(&g->mu);
@@ -591,7 +632,19 @@ void rgf_stop(rgf_t *g) {
     }
     gctx_done(c, 503, GT_RPC_UNAVAILABLE, "router shutting down");
   }
+  for (actx_t *c = g->admin; c; c = c->next) {
+    if (!c->call) continue;
+    gt_rpc_call_finish(c->call, GT_RPC_UNAVAILABLE, "router shutting down");
+    c->call = NULL;
+    admin_set_calls(g, -1);
+  }
   gt_rpc_server_destroy(g->srv);
+  g->srv = NULL;
+}
+
+void rgf_free(rgf_t *g) {
+  if (!g) return;
+  while (g->admin) admin_free(g->admin);
   pthread_mutex_destroy(&g->mu);
   free(g);
 }

@@ -166,6 +166,7 @@ void rt_destroy(router_t *rt) {
     }
   }
   if (rt->adm) adm_destroy(rt->adm);
+  rgf_free(rt->grpc); /* after adm_destroy: admin calls rgf_stop ended may still await it */
   registry_free(rt->registry);
   pool_destroy(rt->pool);
   auth_destroy(rt->auth);
