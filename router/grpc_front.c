@@ -84,17 +84,31 @@ static bool refused_stopping(rgf_t *g, gt_rpc_call_t *call) {
   return true;
 }
 
+/* HTTP status <-> gRPC code, both ways (the first row of a code is its HTTP status). */
+static const struct {
+  int http;
+  gt_rpc_code_t code;
+} status_codes[] = {{200, GT_RPC_OK},
+                    {400, GT_RPC_INVALID_ARGUMENT},
+                    {413, GT_RPC_INVALID_ARGUMENT},
+                    {401, GT_RPC_UNAUTHENTICATED},
+                    {403, GT_RPC_PERMISSION_DENIED},
+                    {404, GT_RPC_NOT_FOUND},
+                    {429, GT_RPC_RESOURCE_EXHAUSTED},
+                    {504, GT_RPC_DEADLINE_EXCEEDED},
+                    {503, GT_RPC_UNAVAILABLE}};
+
 static gt_rpc_code_t code_of_status(int http) {
-  switch (http) {
-    case 400: case 413: return GT_RPC_INVALID_ARGUMENT;
-    case 401: return GT_RPC_UNAUTHENTICATED;
-    case 403: return GT_RPC_PERMISSION_DENIED;
-    case 404: return GT_RPC_NOT_FOUND;
-    case 429: return GT_RPC_RESOURCE_EXHAUSTED;
-    case 504: return GT_RPC_DEADLINE_EXCEEDED;
-    case 503: return GT_RPC_UNAVAILABLE;
-    default: return GT_RPC_INTERNAL;
-  }
+  for (size_t i = 0; i < sizeof status_codes / sizeof status_codes[0]; i++)
+    if (status_codes[i].http == http) return status_codes[i].code;
+  return GT_RPC_INTERNAL;
+}
+
+/* The HTTP status gantry_router_requests_total counts a call ended with code under. */
+static int status_of_code(gt_rpc_code_t code) {
+  for (size_t i = 0; i < sizeof status_codes / sizeof status_codes[0]; i++)
+    if (status_codes[i].code == code) return status_codes[i].http;
+  return 500;
 }
 
 /* Ends c (its call already finished or aborted): counts the request once, like the HTTP front
@@ -419,14 +433,19 @@ static void admin_free(actx_t *c) {
   free(c);
 }
 
-/* Answers c's call unless rgf_stop did (with reply, given to the call, when not NULL: only
- * while c->call is set; else with code and msg), and frees c. */
+/* Answers c's call (c->call set) with reply (given to the call) when not NULL, else with code
+ * and msg, and counts it, like the HTTP front, with its outcome; c->call is NULL after. */
+static void admin_answer(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCMessage *reply) {
+  metrics_request(c->g->rt->metrics, gt_rpc_call_method(c->call), reply ? 200 : status_of_code(code));
+  if (reply) gt_rpc_call_reply(c->call, reply);
+  else gt_rpc_call_finish(c->call, code, msg);
+  c->call = NULL;
+  admin_set_calls(c->g, -1);
+}
+
+/* Answers c's call unless rgf_stop did (reply: only while c->call is set), and frees c. */
 static void admin_end(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCMessage *reply) {
-  if (c->call) {
-    if (reply) gt_rpc_call_reply(c->call, reply);
-    else gt_rpc_call_finish(c->call, code, msg);
-    admin_set_calls(c->g, -1);
-  }
+  if (c->call) admin_answer(c, code, msg, reply);
   admin_free(c);
 }
 
@@ -546,7 +565,6 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   if (g->admin) g->admin->prev = c;
   g->admin = c;
   admin_set_calls(g, 1);
-  metrics_request(g->rt->metrics, gt_rpc_call_method(call), 200);
   auth_check(g->rt->auth, md_key(call), AUTH_FOR_ADMIN, admin_auth, c);
 }
 
@@ -632,12 +650,8 @@ void rgf_stop(rgf_t *g) {
     }
     gctx_done(c, 503, GT_RPC_UNAVAILABLE, "router shutting down");
   }
-  for (actx_t *c = g->admin; c; c = c->next) {
-    if (!c->call) continue;
-    gt_rpc_call_finish(c->call, GT_RPC_UNAVAILABLE, "router shutting down");
-    c->call = NULL;
-    admin_set_calls(g, -1);
-  }
+  for (actx_t *c = g->admin; c; c = c->next)
+    if (c->call) admin_answer(c, GT_RPC_UNAVAILABLE, "router shutting down", NULL);
   gt_rpc_server_destroy(g->srv);
   g->srv = NULL;
 }
