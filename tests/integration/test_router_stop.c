@@ -5,8 +5,9 @@
  * rt_destroy runs; a real redis-server and the scripted fake engine serve it, real gRPC clients
  * call it. Before the fix, rgf_stop freed the front with such posts queued and the later mailbox
  * drain ran them on freed memory (ASan: heap-use-after-free), and a new call queued there was
- * never finished, so the gRPC server's shutdown waited for it forever. Also an admin call that
- * waits on a Redis that stopped answering (SIGSTOP) when the router stops. Run it under ASan. */
+ * never finished, so the gRPC server's shutdown waited for it forever. Also an admin call (gRPC,
+ * HTTP) that waits on a Redis that stopped answering (SIGSTOP) when the router stops. Run it
+ * under ASan. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
@@ -256,6 +257,24 @@ static pid_t redis_pid(int port) {
   return pid;
 }
 
+/* Starts the stack and stops its redis-server answering (SIGSTOP); returns the server's pid. */
+static pid_t stack_start_redis_stopped(rt_stack_t *k) {
+  stack_start(k);
+  const pid_t rpid = redis_pid(rs_port(k->rs));
+  assert_true(rpid > 0);
+  assert_int_equal(kill(rpid, SIGSTOP), 0);
+  return rpid;
+}
+
+/* Stops the router with the redis-server rpid still stopped, then lets it run again (SIGCONT). */
+static void stop_router_redis_stopped(rt_stack_t *k, pid_t rpid) {
+  assert_int_equal(mbox_post(k->t.rt->mb, gate, &k->t, NULL, 0), 0);
+  const bool destroyed = stop_router(&k->t);
+  kill(rpid, SIGCONT);
+  assert_true(destroyed);
+  pthread_join(k->t.th, NULL);
+}
+
 /* An admin call (GetLimits) waiting on a Redis that stopped answering (SIGSTOP) when the router
  * stops: the router stops in bounded time, the call ends UNAVAILABLE, and (ASan) what the call
  * held is freed. Before, nothing ended the call, so the gRPC server's shutdown waited for it
@@ -263,10 +282,7 @@ static pid_t redis_pid(int port) {
 static void test_stop_with_admin_call_waiting_on_redis(void **st) {
   (void)st;
   rt_stack_t k;
-  stack_start(&k);
-  const pid_t rpid = redis_pid(rs_port(k.rs));
-  assert_true(rpid > 0);
-  assert_int_equal(kill(rpid, SIGSTOP), 0);
+  const pid_t rpid = stack_start_redis_stopped(&k);
 
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   cs_t c = {.mu = &mu};
@@ -282,11 +298,7 @@ static void test_stop_with_admin_call_waiting_on_redis(void **st) {
   while (rgf_admin_calls(k.front) < 1 && gt_now_ms() < until) usleep(5000);
   assert_int_equal(rgf_admin_calls(k.front), 1); /* its GetLimits script went to the stopped Redis */
 
-  assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
-  const bool destroyed = stop_router(&k.t);
-  kill(rpid, SIGCONT);
-  assert_true(destroyed);
-  pthread_join(k.t.th, NULL);
+  stop_router_redis_stopped(&k, rpid);
   assert_true(cs_wait_all(&c, 1, &mu, 10000));
   assert_int_equal(c.code, GT_RPC_UNAVAILABLE);
   assert_int_equal(c.msgs, 0);
@@ -306,9 +318,46 @@ static void test_stop_with_new_calls_queued(void **st) {
   stop_with_posts_queued(MAX_NEW);
 }
 
+/* GET /admin/limits on another thread: the HTTP status, -1 when the connection dropped. */
+typedef struct http_call {
+  int port;
+  long status;
+} http_call_t;
+
+static void *http_limits(void *arg) {
+  http_call_t *c = arg;
+  char *b = NULL;
+  c->status = http_req(c->port, "GET", "/admin/limits?model=tiny", NULL, NULL, 0, &b, NULL);
+  free(b);
+  return NULL;
+}
+
+/* The same on the HTTP front: GET /admin/limits waiting on the SIGSTOPped Redis when the router
+ * stops loses its connection, and (ASan) what it held is freed. Before, nothing freed it (a
+ * leak; and a use-after-free of its freed connection had Redis answered while rt_destroy still
+ * ran the loop). */
+static void test_stop_with_http_admin_waiting_on_redis(void **st) {
+  (void)st;
+  rt_stack_t k;
+  const pid_t rpid = stack_start_redis_stopped(&k);
+  http_call_t c = {.port = k.t.rt->http_port};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, http_limits, &c), 0);
+  struct http_front *hf = k.t.rt->http;
+  const double until = gt_now_ms() + 10000;
+  while (http_front_adm_waiting(hf) < 1 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(http_front_adm_waiting(hf), 1); /* its GetLimits script went to the stopped Redis */
+
+  stop_router_redis_stopped(&k, rpid);
+  pthread_join(th, NULL);
+  assert_int_equal(c.status, -1); /* the connection was closed */
+  stack_stop(&k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_stop_with_cancels_queued),
                                      cmocka_unit_test(test_stop_with_new_calls_queued),
-                                     cmocka_unit_test(test_stop_with_admin_call_waiting_on_redis)};
+                                     cmocka_unit_test(test_stop_with_admin_call_waiting_on_redis),
+                                     cmocka_unit_test(test_stop_with_http_admin_waiting_on_redis)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
