@@ -39,13 +39,17 @@ typedef struct gctx {
   struct gctx *prev, *next;
 } gctx_t;
 
+typedef struct actx actx_t;
+
 struct rgf {
   router_t *rt;
-  gt_rpc_server_t *srv;
-  gctx_t *live;       /* Generate calls in progress (loop thread) */
-  pthread_mutex_t mu; /* guards the two below: cq thread vs loop */
-  bool stopping;      /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
-  int posts;          /* posted to the loop and not yet run */
+  gt_rpc_server_t *srv; /* NULL once rgf_stop shut it down */
+  gctx_t *live;         /* Generate calls in progress (loop thread) */
+  actx_t *admin;        /* admin calls waiting on Redis, and those rgf_stop ended (loop thread) */
+  pthread_mutex_t mu;   /* guards the three below: cq thread vs loop */
+  bool stopping;        /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
+  int posts;            /* posted to the loop and not yet run */
+  int admin_calls;      /* admin calls not yet answered */
 };
 
 #define POST_STOPPING 1
@@ -80,17 +84,31 @@ static bool refused_stopping(rgf_t *g, gt_rpc_call_t *call) {
   return true;
 }
 
+/* HTTP status <-> gRPC code, both ways (the first row of a code is its HTTP status). */
+static const struct {
+  int http;
+  gt_rpc_code_t code;
+} status_codes[] = {{200, GT_RPC_OK},
+                    {400, GT_RPC_INVALID_ARGUMENT},
+                    {413, GT_RPC_INVALID_ARGUMENT},
+                    {401, GT_RPC_UNAUTHENTICATED},
+                    {403, GT_RPC_PERMISSION_DENIED},
+                    {404, GT_RPC_NOT_FOUND},
+                    {429, GT_RPC_RESOURCE_EXHAUSTED},
+                    {504, GT_RPC_DEADLINE_EXCEEDED},
+                    {503, GT_RPC_UNAVAILABLE}};
+
 static gt_rpc_code_t code_of_status(int http) {
-  switch (http) {
-    case 400: case 413: return GT_RPC_INVALID_ARGUMENT;
-    case 401: return GT_RPC_UNAUTHENTICATED;
-    case 403: return GT_RPC_PERMISSION_DENIED;
-    case 404: return GT_RPC_NOT_FOUND;
-    case 429: return GT_RPC_RESOURCE_EXHAUSTED;
-    case 504: return GT_RPC_DEADLINE_EXCEEDED;
-    case 503: return GT_RPC_UNAVAILABLE;
-    default: return GT_RPC_INTERNAL;
-  }
+  for (size_t i = 0; i < sizeof status_codes / sizeof status_codes[0]; i++)
+    if (status_codes[i].http == http) return status_codes[i].code;
+  return GT_RPC_INTERNAL;
+}
+
+/* The HTTP status gantry_router_requests_total counts a call ended with code under. */
+static int status_of_code(gt_rpc_code_t code) {
+  for (size_t i = 0; i < sizeof status_codes / sizeof status_codes[0]; i++)
+    if (status_codes[i].code == code) return status_codes[i].http;
+  return 500;
 }
 
 /* Ends c (its call already finished or aborted): counts the request once, like the HTTP front
@@ -391,20 +409,51 @@ static void on_models(void *user, gt_rpc_call_t *call) {
 }
 
 /* ---- Admin ---- */
-typedef struct actx {
+/* An admin call from arrival to its answer, and on until its admission callback came: rgf_stop
+ * answers a call still waiting on Redis (call NULL from then on); its callback frees c, or
+ * rgf_free when adm_destroy dropped the callback. */
+struct actx {
   rgf_t *g;
   gt_rpc_call_t *call;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
-} actx_t;
+  actx_t *prev, *next;
+};
 
-static void admin_fail(actx_t *c, gt_rpc_code_t code, const char *msg) {
-  gt_rpc_call_finish(c->call, code, msg);
+static void admin_set_calls(rgf_t *g, int delta) {
+  pthread_mutex_lock(&g->mu);
+  g->admin_calls += delta;
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Unlinks and frees c (its call already answered). */
+static void admin_free(actx_t *c) {
+  if (c->prev) c->prev->next = c->next;
+  else c->g->admin = c->next;
+  if (c->next) c->next->prev = c->prev;
   free(c);
 }
 
+/* Answers c's call (c->call set) with reply (given to the call) when not NULL, else with code
+ * and msg, and counts it, like the HTTP front, with its outcome; c->call is NULL after. */
+static void admin_answer(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCMessage *reply) {
+  metrics_request(c->g->rt->metrics, gt_rpc_call_method(c->call), reply ? 200 : status_of_code(code));
+  if (reply) gt_rpc_call_reply(c->call, reply);
+  else gt_rpc_call_finish(c->call, code, msg);
+  c->call = NULL;
+  admin_set_calls(c->g, -1);
+}
+
+/* Answers c's call unless rgf_stop did (reply: only while c->call is set), and frees c. */
+static void admin_end(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCMessage *reply) {
+  if (c->call) admin_answer(c, code, msg, reply);
+  admin_free(c);
+}
+
+static void admin_fail(actx_t *c, gt_rpc_code_t code, const char *msg) { admin_end(c, code, msg, NULL); }
+
 static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t *l) {
   actx_t *c = arg;
-  if (status != GT_OK || !l) {
+  if (!c->call || status != GT_OK || !l) {
     admin_fail(c, gt_rpc_code_from_err(status ? status : GT_EIO), msg ? msg : "limits unavailable");
     return;
   }
@@ -419,14 +468,13 @@ static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t
   r->max_inflight = l->max_inflight;
   r->max_queued = l->max_queued;
   r->weight = l->weight;
-  gt_rpc_call_reply(c->call, &r->base);
-  free(c);
+  admin_end(c, GT_RPC_OK, NULL, &r->base);
 }
 
 static void set_done(void *arg, int status, const char *msg) {
   actx_t *c = arg;
   gt_err_t err;
-  if (status != GT_OK) {
+  if (!c->call || status != GT_OK) {
     admin_fail(c, gt_rpc_code_from_err(status), msg);
     return;
   }
@@ -436,7 +484,7 @@ static void set_done(void *arg, int status, const char *msg) {
 
 static void queues_reply(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
   actx_t *c = arg;
-  if (status != GT_OK) {
+  if (!c->call || status != GT_OK) {
     admin_fail(c, gt_rpc_code_from_err(status), msg);
     return;
   }
@@ -460,8 +508,7 @@ static void queues_reply(void *arg, int status, const char *msg, const adm_queue
     q->weight = rows[i].weight;
     r->rows[r->n_rows++] = q;
   }
-  gt_rpc_call_reply(c->call, &r->base);
-  free(c);
+  admin_end(c, GT_RPC_OK, NULL, &r->base);
 }
 
 static void admin_auth(void *arg, auth_status_t st, const char *tenant) {
@@ -514,7 +561,10 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   }
   c->g = g;
   c->call = call;
-  metrics_request(g->rt->metrics, gt_rpc_call_method(call), 200);
+  c->next = g->admin;
+  if (g->admin) g->admin->prev = c;
+  g->admin = c;
+  admin_set_calls(g, 1);
   auth_check(g->rt->auth, md_key(call), AUTH_FOR_ADMIN, admin_auth, c);
 }
 
@@ -560,7 +610,7 @@ fail:
   return NULL;
 }
 
-size_t rgf_unsent_bytes(rgf_t *g) { return g ? gt_rpc_server_unsent_bytes(g->srv) : 0; }
+size_t rgf_unsent_bytes(rgf_t *g) { return g && g->srv ? gt_rpc_server_unsent_bytes(g->srv) : 0; }
 
 int rgf_pending_posts(rgf_t *g) {
   pthread_mutex_lock(&g->mu);
@@ -569,11 +619,20 @@ int rgf_pending_posts(rgf_t *g) {
   return n;
 }
 
+int rgf_admin_calls(rgf_t *g) {
+  pthread_mutex_lock(&g->mu);
+  int n = g->admin_calls;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their
  * calls first, then shut down with no grace. Hand-offs the cq thread posted before are run
  * first, while g lives (a new call among them is refused: left unfinished it would hold the
- * shutdown forever); from then on the cq thread posts nothing and refuses new calls itself. */
+ * shutdown forever); from then on the cq thread posts nothing and refuses new calls itself.
+ * Admin calls still waiting on Redis (which may never answer) are answered too; their contexts
+ * stay until their callback comes or rgf_free. */
 void rgf_stop(rgf_t *g) {
   if (!g) return;
   pthread_mutex_lock(&g->mu);
@@ -591,7 +650,15 @@ void rgf_stop(rgf_t *g) {
     }
     gctx_done(c, 503, GT_RPC_UNAVAILABLE, "router shutting down");
   }
+  for (actx_t *c = g->admin; c; c = c->next)
+    if (c->call) admin_answer(c, GT_RPC_UNAVAILABLE, "router shutting down", NULL);
   gt_rpc_server_destroy(g->srv);
+  g->srv = NULL;
+}
+
+void rgf_free(rgf_t *g) {
+  if (!g) return;
+  while (g->admin) admin_free(g->admin);
   pthread_mutex_destroy(&g->mu);
   free(g);
 }

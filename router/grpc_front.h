@@ -12,10 +12,17 @@ typedef struct rgf rgf_t;
 
 /* Binds cfg.grpc_addr (sets rt->grpc_port); NULL with err filled on failure. */
 rgf_t *rgf_start(router_t *rt, gt_err_t *err);
+/* Loop thread: ends every call (UNAVAILABLE for those in progress) and shuts the server down;
+ * bounded, also while Redis does not answer. g stays for the admission callbacks still due. */
 void rgf_stop(rgf_t *g);
+/* Frees g after rgf_stop, once adm_destroy dropped the callbacks still due. NULL is a no-op. */
+void rgf_free(rgf_t *g);
 /* Output queued for gRPC clients and not yet taken by the transport (bytes; 0 for NULL). */
 size_t rgf_unsent_bytes(rgf_t *g);
 /* Hand-offs from gRPC threads to the loop not yet run (any thread; for tests). */
 int rgf_pending_posts(rgf_t *g);
+/* Admin calls (GetLimits, SetLimits, ListQueues) received and not yet answered (any thread; for
+ * tests). */
+int rgf_admin_calls(rgf_t *g);
 
 #endif

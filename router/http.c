@@ -1,6 +1,7 @@
 /* router/http.c — the HTTP front (libevent evhttp on the router's loop): OpenAI routes, health,
  * metrics and the admin API. Every error is an OpenAI-style JSON body with the right status. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -20,9 +21,13 @@
 #include "router/http_errpage.h"
 #include "router/router.h"
 
+struct hreq;
+
 struct http_front {
   router_t *rt;
-  struct evhttp *http;
+  struct evhttp *http;     /* NULL once http_front_stop closed every connection */
+  struct hreq *adm_wait;   /* requests waiting on an admission (Redis) callback (loop thread) */
+  atomic_int n_adm_wait;   /* of them, not yet ended by http_front_stop (any thread reads) */
 };
 
 #ifndef GANTRY_VERSION
@@ -60,6 +65,10 @@ typedef struct hreq {
   struct evbuffer *out;               /* the connection's output buffer while paused */
   struct evbuffer_cb_entry *drain_cb; /* set while paused */
   struct event *wtimer;               /* write timeout while paused */
+  /* set while an admission callback is due (in the front's adm_wait list) */
+  bool adm_waiting;
+  bool orphan; /* http_front_stop freed its connection: the callback only frees h */
+  struct hreq *aprev, *anext;
 } hreq_t;
 
 static void stop_watch(hreq_t *h) {
@@ -268,7 +277,7 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
        * wait behind it, holding it until the client leaves; drop the connection instead */
       GT_LOG_WARN("rid=%s request failed while its stream was paused: connection dropped with %zu bytes unsent: %s",
                   h->id, h->out ? evbuffer_get_length(h->out) : 0, ev->err.message);
-      drop_stream(h, 200); /* the stream's status line went out as 200, like other stream errors */
+      drop_stream(h, ev->err.status); /* counted as failed, like the gRPC front */
       return;
     }
     if (h->streaming) {
@@ -277,7 +286,9 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
       send_sse(h, &sb);
       oa_sb_free(&sb);
       evhttp_send_reply_end(h->req);
-      finish(h, 200);
+      /* the status line went out as 200, but the request failed: counted with the error's
+       * status, as on the gRPC front (gantry_router_requests_total is the final outcome) */
+      finish(h, ev->err.status);
     } else {
       reply_error(h, &ev->err, ev->retry_after_s);
     }
@@ -481,6 +492,34 @@ static void detokenize_after_auth(hreq_t *h) {
 }
 
 /* ---- admin ---- */
+/* An admission call with h as its callback's argument was sent (it returned GT_OK). */
+static void adm_wait_begin(hreq_t *h) {
+  struct http_front *hf = h->rt->http;
+  h->adm_waiting = true;
+  h->aprev = NULL;
+  h->anext = hf->adm_wait;
+  if (hf->adm_wait) hf->adm_wait->aprev = h;
+  hf->adm_wait = h;
+  atomic_fetch_add(&hf->n_adm_wait, 1);
+}
+
+/* First thing in an admission callback: true when h was orphaned by http_front_stop (then h is
+ * freed and the callback returns at once). */
+static bool adm_wait_end(hreq_t *h) {
+  if (!h->adm_waiting) return false; /* called directly, not by admission */
+  struct http_front *hf = h->rt->http;
+  h->adm_waiting = false;
+  if (h->aprev) h->aprev->anext = h->anext;
+  else hf->adm_wait = h->anext;
+  if (h->anext) h->anext->aprev = h->aprev;
+  if (!h->orphan) {
+    atomic_fetch_sub(&hf->n_adm_wait, 1);
+    return false;
+  }
+  hreq_free(h);
+  return true;
+}
+
 static json_t *limits_obj(const char *model, const char *tenant, const adm_limits_t *l) {
   json_t *o = json_pack("{s:s,s:s?}", "model", model, "tenant", tenant && tenant[0] ? tenant : NULL);
   json_object_set_new(o, "max_inflight", json_integer(l->max_inflight));
@@ -491,6 +530,7 @@ static json_t *limits_obj(const char *model, const char *tenant, const adm_limit
 
 static void on_limits_get(void *arg, int status, const char *msg, const adm_limits_t *lim) {
   hreq_t *h = arg;
+  if (adm_wait_end(h)) return;
   if (status != GT_OK || !lim) {
     reply_errf(h, status == GT_EINVAL ? 400 : 503, status == GT_EINVAL ? "invalid_request_error" : "server_error",
                NULL, msg ? msg : "limits unavailable");
@@ -501,6 +541,7 @@ static void on_limits_get(void *arg, int status, const char *msg, const adm_limi
 
 static void on_limits_set(void *arg, int status, const char *msg) {
   hreq_t *h = arg;
+  if (adm_wait_end(h)) return;
   if (status != GT_OK) {
     reply_errf(h, status == GT_EINVAL ? 400 : 503, status == GT_EINVAL ? "invalid_request_error" : "server_error",
                NULL, msg ? msg : "limits update failed");
@@ -510,10 +551,13 @@ static void on_limits_set(void *arg, int status, const char *msg) {
   gt_err_t err;
   if (adm_limits_get(h->rt->adm, h->model, h->atenant, on_limits_get, h, &err))
     reply_errf(h, 503, "server_error", NULL, err.msg);
+  else
+    adm_wait_begin(h);
 }
 
 static void on_queues(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
   hreq_t *h = arg;
+  if (adm_wait_end(h)) return;
   if (status != GT_OK) {
     reply_errf(h, 503, "server_error", NULL, msg ? msg : "queues unavailable");
     return;
@@ -549,6 +593,7 @@ static void admin_after_auth(hreq_t *h) {
     char model[ADM_NAME_MAX + 1];
     query_param(h->req, "model", model, sizeof model);
     if (adm_queues_list(h->rt->adm, model, on_queues, h, &err)) reply_errf(h, 503, "server_error", NULL, err.msg);
+    else adm_wait_begin(h);
     return;
   }
   if (m == EVHTTP_REQ_GET) {
@@ -557,11 +602,14 @@ static void admin_after_auth(hreq_t *h) {
     if (!h->model[0]) {
       /* all pools: the queues listing carries the limits of every pool and tenant */
       if (adm_queues_list(h->rt->adm, NULL, on_queues, h, &err)) reply_errf(h, 503, "server_error", NULL, err.msg);
+      else adm_wait_begin(h);
       return;
     }
     if (adm_limits_get(h->rt->adm, h->model, h->atenant, on_limits_get, h, &err))
       reply_errf(h, err.code == GT_EINVAL ? 400 : 503, err.code == GT_EINVAL ? "invalid_request_error" : "server_error",
                  NULL, err.msg);
+    else
+      adm_wait_begin(h);
     return;
   }
   /* PUT */
@@ -581,6 +629,8 @@ static void admin_after_auth(hreq_t *h) {
   if (adm_limits_set(h->rt->adm, h->model, h->atenant, &h->lim, on_limits_set, h, &err))
     reply_errf(h, err.code == GT_EINVAL ? 400 : 503, err.code == GT_EINVAL ? "invalid_request_error" : "server_error",
                NULL, err.msg);
+  else
+    adm_wait_begin(h);
 }
 
 /* ---- dispatch ---- */
@@ -664,6 +714,7 @@ static void model_one(hreq_t *h) {
 
 static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
   hreq_t *h = arg;
+  if (adm_wait_end(h)) return;
   (void)msg;
   adm_stats_t as;
   adm_stats(h->rt->adm, &as);
@@ -690,6 +741,7 @@ static void info_after_auth(hreq_t *h) {
   }
   gt_err_t err;
   if (adm_queues_list(h->rt->adm, NULL, metrics_cb, h, &err)) metrics_cb(h, GT_EIO, err.msg, NULL, 0);
+  else adm_wait_begin(h);
 }
 
 /* GET /ready: 200 when Redis is up and every model has a ready engine; 503 otherwise and while
@@ -803,7 +855,7 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   snprintf(host, sizeof host, "%s", rt->cfg.http_addr);
   char *colon = strrchr(host, ':');
   if (!hf->http || !colon) {
-    http_front_stop(hf);
+    http_front_free(hf);
     gt_err_set(err, GT_EINVAL, "--http %s: expected HOST:PORT", rt->cfg.http_addr);
     return NULL;
   }
@@ -822,7 +874,7 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   struct evhttp_bound_socket *s = evhttp_bind_socket_with_handle(hf->http, host, (ev_uint16_t)port);
   if (!s) {
     const int e = errno;
-    http_front_stop(hf);
+    http_front_free(hf);
     gt_err_set(err, GT_EIO, "--http %s: cannot listen: %s", rt->cfg.http_addr,
                e ? strerror(e) : "bad address");
     return NULL;
@@ -837,7 +889,31 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
 }
 
 void http_front_stop(struct http_front *hf) {
+  if (!hf || !hf->http) return;
+  /* a request waiting on Redis (which may never answer) loses its connection below; its
+   * callback, if it still comes, only frees it */
+  for (hreq_t *h = hf->adm_wait; h; h = h->anext) {
+    h->orphan = true;
+    stop_watch(h);
+    if (h->conn) evhttp_connection_set_closecb(h->conn, NULL, NULL);
+    h->req = NULL;
+    h->conn = NULL;
+    metrics_request(h->rt->metrics, route_names[h->route], 503);
+  }
+  atomic_store(&hf->n_adm_wait, 0);
+  evhttp_free(hf->http);
+  hf->http = NULL;
+}
+
+void http_front_free(struct http_front *hf) {
   if (!hf) return;
-  if (hf->http) evhttp_free(hf->http);
+  http_front_stop(hf);
+  while (hf->adm_wait) {
+    hreq_t *h = hf->adm_wait;
+    hf->adm_wait = h->anext;
+    hreq_free(h);
+  }
   free(hf);
 }
+
+int http_front_adm_waiting(struct http_front *hf) { return atomic_load(&hf->n_adm_wait); }

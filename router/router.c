@@ -166,6 +166,9 @@ void rt_destroy(router_t *rt) {
     }
   }
   if (rt->adm) adm_destroy(rt->adm);
+  /* after adm_destroy: requests the fronts' stop ended may still await it */
+  rgf_free(rt->grpc);
+  http_front_free(rt->http);
   registry_free(rt->registry);
   pool_destroy(rt->pool);
   auth_destroy(rt->auth);

@@ -14,7 +14,8 @@
  * fronts without what was buffered: the SSE connection is dropped, the gRPC call aborted
  * (gantry_router_grpc_unsent_bytes back to 0 while the client's connection stays open); before,
  * a paused engine stream did not see its deadline at all, and once it did the buffer waited for
- * the client to leave. */
+ * the client to leave.
+ * Both fronts count a stream that fails after it started with the error's status. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -40,6 +41,7 @@ static int engine_idle(fe_t *f) { return fe_active(f) == 0; }
 
 #define WT_METRIC "gantry_router_rejections_total{reason=\"client_write_timeout\"}"
 #define GEN_METRIC(status) "gantry_router_requests_total{route=\"grpc:Generate\",status=\"" status "\"}"
+#define CHAT_METRIC(status) "gantry_router_requests_total{route=\"/v1/chat/completions\",status=\"" status "\"}"
 
 /* Sends a streaming chat request on a socket with a tiny receive buffer and returns the socket
  * (never read). */
@@ -153,6 +155,9 @@ static void test_unread_stream_failure_drops_connection(void **st) {
          gt_now_ms() - t0, total);
   assert_true(closed);
   assert_int_equal(rp_metric(&rp, WT_METRIC, NULL), -1); /* not the write timeout (60 s) */
+  /* counted once, as failed with the deadline's status, like the gRPC front; before: 200 */
+  assert_int_equal(wait_metric(&rp, CHAT_METRIC("504"), is_one, 5000), 1);
+  assert_int_equal(rp_metric(&rp, CHAT_METRIC("200"), NULL), -1);
   close(fd);
   assert_int_equal(rstack_stop(&k), 0);
 }
@@ -329,11 +334,39 @@ static void test_grpc_paused_stream_failure_frees_output(void **st) {
   assert_int_equal(rstack_stop(&k), 0);
 }
 
+/* An engine that dies after the first token (DIE): the SSE stream (status line 200) and the gRPC
+ * stream (trailers OK, final message with an error) both failed, and both fronts count them the
+ * same way in gantry_router_requests_total: once, with the error's status (503), never as 200.
+ * Before, the HTTP front counted its stream 200 and the gRPC front 503. */
+static void test_stream_failure_counted_alike(void **st) {
+  (void)st;
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--health-ms", "100", NULL});
+  rp_t rp = k.rp;
+  assert_true(rp_wait_ready(&rp, 20000));
+  char *b = NULL;
+  const char *req = "{\"model\":\"tiny\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"DIE\"}]}";
+  const char *h[] = {"Content-Type: application/json", NULL};
+  assert_int_equal(http_req(rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 200);
+  assert_non_null(strstr(b, "partial")); /* it had started */
+  free(b);
+  int fd = h2_open_generate(rp.grpc_port, 0);
+  h2_send_generate(fd, "DIE", 50);
+  assert_true(h2_wait_stream_end(fd, 10000));
+  close(fd);
+  assert_int_equal(wait_metric(&rp, CHAT_METRIC("503"), is_one, 5000), 1);
+  assert_int_equal(wait_metric(&rp, GEN_METRIC("503"), is_one, 5000), 1);
+  assert_int_equal(rp_metric(&rp, CHAT_METRIC("200"), NULL), -1);
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_unread_stream_bounded_and_cancelled),
                                      cmocka_unit_test(test_unread_stream_failure_drops_connection),
                                      cmocka_unit_test(test_grpc_half_sent_message_deadline),
                                      cmocka_unit_test(test_grpc_unread_stream_bounded_and_cancelled),
-                                     cmocka_unit_test(test_grpc_paused_stream_failure_frees_output)};
+                                     cmocka_unit_test(test_grpc_paused_stream_failure_frees_output),
+                                     cmocka_unit_test(test_stream_failure_counted_alike)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,8 @@
  *   - Content-Type text/plain: 415;
  *   - --protect-info: /metrics, /v1/models and ListModels need an API key or the admin key;
  *   - a 429's Retry-After comes from the measured admission rate (it said 26 s for a queue that
- *     drained in 7 s). */
+ *     drained in 7 s);
+ *   - gRPC admin calls are counted in gantry_router_requests_total with their outcome. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -275,12 +276,49 @@ static void test_cli_table_on_terminal(void **st) {
   free(t);
 }
 
+/* A gRPC admin call: its status code (key: "Bearer K" or NULL). */
+static gt_rpc_code_t grpc_admin(const char *method, ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                                const char *key) {
+  gt_rpc_md_t md[] = {{"authorization", key}};
+  ProtobufCMessage *resp = NULL;
+  gt_rpc_status_t s;
+  gt_rpc_code_t code = gt_rpc_client_unary(g_rpc, method, req, resp_desc, 5000, md, key ? 1 : 0, &resp, &s);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return code;
+}
+
+#define ADMIN_METRIC(m, status) "gantry_router_requests_total{route=\"/gantry.v1.Admin/" m "\",status=\"" status "\"}"
+
+/* gRPC admin calls are counted in gantry_router_requests_total with their outcome, as on the
+ * HTTP front; before, every admin call was counted 200 on arrival, refused or not. */
+static void test_grpc_admin_counted_by_outcome(void **st) {
+  (void)st;
+  Gantry__V1__GetLimitsRequest g = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
+  g.model = "tiny";
+  assert_int_equal(grpc_admin("/gantry.v1.Admin/GetLimits", &g.base, &gantry__v1__limits__descriptor, NULL),
+                   GT_RPC_PERMISSION_DENIED);
+  assert_int_equal(grpc_admin("/gantry.v1.Admin/GetLimits", &g.base, &gantry__v1__limits__descriptor, "Bearer adm"),
+                   GT_RPC_OK);
+  Gantry__V1__SetLimitsRequest sl = GANTRY__V1__SET_LIMITS_REQUEST__INIT;
+  sl.model = "nosuch";
+  sl.max_inflight_opt_case = GANTRY__V1__SET_LIMITS_REQUEST__MAX_INFLIGHT_OPT_MAX_INFLIGHT;
+  sl.max_inflight = 3;
+  assert_int_equal(grpc_admin("/gantry.v1.Admin/SetLimits", &sl.base, &gantry__v1__limits__descriptor, "Bearer adm"),
+                   GT_RPC_NOT_FOUND);
+  const char *adm = "Authorization: Bearer adm";
+  assert_int_equal(rp_metric(&g_k.rp, ADMIN_METRIC("GetLimits", "403"), adm), 1);
+  assert_int_equal(rp_metric(&g_k.rp, ADMIN_METRIC("GetLimits", "200"), adm), 1);
+  assert_int_equal(rp_metric(&g_k.rp, ADMIN_METRIC("SetLimits", "404"), adm), 1);
+  assert_int_equal(rp_metric(&g_k.rp, ADMIN_METRIC("SetLimits", "200"), adm), -1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grpc_front_message_cap),
       cmocka_unit_test(test_max_tokens_beyond_context),
       cmocka_unit_test(test_content_type_415),
       cmocka_unit_test(test_protect_info),
+      cmocka_unit_test(test_grpc_admin_counted_by_outcome),
       cmocka_unit_test(test_retry_after_from_admission_rate),
       cmocka_unit_test(test_listen_error_says_why),
       cmocka_unit_test(test_cli_table_on_terminal),

@@ -5,10 +5,13 @@
  * rt_destroy runs; a real redis-server and the scripted fake engine serve it, real gRPC clients
  * call it. Before the fix, rgf_stop freed the front with such posts queued and the later mailbox
  * drain ran them on freed memory (ASan: heap-use-after-free), and a new call queued there was
- * never finished, so the gRPC server's shutdown waited for it forever. Run it under ASan. */
+ * never finished, so the gRPC server's shutdown waited for it forever. Also an admin call (gRPC,
+ * HTTP) that waits on a Redis that stopped answering (SIGSTOP) when the router stops. Run it
+ * under ASan. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +22,7 @@
 
 #include <cmocka.h>
 #include <event2/event.h>
+#include <hiredis/hiredis.h>
 
 #include "common/clock.h"
 #include "common/grpc_client.h"
@@ -121,31 +125,40 @@ static void cs_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const ch
 static int engine_busy(fe_t *f) { return fe_active(f) == N_CANCEL; }
 static int engine_idle(fe_t *f) { return fe_active(f) == 0; }
 
-/* Starts the router, N_CANCEL streams, holds the loop, cancels them and starts n_new calls, then
- * stops the router with all those hand-offs queued, and checks every call ended as it should. */
-static void stop_with_posts_queued(int n_new) {
+/* A real redis-server, the fake engine "A" for model tiny, the router on its loop thread (ready)
+ * and a gRPC client of it. */
+typedef struct stack {
+  rs_t *rs;
+  fe_t *fe;
+  rt_thread_t t;
+  rgf_t *front;
+  gt_rpc_client_t *cl;
+} rt_stack_t;
+
+static void stack_start(rt_stack_t *k) {
   gt_err_t err;
-  rs_t *rs = rs_start(&err);
-  assert_non_null(rs);
-  fe_t *fe = fe_start("A");
-  assert_non_null(fe);
+  *k = (rt_stack_t){0};
+  k->rs = rs_start(&err);
+  assert_non_null(k->rs);
+  k->fe = fe_start("A");
+  assert_non_null(k->fe);
   char redis[64], eng[64];
-  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(rs));
-  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(fe));
+  snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(k->rs));
+  snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(k->fe));
   char *argv[] = {"router", "--redis", redis, "--engine", eng, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
                   "--auth", "none", "--health-ms", "100", "--drain-timeout-s", "0", NULL};
   static rt_config_t cfg;
   bool help;
   rt_config_defaults(&cfg);
   assert_int_equal(rt_config_parse(&cfg, (int)(sizeof argv / sizeof argv[0]) - 1, argv, &help, &err), GT_OK);
-  rt_thread_t t = {0};
-  pthread_mutex_init(&t.mu, NULL);
-  pthread_cond_init(&t.cv, NULL);
-  t.rt = rt_create(&cfg, &err);
-  assert_non_null(t.rt);
-  const int http_port = t.rt->http_port, grpc_port = t.rt->grpc_port;
-  rgf_t *front = t.rt->grpc;
-  assert_int_equal(pthread_create(&t.th, NULL, loop_main, &t), 0);
+  rt_thread_t *t = &k->t;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  t->rt = rt_create(&cfg, &err);
+  assert_non_null(t->rt);
+  const int http_port = t->rt->http_port, grpc_port = t->rt->grpc_port;
+  k->front = t->rt->grpc;
+  assert_int_equal(pthread_create(&t->th, NULL, loop_main, t), 0);
   double until = gt_now_ms() + 20000;
   char *b = NULL;
   while (http_req(http_port, "GET", "/ready", NULL, NULL, 0, &b, NULL) != 200 && gt_now_ms() < until) {
@@ -154,63 +167,143 @@ static void stop_with_posts_queued(int n_new) {
     usleep(20000);
   }
   free(b);
-
   char target[64];
   snprintf(target, sizeof target, "127.0.0.1:%d", grpc_port);
-  gt_rpc_client_t *cl;
-  assert_int_equal(gt_rpc_client_create(target, NULL, &cl, &err), GT_OK);
+  assert_int_equal(gt_rpc_client_create(target, NULL, &k->cl, &err), GT_OK);
+}
+
+/* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs.
+ * Returns whether the router was destroyed within 20 s. */
+static bool stop_router(rt_thread_t *t) {
+  const double t0 = gt_now_ms();
+  pthread_mutex_lock(&t->mu);
+  t->gate_open = true;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  const bool destroyed = wait_flag(t, &t->destroyed, 20000);
+  printf("router stopped in %.0f ms\n", gt_now_ms() - t0);
+  return destroyed;
+}
+
+static void stack_stop(rt_stack_t *k) {
+  gt_rpc_client_destroy(k->cl);
+  fe_stop(k->fe);
+  rs_stop(k->rs);
+  pthread_mutex_destroy(&k->t.mu);
+  pthread_cond_destroy(&k->t.cv);
+}
+
+/* Waits (up to ms) until every cs in cs[0..n) is done; returns whether they were. */
+static bool cs_wait_all(cs_t *cs, int n, pthread_mutex_t *mu, int ms) {
+  const double until = gt_now_ms() + ms;
+  bool all = false;
+  while (!all && gt_now_ms() < until) {
+    all = true;
+    pthread_mutex_lock(mu);
+    for (int i = 0; i < n; i++) all = all && cs[i].done;
+    pthread_mutex_unlock(mu);
+    if (!all) usleep(10000);
+  }
+  return all;
+}
+
+/* Starts the router, N_CANCEL streams, holds the loop, cancels them and starts n_new calls, then
+ * stops the router with all those hand-offs queued, and checks every call ended as it should. */
+static void stop_with_posts_queued(int n_new) {
+  rt_stack_t k;
+  stack_start(&k);
+  rt_thread_t *t = &k.t;
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  cs_t run[N_CANCEL], fresh[MAX_NEW];
-  for (int i = 0; i < N_CANCEL; i++) cs_start(cl, &run[i], &mu, "SLOW");
-  assert_true(fe_wait(fe, engine_busy, 10000)); /* admitted, streaming from the engine */
+  cs_t run[N_CANCEL + MAX_NEW], *fresh = run + N_CANCEL;
+  for (int i = 0; i < N_CANCEL; i++) cs_start(k.cl, &run[i], &mu, "SLOW");
+  assert_true(fe_wait(k.fe, engine_busy, 10000)); /* admitted, streaming from the engine */
 
   /* hold the loop; meanwhile the front's cq thread posts a cancel per stream and a new call */
-  assert_int_equal(mbox_post(t.rt->mb, gate, &t, NULL, 0), 0);
-  assert_true(wait_flag(&t, &t.gate_in, 10000));
+  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
+  assert_true(wait_flag(t, &t->gate_in, 10000));
   for (int i = 0; i < N_CANCEL; i++) gt_rpc_stream_cancel(run[i].s);
-  for (int i = 0; i < n_new; i++) cs_start(cl, &fresh[i], &mu, "SLOW");
-  until = gt_now_ms() + 10000;
-  while (rgf_pending_posts(front) < N_CANCEL + n_new && gt_now_ms() < until) usleep(5000);
-  const int pending = rgf_pending_posts(front);
+  for (int i = 0; i < n_new; i++) cs_start(k.cl, &fresh[i], &mu, "SLOW");
+  const double until = gt_now_ms() + 10000;
+  while (rgf_pending_posts(k.front) < N_CANCEL + n_new && gt_now_ms() < until) usleep(5000);
+  const int pending = rgf_pending_posts(k.front);
   printf("gRPC front hand-offs queued when the loop stops: %d\n", pending);
   assert_int_equal(pending, N_CANCEL + n_new);
 
   /* stop the loop: rt_destroy runs with them queued */
-  const double t0 = gt_now_ms();
-  pthread_mutex_lock(&t.mu);
-  t.gate_open = true;
-  pthread_cond_broadcast(&t.cv);
-  pthread_mutex_unlock(&t.mu);
-  const bool destroyed = wait_flag(&t, &t.destroyed, 20000);
-  printf("router stopped in %.0f ms\n", gt_now_ms() - t0);
-  assert_true(destroyed); /* before: the server's shutdown waited for the queued calls forever */
-  pthread_join(t.th, NULL);
+  assert_true(stop_router(t)); /* before: the server's shutdown waited for the queued calls forever */
+  pthread_join(t->th, NULL);
 
   /* the queued calls were answered (UNAVAILABLE), the cancelled streams ended, the engine too */
-  until = gt_now_ms() + 10000;
-  bool all = false;
-  while (!all && gt_now_ms() < until) {
-    all = true;
-    pthread_mutex_lock(&mu);
-    for (int i = 0; i < N_CANCEL; i++) all = all && run[i].done;
-    for (int i = 0; i < n_new; i++) all = all && fresh[i].done;
-    pthread_mutex_unlock(&mu);
-    if (!all) usleep(10000);
-  }
-  assert_true(all);
+  assert_true(cs_wait_all(run, N_CANCEL + n_new, &mu, 10000));
   for (int i = 0; i < N_CANCEL; i++) assert_int_equal(run[i].code, GT_RPC_CANCELLED);
   for (int i = 0; i < n_new; i++) {
     assert_int_equal(fresh[i].code, GT_RPC_UNAVAILABLE);
     assert_int_equal(fresh[i].msgs, 0);
   }
-  assert_true(fe_wait(fe, engine_idle, 10000));
-  for (int i = 0; i < N_CANCEL; i++) gt_rpc_stream_release(run[i].s);
-  for (int i = 0; i < n_new; i++) gt_rpc_stream_release(fresh[i].s);
-  gt_rpc_client_destroy(cl);
-  fe_stop(fe);
-  rs_stop(rs);
-  pthread_mutex_destroy(&t.mu);
-  pthread_cond_destroy(&t.cv);
+  assert_true(fe_wait(k.fe, engine_idle, 10000));
+  for (int i = 0; i < N_CANCEL + n_new; i++) gt_rpc_stream_release(run[i].s);
+  stack_stop(&k);
+}
+
+/* process_id of the redis-server on port (from INFO server), or -1. */
+static pid_t redis_pid(int port) {
+  redisContext *r = redisConnect("127.0.0.1", port);
+  pid_t pid = -1;
+  redisReply *rep = r && !r->err ? redisCommand(r, "INFO server") : NULL;
+  const char *p = rep && rep->type == REDIS_REPLY_STRING ? rep->str : NULL;
+  if (p && (p = strstr(p, "process_id:"))) pid = (pid_t)atol(p + 11);
+  if (rep) freeReplyObject(rep);
+  if (r) redisFree(r);
+  return pid;
+}
+
+/* Starts the stack and stops its redis-server answering (SIGSTOP); returns the server's pid. */
+static pid_t stack_start_redis_stopped(rt_stack_t *k) {
+  stack_start(k);
+  const pid_t rpid = redis_pid(rs_port(k->rs));
+  assert_true(rpid > 0);
+  assert_int_equal(kill(rpid, SIGSTOP), 0);
+  return rpid;
+}
+
+/* Stops the router with the redis-server rpid still stopped, then lets it run again (SIGCONT). */
+static void stop_router_redis_stopped(rt_stack_t *k, pid_t rpid) {
+  assert_int_equal(mbox_post(k->t.rt->mb, gate, &k->t, NULL, 0), 0);
+  const bool destroyed = stop_router(&k->t);
+  kill(rpid, SIGCONT);
+  assert_true(destroyed);
+  pthread_join(k->t.th, NULL);
+}
+
+/* An admin call (GetLimits) waiting on a Redis that stopped answering (SIGSTOP) when the router
+ * stops: the router stops in bounded time, the call ends UNAVAILABLE, and (ASan) what the call
+ * held is freed. Before, nothing ended the call, so the gRPC server's shutdown waited for it
+ * forever on the loop thread that would have answered it. */
+static void test_stop_with_admin_call_waiting_on_redis(void **st) {
+  (void)st;
+  rt_stack_t k;
+  const pid_t rpid = stack_start_redis_stopped(&k);
+
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  cs_t c = {.mu = &mu};
+  Gantry__V1__GetLimitsRequest q = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
+  q.model = "tiny";
+  q.tenant = "";
+  gt_rpc_stream_args_t a = {.method = "/gantry.v1.Admin/GetLimits", .request = &q.base,
+                            .response = &gantry__v1__limits__descriptor, .timeout_ms = 60000,
+                            .on_msg = cs_msg, .on_done = cs_done, .user = &c};
+  gt_err_t err;
+  assert_int_equal(gt_rpc_client_stream(k.cl, &a, &c.s, &err), GT_OK);
+  const double until = gt_now_ms() + 10000;
+  while (rgf_admin_calls(k.front) < 1 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(rgf_admin_calls(k.front), 1); /* its GetLimits script went to the stopped Redis */
+
+  stop_router_redis_stopped(&k, rpid);
+  assert_true(cs_wait_all(&c, 1, &mu, 10000));
+  assert_int_equal(c.code, GT_RPC_UNAVAILABLE);
+  assert_int_equal(c.msgs, 0);
+  gt_rpc_stream_release(c.s);
+  stack_stop(&k);
 }
 
 /* Clients' cancels queued: before, they ran after rgf_stop freed the front (ASan). */
@@ -225,8 +318,46 @@ static void test_stop_with_new_calls_queued(void **st) {
   stop_with_posts_queued(MAX_NEW);
 }
 
+/* GET /admin/limits on another thread: the HTTP status, -1 when the connection dropped. */
+typedef struct http_call {
+  int port;
+  long status;
+} http_call_t;
+
+static void *http_limits(void *arg) {
+  http_call_t *c = arg;
+  char *b = NULL;
+  c->status = http_req(c->port, "GET", "/admin/limits?model=tiny", NULL, NULL, 0, &b, NULL);
+  free(b);
+  return NULL;
+}
+
+/* The same on the HTTP front: GET /admin/limits waiting on the SIGSTOPped Redis when the router
+ * stops loses its connection, and (ASan) what it held is freed. Before, nothing freed it (a
+ * leak; and a use-after-free of its freed connection had Redis answered while rt_destroy still
+ * ran the loop). */
+static void test_stop_with_http_admin_waiting_on_redis(void **st) {
+  (void)st;
+  rt_stack_t k;
+  const pid_t rpid = stack_start_redis_stopped(&k);
+  http_call_t c = {.port = k.t.rt->http_port};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, http_limits, &c), 0);
+  struct http_front *hf = k.t.rt->http;
+  const double until = gt_now_ms() + 10000;
+  while (http_front_adm_waiting(hf) < 1 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(http_front_adm_waiting(hf), 1); /* its GetLimits script went to the stopped Redis */
+
+  stop_router_redis_stopped(&k, rpid);
+  pthread_join(th, NULL);
+  assert_int_equal(c.status, -1); /* the connection was closed */
+  stack_stop(&k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_stop_with_cancels_queued),
-                                     cmocka_unit_test(test_stop_with_new_calls_queued)};
+                                     cmocka_unit_test(test_stop_with_new_calls_queued),
+                                     cmocka_unit_test(test_stop_with_admin_call_waiting_on_redis),
+                                     cmocka_unit_test(test_stop_with_http_admin_waiting_on_redis)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
