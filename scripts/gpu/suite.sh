@@ -203,7 +203,7 @@ fi
 # LONG=1 (pack with STACK=1): issue 17's long-context table through the whole stack, LONG_MODEL
 # (default qwen35-9b:Q4_K_M): `serve --max-num-seqs 8 --max-model-len 32768` (the default KV pool)
 # with contexts LONG_CTX (512 / 8192 / 28000: 512 is the short-prompt decode that 28K is set against)
-# at concurrency LONG_CONC (1, 8: eight 28K users at once), then a 64K prompt
+# at concurrency LONG_CONC (1, 8: eight 28K users at once), then (LONG64=0: not) a 64K prompt
 # alone (`--max-num-seqs 1 --max-model-len 65600`); cold and warm TTFT, per-user decode.
 if [ "${LONG:-0}" = 1 ]; then
   spec=${LONG_MODEL:-qwen35-9b:Q4_K_M}
@@ -212,9 +212,11 @@ if [ "${LONG:-0}" = 1 ]; then
     echo "== long $spec: ${LONG_CTX:-512,8192,28000} x concurrency ${LONG_CONC:-1,8}"
     DIST=$D OUT=$OUT/long.$preset SEQS=8 MAX_LEN=32768 CONTEXTS=${LONG_CTX:-512,8192,28000} CONC=${LONG_CONC:-1,8} MAX_TOKENS=${LONG_TOKENS:-64} \
       BENCH_TIMEOUT=${LONG_TIMEOUT:-420} bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
-    echo "== long $spec: 64K alone"
-    DIST=$D OUT=$OUT/long64.$preset SEQS=1 MAX_LEN=${LONG64_LEN:-65600} CONTEXTS=${LONG64_CTX:-64000} CONC=1 MAX_TOKENS=${LONG_TOKENS:-64} \
-      BENCH_TIMEOUT=${LONG_TIMEOUT:-420} bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
+    if [ "${LONG64:-1}" = 1 ]; then # LONG64=0: without the 64K prompt
+      echo "== long $spec: 64K alone"
+      DIST=$D OUT=$OUT/long64.$preset SEQS=1 MAX_LEN=${LONG64_LEN:-65600} CONTEXTS=${LONG64_CTX:-64000} CONC=1 MAX_TOKENS=${LONG_TOKENS:-64} \
+        BENCH_TIMEOUT=${LONG_TIMEOUT:-420} bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
+    fi
   else
     rc=1
   fi
