@@ -36,6 +36,7 @@ typedef struct gctx {
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
   char id[40];
   struct event *wtimer; /* set while paused: the client does not take its output */
+  bool failed;          /* a choice's Final had finish_reason ERROR */
   struct gctx *prev, *next;
 } gctx_t;
 
@@ -220,10 +221,16 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
     return;
   }
   *ev->taken = true;
+  const Gantry__V1__GenerateResponse *r = ev->msg;
+  if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL &&
+      r->final->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR)
+    c->failed = true;
   gt_rpc_call_send(c->call, &ev->msg->base, ev->final ? GT_RPC_SEND_NO_MERGE : 0);
   if (ev->final) {
     c->rq = NULL;
-    gctx_done(c, 200, GT_RPC_OK, NULL);
+    /* the call ends OK (the error is in its final message) but the generation failed: counted
+     * 500, as the HTTP front counts it with or without streaming */
+    gctx_done(c, c->failed ? 500 : 200, GT_RPC_OK, NULL);
   } else {
     maybe_pause(c, ev);
   }

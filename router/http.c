@@ -305,7 +305,9 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
     if (ev->final) {
       h->rq = NULL;
       evhttp_send_reply_end(h->req);
-      finish(h, 200);
+      /* a choice that ended with finish_reason ERROR (an error event on a stream whose status
+       * line said 200) is counted 500, the status the same request gets without streaming */
+      finish(h, oa_resp_error(h->resp) ? 500 : 200);
     } else {
       maybe_pause(h, ev);
     }

@@ -15,7 +15,8 @@
  * (gantry_router_grpc_unsent_bytes back to 0 while the client's connection stays open); before,
  * a paused engine stream did not see its deadline at all, and once it did the buffer waited for
  * the client to leave.
- * Both fronts count a stream that fails after it started with the error's status. */
+ * Both fronts count a stream that fails after it started with the error's status, and one that
+ * ends with a Final of finish_reason ERROR 500, as the non-streaming reply answers. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -361,12 +362,44 @@ static void test_stream_failure_counted_alike(void **st) {
   assert_int_equal(rstack_stop(&k), 0);
 }
 
+/* An engine whose stream ends with a Final of finish_reason ERROR after a token (FAILFINAL): the
+ * non-streaming reply is a 500, the SSE stream (status line 200) ends with an error event, the
+ * gRPC call ends OK with that Final. All three are counted 500 in gantry_router_requests_total.
+ * Before, the SSE stream and the gRPC call were counted 200. */
+static void test_error_final_counted_alike(void **st) {
+  (void)st;
+  rstack_t k;
+  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--health-ms", "100", NULL});
+  rp_t rp = k.rp;
+  assert_true(rp_wait_ready(&rp, 20000));
+  const char *h[] = {"Content-Type: application/json", NULL};
+  const char *plain = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"FAILFINAL\"}]}";
+  const char *sse = "{\"model\":\"tiny\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"FAILFINAL\"}]}";
+  char *b = NULL;
+  assert_int_equal(http_req(rp.http_port, "POST", "/v1/chat/completions", h, plain, strlen(plain), &b, NULL), 500);
+  free(b);
+  b = NULL;
+  assert_int_equal(http_req(rp.http_port, "POST", "/v1/chat/completions", h, sse, strlen(sse), &b, NULL), 200);
+  assert_non_null(strstr(b, "sampling failed")); /* the error event */
+  free(b);
+  int fd = h2_open_generate(rp.grpc_port, 0);
+  h2_send_generate(fd, "FAILFINAL", 50);
+  assert_true(h2_wait_stream_end(fd, 10000));
+  close(fd);
+  assert_int_equal(wait_metric(&rp, GEN_METRIC("500"), is_one, 5000), 1);
+  assert_int_equal(rp_metric(&rp, CHAT_METRIC("500"), NULL), 2);
+  assert_int_equal(rp_metric(&rp, CHAT_METRIC("200"), NULL), -1);
+  assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_unread_stream_bounded_and_cancelled),
                                      cmocka_unit_test(test_unread_stream_failure_drops_connection),
                                      cmocka_unit_test(test_grpc_half_sent_message_deadline),
                                      cmocka_unit_test(test_grpc_unread_stream_bounded_and_cancelled),
                                      cmocka_unit_test(test_grpc_paused_stream_failure_frees_output),
-                                     cmocka_unit_test(test_stream_failure_counted_alike)};
+                                     cmocka_unit_test(test_stream_failure_counted_alike),
+                                     cmocka_unit_test(test_error_final_counted_alike)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
