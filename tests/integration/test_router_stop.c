@@ -372,24 +372,23 @@ static void test_stop_with_new_calls_queued(void **st) {
   stop_with_posts_queued(MAX_NEW);
 }
 
-/* GET /admin/limits on another thread: the HTTP status, -1 when the connection dropped. */
+/* GET /admin/limits on another thread: the HTTP status (-1 when the connection dropped), body. */
 typedef struct http_call {
   int port;
   long status;
+  char *body;
 } http_call_t;
 
 static void *http_limits(void *arg) {
   http_call_t *c = arg;
-  char *b = NULL;
-  c->status = http_req(c->port, "GET", "/admin/limits?model=tiny", NULL, NULL, 0, &b, NULL);
-  free(b);
+  c->status = http_req(c->port, "GET", "/admin/limits?model=tiny", NULL, NULL, 0, &c->body, NULL);
   return NULL;
 }
 
 /* The same on the HTTP front: GET /admin/limits waiting on the SIGSTOPped Redis when the router
- * stops loses its connection, and (ASan) what it held is freed. Before, nothing freed it (a
- * leak; and a use-after-free of its freed connection had Redis answered while rt_destroy still
- * ran the loop). */
+ * stops gets a 503 router_shutdown error, then its connection closes, and (ASan) what it held is
+ * freed. Before, nothing freed it (a leak; and a use-after-free of its freed connection had Redis
+ * answered while rt_destroy still ran the loop); then the connection closed with no reply. */
 static void test_stop_with_http_admin_waiting_on_redis(void **st) {
   (void)st;
   rt_stack_t k;
@@ -404,7 +403,10 @@ static void test_stop_with_http_admin_waiting_on_redis(void **st) {
 
   stop_router_redis_stopped(&k, rpid);
   pthread_join(th, NULL);
-  assert_int_equal(c.status, -1); /* the connection was closed */
+  assert_int_equal(c.status, 503); /* before: -1, the connection closed without a reply */
+  assert_non_null(c.body);
+  assert_non_null(strstr(c.body, "\"router_shutdown\""));
+  free(c.body);
   stack_stop(&k);
 }
 
