@@ -778,8 +778,12 @@ static int route_of(const char *path) {
 
 static void on_request(struct evhttp_request *req, void *arg) {
   struct http_front *hf = arg;
+  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+  const char *path = u ? evhttp_uri_get_path(u) : NULL;
+  const int route = route_of(path ? path : "");
   hreq_t *h = calloc(1, sizeof *h);
   if (!h) {
+    metrics_request(hf->rt->metrics, route_names[route], 500);
     evhttp_send_error(req, 500, "out of memory");
     return;
   }
@@ -789,9 +793,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   const char *rid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
   if (rid && rid[0] && strlen(rid) < sizeof h->id && !strpbrk(rid, " :*\r\n")) snprintf(h->id, sizeof h->id, "%s", rid);
   else rt_request_id(hf->rt, h->id);
-  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
-  const char *path = u ? evhttp_uri_get_path(u) : NULL;
-  h->route = route_of(path ? path : "");
+  h->route = route;
   enum evhttp_cmd_type m = evhttp_request_get_command(req);
   h->conn = evhttp_request_get_connection(req);
 
