@@ -26,7 +26,25 @@
 #define M_GETLIM "/gantry.v1.Admin/GetLimits"
 #define M_SETLIM "/gantry.v1.Admin/SetLimits"
 #define M_QUEUES "/gantry.v1.Admin/ListQueues"
-#define M_GENERATE_ROUTE "grpc:Generate" /* route label of gantry_router_requests_total */
+#define M_GENERATE_ROUTE "grpc:Generate" /* route labels of gantry_router_requests_total */
+#define M_MODELS_ROUTE "grpc:ListModels"
+
+/* Every method with its route label (admin calls: the method itself). */
+static const struct {
+  const char *method, *route;
+} methods[] = {{M_GENERATE, M_GENERATE_ROUTE}, {M_MODELS, M_MODELS_ROUTE}, {M_GETLIM, M_GETLIM},
+               {M_SETLIM, M_SETLIM},           {M_QUEUES, M_QUEUES}};
+#define N_METHODS (int)(sizeof methods / sizeof methods[0])
+
+/* call's row of methods (only the methods registered above reach the front). */
+static int method_index(gt_rpc_call_t *call) {
+  const char *m = gt_rpc_call_method(call);
+  int i = 0;
+  while (i < N_METHODS - 1 && strcmp(methods[i].method, m)) i++;
+  return i;
+}
+
+static const char *route_of(gt_rpc_call_t *call) { return methods[method_index(call)].route; }
 
 typedef struct gctx {
   rgf_t *g;
@@ -36,6 +54,7 @@ typedef struct gctx {
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
   char id[40];
   struct event *wtimer; /* set while paused: the client does not take its output */
+  bool failed;          /* a choice's Final had finish_reason ERROR */
   struct gctx *prev, *next;
 } gctx_t;
 
@@ -46,10 +65,13 @@ struct rgf {
   gt_rpc_server_t *srv; /* NULL once rgf_stop shut it down */
   gctx_t *live;         /* Generate calls in progress (loop thread) */
   actx_t *admin;        /* admin calls waiting on Redis, and those rgf_stop ended (loop thread) */
-  pthread_mutex_t mu;   /* guards the three below: cq thread vs loop */
+  pthread_mutex_t mu;   /* guards the four below: cq thread vs loop */
   bool stopping;        /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
   int posts;            /* posted to the loop and not yet run */
   int admin_calls;      /* admin calls not yet answered */
+  /* calls the cq thread refused (by method: [0] stopping, [1] out of memory), not yet counted
+   * in the metrics, which only the loop touches */
+  int refused[N_METHODS][2];
 };
 
 #define POST_STOPPING 1
@@ -64,22 +86,42 @@ static int front_post(rgf_t *g, mbox_fn fn, void *b, intptr_t x) {
   return rc;
 }
 
+/* Loop thread, g->mu held: counts the calls the cq thread refused since the last time, each once,
+ * 503 when stopping, 500 out of memory (as on the loop). */
+static void count_refused(rgf_t *g) {
+  for (int i = 0; i < N_METHODS; i++)
+    for (int k = 0; k < 2; k++)
+      for (; g->refused[i][k] > 0; g->refused[i][k]--) metrics_request(g->rt->metrics, methods[i].route, k ? 500 : 503);
+}
+
 /* Loop thread, first thing in every function front_post handed over. */
 static void post_ran(rgf_t *g) {
   pthread_mutex_lock(&g->mu);
   g->posts--;
+  count_refused(g);
   pthread_mutex_unlock(&g->mu);
 }
 
-/* cq thread: a new call front_post could not hand to the loop. */
-static void refuse(gt_rpc_call_t *call, int rc) {
+/* cq thread: a new call front_post could not hand to the loop; counted by the loop later. */
+static void refuse(rgf_t *g, gt_rpc_call_t *call, int rc) {
+  pthread_mutex_lock(&g->mu);
+  g->refused[method_index(call)][rc == POST_STOPPING ? 0 : 1]++;
+  pthread_mutex_unlock(&g->mu);
   if (rc == POST_STOPPING) gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "router shutting down");
   else gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-/* Loop thread: a new call posted before rgf_stop began, run by its drain: answered at once. */
+/* Loop thread: a new call out of memory: answered at once, counted 500. */
+static void refuse_oom(rgf_t *g, gt_rpc_call_t *call) {
+  metrics_request(g->rt->metrics, route_of(call), 500);
+  gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* Loop thread: a new call posted before rgf_stop began, run by its drain: answered at once,
+ * counted 503. */
 static bool refused_stopping(rgf_t *g, gt_rpc_call_t *call) {
   if (!g->stopping) return false;
+  metrics_request(g->rt->metrics, route_of(call), 503);
   gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, "router shutting down");
   return true;
 }
@@ -220,10 +262,16 @@ static void on_gen_event(void *sink, const rq_event_t *ev) {
     return;
   }
   *ev->taken = true;
+  const Gantry__V1__GenerateResponse *r = ev->msg;
+  if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL &&
+      r->final->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR)
+    c->failed = true;
   gt_rpc_call_send(c->call, &ev->msg->base, ev->final ? GT_RPC_SEND_NO_MERGE : 0);
   if (ev->final) {
     c->rq = NULL;
-    gctx_done(c, 200, GT_RPC_OK, NULL);
+    /* the call ends OK (the error is in its final message) but the generation failed: counted
+     * 500, as the HTTP front counts it with or without streaming */
+    gctx_done(c, c->failed ? 500 : 200, GT_RPC_OK, NULL);
   } else {
     maybe_pause(c, ev);
   }
@@ -291,14 +339,10 @@ static void gen_loop(void *a, void *b, intptr_t x) {
   gt_rpc_call_t *call = b;
   (void)x;
   post_ran(g);
-  if (refused_stopping(g, call)) {
-    metrics_request(g->rt->metrics, M_GENERATE_ROUTE, 503);
-    return;
-  }
+  if (refused_stopping(g, call)) return;
   gctx_t *c = calloc(1, sizeof *c);
   if (!c) {
-    metrics_request(g->rt->metrics, M_GENERATE_ROUTE, 500);
-    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    refuse_oom(g, call);
     return;
   }
   c->g = g;
@@ -324,7 +368,7 @@ static void cancel_loop(void *a, void *b, intptr_t id) {
 static void on_generate(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
   int rc = front_post(g, gen_loop, call, 0);
-  if (rc) refuse(call, rc);
+  if (rc) refuse(g, call, rc);
 }
 
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
@@ -341,7 +385,7 @@ static void models_loop(void *a, void *b, intptr_t x) {
   pool_t *p = g->rt->pool;
   Gantry__V1__ListModelsResponse *r = malloc(sizeof *r);
   if (!r) {
-    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    refuse_oom(g, call);
     return;
   }
   gantry__v1__list_models_response__init(r);
@@ -362,7 +406,7 @@ static void models_loop(void *a, void *b, intptr_t x) {
     if (e->up) m->engines_ready++;
     if (e->context_length > m->context_length) m->context_length = e->context_length;
   }
-  metrics_request(g->rt->metrics, "grpc:ListModels", 200);
+  metrics_request(g->rt->metrics, M_MODELS_ROUTE, 200);
   gt_rpc_call_reply(call, &r->base);
 }
 
@@ -376,7 +420,7 @@ static void models_auth(void *arg, auth_status_t st, const char *tenant) {
   (void)tenant;
   if (st == AUTH_OK) models_loop(m->g, m->call, 0);
   else {
-    metrics_request(m->g->rt->metrics, "grpc:ListModels", st == AUTH_DENIED ? 401 : 503);
+    metrics_request(m->g->rt->metrics, M_MODELS_ROUTE, st == AUTH_DENIED ? 401 : 503);
     gt_rpc_call_finish(m->call, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
                        st == AUTH_DENIED ? "ListModels needs an API key (--protect-info)" : "cannot check the API key");
   }
@@ -395,7 +439,7 @@ static void models_check(void *a, void *b, intptr_t x) {
   }
   mctx_t *m = malloc(sizeof *m);
   if (!m) {
-    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    refuse_oom(g, call);
     return;
   }
   *m = (mctx_t){g, call};
@@ -405,7 +449,7 @@ static void models_check(void *a, void *b, intptr_t x) {
 static void on_models(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
   int rc = front_post(g, models_check, call, 0);
-  if (rc) refuse(call, rc);
+  if (rc) refuse(g, call, rc);
 }
 
 /* ---- Admin ---- */
@@ -416,6 +460,7 @@ struct actx {
   rgf_t *g;
   gt_rpc_call_t *call;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
+  bool oom; /* its reply could not be allocated */
   actx_t *prev, *next;
 };
 
@@ -436,7 +481,7 @@ static void admin_free(actx_t *c) {
 /* Answers c's call (c->call set) with reply (given to the call) when not NULL, else with code
  * and msg, and counts it, like the HTTP front, with its outcome; c->call is NULL after. */
 static void admin_answer(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCMessage *reply) {
-  metrics_request(c->g->rt->metrics, gt_rpc_call_method(c->call), reply ? 200 : status_of_code(code));
+  metrics_request(c->g->rt->metrics, route_of(c->call), reply ? 200 : c->oom ? 500 : status_of_code(code));
   if (reply) gt_rpc_call_reply(c->call, reply);
   else gt_rpc_call_finish(c->call, code, msg);
   c->call = NULL;
@@ -451,6 +496,13 @@ static void admin_end(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCM
 
 static void admin_fail(actx_t *c, gt_rpc_code_t code, const char *msg) { admin_end(c, code, msg, NULL); }
 
+/* c's reply could not be allocated: RESOURCE_EXHAUSTED, counted 500 like every call refused out
+ * of memory (status_of_code would say 429, a client's rate limit). */
+static void admin_oom(actx_t *c) {
+  c->oom = true;
+  admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
 static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t *l) {
   actx_t *c = arg;
   if (!c->call || status != GT_OK || !l) {
@@ -459,7 +511,7 @@ static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t
   }
   Gantry__V1__Limits *r = malloc(sizeof *r);
   if (!r) {
-    admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    admin_oom(c);
     return;
   }
   gantry__v1__limits__init(r);
@@ -490,7 +542,7 @@ static void queues_reply(void *arg, int status, const char *msg, const adm_queue
   }
   Gantry__V1__ListQueuesResponse *r = malloc(sizeof *r);
   if (!r) {
-    admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    admin_oom(c);
     return;
   }
   gantry__v1__list_queues_response__init(r);
@@ -556,7 +608,7 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   if (refused_stopping(g, call)) return;
   actx_t *c = calloc(1, sizeof *c);
   if (!c) {
-    gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
+    refuse_oom(g, call);
     return;
   }
   c->g = g;
@@ -571,7 +623,7 @@ static void admin_loop(void *a, void *b, intptr_t x) {
 static void on_admin(void *user, gt_rpc_call_t *call) {
   rgf_t *g = user;
   int rc = front_post(g, admin_loop, call, 0);
-  if (rc) refuse(call, rc);
+  if (rc) refuse(g, call, rc);
 }
 
 rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
@@ -654,6 +706,9 @@ void rgf_stop(rgf_t *g) {
     if (c->call) admin_answer(c, GT_RPC_UNAVAILABLE, "router shutting down", NULL);
   gt_rpc_server_destroy(g->srv);
   g->srv = NULL;
+  pthread_mutex_lock(&g->mu); /* the cq thread is gone: count what it refused last */
+  count_refused(g);
+  pthread_mutex_unlock(&g->mu);
 }
 
 void rgf_free(rgf_t *g) {

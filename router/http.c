@@ -305,7 +305,9 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
     if (ev->final) {
       h->rq = NULL;
       evhttp_send_reply_end(h->req);
-      finish(h, 200);
+      /* a choice that ended with finish_reason ERROR (an error event on a stream whose status
+       * line said 200) is counted 500, the status the same request gets without streaming */
+      finish(h, oa_resp_error(h->resp) ? 500 : 200);
     } else {
       maybe_pause(h, ev);
     }
@@ -776,8 +778,12 @@ static int route_of(const char *path) {
 
 static void on_request(struct evhttp_request *req, void *arg) {
   struct http_front *hf = arg;
+  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+  const char *path = u ? evhttp_uri_get_path(u) : NULL;
+  const int route = route_of(path ? path : "");
   hreq_t *h = calloc(1, sizeof *h);
   if (!h) {
+    metrics_request(hf->rt->metrics, route_names[route], 500);
     evhttp_send_error(req, 500, "out of memory");
     return;
   }
@@ -787,9 +793,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   const char *rid = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
   if (rid && rid[0] && strlen(rid) < sizeof h->id && !strpbrk(rid, " :*\r\n")) snprintf(h->id, sizeof h->id, "%s", rid);
   else rt_request_id(hf->rt, h->id);
-  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
-  const char *path = u ? evhttp_uri_get_path(u) : NULL;
-  h->route = route_of(path ? path : "");
+  h->route = route;
   enum evhttp_cmd_type m = evhttp_request_get_command(req);
   h->conn = evhttp_request_get_connection(req);
 
@@ -888,14 +892,38 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   return hf;
 }
 
+/* At stop, for a request waiting on Redis whose connection is about to be freed: a 503 error
+ * sent with one non-blocking send on its socket, past libevent (whose output buffer the loop,
+ * stopped, would never write; the client is not waited for: what the socket does not take now
+ * is lost with the connection, but a small reply on an idle connection fits). */
+static void reply_at_stop(hreq_t *h) {
+  struct bufferevent *bev = evhttp_connection_get_bufferevent(h->conn);
+  const evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+  oa_error_t e;
+  oa_err(&e, 503, "server_error", NULL, "router_shutdown", "the router is shutting down; retry on another router");
+  char *js = fd >= 0 ? oa_error_json(&e) : NULL;
+  char msg[1024];
+  const int n = js ? snprintf(msg, sizeof msg,
+                              "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                              "X-Request-Id: %s\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                              h->id, strlen(js), js)
+                   : -1;
+  if (n > 0 && (size_t)n < sizeof msg && send(fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+    GT_LOG_DEBUG("rid=%s 503 at stop not sent: %s", h->id, strerror(errno));
+  free(js);
+}
+
 void http_front_stop(struct http_front *hf) {
   if (!hf || !hf->http) return;
-  /* a request waiting on Redis (which may never answer) loses its connection below; its
-   * callback, if it still comes, only frees it */
+  /* a request waiting on Redis (which may never answer) is answered 503 and loses its
+   * connection below; its callback, if it still comes, only frees it */
   for (hreq_t *h = hf->adm_wait; h; h = h->anext) {
     h->orphan = true;
     stop_watch(h);
-    if (h->conn) evhttp_connection_set_closecb(h->conn, NULL, NULL);
+    if (h->conn) {
+      evhttp_connection_set_closecb(h->conn, NULL, NULL);
+      if (!h->gone) reply_at_stop(h);
+    }
     h->req = NULL;
     h->conn = NULL;
     metrics_request(h->rt->metrics, route_names[h->route], 503);

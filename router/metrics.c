@@ -73,6 +73,12 @@ void metrics_request(metrics_t *m, const char *route, int status) {
   s->n = 1;
 }
 
+uint64_t metrics_requests(const metrics_t *m, const char *route, int status) {
+  for (int i = 0; i < m->nreq; i++)
+    if (m->req[i].status == status && !strcmp(m->req[i].route, route)) return m->req[i].n;
+  return 0;
+}
+
 void metrics_reject(metrics_t *m, const char *reason) {
   for (int i = 0; i < m->nrej; i++)
     if (!strcmp(m->rej[i].name, reason)) {

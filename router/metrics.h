@@ -9,6 +9,8 @@ typedef struct metrics metrics_t;
 metrics_t *metrics_create(void);
 void metrics_destroy(metrics_t *m);
 void metrics_request(metrics_t *m, const char *route, int status);
+/* gantry_router_requests_total{route,status} so far (loop thread; for tests in the process). */
+uint64_t metrics_requests(const metrics_t *m, const char *route, int status);
 void metrics_reject(metrics_t *m, const char *reason);
 /* Router-side latency of one request of model: time to its first token, and end to end (from
  * arrival at the router to the final message), seconds. */

@@ -129,6 +129,12 @@ static void *run_job(void *arg) {
   } else if (strstr(j->text, "FAILFIRST") && __atomic_fetch_add(&g_failfirst, 1, __ATOMIC_SEQ_CST) % 2 == 0) {
     end_active(j);
     gt_rpc_call_finish(c, GT_RPC_UNAVAILABLE, "engine failed before the first token");
+  } else if (strstr(j->text, "FAILFINAL")) { /* started, then a Final with finish_reason ERROR */
+    send_tok(c, 7, "partial", NULL);
+    gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR, "sampling failed");
+    end_active(j);
+    gt_rpc_call_send(c, &f->base, GT_RPC_SEND_NO_MERGE);
+    gt_rpc_call_finish(c, GT_RPC_OK, NULL);
   } else if (strstr(j->text, "DIE")) {
     send_tok(c, 7, "partial", NULL);
     usleep(30000);

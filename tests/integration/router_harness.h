@@ -6,6 +6,7 @@
  *   SLOW      max_tokens (default 50) tokens, one per 20 ms
  *   FLOOD     max_tokens (default 50) tokens of 16 KiB each, one message each, as fast as it can
  *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
+ *   FAILFINAL one delta, then a Final with finish_reason ERROR ("sampling failed"), status OK
  *   FAILFIRST every other such call (process-wide, the 1st, 3rd, ...) fails before the first token
  *   TOOLONG   INVALID_ARGUMENT "prompt has 5000 tokens but the context length is 4096"
  *   BADPARAM_LB / BADPARAM_TEMP / BADPARAM_NONE  INVALID_ARGUMENT naming the field in trailing

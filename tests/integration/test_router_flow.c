@@ -15,7 +15,8 @@
  * (gantry_router_grpc_unsent_bytes back to 0 while the client's connection stays open); before,
  * a paused engine stream did not see its deadline at all, and once it did the buffer waited for
  * the client to leave.
- * Both fronts count a stream that fails after it started with the error's status. */
+ * Both fronts count a stream that fails after it started with the error's status, and one that
+ * ends with a Final of finish_reason ERROR 500, as the non-streaming reply answers. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -334,6 +335,45 @@ static void test_grpc_paused_stream_failure_frees_output(void **st) {
   assert_int_equal(rstack_stop(&k), 0);
 }
 
+/* POST /v1/chat/completions of content prompt (stream or not): the HTTP status is want and the
+ * body holds text. */
+static void chat_expect(const rp_t *rp, const char *prompt, bool stream, long want, const char *text) {
+  char req[256];
+  snprintf(req, sizeof req, "{\"model\":\"tiny\",\"stream\":%s,\"messages\":[{\"role\":\"user\",\"content\":\"%s\"}]}",
+           stream ? "true" : "false", prompt);
+  const char *h[] = {"Content-Type: application/json", NULL};
+  char *b = NULL;
+  assert_int_equal(http_req(rp->http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), want);
+  assert_non_null(b);
+  assert_non_null(strstr(b, text));
+  free(b);
+}
+
+/* A gRPC Generate of prompt (raw HTTP/2), until the router ends it. */
+static void generate_to_end(const rp_t *rp, const char *prompt) {
+  int fd = h2_open_generate(rp->grpc_port, 0);
+  h2_send_generate(fd, prompt, 50);
+  assert_true(h2_wait_stream_end(fd, 10000));
+  close(fd);
+}
+
+/* gantry_router_requests_total: n_chat chat requests and one Generate counted with status, none
+ * of either with 200. */
+static void assert_failed_counted(rp_t *rp, const char *status, long long n_chat) {
+  char chat[160], gen[160];
+  snprintf(chat, sizeof chat, "gantry_router_requests_total{route=\"/v1/chat/completions\",status=\"%s\"}", status);
+  snprintf(gen, sizeof gen, "gantry_router_requests_total{route=\"grpc:Generate\",status=\"%s\"}", status);
+  assert_int_equal(wait_metric(rp, gen, is_one, 5000), 1);
+  assert_int_equal(rp_metric(rp, chat, NULL), n_chat);
+  assert_int_equal(rp_metric(rp, CHAT_METRIC("200"), NULL), -1);
+  assert_int_equal(rp_metric(rp, GEN_METRIC("200"), NULL), -1);
+}
+
+static void start_with_grpc(rstack_t *k) {
+  rstack_start(k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--health-ms", "100", NULL});
+  assert_true(rp_wait_ready(&k->rp, 20000));
+}
+
 /* An engine that dies after the first token (DIE): the SSE stream (status line 200) and the gRPC
  * stream (trailers OK, final message with an error) both failed, and both fronts count them the
  * same way in gantry_router_requests_total: once, with the error's status (503), never as 200.
@@ -341,23 +381,25 @@ static void test_grpc_paused_stream_failure_frees_output(void **st) {
 static void test_stream_failure_counted_alike(void **st) {
   (void)st;
   rstack_t k;
-  rstack_start(&k, "A", (const char *[]){"--grpc", "127.0.0.1:0", "--health-ms", "100", NULL});
-  rp_t rp = k.rp;
-  assert_true(rp_wait_ready(&rp, 20000));
-  char *b = NULL;
-  const char *req = "{\"model\":\"tiny\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"DIE\"}]}";
-  const char *h[] = {"Content-Type: application/json", NULL};
-  assert_int_equal(http_req(rp.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &b, NULL), 200);
-  assert_non_null(strstr(b, "partial")); /* it had started */
-  free(b);
-  int fd = h2_open_generate(rp.grpc_port, 0);
-  h2_send_generate(fd, "DIE", 50);
-  assert_true(h2_wait_stream_end(fd, 10000));
-  close(fd);
-  assert_int_equal(wait_metric(&rp, CHAT_METRIC("503"), is_one, 5000), 1);
-  assert_int_equal(wait_metric(&rp, GEN_METRIC("503"), is_one, 5000), 1);
-  assert_int_equal(rp_metric(&rp, CHAT_METRIC("200"), NULL), -1);
-  assert_int_equal(rp_metric(&rp, GEN_METRIC("200"), NULL), -1);
+  start_with_grpc(&k);
+  chat_expect(&k.rp, "DIE", true, 200, "partial"); /* it had started */
+  generate_to_end(&k.rp, "DIE");
+  assert_failed_counted(&k.rp, "503", 1);
+  assert_int_equal(rstack_stop(&k), 0);
+}
+
+/* An engine whose stream ends with a Final of finish_reason ERROR after a token (FAILFINAL): the
+ * non-streaming reply is a 500, the SSE stream (status line 200) ends with an error event, the
+ * gRPC call ends OK with that Final. All three are counted 500 in gantry_router_requests_total.
+ * Before, the SSE stream and the gRPC call were counted 200. */
+static void test_error_final_counted_alike(void **st) {
+  (void)st;
+  rstack_t k;
+  start_with_grpc(&k);
+  chat_expect(&k.rp, "FAILFINAL", false, 500, "sampling failed");
+  chat_expect(&k.rp, "FAILFINAL", true, 200, "sampling failed"); /* the error event */
+  generate_to_end(&k.rp, "FAILFINAL");
+  assert_failed_counted(&k.rp, "500", 2);
   assert_int_equal(rstack_stop(&k), 0);
 }
 
@@ -367,6 +409,7 @@ int main(void) {
                                      cmocka_unit_test(test_grpc_half_sent_message_deadline),
                                      cmocka_unit_test(test_grpc_unread_stream_bounded_and_cancelled),
                                      cmocka_unit_test(test_grpc_paused_stream_failure_frees_output),
-                                     cmocka_unit_test(test_stream_failure_counted_alike)};
+                                     cmocka_unit_test(test_stream_failure_counted_alike),
+                                     cmocka_unit_test(test_error_final_counted_alike)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,6 +34,10 @@
 #define N_CANCEL 3 /* streams running at the engine whose clients cancel while the loop is held */
 #define MAX_NEW 2  /* Generate calls that arrive while the loop is held */
 
+/* gRPC routes of gantry_router_requests_total whose 503 count a test reads at stop */
+static const char *const stop_routes[] = {"grpc:Generate", "grpc:ListModels", "/gantry.v1.Admin/GetLimits"};
+#define N_STOP_ROUTES (int)(sizeof stop_routes / sizeof stop_routes[0])
+
 /* The router on its own loop thread: rt_run, then rt_destroy on the same thread (as main()). */
 typedef struct rt_thread {
   router_t *rt;
@@ -41,11 +45,19 @@ typedef struct rt_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool gate_in, gate_open, destroyed;
+  /* set by the test: the gRPC front is stopped first, alone, and then (its counts still there)
+   * stop_503[i] is the 503 count of stop_routes[i] */
+  bool read_stop_counts;
+  uint64_t stop_503[N_STOP_ROUTES];
 } rt_thread_t;
 
 static void *loop_main(void *arg) {
   rt_thread_t *t = arg;
   rt_run(t->rt);
+  if (t->read_stop_counts) { /* rgf_stop, as rt_destroy calls it; rt_destroy's call does nothing more */
+    rgf_stop(t->rt->grpc);
+    for (int i = 0; i < N_STOP_ROUTES; i++) t->stop_503[i] = metrics_requests(t->rt->metrics, stop_routes[i], 503);
+  }
   rt_destroy(t->rt);
   pthread_mutex_lock(&t->mu);
   t->destroyed = true;
@@ -117,6 +129,16 @@ static void cs_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const ch
   *c = (cs_t){.mu = mu};
   gt_rpc_stream_args_t a = {.method = "/gantry.v1.Router/Generate", .request = &r.base,
                             .response = &gantry__v1__generate_response__descriptor, .timeout_ms = 60000,
+                            .on_msg = cs_msg, .on_done = cs_done, .user = c};
+  gt_err_t err;
+  assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
+}
+
+/* Starts a unary call of method with req (response of type resp) into c. */
+static void unary_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const char *method,
+                        const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp) {
+  *c = (cs_t){.mu = mu};
+  gt_rpc_stream_args_t a = {.method = method, .request = req, .response = resp, .timeout_ms = 60000,
                             .on_msg = cs_msg, .on_done = cs_done, .user = c};
   gt_err_t err;
   assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
@@ -285,15 +307,11 @@ static void test_stop_with_admin_call_waiting_on_redis(void **st) {
   const pid_t rpid = stack_start_redis_stopped(&k);
 
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  cs_t c = {.mu = &mu};
+  cs_t c;
   Gantry__V1__GetLimitsRequest q = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
   q.model = "tiny";
   q.tenant = "";
-  gt_rpc_stream_args_t a = {.method = "/gantry.v1.Admin/GetLimits", .request = &q.base,
-                            .response = &gantry__v1__limits__descriptor, .timeout_ms = 60000,
-                            .on_msg = cs_msg, .on_done = cs_done, .user = &c};
-  gt_err_t err;
-  assert_int_equal(gt_rpc_client_stream(k.cl, &a, &c.s, &err), GT_OK);
+  unary_start(k.cl, &c, &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
   const double until = gt_now_ms() + 10000;
   while (rgf_admin_calls(k.front) < 1 && gt_now_ms() < until) usleep(5000);
   assert_int_equal(rgf_admin_calls(k.front), 1); /* its GetLimits script went to the stopped Redis */
@@ -303,6 +321,42 @@ static void test_stop_with_admin_call_waiting_on_redis(void **st) {
   assert_int_equal(c.code, GT_RPC_UNAVAILABLE);
   assert_int_equal(c.msgs, 0);
   gt_rpc_stream_release(c.s);
+  stack_stop(&k);
+}
+
+/* A Generate, a ListModels and a GetLimits call queued for the loop when the router stops: each
+ * is refused UNAVAILABLE and counted once, 503, in gantry_router_requests_total. Before, only
+ * Generate was counted; the other two not at all. */
+static void test_stop_counts_refused_calls(void **st) {
+  (void)st;
+  rt_stack_t k;
+  stack_start(&k);
+  rt_thread_t *t = &k.t;
+  t->read_stop_counts = true;
+  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
+  assert_true(wait_flag(t, &t->gate_in, 10000));
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  cs_t cs[N_STOP_ROUTES];
+  cs_start(k.cl, &cs[0], &mu, "SLOW");
+  Gantry__V1__ListModelsRequest lm = GANTRY__V1__LIST_MODELS_REQUEST__INIT;
+  unary_start(k.cl, &cs[1], &mu, "/gantry.v1.Router/ListModels", &lm.base, &gantry__v1__list_models_response__descriptor);
+  Gantry__V1__GetLimitsRequest q = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
+  q.model = "tiny";
+  q.tenant = "";
+  unary_start(k.cl, &cs[2], &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
+  const double until = gt_now_ms() + 10000;
+  while (rgf_pending_posts(k.front) < N_STOP_ROUTES && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(rgf_pending_posts(k.front), N_STOP_ROUTES);
+
+  assert_true(stop_router(t));
+  pthread_join(t->th, NULL);
+  assert_true(cs_wait_all(cs, N_STOP_ROUTES, &mu, 10000));
+  for (int i = 0; i < N_STOP_ROUTES; i++) {
+    assert_int_equal(cs[i].code, GT_RPC_UNAVAILABLE);
+    printf("%s: %llu counted 503\n", stop_routes[i], (unsigned long long)t->stop_503[i]);
+    assert_int_equal(t->stop_503[i], 1);
+    gt_rpc_stream_release(cs[i].s);
+  }
   stack_stop(&k);
 }
 
@@ -318,24 +372,23 @@ static void test_stop_with_new_calls_queued(void **st) {
   stop_with_posts_queued(MAX_NEW);
 }
 
-/* GET /admin/limits on another thread: the HTTP status, -1 when the connection dropped. */
+/* GET /admin/limits on another thread: the HTTP status (-1 when the connection dropped), body. */
 typedef struct http_call {
   int port;
   long status;
+  char *body;
 } http_call_t;
 
 static void *http_limits(void *arg) {
   http_call_t *c = arg;
-  char *b = NULL;
-  c->status = http_req(c->port, "GET", "/admin/limits?model=tiny", NULL, NULL, 0, &b, NULL);
-  free(b);
+  c->status = http_req(c->port, "GET", "/admin/limits?model=tiny", NULL, NULL, 0, &c->body, NULL);
   return NULL;
 }
 
 /* The same on the HTTP front: GET /admin/limits waiting on the SIGSTOPped Redis when the router
- * stops loses its connection, and (ASan) what it held is freed. Before, nothing freed it (a
- * leak; and a use-after-free of its freed connection had Redis answered while rt_destroy still
- * ran the loop). */
+ * stops gets a 503 router_shutdown error, then its connection closes, and (ASan) what it held is
+ * freed. Before, nothing freed it (a leak; and a use-after-free of its freed connection had Redis
+ * answered while rt_destroy still ran the loop); then the connection closed with no reply. */
 static void test_stop_with_http_admin_waiting_on_redis(void **st) {
   (void)st;
   rt_stack_t k;
@@ -350,13 +403,17 @@ static void test_stop_with_http_admin_waiting_on_redis(void **st) {
 
   stop_router_redis_stopped(&k, rpid);
   pthread_join(th, NULL);
-  assert_int_equal(c.status, -1); /* the connection was closed */
+  assert_int_equal(c.status, 503); /* before: -1, the connection closed without a reply */
+  assert_non_null(c.body);
+  assert_non_null(strstr(c.body, "\"router_shutdown\""));
+  free(c.body);
   stack_stop(&k);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_stop_with_cancels_queued),
                                      cmocka_unit_test(test_stop_with_new_calls_queued),
+                                     cmocka_unit_test(test_stop_counts_refused_calls),
                                      cmocka_unit_test(test_stop_with_admin_call_waiting_on_redis),
                                      cmocka_unit_test(test_stop_with_http_admin_waiting_on_redis)};
   return cmocka_run_group_tests(tests, NULL, NULL);
