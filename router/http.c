@@ -22,11 +22,13 @@
 #include "router/router.h"
 
 struct hreq;
+struct tok_op;
 
 struct http_front {
   router_t *rt;
   struct evhttp *http;     /* NULL once http_front_stop closed every connection */
-  struct hreq *adm_wait;   /* requests waiting on an admission (Redis) callback (loop thread) */
+  struct hreq *adm_wait;   /* requests waiting on an admission (Redis) callback or an engine's
+                              (De)Tokenize answer (loop thread) */
   atomic_int n_adm_wait;   /* of them, not yet ended by http_front_stop (any thread reads) */
 };
 
@@ -65,7 +67,8 @@ typedef struct hreq {
   struct evbuffer *out;               /* the connection's output buffer while paused */
   struct evbuffer_cb_entry *drain_cb; /* set while paused */
   struct event *wtimer;               /* write timeout while paused */
-  /* set while an admission callback is due (in the front's adm_wait list) */
+  struct tok_op *tok; /* a (De)Tokenize call in flight for h (then h is in adm_wait too) */
+  /* set while an admission callback or a tokenize answer is due (in the front's adm_wait list) */
   bool adm_waiting;
   bool orphan; /* http_front_stop freed its connection: the callback only frees h */
   struct hreq *aprev, *anext;
@@ -349,9 +352,40 @@ static void gen_after_auth(hreq_t *h) {
   if (!h->rq) reply_error(h, &e, 0);
 }
 
+/* ---- requests waiting on a callback ---- */
+/* An admission call with h as its callback's argument was sent (it returned GT_OK), or a
+ * (De)Tokenize call for h started. */
+static void adm_wait_begin(hreq_t *h) {
+  struct http_front *hf = h->rt->http;
+  h->adm_waiting = true;
+  h->aprev = NULL;
+  h->anext = hf->adm_wait;
+  if (hf->adm_wait) hf->adm_wait->aprev = h;
+  hf->adm_wait = h;
+  atomic_fetch_add(&hf->n_adm_wait, 1);
+}
+
+/* First thing in an admission callback or tok_loop: true when h was orphaned by http_front_stop
+ * (then h is freed and the callback returns at once). */
+static bool adm_wait_end(hreq_t *h) {
+  if (!h->adm_waiting) return false; /* called directly, not by admission */
+  struct http_front *hf = h->rt->http;
+  h->adm_waiting = false;
+  if (h->aprev) h->aprev->anext = h->anext;
+  else hf->adm_wait = h->anext;
+  if (h->anext) h->anext->aprev = h->aprev;
+  if (!h->orphan) {
+    atomic_fetch_sub(&hf->n_adm_wait, 1);
+    return false;
+  }
+  hreq_free(h);
+  return true;
+}
+
 /* ---- tokenize ---- */
 typedef struct tok_op {
-  hreq_t *h;
+  hreq_t *h; /* NULL once http_front_free freed it (the router stopped): tok_loop only frees t */
+  mbox_t *mb;
   ProtobufCMessage *resp;
   uint32_t ctx;
   bool detok; /* a Detokenize call */
@@ -361,7 +395,10 @@ static void tok_loop(void *a, void *b, intptr_t code) {
   tok_op_t *t = a;
   gt_rpc_status_t *st = b;
   hreq_t *h = t->h;
-  if (code == GT_RPC_OK && t->resp && t->detok) {
+  if (h) h->tok = NULL;
+  if (!h || adm_wait_end(h)) {
+    /* the router stopped: the client got its 503 there, h is freed */
+  } else if (code == GT_RPC_OK && t->resp && t->detok) {
     reply_jobj(h, 200, json_pack("{s:s}", "prompt", ((Gantry__V1__DetokenizeResponse *)t->resp)->text));
   } else if (code == GT_RPC_OK && t->resp) {
     Gantry__V1__TokenizeResponse *r = (Gantry__V1__TokenizeResponse *)t->resp;
@@ -392,7 +429,7 @@ static void tok_done(void *user, gt_rpc_stream_t *s, const gt_rpc_status_t *st) 
   gt_rpc_stream_release(s);
   gt_rpc_status_t *c = malloc(sizeof *c);
   if (c) *c = *st;
-  if (!c || mbox_post(t->h->rt->mb, tok_loop, t, c, st->code)) free(c); /* OOM: the reply never comes */
+  if (!c || mbox_post(t->mb, tok_loop, t, c, st->code)) free(c); /* OOM: the reply never comes */
 }
 
 static void tok_call(hreq_t *h, pool_engine_t *eng, const char *method, const ProtobufCMessage *req,
@@ -459,11 +496,15 @@ static void tok_call(hreq_t *h, pool_engine_t *eng, const char *method, const Pr
   gt_err_t err;
   gt_rpc_stream_args_t a = {.method = method, .request = req, .response = resp, .timeout_ms = 30000,
                             .on_msg = tok_msg, .on_done = tok_done, .user = t};
-  if (t) *t = (tok_op_t){.h = h, .ctx = eng->context_length, .detok = detok};
+  if (t) *t = (tok_op_t){.h = h, .mb = h->rt->mb, .ctx = eng->context_length, .detok = detok};
   if (!t || gt_rpc_client_stream(ec_rpc(eng->ec), &a, &st, &err)) {
     free(t);
     reply_errf(h, 503, "server_error", "engine_unavailable", detok ? "detokenize call failed" : "tokenize call failed");
+    return;
   }
+  /* in the waiting list: a router stop answers it 503 (the engine's answer then only frees) */
+  h->tok = t;
+  adm_wait_begin(h);
 }
 
 /* POST /detokenize (vLLM): {"model", "tokens": [ids]} -> {"prompt": text}; special tokens are kept. */
@@ -494,34 +535,6 @@ static void detokenize_after_auth(hreq_t *h) {
 }
 
 /* ---- admin ---- */
-/* An admission call with h as its callback's argument was sent (it returned GT_OK). */
-static void adm_wait_begin(hreq_t *h) {
-  struct http_front *hf = h->rt->http;
-  h->adm_waiting = true;
-  h->aprev = NULL;
-  h->anext = hf->adm_wait;
-  if (hf->adm_wait) hf->adm_wait->aprev = h;
-  hf->adm_wait = h;
-  atomic_fetch_add(&hf->n_adm_wait, 1);
-}
-
-/* First thing in an admission callback: true when h was orphaned by http_front_stop (then h is
- * freed and the callback returns at once). */
-static bool adm_wait_end(hreq_t *h) {
-  if (!h->adm_waiting) return false; /* called directly, not by admission */
-  struct http_front *hf = h->rt->http;
-  h->adm_waiting = false;
-  if (h->aprev) h->aprev->anext = h->anext;
-  else hf->adm_wait = h->anext;
-  if (h->anext) h->anext->aprev = h->aprev;
-  if (!h->orphan) {
-    atomic_fetch_sub(&hf->n_adm_wait, 1);
-    return false;
-  }
-  hreq_free(h);
-  return true;
-}
-
 static json_t *limits_obj(const char *model, const char *tenant, const adm_limits_t *l) {
   json_t *o = json_pack("{s:s,s:s?}", "model", model, "tenant", tenant && tenant[0] ? tenant : NULL);
   json_object_set_new(o, "max_inflight", json_integer(l->max_inflight));
@@ -892,8 +905,8 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   return hf;
 }
 
-/* At stop, for a request waiting on Redis whose connection is about to be freed: a 503 error
- * sent with one non-blocking send on its socket, past libevent (whose output buffer the loop,
+/* At stop, for a request waiting on Redis or an engine whose connection is about to be freed: a
+ * 503 error sent with one non-blocking send on its socket, past libevent (whose output buffer the loop,
  * stopped, would never write; the client is not waited for: what the socket does not take now
  * is lost with the connection, but a small reply on an idle connection fits). */
 static void reply_at_stop(hreq_t *h) {
@@ -915,8 +928,8 @@ static void reply_at_stop(hreq_t *h) {
 
 void http_front_stop(struct http_front *hf) {
   if (!hf || !hf->http) return;
-  /* a request waiting on Redis (which may never answer) is answered 503 and loses its
-   * connection below; its callback, if it still comes, only frees it */
+  /* a request waiting on Redis or on an engine's (De)Tokenize answer (either may never come) is
+   * answered 503 and loses its connection below; its callback, if it still comes, only frees it */
   for (hreq_t *h = hf->adm_wait; h; h = h->anext) {
     h->orphan = true;
     stop_watch(h);
@@ -939,6 +952,7 @@ void http_front_free(struct http_front *hf) {
   while (hf->adm_wait) {
     hreq_t *h = hf->adm_wait;
     hf->adm_wait = h->anext;
+    if (h->tok) h->tok->h = NULL; /* its call ends in pool_destroy, whose mailbox drain frees it */
     hreq_free(h);
   }
   free(hf);

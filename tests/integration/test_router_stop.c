@@ -6,8 +6,8 @@
  * call it. Before the fix, rgf_stop freed the front with such posts queued and the later mailbox
  * drain ran them on freed memory (ASan: heap-use-after-free), and a new call queued there was
  * never finished, so the gRPC server's shutdown waited for it forever. Also an admin call (gRPC,
- * HTTP) that waits on a Redis that stopped answering (SIGSTOP) when the router stops. Run it
- * under ASan. */
+ * HTTP) that waits on a Redis that stopped answering (SIGSTOP) when the router stops, and an
+ * HTTP /tokenize waiting on an engine that keeps it unanswered. Run it under ASan. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
@@ -25,7 +25,9 @@
 #include <hiredis/hiredis.h>
 
 #include "common/clock.h"
+#include "common/engine_rpc.h"
 #include "common/grpc_client.h"
+#include "common/grpc_server.h"
 #include "gantry/v1/router.pb-c.h"
 #include "router/router.h"
 #include "tests/common/redis_server.h"
@@ -148,7 +150,7 @@ static int engine_busy(fe_t *f) { return fe_active(f) == N_CANCEL; }
 static int engine_idle(fe_t *f) { return fe_active(f) == 0; }
 
 /* A real redis-server, the fake engine "A" for model tiny, the router on its loop thread (ready)
- * and a gRPC client of it. */
+ * and a gRPC client of it; extra_engine (or NULL): one more --engine MODEL=ADDR. */
 typedef struct stack {
   rs_t *rs;
   fe_t *fe;
@@ -157,7 +159,7 @@ typedef struct stack {
   gt_rpc_client_t *cl;
 } rt_stack_t;
 
-static void stack_start(rt_stack_t *k) {
+static void stack_start_with(rt_stack_t *k, const char *extra_engine) {
   gt_err_t err;
   *k = (rt_stack_t){0};
   k->rs = rs_start(&err);
@@ -168,11 +170,16 @@ static void stack_start(rt_stack_t *k) {
   snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(k->rs));
   snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(k->fe));
   char *argv[] = {"router", "--redis", redis, "--engine", eng, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
-                  "--auth", "none", "--health-ms", "100", "--drain-timeout-s", "0", NULL};
+                  "--auth", "none", "--health-ms", "100", "--drain-timeout-s", "0", NULL, NULL, NULL};
+  int argc = (int)(sizeof argv / sizeof argv[0]) - 3;
+  if (extra_engine) {
+    argv[argc++] = "--engine";
+    argv[argc++] = (char *)extra_engine;
+  }
   static rt_config_t cfg;
   bool help;
   rt_config_defaults(&cfg);
-  assert_int_equal(rt_config_parse(&cfg, (int)(sizeof argv / sizeof argv[0]) - 1, argv, &help, &err), GT_OK);
+  assert_int_equal(rt_config_parse(&cfg, argc, argv, &help, &err), GT_OK);
   rt_thread_t *t = &k->t;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->cv, NULL);
@@ -193,6 +200,8 @@ static void stack_start(rt_stack_t *k) {
   snprintf(target, sizeof target, "127.0.0.1:%d", grpc_port);
   assert_int_equal(gt_rpc_client_create(target, NULL, &k->cl, &err), GT_OK);
 }
+
+static void stack_start(rt_stack_t *k) { stack_start_with(k, NULL); }
 
 /* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs.
  * Returns whether the router was destroyed within 20 s. */
@@ -372,16 +381,20 @@ static void test_stop_with_new_calls_queued(void **st) {
   stop_with_posts_queued(MAX_NEW);
 }
 
-/* GET /admin/limits on another thread: the HTTP status (-1 when the connection dropped), body. */
+/* An HTTP request on another thread (a GET without data, else a JSON POST): the status (-1 when the connection
+ * dropped) and body. */
 typedef struct http_call {
   int port;
+  const char *path, *data;
   long status;
   char *body;
 } http_call_t;
 
-static void *http_limits(void *arg) {
+static void *http_call_run(void *arg) {
   http_call_t *c = arg;
-  c->status = http_req(c->port, "GET", "/admin/limits?model=tiny", NULL, NULL, 0, &c->body, NULL);
+  static const char *const json_hdr[] = {"Content-Type: application/json", NULL};
+  c->status = http_req(c->port, c->data ? "POST" : "GET", c->path, c->data ? json_hdr : NULL, c->data,
+                       c->data ? strlen(c->data) : 0, &c->body, NULL);
   return NULL;
 }
 
@@ -393,9 +406,9 @@ static void test_stop_with_http_admin_waiting_on_redis(void **st) {
   (void)st;
   rt_stack_t k;
   const pid_t rpid = stack_start_redis_stopped(&k);
-  http_call_t c = {.port = k.t.rt->http_port};
+  http_call_t c = {.port = k.t.rt->http_port, .path = "/admin/limits?model=tiny"};
   pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, http_limits, &c), 0);
+  assert_int_equal(pthread_create(&th, NULL, http_call_run, &c), 0);
   struct http_front *hf = k.t.rt->http;
   const double until = gt_now_ms() + 10000;
   while (http_front_adm_waiting(hf) < 1 && gt_now_ms() < until) usleep(5000);
@@ -410,11 +423,106 @@ static void test_stop_with_http_admin_waiting_on_redis(void **st) {
   stack_stop(&k);
 }
 
+/* An engine for model "held": Health READY and Info, but every Tokenize call is kept unanswered
+ * until he_stop (the engine's answer cannot come before the router stops). */
+typedef struct held_engine {
+  gt_rpc_server_t *srv;
+  int port;
+  pthread_mutex_t mu;
+  gt_rpc_call_t *held[4];
+  int n_held;
+} held_engine_t;
+
+static void he_health(void *user, gt_rpc_call_t *call) {
+  (void)user;
+  Gantry__V1__HealthResponse *r = malloc(sizeof *r);
+  gantry__v1__health_response__init(r);
+  r->status = GANTRY__V1__HEALTH_RESPONSE__STATUS__STATUS_READY;
+  gt_rpc_call_reply(call, &r->base);
+}
+
+static void he_info(void *user, gt_rpc_call_t *call) {
+  (void)user;
+  Gantry__V1__InfoResponse *r = malloc(sizeof *r);
+  gantry__v1__info_response__init(r);
+  r->model_name = strdup("held");
+  r->context_length = 4096;
+  r->max_num_seqs = 64;
+  gt_rpc_call_reply(call, &r->base);
+}
+
+static void he_tokenize(void *user, gt_rpc_call_t *call) {
+  held_engine_t *e = user;
+  pthread_mutex_lock(&e->mu);
+  if (e->n_held < 4) e->held[e->n_held++] = call;
+  else gt_rpc_call_finish(call, GT_RPC_RESOURCE_EXHAUSTED, "too many held calls");
+  pthread_mutex_unlock(&e->mu);
+}
+
+static int he_n_held(held_engine_t *e) {
+  pthread_mutex_lock(&e->mu);
+  const int n = e->n_held;
+  pthread_mutex_unlock(&e->mu);
+  return n;
+}
+
+static void he_start(held_engine_t *e) {
+  gt_err_t err;
+  *e = (held_engine_t){0};
+  pthread_mutex_init(&e->mu, NULL);
+  assert_int_equal(gt_rpc_server_create(NULL, &e->srv, &err), GT_OK);
+  const gt_rpc_method_t ms[] = {
+      {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, he_health, NULL, NULL, e},
+      {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, he_info, NULL, NULL, e},
+      {EC_METHOD_TOKENIZE, GT_RPC_UNARY, &gantry__v1__tokenize_request__descriptor, he_tokenize, NULL, NULL, e}};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) assert_int_equal(gt_rpc_server_add_method(e->srv, &ms[i], &err), GT_OK);
+  assert_int_equal(gt_rpc_server_start(e->srv, "127.0.0.1:0", &e->port, &err), GT_OK);
+}
+
+static void he_stop(held_engine_t *e) {
+  for (int i = 0; i < e->n_held; i++) gt_rpc_call_finish(e->held[i], GT_RPC_UNAVAILABLE, "held");
+  gt_rpc_server_destroy(e->srv);
+  pthread_mutex_destroy(&e->mu);
+}
+
+/* POST /tokenize whose engine has not answered when the router stops: the client gets a 503
+ * router_shutdown error, then its connection closes, and (ASan) nothing is used after free or
+ * leaked. Before, the request was in no list the stop walks: the connection closed with no reply,
+ * and when the router's engine client ended the call (pool_destroy) its answer ran on the freed
+ * request (heap-use-after-free). */
+static void test_stop_with_tokenize_waiting_on_engine(void **st) {
+  (void)st;
+  held_engine_t he;
+  he_start(&he);
+  char eng[64];
+  snprintf(eng, sizeof eng, "held=127.0.0.1:%d", he.port);
+  rt_stack_t k;
+  stack_start_with(&k, eng);
+  http_call_t c = {.port = k.t.rt->http_port, .path = "/tokenize", .data = "{\"model\":\"held\",\"prompt\":\"hello\"}"};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, http_call_run, &c), 0);
+  const double until = gt_now_ms() + 10000;
+  while (he_n_held(&he) < 1 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(he_n_held(&he), 1); /* the router's Tokenize call is at the engine, unanswered */
+
+  assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
+  assert_true(stop_router(&k.t));
+  pthread_join(k.t.th, NULL);
+  pthread_join(th, NULL);
+  assert_int_equal(c.status, 503); /* before: -1, the connection closed without a reply */
+  assert_non_null(c.body);
+  assert_non_null(strstr(c.body, "\"router_shutdown\""));
+  free(c.body);
+  he_stop(&he);
+  stack_stop(&k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_stop_with_cancels_queued),
                                      cmocka_unit_test(test_stop_with_new_calls_queued),
                                      cmocka_unit_test(test_stop_counts_refused_calls),
                                      cmocka_unit_test(test_stop_with_admin_call_waiting_on_redis),
-                                     cmocka_unit_test(test_stop_with_http_admin_waiting_on_redis)};
+                                     cmocka_unit_test(test_stop_with_http_admin_waiting_on_redis),
+                                     cmocka_unit_test(test_stop_with_tokenize_waiting_on_engine)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
