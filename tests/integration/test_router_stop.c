@@ -398,6 +398,15 @@ static void *http_call_run(void *arg) {
   return NULL;
 }
 
+/* Joins th, which ran http_call_run(c): c got the 503 router_shutdown error. */
+static void http_call_join_shutdown(pthread_t th, http_call_t *c) {
+  pthread_join(th, NULL);
+  assert_int_equal(c->status, 503);
+  assert_non_null(c->body);
+  assert_non_null(strstr(c->body, "\"router_shutdown\""));
+  free(c->body);
+}
+
 /* The same on the HTTP front: GET /admin/limits waiting on the SIGSTOPped Redis when the router
  * stops gets a 503 router_shutdown error, then its connection closes, and (ASan) what it held is
  * freed. Before, nothing freed it (a leak; and a use-after-free of its freed connection had Redis
@@ -415,11 +424,7 @@ static void test_stop_with_http_admin_waiting_on_redis(void **st) {
   assert_int_equal(http_front_adm_waiting(hf), 1); /* its GetLimits script went to the stopped Redis */
 
   stop_router_redis_stopped(&k, rpid);
-  pthread_join(th, NULL);
-  assert_int_equal(c.status, 503); /* before: -1, the connection closed without a reply */
-  assert_non_null(c.body);
-  assert_non_null(strstr(c.body, "\"router_shutdown\""));
-  free(c.body);
+  http_call_join_shutdown(th, &c); /* before: -1, the connection closed without a reply */
   stack_stop(&k);
 }
 
@@ -508,11 +513,7 @@ static void test_stop_with_tokenize_waiting_on_engine(void **st) {
   assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
   assert_true(stop_router(&k.t));
   pthread_join(k.t.th, NULL);
-  pthread_join(th, NULL);
-  assert_int_equal(c.status, 503); /* before: -1, the connection closed without a reply */
-  assert_non_null(c.body);
-  assert_non_null(strstr(c.body, "\"router_shutdown\""));
-  free(c.body);
+  http_call_join_shutdown(th, &c); /* before: -1, the connection closed without a reply */
   he_stop(&he);
   stack_stop(&k);
 }
