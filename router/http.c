@@ -136,7 +136,7 @@ static void on_client_readable(evutil_socket_t fd, short what, void *arg) {
   stop_watch(h);
   h->gone = true;
   GT_LOG_INFO("rid=%s client disconnected route=%s", h->id, route_names[h->route]);
-  if (!h->rq) return; /* auth / admin / tokenize in progress: their callback answers (499) */
+  if (!h->rq) return; /* auth / admin / metrics / tokenize in progress: their callback drops it (499) */
   if (h->conn) evhttp_connection_set_closecb(h->conn, NULL, NULL);
   abandon(h);
 }
@@ -229,14 +229,26 @@ static void on_out_drained(struct evbuffer *b, const struct evbuffer_cb_info *in
   rq_resume(h->rq);
 }
 
-/* Ends a stream whose request is over (h->rq NULL) by dropping its connection with everything
- * buffered for it, counted with status; frees h. */
-static void drop_stream(hreq_t *h, int status) {
+/* Ends h's request (h->rq NULL) without a reply: drops its connection with everything buffered
+ * for it (a stream), counted with status; frees h and the request. */
+static void drop_conn(hreq_t *h, int status) {
   metrics_request(h->rt->metrics, route_names[h->route], status);
   struct evhttp_connection *conn = h->conn;
+  struct evhttp_request *req = h->req;
   if (conn) evhttp_connection_set_closecb(conn, NULL, NULL);
   hreq_free(h);
   if (conn) evhttp_connection_free(conn); /* frees the request and its output */
+  else evhttp_request_free(req);          /* on_conn_close: libevent detached it from its connection */
+}
+
+/* First thing in a callback that answers h (key check, Redis, an engine's (De)Tokenize): when
+ * the client left meanwhile, counts 499, drops the connection without writing to it, frees h and
+ * returns true. */
+static bool drop_if_gone(hreq_t *h) {
+  if (!h->gone) return false;
+  GT_LOG_DEBUG("rid=%s route=%s status=499 (client gone, nothing sent)", h->id, route_names[h->route]);
+  drop_conn(h, 499);
+  return true;
 }
 
 /* A paused stream did not drain for --stream-write-timeout-s: the client does not read. Cancel
@@ -252,7 +264,7 @@ static void on_write_timeout(evutil_socket_t fd, short what, void *arg) {
   rq_t *q = h->rq;
   h->rq = NULL;
   rq_cancel(q);
-  drop_stream(h, 499);
+  drop_conn(h, 499);
 }
 
 /* After a chunk went out: a stream whose unsent output reached the bound pauses the engine. */
@@ -280,7 +292,7 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
        * wait behind it, holding it until the client leaves; drop the connection instead */
       GT_LOG_WARN("rid=%s request failed while its stream was paused: connection dropped with %zu bytes unsent: %s",
                   h->id, h->out ? evbuffer_get_length(h->out) : 0, ev->err.message);
-      drop_stream(h, ev->err.status); /* counted as failed, like the gRPC front */
+      drop_conn(h, ev->err.status); /* counted as failed, like the gRPC front */
       return;
     }
     if (h->streaming) {
@@ -398,6 +410,8 @@ static void tok_loop(void *a, void *b, intptr_t code) {
   if (h) h->tok = NULL;
   if (!h || adm_wait_end(h)) {
     /* the router stopped: the client got its 503 there, h is freed */
+  } else if (drop_if_gone(h)) {
+    /* the client left: counted 499, nothing sent */
   } else if (code == GT_RPC_OK && t->resp && t->detok) {
     reply_jobj(h, 200, json_pack("{s:s}", "prompt", ((Gantry__V1__DetokenizeResponse *)t->resp)->text));
   } else if (code == GT_RPC_OK && t->resp) {
@@ -545,7 +559,7 @@ static json_t *limits_obj(const char *model, const char *tenant, const adm_limit
 
 static void on_limits_get(void *arg, int status, const char *msg, const adm_limits_t *lim) {
   hreq_t *h = arg;
-  if (adm_wait_end(h)) return;
+  if (adm_wait_end(h) || drop_if_gone(h)) return;
   if (status != GT_OK || !lim) {
     reply_errf(h, status == GT_EINVAL ? 400 : 503, status == GT_EINVAL ? "invalid_request_error" : "server_error",
                NULL, msg ? msg : "limits unavailable");
@@ -556,7 +570,7 @@ static void on_limits_get(void *arg, int status, const char *msg, const adm_limi
 
 static void on_limits_set(void *arg, int status, const char *msg) {
   hreq_t *h = arg;
-  if (adm_wait_end(h)) return;
+  if (adm_wait_end(h) || drop_if_gone(h)) return;
   if (status != GT_OK) {
     reply_errf(h, status == GT_EINVAL ? 400 : 503, status == GT_EINVAL ? "invalid_request_error" : "server_error",
                NULL, msg ? msg : "limits update failed");
@@ -572,7 +586,7 @@ static void on_limits_set(void *arg, int status, const char *msg) {
 
 static void on_queues(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
   hreq_t *h = arg;
-  if (adm_wait_end(h)) return;
+  if (adm_wait_end(h) || drop_if_gone(h)) return;
   if (status != GT_OK) {
     reply_errf(h, 503, "server_error", NULL, msg ? msg : "queues unavailable");
     return;
@@ -653,10 +667,7 @@ static void info_after_auth(hreq_t *h);
 
 static void on_auth(void *arg, auth_status_t st, const char *tenant) {
   hreq_t *h = arg;
-  if (h->gone) { /* the client left while its key was checked */
-    reply_errf(h, 499, "invalid_request_error", "client_closed", "client closed the connection");
-    return;
-  }
+  if (drop_if_gone(h)) return; /* the client left while its key was checked */
   if (st == AUTH_UNAVAILABLE) {
     metrics_reject(h->rt->metrics, "auth_unavailable");
     reply_errf(h, 503, "server_error", "auth_unavailable", "cannot check the API key: Redis is unreachable");
@@ -729,7 +740,7 @@ static void model_one(hreq_t *h) {
 
 static void metrics_cb(void *arg, int status, const char *msg, const adm_queue_row_t *rows, int n) {
   hreq_t *h = arg;
-  if (adm_wait_end(h)) return;
+  if (adm_wait_end(h) || drop_if_gone(h)) return;
   (void)msg;
   adm_stats_t as;
   adm_stats(h->rt->adm, &as);

@@ -7,7 +7,8 @@
  * drain ran them on freed memory (ASan: heap-use-after-free), and a new call queued there was
  * never finished, so the gRPC server's shutdown waited for it forever. Also an admin call (gRPC,
  * HTTP) that waits on a Redis that stopped answering (SIGSTOP) when the router stops, and an
- * HTTP /tokenize waiting on an engine that keeps it unanswered. Run it under ASan. */
+ * HTTP /tokenize waiting on an engine that keeps it unanswered; and the same HTTP calls whose
+ * client leaves while they wait (counted 499, nothing sent). Run it under ASan. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
@@ -19,6 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include <cmocka.h>
 #include <event2/event.h>
@@ -518,12 +523,134 @@ static void test_stop_with_tokenize_waiting_on_engine(void **st) {
   stack_stop(&k);
 }
 
+/* Sends req on a new loopback connection to port and returns the socket (nothing read). */
+static int raw_send(int port, const char *req) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+  return fd;
+}
+
+/* The client of a request waiting in the HTTP front leaves (its write side closes: EOF for the
+ * router); returns once the front's watcher has seen it: the FIN is at the router's socket before
+ * the /health connection below exists, so the watcher runs no later than the loop iteration that
+ * accepts it, and /health is read and answered in a later one. */
+static void client_leaves(int fd, int port) {
+  assert_int_equal(shutdown(fd, SHUT_WR), 0);
+  char *b = NULL;
+  assert_int_equal(http_req(port, "GET", "/health", NULL, NULL, 0, &b, NULL), 200);
+  free(b);
+}
+
+/* Bytes the router sent on fd until it closed it (up to 10 s). */
+static size_t bytes_until_close(int fd) {
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  size_t total = 0;
+  char buf[512];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) total += (size_t)n;
+  assert_int_equal(n, 0); /* closed, not timed out */
+  close(fd);
+  return total;
+}
+
+/* gantry_router_requests_total{route,status} from the router's /metrics, or 0 when absent. */
+static long long requests_total(int port, const char *route, int status) {
+  char *b = NULL;
+  assert_int_equal(http_req(port, "GET", "/metrics", NULL, NULL, 0, &b, NULL), 200);
+  char key[256];
+  snprintf(key, sizeof key, "gantry_router_requests_total{route=\"%s\",status=\"%d\"} ", route, status);
+  const char *p = strstr(b, key);
+  const long long v = p ? atoll(p + strlen(key)) : 0;
+  free(b);
+  return v;
+}
+
+/* Waits (up to 10 s) until no HTTP request waits on Redis or an engine. */
+static void wait_no_adm_waiting(struct http_front *hf) {
+  const double until = gt_now_ms() + 10000;
+  while (http_front_adm_waiting(hf) > 0 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(http_front_adm_waiting(hf), 0);
+}
+
+/* GET /admin/limits whose client leaves while the call waits on the SIGSTOPped Redis: when Redis
+ * answers, nothing is written to the client, its connection closes, the request is counted 499
+ * (not 200) and (ASan) freed. Before, the answer was sent and counted 200. */
+static void test_http_admin_client_leaves(void **st) {
+  (void)st;
+  rt_stack_t k;
+  const pid_t rpid = stack_start_redis_stopped(&k);
+  const int port = k.t.rt->http_port;
+  struct http_front *hf = k.t.rt->http;
+  const int fd = raw_send(port, "GET /admin/limits?model=tiny HTTP/1.1\r\nHost: x\r\n\r\n");
+  const double until = gt_now_ms() + 10000;
+  while (http_front_adm_waiting(hf) < 1 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(http_front_adm_waiting(hf), 1);
+  client_leaves(fd, port);
+
+  assert_int_equal(kill(rpid, SIGCONT), 0);
+  wait_no_adm_waiting(hf);
+  assert_int_equal(bytes_until_close(fd), 0); /* before: the 200 answer */
+  assert_int_equal(requests_total(port, "/admin/limits", 499), 1);
+  assert_int_equal(requests_total(port, "/admin/limits", 200), 0);
+
+  assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
+  assert_true(stop_router(&k.t));
+  pthread_join(k.t.th, NULL);
+  stack_stop(&k);
+}
+
+/* POST /tokenize whose client leaves while the engine holds the call: when the engine ends it,
+ * nothing is written to the client, its connection closes, the request is counted 499 (not 503)
+ * and (ASan) freed. Before, the 503 was sent and counted. */
+static void test_http_tokenize_client_leaves(void **st) {
+  (void)st;
+  held_engine_t he;
+  he_start(&he);
+  char eng[64];
+  snprintf(eng, sizeof eng, "held=127.0.0.1:%d", he.port);
+  rt_stack_t k;
+  stack_start_with(&k, eng);
+  const int port = k.t.rt->http_port;
+  static const char body[] = "{\"model\":\"held\",\"prompt\":\"hello\"}";
+  char req[256];
+  snprintf(req, sizeof req,
+           "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+           strlen(body), body);
+  const int fd = raw_send(port, req);
+  const double until = gt_now_ms() + 10000;
+  while (he_n_held(&he) < 1 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(he_n_held(&he), 1);
+  client_leaves(fd, port);
+
+  pthread_mutex_lock(&he.mu);
+  gt_rpc_call_finish(he.held[0], GT_RPC_UNAVAILABLE, "held");
+  he.n_held = 0;
+  pthread_mutex_unlock(&he.mu);
+  wait_no_adm_waiting(k.t.rt->http);
+  assert_int_equal(bytes_until_close(fd), 0); /* before: the 503 engine_unavailable answer */
+  assert_int_equal(requests_total(port, "/tokenize", 499), 1);
+  assert_int_equal(requests_total(port, "/tokenize", 503), 0);
+
+  assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
+  assert_true(stop_router(&k.t));
+  pthread_join(k.t.th, NULL);
+  he_stop(&he);
+  stack_stop(&k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_stop_with_cancels_queued),
                                      cmocka_unit_test(test_stop_with_new_calls_queued),
                                      cmocka_unit_test(test_stop_counts_refused_calls),
                                      cmocka_unit_test(test_stop_with_admin_call_waiting_on_redis),
                                      cmocka_unit_test(test_stop_with_http_admin_waiting_on_redis),
-                                     cmocka_unit_test(test_stop_with_tokenize_waiting_on_engine)};
+                                     cmocka_unit_test(test_stop_with_tokenize_waiting_on_engine),
+                                     cmocka_unit_test(test_http_admin_client_leaves),
+                                     cmocka_unit_test(test_http_tokenize_client_leaves)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
