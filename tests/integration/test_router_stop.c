@@ -495,6 +495,21 @@ static void he_stop(held_engine_t *e) {
   pthread_mutex_destroy(&e->mu);
 }
 
+/* Starts he and the stack with he as its engine for model "held". */
+static void stack_start_held(rt_stack_t *k, held_engine_t *he) {
+  he_start(he);
+  char eng[64];
+  snprintf(eng, sizeof eng, "held=127.0.0.1:%d", he->port);
+  stack_start_with(k, eng);
+}
+
+/* Stops the router now (its loop stops at gate(), rt_destroy runs) and joins its thread. */
+static void stop_router_join(rt_thread_t *t) {
+  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
+  assert_true(stop_router(t));
+  pthread_join(t->th, NULL);
+}
+
 /* POST /tokenize whose engine has not answered when the router stops: the client gets a 503
  * router_shutdown error, then its connection closes, and (ASan) nothing is used after free or
  * leaked. Before, the request was in no list the stop walks: the connection closed with no reply,
@@ -503,11 +518,8 @@ static void he_stop(held_engine_t *e) {
 static void test_stop_with_tokenize_waiting_on_engine(void **st) {
   (void)st;
   held_engine_t he;
-  he_start(&he);
-  char eng[64];
-  snprintf(eng, sizeof eng, "held=127.0.0.1:%d", he.port);
   rt_stack_t k;
-  stack_start_with(&k, eng);
+  stack_start_held(&k, &he);
   http_call_t c = {.port = k.t.rt->http_port, .path = "/tokenize", .data = "{\"model\":\"held\",\"prompt\":\"hello\"}"};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, http_call_run, &c), 0);
@@ -515,9 +527,7 @@ static void test_stop_with_tokenize_waiting_on_engine(void **st) {
   while (he_n_held(&he) < 1 && gt_now_ms() < until) usleep(5000);
   assert_int_equal(he_n_held(&he), 1); /* the router's Tokenize call is at the engine, unanswered */
 
-  assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
-  assert_true(stop_router(&k.t));
-  pthread_join(k.t.th, NULL);
+  stop_router_join(&k.t);
   http_call_join_shutdown(th, &c); /* before: -1, the connection closed without a reply */
   he_stop(&he);
   stack_stop(&k);
@@ -598,9 +608,7 @@ static void test_http_admin_client_leaves(void **st) {
   assert_int_equal(requests_total(port, "/admin/limits", 499), 1);
   assert_int_equal(requests_total(port, "/admin/limits", 200), 0);
 
-  assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
-  assert_true(stop_router(&k.t));
-  pthread_join(k.t.th, NULL);
+  stop_router_join(&k.t);
   stack_stop(&k);
 }
 
@@ -610,11 +618,8 @@ static void test_http_admin_client_leaves(void **st) {
 static void test_http_tokenize_client_leaves(void **st) {
   (void)st;
   held_engine_t he;
-  he_start(&he);
-  char eng[64];
-  snprintf(eng, sizeof eng, "held=127.0.0.1:%d", he.port);
   rt_stack_t k;
-  stack_start_with(&k, eng);
+  stack_start_held(&k, &he);
   const int port = k.t.rt->http_port;
   static const char body[] = "{\"model\":\"held\",\"prompt\":\"hello\"}";
   char req[256];
@@ -636,9 +641,7 @@ static void test_http_tokenize_client_leaves(void **st) {
   assert_int_equal(requests_total(port, "/tokenize", 499), 1);
   assert_int_equal(requests_total(port, "/tokenize", 503), 0);
 
-  assert_int_equal(mbox_post(k.t.rt->mb, gate, &k.t, NULL, 0), 0);
-  assert_true(stop_router(&k.t));
-  pthread_join(k.t.th, NULL);
+  stop_router_join(&k.t);
   he_stop(&he);
   stack_stop(&k);
 }
