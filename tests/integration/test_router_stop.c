@@ -612,6 +612,35 @@ static void test_http_admin_client_leaves(void **st) {
   stack_stop(&k);
 }
 
+/* A chat completion with an API key (--auth none still looks a given key up) whose client leaves
+ * while the key is checked on the SIGSTOPped Redis: when Redis answers, nothing is written to
+ * the client, its connection closes, the request is counted 499 and (ASan) freed. Before, a 499
+ * error body was written to the gone client. */
+static void test_http_key_check_client_leaves(void **st) {
+  (void)st;
+  rt_stack_t k;
+  const pid_t rpid = stack_start_redis_stopped(&k);
+  const int port = k.t.rt->http_port;
+  static const char body[] = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  char req[512];
+  snprintf(req, sizeof req,
+           "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+           strlen(body), body);
+  const int fd = raw_send(port, req);
+  /* its bytes are at the router before the /health connection of client_leaves exists, so the
+   * router has read it (and sent the key's lookup) before it answers that /health */
+  client_leaves(fd, port);
+
+  assert_int_equal(kill(rpid, SIGCONT), 0);
+  const double until = gt_now_ms() + 10000;
+  while (requests_total(port, "/v1/chat/completions", 499) < 1 && gt_now_ms() < until) usleep(5000);
+  assert_int_equal(requests_total(port, "/v1/chat/completions", 499), 1);
+  assert_int_equal(bytes_until_close(fd), 0); /* before: the 499 client_closed error */
+  stop_router_join(&k.t);
+  stack_stop(&k);
+}
+
 /* POST /tokenize whose client leaves while the engine holds the call: when the engine ends it,
  * nothing is written to the client, its connection closes, the request is counted 499 (not 503)
  * and (ASan) freed. Before, the 503 was sent and counted. */
@@ -654,6 +683,7 @@ int main(void) {
                                      cmocka_unit_test(test_stop_with_http_admin_waiting_on_redis),
                                      cmocka_unit_test(test_stop_with_tokenize_waiting_on_engine),
                                      cmocka_unit_test(test_http_admin_client_leaves),
+                                     cmocka_unit_test(test_http_key_check_client_leaves),
                                      cmocka_unit_test(test_http_tokenize_client_leaves)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
