@@ -262,7 +262,7 @@ KC_API int kc_attn_decode(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float
   const int TPR = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
   const int G = group == 2 || group == 4 || group == 8 ? group : 1;
   int len = kc_attn_decode_split_len();
-  if (ad_pick(b.n_tok) == 2 && (head_dim == 64 || head_dim == 128 || head_dim == 256) && (G > 1 || group == 1)) {
+  if (ad_pick(b.n_tok) == 2 && kc_ad_warp_shape(head_dim, group)) {
     len = len > KC_AD_WARP_MIN_LEN ? len : KC_AD_WARP_MIN_LEN;
     const int rc = kc__attn_decode_warp(st, b, kv, q, part, n_head, n_kv_head, head_dim, scale, n_split, len, fa_min);
     if (rc) return rc;

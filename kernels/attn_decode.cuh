@@ -63,8 +63,12 @@ __device__ __forceinline__ void kc_ad_unpack(const uint4 u, float f[8]) {
   f[4] = __uint_as_float(u.z << 16), f[5] = __uint_as_float(u.z & 0xffff0000u);
   f[6] = __uint_as_float(u.w << 16), f[7] = __uint_as_float(u.w & 0xffff0000u);
 }
-/* Kernel 2's pass 1 (kernels/attn_decode_warp.cu): cudaErrorInvalidValue for a shape it lacks,
- * before launching anything. */
+/* The shapes kernel 2 has: head_dim 64 / 128 / 256, GQA groups 1 / 2 / 4 / 8 (others take kernel 1). */
+static inline int kc_ad_warp_shape(int head_dim, int group) {
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && (group == 1 || group == 2 || group == 4 || group == 8);
+}
+/* Kernel 2's pass 1 (kernels/attn_decode_warp.cu): cudaErrorInvalidValue for a shape it lacks
+ * (kc_ad_warp_shape), before launching anything. */
 int kc__attn_decode_warp(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float *q, float *part, int n_head,
                          int n_kv_head, int head_dim, float scale, int n_split, int split_len, int fa_min);
 #endif

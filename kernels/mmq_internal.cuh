@@ -35,6 +35,7 @@ template <class D, int NT> static int mmq_occ() {
 
 /* mmq_prefill.cu: kc_mmq_prep / kc_mmq_launch for n > KC_MMQ_EXACT_ROWS (same contracts) */
 int mmq_pf_prep(cudaStream_t st, int type, const float *x, int64_t cols, int n, int parts, void *scratch);
+int mmq_pf_launch(cudaStream_t st, int type, const mmq_args_t &a, int64_t cols, const void *scratch, int n, int parts);
 
 /* The prep of one quad v of x (a lane of 8 consecutive lanes = one 32-element sub-block): its
  * `parts` bf16 parts (hi, mid, lo) into xp[idx], xp[pst + idx], xp[2 pst + idx]; returns the
@@ -63,5 +64,4 @@ __device__ __forceinline__ float mmq_prep_quad(const float4 v, int parts, uint2 
   p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
   return p;
 }
-int mmq_pf_launch(cudaStream_t st, int type, const mmq_args_t &a, int64_t cols, const void *scratch, int n, int parts);
 #endif

@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
   const shape_t shapes[] = {{32, 8, 128, "qwen3-8b 32/8x128"}, {16, 4, 256, "qwen35-9b 16/4x256"}};
   const int batches[] = {1, 8, 32}, ctxs[] = {512, 2048, 8192, 28672, 32768, 65536};
   printf("decode attention, one layer: kernel 1 (old, 128-thread blocks) vs kernel 2 (new, a warp per range;\n"
-         "head_dim 64 / 128 only), GB/s of K and V bytes read, %% of copy BW; err = ||k2 - k1|| / ||k1||\n"
+         "head_dim 64 / 128 / 256), GB/s of K and V bytes read, %% of copy BW; err = ||k2 - k1|| / ||k1||\n"
          "%-20s | %5s | %6s | %7s | %8s | %6s | %5s | %8s | %6s | %5s | %7s | %s\n",
          "shape", "batch", "ctx", "splits", "k1 us", "GB/s", "%", "k2 us", "GB/s", "%", "k1/k2", "err");
   for (int si = 0; si < 2; si++) {
@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
         BA_CHECK(cudaMalloc(&part, kc_attn_decode_part_floats(B, sh.n_head, sh.hd, KC_AD_MAX_SPLIT) * sizeof(float)));
         int ns[2] = {0, 0}; /* each kernel's range count, as the engine asks for it */
         const float scale = 1.0f / sqrtf((float)sh.hd);
-        const int has2 = sh.hd == 64 || sh.hd == 128 || sh.hd == 256;
+        const int has2 = kc_ad_warp_shape(sh.hd, sh.n_head / sh.n_kv);
         double us[2] = {0, 0};
         const double bytes = (double)B * ctx * kvd * 2 * 2;
         for (int ki = 0; ki < 1 + has2; ki++) {
