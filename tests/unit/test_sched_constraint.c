@@ -129,13 +129,7 @@ static sched_t *mk_sched_limited(fx_t *f, int max_states) {
   return s;
 }
 
-static sched_t *mk_sched(fx_t *f) {
-  sched_config_t c = {.max_num_seqs = 8, .max_batch_tokens = 64, .n_ctx = 512};
-  sched_t *s = NULL;
-  gt_err_t err = {0};
-  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
-  return s;
-}
+static sched_t *mk_sched(fx_t *f) { return mk_sched_limited(f, 0); }
 
 /* One request on a fresh scheduler, run to completion. */
 static void run1(fx_t *f, const req_opts_t *o, out_t *out) {
