@@ -286,7 +286,7 @@ int gr_cache_new_limited(const gr_grammar_t *g, const gr_vocab_t *v, size_t max_
   gr_cache_t *m = calloc(1, sizeof *m);
   if (!m) return gt_err_set(err, GT_ENOMEM, "grammar cache: out of memory");
   pthread_mutex_init(&m->lock, NULL);
-  m->max_states = max_states < 1 ? 1 : max_states > MAX_STATES ? MAX_STATES : max_states;
+  m->max_states = max_states < 1 || max_states > MAX_STATES ? MAX_STATES : max_states;
   m->g = g;
   m->v = v;
   m->refs = 1;

@@ -120,7 +120,7 @@ int gr_matcher_done(const gr_matcher_t *m);          /* accepting and nothing ca
  * it. Errors: GT_EINVAL (the grammar matches nothing), GT_ENOMEM. */
 typedef struct gr_cache gr_cache_t;
 int gr_cache_new(const gr_grammar_t *g, const gr_vocab_t *v, gr_cache_t **out, gt_err_t *err);
-/* Same, holding at most max_states states (clamped to [1, 65,536]): a smaller memory bound per
+/* Same, holding at most max_states states (0 or over 65,536: 65,536): a smaller memory bound per
  * grammar (each state costs about 1 KiB of transitions), and tests of the full-cache paths. */
 int gr_cache_new_limited(const gr_grammar_t *g, const gr_vocab_t *v, size_t max_states, gr_cache_t **out,
                          gt_err_t *err);

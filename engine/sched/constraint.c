@@ -78,7 +78,7 @@ int cons_cache_create(const tok_t *tok, int capacity, int max_states, cons_cache
   pthread_mutex_init(&c->mu, NULL);
   c->tok = tok;
   c->cap = capacity > 0 ? capacity : 1;
-  c->max_states = max_states > 0 ? (size_t)max_states : 65536;
+  c->max_states = max_states > 0 ? (size_t)max_states : 0; /* 0: the grammar's own limit */
   *out = c;
   return GT_OK;
 }

@@ -199,6 +199,51 @@ static void test_hybrid_snapshot_lru(void **state) {
   tu_model_fx_close(&h);
 }
 
+/* Two equal prompts prefilled side by side reach their snapshot boundary on one cached block:
+ * the second keeps the first's snapshot instead of taking a slot of its own. With max_num_seqs 2
+ * (four slots) held by four earlier prompts, the pair replaces one snapshot, not two, so the three
+ * most recent earlier prompts (71-73) still hit, and the pair's prompt hits. */
+static void test_hybrid_snapshot_equal_prompts(void **state) {
+  (void)state;
+  fx_t h;
+  gt_err_t err = {0};
+  if (tu_model_fx_open(&h, "qwen35-tiny.bf16.gguf", tu_be_cpu2, &err)) fail_msg("qwen35-tiny: %s", err.msg);
+  static out_t o[4], pair[2], warm[4];
+  memset(o, 0, sizeof o);
+  memset(pair, 0, sizeof pair);
+  memset(warm, 0, sizeof warm);
+  sched_t *s = mk(&h, 2, 128, 0);
+  for (int k = 0; k < 4; k++) {
+    sched_req_t r = make_req(70 + k, 40, 6, &o[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    run_all(s);
+  }
+  for (int i = 0; i < 2; i++) {
+    sched_req_t r = make_req(80, 40, 6, &pair[i]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+  }
+  run_all(s);
+  assert_int_equal(pair[0].usage.cached_tokens, 0);
+  assert_int_equal(pair[1].usage.cached_tokens, 0);
+  assert_memory_equal(pair[0].ids, pair[1].ids, sizeof(int32_t) * 6);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  assert_int_equal(st.snapshot_replaced, 1); /* prompt 70's; before, 71's too */
+  const int order[4] = {71, 72, 73, 80};
+  for (int i = 0; i < 4; i++) {
+    sched_req_t r = make_req(order[i], 40, 6, &warm[i]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    run_all(s);
+    assert_int_equal(warm[i].usage.cached_tokens, 32);
+    assert_memory_equal(warm[i].ids, i < 3 ? o[i + 1].ids : pair[0].ids, sizeof(int32_t) * 6);
+  }
+  sched_stats(s, &st);
+  assert_int_equal(st.snapshot_replaced, 1);
+  assert_int_equal(st.kv_used, 0);
+  sched_free(s);
+  tu_model_fx_close(&h);
+}
+
 static void test_chunked_prefill_interleaves(void **state) {
   fx_t *f = *state;
   static out_t dec, longp;
@@ -417,6 +462,7 @@ int main(void) {
       cmocka_unit_test(test_batch_invariance),
       cmocka_unit_test(test_preemption),
       cmocka_unit_test(test_prefix_cache),       cmocka_unit_test(test_hybrid_snapshot_lru),
+      cmocka_unit_test(test_hybrid_snapshot_equal_prompts),
       cmocka_unit_test(test_chunked_prefill_interleaves),
       cmocka_unit_test(test_long_prompt_small_pool),
       cmocka_unit_test(test_cancel_and_errors),

@@ -129,13 +129,7 @@ static sched_t *mk_sched_limited(fx_t *f, int max_states) {
   return s;
 }
 
-static sched_t *mk_sched(fx_t *f) {
-  sched_config_t c = {.max_num_seqs = 8, .max_batch_tokens = 64, .n_ctx = 512};
-  sched_t *s = NULL;
-  gt_err_t err = {0};
-  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
-  return s;
-}
+static sched_t *mk_sched(fx_t *f) { return mk_sched_limited(f, 0); }
 
 /* One request on a fresh scheduler, run to completion. */
 static void run1(fx_t *f, const req_opts_t *o, out_t *out) {
@@ -478,7 +472,7 @@ static void test_grammar_error(void **state) {
 }
 
 /* Runs ro on s to completion; *st: the stats of ro's constraint afterwards. */
-static void run_stats(fx_t *f, sched_t *s, const req_opts_t *ro, cons_stats_t *st) {
+static void run_stats(sched_t *s, const req_opts_t *ro, cons_stats_t *st) {
   static out_t o;
   gt_err_t err = {0};
   cons_t *k = NULL;
@@ -488,7 +482,6 @@ static void run_stats(fx_t *f, sched_t *s, const req_opts_t *ro, cons_stats_t *s
   assert_int_equal(sched_constraint(s, ro->kind, ro->spec, strlen(ro->spec), &k, &err), 0);
   cons_stats(k, st);
   cons_unref(k);
-  (void)f;
 }
 
 /* Requests with the same schema share one mask cache: the same request again computes no mask;
@@ -502,12 +495,12 @@ static void test_mask_cache_shared(void **state) {
   sampled.seed = 5;
   cons_stats_t alone, st[3];
   sched_t *s = mk_sched(f);
-  run_stats(f, s, &sampled, &alone);
+  run_stats(s, &sampled, &alone);
   sched_free(s);
   s = mk_sched(f);
-  run_stats(f, s, &greedy, &st[0]);
-  run_stats(f, s, &greedy, &st[1]);
-  run_stats(f, s, &sampled, &st[2]);
+  run_stats(s, &greedy, &st[0]);
+  run_stats(s, &greedy, &st[1]);
+  run_stats(s, &sampled, &st[2]);
   sched_free(s);
   print_message("  masks computed / copied: greedy %" PRIu64 " / %" PRIu64 ", greedy again +%" PRIu64 " / +%" PRIu64
                 ", then sampled +%" PRIu64 " / +%" PRIu64 " (alone: %" PRIu64 " / %" PRIu64 ")\n",
@@ -522,20 +515,31 @@ static void test_mask_cache_shared(void **state) {
   assert_int_equal(st[2].moves, 0);
 }
 
-/* Feeds text's tokens to q, each allowed by q's mask first; returns the last accept's result. */
+/* Feeds ids[0..n) to q, each checked against q's mask first, while the accepts say CONS_MORE.
+ * Returns the last accept's result, a negative GT_E* of the mask or the accept, GT_EINTERNAL for
+ * a dead end (an empty mask) or GT_EINVAL for a token the mask does not allow; *n_fed: the tokens
+ * accepted. No cmocka assertion: the threads of test_mask_cache_threads call it too. */
+static int feed_ids(cons_seq_t *q, const int32_t *ids, size_t n, uint32_t *mask, int nv, size_t *n_fed) {
+  int rc = CONS_MORE;
+  for (*n_fed = 0; *n_fed < n && rc == CONS_MORE; (*n_fed)++) {
+    const int32_t id = ids[*n_fed];
+    const int allowed = cons_seq_mask(q, mask, nv);
+    if (allowed <= 0) return allowed ? allowed : GT_EINTERNAL;
+    if (!(mask[id / 32] >> (id % 32) & 1u)) return GT_EINVAL;
+    if ((rc = cons_seq_accept(q, id)) < 0) return rc;
+  }
+  return rc;
+}
+
+/* Feeds text's tokens to q (feed_ids; a failure on an error); returns the last accept's result. */
 static int feed(const fx_t *f, cons_seq_t *q, const char *text, uint32_t *mask) {
   int32_t *ids = NULL;
-  size_t n = 0;
+  size_t n = 0, fed = 0;
   gt_err_t err = {0};
   assert_int_equal(tok_encode(f->tok, text, strlen(text), 0, &ids, &n, &err), 0);
-  int rc = CONS_MORE, nv = (int)tok_n_vocab(f->tok);
-  for (size_t i = 0; i < n && rc == CONS_MORE; i++) {
-    int allowed = cons_seq_mask(q, mask, nv);
-    if (allowed <= 0) fail_msg("'%s' token %zu: mask %d", text, i, allowed);
-    assert_true(mask[ids[i] / 32] >> (ids[i] % 32) & 1u);
-    rc = cons_seq_accept(q, ids[i]);
-  }
+  const int rc = feed_ids(q, ids, n, mask, (int)tok_n_vocab(f->tok), &fed);
   free(ids);
+  if (rc < 0) fail_msg("'%s' token %zu: %d (%s)", text, fed, rc, cons_strerror(rc));
   return rc;
 }
 
@@ -619,20 +623,10 @@ static void *mt_run(void *arg) {
     cons_seq_t *q = NULL;
     gt_err_t err = {0};
     int rc = tok_encode(j->f->tok, text, n, 0, &ids, &n_ids, &err);
+    size_t fed = 0;
     if (!rc) rc = cons_seq_create(j->k, 0, 0, &q, &err);
-    for (size_t x = 0; !rc && x < n_ids; x++) {
-      const int allowed = cons_seq_mask(q, mask, nv);
-      if (allowed <= 0) {
-        rc = allowed ? allowed : GT_EINTERNAL; /* 0: a dead end */
-        break;
-      }
-      if (!(mask[ids[x] / 32] >> (ids[x] % 32) & 1u)) {
-        rc = GT_EINVAL;
-        break;
-      }
-      const int a = cons_seq_accept(q, ids[x]);
-      rc = a < 0 ? a : (a == CONS_DONE) != (x + 1 == n_ids) ? GT_EINTERNAL : 0; /* done at the last token */
-    }
+    if (!rc && (rc = feed_ids(q, ids, n_ids, mask, nv, &fed)) >= 0)
+      rc = rc == CONS_DONE && fed == n_ids ? 0 : GT_EINTERNAL; /* done at the last token, not before */
     if (rc) {
       j->failed = 1;
       snprintf(j->why, sizeof j->why, "%s: %d (%s)", text, rc, rc < 0 ? cons_strerror(rc) : "");
