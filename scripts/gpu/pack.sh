@@ -2,7 +2,7 @@
 # Builds the CUDA test and bench programs here (nvcc, no GPU needed) and packs them with the
 # shared libraries the GPU machine lacks into build-cuda-dist/ and, compressed, into
 # build-cuda-pack/dist.tar.xz (both ignored by git): carry build-cuda-pack to the device and run
-# scripts/gpu/suite.sh there.
+# scripts/gpu/suite.sh there. BUILD: the build directory (default build-cuda).
 # Default TARGETS: what scripts/gpu/suite.sh runs (the GPU tests of gpu_tests.sh, kernel
 # microbenchmarks, bench_decode, gantry-mkmodel, and for SERVE=1 gantry-engine + engine-bench as
 # its gRPC client).

@@ -205,6 +205,8 @@ fi
 # with contexts LONG_CTX (512 / 8192 / 28000: 512 is the short-prompt decode that 28K is set against)
 # at concurrency LONG_CONC (1, 8: eight 28K users at once), then (LONG64=0: not) a 64K prompt
 # alone (`--max-num-seqs 1 --max-model-len 65600`); cold and warm TTFT, per-user decode.
+# LONG_TOKENS (64 generated per request), LONG_TIMEOUT (420 s per stack.sh bench), LONG64_LEN
+# (65600) and LONG64_CTX (64000) for the 64K run.
 if [ "${LONG:-0}" = 1 ]; then
   spec=${LONG_MODEL:-qwen35-9b:Q4_K_M}
   preset=${spec%%:*} type=${spec#*:}
