@@ -11,7 +11,7 @@
 #   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
 #      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0;
 #   4. STACK=1 (pack with STACK=1): the serving path, scripts/gpu/stack.sh, per STACK_MODELS entry;
-#      LONG=1: the long-context table (8K / 28K / 64K prompts, eight 28K users) through the stack.
+#      LONG=1: the long-context table (512 / 8K / 28K / 64K prompts, eight 28K users) through the stack.
 # Env: TESTS=0 / BENCH=0 / MICRO=0 skip 1 / 2 / the kernel microbenchmarks (bench_matvec,
 # bench_gdn_scan, bench_attn, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
 # qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512,2048: decode after the
