@@ -3,9 +3,9 @@
 # the repository root on the GPU machine after scripts/gpu/pack.sh with
 # TARGETS="test_cuda_ops bench_attn bench_decode gantry-mkmodel":
 #   PACK=<dist.tar.xz> sh scripts/gpu/attn_decode.sh
-# Pack from a build configured with -DCMAKE_CUDA_FLAGS=--compress-mode=none (BUILD=<that dir>):
-# uncompressed fatbins let xz fold the four programs into 6.2 MB (8.4 MB with nvcc's compressed
-# ones), under the ~7 MB a device call can carry.
+# pack.sh's default build (sm_90 machine code only, since 4a5e01e) packs small enough to carry
+# (all its default programs: 7.8 MB at accc449). Before it, these four programs needed a build with
+# -DCMAKE_CUDA_FLAGS=--compress-mode=none (BUILD=<that dir>): 6.2 MB packed, 8.4 MB without.
 # Steps (each under a timeout, a failing one does not stop the others, steps past BUDGET seconds
 # are skipped; every output in $OUT/all.txt, key lines on stdout): gantry-mkmodel qwen3-8b Q4_K_M
 # in the background; bench_attn --decode (kernel 1 vs 2, us / GB/s / % of copy bandwidth, their

@@ -2,7 +2,7 @@
 # Builds the CUDA test and bench programs here (nvcc, no GPU needed) and packs them with the
 # shared libraries the GPU machine lacks into build-cuda-dist/ and, compressed, into
 # build-cuda-pack/dist.tar.xz (both ignored by git): carry build-cuda-pack to the device and run
-# scripts/gpu/suite.sh there.
+# scripts/gpu/suite.sh there. BUILD: the build directory (default build-cuda).
 # Default TARGETS: what scripts/gpu/suite.sh runs (the GPU tests of gpu_tests.sh, kernel
 # microbenchmarks, bench_decode, gantry-mkmodel, and for SERVE=1 gantry-engine + engine-bench as
 # its gRPC client).
@@ -43,7 +43,8 @@ echo "commit $(git -C "$SRC" rev-parse --short HEAD)$(git -C "$SRC" diff --quiet
 # the device call carries at most 64 MiB with the tree: ship the programs compressed
 mkdir -p "$SRC/build-cuda-pack"
 # xz with a 256 MiB dictionary (one thread: threads split the input) folds the near-identical CUDA
-# binaries into one: twelve test and bench programs, 202 MB, pack to 9.4 MB (15 MB with xz -9)
+# binaries into one: the default programs pack to 7.8 MB (accc449, kernels/README.md); before the
+# sm_90-only build, 202 MB packed to 9.4 MB here and to 15 MB with plain xz -9
 tar -C "$SRC" -cf - build-cuda-dist | xz -T1 --lzma2=preset=9,dict=256MiB >"$SRC/build-cuda-pack/dist.tar.xz"
 du -sh "$D" "$SRC/build-cuda-pack/dist.tar.xz"
 if [ -n "$STACK_TARGETS" ]; then

@@ -1,5 +1,5 @@
-# Sourced (POSIX sh) by the one-off device-call scripts (attn.sh, attn_decode.sh, mv_session.sh,
-# prefill.sh), run from the repository root on the GPU machine after scripts/gpu/pack.sh.
+# Sourced (POSIX sh) by the one-off device-call scripts (attn.sh, attn_decode.sh, prefill.sh),
+# run from the repository root on the GPU machine after scripts/gpu/pack.sh.
 
 # session_unpack TARBALL: unpacks build-cuda-dist/ from TARBALL unless already there, prints its
 # COMMIT; sets D (the programs) and the environment the GPU tests read.

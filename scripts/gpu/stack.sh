@@ -1,6 +1,7 @@
 #!/bin/bash
-# On the GPU machine, from the repository root, after scripts/gpu/pack.sh with STACK=1 (which adds
-# gantry-router, gantry and redis-server to the pack): the whole serving path on the GPU.
+# On the GPU machine, from the repository root, after scripts/gpu/pack.sh with STACK=1 (which packs
+# gantry-router, gantry and redis-server into build-cuda-stack/stack.tar.xz, unpacked here over
+# build-cuda-dist when DIST is unset): the whole serving path on the GPU.
 #   redis-server + gantry-engine serve --device cuda + gantry-router, then `gantry bench` through
 #   the router: contexts $CONTEXTS (512,2048), concurrency $CONC (1,8,32), cold and warm; prints
 #   the bench table (TTFT p50/p90, median inter-token interval as per-user tok/s, cached tokens)

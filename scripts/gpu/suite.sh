@@ -11,7 +11,7 @@
 #   3. SERVE=1: gantry-engine serve --device cuda on the demo model, one gRPC Generate through
 #      engine-bench --target, then /metrics: gantry_engine_eager_steps_total must be 0;
 #   4. STACK=1 (pack with STACK=1): the serving path, scripts/gpu/stack.sh, per STACK_MODELS entry;
-#      LONG=1: the long-context table (8K / 28K / 64K prompts, eight 28K users) through the stack.
+#      LONG=1: the long-context table (512 / 8K / 28K / 64K prompts, eight 28K users) through the stack.
 # Env: TESTS=0 / BENCH=0 / MICRO=0 skip 1 / 2 / the kernel microbenchmarks (bench_matvec,
 # bench_gdn_scan, bench_attn, run after the tests when packed); MODELS (default "qwen3-8b:bf16 qwen3-8b:Q4_K_M
 # qwen35-9b:Q4_K_M"; qwen35 Q4_K_M keeps a BF16 head); BATCH (1,8,32), PROMPT (512,2048: decode after the
@@ -205,6 +205,8 @@ fi
 # with contexts LONG_CTX (512 / 8192 / 28000: 512 is the short-prompt decode that 28K is set against)
 # at concurrency LONG_CONC (1, 8: eight 28K users at once), then (LONG64=0: not) a 64K prompt
 # alone (`--max-num-seqs 1 --max-model-len 65600`); cold and warm TTFT, per-user decode.
+# LONG_TOKENS (64 generated per request), LONG_TIMEOUT (420 s per stack.sh bench), LONG64_LEN
+# (65600) and LONG64_CTX (64000) for the 64K run.
 if [ "${LONG:-0}" = 1 ]; then
   spec=${LONG_MODEL:-qwen35-9b:Q4_K_M}
   preset=${spec%%:*} type=${spec#*:}

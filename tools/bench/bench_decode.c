@@ -5,9 +5,9 @@
  *                [--activations bf16|fp32] [--prefill-precision exact|fast]
  * Prints engine/models/bench.h's table (decode after a prompt of the first --prompt length; every
  * length also timed as a one-sequence prefill) and per-op profile of one decode step per batch
- * size and of one prefill per length (--activations: be_cuda_set_activations; --prefill-precision:
- * be_cuda_set_prefill_precision), then the
- * decode batch sizes that have a captured CUDA graph. GANTRY_CUDA_GRAPHS=0 runs decode without
+ * size and of one prefill per length, then the decode batch sizes that have a captured CUDA graph.
+ * --activations: be_cuda_set_activations (without it GANTRY_ACTIVATIONS, else bf16);
+ * --prefill-precision: be_cuda_set_prefill_precision. GANTRY_CUDA_GRAPHS=0 runs decode without
  * graphs. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,6 +7,7 @@
  * the CPU (normalized error). Prints us per layer, ns per token and the speed-up over the
  * per-token kernel.
  *   bench_gdn_scan [--prompt 512] [--reps 20] [--max 8192] [--check 1 (validation only: sanitizers)] */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +16,6 @@
 #include "engine/backend/gdn_chunked.h"
 #include "kernels/gdn_chunked.cuh"
 #include "kernels/gdn_scan.cuh"
-#include "kernels/gdn_scan_long.cuh"
-#include <limits.h>
 
 #define NK 16
 #define NV 32
