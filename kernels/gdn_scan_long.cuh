@@ -1,5 +1,5 @@
 /* kernels/gdn_scan_long.cuh — the sequential gated delta rule of gdn_scan.cuh for sequences of many
- * tokens (internal to kernels/gdn_scan.cu and the bench; the backend calls kc_gdn_scan).
+ * tokens (internal to kernels/gdn_scan.cu; the backend calls kc_gdn_scan).
  * Same state layout, inputs and arithmetic contract as kc_gdn_scan, with two reassociations: the
  * sums over d_k are split over the LPC lanes of a column, and the decay is applied after the sum,
  * kv = exp(g) (S_old ᵀk), S = fma(S_old, exp(g), k delta) (the CPU scales S first).
