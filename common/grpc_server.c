@@ -181,15 +181,9 @@ static void call_unref(gt_rpc_call_t *c) {
   if (r == 0) call_free(c);
 }
 
-static void pump(gt_rpc_call_t *c);
-
-/* Starts the next send batch if none is in flight. Caller holds c->mu. */
-static void pump_locked(gt_rpc_call_t *c) {
-  pump(c);
-  account_locked(c);
-}
-
-static void pump(gt_rpc_call_t *c) {
+/* pump_locked without the accounting: starts the next send batch if none is in flight. Caller
+ * holds c->mu. */
+static void start_batch_locked(gt_rpc_call_t *c) {
   if (c->in_flight || c->status_sent || c->broken) return;
   int want_status = c->finish_called && (c->head == NULL || c->head->next == NULL);
   if (!c->head && !want_status) return;
@@ -261,6 +255,13 @@ static void pump(gt_rpc_call_t *c) {
     c->broken = 1;
     free_queue(c);
   }
+}
+
+/* Starts the next send batch if none is in flight and accounts the call's unsent bytes. Caller
+ * holds c->mu. */
+static void pump_locked(gt_rpc_call_t *c) {
+  start_batch_locked(c);
+  account_locked(c);
 }
 
 static void on_send_done(gt_rpc_call_t *c, int ok) {

@@ -460,7 +460,6 @@ struct actx {
   rgf_t *g;
   gt_rpc_call_t *call;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
-  bool oom; /* its reply could not be allocated */
   actx_t *prev, *next;
 };
 
@@ -479,9 +478,12 @@ static void admin_free(actx_t *c) {
 }
 
 /* Answers c's call (c->call set) with reply (given to the call) when not NULL, else with code
- * and msg, and counts it, like the HTTP front, with its outcome; c->call is NULL after. */
+ * and msg, and counts it, like the HTTP front, with its outcome; c->call is NULL after. Admin
+ * calls have no rate limit: RESOURCE_EXHAUSTED is out of memory (the front's or admission's
+ * GT_ENOMEM), counted 500 like every call refused out of memory, not 429. */
 static void admin_answer(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCMessage *reply) {
-  metrics_request(c->g->rt->metrics, route_of(c->call), reply ? 200 : c->oom ? 500 : status_of_code(code));
+  const int status = reply ? 200 : code == GT_RPC_RESOURCE_EXHAUSTED ? 500 : status_of_code(code);
+  metrics_request(c->g->rt->metrics, route_of(c->call), status);
   if (reply) gt_rpc_call_reply(c->call, reply);
   else gt_rpc_call_finish(c->call, code, msg);
   c->call = NULL;
@@ -496,13 +498,6 @@ static void admin_end(actx_t *c, gt_rpc_code_t code, const char *msg, ProtobufCM
 
 static void admin_fail(actx_t *c, gt_rpc_code_t code, const char *msg) { admin_end(c, code, msg, NULL); }
 
-/* c's reply could not be allocated: RESOURCE_EXHAUSTED, counted 500 like every call refused out
- * of memory (status_of_code would say 429, a client's rate limit). */
-static void admin_oom(actx_t *c) {
-  c->oom = true;
-  admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
-}
-
 static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t *l) {
   actx_t *c = arg;
   if (!c->call || status != GT_OK || !l) {
@@ -511,7 +506,7 @@ static void lim_reply(void *arg, int status, const char *msg, const adm_limits_t
   }
   Gantry__V1__Limits *r = malloc(sizeof *r);
   if (!r) {
-    admin_oom(c);
+    admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   gantry__v1__limits__init(r);
@@ -542,7 +537,7 @@ static void queues_reply(void *arg, int status, const char *msg, const adm_queue
   }
   Gantry__V1__ListQueuesResponse *r = malloc(sizeof *r);
   if (!r) {
-    admin_oom(c);
+    admin_fail(c, GT_RPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   gantry__v1__list_queues_response__init(r);

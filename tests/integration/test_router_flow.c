@@ -119,7 +119,6 @@ static void test_unread_stream_bounded_and_cancelled(void **st) {
 
 #define UNSENT_METRIC "gantry_router_grpc_unsent_bytes"
 
-
 /* Reads fd until the peer ends the connection (EOF or reset) or ms pass; returns 1 if it ended,
  * *total the bytes read. */
 static int read_until_closed(int fd, int ms, size_t *total) {
@@ -357,12 +356,9 @@ static void generate_to_end(const rp_t *rp, const char *prompt) {
   close(fd);
 }
 
-/* gantry_router_requests_total: n_chat chat requests and one Generate counted with status, none
- * of either with 200. */
-static void assert_failed_counted(rp_t *rp, const char *status, long long n_chat) {
-  char chat[160], gen[160];
-  snprintf(chat, sizeof chat, "gantry_router_requests_total{route=\"/v1/chat/completions\",status=\"%s\"}", status);
-  snprintf(gen, sizeof gen, "gantry_router_requests_total{route=\"grpc:Generate\",status=\"%s\"}", status);
+/* gantry_router_requests_total: n_chat chat requests counted as chat (CHAT_METRIC(status)) and
+ * one Generate as gen (GEN_METRIC(status)), none of either with 200. */
+static void assert_failed_counted(rp_t *rp, const char *chat, const char *gen, long long n_chat) {
   assert_int_equal(wait_metric(rp, gen, is_one, 5000), 1);
   assert_int_equal(rp_metric(rp, chat, NULL), n_chat);
   assert_int_equal(rp_metric(rp, CHAT_METRIC("200"), NULL), -1);
@@ -384,7 +380,7 @@ static void test_stream_failure_counted_alike(void **st) {
   start_with_grpc(&k);
   chat_expect(&k.rp, "DIE", true, 200, "partial"); /* it had started */
   generate_to_end(&k.rp, "DIE");
-  assert_failed_counted(&k.rp, "503", 1);
+  assert_failed_counted(&k.rp, CHAT_METRIC("503"), GEN_METRIC("503"), 1);
   assert_int_equal(rstack_stop(&k), 0);
 }
 
@@ -399,7 +395,7 @@ static void test_error_final_counted_alike(void **st) {
   chat_expect(&k.rp, "FAILFINAL", false, 500, "sampling failed");
   chat_expect(&k.rp, "FAILFINAL", true, 200, "sampling failed"); /* the error event */
   generate_to_end(&k.rp, "FAILFINAL");
-  assert_failed_counted(&k.rp, "500", 2);
+  assert_failed_counted(&k.rp, CHAT_METRIC("500"), GEN_METRIC("500"), 2);
   assert_int_equal(rstack_stop(&k), 0);
 }
 

@@ -45,6 +45,14 @@
 static const char *const stop_routes[] = {"grpc:Generate", "grpc:ListModels", "/gantry.v1.Admin/GetLimits"};
 #define N_STOP_ROUTES (int)(sizeof stop_routes / sizeof stop_routes[0])
 
+/* Polls expr (up to 10 s) until it reaches n, then asserts it is exactly n (not more). */
+#define WAIT_FOR_COUNT(expr, n)                                  \
+  do {                                                           \
+    const double until_ = gt_now_ms() + 10000;                   \
+    while ((expr) < (n) && gt_now_ms() < until_) usleep(5000);   \
+    assert_int_equal((expr), (n));                               \
+  } while (0)
+
 /* The router on its own loop thread: rt_run, then rt_destroy on the same thread (as main()). */
 typedef struct rt_thread {
   router_t *rt;
@@ -259,11 +267,7 @@ static void stop_with_posts_queued(int n_new) {
   assert_true(wait_flag(t, &t->gate_in, 10000));
   for (int i = 0; i < N_CANCEL; i++) gt_rpc_stream_cancel(run[i].s);
   for (int i = 0; i < n_new; i++) cs_start(k.cl, &fresh[i], &mu, "SLOW");
-  const double until = gt_now_ms() + 10000;
-  while (rgf_pending_posts(k.front) < N_CANCEL + n_new && gt_now_ms() < until) usleep(5000);
-  const int pending = rgf_pending_posts(k.front);
-  printf("gRPC front hand-offs queued when the loop stops: %d\n", pending);
-  assert_int_equal(pending, N_CANCEL + n_new);
+  WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_CANCEL + n_new);
 
   /* stop the loop: rt_destroy runs with them queued */
   assert_true(stop_router(t)); /* before: the server's shutdown waited for the queued calls forever */
@@ -326,9 +330,7 @@ static void test_stop_with_admin_call_waiting_on_redis(void **st) {
   q.model = "tiny";
   q.tenant = "";
   unary_start(k.cl, &c, &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
-  const double until = gt_now_ms() + 10000;
-  while (rgf_admin_calls(k.front) < 1 && gt_now_ms() < until) usleep(5000);
-  assert_int_equal(rgf_admin_calls(k.front), 1); /* its GetLimits script went to the stopped Redis */
+  WAIT_FOR_COUNT(rgf_admin_calls(k.front), 1); /* its GetLimits script went to the stopped Redis */
 
   stop_router_redis_stopped(&k, rpid);
   assert_true(cs_wait_all(&c, 1, &mu, 10000));
@@ -358,9 +360,7 @@ static void test_stop_counts_refused_calls(void **st) {
   q.model = "tiny";
   q.tenant = "";
   unary_start(k.cl, &cs[2], &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
-  const double until = gt_now_ms() + 10000;
-  while (rgf_pending_posts(k.front) < N_STOP_ROUTES && gt_now_ms() < until) usleep(5000);
-  assert_int_equal(rgf_pending_posts(k.front), N_STOP_ROUTES);
+  WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_STOP_ROUTES);
 
   assert_true(stop_router(t));
   pthread_join(t->th, NULL);
@@ -424,9 +424,7 @@ static void test_stop_with_http_admin_waiting_on_redis(void **st) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, http_call_run, &c), 0);
   struct http_front *hf = k.t.rt->http;
-  const double until = gt_now_ms() + 10000;
-  while (http_front_adm_waiting(hf) < 1 && gt_now_ms() < until) usleep(5000);
-  assert_int_equal(http_front_adm_waiting(hf), 1); /* its GetLimits script went to the stopped Redis */
+  WAIT_FOR_COUNT(http_front_adm_waiting(hf), 1); /* its GetLimits script went to the stopped Redis */
 
   stop_router_redis_stopped(&k, rpid);
   http_call_join_shutdown(th, &c); /* before: -1, the connection closed without a reply */
@@ -523,9 +521,7 @@ static void test_stop_with_tokenize_waiting_on_engine(void **st) {
   http_call_t c = {.port = k.t.rt->http_port, .path = "/tokenize", .data = "{\"model\":\"held\",\"prompt\":\"hello\"}"};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, http_call_run, &c), 0);
-  const double until = gt_now_ms() + 10000;
-  while (he_n_held(&he) < 1 && gt_now_ms() < until) usleep(5000);
-  assert_int_equal(he_n_held(&he), 1); /* the router's Tokenize call is at the engine, unanswered */
+  WAIT_FOR_COUNT(he_n_held(&he), 1); /* the router's Tokenize call is at the engine, unanswered */
 
   stop_router_join(&k.t);
   http_call_join_shutdown(th, &c); /* before: -1, the connection closed without a reply */
@@ -597,9 +593,7 @@ static void test_http_admin_client_leaves(void **st) {
   const int port = k.t.rt->http_port;
   struct http_front *hf = k.t.rt->http;
   const int fd = raw_send(port, "GET /admin/limits?model=tiny HTTP/1.1\r\nHost: x\r\n\r\n");
-  const double until = gt_now_ms() + 10000;
-  while (http_front_adm_waiting(hf) < 1 && gt_now_ms() < until) usleep(5000);
-  assert_int_equal(http_front_adm_waiting(hf), 1);
+  WAIT_FOR_COUNT(http_front_adm_waiting(hf), 1);
   client_leaves(fd, port);
 
   assert_int_equal(kill(rpid, SIGCONT), 0);
@@ -633,9 +627,7 @@ static void test_http_key_check_client_leaves(void **st) {
   client_leaves(fd, port);
 
   assert_int_equal(kill(rpid, SIGCONT), 0);
-  const double until = gt_now_ms() + 10000;
-  while (requests_total(port, "/v1/chat/completions", 499) < 1 && gt_now_ms() < until) usleep(5000);
-  assert_int_equal(requests_total(port, "/v1/chat/completions", 499), 1);
+  WAIT_FOR_COUNT(requests_total(port, "/v1/chat/completions", 499), 1);
   assert_int_equal(bytes_until_close(fd), 0); /* before: the 499 client_closed error */
   stop_router_join(&k.t);
   stack_stop(&k);
@@ -656,9 +648,7 @@ static void test_http_tokenize_client_leaves(void **st) {
            "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
            strlen(body), body);
   const int fd = raw_send(port, req);
-  const double until = gt_now_ms() + 10000;
-  while (he_n_held(&he) < 1 && gt_now_ms() < until) usleep(5000);
-  assert_int_equal(he_n_held(&he), 1);
+  WAIT_FOR_COUNT(he_n_held(&he), 1);
   client_leaves(fd, port);
 
   pthread_mutex_lock(&he.mu);
