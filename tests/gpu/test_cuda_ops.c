@@ -653,18 +653,25 @@ static void test_gdn(void **st) {
  * sequential one: prompt lengths around the chunk size, long prompts mixed with decode tokens
  * and short multi-token sequences (the sequential kernel) in one batch, chunked steps continuing
  * from a non-zero state, decode after it. Decays a < 0 as in the model (A = -exp(A_log)). ---- */
-static void gdn_chunked_case(int n_k, int n_v, int dk, int dv) {
-  const int K = 4, C = 2 * n_k * dk + n_v * dv, n_slots = 8;
-  char label[96];
-  print_message("  gdn chunked: n_k %d n_v %d d_k %d d_v %d\n", n_k, n_v, dk, dv);
+/* The state pools (n_slots slots, conv K - 1 x C, S n_v x dk x dv) of both backends and the GDN
+ * case's weights: decays a < 0 as in the model (A = -exp(A_log)), conv weights, dt bias. */
+static void gdn_case_init(int n_v, int dk, int dv, int K, int C, int n_slots, wpair_t *a, wpair_t *cw, wpair_t *dtb) {
   assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
   assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
   float av[64];
   for (int h = 0; h < n_v; h++) av[h] = -(0.1f + 0.9f * fabsf(frand()));
-  wpair_t a, cw = weight(GT_TYPE_F32, C, K, 0.5f), dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
+  *cw = weight(GT_TYPE_F32, C, K, 0.5f), *dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
   gt_err_t err = {0};
-  assert_int_equal(be_weight_upload(CPU_BE, &a.c, GT_TYPE_F32, 1, n_v, av, &err), 0);
-  assert_int_equal(be_weight_upload(GPU_BE, &a.g, GT_TYPE_F32, 1, n_v, av, &err), 0);
+  assert_int_equal(be_weight_upload(CPU_BE, &a->c, GT_TYPE_F32, 1, n_v, av, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &a->g, GT_TYPE_F32, 1, n_v, av, &err), 0);
+}
+
+static void gdn_chunked_case(int n_k, int n_v, int dk, int dv) {
+  const int K = 4, C = 2 * n_k * dk + n_v * dv, n_slots = 8;
+  char label[96];
+  print_message("  gdn chunked: n_k %d n_v %d d_k %d d_v %d\n", n_k, n_v, dk, dv);
+  wpair_t a, cw, dtb;
+  gdn_case_init(n_v, dk, dv, K, C, n_slots, &a, &cw, &dtb);
   int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   tbatch_t *tb = malloc(sizeof *tb);
   static const struct {
@@ -700,14 +707,8 @@ static void gdn_long_case(int n_k, int n_v, int dk, int dv) {
   const int K = 4, C = 2 * n_k * dk + n_v * dv, n_slots = 8, L = KC_GDN_LONG_MIN;
   char label[96];
   print_message("  gdn long: n_k %d n_v %d d_k %d d_v %d\n", n_k, n_v, dk, dv);
-  assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
-  assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
-  float av[64];
-  for (int h = 0; h < n_v; h++) av[h] = -(0.1f + 0.9f * fabsf(frand()));
-  wpair_t a, cw = weight(GT_TYPE_F32, C, K, 0.5f), dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
-  gt_err_t err = {0};
-  assert_int_equal(be_weight_upload(CPU_BE, &a.c, GT_TYPE_F32, 1, n_v, av, &err), 0);
-  assert_int_equal(be_weight_upload(GPU_BE, &a.g, GT_TYPE_F32, 1, n_v, av, &err), 0);
+  wpair_t a, cw, dtb;
+  gdn_case_init(n_v, dk, dv, K, C, n_slots, &a, &cw, &dtb);
   int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   tbatch_t *tb = malloc(sizeof *tb);
   const struct {
