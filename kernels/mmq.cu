@@ -3,19 +3,16 @@
  *
  * Work split. A block of 8 warps = S column parts x 8/S row warps, for one tile of 32 x rows
  * (blocks of one weight-row range and consecutive x tiles are adjacent in the grid, so the
- * tiles of a prefill read the same weights out of L2). A feature group is two groups of 16
- * weight rows (swiglu: 16 gate rows and the 16 up rows of the same features); with NG = 2 one
- * warp owns both groups of a feature group, with NG = 1 two row warps share it (row warp 2f + i
- * owns group i of feature group f: half the registers, so twice the warps fit on an SM). A warp
- * owns one part; it takes the 256-element chunks kb = part, part + S, ... in order. Per chunk a lane loads its quant words
+ * tiles of a prefill read the same weights out of L2). A warp owns two groups of 16 weight
+ * rows (swiglu: 16 gate rows and the 16 up rows of the same features) and one part; it takes the
+ * 256-element chunks kb = part, part + S, ... in order. Per chunk a lane loads its quant words
  * of rows g and g + 8 of both groups; the warp decodes the 32 rows' scale slots into shared
  * memory (lane L: row L/2, half L%2). Per sub-block and group, c = Σ q·x per (row, x row) from
  * zero by mma (A = exact q of the weights, B = the x parts straight from the prep buffer: lane
  * (g, tig) loads elements kbase(s, tig) + 0..3 of x row 8j + g as one 8-byte word per part),
  * then acc += d_sc · c [- dmin_m · Σx]. Every part of x goes into the same c (products exact).
  * Lane (g, tig) ends with rows g, g + 8 x x rows 8j + 2tig, +1; the parts are added in part
- * order through shared memory. A feature's result depends on (type, S, its row, x, parts) only
- * (not on NG: the same sums in the same order);
+ * order through shared memory. A feature's result depends on (type, S, its row, x, parts) only;
  * S is mmq_split of the weight's own n_out and the tile count, so a weight gives the same
  * products alone, in a multi launch or as the gate of a swiglu. */
 #include <stdlib.h>
@@ -24,7 +21,6 @@
 #include "kernels/mmq_internal.cuh"
 
 #define MMQ_TARGET_WARPS 2048
-#define MMQ_DEFAULT_GROUPS 2 /* row groups of 16 per warp in decode batches (GANTRY_MMQ_GROUPS) */
 
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts) {
   const size_t np = (size_t)mmq_npad(n);
@@ -58,61 +54,59 @@ KC_API int kc_mmq_prep(cudaStream_t st, int type, const float *x, int64_t cols, 
   return (int)cudaGetLastError();
 }
 
-template <class D, int NT, int NP, int OCC, int NG>
-__global__ void __launch_bounds__(MMQ_WARPS * (3 - NG) * 32, OCC)
+template <class D, int NT, int NP, int OCC>
+__global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
     mmq_kernel(const mmq_args_t a, const uint16_t *__restrict__ xp, const float *__restrict__ sx, int64_t cols,
                int n, int64_t npad) {
   /* per warp: scale slots [group][row][16] while the chunks run, then [group][row][x col] sums */
-  constexpr int W = MMQ_WARPS * (3 - NG); /* warps per block: 8 (NG 2) or 16 (NG 1) */
-  constexpr int WS = NG * 16 * (NT * 8 > 16 ? NT * 8 : 16);
-  __shared__ __align__(16) float sm[W * WS];
+  constexpr int WS = 2 * 16 * (NT * 8 > 16 ? NT * 8 : 16);
+  __shared__ __align__(16) float sm[MMQ_WARPS * WS];
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, tig = lane & 3;
   const unsigned yb = blockIdx.x % a.ny, wblk = blockIdx.x / a.ny;
   int sg = 0;
   while (sg + 1 < a.n_seg && wblk >= a.blk_end[sg]) sg++;
   const unsigned blk = wblk - (sg ? a.blk_end[sg - 1] : 0u);
-  const int S = a.split[sg], gpb = MMQ_WARPS / S, part = wi % S, rw = wi / S; /* gpb: feature groups */
-  const int fg = NG == 2 ? rw : rw >> 1, gi0 = NG == 2 ? 0 : rw & 1; /* feature group, its first group here */
-  const int fpw = a.swiglu ? 16 : 32; /* output features per feature group */
+  const int S = a.split[sg], gpb = MMQ_WARPS / S, part = wi % S, rw = wi / S;
+  const int fpw = a.swiglu ? 16 : 32; /* output features per warp */
   const int64_t n_out = a.n_out[sg], grp0 = (int64_t)blk * gpb;
   const size_t rbytes = a.row_bytes[sg];
   auto row_of = [&](int i, int m) -> const uint8_t * {
-    int64_t o = (grp0 + fg) * fpw + (a.swiglu ? 0 : 16 * i) + m;
+    int64_t o = (grp0 + rw) * fpw + (a.swiglu ? 0 : 16 * i) + m;
     if (o > n_out - 1) o = n_out - 1;
     return (a.swiglu && i ? a.wup : a.w[sg]) + (size_t)o * rbytes;
   };
-  const uint8_t *wa[NG], *wb[NG], *ws[NG];
+  const uint8_t *wa[2], *wb[2], *ws[2];
 #pragma unroll
-  for (int i = 0; i < NG; i++) wa[i] = row_of(gi0 + i, g), wb[i] = row_of(gi0 + i, g + 8), ws[i] = row_of(gi0 + i, lane >> 1);
+  for (int i = 0; i < 2; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
   const int64_t xr0 = (int64_t)yb * KC_MMQ_TILE_ROWS;
   const int64_t pstride = npad * cols; /* elements between parts */
   const uint16_t *xb = xp + (xr0 + g) * cols;
   float *scs = sm + wi * WS;
 
-  float acc[NG][NT][4];
+  float acc[2][NT][4];
 #pragma unroll
-  for (int i = 0; i < NG; i++)
+  for (int i = 0; i < 2; i++)
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
   const int64_t nkb = cols >> 8;
   for (int64_t kb = part; kb < nkb; kb += S) {
-    typename D::raw ra[NG], rb[NG];
-    typename D::sraw sr[NG];
+    typename D::raw ra[2], rb[2];
+    typename D::sraw sr[2];
 #pragma unroll
-    for (int i = 0; i < NG; i++) {
+    for (int i = 0; i < 2; i++) {
       D::load(ra[i], wa[i], kb, tig);
       D::load(rb[i], wb[i], kb, tig);
       D::sload(sr[i], ws[i], kb, lane & 1);
     }
     __syncwarp(); /* previous chunk's scales read by every lane */
 #pragma unroll
-    for (int i = 0; i < NG; i++) D::sdecode(sr[i], lane & 1, (float4 *)(scs + i * 256 + (lane >> 1) * 16 + 8 * (lane & 1)));
+    for (int i = 0; i < 2; i++) D::sdecode(sr[i], lane & 1, (float4 *)(scs + i * 256 + (lane >> 1) * 16 + 8 * (lane & 1)));
     __syncwarp();
 #pragma unroll
     for (int sb = 0; sb < D::NSUB; sb++) {
-      float c[NG][NT][4];
+      float c[2][NT][4];
 #pragma unroll
-      for (int i = 0; i < NG; i++)
+      for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < NT; j++) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.0f;
 #pragma unroll
@@ -125,7 +119,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * (3 - NG) * 32, OCC)
 #pragma unroll
           for (int p = 0; p < NP; p++) bq[j][p] = __ldg((const uint2 *)(xs + p * pstride + (int64_t)8 * j * cols));
 #pragma unroll
-        for (int i = 0; i < NG; i++) {
+        for (int i = 0; i < 2; i++) {
           const uint32_t af[4] = {D::apair(ra[i], s, 0), D::apair(rb[i], s, 0), D::apair(ra[i], s, 1),
                                   D::apair(rb[i], s, 1)};
 #pragma unroll
@@ -140,7 +134,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * (3 - NG) * 32, OCC)
         for (int j = 0; j < NT; j++) sv[j] = __ldg((const float2 *)(sx + (kb * 8 + sb) * npad + xr0 + 8 * j + 2 * tig));
       }
 #pragma unroll
-      for (int i = 0; i < NG; i++) {
+      for (int i = 0; i < 2; i++) {
         const float *s0 = scs + i * 256 + g * 16, *s8 = s0 + 8 * 16;
         if constexpr (D::HAS_MIN) {
           const float d0 = s0[2 * sb], m0 = s0[2 * sb + 1], d8 = s8[2 * sb], m8 = s8[2 * sb + 1];
@@ -165,11 +159,11 @@ __global__ void __launch_bounds__(MMQ_WARPS * (3 - NG) * 32, OCC)
     }
   }
 
-  /* red [warp][its group][row 16][x col NT*8] */
+  /* red [warp][group][row 16][x col NT*8] */
   constexpr int XC = NT * 8;
   __syncthreads(); /* every warp done with its scale slots */
 #pragma unroll
-  for (int i = 0; i < NG; i++)
+  for (int i = 0; i < 2; i++)
 #pragma unroll
     for (int j = 0; j < NT; j++) {
       float *r0 = scs + (i * 16 + g) * XC + 8 * j + 2 * tig, *r8 = r0 + 8 * XC;
@@ -177,20 +171,18 @@ __global__ void __launch_bounds__(MMQ_WARPS * (3 - NG) * 32, OCC)
     }
   __syncthreads();
   float *out = a.out[sg];
-  for (int t = threadIdx.x; t < gpb * 2 * 16 * XC; t += W * 32) {
+  for (int t = threadIdx.x; t < gpb * 2 * 16 * XC; t += MMQ_WARPS * 32) {
     const int w = t / (2 * 16 * XC), i = (t / (16 * XC)) % 2, m = (t / XC) % 16, r = t % XC;
     const int64_t xr = xr0 + r;
     if (xr >= n) continue;
-    /* group i of feature group w: warp (w S + part) at slot i (NG 2), warp ((2w + i) S + part) (NG 1) */
-    const int gstep = NG == 2 ? 16 * XC : S * WS; /* group 0 -> group 1 */
-    const float *base = sm + (NG == 2 ? w : 2 * w) * S * WS + i * gstep + m * XC + r;
+    const float *base = sm + (w * S) * WS + (i * 16 + m) * XC + r;
     float s = base[0];
     for (int p = 1; p < S; p++) s += base[p * WS];
     if (!a.swiglu) {
       const int64_t o = (grp0 + w) * fpw + 16 * i + m;
       if (o < n_out) out[xr * n_out + o] = s;
     } else if (i == 0) {
-      const float *ub = base + gstep;
+      const float *ub = base + 16 * XC;
       float u = ub[0];
       for (int p = 1; p < S; p++) u += ub[p * WS];
       const int64_t o = (grp0 + w) * fpw + m;
@@ -219,7 +211,7 @@ static int mmq_split(int64_t n_out, int64_t nkb, unsigned ny) {
   return S;
 }
 
-template <class D, int NT, int NP, int OCC, int NG>
+template <class D, int NT, int NP, int OCC>
 static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scratch, int n) {
   const int64_t npad = mmq_npad(n), nkb = cols >> 8;
   const int fpw = a.swiglu ? 16 : 32;
@@ -234,12 +226,11 @@ static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scrat
   }
   const uint16_t *xp = (const uint16_t *)scratch;
   const float *sx = (const float *)((const uint8_t *)scratch + ((size_t)NP * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
-  mmq_kernel<D, NT, NP, OCC, NG><<<(unsigned)(wblocks * a.ny), MMQ_WARPS * (3 - NG) * 32, 0, st>>>(a, xp, sx, cols, n, npad);
+  mmq_kernel<D, NT, NP, OCC><<<(unsigned)(wblocks * a.ny), MMQ_WARPS * 32, 0, st>>>(a, xp, sx, cols, n, npad);
   return (int)cudaGetLastError();
 }
 
-static int g_occ = -1;    /* GANTRY_MMQ_OCC / kc_mmq_set_occ; -1: not read yet */
-static int g_groups = -1; /* GANTRY_MMQ_GROUPS / kc_mmq_set_groups; -1: not read yet, 0: default */
+static int g_occ = -1; /* GANTRY_MMQ_OCC / kc_mmq_set_occ; -1: not read yet */
 
 int mmq_occ_env(void) {
   if (g_occ < 0) {
@@ -249,19 +240,8 @@ int mmq_occ_env(void) {
   return g_occ;
 }
 
-/* Row groups per warp: the setting, else MMQ_DEFAULT_GROUPS. */
-static int mmq_groups(void) {
-  if (g_groups < 0) {
-    const char *e = getenv("GANTRY_MMQ_GROUPS");
-    g_groups = e && (e[0] == '1' || e[0] == '2') && e[1] == '\0' ? e[0] - '0' : 0;
-  }
-  return g_groups ? g_groups : MMQ_DEFAULT_GROUPS;
-}
-
-/* NG 1 runs 16-warp blocks, one per SM (launch bound 128 registers); NG 2 as mmq_occ says */
 template <class D, int NT, int NP> static int mmq_o(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n) {
-  if (mmq_groups() == 1) return mmq_go<D, NT, NP, 1, 1>(st, a, cols, sc, n);
-  return mmq_occ<D, NT>() == 2 ? mmq_go<D, NT, NP, 2, 2>(st, a, cols, sc, n) : mmq_go<D, NT, NP, 1, 2>(st, a, cols, sc, n);
+  return mmq_occ<D, NT>() == 2 ? mmq_go<D, NT, NP, 2>(st, a, cols, sc, n) : mmq_go<D, NT, NP, 1>(st, a, cols, sc, n);
 }
 
 template <class D, int NP> static int mmq_nt(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n) {
@@ -271,8 +251,6 @@ template <class D, int NP> static int mmq_nt(cudaStream_t st, const mmq_args_t &
 }
 
 KC_API void kc_mmq_set_occ(int occ) { g_occ = occ == 1 || occ == 2 ? occ : -1; }
-
-KC_API void kc_mmq_set_groups(int groups) { g_groups = groups == 1 || groups == 2 ? groups : -1; }
 
 template <class D> static int mmq_np(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n, int parts) {
   switch (parts) {

@@ -36,11 +36,6 @@ KC_API void kc_mmq_set(int on, int prefill_parts);
 /* Blocks per SM the kernel is built for: 1 or 2; anything else: GANTRY_MMQ_OCC, else by shape
  * (benchmarks; not thread-safe). */
 KC_API void kc_mmq_set_occ(int occ);
-/* Decode-row kernel layout: 2 = a warp owns both 16-row groups of a 32-row feature group (8-warp
- * blocks), 1 = one group per warp (16-warp blocks, half the registers per thread); anything else:
- * GANTRY_MMQ_GROUPS, else the default (mmq.cu). The outputs are bit-identical either way
- * (benchmarks and tests; not thread-safe). */
-KC_API void kc_mmq_set_groups(int groups);
 
 /* Scratch bytes kc_mmq_prep needs for n rows of cols with parts (a multiple of 16). */
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts);
