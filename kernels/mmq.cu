@@ -22,19 +22,6 @@
 
 #define MMQ_TARGET_WARPS 2048
 
-static int g_decode_kernel = -1; /* GANTRY_MMQ_DECODE_KERNEL / kc_mmq_set_decode_kernel; -1: not read yet */
-
-/* 1 when decode rows take mmq_prefill.cu's cluster kernel (setting 2), else this file's (1, default) */
-static int mmq_decode_cluster(void) {
-  if (g_decode_kernel < 0) {
-    const char *e = getenv("GANTRY_MMQ_DECODE_KERNEL");
-    g_decode_kernel = e && e[0] == '2' && e[1] == '\0' ? 2 : 1;
-  }
-  return g_decode_kernel == 2;
-}
-
-KC_API void kc_mmq_set_decode_kernel(int k) { g_decode_kernel = k == 1 || k == 2 ? k : -1; }
-
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts) {
   const size_t np = (size_t)mmq_npad(n);
   return ((size_t)parts * np * (size_t)cols * 2 + 15) / 16 * 16 + np * (size_t)(cols / 32) * 4;
@@ -56,7 +43,7 @@ KC_API int kc_mmq_prep(cudaStream_t st, int type, const float *x, int64_t cols, 
   if (n < 1 || cols <= 0 || cols % 256 != 0 || parts < 1 || parts > 3 || ((uintptr_t)x & 15) != 0 ||
       ((uintptr_t)scratch & 15) != 0)
     return (int)cudaErrorInvalidValue;
-  if (n > KC_MMQ_EXACT_ROWS || mmq_decode_cluster()) return mmq_pf_prep(st, type, x, cols, n, parts, scratch);
+  if (n > KC_MMQ_EXACT_ROWS) return mmq_pf_prep(st, type, x, cols, n, parts, scratch);
   /* decode rows: row-major parts, the same for every type */
   const int64_t npad = mmq_npad(n), total = npad * (cols / 4);
   uint2 *xp = (uint2 *)scratch;
@@ -323,7 +310,7 @@ KC_API int kc_mmq_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
   a.n_seg = n_seg;
   a.wup = (const uint8_t *)wup;
   a.swiglu = wup != NULL;
-  if (n > KC_MMQ_EXACT_ROWS || mmq_decode_cluster()) return mmq_pf_launch(st, type, a, cols, scratch, n, parts);
+  if (n > KC_MMQ_EXACT_ROWS) return mmq_pf_launch(st, type, a, cols, scratch, n, parts);
   switch (type) {
     case GT_TYPE_Q4_K: return mmq_np<mvm_q4k>(st, a, cols, scratch, n, parts);
     case GT_TYPE_Q5_K: return mmq_np<mvm_q5k>(st, a, cols, scratch, n, parts);

@@ -36,11 +36,6 @@ KC_API void kc_mmq_set(int on, int prefill_parts);
 /* Blocks per SM the kernel is built for: 1 or 2; anything else: GANTRY_MMQ_OCC, else by shape
  * (benchmarks; not thread-safe). */
 KC_API void kc_mmq_set_occ(int occ);
-/* The kernel of decode rows (<= KC_MMQ_EXACT_ROWS): 1 = mmq.cu's (K split over the warps of a
- * block; the default), 2 = mmq_prefill.cu's (K split over a cluster, x in fragment order, the 8
- * warps of a block on the same chunks); anything else: GANTRY_MMQ_DECODE_KERNEL, else 1. Set it
- * between, not across, a kc_mmq_prep and its kc_mmq_launch (benchmarks; not thread-safe). */
-KC_API void kc_mmq_set_decode_kernel(int k);
 
 /* Scratch bytes kc_mmq_prep needs for n rows of cols with parts (a multiple of 16). */
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts);

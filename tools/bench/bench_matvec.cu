@@ -17,8 +17,7 @@
  * TB/s the H200's nominal HBM3e bandwidth (the roofline of kernels/README.md). --ns: the row
  * counts timed (checks always run n = 1..32 samples); --mmq 0 skips the mmq section.
  * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
- * "mmqP/O" with P bf16 parts of x, built for O blocks per SM, "mmqP/cl" decode rows on the cluster kernel;
- * decode rows n <= 64 with 3 and 1 parts) for
+ * "mmqP/O" with P bf16 parts of x, built for O blocks per SM; decode rows n <= 64 with 3 and 1 parts) for
  * n = 1..512 on the same shapes, checked the same way (bound
  * 1e-5, 6e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
  * Exit status 1 if any check fails. */
@@ -342,12 +341,9 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
   for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
     const int n = ns[i];
     if ((double)n * n_out > 32.0 * 151936) continue;
-    for (int po = 0; po < 6; po++) {
-      /* decode rows: 3 parts (fp32 activations), 1 (bf16) x {1, 2 blocks per SM, the cluster kernel} */
-      const int parts = n > 64 ? 1 + po / 2 : po < 3 ? 3 : 1, occ = n > 64 ? 1 + po % 2 : 1 + (po % 3 == 1);
-      const int cluster = n <= 64 && po % 3 == 2;
+    for (int po = 0; po < (n > 64 ? 6 : 4); po++) { /* decode rows: 3 parts (fp32 activations), 1 (bf16) */
+      const int parts = n > 64 ? 1 + po / 2 : po < 2 ? 3 : 1, occ = 1 + po % 2;
       kc_mmq_set_occ(occ);
-      kc_mmq_set_decode_kernel(cluster ? 2 : 1);
       void *sc;
       float *dout;
       BM_CHECK(cudaMalloc(&sc, kc_mmq_scratch_bytes(cols, n, parts)));
@@ -358,10 +354,7 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
       BM_CHECK(kc_mmq_launch(0, t, 1, &seg0, NULL, cols, sc, n, parts));
       const double e = bm_err(&w, hx, dout, n < 16 ? n : 16), tol = parts == 1 ? 6e-3 : BM_TOL;
       char path[16];
-      if (cluster)
-        snprintf(path, sizeof path, "mmq%d/cl", parts);
-      else
-        snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
+      snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
       g_path = path;
       if (!(e <= tol)) {
         printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), path, n, e, tol);
@@ -389,7 +382,6 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
   }
   g_path = "dflt";
   kc_mmq_set_occ(0);
-  kc_mmq_set_decode_kernel(0);
   bm_wfree(&w);
 }
 
