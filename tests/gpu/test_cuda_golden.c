@@ -86,15 +86,28 @@ static void need(const char *label) {
   if (only && !strstr(label, only)) skip();
 }
 
-/* kv_bf16: 0 / 1 = fp32 activations on fp32 / bf16 pools (bar GPU_TOL); 2 = bf16 activations on
- * bf16 pools (bar tol) */
-static void tiny_tol(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16, int kv_bf16,
+/* what a golden run is checked on */
+typedef enum {
+  KV_FP32,  /* fp32 activations, fp32 KV pools (bar GPU_TOL) */
+  KV_BF16,  /* fp32 activations, bf16 KV pools (bar GPU_TOL) */
+  ACT_BF16, /* bf16 activations (the default) on bf16 pools (the README's bf16 bar) */
+} gmode_t;
+
+static void set_mode(gmode_t mode, int trained) {
+  if (mode == ACT_BF16) act_bf16_mode();
+  else kv_mode(mode == KV_BF16, trained);
+}
+
+static const char *mode_label(gmode_t mode) {
+  return mode == ACT_BF16 ? "kv bf16 act bf16" : mode == KV_BF16 ? "kv bf16" : "kv fp32";
+}
+
+static void tiny_tol(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16, gmode_t mode,
                      double tol) {
   char label[64];
   snprintf(label, sizeof label, "%s %s", model, type);
   need(label);
-  if (kv_bf16 == 2) act_bf16_mode();
-  else kv_mode(kv_bf16, 0);
+  set_mode(mode, 0);
   json_t *man = tu_json("manifest.json");
   json_t *mdl = json_object_get(json_object_get(man, "models"), model);
   const char *file = json_string_value(json_object_get(json_object_get(mdl, "gguf"), type));
@@ -103,54 +116,55 @@ static void tiny_tol(const char *model, const char *type, const char *cases_key,
   gm_backend_factory = cuda_factory;
   char path[4096], l[96];
   snprintf(path, sizeof path, "%s", tu_golden(file));
-  snprintf(l, sizeof l, "cuda %s kv %s%s", label, kv_bf16 ? "bf16" : "fp32", kv_bf16 == 2 ? " act bf16" : "");
+  snprintf(l, sizeof l, "cuda %s %s", label, mode_label(mode));
   gm_check_cases(path, json_object_get(mdl, cases_key), "", chunk, l, tol, 99);
   json_decref(man);
   assert_int_equal(be_cuda_set_activations(NULL), 0);
 }
 
-static void tiny(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16, int kv_bf16) {
-  tiny_tol(model, type, cases_key, chunk, rope_bf16, kv_bf16, GPU_TOL);
+static void tiny(const char *model, const char *type, const char *cases_key, int chunk, int rope_bf16, gmode_t mode) {
+  tiny_tol(model, type, cases_key, chunk, rope_bf16, mode, GPU_TOL);
 }
 
-static void test_qwen3_bf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1, 0); }
-static void test_qwen3_bf16_kvbf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1, 1); }
-static void test_qwen3_bf16_chunked(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1, 0); }
-static void test_qwen3_bf16_chunked_kvbf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1, 1); }
-static void test_qwen3_q8_0(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, 0); }
-static void test_qwen3_q8_0_kvbf16(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, 1); }
-static void test_qwen3_q4_k_m(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, 0); }
-static void test_qwen3_q4_k_m_kvbf16(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, 1); }
-static void test_qwen3_q6_k(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, 0); }
-static void test_qwen3_q6_k_kvbf16(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, 1); }
+static void test_qwen3_bf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1, KV_FP32); }
+static void test_qwen3_bf16_kvbf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 0, 1, KV_BF16); }
+static void test_qwen3_bf16_chunked(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1, KV_FP32); }
+static void test_qwen3_bf16_chunked_kvbf16(void **st) { tiny("qwen3-tiny", "bf16", "cases", 7, 1, KV_BF16); }
+static void test_qwen3_q8_0(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, KV_FP32); }
+static void test_qwen3_q8_0_kvbf16(void **st) { tiny("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, KV_BF16); }
+static void test_qwen3_q4_k_m(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, KV_FP32); }
+static void test_qwen3_q4_k_m_kvbf16(void **st) { tiny("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, KV_BF16); }
+static void test_qwen3_q6_k(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, KV_FP32); }
+static void test_qwen3_q6_k_kvbf16(void **st) { tiny("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, KV_BF16); }
 /* the qwen35 reference, like qwen3's bf16 one, used bf16-rounded RoPE frequencies */
-static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1, 0); }
-static void test_qwen35_bf16_kvbf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1, 1); }
-static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1, 0); }
-static void test_qwen35_bf16_chunked_kvbf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1, 1); }
+static void test_qwen35_bf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1, KV_FP32); }
+static void test_qwen35_bf16_kvbf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 0, 1, KV_BF16); }
+static void test_qwen35_bf16_chunked(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1, KV_FP32); }
+static void test_qwen35_bf16_chunked_kvbf16(void **st) { tiny("qwen35-tiny", "bf16", "cases", 5, 1, KV_BF16); }
 /* bf16 activations, the default */
-static void test_qwen3_bf16_act(void **st) { tiny_tol("qwen3-tiny", "bf16", "cases", 0, 1, 2, BF16_TOL_QWEN3); }
-static void test_qwen3_bf16_chunked_act(void **st) { tiny_tol("qwen3-tiny", "bf16", "cases", 7, 1, 2, BF16_TOL_QWEN3); }
-static void test_qwen3_q8_0_act(void **st) { tiny_tol("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, 2, BF16_TOL_QWEN3); }
-static void test_qwen3_q4_k_m_act(void **st) { tiny_tol("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, 2, BF16_TOL_QWEN3); }
-static void test_qwen3_q6_k_act(void **st) { tiny_tol("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, 2, BF16_TOL_QWEN3); }
-static void test_qwen35_bf16_act(void **st) { tiny_tol("qwen35-tiny", "bf16", "cases", 0, 1, 2, BF16_TOL_QWEN35); }
-static void test_qwen35_bf16_chunked_act(void **st) { tiny_tol("qwen35-tiny", "bf16", "cases", 5, 1, 2, BF16_TOL_QWEN35); }
+static void test_qwen3_bf16_act(void **st) { tiny_tol("qwen3-tiny", "bf16", "cases", 0, 1, ACT_BF16, BF16_TOL_QWEN3); }
+static void test_qwen3_bf16_chunked_act(void **st) { tiny_tol("qwen3-tiny", "bf16", "cases", 7, 1, ACT_BF16, BF16_TOL_QWEN3); }
+static void test_qwen3_q8_0_act(void **st) { tiny_tol("qwen3-tiny", "Q8_0", "cases_Q8_0", 0, 0, ACT_BF16, BF16_TOL_QWEN3); }
+static void test_qwen3_q4_k_m_act(void **st) { tiny_tol("qwen3-tiny", "Q4_K_M", "cases_Q4_K_M", 0, 0, ACT_BF16, BF16_TOL_QWEN3); }
+static void test_qwen3_q6_k_act(void **st) { tiny_tol("qwen3-tiny", "Q6_K", "cases_Q6_K", 0, 0, ACT_BF16, BF16_TOL_QWEN3); }
+static void test_qwen35_bf16_act(void **st) { tiny_tol("qwen35-tiny", "bf16", "cases", 0, 1, ACT_BF16, BF16_TOL_QWEN35); }
+static void test_qwen35_bf16_chunked_act(void **st) { tiny_tol("qwen35-tiny", "bf16", "cases", 5, 1, ACT_BF16, BF16_TOL_QWEN35); }
 
 /* each case on the weights its reference ran on (gm_demo_model_for_case); a trained model:
  * top-1 on every row (all reference margins >= 0.05) */
-static void demo(int kv_bf16) {
+static void demo(gmode_t mode) {
   need("demo Q4_K_M");
-  if (kv_bf16 == 2) act_bf16_mode(), gm_greedy_assert = 1;
-  else kv_mode(kv_bf16, 1);
+  set_mode(mode, 1);
+  if (mode == ACT_BF16) gm_greedy_assert = 1;
   gm_backend_factory = cuda_factory;
-  gm_check_demo(kv_bf16 == 2 ? "cuda demo kv bf16 act bf16" : kv_bf16 ? "cuda demo kv bf16" : "cuda demo kv fp32",
-                kv_bf16 == 2 ? BF16_TOL_DEMO : GPU_TOL, 100);
+  char l[64];
+  snprintf(l, sizeof l, "cuda demo %s", mode_label(mode));
+  gm_check_demo(l, mode == ACT_BF16 ? BF16_TOL_DEMO : GPU_TOL, 100);
   assert_int_equal(be_cuda_set_activations(NULL), 0);
 }
-static void test_demo(void **st) { demo(0); }
-static void test_demo_kvbf16(void **st) { demo(1); }
-static void test_demo_act(void **st) { demo(2); }
+static void test_demo(void **st) { demo(KV_FP32); }
+static void test_demo_kvbf16(void **st) { demo(KV_BF16); }
+static void test_demo_act(void **st) { demo(ACT_BF16); }
 
 int main(void) {
   if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */

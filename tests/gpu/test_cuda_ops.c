@@ -224,6 +224,22 @@ static int teardown(void **state) {
     if (!GPU_BE) skip(); \
   } while (0)
 
+void kc_mmq_set(int on, int prefill_parts); /* kernels/mmq.cuh */
+
+/* After every test, passed or failed: the process-wide switches tests set go back to the state
+ * setup / main left (GPU_BE = GPU_MAIN, kernel choices from the environment, fp32 activations,
+ * exact prefill products, bf16 KV pools), so one failing assertion cannot change the next test. */
+static int reset_switches(void **state) {
+  (void)state;
+  if (!GPU_MAIN) return 0;
+  GPU_BE = GPU_MAIN;
+  kc_attn_decode_set_kernel(0);
+  kc_mmq_set(-1, 0);
+  be_cuda_set_prefill_precision(NULL);
+  be_cuda_set_activations("fp32");
+  return be_kv_set_type(GPU_BE, GT_TYPE_BF16) || be_kv_set_type(CPU_BE, GT_TYPE_BF16) ? -1 : 0;
+}
+
 /* ---- matmul: every weight type, decode (matvec) and prefill (GEMM) row counts ---- */
 static void test_matmul(void **st) {
   NEED_GPU();
@@ -956,7 +972,6 @@ static void test_matvec_mma(void **st) {
  * against the CPU and against the CUDA-core path (GANTRY_MMQ off); BF16 weights at prefill counts. Decode rows (<= 64) use x in
  * three bf16 parts (fp32-exact, bound TOL); prefill rows take KC_MMQ_PREFILL_PARTS (2: hi + mid,
  * 2^-16 per element, bound TOL) or 1 part (bf16 x, bound MMQ_BF16_TOL, pinned from the H200 run). */
-void kc_mmq_set(int on, int prefill_parts); /* kernels/mmq.cuh */
 /* bf16 x (unit roundoff 2^-8): measured on the H200 2.97e-3 (matmul) and 4.30e-3 (ffn_swiglu,
  * gate and up errors combined) at 132 rows; pinned at 6e-3 */
 #define MMQ_BF16_TOL 6e-3
@@ -1436,16 +1451,15 @@ int main(void) {
    * count of test_every_op_covered then does not apply, so a pattern leaves it out */
   const char *only = getenv("GANTRY_TEST_ONLY");
   if (only && *only) cmocka_set_test_filter(only);
+#define T(f) cmocka_unit_test_teardown(f, reset_switches)
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matmul),    cmocka_unit_test(test_embed_gather), cmocka_unit_test(test_dense),
-      cmocka_unit_test(test_rope),      cmocka_unit_test(test_attention),    cmocka_unit_test(test_attention_decode_b32),
-      cmocka_unit_test(test_gdn),
-      cmocka_unit_test(test_gdn_chunked), cmocka_unit_test(test_gdn_long), cmocka_unit_test(test_decode_graphs),
-      cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_ffn_swiglu), cmocka_unit_test(test_attn_qk_prep),
-      cmocka_unit_test(test_decode_graphs_fused), cmocka_unit_test(test_gdn_conv_qkv), cmocka_unit_test(test_mmq),
-      cmocka_unit_test(test_prefill_fast), cmocka_unit_test(test_matvec_mma), cmocka_unit_test(test_logits_mask),
-      cmocka_unit_test(test_activations_bf16),
-      cmocka_unit_test(test_every_op_covered), /* last: counts the calls of the tests above */
+      T(test_matmul),        T(test_embed_gather),  T(test_dense),         T(test_rope),
+      T(test_attention),     T(test_attention_decode_b32), T(test_gdn),    T(test_gdn_chunked),
+      T(test_gdn_long),      T(test_decode_graphs), T(test_matmul_multi),  T(test_ffn_swiglu),
+      T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
+      T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
+      T(test_every_op_covered), /* last: counts the calls of the tests above */
   };
+#undef T
   return cmocka_run_group_tests(tests, setup, teardown);
 }
