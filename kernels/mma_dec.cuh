@@ -8,8 +8,6 @@
  *            quads q = kbase / 4: kstep(q), ktig(q)
  *   raw / load(r, row, kb, tig): the row's quant words of lane tig
  *   apair(r, s, hf): bf16x2 of the exact q of elements kbase(s, tig) + 2hf + 0..1 (A register)
- *   i8word(r, s): the exact q of elements kbase(s, tig) + 0..3 as 4 int8 (A word of the int8 mma;
- *            Q6_K: q - 32)
  *   sraw / sload(r, row, kb, half) / sdecode(r, half, dst): scale slots 8half..8half+7 of the row
  *            into dst[0], dst[1] (float4)
  * Q4_K / Q6_K also have qword(r, s) (4 bytes of q + bias, each < 128) for matvec_mma.cu. */
@@ -25,18 +23,6 @@ __device__ __forceinline__ void mvm_mma(float (&c)[4], const uint32_t (&a)[4], u
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* D = A·B + D, int8 -> int32 (exact): m16n8k32 (A 4 words: rows g, g + 8 x k 4tig..+3, then k
- * 16 + 4tig..+3; B 2 words: k 4tig..+3, 16 + 4tig..+3 of column g) and m16n8k16 (A 2 words, B 1) */
-__device__ __forceinline__ void mvm_mma_i8k32(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mvm_mma_i8k16(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-      : "r"(a0), "r"(a1), "r"(b0));
 }
 __device__ __forceinline__ uint32_t mvm_bits(__nv_bfloat162 v) { return *reinterpret_cast<const uint32_t *>(&v); }
 __device__ __forceinline__ __nv_bfloat162 mvm_bf2(uint32_t u) { return *reinterpret_cast<const __nv_bfloat162 *>(&u); }
@@ -80,7 +66,6 @@ struct mvm_q4k {
   __device__ static uint32_t apair(const raw &r, int s, int hf) {
     return mvm_qpair(qword(r, s), hf ? 0x4342u : 0x4140u, BIAS);
   }
-  __device__ static uint32_t i8word(const raw &r, int s) { return qword(r, s); }
   __device__ static void sload(sraw &r, const uint8_t *row, int64_t kb, int) {
     r.h = __ldg((const uint4 *)(row + kb * BB));
   }
@@ -130,7 +115,6 @@ struct mvm_q6k {
   __device__ static uint32_t apair(const raw &r, int s, int hf) {
     return mvm_qpair(qword(r, s), hf ? 0x4342u : 0x4140u, BIAS);
   }
-  __device__ static uint32_t i8word(const raw &r, int s) { return __vsub4(qword(r, s), 0x20202020u); } /* q - 32 */
   __device__ static void sload(sraw &r, const uint8_t *row, int64_t kb, int half) {
     const uint8_t *b = row + kb * BB;
     r.s0 = mvm_ld32_a2(b + 192 + 8 * half);
@@ -175,7 +159,6 @@ struct mvm_q5k {
   __device__ static uint32_t apair(const raw &r, int s, int hf) {
     return mvm_qpair(qword(r, s), hf ? 0x4342u : 0x4140u, BIAS);
   }
-  __device__ static uint32_t i8word(const raw &r, int s) { return qword(r, s); }
   __device__ static void sload(sraw &r, const uint8_t *row, int64_t kb, int half) {
     (void)half;
     r.h = __ldg((const uint4 *)(row + kb * BB));
@@ -205,7 +188,6 @@ struct mvm_q8_0 {
     const float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | (unsigned)(2 * hf + 1))) - 8388736.0f;
     return mvm_bits(__floats2bfloat162_rn(f0, f1));
   }
-  __device__ static uint32_t i8word(const raw &r, int s) { return r.q[s]; }
   /* half 0: d of blocks 0..7 -> slots 0..7; half 1: slots 8..15 = 0 */
   __device__ static void sload(sraw &r, const uint8_t *row, int64_t kb, int half) {
     const uint8_t *b = row + kb * 8 * BB;

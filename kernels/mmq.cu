@@ -21,7 +21,6 @@
 #include "kernels/mmq_internal.cuh"
 
 #define MMQ_TARGET_WARPS 2048
-#define MMQ_I8_DEFAULT 0 /* int8 x for decode rows with one part (GANTRY_MMQ_I8) */
 
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts) {
   const size_t np = (size_t)mmq_npad(n);
@@ -40,144 +39,19 @@ __global__ void mmq_prep_kernel(const float *__restrict__ x, int64_t cols, int n
   if ((q & 7) == 0) sx[(q >> 3) * npad + r] = p; /* [sub-block][row] */
 }
 
-/* int8 x (decode rows with 1 part, when on): per 32-element block of a row, d = max|x| / 127 and
- * q = rint(x / d) (llama.cpp's q8_1 rounding); scratch = q [npad][cols] int8, then the block sums
- * d·Σq [cols/32][npad] (the Q4_K / Q5_K min term, on the x the mma multiplies), then d [cols/32][npad] */
-__global__ void mmq_prep_i8_kernel(const float *__restrict__ x, int64_t cols, int n, int64_t npad,
-                                   uint32_t *__restrict__ xq, float *__restrict__ sx, float *__restrict__ dx) {
-  const int64_t qpr = cols / 4, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= npad * qpr) return; /* whole warps: qpr % 64 == 0 */
-  const int64_t r = t / qpr, q = t % qpr;
-  const int64_t rr = r < n ? r : n - 1;
-  const float4 v = __ldg((const float4 *)(x + rr * cols) + q);
-  float m = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-  m = fmaxf(m, __shfl_xor_sync(KC_FULL_MASK, m, 1));
-  m = fmaxf(m, __shfl_xor_sync(KC_FULL_MASK, m, 2));
-  m = fmaxf(m, __shfl_xor_sync(KC_FULL_MASK, m, 4));
-  const float id = m > 0.0f ? 127.0f / m : 0.0f;
-  const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id), q2 = __float2int_rn(v.z * id),
-            q3 = __float2int_rn(v.w * id);
-  xq[t] = (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 | (uint32_t)(q2 & 0xff) << 16 | (uint32_t)(q3 & 0xff) << 24;
-  int sq = q0 + q1 + q2 + q3;
-  sq += __shfl_xor_sync(KC_FULL_MASK, sq, 1);
-  sq += __shfl_xor_sync(KC_FULL_MASK, sq, 2);
-  sq += __shfl_xor_sync(KC_FULL_MASK, sq, 4);
-  if ((q & 7) == 0) {
-    const float d = m / 127.0f;
-    sx[(q >> 3) * npad + r] = d * (float)sq; /* [block][row] */
-    dx[(q >> 3) * npad + r] = d;
-  }
-}
-
-/* bytes before the sums in scratch: x as np bf16 parts, or int8 (np 0) */
-static size_t mmq_sx_offset(int np, int64_t npad, int64_t cols) {
-  const size_t el = np ? (size_t)np * 2 : 1;
-  return (el * (size_t)npad * (size_t)cols + 15) / 16 * 16;
-}
-
-static int g_i8 = -1; /* GANTRY_MMQ_I8 / kc_mmq_set_i8; -1: not read yet */
-
-KC_API void kc_mmq_set_i8(int on) { g_i8 = on == 0 || on == 1 ? on : -1; }
-
-/* 1 when n rows with `parts` take int8 x: decode rows with one part (bf16 activations) */
-static int mmq_i8(int n, int parts) {
-  if (g_i8 < 0) {
-    const char *e = getenv("GANTRY_MMQ_I8");
-    g_i8 = e && (e[0] == '0' || e[0] == '1') && e[1] == '\0' ? e[0] - '0' : MMQ_I8_DEFAULT;
-  }
-  return g_i8 && parts == 1 && n <= KC_MMQ_EXACT_ROWS;
-}
-
 KC_API int kc_mmq_prep(cudaStream_t st, int type, const float *x, int64_t cols, int n, int parts, void *scratch) {
   if (n < 1 || cols <= 0 || cols % 256 != 0 || parts < 1 || parts > 3 || ((uintptr_t)x & 15) != 0 ||
       ((uintptr_t)scratch & 15) != 0)
     return (int)cudaErrorInvalidValue;
   if (n > KC_MMQ_EXACT_ROWS) return mmq_pf_prep(st, type, x, cols, n, parts, scratch);
-  /* decode rows: row-major parts (or int8), the same for every type */
+  /* decode rows: row-major parts, the same for every type */
   const int64_t npad = mmq_npad(n), total = npad * (cols / 4);
-  const int i8 = mmq_i8(n, parts);
-  float *sx = (float *)((uint8_t *)scratch + mmq_sx_offset(i8 ? 0 : parts, npad, cols));
+  uint2 *xp = (uint2 *)scratch;
+  float *sx = (float *)((uint8_t *)scratch + ((size_t)parts * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
   const int64_t blocks = (total + 255) / 256;
   if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
-  if (i8)
-    mmq_prep_i8_kernel<<<(unsigned)blocks, 256, 0, st>>>(x, cols, n, npad, (uint32_t *)scratch, sx,
-                                                         sx + npad * (cols / 32));
-  else
-    mmq_prep_kernel<<<(unsigned)blocks, 256, 0, st>>>(x, cols, n, npad, parts, (uint2 *)scratch, sx);
+  mmq_prep_kernel<<<(unsigned)blocks, 256, 0, st>>>(x, cols, n, npad, parts, xp, sx);
   return (int)cudaGetLastError();
-}
-
-/* One sub-block sb of chunk kb with int8 x (NP 0): c = Σ q·xq per (row, x row) by int8 mma from
- * zero (exact int32), then acc += d_sc · (dx · c) [- dmin_m · d·Σxq]. Sub-blocks of 32 elements
- * (Q4_K / Q5_K / Q8_0: k-steps 2sb, 2sb + 1 in one m16n8k32) or 16 (Q6_K: k-step sb, m16n8k16;
- * two share an x block). xr: the chunk's x bytes of row g of the tile (row 8j + g at + 8j cols);
- * dxs / sxs: the x block scales / sums of this sub-block's x block, [row] from the tile's first. */
-template <class D, int NT>
-__device__ __forceinline__ void mmq_i8_sub(float (&acc)[2][NT][4], const typename D::raw (&ra)[2],
-                                           const typename D::raw (&rb)[2], const uint8_t *__restrict__ xr,
-                                           int64_t cols, int sb, int g, int tig, const float *scs,
-                                           const float *__restrict__ dxs, const float *__restrict__ sxs) {
-  int c[2][NT][4];
-#pragma unroll
-  for (int i = 0; i < 2; i++)
-#pragma unroll
-    for (int j = 0; j < NT; j++) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0;
-  if constexpr (D::SPS == 2) {
-    const int k0 = D::kbase(2 * sb, tig), k1 = D::kbase(2 * sb + 1, tig);
-    uint32_t b0[NT], b1[NT];
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-      const uint8_t *xs = xr + (int64_t)8 * j * cols;
-      b0[j] = __ldg((const uint32_t *)(xs + k0));
-      b1[j] = __ldg((const uint32_t *)(xs + k1));
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const uint32_t af[4] = {D::i8word(ra[i], 2 * sb), D::i8word(rb[i], 2 * sb), D::i8word(ra[i], 2 * sb + 1),
-                              D::i8word(rb[i], 2 * sb + 1)};
-#pragma unroll
-      for (int j = 0; j < NT; j++) mvm_mma_i8k32(c[i][j], af, b0[j], b1[j]);
-    }
-  } else {
-    uint32_t b0[NT];
-#pragma unroll
-    for (int j = 0; j < NT; j++) b0[j] = __ldg((const uint32_t *)(xr + (int64_t)8 * j * cols + D::kbase(sb, tig)));
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const uint32_t a0 = D::i8word(ra[i], sb), a1 = D::i8word(rb[i], sb);
-#pragma unroll
-      for (int j = 0; j < NT; j++) mvm_mma_i8k16(c[i][j], a0, a1, b0[j]);
-    }
-  }
-  float2 dv[NT];
-  [[maybe_unused]] float2 sv[NT];
-#pragma unroll
-  for (int j = 0; j < NT; j++) {
-    dv[j] = __ldg((const float2 *)(dxs + 8 * j + 2 * tig));
-    if constexpr (D::HAS_MIN) sv[j] = __ldg((const float2 *)(sxs + 8 * j + 2 * tig));
-  }
-#pragma unroll
-  for (int i = 0; i < 2; i++) {
-    const float *s0 = scs + i * 256 + g * 16, *s8 = s0 + 8 * 16;
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-      const float t0 = dv[j].x * (float)c[i][j][0], t1 = dv[j].y * (float)c[i][j][1];
-      const float t2 = dv[j].x * (float)c[i][j][2], t3 = dv[j].y * (float)c[i][j][3];
-      if constexpr (D::HAS_MIN) {
-        const float d0 = s0[2 * sb], m0 = s0[2 * sb + 1], d8 = s8[2 * sb], m8 = s8[2 * sb + 1];
-        acc[i][j][0] = fmaf(-m0, sv[j].x, fmaf(d0, t0, acc[i][j][0]));
-        acc[i][j][1] = fmaf(-m0, sv[j].y, fmaf(d0, t1, acc[i][j][1]));
-        acc[i][j][2] = fmaf(-m8, sv[j].x, fmaf(d8, t2, acc[i][j][2]));
-        acc[i][j][3] = fmaf(-m8, sv[j].y, fmaf(d8, t3, acc[i][j][3]));
-      } else {
-        const float d0 = s0[sb], d8 = s8[sb];
-        acc[i][j][0] = fmaf(d0, t0, acc[i][j][0]);
-        acc[i][j][1] = fmaf(d0, t1, acc[i][j][1]);
-        acc[i][j][2] = fmaf(d8, t2, acc[i][j][2]);
-        acc[i][j][3] = fmaf(d8, t3, acc[i][j][3]);
-      }
-    }
-  }
 }
 
 template <class D, int NT, int NP, int OCC>
@@ -208,7 +82,6 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
   const int64_t pstride = npad * cols; /* elements between parts */
   const uint16_t *xb = xp + (xr0 + g) * cols;
   float *scs = sm + wi * WS;
-  [[maybe_unused]] const float *dxs = sx + npad * (cols >> 5); /* NP 0: the x block scales */
 
   float acc[2][NT][4];
 #pragma unroll
@@ -229,14 +102,6 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
 #pragma unroll
     for (int i = 0; i < 2; i++) D::sdecode(sr[i], lane & 1, (float4 *)(scs + i * 256 + (lane >> 1) * 16 + 8 * (lane & 1)));
     __syncwarp();
-    if constexpr (NP == 0) {
-      const uint8_t *xr = (const uint8_t *)xp + (xr0 + g) * cols + kb * 256;
-#pragma unroll
-      for (int sb = 0; sb < D::NSUB; sb++) {
-        const int64_t xblk = kb * 8 + (D::SPS == 2 ? sb : sb >> 1); /* x block of 32 */
-        mmq_i8_sub<D, NT>(acc, ra, rb, xr, cols, sb, g, tig, scs, dxs + xblk * npad + xr0, sx + xblk * npad + xr0);
-      }
-    } else {
 #pragma unroll
     for (int sb = 0; sb < D::NSUB; sb++) {
       float c[2][NT][4];
@@ -291,7 +156,6 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
           }
         }
       }
-    }
     }
   }
 
@@ -361,7 +225,7 @@ static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scrat
     a.blk_end[s] = (unsigned)wblocks;
   }
   const uint16_t *xp = (const uint16_t *)scratch;
-  const float *sx = (const float *)((const uint8_t *)scratch + mmq_sx_offset(NP, npad, cols));
+  const float *sx = (const float *)((const uint8_t *)scratch + ((size_t)NP * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
   mmq_kernel<D, NT, NP, OCC><<<(unsigned)(wblocks * a.ny), MMQ_WARPS * 32, 0, st>>>(a, xp, sx, cols, n, npad);
   return (int)cudaGetLastError();
 }
@@ -390,7 +254,7 @@ KC_API void kc_mmq_set_occ(int occ) { g_occ = occ == 1 || occ == 2 ? occ : -1; }
 
 template <class D> static int mmq_np(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n, int parts) {
   switch (parts) {
-    case 1: return mmq_i8(n, 1) ? mmq_nt<D, 0>(st, a, cols, sc, n) : mmq_nt<D, 1>(st, a, cols, sc, n);
+    case 1: return mmq_nt<D, 1>(st, a, cols, sc, n);
     case 2: return mmq_nt<D, 2>(st, a, cols, sc, n);
     default: return mmq_nt<D, 3>(st, a, cols, sc, n);
   }

@@ -7,9 +7,8 @@
  *
  * Two steps on one stream:
  *  1. kc_mmq_prep: x -> `parts` bf16 parts (x = hi + mid + lo + e, |e| <= 2^-24 |x| for 3 parts;
- *     2 parts: hi + mid, |e| <= 2^-16 |x|; 1 part: bf16(x), 2^-8; or int8 per 32-element block,
- *     kc_mmq_set_i8) and the fp32 sums of x per 32-element sub-block (the Q4_K / Q5_K min term),
- *     into caller scratch.
+ *     2 parts: hi + mid, |e| <= 2^-16 |x|; 1 part: bf16(x), 2^-8) and the fp32 sums of x per
+ *     32-element sub-block (the Q4_K / Q5_K min term), into caller scratch.
  *  2. kc_mmq_launch: weights decoded to their exact small integers in bf16, one mma.sync
  *     m16n8k16 per 16 elements x 16 weight rows x 8 x rows x part, fp32 accumulation; sub-block
  *     scales (and mins times the sums) applied in fp32 as the CPU backend does.
@@ -37,12 +36,6 @@ KC_API void kc_mmq_set(int on, int prefill_parts);
 /* Blocks per SM the kernel is built for: 1 or 2; anything else: GANTRY_MMQ_OCC, else by shape
  * (benchmarks; not thread-safe). */
 KC_API void kc_mmq_set_occ(int occ);
-/* int8 x for decode rows with one part (bf16 activations, n <= KC_MMQ_EXACT_ROWS): x quantized per
- * 32-element block (d = max|x| / 127, q = rint(x / d), llama.cpp's q8_1), products by int8 mma
- * (m16n8k32; Q6_K m16n8k16) in exact int32, scales in fp32. on: 1 / 0 / -1 (GANTRY_MMQ_I8 = 1 or
- * 0, else the default, mmq.cu). Set it between, not across, a kc_mmq_prep and its kc_mmq_launch
- * (tests and benchmarks; not thread-safe). */
-KC_API void kc_mmq_set_i8(int on);
 
 /* Scratch bytes kc_mmq_prep needs for n rows of cols with parts (a multiple of 16). */
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts);

@@ -225,7 +225,6 @@ static int teardown(void **state) {
   } while (0)
 
 void kc_mmq_set(int on, int prefill_parts); /* kernels/mmq.cuh */
-void kc_mmq_set_i8(int on);
 
 /* After every test, passed or failed: the process-wide switches tests set go back to the state
  * setup / main left (GPU_BE = GPU_MAIN, kernel choices from the environment, fp32 activations,
@@ -236,7 +235,6 @@ static int reset_switches(void **state) {
   GPU_BE = GPU_MAIN;
   kc_attn_decode_set_kernel(0);
   kc_mmq_set(-1, 0);
-  kc_mmq_set_i8(-1);
   be_cuda_set_prefill_precision(NULL);
   be_cuda_set_activations("fp32");
   return be_kv_set_type(GPU_BE, GT_TYPE_BF16) || be_kv_set_type(CPU_BE, GT_TYPE_BF16) ? -1 : 0;
@@ -1110,7 +1108,6 @@ static void test_activations_bf16(void **st) {
   assert_int_equal(be_cuda_set_activations("fp16"), -1);
   assert_string_equal(be_cuda_activations(), "bf16");
   assert_string_equal(be_cuda_prefill_precision(), "fast");
-  kc_mmq_set_i8(0); /* decode rows with x in bf16 (int8 x: test_mmq_i8) */
   const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_Q8_0, GT_TYPE_BF16};
   const int64_t shapes[][2] = {{300, 1024}, {72, 768}};
   const int rows_list[] = {1, 2, 3, 4, 7, 8, 17, 32, 33, 64, 65, 132};
@@ -1134,58 +1131,6 @@ static void test_activations_bf16(void **st) {
       wdrop(&w), wdrop(&wu), wdrop(&wk);
     }
   }
-  kc_mmq_set_i8(-1);
-  assert_int_equal(be_cuda_set_activations("fp32"), 0);
-}
-
-/* ---- int8 x on decode rows (kc_mmq_set_i8; bf16 activations, 3..64 rows): every K-quant and
- * Q8_0 through matmul, matmul_multi and ffn_swiglu against the CPU (fp32 x), bound MMQ_I8_TOL;
- * each product must differ from the bf16-x one (the int8 path ran). Odd row counts, n_out not a
- * multiple of the 32-row tile, cols of 2 / 3 / 4 chunks. */
-#define MMQ_I8_TOL 1e-2
-static void test_mmq_i8(void **st) {
-  NEED_GPU();
-  assert_int_equal(be_cuda_set_activations("bf16"), 0);
-  const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_Q8_0};
-  const int64_t shapes[][2] = {{300, 1024}, {72, 768}, {40, 512}};
-  const int rows_list[] = {3, 5, 8, 13, 16, 17, 31, 32, 33, 64};
-  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-    double emax[4] = {0};
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-      const int64_t n_out = shapes[si][0], cols = shapes[si][1];
-      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
-              wk = weight(types[ti], n_out / 4, cols, 0.5f);
-      for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
-        const int rows = rows_list[ri];
-        char what[96];
-        snprintf(what, sizeof what, "int8 x %s %lldx%lld rows %d", dt_name(types[ti]), (long long)n_out,
-                 (long long)cols, rows);
-        kc_mmq_set_i8(1);
-        double e[4];
-        products_vs_cpu(what, &w, &wu, &wk, rows, MMQ_I8_TOL, e);
-        for (int i = 0; i < 4; i++) emax[i] = e[i] > emax[i] ? e[i] : emax[i];
-        /* the same x through both decode paths: int8 and bf16 x give different bits */
-        float *x = rnd((size_t)rows * cols, 1.0f);
-        const size_t no = (size_t)rows * n_out;
-        buf_t bx = putf(x, (size_t)rows * cols), b8 = putf(NULL, no), b16 = putf(NULL, no);
-        GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, b8.g, rows);
-        assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
-        kc_mmq_set_i8(0);
-        GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, b16.g, rows);
-        assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
-        float *h8 = malloc(no * sizeof(float)), *h16 = malloc(no * sizeof(float));
-        assert_int_equal(GPU_BE->ops->download(GPU_BE, h8, b8.g, no * sizeof(float)), 0);
-        assert_int_equal(GPU_BE->ops->download(GPU_BE, h16, b16.g, no * sizeof(float)), 0);
-        if (!memcmp(h8, h16, no * sizeof(float))) fail_msg("%s: the same bits as bf16 x: int8 x did not run", what);
-        free(h8), free(h16), free(x);
-        drop(&bx), drop(&b8), drop(&b16);
-      }
-      wdrop(&w), wdrop(&wu), wdrop(&wk);
-    }
-    print_message("int8 x %s: max error matmul %.3e, ffn_swiglu %.3e, matmul_multi %.3e / %.3e (bound %.0e)\n",
-                  dt_name(types[ti]), emax[0], emax[1], emax[2], emax[3], MMQ_I8_TOL);
-  }
-  kc_mmq_set_i8(-1);
   assert_int_equal(be_cuda_set_activations("fp32"), 0);
 }
 
@@ -1513,7 +1458,6 @@ int main(void) {
       T(test_gdn_long),      T(test_decode_graphs), T(test_matmul_multi),  T(test_ffn_swiglu),
       T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
       T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
-      T(test_mmq_i8),
       T(test_every_op_covered), /* last: counts the calls of the tests above */
   };
 #undef T

@@ -17,8 +17,7 @@
  * TB/s the H200's nominal HBM3e bandwidth (the roofline of kernels/README.md). --ns: the row
  * counts timed (checks always run n = 1..32 samples); --mmq 0 skips the mmq section.
  * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
- * "mmqP/O" with P bf16 parts of x, built for O blocks per SM; decode rows n <= 64 with 3 and 1 parts, and
- * "mmqi8" with int8 x, kc_mmq_set_i8) for
+ * "mmqP/O" with P bf16 parts of x, built for O blocks per SM; decode rows n <= 64 with 3 and 1 parts) for
  * n = 1..512 on the same shapes, checked the same way (bound
  * 1e-5, 6e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
  * Exit status 1 if any check fails. */
@@ -342,12 +341,9 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
   for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
     const int n = ns[i];
     if ((double)n * n_out > 32.0 * 151936) continue;
-    for (int po = 0; po < (n > 64 ? 6 : 5); po++) {
-      /* decode rows: 3 parts (fp32 activations), 1 (bf16) at 1 and 2 blocks per SM, int8 x (po 4) */
-      const int i8 = n <= 64 && po == 4;
-      const int parts = n > 64 ? 1 + po / 2 : po < 2 ? 3 : 1, occ = i8 ? 0 : 1 + po % 2;
+    for (int po = 0; po < (n > 64 ? 6 : 4); po++) { /* decode rows: 3 parts (fp32 activations), 1 (bf16) */
+      const int parts = n > 64 ? 1 + po / 2 : po < 2 ? 3 : 1, occ = 1 + po % 2;
       kc_mmq_set_occ(occ);
-      kc_mmq_set_i8(n <= 64 ? i8 : -1);
       void *sc;
       float *dout;
       BM_CHECK(cudaMalloc(&sc, kc_mmq_scratch_bytes(cols, n, parts)));
@@ -356,12 +352,9 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
       const kc_mv_seg_t seg0 = {w.d, dout, n_out, w.row_bytes};
       BM_CHECK(kc_mmq_prep(0, t, dx, cols, n, parts, sc));
       BM_CHECK(kc_mmq_launch(0, t, 1, &seg0, NULL, cols, sc, n, parts));
-      const double e = bm_err(&w, hx, dout, n < 16 ? n : 16), tol = i8 ? 2e-2 : parts == 1 ? 6e-3 : BM_TOL;
+      const double e = bm_err(&w, hx, dout, n < 16 ? n : 16), tol = parts == 1 ? 6e-3 : BM_TOL;
       char path[16];
-      if (i8)
-        snprintf(path, sizeof path, "mmqi8");
-      else
-        snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
+      snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
       g_path = path;
       if (!(e <= tol)) {
         printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), path, n, e, tol);
@@ -389,7 +382,6 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
   }
   g_path = "dflt";
   kc_mmq_set_occ(0);
-  kc_mmq_set_i8(-1);
   bm_wfree(&w);
 }
 
