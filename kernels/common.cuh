@@ -122,11 +122,6 @@ __device__ __forceinline__ double kc_block_sum_d(double v) {
   return part[32];
 }
 __device__ __forceinline__ float kc_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-/* L2 prefetch of the n bytes at p (whole 128-byte lines; no registers held, nothing waited on) */
-__device__ __forceinline__ void kc_prefetch_l2(const void *p, int n) {
-  for (uintptr_t l = (uintptr_t)p & ~(uintptr_t)127; l < (uintptr_t)p + (uintptr_t)n; l += 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
-}
 __device__ __forceinline__ float kc_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 /* fp32 -> bf16 -> fp32, round to nearest even (as dt_f32_to_bf16) */
 __device__ __forceinline__ float kc_round_bf16(float f) {

@@ -83,20 +83,10 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
 #pragma unroll
   for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
   const int64_t nkb = cols >> 8, nwin = (nkb + S - 1) / S;
-  /* prefetch (a.pf chunks ahead): even lanes the chunk bytes of the scale rows lane / 2 of the
-   * warp's groups; the chunks before the loop, then one per window */
-  const int cbytes = (int)(a.row_bytes[p.sg] / (size_t)nkb);
-  auto prefetch = [&](int64_t kc) {
-    if (kc < nkb && !(lane & 1))
-#pragma unroll
-      for (int i = 0; i < RG; i++) kc_prefetch_l2(p.ws[i] + kc * cbytes, cbytes);
-  };
-  for (int c = 1; c < a.pf; c++) prefetch(part + (int64_t)c * S);
   /* window t: chunks t*S .. t*S + S-1; part p takes chunk t*S + p (so chunks p, p + S, ... in order) */
   for (int64_t t = 0; t < nwin; t++) {
     const int64_t kb = t * S + part;
     const bool have = kb < nkb;
-    if (a.pf) prefetch(kb + (int64_t)a.pf * S);
     mvm_wbuf<D, RG> wb;
     if (have) wb.load(p, kb, lane); /* weight loads first: in flight while the block builds the window's B */
     __syncthreads(); /* previous window's B read by every warp */
@@ -133,19 +123,7 @@ template <class D> static int mvm_pick(cudaStream_t st, const mvm_args_t &a, int
   return mvm_go<D, 1>(st, a, cols, x, n);
 }
 
-static int g_mvm_force = -1, g_mvm_env = -1, g_mvm_pf = -1;
-
-/* chunks a warp prefetches ahead: kc_mvm_set_prefetch, else GANTRY_MATVEC_PREFETCH, else MVM_PREFETCH_DEFAULT */
-static int mvm_prefetch_ahead(void) {
-  if (g_mvm_pf < 0) {
-    const char *e = getenv("GANTRY_MATVEC_PREFETCH");
-    const long v = e ? strtol(e, NULL, 10) : -1;
-    g_mvm_pf = v >= 0 && v <= 64 ? (int)v : MVM_PREFETCH_DEFAULT;
-  }
-  return g_mvm_pf;
-}
-
-KC_API void kc_mvm_set_prefetch(int chunks) { g_mvm_pf = chunks >= 0 && chunks <= 64 ? chunks : -1; }
+static int g_mvm_force = -1, g_mvm_env = -1;
 
 KC_API int kc_mvm_enabled(void) {
   if (g_mvm_force >= 0) return g_mvm_force;
@@ -185,7 +163,6 @@ KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
   a.n_seg = n_seg;
   a.wup = (const uint8_t *)wup;
   a.swiglu = wup != NULL;
-  a.pf = mvm_prefetch_ahead();
   switch (type) {
     case GT_TYPE_Q4_K: return mvm_pick<mvm_q4k>(st, a, cols, x, n);
     case GT_TYPE_Q6_K: return mvm_pick<mvm_q6k>(st, a, cols, x, n);

@@ -23,9 +23,6 @@
 KC_API int kc_mvm_enabled(void);
 /* 0 / 1 as above, -1 back to the environment (benchmarks compare the paths; not thread-safe) */
 KC_API void kc_mvm_set_enabled(int on);
-/* Each warp prefetches its weight chunks into L2 this many chunks ahead (0 = none, up to 64); -1:
- * GANTRY_MATVEC_PREFETCH, else the default (matvec_mma_internal.cuh). Benchmarks; not thread-safe. */
-KC_API void kc_mvm_set_prefetch(int chunks);
 
 /* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w
  * 16-byte aligned) or Q6_K (w 2-byte aligned), cols % 256 == 0, 1 <= n <= KC_MVM_MAX_ROWS. */

@@ -9,7 +9,6 @@
 
 #define MVM_WARPS 8
 #define MVM_TARGET_WARPS 2048 /* of 32 rows: enough to fill an H200 (132 SMs x 16 warps) */
-#define MVM_PREFETCH_DEFAULT 0  /* chunks prefetched ahead (GANTRY_MATVEC_PREFETCH) */
 
 typedef struct {
   const uint8_t *w[KC_MATVEC_MAX_SEGS]; /* swiglu: w[0] gate */
@@ -20,7 +19,6 @@ typedef struct {
   int split[KC_MATVEC_MAX_SEGS];
   unsigned blk_end[KC_MATVEC_MAX_SEGS]; /* segment s owns blocks [blk_end[s-1], blk_end[s]) */
   int n_seg, swiglu;
-  int pf; /* a warp's weight chunks prefetched into L2 this many chunks ahead (0: none) */
 } mvm_args_t;
 
 /* Column parts of a weight: a function of its own shape only (equal products across the entry

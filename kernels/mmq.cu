@@ -21,7 +21,6 @@
 #include "kernels/mmq_internal.cuh"
 
 #define MMQ_TARGET_WARPS 2048
-#define MMQ_PREFETCH_DEFAULT 0 /* chunks prefetched ahead (GANTRY_MMQ_PREFETCH) */
 
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts) {
   const size_t np = (size_t)mmq_npad(n);
@@ -90,13 +89,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
   const int64_t nkb = cols >> 8;
-  /* prefetch: lane L the chunk bytes of row (L / 16, L % 16) of the warp's two groups, a.pf
-   * chunks ahead (the chunks before the loop, then one per chunk) */
-  const uint8_t *pfrow = row_of(lane >> 4, lane & 15);
-  const int cbytes = (int)(rbytes / (size_t)nkb);
-  for (int c = 1; c < a.pf && part + (int64_t)c * S < nkb; c++) kc_prefetch_l2(pfrow + (part + (int64_t)c * S) * cbytes, cbytes);
   for (int64_t kb = part; kb < nkb; kb += S) {
-    if (a.pf && kb + (int64_t)a.pf * S < nkb) kc_prefetch_l2(pfrow + (kb + (int64_t)a.pf * S) * cbytes, cbytes);
     typename D::raw ra[2], rb[2];
     typename D::sraw sr[2];
 #pragma unroll
@@ -218,26 +211,11 @@ static int mmq_split(int64_t n_out, int64_t nkb, unsigned ny) {
   return S;
 }
 
-static int g_pf = -1;  /* GANTRY_MMQ_PREFETCH / kc_mmq_set_prefetch; -1: not read yet */
-
-/* chunks a warp prefetches ahead: the setting, else MMQ_PREFETCH_DEFAULT */
-static int mmq_prefetch_ahead(void) {
-  if (g_pf < 0) {
-    const char *e = getenv("GANTRY_MMQ_PREFETCH");
-    const long v = e ? strtol(e, NULL, 10) : -1;
-    g_pf = v >= 0 && v <= 64 ? (int)v : MMQ_PREFETCH_DEFAULT;
-  }
-  return g_pf;
-}
-
-KC_API void kc_mmq_set_prefetch(int chunks) { g_pf = chunks >= 0 && chunks <= 64 ? chunks : -1; }
-
 template <class D, int NT, int NP, int OCC>
 static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scratch, int n) {
   const int64_t npad = mmq_npad(n), nkb = cols >> 8;
   const int fpw = a.swiglu ? 16 : 32;
   a.ny = (unsigned)(npad / KC_MMQ_TILE_ROWS);
-  a.pf = mmq_prefetch_ahead();
   int64_t wblocks = 0;
   for (int s = 0; s < a.n_seg; s++) {
     a.split[s] = mmq_split(a.n_out[s], nkb, a.ny);

@@ -36,9 +36,6 @@ KC_API void kc_mmq_set(int on, int prefill_parts);
 /* Blocks per SM the kernel is built for: 1 or 2; anything else: GANTRY_MMQ_OCC, else by shape
  * (benchmarks; not thread-safe). */
 KC_API void kc_mmq_set_occ(int occ);
-/* Decode rows: each warp prefetches its weight chunks into L2 this many chunks ahead (0 = none,
- * up to 64); -1: GANTRY_MMQ_PREFETCH, else the default (mmq.cu). Benchmarks; not thread-safe. */
-KC_API void kc_mmq_set_prefetch(int chunks);
 
 /* Scratch bytes kc_mmq_prep needs for n rows of cols with parts (a multiple of 16). */
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts);

@@ -19,7 +19,6 @@ typedef struct {
   int n_seg, swiglu;
   unsigned ny; /* x tiles */
   int S;       /* mmq_prefill.cu: split-K parts = cluster size */
-  int pf;      /* mmq.cu: a warp's weight chunks prefetched into L2 this many chunks ahead (0: none) */
 } mmq_args_t;
 
 /* rows of x rounded up to whole tiles */
