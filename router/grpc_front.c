@@ -283,18 +283,20 @@ static const char *md_key(gt_rpc_call_t *call) {
 }
 
 /* ---- Generate ---- */
+/* A client that cancelled while its key was checked counts 499, whatever the check said (as
+ * one that leaves at any later point); cancel_loop leaves such a call (no rq yet) to us. */
 static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   gctx_t *c = arg;
   router_t *rt = c->g->rt;
+  if (gt_rpc_call_is_cancelled(c->call)) {
+    gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
+    return;
+  }
   if (st != AUTH_OK) {
     gctx_done(c, st == AUTH_DENIED ? 401 : 503, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
               st == AUTH_DENIED   ? "invalid or missing API key"
               : st == AUTH_NOKEYS ? AUTH_NOKEYS_MSG
                                   : "cannot check the API key: Redis is unreachable");
-    return;
-  }
-  if (gt_rpc_call_is_cancelled(c->call)) {
-    gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
     return;
   }
   snprintf(c->tenant, sizeof c->tenant, "%s", tenant);

@@ -8,7 +8,8 @@
  * never finished, so the gRPC server's shutdown waited for it forever. Also an admin call (gRPC,
  * HTTP) that waits on a Redis that stopped answering (SIGSTOP) when the router stops, and an
  * HTTP /tokenize waiting on an engine that keeps it unanswered; and the same HTTP calls whose
- * client leaves while they wait (counted 499, nothing sent). Run it under ASan. */
+ * client leaves while they wait (counted 499, nothing sent); a gRPC Generate whose client cancels
+ * during its key check (counted 499). Run it under ASan. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
@@ -60,6 +61,7 @@ typedef struct rt_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool gate_in, gate_open, destroyed;
+  bool hold_in, hold_open; /* hold() */
   /* set by the test: the gRPC front is stopped first, alone, and then (its counts still there)
    * stop_503[i] is the 503 count of stop_routes[i] */
   bool read_stop_counts;
@@ -91,6 +93,24 @@ static void gate(void *a, void *b, intptr_t c) {
   while (!t->gate_open) pthread_cond_wait(&t->cv, &t->mu);
   pthread_mutex_unlock(&t->mu);
   event_base_loopbreak(t->rt->base);
+}
+
+/* Mailbox item (loop thread): holds the loop until the test opens the hold; the loop goes on. */
+static void hold(void *a, void *b, intptr_t c) {
+  rt_thread_t *t = a;
+  (void)b, (void)c;
+  pthread_mutex_lock(&t->mu);
+  t->hold_in = true;
+  pthread_cond_broadcast(&t->cv);
+  while (!t->hold_open) pthread_cond_wait(&t->cv, &t->mu);
+  pthread_mutex_unlock(&t->mu);
+}
+
+static void hold_release(rt_thread_t *t) {
+  pthread_mutex_lock(&t->mu);
+  t->hold_open = true;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
 }
 
 /* Waits (up to ms) for *flag under t->mu; returns it. */
@@ -163,7 +183,7 @@ static int engine_busy(fe_t *f) { return fe_active(f) == N_CANCEL; }
 static int engine_idle(fe_t *f) { return fe_active(f) == 0; }
 
 /* A real redis-server, the fake engine "A" for model tiny, the router on its loop thread (ready)
- * and a gRPC client of it; extra_engine (or NULL): one more --engine MODEL=ADDR. */
+ * and a gRPC client of it; extra_engine (or NULL): one more --engine MODEL=ADDR; auth: --auth. */
 typedef struct stack {
   rs_t *rs;
   fe_t *fe;
@@ -172,7 +192,7 @@ typedef struct stack {
   gt_rpc_client_t *cl;
 } rt_stack_t;
 
-static void stack_start_with(rt_stack_t *k, const char *extra_engine) {
+static void stack_start_with(rt_stack_t *k, const char *extra_engine, const char *auth) {
   gt_err_t err;
   *k = (rt_stack_t){0};
   k->rs = rs_start(&err);
@@ -183,7 +203,7 @@ static void stack_start_with(rt_stack_t *k, const char *extra_engine) {
   snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(k->rs));
   snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(k->fe));
   char *argv[] = {"router", "--redis", redis, "--engine", eng, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
-                  "--auth", "none", "--health-ms", "100", "--drain-timeout-s", "0", NULL, NULL, NULL};
+                  "--auth", (char *)auth, "--health-ms", "100", "--drain-timeout-s", "0", NULL, NULL, NULL};
   int argc = (int)(sizeof argv / sizeof argv[0]) - 3;
   if (extra_engine) {
     argv[argc++] = "--engine";
@@ -214,7 +234,7 @@ static void stack_start_with(rt_stack_t *k, const char *extra_engine) {
   assert_int_equal(gt_rpc_client_create(target, NULL, &k->cl, &err), GT_OK);
 }
 
-static void stack_start(rt_stack_t *k) { stack_start_with(k, NULL); }
+static void stack_start(rt_stack_t *k) { stack_start_with(k, NULL, "none"); }
 
 /* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs.
  * Returns whether the router was destroyed within 20 s. */
@@ -498,7 +518,7 @@ static void stack_start_held(rt_stack_t *k, held_engine_t *he) {
   he_start(he);
   char eng[64];
   snprintf(eng, sizeof eng, "held=127.0.0.1:%d", he->port);
-  stack_start_with(k, eng);
+  stack_start_with(k, eng, "none");
 }
 
 /* Stops the router now (its loop stops at gate(), rt_destroy runs) and joins its thread. */
@@ -665,6 +685,36 @@ static void test_http_tokenize_client_leaves(void **st) {
   stack_stop(&k);
 }
 
+/* A Generate call whose client cancels while its key is checked, the check then failing
+ * (--auth keys, no keys in Redis: 503 auth_no_keys): counted 499, as a client that leaves at any
+ * later point, not 503. The loop is held while the call and its cancel are posted, so the call is
+ * already cancelled when the check's answer comes. Before, it was counted 503 (401 for a wrong
+ * key). */
+static void test_grpc_cancel_during_key_check(void **st) {
+  (void)st;
+  rt_stack_t k;
+  stack_start_with(&k, NULL, "keys");
+  rt_thread_t *t = &k.t;
+  const int port = t->rt->http_port;
+  assert_int_equal(mbox_post(t->rt->mb, hold, t, NULL, 0), 0);
+  assert_true(wait_flag(t, &t->hold_in, 10000));
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  cs_t c;
+  cs_start(k.cl, &c, &mu, "SLOW");
+  WAIT_FOR_COUNT(rgf_pending_posts(k.front), 1);
+  gt_rpc_stream_cancel(c.s);
+  WAIT_FOR_COUNT(rgf_pending_posts(k.front), 2); /* the server saw the cancel */
+  hold_release(t);
+
+  WAIT_FOR_COUNT(requests_total(port, "grpc:Generate", 499), 1); /* before: 0 (503 instead) */
+  assert_int_equal(requests_total(port, "grpc:Generate", 503), 0);
+  assert_true(cs_wait_all(&c, 1, &mu, 10000));
+  assert_int_equal(c.code, GT_RPC_CANCELLED);
+  gt_rpc_stream_release(c.s);
+  stop_router_join(t);
+  stack_stop(&k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_stop_with_cancels_queued),
                                      cmocka_unit_test(test_stop_with_new_calls_queued),
@@ -674,6 +724,7 @@ int main(void) {
                                      cmocka_unit_test(test_stop_with_tokenize_waiting_on_engine),
                                      cmocka_unit_test(test_http_admin_client_leaves),
                                      cmocka_unit_test(test_http_key_check_client_leaves),
-                                     cmocka_unit_test(test_http_tokenize_client_leaves)};
+                                     cmocka_unit_test(test_http_tokenize_client_leaves),
+                                     cmocka_unit_test(test_grpc_cancel_during_key_check)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
