@@ -126,12 +126,23 @@ static void arm_recv(gt_rpc_stream_t *s) {
   if (e != GRPC_CALL_OK) grpc_call_cancel_with_status(s->call, GRPC_STATUS_INTERNAL, "recv batch failed", NULL);
 }
 
+/* A manual-read stream whose call failed (status known) takes no more messages: one that
+ * still completes a read (gRPC gave no guarantee that a cancel leaves none buffered) is dropped
+ * and its reads end, so on_done follows without waiting for the reader. */
+static int failed_manual(const gt_rpc_stream_t *s) {
+  return s->manual_read && s->status_done && s->status != GRPC_STATUS_OK;
+}
+
 static void on_recv(gt_rpc_stream_t *s, int ok) {
   pthread_mutex_lock(&s->bmu);
   s->read_pending = 0;
-  if (!ok || !s->recv_bb) s->recv_ended = 1;
+  if (!ok || !s->recv_bb || failed_manual(s)) s->recv_ended = 1;
   pthread_mutex_unlock(&s->bmu);
   if (s->recv_ended) {
+    if (s->recv_bb) { /* dropped: the call failed */
+      grpc_byte_buffer_destroy(s->recv_bb);
+      s->recv_bb = NULL;
+    }
     maybe_done(s);
     return;
   }
@@ -164,7 +175,8 @@ static void dispatch(grpc_event ev) {
       }
       /* A paused manual-read stream has no read outstanding, so a call that failed meanwhile
        * (deadline, lost connection, reset by the server) would never reach on_done: drop what
-       * is buffered and read on to the end (a clean end still waits for the reader). */
+       * is buffered and read on to the end (a clean end still waits for the reader). A message
+       * that this read (or one already outstanding) still gets is dropped by on_recv. */
       if (s->manual_read && s->status != GRPC_STATUS_OK) {
         grpc_call_cancel(s->call, NULL);
         arm_recv(s);

@@ -65,13 +65,14 @@ struct rgf {
   gt_rpc_server_t *srv; /* NULL once rgf_stop shut it down */
   gctx_t *live;         /* Generate calls in progress (loop thread) */
   actx_t *admin;        /* admin calls waiting on Redis, and those rgf_stop ended (loop thread) */
-  pthread_mutex_t mu;   /* guards the four below: cq thread vs loop */
+  pthread_mutex_t mu;   /* guards the five below: cq thread vs loop */
   bool stopping;        /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
   int posts;            /* posted to the loop and not yet run */
   int admin_calls;      /* admin calls not yet answered */
   /* calls the cq thread refused (by method: [0] stopping, [1] out of memory), not yet counted
    * in the metrics, which only the loop touches */
   int refused[N_METHODS][2];
+  int refused_cancels; /* clients' cancels not posted because rgf_stop began (for tests) */
 };
 
 #define POST_STOPPING 1
@@ -283,18 +284,20 @@ static const char *md_key(gt_rpc_call_t *call) {
 }
 
 /* ---- Generate ---- */
+/* A client that cancelled while its key was checked counts 499, whatever the check said (as
+ * one that leaves at any later point); cancel_loop leaves such a call (no rq yet) to us. */
 static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
   gctx_t *c = arg;
   router_t *rt = c->g->rt;
+  if (gt_rpc_call_is_cancelled(c->call)) {
+    gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
+    return;
+  }
   if (st != AUTH_OK) {
     gctx_done(c, st == AUTH_DENIED ? 401 : 503, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
               st == AUTH_DENIED   ? "invalid or missing API key"
               : st == AUTH_NOKEYS ? AUTH_NOKEYS_MSG
                                   : "cannot check the API key: Redis is unreachable");
-    return;
-  }
-  if (gt_rpc_call_is_cancelled(c->call)) {
-    gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
     return;
   }
   snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
@@ -374,7 +377,11 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   rgf_t *g = user;
   (void)code;
-  front_post(g, cancel_loop, NULL, (intptr_t)gt_rpc_call_id(call)); /* stopping: rgf_stop ends the call */
+  if (front_post(g, cancel_loop, NULL, (intptr_t)gt_rpc_call_id(call)) == POST_STOPPING) {
+    pthread_mutex_lock(&g->mu); /* rgf_stop ends the call (499: it is cancelled) */
+    g->refused_cancels++;
+    pthread_mutex_unlock(&g->mu);
+  }
 }
 
 /* ---- ListModels ---- */
@@ -666,6 +673,13 @@ int rgf_pending_posts(rgf_t *g) {
   return n;
 }
 
+int rgf_refused_cancels(rgf_t *g) {
+  pthread_mutex_lock(&g->mu);
+  int n = g->refused_cancels;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
 int rgf_admin_calls(rgf_t *g) {
   pthread_mutex_lock(&g->mu);
   int n = g->admin_calls;
@@ -695,7 +709,8 @@ void rgf_stop(rgf_t *g) {
       c->rq = NULL;
       rq_cancel(q);
     }
-    gctx_done(c, 503, GT_RPC_UNAVAILABLE, "router shutting down");
+    /* a client that left (its cancel came too late to be posted, or not yet) counts 499 */
+    gctx_done(c, gt_rpc_call_is_cancelled(c->call) ? 499 : 503, GT_RPC_UNAVAILABLE, "router shutting down");
   }
   for (actx_t *c = g->admin; c; c = c->next)
     if (c->call) admin_answer(c, GT_RPC_UNAVAILABLE, "router shutting down", NULL);

@@ -21,6 +21,9 @@ void rgf_free(rgf_t *g);
 size_t rgf_unsent_bytes(rgf_t *g);
 /* Hand-offs from gRPC threads to the loop not yet run (any thread; for tests). */
 int rgf_pending_posts(rgf_t *g);
+/* Clients' cancels of Generate calls that came after rgf_stop began (rgf_stop ends those calls,
+ * counted 499; any thread; for tests). */
+int rgf_refused_cancels(rgf_t *g);
 /* Admin calls (GetLimits, SetLimits, ListQueues) received and not yet answered (any thread; for
  * tests). */
 int rgf_admin_calls(rgf_t *g);

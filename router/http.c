@@ -940,7 +940,8 @@ static void reply_at_stop(hreq_t *h) {
 void http_front_stop(struct http_front *hf) {
   if (!hf || !hf->http) return;
   /* a request waiting on Redis or on an engine's (De)Tokenize answer (either may never come) is
-   * answered 503 and loses its connection below; its callback, if it still comes, only frees it */
+   * answered 503 and loses its connection below (one whose client left: nothing sent, counted
+   * 499); its callback, if it still comes, only frees it */
   for (hreq_t *h = hf->adm_wait; h; h = h->anext) {
     h->orphan = true;
     stop_watch(h);
@@ -950,7 +951,7 @@ void http_front_stop(struct http_front *hf) {
     }
     h->req = NULL;
     h->conn = NULL;
-    metrics_request(h->rt->metrics, route_names[h->route], 503);
+    metrics_request(h->rt->metrics, route_names[h->route], h->gone ? 499 : 503); /* gone: as drop_if_gone */
   }
   atomic_store(&hf->n_adm_wait, 0);
   evhttp_free(hf->http);

@@ -8,7 +8,9 @@
  * never finished, so the gRPC server's shutdown waited for it forever. Also an admin call (gRPC,
  * HTTP) that waits on a Redis that stopped answering (SIGSTOP) when the router stops, and an
  * HTTP /tokenize waiting on an engine that keeps it unanswered; and the same HTTP calls whose
- * client leaves while they wait (counted 499, nothing sent). Run it under ASan. */
+ * client leaves while they wait (counted 499, nothing sent, also when the router stops first); a
+ * gRPC Generate whose client cancels during its key check, or once the stop refuses hand-offs
+ * (counted 499). Run it under ASan. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
@@ -41,9 +43,12 @@
 #define N_CANCEL 3 /* streams running at the engine whose clients cancel while the loop is held */
 #define MAX_NEW 2  /* Generate calls that arrive while the loop is held */
 
-/* gRPC routes of gantry_router_requests_total whose 503 count a test reads at stop */
-static const char *const stop_routes[] = {"grpc:Generate", "grpc:ListModels", "/gantry.v1.Admin/GetLimits"};
+/* routes of gantry_router_requests_total whose 499 and 503 counts a test reads at stop: the
+ * N_GRPC_STOP_ROUTES gRPC ones first */
+static const char *const stop_routes[] = {"grpc:Generate", "grpc:ListModels", "/gantry.v1.Admin/GetLimits",
+                                          "/admin/limits"};
 #define N_STOP_ROUTES (int)(sizeof stop_routes / sizeof stop_routes[0])
+#define N_GRPC_STOP_ROUTES 3
 
 /* Polls expr (up to 10 s) until it reaches n, then asserts it is exactly n (not more). */
 #define WAIT_FOR_COUNT(expr, n)                                  \
@@ -60,18 +65,32 @@ typedef struct rt_thread {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool gate_in, gate_open, destroyed;
-  /* set by the test: the gRPC front is stopped first, alone, and then (its counts still there)
-   * stop_503[i] is the 503 count of stop_routes[i] */
+  bool hold_in, hold_open; /* hold() */
+  /* set by the test: the fronts are stopped first, as rt_destroy stops them, and then (the
+   * counts still there) stop_499[i] and stop_503[i] are those counts of stop_routes[i] */
   bool read_stop_counts;
-  uint64_t stop_503[N_STOP_ROUTES];
+  uint64_t stop_499[N_STOP_ROUTES], stop_503[N_STOP_ROUTES];
+  /* set by the test: stop_waiter() ran (inside rgf_stop) and waits for a refused cancel */
+  bool waiter_in;
+  int refused_seen; /* rgf_refused_cancels when stop_waiter() returned */
 } rt_thread_t;
 
 static void *loop_main(void *arg) {
   rt_thread_t *t = arg;
   rt_run(t->rt);
-  if (t->read_stop_counts) { /* rgf_stop, as rt_destroy calls it; rt_destroy's call does nothing more */
-    rgf_stop(t->rt->grpc);
-    for (int i = 0; i < N_STOP_ROUTES; i++) t->stop_503[i] = metrics_requests(t->rt->metrics, stop_routes[i], 503);
+  if (t->read_stop_counts) { /* rt_destroy's steps up to the fronts' stop; its own calls do nothing more */
+    router_t *rt = t->rt;
+    registry_stop(rt->registry);
+    auth_detach(rt->auth);
+    dg_detach(rt->dg);
+    rc_destroy(rt->rc);
+    rt->rc = NULL;
+    rgf_stop(rt->grpc);
+    http_front_stop(rt->http);
+    for (int i = 0; i < N_STOP_ROUTES; i++) {
+      t->stop_499[i] = metrics_requests(rt->metrics, stop_routes[i], 499);
+      t->stop_503[i] = metrics_requests(rt->metrics, stop_routes[i], 503);
+    }
   }
   rt_destroy(t->rt);
   pthread_mutex_lock(&t->mu);
@@ -91,6 +110,39 @@ static void gate(void *a, void *b, intptr_t c) {
   while (!t->gate_open) pthread_cond_wait(&t->cv, &t->mu);
   pthread_mutex_unlock(&t->mu);
   event_base_loopbreak(t->rt->base);
+}
+
+/* Mailbox item (loop thread): holds the loop until the test opens the hold; the loop goes on. */
+static void hold(void *a, void *b, intptr_t c) {
+  rt_thread_t *t = a;
+  (void)b, (void)c;
+  pthread_mutex_lock(&t->mu);
+  t->hold_in = true;
+  pthread_cond_broadcast(&t->cv);
+  while (!t->hold_open) pthread_cond_wait(&t->cv, &t->mu);
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* Mailbox item posted while the loop is held in gate(), so rgf_stop's own drain of the mailbox runs
+ * it (the front already refuses hand-offs): tells the test, then waits (up to 10 s) until the front
+ * refused a client's cancel. */
+static void stop_waiter(void *a, void *b, intptr_t c) {
+  rt_thread_t *t = a;
+  (void)b, (void)c;
+  pthread_mutex_lock(&t->mu);
+  t->waiter_in = true;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  const double until = gt_now_ms() + 10000;
+  while (rgf_refused_cancels(t->rt->grpc) < 1 && gt_now_ms() < until) usleep(2000);
+  t->refused_seen = rgf_refused_cancels(t->rt->grpc);
+}
+
+static void hold_release(rt_thread_t *t) {
+  pthread_mutex_lock(&t->mu);
+  t->hold_open = true;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
 }
 
 /* Waits (up to ms) for *flag under t->mu; returns it. */
@@ -161,9 +213,10 @@ static void unary_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const
 
 static int engine_busy(fe_t *f) { return fe_active(f) == N_CANCEL; }
 static int engine_idle(fe_t *f) { return fe_active(f) == 0; }
+static int engine_one(fe_t *f) { return fe_active(f) == 1; }
 
 /* A real redis-server, the fake engine "A" for model tiny, the router on its loop thread (ready)
- * and a gRPC client of it; extra_engine (or NULL): one more --engine MODEL=ADDR. */
+ * and a gRPC client of it; extra_engine (or NULL): one more --engine MODEL=ADDR; auth: --auth. */
 typedef struct stack {
   rs_t *rs;
   fe_t *fe;
@@ -172,7 +225,7 @@ typedef struct stack {
   gt_rpc_client_t *cl;
 } rt_stack_t;
 
-static void stack_start_with(rt_stack_t *k, const char *extra_engine) {
+static void stack_start_with(rt_stack_t *k, const char *extra_engine, const char *auth) {
   gt_err_t err;
   *k = (rt_stack_t){0};
   k->rs = rs_start(&err);
@@ -183,7 +236,7 @@ static void stack_start_with(rt_stack_t *k, const char *extra_engine) {
   snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs_port(k->rs));
   snprintf(eng, sizeof eng, "tiny=127.0.0.1:%d", fe_port(k->fe));
   char *argv[] = {"router", "--redis", redis, "--engine", eng, "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
-                  "--auth", "none", "--health-ms", "100", "--drain-timeout-s", "0", NULL, NULL, NULL};
+                  "--auth", (char *)auth, "--health-ms", "100", "--drain-timeout-s", "0", NULL, NULL, NULL};
   int argc = (int)(sizeof argv / sizeof argv[0]) - 3;
   if (extra_engine) {
     argv[argc++] = "--engine";
@@ -214,7 +267,7 @@ static void stack_start_with(rt_stack_t *k, const char *extra_engine) {
   assert_int_equal(gt_rpc_client_create(target, NULL, &k->cl, &err), GT_OK);
 }
 
-static void stack_start(rt_stack_t *k) { stack_start_with(k, NULL); }
+static void stack_start(rt_stack_t *k) { stack_start_with(k, NULL, "none"); }
 
 /* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs.
  * Returns whether the router was destroyed within 20 s. */
@@ -352,7 +405,7 @@ static void test_stop_counts_refused_calls(void **st) {
   assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
   assert_true(wait_flag(t, &t->gate_in, 10000));
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  cs_t cs[N_STOP_ROUTES];
+  cs_t cs[N_GRPC_STOP_ROUTES];
   cs_start(k.cl, &cs[0], &mu, "SLOW");
   Gantry__V1__ListModelsRequest lm = GANTRY__V1__LIST_MODELS_REQUEST__INIT;
   unary_start(k.cl, &cs[1], &mu, "/gantry.v1.Router/ListModels", &lm.base, &gantry__v1__list_models_response__descriptor);
@@ -360,12 +413,12 @@ static void test_stop_counts_refused_calls(void **st) {
   q.model = "tiny";
   q.tenant = "";
   unary_start(k.cl, &cs[2], &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
-  WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_STOP_ROUTES);
+  WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_GRPC_STOP_ROUTES);
 
   assert_true(stop_router(t));
   pthread_join(t->th, NULL);
-  assert_true(cs_wait_all(cs, N_STOP_ROUTES, &mu, 10000));
-  for (int i = 0; i < N_STOP_ROUTES; i++) {
+  assert_true(cs_wait_all(cs, N_GRPC_STOP_ROUTES, &mu, 10000));
+  for (int i = 0; i < N_GRPC_STOP_ROUTES; i++) {
     assert_int_equal(cs[i].code, GT_RPC_UNAVAILABLE);
     printf("%s: %llu counted 503\n", stop_routes[i], (unsigned long long)t->stop_503[i]);
     assert_int_equal(t->stop_503[i], 1);
@@ -498,7 +551,7 @@ static void stack_start_held(rt_stack_t *k, held_engine_t *he) {
   he_start(he);
   char eng[64];
   snprintf(eng, sizeof eng, "held=127.0.0.1:%d", he->port);
-  stack_start_with(k, eng);
+  stack_start_with(k, eng, "none");
 }
 
 /* Stops the router now (its loop stops at gate(), rt_destroy runs) and joins its thread. */
@@ -665,6 +718,95 @@ static void test_http_tokenize_client_leaves(void **st) {
   stack_stop(&k);
 }
 
+/* A Generate call whose client cancels while its key is checked, the check then failing
+ * (--auth keys, no keys in Redis: 503 auth_no_keys): counted 499, as a client that leaves at any
+ * later point, not 503. The loop is held while the call and its cancel are posted, so the call is
+ * already cancelled when the check's answer comes. Before, it was counted 503 (401 for a wrong
+ * key). */
+static void test_grpc_cancel_during_key_check(void **st) {
+  (void)st;
+  rt_stack_t k;
+  stack_start_with(&k, NULL, "keys");
+  rt_thread_t *t = &k.t;
+  const int port = t->rt->http_port;
+  assert_int_equal(mbox_post(t->rt->mb, hold, t, NULL, 0), 0);
+  assert_true(wait_flag(t, &t->hold_in, 10000));
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  cs_t c;
+  cs_start(k.cl, &c, &mu, "SLOW");
+  WAIT_FOR_COUNT(rgf_pending_posts(k.front), 1);
+  gt_rpc_stream_cancel(c.s);
+  WAIT_FOR_COUNT(rgf_pending_posts(k.front), 2); /* the server saw the cancel */
+  hold_release(t);
+
+  WAIT_FOR_COUNT(requests_total(port, "grpc:Generate", 499), 1); /* before: 0 (503 instead) */
+  assert_int_equal(requests_total(port, "grpc:Generate", 503), 0);
+  assert_true(cs_wait_all(&c, 1, &mu, 10000));
+  assert_int_equal(c.code, GT_RPC_CANCELLED);
+  gt_rpc_stream_release(c.s);
+  stop_router_join(t);
+  stack_stop(&k);
+}
+
+/* A Generate call streaming when the router stops, whose client cancels once the front refuses
+ * hand-offs (its cancel is not posted: rgf_stop ends the call): counted 499, as a client that
+ * leaves while the router runs, not 503. Before, 503. */
+static void test_stop_counts_late_cancel_499(void **st) {
+  (void)st;
+  rt_stack_t k;
+  stack_start(&k);
+  rt_thread_t *t = &k.t;
+  t->read_stop_counts = true;
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  cs_t c;
+  cs_start(k.cl, &c, &mu, "SLOW");
+  assert_true(fe_wait(k.fe, engine_one, 10000)); /* admitted, streaming from the engine */
+  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
+  assert_true(wait_flag(t, &t->gate_in, 10000));
+  assert_int_equal(mbox_post(t->rt->mb, stop_waiter, t, NULL, 0), 0);
+  pthread_mutex_lock(&t->mu); /* the loop stops; rgf_stop runs stop_waiter */
+  t->gate_open = true;
+  pthread_cond_broadcast(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  assert_true(wait_flag(t, &t->waiter_in, 10000));
+  gt_rpc_stream_cancel(c.s);
+  assert_true(wait_flag(t, &t->destroyed, 20000));
+  pthread_join(t->th, NULL);
+
+  assert_int_equal(t->refused_seen, 1); /* the cancel came while rgf_stop ran */
+  printf("grpc:Generate at stop: %llu counted 499, %llu counted 503\n", (unsigned long long)t->stop_499[0],
+         (unsigned long long)t->stop_503[0]);
+  assert_int_equal(t->stop_499[0], 1); /* before: 0 */
+  assert_int_equal(t->stop_503[0], 0); /* before: 1 */
+  assert_true(cs_wait_all(&c, 1, &mu, 10000));
+  assert_int_equal(c.code, GT_RPC_CANCELLED);
+  assert_true(fe_wait(k.fe, engine_idle, 10000));
+  gt_rpc_stream_release(c.s);
+  stack_stop(&k);
+}
+
+/* GET /admin/limits whose client leaves while the call waits on the SIGSTOPped Redis, and the
+ * router stops before Redis answers: nothing is written to the client, its connection closes, and
+ * the request is counted 499 (as when Redis answers first), not 503. Before, 503. */
+static void test_http_admin_client_leaves_at_stop(void **st) {
+  (void)st;
+  rt_stack_t k;
+  const pid_t rpid = stack_start_redis_stopped(&k);
+  k.t.read_stop_counts = true;
+  const int port = k.t.rt->http_port;
+  struct http_front *hf = k.t.rt->http;
+  const int fd = raw_send(port, "GET /admin/limits?model=tiny HTTP/1.1\r\nHost: x\r\n\r\n");
+  WAIT_FOR_COUNT(http_front_adm_waiting(hf), 1);
+  client_leaves(fd, port);
+
+  stop_router_redis_stopped(&k, rpid);
+  assert_int_equal(bytes_until_close(fd), 0);
+  assert_string_equal(stop_routes[3], "/admin/limits");
+  assert_int_equal(k.t.stop_499[3], 1); /* before: 0 */
+  assert_int_equal(k.t.stop_503[3], 0); /* before: 1 */
+  stack_stop(&k);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_stop_with_cancels_queued),
                                      cmocka_unit_test(test_stop_with_new_calls_queued),
@@ -674,6 +816,9 @@ int main(void) {
                                      cmocka_unit_test(test_stop_with_tokenize_waiting_on_engine),
                                      cmocka_unit_test(test_http_admin_client_leaves),
                                      cmocka_unit_test(test_http_key_check_client_leaves),
-                                     cmocka_unit_test(test_http_tokenize_client_leaves)};
+                                     cmocka_unit_test(test_http_tokenize_client_leaves),
+                                     cmocka_unit_test(test_grpc_cancel_during_key_check),
+                                     cmocka_unit_test(test_stop_counts_late_cancel_499),
+                                     cmocka_unit_test(test_http_admin_client_leaves_at_stop)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

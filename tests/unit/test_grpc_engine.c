@@ -593,6 +593,41 @@ static void test_deadline(void **state) {
   fake_stop(f, 1000);
 }
 
+/* A manual-read stream paused after its first message, with more buffered behind it, whose
+ * deadline passes: on_done comes with DEADLINE_EXCEEDED though the reader never reads again, no
+ * message follows the first, and the stream is freed (ASan: nothing leaks). */
+static void test_manual_read_paused_deadline(void **state) {
+  (void)state;
+  fake_t *f = fake_start();
+  ec_client_t *cl = client_for(f, NULL);
+  collect_t c;
+  collect_init(&c);
+  Gantry__V1__GenerateRequest req = GANTRY__V1__GENERATE_REQUEST__INIT;
+  req.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
+  req.prompt = "slow"; /* one delta per 5 ms: dozens are buffered by the deadline */
+  req.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
+  req.max_tokens = 1000000;
+  ec_call_opts_t o = {.timeout_ms = 300, .manual_read = true};
+  gt_err_t err = {0};
+  assert_int_equal(ec_generate(cl, &req, &o, on_resp, on_done, &c, &c.stream, &err), GT_OK);
+  collect_wait(&c, -1); /* never read_next: the failure alone ends it */
+  assert_int_equal(c.st.code, GT_RPC_DEADLINE_EXCEEDED);
+  assert_int_equal(c.done, 1);
+  assert_int_equal(c.n_msgs, 1);
+  wait_obs(f, &f->cancelled_released, 1);
+  wait_server_idle(f);
+  ec_stream_release(c.stream);
+  /* on_done runs before the queue drops its reference: wait for that (bounded) */
+  for (double until = gt_now_ms() + 10000; gt_rpc_client_live_streams(ec_rpc(cl)) > 0 && gt_now_ms() < until;) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(gt_rpc_client_live_streams(ec_rpc(cl)), 0);
+  ec_close(cl);
+  collect_free(&c);
+  fake_stop(f, 1000);
+}
+
 static void test_unary(void **state) {
   (void)state;
   fake_t *f = fake_start();
@@ -836,6 +871,7 @@ int main(void) {
       cmocka_unit_test(test_coalescing_slow_reader),
       cmocka_unit_test(test_client_cancel),
       cmocka_unit_test(test_deadline),
+      cmocka_unit_test(test_manual_read_paused_deadline),
       cmocka_unit_test(test_unary),
       cmocka_unit_test(test_error_statuses),
       cmocka_unit_test(test_shutdown_in_flight),
