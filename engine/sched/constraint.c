@@ -317,10 +317,10 @@ static void count_masks(cons_t *k, const gr_matcher_t *m) {
 
 /* q's cache is full (GT_ERANGE): q moves to a fresh cache of its own and replays its tokens, so
  * that a sequence fails only when its own walk outgrows the limits, never because others filled
- * the shared cache. Returns GT_OK, or GT_ERANGE (a second time: its own walk) / GT_ENOMEM. */
+ * the shared cache. Returns GT_OK, or GT_ERANGE (a second time: its own walk) / GT_ENOMEM; on an
+ * error q is as it was (still on the full cache, not marked as moved). */
 static int move_cache(cons_seq_t *q) {
   if (q->own) return GT_ERANGE;
-  q->own = 1;
   gr_matcher_t *m = NULL;
   gr_cache_t *c = NULL;
   int rc = gr_cache_new_limited(q->k->g, q->k->vocab->v, q->k->max_states, &c, NULL);
@@ -335,6 +335,7 @@ static int move_cache(cons_seq_t *q) {
   count_masks(q->k, q->m);
   gr_matcher_free(q->m);
   q->m = m;
+  q->own = 1;
   atomic_fetch_add(&q->k->moves, 1);
   return GT_OK;
 }
