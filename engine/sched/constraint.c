@@ -290,16 +290,23 @@ struct cons_seq {
 static phase_t first_phase(const cons_t *k) { return k->n_prefix ? P_PREFIX : P_GRAMMAR; }
 
 /* A matcher at the start of k on k's shared cache: made at the first call, and replaced by a
- * fresh one when full (its sequences keep it until they end). */
+ * fresh one when full (its sequences keep it until they end). When there is no memory for the
+ * fresh one, the sequence joins the full one instead (the next sequence tries again): it moves to
+ * a cache of its own (move_cache) only if it needs a state the full one cannot take. */
 static int join_shared(cons_t *k, gr_matcher_t **out, gt_err_t *err) {
   pthread_mutex_lock(&k->mu);
   int rc = GT_OK;
   if (!k->shared || gr_cache_full(k->shared)) {
     gr_cache_t *c = NULL;
-    if (!(rc = gr_cache_new_limited(k->g, k->vocab->v, k->max_states, &c, err))) {
+    gt_err_t e = {0};
+    if (!(rc = gr_cache_new_limited(k->g, k->vocab->v, k->max_states, &c, &e))) {
       gr_cache_free(k->shared);
       k->shared = c;
       atomic_fetch_add(&k->caches, 1);
+    } else if (k->shared && rc == GT_ENOMEM) {
+      rc = GT_OK; /* on the full one */
+    } else if (err) {
+      *err = e;
     }
   }
   if (!rc) rc = gr_matcher_new_cached(k->shared, out, err);
