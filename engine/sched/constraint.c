@@ -290,16 +290,23 @@ struct cons_seq {
 static phase_t first_phase(const cons_t *k) { return k->n_prefix ? P_PREFIX : P_GRAMMAR; }
 
 /* A matcher at the start of k on k's shared cache: made at the first call, and replaced by a
- * fresh one when full (its sequences keep it until they end). */
+ * fresh one when full (its sequences keep it until they end). When there is no memory for the
+ * fresh one, the sequence joins the full one instead (the next sequence tries again): it moves to
+ * a cache of its own (move_cache) only if it needs a state the full one cannot take. */
 static int join_shared(cons_t *k, gr_matcher_t **out, gt_err_t *err) {
   pthread_mutex_lock(&k->mu);
   int rc = GT_OK;
   if (!k->shared || gr_cache_full(k->shared)) {
     gr_cache_t *c = NULL;
-    if (!(rc = gr_cache_new_limited(k->g, k->vocab->v, k->max_states, &c, err))) {
+    gt_err_t e = {0};
+    if (!(rc = gr_cache_new_limited(k->g, k->vocab->v, k->max_states, &c, &e))) {
       gr_cache_free(k->shared);
       k->shared = c;
       atomic_fetch_add(&k->caches, 1);
+    } else if (k->shared && rc == GT_ENOMEM) {
+      rc = GT_OK; /* on the full one */
+    } else if (err) {
+      *err = e;
     }
   }
   if (!rc) rc = gr_matcher_new_cached(k->shared, out, err);
@@ -317,10 +324,10 @@ static void count_masks(cons_t *k, const gr_matcher_t *m) {
 
 /* q's cache is full (GT_ERANGE): q moves to a fresh cache of its own and replays its tokens, so
  * that a sequence fails only when its own walk outgrows the limits, never because others filled
- * the shared cache. Returns GT_OK, or GT_ERANGE (a second time: its own walk) / GT_ENOMEM. */
+ * the shared cache. Returns GT_OK, or GT_ERANGE (a second time: its own walk) / GT_ENOMEM; on an
+ * error q is as it was (still on the full cache, not marked as moved). */
 static int move_cache(cons_seq_t *q) {
   if (q->own) return GT_ERANGE;
-  q->own = 1;
   gr_matcher_t *m = NULL;
   gr_cache_t *c = NULL;
   int rc = gr_cache_new_limited(q->k->g, q->k->vocab->v, q->k->max_states, &c, NULL);
@@ -335,6 +342,7 @@ static int move_cache(cons_seq_t *q) {
   count_masks(q->k, q->m);
   gr_matcher_free(q->m);
   q->m = m;
+  q->own = 1;
   atomic_fetch_add(&q->k->moves, 1);
   return GT_OK;
 }

@@ -23,7 +23,8 @@
  * Mask cache: the automaton and the masks a grammar's sequences compute (gr_cache_t) are shared
  * by every sequence of one cons_t, so a spec seen before is warm from its first token. A cache
  * holds at most 65,536 states / 2^20 stack nodes (grammar.h). Once full it is replaced by a fresh
- * one for new sequences (the full one lives until its last sequence ends), and a running sequence
+ * one for new sequences (the full one lives until its last sequence ends; new sequences join the
+ * full one while there is no memory for a fresh one), and a running sequence
  * that needs a state the full cache cannot take moves to a fresh cache of its own, replaying its
  * tokens: a sequence fails (GT_ERANGE) only when its own output outgrows the limits, never
  * because other requests filled the shared cache.
