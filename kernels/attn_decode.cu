@@ -220,13 +220,15 @@ KC_API int kc_attn_decode_set_kernel(int k) {
   return mode;
 }
 
-/* The pass-1 kernel for a batch of n_tok tokens (fixed per captured graph, as n_split is). */
-static int ad_pick(int n_tok) {
+/* The pass-1 kernel for a batch of n_tok tokens of this shape (fixed per captured graph, as
+ * n_split is): the forced or default choice, kernel 1 where kernel 2 lacks the shape. */
+static int ad_pick(int n_tok, int head_dim, int group) {
   const int mode = kc_attn_decode_set_kernel(-1);
-  return mode ? mode : n_tok >= KC_AD_WARP_MIN_TOK ? 2 : 1;
+  const int k = mode ? mode : n_tok >= KC_AD_WARP_MIN_TOK ? 2 : 1;
+  return k == 2 && kc_ad_warp_shape(head_dim, group) ? 2 : 1;
 }
 
-KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
+KC_API int kc_attn_decode_splits(int n_tok, int n_head, int n_kv_head, int head_dim, int max_ctx) {
   const int64_t work = (int64_t)(n_tok > 0 ? n_tok : 1) * (n_kv_head > 0 ? n_kv_head : 1);
   /* about four waves of four resident blocks (128 threads, <= 128 registers) per SM of an
    * H100 / H200: a block's time is a chain of dependent load steps, so many short blocks keep
@@ -237,7 +239,7 @@ KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx) {
   /* kernel 2: a warp per range, 8 resident per SM (255 registers, 24 KB of shared memory at
    * head_dim 128): the count rounds down so that equal ranges make whole waves of 8 x 132 (batch
    * 32 x 8 kv heads: 8 ranges = 2048 warps, not 9 = 2.2 waves) */
-  const int k2 = ad_pick(n_tok) == 2;
+  const int k2 = n_kv_head > 0 && ad_pick(n_tok, head_dim, n_head / n_kv_head) == 2;
   int64_t n = k2 ? target / work : (target + work - 1) / work;
   int len = kc_attn_decode_split_len();
   if (k2 && len < KC_AD_WARP_MIN_LEN) len = KC_AD_WARP_MIN_LEN;
@@ -262,7 +264,7 @@ KC_API int kc_attn_decode(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float
   const int TPR = need <= 4 ? 4 : need <= 8 ? 8 : need <= 16 ? 16 : 32;
   const int G = group == 2 || group == 4 || group == 8 ? group : 1;
   int len = kc_attn_decode_split_len();
-  if (ad_pick(b.n_tok) == 2 && kc_ad_warp_shape(head_dim, group)) {
+  if (ad_pick(b.n_tok, head_dim, group) == 2) {
     len = len > KC_AD_WARP_MIN_LEN ? len : KC_AD_WARP_MIN_LEN;
     const int rc = kc__attn_decode_warp(st, b, kv, q, part, n_head, n_kv_head, head_dim, scale, n_split, len, fa_min);
     if (rc) return rc;

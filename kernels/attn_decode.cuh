@@ -39,9 +39,10 @@
  * Shorter ranges give short contexts more blocks (fewer dependent load steps per block). */
 KC_API int kc_attn_decode_split_len(void);
 
-/* Ranges per token for n_tok tokens of n_kv_head kv heads whose contexts reach at most max_ctx
- * (for a captured decode graph: max_blocks * block_tokens, fixed per graph). */
-KC_API int kc_attn_decode_splits(int n_tok, int n_kv_head, int max_ctx);
+/* Ranges per token for n_tok tokens of n_head query / n_kv_head kv heads of head_dim whose
+ * contexts reach at most max_ctx (for a captured decode graph: max_blocks * block_tokens, fixed
+ * per graph); rounded for the pass-1 kernel that shape takes. */
+KC_API int kc_attn_decode_splits(int n_tok, int n_head, int n_kv_head, int head_dim, int max_ctx);
 /* Pass-1 kernel: 1 or 2 (above) forced; 0 = the default (GANTRY_ATTN_DECODE=1|2 forces one, read
  * at the first call; else kernel 2 for batches of >= KC_AD_WARP_MIN_TOK tokens); < 0 = no change.
  * Returns the mode in effect (0, 1, 2). Not thread-safe: set it before launching. */

@@ -206,7 +206,7 @@ static int prepare_capture(be_t *be) {
     case OP_attention: { /* as cu__attention: the split decode kernel on bf16 pools */
       const cu_args_attention_t *a = &r->a.attention;
       size_t n = c->kv_bf16 ? kc_attn_decode_part_floats(c->b.n_tok, (int)a->n_head, (int)a->head_dim,
-                                                         cu__attn_splits(c, (int)a->n_kv_head))
+                                                         cu__attn_splits(c, (int)a->n_head, (int)a->n_kv_head, (int)a->head_dim))
                             : kc_attention_part_floats(c->b.n_tok, (int)a->n_head, (int)a->head_dim,
                                                        kc_attention_splits(c->b.n_tok, (int)a->n_head, 1 << 30));
       if (n > need) need = n;

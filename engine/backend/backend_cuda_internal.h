@@ -149,7 +149,7 @@ const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16);
  * does), and the split count of the decode kernel for the current batch (decode batches: from
  * max_blocks, so it is the same for every step a graph replays) */
 int cu__attn_fa_min(const be_cuda_t *c, int head_dim);
-int cu__attn_splits(const be_cuda_t *c, int n_kv_head);
+int cu__attn_splits(const be_cuda_t *c, int n_head, int n_kv_head, int head_dim);
 /* floats of scratch cu__gdn_conv_qkv takes for a batch of n_tok tokens / n_seq sequences (0:
  * none, the fused kernel serves those shapes) */
 size_t cu__gdn_conv_qkv_scratch(int n_tok, int n_seq, int n_k, int d_k, int n_v, int d_v);

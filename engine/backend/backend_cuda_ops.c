@@ -511,7 +511,7 @@ void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, 
     int rest = 0; /* tokens of sequences the flash kernel leaves to the split kernel */
     for (int i = 0; i < c->b.n_seq; i++) rest += c->b.seq_ntok[i] < fa_min ? c->b.seq_ntok[i] : 0;
     if (rest == 0) return;
-    const int n_split = cu__attn_splits(c, n_kv_head);
+    const int n_split = cu__attn_splits(c, n_head, n_kv_head, head_dim);
     float *part = cu__scratch(be, kc_attn_decode_part_floats(c->b.n_tok, n_head, head_dim, n_split));
     if (part)
       KC_CUDA(CU_ERR(be), kc_attn_decode(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale,
@@ -531,10 +531,10 @@ int cu__attn_fa_min(const be_cuda_t *c, int head_dim) {
   return c->kv_bf16 && c->fa_min > 0 && kc_attn_flash_ok(head_dim) ? c->fa_min : INT_MAX;
 }
 
-int cu__attn_splits(const be_cuda_t *c, int n_kv_head) {
+int cu__attn_splits(const be_cuda_t *c, int n_head, int n_kv_head, int head_dim) {
   /* decode steps (graphs): the longest context the block table can hold, fixed per graph */
   const int max_ctx = c->decode_batch ? c->b.max_blocks * c->kv_block_tokens : c->max_ctx;
-  return kc_attn_decode_splits(c->b.n_tok, n_kv_head, max_ctx);
+  return kc_attn_decode_splits(c->b.n_tok, n_head, n_kv_head, head_dim, max_ctx);
 }
 
 /* rmsnorm q, rmsnorm k, rope q, rope k, kv_store in one kc_attn_qk_prep launch (the unfused

@@ -168,7 +168,7 @@ int main(int argc, char **argv) {
         const double bytes = (double)B * ctx * kvd * 2 * 2;
         for (int ki = 0; ki < 1 + has2; ki++) {
           kc_attn_decode_set_kernel(ki + 1);
-          ns[ki] = kc_attn_decode_splits(B, sh.n_kv, mb * BT);
+          ns[ki] = kc_attn_decode_splits(B, sh.n_head, sh.n_kv, sh.hd, mb * BT);
 #define BA_RUN() kc_attn_decode(0, db.b, kv, q, out[ki], sh.n_head, sh.n_kv, sh.hd, scale, ns[ki], 1 << 30, part)
           BA_CHECK(BA_RUN());
           BA_CHECK(cudaDeviceSynchronize());
