@@ -78,18 +78,11 @@ typedef struct rt_thread {
 static void *loop_main(void *arg) {
   rt_thread_t *t = arg;
   rt_run(t->rt);
-  if (t->read_stop_counts) { /* rt_destroy's steps up to the fronts' stop; its own calls do nothing more */
-    router_t *rt = t->rt;
-    registry_stop(rt->registry);
-    auth_detach(rt->auth);
-    dg_detach(rt->dg);
-    rc_destroy(rt->rc);
-    rt->rc = NULL;
-    rgf_stop(rt->grpc);
-    http_front_stop(rt->http);
+  if (t->read_stop_counts) { /* rt_destroy's first step, taken here: its own does nothing more */
+    rt_stop_fronts(t->rt);
     for (int i = 0; i < N_STOP_ROUTES; i++) {
-      t->stop_499[i] = metrics_requests(rt->metrics, stop_routes[i], 499);
-      t->stop_503[i] = metrics_requests(rt->metrics, stop_routes[i], 503);
+      t->stop_499[i] = metrics_requests(t->rt->metrics, stop_routes[i], 499);
+      t->stop_503[i] = metrics_requests(t->rt->metrics, stop_routes[i], 503);
     }
   }
   rt_destroy(t->rt);
