@@ -262,14 +262,24 @@ static void stack_start_with(rt_stack_t *k, const char *extra_engine, const char
 
 static void stack_start(rt_stack_t *k) { stack_start_with(k, NULL, "none"); }
 
-/* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs.
- * Returns whether the router was destroyed within 20 s. */
-static bool stop_router(rt_thread_t *t) {
-  const double t0 = gt_now_ms();
+/* Holds the loop in gate() (posted to it): returns once the loop is there. */
+static void hold_at_gate(rt_thread_t *t) {
+  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
+  assert_true(wait_flag(t, &t->gate_in, 10000));
+}
+
+/* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs. */
+static void open_gate(rt_thread_t *t) {
   pthread_mutex_lock(&t->mu);
   t->gate_open = true;
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
+}
+
+/* open_gate, then returns whether the router was destroyed within 20 s. */
+static bool stop_router(rt_thread_t *t) {
+  const double t0 = gt_now_ms();
+  open_gate(t);
   const bool destroyed = wait_flag(t, &t->destroyed, 20000);
   printf("router stopped in %.0f ms\n", gt_now_ms() - t0);
   return destroyed;
@@ -309,8 +319,7 @@ static void stop_with_posts_queued(int n_new) {
   assert_true(fe_wait(k.fe, engine_busy, 10000)); /* admitted, streaming from the engine */
 
   /* hold the loop; meanwhile the front's cq thread posts a cancel per stream and a new call */
-  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
-  assert_true(wait_flag(t, &t->gate_in, 10000));
+  hold_at_gate(t);
   for (int i = 0; i < N_CANCEL; i++) gt_rpc_stream_cancel(run[i].s);
   for (int i = 0; i < n_new; i++) cs_start(k.cl, &fresh[i], &mu, "SLOW");
   WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_CANCEL + n_new);
@@ -395,8 +404,7 @@ static void test_stop_counts_refused_calls(void **st) {
   stack_start(&k);
   rt_thread_t *t = &k.t;
   t->read_stop_counts = true;
-  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
-  assert_true(wait_flag(t, &t->gate_in, 10000));
+  hold_at_gate(t);
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   cs_t cs[N_GRPC_STOP_ROUTES];
   cs_start(k.cl, &cs[0], &mu, "SLOW");
@@ -754,13 +762,9 @@ static void test_stop_counts_late_cancel_499(void **st) {
   cs_t c;
   cs_start(k.cl, &c, &mu, "SLOW");
   assert_true(fe_wait(k.fe, engine_one, 10000)); /* admitted, streaming from the engine */
-  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
-  assert_true(wait_flag(t, &t->gate_in, 10000));
+  hold_at_gate(t);
   assert_int_equal(mbox_post(t->rt->mb, stop_waiter, t, NULL, 0), 0);
-  pthread_mutex_lock(&t->mu); /* the loop stops; rgf_stop runs stop_waiter */
-  t->gate_open = true;
-  pthread_cond_broadcast(&t->cv);
-  pthread_mutex_unlock(&t->mu);
+  open_gate(t); /* the loop stops; rgf_stop runs stop_waiter */
   assert_true(wait_flag(t, &t->waiter_in, 10000));
   gt_rpc_stream_cancel(c.s);
   assert_true(wait_flag(t, &t->destroyed, 20000));
