@@ -177,6 +177,17 @@ static void cs_done(void *user, gt_rpc_stream_t *s, const gt_rpc_status_t *st) {
   pthread_mutex_unlock(c->mu);
 }
 
+/* Starts a call of method with req (response of type resp) into c. */
+static void call_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const char *method,
+                       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp) {
+  *c = (cs_t){.mu = mu};
+  gt_rpc_stream_args_t a = {.method = method, .request = req, .response = resp, .timeout_ms = 60000,
+                            .on_msg = cs_msg, .on_done = cs_done, .user = c};
+  gt_err_t err;
+  assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
+}
+
+/* Starts a Generate of prompt for model tiny into c. */
 static void cs_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const char *prompt) {
   Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
   g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
@@ -186,22 +197,7 @@ static void cs_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const ch
   Gantry__V1__RouterGenerateRequest r = GANTRY__V1__ROUTER_GENERATE_REQUEST__INIT;
   r.model = "tiny";
   r.request = &g;
-  *c = (cs_t){.mu = mu};
-  gt_rpc_stream_args_t a = {.method = "/gantry.v1.Router/Generate", .request = &r.base,
-                            .response = &gantry__v1__generate_response__descriptor, .timeout_ms = 60000,
-                            .on_msg = cs_msg, .on_done = cs_done, .user = c};
-  gt_err_t err;
-  assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
-}
-
-/* Starts a unary call of method with req (response of type resp) into c. */
-static void unary_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const char *method,
-                        const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp) {
-  *c = (cs_t){.mu = mu};
-  gt_rpc_stream_args_t a = {.method = method, .request = req, .response = resp, .timeout_ms = 60000,
-                            .on_msg = cs_msg, .on_done = cs_done, .user = c};
-  gt_err_t err;
-  assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
+  call_start(cl, c, mu, "/gantry.v1.Router/Generate", &r.base, &gantry__v1__generate_response__descriptor);
 }
 
 static int engine_busy(fe_t *f) { return fe_active(f) == N_CANCEL; }
@@ -384,7 +380,7 @@ static void test_stop_with_admin_call_waiting_on_redis(void **st) {
   Gantry__V1__GetLimitsRequest q = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
   q.model = "tiny";
   q.tenant = "";
-  unary_start(k.cl, &c, &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
+  call_start(k.cl, &c, &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
   WAIT_FOR_COUNT(rgf_admin_calls(k.front), 1); /* its GetLimits script went to the stopped Redis */
 
   stop_router_redis_stopped(&k, rpid);
@@ -409,11 +405,11 @@ static void test_stop_counts_refused_calls(void **st) {
   cs_t cs[N_GRPC_STOP_ROUTES];
   cs_start(k.cl, &cs[0], &mu, "SLOW");
   Gantry__V1__ListModelsRequest lm = GANTRY__V1__LIST_MODELS_REQUEST__INIT;
-  unary_start(k.cl, &cs[1], &mu, "/gantry.v1.Router/ListModels", &lm.base, &gantry__v1__list_models_response__descriptor);
+  call_start(k.cl, &cs[1], &mu, "/gantry.v1.Router/ListModels", &lm.base, &gantry__v1__list_models_response__descriptor);
   Gantry__V1__GetLimitsRequest q = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
   q.model = "tiny";
   q.tenant = "";
-  unary_start(k.cl, &cs[2], &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
+  call_start(k.cl, &cs[2], &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
   WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_GRPC_STOP_ROUTES);
 
   assert_true(stop_router(t));
