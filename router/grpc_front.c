@@ -10,6 +10,7 @@
  * error's status: its final message would otherwise wait behind the queue until the client left. */
 #include <event2/event.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,14 +66,14 @@ struct rgf {
   gt_rpc_server_t *srv; /* NULL once rgf_stop shut it down */
   gctx_t *live;         /* Generate calls in progress (loop thread) */
   actx_t *admin;        /* admin calls waiting on Redis, and those rgf_stop ended (loop thread) */
-  pthread_mutex_t mu;   /* guards the five below: cq thread vs loop */
+  pthread_mutex_t mu;   /* guards the three below: cq thread vs loop */
   bool stopping;        /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
   int posts;            /* posted to the loop and not yet run */
-  int admin_calls;      /* admin calls not yet answered */
   /* calls the cq thread refused (by method: [0] stopping, [1] out of memory), not yet counted
    * in the metrics, which only the loop touches */
   int refused[N_METHODS][2];
-  int refused_cancels; /* clients' cancels not posted because rgf_stop began (for tests) */
+  atomic_int admin_calls;     /* admin calls not yet answered (for tests) */
+  atomic_int refused_cancels; /* clients' cancels not posted because rgf_stop began (for tests) */
 };
 
 #define POST_STOPPING 1
@@ -377,11 +378,8 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   rgf_t *g = user;
   (void)code;
-  if (front_post(g, cancel_loop, NULL, (intptr_t)gt_rpc_call_id(call)) == POST_STOPPING) {
-    pthread_mutex_lock(&g->mu); /* rgf_stop ends the call (499: it is cancelled) */
-    g->refused_cancels++;
-    pthread_mutex_unlock(&g->mu);
-  }
+  if (front_post(g, cancel_loop, NULL, (intptr_t)gt_rpc_call_id(call)) == POST_STOPPING)
+    atomic_fetch_add(&g->refused_cancels, 1); /* rgf_stop ends the call (499: it is cancelled) */
 }
 
 /* ---- ListModels ---- */
@@ -470,12 +468,6 @@ struct actx {
   actx_t *prev, *next;
 };
 
-static void admin_set_calls(rgf_t *g, int delta) {
-  pthread_mutex_lock(&g->mu);
-  g->admin_calls += delta;
-  pthread_mutex_unlock(&g->mu);
-}
-
 /* Unlinks and frees c (its call already answered). */
 static void admin_free(actx_t *c) {
   if (c->prev) c->prev->next = c->next;
@@ -494,7 +486,7 @@ static void admin_answer(actx_t *c, gt_rpc_code_t code, const char *msg, Protobu
   if (reply) gt_rpc_call_reply(c->call, reply);
   else gt_rpc_call_finish(c->call, code, msg);
   c->call = NULL;
-  admin_set_calls(c->g, -1);
+  atomic_fetch_sub(&c->g->admin_calls, 1);
 }
 
 /* Answers c's call unless rgf_stop did (reply: only while c->call is set), and frees c. */
@@ -618,7 +610,7 @@ static void admin_loop(void *a, void *b, intptr_t x) {
   c->next = g->admin;
   if (g->admin) g->admin->prev = c;
   g->admin = c;
-  admin_set_calls(g, 1);
+  atomic_fetch_add(&g->admin_calls, 1);
   auth_check(g->rt->auth, md_key(call), AUTH_FOR_ADMIN, admin_auth, c);
 }
 
@@ -673,19 +665,9 @@ int rgf_pending_posts(rgf_t *g) {
   return n;
 }
 
-int rgf_refused_cancels(rgf_t *g) {
-  pthread_mutex_lock(&g->mu);
-  int n = g->refused_cancels;
-  pthread_mutex_unlock(&g->mu);
-  return n;
-}
+int rgf_refused_cancels(rgf_t *g) { return atomic_load(&g->refused_cancels); }
 
-int rgf_admin_calls(rgf_t *g) {
-  pthread_mutex_lock(&g->mu);
-  int n = g->admin_calls;
-  pthread_mutex_unlock(&g->mu);
-  return n;
-}
+int rgf_admin_calls(rgf_t *g) { return atomic_load(&g->admin_calls); }
 
 /* Called on the loop thread at shutdown. The server's shutdown waits for every call to be
  * finished, and calls are finished on this thread: so cancel our requests and finish their

@@ -141,14 +141,9 @@ void rt_run(router_t *rt) {
   event_base_dispatch(rt->base);
 }
 
-void rt_destroy(router_t *rt) {
-  if (!rt) return;
-  if (rt->sigint) event_free(rt->sigint);
-  if (rt->sigterm) event_free(rt->sigterm);
-  if (rt->key_timer) event_free(rt->key_timer);
-  if (rt->drain_timer) event_free(rt->drain_timer);
+void rt_stop_fronts(router_t *rt) {
   /* Redis auth connection first: auth checks still pending are answered (503) while the fronts
-   * that wait for them still exist; then the fronts; then live requests are cancelled. */
+   * that wait for them still exist; then the fronts. */
   registry_stop(rt->registry);
   auth_detach(rt->auth);
   dg_detach(rt->dg);
@@ -156,6 +151,16 @@ void rt_destroy(router_t *rt) {
   rt->rc = NULL;
   rgf_stop(rt->grpc);
   http_front_stop(rt->http);
+}
+
+void rt_destroy(router_t *rt) {
+  if (!rt) return;
+  if (rt->sigint) event_free(rt->sigint);
+  if (rt->sigterm) event_free(rt->sigterm);
+  if (rt->key_timer) event_free(rt->key_timer);
+  if (rt->drain_timer) event_free(rt->drain_timer);
+  rt_stop_fronts(rt);
+  /* then live requests are cancelled */
   if (rt->base) {
     /* every live request: cancel its stream and wait (bounded) for the engines to confirm */
     rq_cancel_all(rt);

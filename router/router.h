@@ -60,6 +60,10 @@ router_t *rt_create(const rt_config_t *cfg, gt_err_t *err);
  * requests get 503, live streams get --drain-timeout-s to finish, then the rest end with an
  * error event (and [DONE]). A second signal ends the drain at once. */
 void rt_run(router_t *rt);
+/* Loop thread: detaches Redis (pending key checks answered 503) and stops both fronts, every
+ * call still in progress answered; the first step of rt_destroy, which may follow (a second call
+ * does nothing more). */
+void rt_stop_fronts(router_t *rt);
 /* Stops the fronts, cancels live requests (bounded wait for the engines) and frees rt. */
 void rt_destroy(router_t *rt);
 

@@ -78,18 +78,11 @@ typedef struct rt_thread {
 static void *loop_main(void *arg) {
   rt_thread_t *t = arg;
   rt_run(t->rt);
-  if (t->read_stop_counts) { /* rt_destroy's steps up to the fronts' stop; its own calls do nothing more */
-    router_t *rt = t->rt;
-    registry_stop(rt->registry);
-    auth_detach(rt->auth);
-    dg_detach(rt->dg);
-    rc_destroy(rt->rc);
-    rt->rc = NULL;
-    rgf_stop(rt->grpc);
-    http_front_stop(rt->http);
+  if (t->read_stop_counts) { /* rt_destroy's first step, taken here: its own does nothing more */
+    rt_stop_fronts(t->rt);
     for (int i = 0; i < N_STOP_ROUTES; i++) {
-      t->stop_499[i] = metrics_requests(rt->metrics, stop_routes[i], 499);
-      t->stop_503[i] = metrics_requests(rt->metrics, stop_routes[i], 503);
+      t->stop_499[i] = metrics_requests(t->rt->metrics, stop_routes[i], 499);
+      t->stop_503[i] = metrics_requests(t->rt->metrics, stop_routes[i], 503);
     }
   }
   rt_destroy(t->rt);
@@ -184,6 +177,17 @@ static void cs_done(void *user, gt_rpc_stream_t *s, const gt_rpc_status_t *st) {
   pthread_mutex_unlock(c->mu);
 }
 
+/* Starts a call of method with req (response of type resp) into c. */
+static void call_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const char *method,
+                       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp) {
+  *c = (cs_t){.mu = mu};
+  gt_rpc_stream_args_t a = {.method = method, .request = req, .response = resp, .timeout_ms = 60000,
+                            .on_msg = cs_msg, .on_done = cs_done, .user = c};
+  gt_err_t err;
+  assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
+}
+
+/* Starts a Generate of prompt for model tiny into c. */
 static void cs_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const char *prompt) {
   Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
   g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
@@ -193,22 +197,7 @@ static void cs_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const ch
   Gantry__V1__RouterGenerateRequest r = GANTRY__V1__ROUTER_GENERATE_REQUEST__INIT;
   r.model = "tiny";
   r.request = &g;
-  *c = (cs_t){.mu = mu};
-  gt_rpc_stream_args_t a = {.method = "/gantry.v1.Router/Generate", .request = &r.base,
-                            .response = &gantry__v1__generate_response__descriptor, .timeout_ms = 60000,
-                            .on_msg = cs_msg, .on_done = cs_done, .user = c};
-  gt_err_t err;
-  assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
-}
-
-/* Starts a unary call of method with req (response of type resp) into c. */
-static void unary_start(gt_rpc_client_t *cl, cs_t *c, pthread_mutex_t *mu, const char *method,
-                        const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp) {
-  *c = (cs_t){.mu = mu};
-  gt_rpc_stream_args_t a = {.method = method, .request = req, .response = resp, .timeout_ms = 60000,
-                            .on_msg = cs_msg, .on_done = cs_done, .user = c};
-  gt_err_t err;
-  assert_int_equal(gt_rpc_client_stream(cl, &a, &c->s, &err), GT_OK);
+  call_start(cl, c, mu, "/gantry.v1.Router/Generate", &r.base, &gantry__v1__generate_response__descriptor);
 }
 
 static int engine_busy(fe_t *f) { return fe_active(f) == N_CANCEL; }
@@ -269,14 +258,24 @@ static void stack_start_with(rt_stack_t *k, const char *extra_engine, const char
 
 static void stack_start(rt_stack_t *k) { stack_start_with(k, NULL, "none"); }
 
-/* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs.
- * Returns whether the router was destroyed within 20 s. */
-static bool stop_router(rt_thread_t *t) {
-  const double t0 = gt_now_ms();
+/* Holds the loop in gate() (posted to it): returns once the loop is there. */
+static void hold_at_gate(rt_thread_t *t) {
+  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
+  assert_true(wait_flag(t, &t->gate_in, 10000));
+}
+
+/* Opens the gate of gate() (posted to the loop): the loop stops, rt_destroy runs. */
+static void open_gate(rt_thread_t *t) {
   pthread_mutex_lock(&t->mu);
   t->gate_open = true;
   pthread_cond_broadcast(&t->cv);
   pthread_mutex_unlock(&t->mu);
+}
+
+/* open_gate, then returns whether the router was destroyed within 20 s. */
+static bool stop_router(rt_thread_t *t) {
+  const double t0 = gt_now_ms();
+  open_gate(t);
   const bool destroyed = wait_flag(t, &t->destroyed, 20000);
   printf("router stopped in %.0f ms\n", gt_now_ms() - t0);
   return destroyed;
@@ -316,8 +315,7 @@ static void stop_with_posts_queued(int n_new) {
   assert_true(fe_wait(k.fe, engine_busy, 10000)); /* admitted, streaming from the engine */
 
   /* hold the loop; meanwhile the front's cq thread posts a cancel per stream and a new call */
-  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
-  assert_true(wait_flag(t, &t->gate_in, 10000));
+  hold_at_gate(t);
   for (int i = 0; i < N_CANCEL; i++) gt_rpc_stream_cancel(run[i].s);
   for (int i = 0; i < n_new; i++) cs_start(k.cl, &fresh[i], &mu, "SLOW");
   WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_CANCEL + n_new);
@@ -382,7 +380,7 @@ static void test_stop_with_admin_call_waiting_on_redis(void **st) {
   Gantry__V1__GetLimitsRequest q = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
   q.model = "tiny";
   q.tenant = "";
-  unary_start(k.cl, &c, &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
+  call_start(k.cl, &c, &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
   WAIT_FOR_COUNT(rgf_admin_calls(k.front), 1); /* its GetLimits script went to the stopped Redis */
 
   stop_router_redis_stopped(&k, rpid);
@@ -402,17 +400,16 @@ static void test_stop_counts_refused_calls(void **st) {
   stack_start(&k);
   rt_thread_t *t = &k.t;
   t->read_stop_counts = true;
-  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
-  assert_true(wait_flag(t, &t->gate_in, 10000));
+  hold_at_gate(t);
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   cs_t cs[N_GRPC_STOP_ROUTES];
   cs_start(k.cl, &cs[0], &mu, "SLOW");
   Gantry__V1__ListModelsRequest lm = GANTRY__V1__LIST_MODELS_REQUEST__INIT;
-  unary_start(k.cl, &cs[1], &mu, "/gantry.v1.Router/ListModels", &lm.base, &gantry__v1__list_models_response__descriptor);
+  call_start(k.cl, &cs[1], &mu, "/gantry.v1.Router/ListModels", &lm.base, &gantry__v1__list_models_response__descriptor);
   Gantry__V1__GetLimitsRequest q = GANTRY__V1__GET_LIMITS_REQUEST__INIT;
   q.model = "tiny";
   q.tenant = "";
-  unary_start(k.cl, &cs[2], &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
+  call_start(k.cl, &cs[2], &mu, "/gantry.v1.Admin/GetLimits", &q.base, &gantry__v1__limits__descriptor);
   WAIT_FOR_COUNT(rgf_pending_posts(k.front), N_GRPC_STOP_ROUTES);
 
   assert_true(stop_router(t));
@@ -761,13 +758,9 @@ static void test_stop_counts_late_cancel_499(void **st) {
   cs_t c;
   cs_start(k.cl, &c, &mu, "SLOW");
   assert_true(fe_wait(k.fe, engine_one, 10000)); /* admitted, streaming from the engine */
-  assert_int_equal(mbox_post(t->rt->mb, gate, t, NULL, 0), 0);
-  assert_true(wait_flag(t, &t->gate_in, 10000));
+  hold_at_gate(t);
   assert_int_equal(mbox_post(t->rt->mb, stop_waiter, t, NULL, 0), 0);
-  pthread_mutex_lock(&t->mu); /* the loop stops; rgf_stop runs stop_waiter */
-  t->gate_open = true;
-  pthread_cond_broadcast(&t->cv);
-  pthread_mutex_unlock(&t->mu);
+  open_gate(t); /* the loop stops; rgf_stop runs stop_waiter */
   assert_true(wait_flag(t, &t->waiter_in, 10000));
   gt_rpc_stream_cancel(c.s);
   assert_true(wait_flag(t, &t->destroyed, 20000));

@@ -316,6 +316,16 @@ static void wait_server_idle(fake_t *f) {
   assert_int_equal(gt_rpc_server_live_calls(f->srv), 0);
 }
 
+/* Waits (bounded by 10 s) until the client has freed every stream. */
+static void wait_client_idle(ec_client_t *cl) {
+  double until = gt_now_ms() + 10000;
+  while (gt_rpc_client_live_streams(ec_rpc(cl)) > 0 && gt_now_ms() < until) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(gt_rpc_client_live_streams(ec_rpc(cl)), 0);
+}
+
 /* Waits until *field (under f->mu) reaches at least v; fails after 10 s. */
 static void wait_obs(fake_t *f, const int *field, int v) {
   struct timespec ts;
@@ -423,8 +433,8 @@ static ec_client_t *client_for(fake_t *f, const gt_rpc_client_opts_t *opts) {
 }
 
 /* Starts Generate with either token input (base id) or a scripted prompt. */
-static void start_gen(ec_client_t *cl, collect_t *c, const char *prompt, int base, int n,
-                      int64_t timeout_ms, const char *request_id) {
+static void start_gen_opts(ec_client_t *cl, collect_t *c, const char *prompt, int base, int n,
+                           const ec_call_opts_t *o, const char *request_id) {
   Gantry__V1__GenerateRequest req = GANTRY__V1__GENERATE_REQUEST__INIT;
   Gantry__V1__TokenIds toks = GANTRY__V1__TOKEN_IDS__INIT;
   int32_t ids[1] = {base};
@@ -440,9 +450,13 @@ static void start_gen(ec_client_t *cl, collect_t *c, const char *prompt, int bas
   req.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
   req.max_tokens = (uint32_t)n;
   if (request_id) req.request_id = (char *)request_id;
-  ec_call_opts_t o = {.timeout_ms = timeout_ms};
   gt_err_t err = {0};
-  assert_int_equal(ec_generate(cl, &req, &o, on_resp, on_done, c, &c->stream, &err), GT_OK);
+  assert_int_equal(ec_generate(cl, &req, o, on_resp, on_done, c, &c->stream, &err), GT_OK);
+}
+
+static void start_gen(ec_client_t *cl, collect_t *c, const char *prompt, int base, int n,
+                      int64_t timeout_ms, const char *request_id) {
+  start_gen_opts(cl, c, prompt, base, n, &(ec_call_opts_t){.timeout_ms = timeout_ms}, request_id);
 }
 
 /* Checks a completed scripted stream: ids base..base+n-1 in order, text, final last. */
@@ -602,14 +616,8 @@ static void test_manual_read_paused_deadline(void **state) {
   ec_client_t *cl = client_for(f, NULL);
   collect_t c;
   collect_init(&c);
-  Gantry__V1__GenerateRequest req = GANTRY__V1__GENERATE_REQUEST__INIT;
-  req.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
-  req.prompt = "slow"; /* one delta per 5 ms: dozens are buffered by the deadline */
-  req.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
-  req.max_tokens = 1000000;
-  ec_call_opts_t o = {.timeout_ms = 300, .manual_read = true};
-  gt_err_t err = {0};
-  assert_int_equal(ec_generate(cl, &req, &o, on_resp, on_done, &c, &c.stream, &err), GT_OK);
+  /* "slow": one delta per 5 ms, dozens are buffered by the deadline */
+  start_gen_opts(cl, &c, "slow", 0, 1000000, &(ec_call_opts_t){.timeout_ms = 300, .manual_read = true}, NULL);
   collect_wait(&c, -1); /* never read_next: the failure alone ends it */
   assert_int_equal(c.st.code, GT_RPC_DEADLINE_EXCEEDED);
   assert_int_equal(c.done, 1);
@@ -617,12 +625,7 @@ static void test_manual_read_paused_deadline(void **state) {
   wait_obs(f, &f->cancelled_released, 1);
   wait_server_idle(f);
   ec_stream_release(c.stream);
-  /* on_done runs before the queue drops its reference: wait for that (bounded) */
-  for (double until = gt_now_ms() + 10000; gt_rpc_client_live_streams(ec_rpc(cl)) > 0 && gt_now_ms() < until;) {
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-  }
-  assert_int_equal(gt_rpc_client_live_streams(ec_rpc(cl)), 0);
+  wait_client_idle(cl); /* on_done runs before the queue drops its reference */
   ec_close(cl);
   collect_free(&c);
   fake_stop(f, 1000);
