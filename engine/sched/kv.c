@@ -195,6 +195,10 @@ void kv_set_snapshot(kv_pool_t *p, int32_t i, int snapshot_id) {
   p->b[i].snapshot = snapshot_id;
 }
 
+int kv_block_snapshot(const kv_pool_t *p, int32_t i) {
+  return i >= 0 && i < p->n_blocks ? p->b[i].snapshot : -1;
+}
+
 void kv_ref(kv_pool_t *p, int32_t i) {
   if (i >= 0 && i < p->n_blocks && p->b[i].ref > 0) take_ref(p, i);
 }

@@ -54,6 +54,8 @@ int32_t kv_alloc(kv_pool_t *p);
 void kv_commit(kv_pool_t *p, int32_t block, uint64_t h, const int32_t *tokens);
 /* Attaches a snapshot id to a committed block (replacing and reporting a previous one). */
 void kv_set_snapshot(kv_pool_t *p, int32_t block, int snapshot_id);
+/* The snapshot id a block carries (kv_set_snapshot), or -1. */
+int kv_block_snapshot(const kv_pool_t *p, int32_t block);
 /* The committed block that holds a block's content: `block` when it was committed, else the block
  * committed earlier with the same chain hash h and tokens (kv_commit keeps the first of two equal
  * blocks; a request recomputing a cached prefix holds an uncommitted copy); -1 when none. */

@@ -243,13 +243,6 @@ static int snap_take(sched_t *s) {
   return s->n_snap_free > 0 ? s->snap_free[--s->n_snap_free] : -1;
 }
 
-/* The snapshot slot (index id - max_num_seqs) that committed block blk carries, or -1. */
-static int snap_on_block(const sched_t *s, int32_t blk) {
-  for (int i = 0; i < s->cfg.n_snapshots; i++)
-    if (s->snap_block[i] == blk) return i;
-  return -1;
-}
-
 /* ---- creation ---- */
 
 /* Sets c->n_blocks (when 0) from the memory plan of m's device and logs the plan. */
@@ -1063,8 +1056,8 @@ static int step(sched_t *s, gt_err_t *err) {
                                              q->tokens + (size_t)(q->n_committed - 1) * bt);
       /* an equal prompt that ran alongside q may have snapshotted that block already: its
        * snapshot serves (a second one would only push out the least recently used) */
-      const int held = blk >= 0 ? snap_on_block(s, blk) : -1;
-      if (held >= 0) s->snap_used[held] = ++s->snap_tick;
+      const int held = blk >= 0 ? kv_block_snapshot(s->kv, blk) : -1;
+      if (held >= 0) s->snap_used[held - s->cfg.max_num_seqs] = ++s->snap_tick;
       const int snap = blk >= 0 && held < 0 ? snap_take(s) : -1;
       if (snap >= 0) {
         s->m->be->ops->state_copy(s->m->be, snap, q->slot);

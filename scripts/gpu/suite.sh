@@ -35,9 +35,10 @@ export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export GANTRY_GOLDEN="$SRC/tests/golden"
 BATCH=${BATCH:-1,8,32} PROMPT=${PROMPT:-512,2048} GEN=${GEN:-256}
 MODELS=${MODELS:-"qwen3-8b:bf16 qwen3-8b:Q4_K_M qwen35-9b:Q4_K_M"}
+STACK_MODELS=${STACK_MODELS:-qwen3-8b:Q4_K_M} LONG_MODEL=${LONG_MODEL:-qwen35-9b:Q4_K_M}
 rc=0
 
-# gantry-mkmodel of one MODELS entry into $MODELDIR (kept for later calls on the same machine);
+# gantry-mkmodel of one model (preset, type) into $MODELDIR (kept for later calls on the same machine);
 # started for every model before the tests so that generation (CPU) overlaps them (GPU)
 mk_model() {
   preset=$1 type=$2 m=$MODELDIR/$1.$2.gguf
@@ -67,8 +68,8 @@ wait_model() {
 # each once, all generated at once in the background (the threads split among them)
 ALL_SPECS=
 [ "${BENCH:-1}" = 1 ] && ALL_SPECS="$MODELS"
-[ "${STACK:-0}" = 1 ] && ALL_SPECS="$ALL_SPECS ${STACK_MODELS:-qwen3-8b:Q4_K_M}"
-[ "${LONG:-0}" = 1 ] && ALL_SPECS="$ALL_SPECS ${LONG_MODEL:-qwen35-9b:Q4_K_M}"
+[ "${STACK:-0}" = 1 ] && ALL_SPECS="$ALL_SPECS $STACK_MODELS"
+[ "${LONG:-0}" = 1 ] && ALL_SPECS="$ALL_SPECS $LONG_MODEL"
 ALL_SPECS=$(printf '%s\n' $ALL_SPECS | awk 'NF && !seen[$0]++' | tr '\n' ' ')
 n_models=$(echo $ALL_SPECS | wc -w)
 MK_THREADS=$(( $(nproc) / (n_models > 0 ? n_models : 1) ))
@@ -192,7 +193,7 @@ fi
 # (default qwen3-8b:Q4_K_M, generated like MODELS): scripts/gpu/stack.sh (redis + router +
 # serve --device cuda + gantry bench, contexts 512/2048, concurrency 1/8/32, cold and warm)
 if [ "${STACK:-0}" = 1 ]; then
-  for spec in ${STACK_MODELS:-qwen3-8b:Q4_K_M}; do
+  for spec in $STACK_MODELS; do
     preset=${spec%%:*} type=${spec#*:}
     wait_model "$preset" "$type" || { rc=1; continue; }
     echo "== stack $spec"
@@ -208,11 +209,11 @@ fi
 # LONG_TOKENS (64 generated per request), LONG_TIMEOUT (420 s per stack.sh bench), LONG64_LEN
 # (65600) and LONG64_CTX (64000) for the 64K run.
 if [ "${LONG:-0}" = 1 ]; then
-  spec=${LONG_MODEL:-qwen35-9b:Q4_K_M}
+  spec=$LONG_MODEL LONG_CTX=${LONG_CTX:-512,8192,28000} LONG_CONC=${LONG_CONC:-1,8}
   preset=${spec%%:*} type=${spec#*:}
   if wait_model "$preset" "$type"; then
-    echo "== long $spec: ${LONG_CTX:-512,8192,28000} x concurrency ${LONG_CONC:-1,8}"
-    DIST=$D OUT=$OUT/long.$preset SEQS=8 MAX_LEN=32768 CONTEXTS=${LONG_CTX:-512,8192,28000} CONC=${LONG_CONC:-1,8} MAX_TOKENS=${LONG_TOKENS:-64} \
+    echo "== long $spec: $LONG_CTX x concurrency $LONG_CONC"
+    DIST=$D OUT=$OUT/long.$preset SEQS=8 MAX_LEN=32768 CONTEXTS=$LONG_CTX CONC=$LONG_CONC MAX_TOKENS=${LONG_TOKENS:-64} \
       BENCH_TIMEOUT=${LONG_TIMEOUT:-420} bash scripts/gpu/stack.sh "$MODELDIR/$preset.$type.gguf" "$preset" || rc=1
     if [ "${LONG64:-1}" = 1 ]; then # LONG64=0: without the 64K prompt
       echo "== long $spec: 64K alone"

@@ -70,10 +70,7 @@ static void test_concurrent_batch_invariance(void **state) {
   int32_t ids[64];
   /* solo reference of request 0 */
   prompt_ids(ids, 24, 0);
-  reqb_tokens(&b[0], ids, 24, GEN);
-  coll_init(&c[0]);
-  assert_int_equal(coll_start(&f, &c[0], &b[0].req, WAIT_MS), 0);
-  assert_true(coll_wait_done(&c[0], WAIT_MS));
+  assert_int_equal(coll_run_tokens(&f, &c[0], ids, 24, GEN, WAIT_MS), 0);
   assert_int_equal(c[0].n_ids, GEN);
   int32_t solo[GEN];
   memcpy(solo, c[0].ids, sizeof solo);
@@ -167,12 +164,8 @@ static void test_prefix_cache(void **state) {
   unsigned cached[2];
   int32_t out[2][8];
   for (int k = 0; k < 2; k++) {
-    reqb_t b;
-    reqb_tokens(&b, ids, 70, 8);
     coll_t c;
-    coll_init(&c);
-    assert_int_equal(coll_start(&f, &c, &b.req, WAIT_MS), 0);
-    assert_true(coll_wait_done(&c, WAIT_MS));
+    assert_int_equal(coll_run_tokens(&f, &c, ids, 70, 8, WAIT_MS), 0);
     assert_int_equal(c.st.code, GT_RPC_OK);
     cached[k] = c.usage.cached_prompt_tokens;
     memcpy(out[k], c.ids, sizeof out[k]);
