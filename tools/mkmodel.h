@@ -52,7 +52,8 @@ typedef struct {
 } mk_tensor_t;
 
 typedef struct mk_plan {
-  const mk_preset_t *p;
+  const mk_preset_t *p; /* &preset */
+  mk_preset_t preset;   /* the preset, n_layer as asked (mk_plan_create_layers) */
   char type_name[16];
   mk_tensor_t *t;
   int64_t n;
@@ -71,6 +72,11 @@ typedef struct mk_plan {
  * On success *out owns the plan (mk_plan_free). */
 int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, int with_mtp, mk_plan_t **out,
                    gt_err_t *err);
+/* As mk_plan_create with n_layers decoder layers instead of the preset's (0: the preset's; a
+ * hybrid preset needs a multiple of its full-attention interval): every tensor keeps its
+ * production shape, for benchmarks of per-layer ops on big presets without the whole file. */
+int mk_plan_create_layers(const char *preset, const char *type, int keep_output_bf16, int with_mtp, int n_layers,
+                          mk_plan_t **out, gt_err_t *err);
 void mk_plan_free(mk_plan_t *p);
 
 /* Writes the plan to path with weights from seed, using n_threads threads. */

@@ -16,10 +16,11 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]\n"
-             "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp]\n"
+             "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp] [--layers N]\n"
              "       gantry-mkmodel --list | --version\n"
              "  --mtp: append the checkpoint's MTP (nextn) layers; without it the file is what llama.cpp's\n"
-             "         converter writes (no MTP layers), loadable by gantry and by llama.cpp\n  presets:");
+             "         converter writes (no MTP layers), loadable by gantry and by llama.cpp\n"
+             "  --layers N: N decoder layers at the preset's shapes (benchmarks of big presets)\n  presets:");
   for (int i = 0; mk_preset_name(i); i++) fprintf(f, " %s", mk_preset_name(i));
   fprintf(f, "\n  types: bf16 f16 f32 Q8_0 Q4_K Q5_K Q6_K Q4_K_M\n");
 }
@@ -59,7 +60,7 @@ static int parse_u64(const char *s, unsigned long long *v) {
 
 int main(int argc, char **argv) {
   const char *preset = NULL, *type = NULL, *out = NULL;
-  unsigned long long seed = 1, threads = 1;
+  unsigned long long seed = 1, threads = 1, layers = 0;
   int header_only = 0, keep = -1, mtp = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -76,7 +77,7 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--preset") || !strcmp(a, "--type") || !strcmp(a, "--out") ||
-               !strcmp(a, "--seed") || !strcmp(a, "--threads")) {
+               !strcmp(a, "--seed") || !strcmp(a, "--threads") || !strcmp(a, "--layers")) {
       if (!v) {
         fprintf(stderr, "gantry-mkmodel: %s needs a value\n", a);
         return 2;
@@ -88,6 +89,11 @@ int main(int argc, char **argv) {
       else if (!strcmp(a, "--seed")) {
         if (parse_u64(v, &seed)) {
           fprintf(stderr, "gantry-mkmodel: bad --seed '%s'\n", v);
+          return 2;
+        }
+      } else if (!strcmp(a, "--layers")) {
+        if (parse_u64(v, &layers) || layers < 1 || layers > 1024) {
+          fprintf(stderr, "gantry-mkmodel: --layers must be 1..1024, got '%s'\n", v);
           return 2;
         }
       } else if (parse_u64(v, &threads) || threads < 1 || threads > 256) {
@@ -105,7 +111,7 @@ int main(int argc, char **argv) {
   }
   gt_err_t err = {0};
   mk_plan_t *pl = NULL;
-  if (mk_plan_create(preset, type, keep, mtp, &pl, &err) != GT_OK) {
+  if (mk_plan_create_layers(preset, type, keep, mtp, (int)layers, &pl, &err) != GT_OK) {
     fprintf(stderr, "gantry-mkmodel: %s\n", err.msg);
     return 2;
   }

@@ -38,13 +38,13 @@ size_t be_kv_token_bytes(be_t *be, int kv_dim) {
   return 2 * el * (size_t)kv_dim;
 }
 
-const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n) {
+const char *be_fmt_graph_sizes(const be_sizes_t *set, char *buf, size_t n) {
   size_t len = 0;
   buf[0] = 0;
-  for (int i = 0; i < 64 && len < n; i++) {
-    if (!(mask >> i & 1)) continue;
+  for (int i = 0; i <= BE_GRAPH_MAX_SEQS && len < n; i++) {
+    if (!be_sizes_has(set, i)) continue;
     int j = i;
-    while (j + 1 < 64 && (mask >> (j + 1) & 1)) j++;
+    while (j + 1 <= BE_GRAPH_MAX_SEQS && be_sizes_has(set, j + 1)) j++;
     len += (size_t)(j > i ? snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", i, j)
                           : snprintf(buf + len, n - len, "%s%d", len ? "," : "", i));
     i = j;

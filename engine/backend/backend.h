@@ -29,6 +29,25 @@
 
 typedef struct be be_t;
 
+/* Largest decode batch (sequences of one token each) a backend runs from a captured graph
+ * (CUDA: one graph per size 1..BE_GRAPH_MAX_SEQS, captured at start by sched_warmup). */
+#define BE_GRAPH_MAX_SEQS 256
+/* A set of batch sizes 0..BE_GRAPH_MAX_SEQS (bit n of w[n / 64]). */
+typedef struct {
+  uint64_t w[BE_GRAPH_MAX_SEQS / 64 + 1];
+} be_sizes_t;
+static inline void be_sizes_add(be_sizes_t *s, int n) {
+  if (n >= 0 && n <= BE_GRAPH_MAX_SEQS) s->w[n >> 6] |= 1ull << (n & 63);
+}
+static inline int be_sizes_has(const be_sizes_t *s, int n) {
+  return n >= 0 && n <= BE_GRAPH_MAX_SEQS && (s->w[n >> 6] >> (n & 63) & 1);
+}
+static inline int be_sizes_count(const be_sizes_t *s) {
+  int c = 0;
+  for (int i = 0; i <= BE_GRAPH_MAX_SEQS / 64; i++) c += __builtin_popcountll(s->w[i]);
+  return c;
+}
+
 /* A weight matrix (or vector: rows = 1) in its storage type, in backend memory. */
 typedef struct {
   gt_type_t type;
@@ -242,10 +261,15 @@ typedef struct be_ops {
   void (*all_reduce)(be_t *be, float *x, size_t n);
 
   /* ---- optional (NULL when not applicable) ---- */
-  /* decode steps that ran without a captured graph (CUDA); steady decode must keep it at 0 */
+  /* decode steps (one token per sequence) that ran without a captured graph (CUDA): every such
+   * step counts, whatever its size (graphs off, a size past BE_GRAPH_MAX_SEQS, an op that cannot
+   * be captured); steady decode must keep it at 0 */
   long (*eager_steps)(be_t *be);
-  /* decode batch sizes that have a captured graph: bit n = n sequences (CUDA) */
-  uint64_t (*graph_sizes)(be_t *be);
+  /* graphs captured or updated so far (CUDA): constant in steady decode; a rise mid-stream is a
+   * re-capture (tens of ms on a large model) */
+  long (*graph_captures)(be_t *be);
+  /* decode batch sizes that have a captured graph into *out (CUDA) */
+  void (*graph_sizes)(be_t *be, be_sizes_t *out);
   /* Samples one token per row of logits (backend memory [n_rows, n_vocab]) into host ids[n_rows]
    * with host rows[n_rows] (be_sample_row_t); semantics of sampler_pick (engine/backend/sampler.h).
    * Ends and waits for the step like download; returns the step's error. NULL: not supported. */
@@ -293,9 +317,9 @@ int be_kv_set_type(be_t *be, gt_type_t t);
 gt_type_t be_kv_type(be_t *be);
 size_t be_kv_token_bytes(be_t *be, int kv_dim);
 
-/* The set bits of a graph_sizes mask as ranges ("1-32", "1-4,8") into buf[n] (n > 0); returns
- * buf, or "none" for an empty mask. */
-const char *be_fmt_graph_sizes(uint64_t mask, char *buf, size_t n);
+/* The sizes of a set as ranges ("1-256", "1-4,8") into buf[n] (n > 0); returns buf, or "none"
+ * for an empty set. */
+const char *be_fmt_graph_sizes(const be_sizes_t *set, char *buf, size_t n);
 
 /* The host's memory from /proc/meminfo (MemAvailable, MemTotal); GT_OK or GT_EUNSUPPORTED. */
 int be_host_mem_info(be_mem_info_t *out, gt_err_t *err);

@@ -305,14 +305,18 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
       }
     }
   }
-  /* decode step: one token per sequence -> recorded for a graph of its batch size */
-  int decode = nt > 0 && nt == ns && nt <= KC_MATVEC_MAX_ROWS && no <= nt;
-  for (int s = 0; s < ns && decode; s++) decode = sn[s] == 1;
+  /* decode step: one token per sequence -> recorded for a graph of its batch size (up to
+   * BE_GRAPH_MAX_SEQS); a decode step that is not recorded runs eagerly and counts as such */
+  int one_each = nt > 0 && nt == ns && no <= nt;
+  for (int s = 0; s < ns && one_each; s++) one_each = sn[s] == 1;
+  const int decode = one_each && nt <= BE_GRAPH_MAX_SEQS;
   c->decode_batch = decode;
   /* an armed profile records any step (a prefill too); only decode steps become graphs */
   if ((decode && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
     c->recording = 1;
     c->n_rec = 0;
+  } else if (one_each) {
+    c->eager_steps++;
   }
   return GT_OK;
 }
@@ -320,10 +324,10 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st) {
   be_cuda_t *c = CU_BE(be);
   *st = (be_cuda_stats_t){.graph_steps = c->graph_steps, .eager_steps = c->eager_steps, .captures = c->captures,
-                          .captured_sizes = c->captured_mask, .profiled_steps = c->prof_steps};
+                          .captured_sizes = c->captured, .profiled_steps = c->prof_steps};
 }
 
-static uint64_t cu_graph_sizes(be_t *be) { return CU_BE(be)->captured_mask; }
+static void cu_graph_sizes(be_t *be, be_sizes_t *out) { *out = CU_BE(be)->captured; }
 
 /* ---- ranks ---- */
 
@@ -338,7 +342,7 @@ static void cu_destroy(be_t *be) {
   be_cuda_t *c = CU_BE(be);
   if (!c) return;
   cudaStreamSynchronize(c->stream);
-  for (int i = 0; i <= KC_MATVEC_MAX_ROWS; i++) {
+  for (int i = 0; i <= BE_GRAPH_MAX_SEQS; i++) {
     if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
     free(c->graphs[i].rec);
   }
@@ -366,6 +370,7 @@ static void cu_destroy(be_t *be) {
 }
 
 static long cu_eager_steps(be_t *be) { return CU_BE(be)->eager_steps; }
+static long cu_graph_captures(be_t *be) { return CU_BE(be)->captures; }
 
 /* Free and total memory of this backend's GPU (cudaMemGetInfo). */
 static int cu_mem_info(be_t *be, be_mem_info_t *out) {
@@ -399,6 +404,7 @@ static const be_ops_t cuda_ops = {
 #undef CU_OP
     .all_reduce = cu_rank_all_reduce,
     .eager_steps = cu_eager_steps,
+    .graph_captures = cu_graph_captures,
     .sample = cu_sample,
     .graph_sizes = cu_graph_sizes,
     .mem_info = cu_mem_info,

@@ -30,7 +30,7 @@ int be_cuda_device_count(void);
  * (one token per sequence, up to 32 sequences) use graphs unless GANTRY_CUDA_GRAPHS=0. */
 typedef struct {
   long graph_steps, eager_steps, captures;
-  uint64_t captured_sizes;
+  be_sizes_t captured_sizes;
   long profiled_steps; /* steps run for be_cuda_profile_arm (not in eager_steps) */
 } be_cuda_stats_t;
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st);

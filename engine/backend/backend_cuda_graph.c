@@ -14,7 +14,7 @@
 #include "common/clock.h"
 
 /* ---- decode steps as CUDA graphs ----
- * A decode batch (one token per sequence, n_seq <= KC_MATVEC_MAX_ROWS) is recorded instead of
+ * A decode batch (one token per sequence, n_seq <= BE_GRAPH_MAX_SEQS) is recorded instead of
  * launched: each op call becomes an op_rec_t. At the step's download the records are compared
  * with those the graph of that batch size was captured from; if equal (same buffers, shapes and
  * batch view, no internal buffer moved since) the graph is replayed, otherwise the records are
@@ -459,10 +459,10 @@ void cu__finish_step(be_t *be) {
     cu__flush_eager(be);
     return;
   }
-  if (c->comm && !(c->comm_warm_mask & (1ull << n))) {
+  if (c->comm && !be_sizes_has(&c->comm_warm, n)) {
     /* a rank's first decode step of each batch size runs eagerly: the communicator's lazy setup
      * for these all-reduce sizes (connections, buffers) happens outside capture (comm_nccl.h) */
-    c->comm_warm_mask |= 1ull << n;
+    be_sizes_add(&c->comm_warm, n);
     cu__flush_eager(be);
     return;
   }
@@ -519,7 +519,7 @@ void cu__finish_step(be_t *be) {
   g->buf_gen = c->buf_gen;
   c->n_rec = 0;
   c->captures++;
-  c->captured_mask |= 1ull << n;
+  be_sizes_add(&c->captured, n);
   graph_launch(be, g, n);
 }
 

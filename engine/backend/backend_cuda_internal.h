@@ -41,7 +41,7 @@ typedef struct {
   int device;
   cudaStream_t stream;
   struct be_comm *comm;    /* the group's communicator (be_cuda_create_rank; not owned), NULL: one rank */
-  uint64_t comm_warm_mask; /* batch sizes whose decode step ran its collectives eagerly once (bit n) */
+  be_sizes_t comm_warm;    /* batch sizes whose decode step ran its collectives eagerly once */
   cublasHandle_t blas;
   int *d_eflag;            /* device error flags (KC_EFLAG_*) */
   /* batch: host copies (validated) and one device buffer of int32 arrays */
@@ -73,9 +73,9 @@ typedef struct {
   struct op_rec *rec;      /* [n_rec] recorded ops of the current step */
   int n_rec, cap_rec;
   uint64_t buf_gen;        /* bumped whenever scratch or the batch buffer moves */
-  cu_graph_t graphs[KC_MATVEC_MAX_ROWS + 1]; /* by batch size */
+  cu_graph_t graphs[BE_GRAPH_MAX_SEQS + 1]; /* by batch size */
   long graph_steps, eager_steps, captures;
-  uint64_t captured_mask;
+  be_sizes_t captured;     /* batch sizes with a graph */
   /* per-op profile (be_cuda_profile_arm / be_cuda_profile_get) */
   int prof_state;          /* CU_PROF_OFF / ARMED (next decode step) / GRAPH (timing replays) */
   be_cuda_prof_t *prof_rows; /* [n_prof_rows] by label, most time first */

@@ -155,9 +155,20 @@ const char *be_cuda_prefill_precision(void) { return prefill_fast() ? "fast" : "
 /* bf16 elements of one dequantized weight tile of the fast prefill product (128 MiB) */
 #define CU_DEQ_TILE_ELEMS ((size_t)64 << 20)
 
+/* Rows of one tile: all of w when it fits CU_DEQ_TILE_ELEMS, else tiles of equal size rounded
+ * up to a multiple of CU_DEQ_TILE_ALIGN rows (down when that would pass the limit). Every tile
+ * but the last then starts at a row offset that keeps the GEMM's output pointer 512-byte aligned:
+ * with odd tile sizes (13107 rows of qwen35-27b's 5120-column swiglu weights, 3855 of its
+ * 17408-column down weight) cuBLAS fell back to kernels 4-8x slower per FLOP (issue 24's cliff). */
+#define CU_DEQ_TILE_ALIGN 128
 static int64_t deq_tile_rows(const be_weight_t *w) {
-  int64_t t = (int64_t)(CU_DEQ_TILE_ELEMS / (size_t)w->cols);
-  return t < 1 ? 1 : t > w->rows ? w->rows : t;
+  const int64_t tmax = (int64_t)(CU_DEQ_TILE_ELEMS / (size_t)w->cols);
+  if (tmax >= w->rows) return w->rows;
+  if (tmax < CU_DEQ_TILE_ALIGN) return tmax < 1 ? 1 : tmax;
+  const int64_t n_tiles = (w->rows + tmax - 1) / tmax;
+  int64_t t = ((w->rows + n_tiles - 1) / n_tiles + CU_DEQ_TILE_ALIGN - 1) / CU_DEQ_TILE_ALIGN * CU_DEQ_TILE_ALIGN;
+  if (t > tmax) t = tmax / CU_DEQ_TILE_ALIGN * CU_DEQ_TILE_ALIGN;
+  return t;
 }
 
 /* x parts of the fast prefill product: 1 (bf16 x) when x_parts says 1, else 2 (hi + lo) */
@@ -167,8 +178,19 @@ static int deq_parts(int rows) { return x_parts(rows) == 1 ? 1 : 2; }
  * precision "fast", a K-quant or Q8_0 weight, more than KC_MMQ_EXACT_ROWS rows (prefill; decode
  * batches keep the exact paths). Layout: xs [2][rows][cols] bf16 (hi, lo), then one weight tile
  * [deq_tile_rows][cols] bf16. */
+/* Fewest rows the fast prefill product takes (below: mmq). GANTRY_DEQ_MIN_ROWS, a measurement
+ * knob for the 65..256-row decode batches graphs now serve; default KC_MMQ_EXACT_ROWS + 1. */
+static int deq_min_rows(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("GANTRY_DEQ_MIN_ROWS");
+    v = e && atoi(e) > KC_MMQ_EXACT_ROWS ? atoi(e) : KC_MMQ_EXACT_ROWS + 1;
+  }
+  return v;
+}
+
 size_t cu__deq_gemm_floats(const be_weight_t *w, int rows) {
-  if (!prefill_fast() || rows <= KC_MMQ_EXACT_ROWS || !w || !w->data || w->cols % 8 || w->cols > (1 << 30) ||
+  if (!prefill_fast() || rows < deq_min_rows() || !w || !w->data || w->cols % 8 || w->cols > (1 << 30) ||
       w->rows > (1 << 30))
     return 0;
   if (w->type != GT_TYPE_Q4_K && w->type != GT_TYPE_Q5_K && w->type != GT_TYPE_Q6_K && w->type != GT_TYPE_Q8_0) return 0;

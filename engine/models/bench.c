@@ -232,17 +232,23 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     char sz[256];
     fprintf(out, "warm-up: a prefill of %d tokens and a decode step per batch size in %.0f ms", o->prompt,
             gt_now_ms() - tw);
-    if (be->ops->graph_sizes) fprintf(out, "; decode graphs captured: %s", be_fmt_graph_sizes(be->ops->graph_sizes(be), sz, sizeof sz));
+    if (be->ops->graph_sizes) {
+      be_sizes_t gs = {{0}};
+      be->ops->graph_sizes(be, &gs);
+      fprintf(out, "; decode graphs captured: %s", be_fmt_graph_sizes(&gs, sz, sizeof sz));
+    }
     fprintf(out, "\n");
   }
   fprintf(out, "\n| batch | prefill tok/s | decode ms/step | tok/s/seq | tok/s total | GB/step | GB/token | "
-               "roofline ms | %% of roofline | graph/eager steps |\n|---|---|---|---|---|---|---|---|---|---|\n");
+               "roofline ms | %% of roofline | graph/eager steps (captures) | step p99 / max ms |\n"
+               "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int bi = 0; bi < o->n_batches && !rc; bi++) {
     const int B = o->batches[bi];
     double tp = gt_now_ms();
     for (int s = 0; s < B && !rc; s++) rc = eb_prefill(m, &x, s, o->prompt, err); /* one step per sequence */
     double prefill_s = (gt_now_ms() - tp) / 1e3;
     long e0 = be->ops->eager_steps ? be->ops->eager_steps(be) : 0;
+    const long c0 = be->ops->graph_captures ? be->ops->graph_captures(be) : 0;
     if (R) tp_comm_stats(m->tp, ar_calls0, ar_ns0);
     for (int j = 0; j < o->gen && !rc; j++) {
       double ts = gt_now_ms();
@@ -251,6 +257,7 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     }
     if (rc) break;
     long eager = be->ops->eager_steps ? be->ops->eager_steps(be) - e0 : -1;
+    const long caps = be->ops->graph_captures ? be->ops->graph_captures(be) - c0 : 0;
     if (R) { /* [calls per step, ms per step of rank 0..R-1] */
       tp_comm_stats(m->tp, ar_calls1, ar_ns1);
       double *a = &ar[(size_t)bi * (R + 2)];
@@ -262,9 +269,11 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
     if (R) ar[(size_t)bi * (R + 2) + R + 1] = med * 1e3;
     const double bytes = w_bytes + B * ctx * kv_tok + (double)B * V * 4, roof = bw > 0 ? bytes / bw : 0;
     char ge[48] = "-";
-    if (eager >= 0) snprintf(ge, sizeof ge, "%ld/%ld", (long)o->gen - eager, eager);
-    fprintf(out, "| %d | %.0f | %.3f | %.1f | %.1f | %.3f | %.4f | %.3f | %.1f %% | %s |\n", B, B * o->prompt / prefill_s,
-            med * 1e3, 1.0 / med, B / med, bytes / 1e9, bytes / B / 1e9, roof * 1e3, 100.0 * roof / med, ge);
+    if (eager >= 0) snprintf(ge, sizeof ge, "%ld/%ld (%ld)", (long)o->gen - eager, eager, caps);
+    const double p99 = steps[(size_t)((o->gen - 1) * 0.99 + 0.5)], mx = steps[o->gen - 1];
+    fprintf(out, "| %d | %.0f | %.3f | %.1f | %.1f | %.3f | %.4f | %.3f | %.1f %% | %s | %.3f / %.3f |\n", B,
+            B * o->prompt / prefill_s, med * 1e3, 1.0 / med, B / med, bytes / 1e9, bytes / B / 1e9, roof * 1e3,
+            100.0 * roof / med, ge, p99 * 1e3, mx * 1e3);
     fflush(out);
     if (prof) { /* one profiled step, then graph replays of the same step timed */
       eb_prof_t *p = &prof[bi];

@@ -891,6 +891,7 @@ static void publish_stats(sched_t *s) {
   s->st.waiting = s->n_waiting + s->n_incoming;
   s->n_waiting_seen = s->n_waiting;
   if (s->m->be->ops->eager_steps) s->st.eager_steps = (uint64_t)s->m->be->ops->eager_steps(s->m->be);
+  if (s->m->be->ops->graph_captures) s->st.graph_captures = (uint64_t)s->m->be->ops->graph_captures(s->m->be);
   s->st.kv_used = kv_n_used(s->kv);
   s->st.constrained_tokens = s->n_constrained;
   s->st.mask_ms = s->mask_ms;
@@ -969,7 +970,19 @@ int sched_step(sched_t *s, gt_err_t *err) {
   return rc;
 }
 
+/* GANTRY_LOG_SLOW_STEP_MS: steps longer than this are logged with their phases (0: off) */
+static double slow_step_ms(void) {
+  static double v = -1;
+  if (v < 0) {
+    const char *e = getenv("GANTRY_LOG_SLOW_STEP_MS");
+    v = e ? atof(e) : 0;
+    if (v < 0) v = 0;
+  }
+  return v;
+}
+
 static int step(sched_t *s, gt_err_t *err) {
+  const double t_step = now_ms();
   take_inbox(s);
   admit(s);
   if (s->n_running == 0) return 0;
@@ -1029,11 +1042,13 @@ static int step(sched_t *s, gt_err_t *err) {
                   .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = n_out, .out_tok = s->b_out};
   const int on_dev = device_rows(s, n_seq, n_out);
   const double t_mask = now_ms();
+  const long caps0 = s->m->be->ops->graph_captures ? s->m->be->ops->graph_captures(s->m->be) : 0;
   const int n_masked = on_dev ? device_masks(s, n_seq, n_out, err) : 0; /* 1: run logits_mask */
   if (n_masked) s->mask_ms += now_ms() - t_mask;
   int rc = n_masked < 0 ? GT_EINTERNAL
            : on_dev  ? model_forward_sample_mask(s->m, &b, s->b_rows, s->b_ids, n_masked ? s->d_mask : NULL, s->d_rmap, err)
                      : model_forward(s->m, &b, s->logits, err);
+  const double t_fwd = now_ms();
   pthread_mutex_lock(&s->mu);
   s->st.steps++;
   s->st.computed_tokens += (uint64_t)n_tok;
@@ -1081,6 +1096,12 @@ static int step(sched_t *s, gt_err_t *err) {
     } else {
       emit_delta(q);
     }
+  }
+  const double slow = slow_step_ms(), t_end = now_ms();
+  if (slow > 0 && t_end - t_step > slow) {
+    const long caps = s->m->be->ops->graph_captures ? s->m->be->ops->graph_captures(s->m->be) - caps0 : 0;
+    GT_LOG_INFO("slow step: ms=%.2f plan_ms=%.2f forward_ms=%.2f emit_ms=%.2f seqs=%d tokens=%d captures=%ld", t_end - t_step,
+                t_mask - t_step, t_fwd - t_mask, t_end - t_fwd, n_seq, n_tok, caps);
   }
   return 1;
 }
@@ -1150,12 +1171,13 @@ int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err) {
   if (rc) return rc;
   sched_warmup_t w = {.prefill_tokens = nt, .decode_sizes = sizes, .ms = now_ms() - t0,
                       .eager_steps = be->ops->eager_steps ? be->ops->eager_steps(be) - e0 : 0,
-                      .graph_sizes = be->ops->graph_sizes ? be->ops->graph_sizes(be) : 0};
+                      .graph_sizes = {{0}}};
+  if (be->ops->graph_sizes) be->ops->graph_sizes(be, &w.graph_sizes);
   char buf[256];
   if (be->ops->graph_sizes)
     GT_LOG_INFO("%s graphs: captured %d decode sizes (%s) in %.0f ms (warm-up: a step of %d tokens, decode sizes 1-%d, "
                 "eager_steps=%ld)",
-                be->ops->name, __builtin_popcountll(w.graph_sizes), be_fmt_graph_sizes(w.graph_sizes, buf, sizeof buf), w.ms, nt,
+                be->ops->name, be_sizes_count(&w.graph_sizes), be_fmt_graph_sizes(&w.graph_sizes, buf, sizeof buf), w.ms, nt,
                 sizes, w.eager_steps);
   else
     GT_LOG_INFO("warm-up: a step of %d tokens, decode sizes 1-%d in %.0f ms (the %s backend keeps no graphs)", nt, sizes,

@@ -138,15 +138,16 @@ void sched_constraint_stats(sched_t *s, cons_cache_stats_t *out);
  * or finished ids are ignored. */
 void sched_cancel(sched_t *s, int64_t id);
 
-/* Largest decode batch sched_warmup runs: the CUDA backend captures graphs up to 32 sequences. */
-#define SCHED_WARMUP_MAX_SEQS 32
+/* Largest decode batch sched_warmup runs: the CUDA backend captures a graph for every size up to
+ * BE_GRAPH_MAX_SEQS (256) sequences. */
+#define SCHED_WARMUP_MAX_SEQS BE_GRAPH_MAX_SEQS
 
 typedef struct {
   int prefill_tokens;   /* tokens of the warm-up's largest step */
   int decode_sizes;     /* decode steps of 1..decode_sizes sequences were run */
   double ms;
   long eager_steps;     /* backend decode steps that ran without a graph during the warm-up */
-  uint64_t graph_sizes; /* the backend's captured decode sizes afterwards (bit n; 0: no graphs) */
+  be_sizes_t graph_sizes; /* the backend's captured decode sizes afterwards (empty: no graphs) */
 } sched_warmup_t;
 
 /* Warm-up before the first request, on the caller's thread (before sched_run): runs the
@@ -181,6 +182,7 @@ typedef struct {
   uint64_t snapshot_replaced;   /* hybrid: prefix snapshots dropped for a newer one (all slots held) */
   uint64_t fork_waits;          /* n > 1 choices that found no free KV block at the fork and waited */
   uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
+  uint64_t graph_captures;      /* backend graphs captured or updated (CUDA; constant in steady decode) */
   uint64_t finished[6];         /* by sched_finish_t */
   uint64_t constrained_tokens;  /* tokens sampled under a constraint mask */
   double mask_ms;               /* scheduler time spent filling and uploading those masks */

@@ -33,6 +33,8 @@ void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
   m->steps = gt_metrics_add(reg, C, "gantry_engine_steps_total", "Scheduler steps that ran the model.", NULL, NULL, 0);
   m->eager_steps = gt_metrics_add(reg, C, "gantry_engine_eager_steps_total",
                                   "Decode steps run eagerly (no captured CUDA graph); 0 in steady decode, always 0 on the CPU backend.", NULL, NULL, 0);
+  m->graph_captures = gt_metrics_add(reg, C, "gantry_engine_graph_captures_total",
+                                     "CUDA graphs captured or updated; constant in steady decode (a rise mid-stream is a re-capture stall).", NULL, NULL, 0);
   static const char *reasons[6] = {NULL, "stop", "length", "tool_calls", "cancelled", "error"};
   for (int i = 1; i < 6; i++) {
     char lab[64];
@@ -86,6 +88,7 @@ void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {
   gt_metric_set(m->snapshot_replaced, (double)st->snapshot_replaced);
   gt_metric_set(m->steps, (double)st->steps);
   gt_metric_set(m->eager_steps, (double)st->eager_steps);
+  gt_metric_set(m->graph_captures, (double)st->graph_captures);
 }
 
 void srv_metrics_finished(srv_metrics_t *m, sched_finish_t why, const sched_usage_t *u, double e2e_s) {

@@ -9,7 +9,7 @@
 typedef struct {
   gt_metrics_t *reg; /* borrowed; NULL: every metric pointer is NULL and updates are no-ops */
   gt_metric_t *running, *waiting, *kv_usage, *prefix_queries, *prefix_hits, *prompt_tokens, *gen_tokens,
-      *preemptions, *eager_steps, *steps, *snapshot_replaced;
+      *preemptions, *eager_steps, *graph_captures, *steps, *snapshot_replaced;
   gt_metric_t *finished[6]; /* by sched_finish_t */
   gt_metric_t *rejected_invalid, *rejected_full, *rejected_unavailable;
   gt_metric_t *ttft, *itl, *queue, *prefill, *decode, *e2e, *iter_tokens;

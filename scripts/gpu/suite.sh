@@ -125,7 +125,7 @@ if [ "${BENCH:-1}" = 1 ]; then
     [ -f "$log" ] || continue
     row="| $preset $type"
     for b in $(echo "$BATCH" | tr , ' '); do
-      row="$row | $(awk -F'|' -v b="$b" 'NF == 12 && $2 + 0 == b && $2 ~ /[0-9]/ {gsub(/ /, "", $4); gsub(/ /, "", $6); gsub(/^ +| +$/, "", $10); print $4 " | " $6 " | " $10; exit}' "$log")"
+      row="$row | $(awk -F'|' -v b="$b" 'NF == 13 && $2 + 0 == b && $2 ~ /[0-9]/ {gsub(/ /, "", $4); gsub(/ /, "", $6); gsub(/^ +| +$/, "", $10); print $4 " | " $6 " | " $10; exit}' "$log")"
     done
     for p in $(echo "$PROMPT" | tr , ' '); do
       row="$row | $(awk -F'|' -v p="$p" 'NF == 5 && $2 + 0 == p && $2 ~ /[0-9]/ {gsub(/ /, "", $4); print $4; exit}' "$log")"

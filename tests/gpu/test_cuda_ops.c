@@ -128,7 +128,7 @@ static void both_batch(const be_batch_t *b) {
  * blocks[s * max_blocks + i] its physical blocks (caller-owned arrays of the right sizes). */
 typedef struct {
   be_batch_t b;
-  int32_t tok[4096], pos[4096], first[8], ntok[8], slot[8], out[4096];
+  int32_t tok[4096], pos[4096], first[256], ntok[256], slot[256], out[4096];
   int32_t *table;
 } tbatch_t;
 
@@ -767,14 +767,18 @@ static void kv_types(gt_type_t t) {
  * 1e-4 at one step of this test on bf16 pools (H200, 8c592ee), not a reassociation error. The
  * graphs on bf16 pools run in bench_decode (0 eager steps) and the golden tests' greedy
  * decoding. ---- */
-static void test_decode_graphs(void **st) {
-  NEED_GPU();
+/* n_sizes batch sizes (<= BE_GRAPH_MAX_SEQS), steps_per decode steps of each in turn, each
+ * sequence one token further per step (blocks taken from a reversed table) */
+static void decode_graphs(const int *sizes, int n_sizes, int steps_per) {
   kv_types(GT_TYPE_F32);
+  int maxb = 1;
+  for (int i = 0; i < n_sizes; i++) maxb = sizes[i] > maxb ? sizes[i] : maxb;
   const int n_head = 8, n_kv = 2, hd = 64, bt = 16, max_blocks = 8, d = 256, kvd = n_kv * hd;
-  assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
-  assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, 4 * max_blocks, bt, kvd), 0);
-  int32_t table[4 * 8];
-  for (int i = 0; i < 32; i++) table[i] = 31 - i;
+  const int n_blocks = maxb * max_blocks;
+  assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, n_blocks, bt, kvd), 0);
+  assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 1, n_blocks, bt, kvd), 0);
+  int32_t *table = malloc(sizeof(int32_t) * (size_t)n_blocks);
+  for (int i = 0; i < n_blocks; i++) table[i] = n_blocks - 1 - i;
   wpair_t wq = weight(GT_TYPE_Q4_K, n_head * hd, d, 0.5f), wk = weight(GT_TYPE_BF16, kvd, d, 0.5f),
           wv = weight(GT_TYPE_Q8_0, kvd, d, 0.5f), wo = weight(GT_TYPE_Q6_K, d, n_head * hd, 0.5f);
   float *wn = rnd((size_t)d, 1.0f);
@@ -782,18 +786,18 @@ static void test_decode_graphs(void **st) {
   gt_err_t err = {0};
   assert_int_equal(be_weight_upload(CPU_BE, &nrm.c, GT_TYPE_F32, 1, d, wn, &err), 0);
   assert_int_equal(be_weight_upload(GPU_BE, &nrm.g, GT_TYPE_F32, 1, d, wn, &err), 0);
-  const int maxb = 4;
   buf_t bx = putf(NULL, (size_t)maxb * d), bh = putf(NULL, (size_t)maxb * d), bq = putf(NULL, (size_t)maxb * n_head * hd),
         bk = putf(NULL, (size_t)maxb * kvd), bv = putf(NULL, (size_t)maxb * kvd),
         ba = putf(NULL, (size_t)maxb * n_head * hd), bo = putf(NULL, (size_t)maxb * d);
   be_cuda_stats_t s0, s1;
   be_cuda_get_stats(GPU_BE, &s0);
   tbatch_t *tb = malloc(sizeof *tb);
-  int pos[4] = {0, 0, 0, 0};
-  for (int step = 0; step < 24; step++) {
-    const int nb = step < 8 ? 3 : step < 16 ? 1 : 4; /* batch sizes 3, 1, 4 */
-    int start[4], ntok[4] = {1, 1, 1, 1};
-    for (int s = 0; s < nb; s++) start[s] = pos[s]++;
+  int *pos = calloc((size_t)maxb, sizeof(int)), *start = calloc((size_t)maxb, sizeof(int)),
+      *ntok = calloc((size_t)maxb, sizeof(int));
+  const int n_steps = n_sizes * steps_per;
+  for (int step = 0; step < n_steps; step++) {
+    const int nb = sizes[step / steps_per];
+    for (int s = 0; s < nb; s++) start[s] = pos[s]++, ntok[s] = 1;
     mk_batch(tb, nb, start, ntok, NULL, table, max_blocks, 100);
     float *x = rnd((size_t)nb * d, 1.0f);
     assert_int_equal(CPU_BE->ops->upload(CPU_BE, bx.c, x, sizeof(float) * nb * d), 0);
@@ -822,19 +826,37 @@ static void test_decode_graphs(void **st) {
     cmp(what, bo, (size_t)nb * d, TOL);
   }
   be_cuda_get_stats(GPU_BE, &s1);
-  print_message("  graphs: %ld graph steps, %ld eager steps, %ld captures, sizes mask 0x%llx\n",
+  char sz[256];
+  print_message("  graphs: %ld graph steps, %ld eager steps, %ld captures, sizes %s\n",
                 s1.graph_steps - s0.graph_steps, s1.eager_steps - s0.eager_steps, s1.captures - s0.captures,
-                (unsigned long long)s1.captured_sizes);
+                be_fmt_graph_sizes(&s1.captured_sizes, sz, sizeof sz));
   if (!getenv("GANTRY_CUDA_GRAPHS") || strcmp(getenv("GANTRY_CUDA_GRAPHS"), "0")) {
     assert_int_equal(s1.eager_steps - s0.eager_steps, 0);
-    assert_int_equal(s1.graph_steps - s0.graph_steps, 24);
-    assert_true(s1.captures - s0.captures <= 6); /* first step of each size (+ a recapture) */
+    assert_int_equal(s1.graph_steps - s0.graph_steps, n_steps);
+    assert_true(s1.captures - s0.captures <= 2 * n_sizes); /* first step of each size (+ a recapture) */
+    for (int i = 0; i < n_sizes; i++) assert_true(be_sizes_has(&s1.captured_sizes, sizes[i]));
+  } else { /* graphs off: every decode step counts as eager */
+    assert_int_equal(s1.eager_steps - s0.eager_steps, n_steps);
   }
-  free(tb);
+  free(tb), free(pos), free(start), free(ntok), free(table);
   drop(&bx), drop(&bh), drop(&bq), drop(&bk), drop(&bv), drop(&ba), drop(&bo);
   wdrop(&wq), wdrop(&wk), wdrop(&wv), wdrop(&wo), wdrop(&nrm);
   free(wn);
   kv_types(GT_TYPE_BF16);
+}
+
+static void test_decode_graphs(void **st) {
+  NEED_GPU();
+  const int sizes[] = {3, 1, 4};
+  decode_graphs(sizes, 3, 8);
+}
+
+/* decode batches past 32 sequences (the mmq and, above 64 rows, the prefill product shapes)
+ * replay graphs of their own size too: no eager step */
+static void test_decode_graphs_large(void **st) {
+  NEED_GPU();
+  const int sizes[] = {33, 64, 65, 100, 256};
+  decode_graphs(sizes, 5, 3);
 }
 
 /* ---- fused ops (matmul_multi, ffn_swiglu, attn_qk_prep) vs the CPU, and vs the unfused CUDA
@@ -1455,7 +1477,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_matmul),        T(test_embed_gather),  T(test_dense),         T(test_rope),
       T(test_attention),     T(test_attention_decode_b32), T(test_gdn),    T(test_gdn_chunked),
-      T(test_gdn_long),      T(test_decode_graphs), T(test_matmul_multi),  T(test_ffn_swiglu),
+      T(test_gdn_long),      T(test_decode_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
       T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
       T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
       T(test_every_op_covered), /* last: counts the calls of the tests above */

@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   be_cuda_get_stats(be, &st);
   char sz[256];
   printf("\ncaptured decode graph sizes: %s (captures %ld, graph steps %ld, eager steps %ld, profiled steps %ld)\n",
-         be_fmt_graph_sizes(st.captured_sizes, sz, sizeof sz), st.captures, st.graph_steps, st.eager_steps,
+         be_fmt_graph_sizes(&st.captured_sizes, sz, sizeof sz), st.captures, st.graph_steps, st.eager_steps,
          st.profiled_steps);
   model_free(m);
   be_destroy(be);
