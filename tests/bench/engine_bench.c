@@ -114,9 +114,14 @@ static int run_level(ec_client_t *ec, int conc, int n_tokens, int round) {
   pthread_mutex_unlock(&mu);
   double wall = gt_now_ms() - t0;
   double *rates = malloc(sizeof(double) * (size_t)conc), *ttft = malloc(sizeof(double) * (size_t)conc);
-  long total = 0;
+  long total = 0, n_all = 0;
   int ok = 1;
+  for (int i = 0; i < conc; i++) n_all += st[i].n_gaps;
+  double *all = malloc(sizeof(double) * (size_t)(n_all > 0 ? n_all : 1)); /* every stream's gaps */
+  n_all = 0;
   for (int i = 0; i < conc; i++) {
+    memcpy(all + n_all, st[i].gaps, sizeof(double) * (size_t)st[i].n_gaps);
+    n_all += st[i].n_gaps;
     double med = median(st[i].gaps, st[i].n_gaps);
     rates[i] = med > 0 ? 1000.0 / med : 0;
     ttft[i] = st[i].t_first - st[i].t_start;
@@ -126,8 +131,13 @@ static int run_level(ec_client_t *ec, int conc, int n_tokens, int round) {
     free(st[i].gaps);
   }
   double rate = median(rates, conc), agg = total / (wall / 1000.0);
-  printf("%5d | %12.1f | %14.1f | %9.1f | %6.2f | %s\n", conc, rate, agg, median(ttft, conc), rate * conc / agg,
+  const double itl50 = median(all, (int)n_all); /* sorts all */
+  int n_slow = 0; /* intervals over 3x the median: stalls */
+  for (long i = 0; i < n_all; i++) n_slow += all[i] > 3 * itl50;
+  printf("%5d | %12.1f | %14.1f | %9.1f | %6.2f | %.2f / %.2f / %.2f | %d | %s\n", conc, rate, agg, median(ttft, conc),
+         rate * conc / agg, itl50, n_all ? all[(size_t)((n_all - 1) * 0.99 + 0.5)] : 0, n_all ? all[n_all - 1] : 0, n_slow,
          ok ? "ok" : "INCOMPLETE");
+  free(all);
   free(rates);
   free(ttft);
   free(st);
@@ -182,7 +192,7 @@ connect:
     goto out;
   }
   printf("engine-bench: model=%s threads=%d tokens/stream=%d prompt=32 ids, greedy, gRPC loopback\n", model, threads, n_tokens);
-  printf(" conc | tok/s/stream | aggregate tok/s | ttft ms | chk | \n");
+  printf(" conc | tok/s/stream | aggregate tok/s | ttft ms | chk | itl p50 / p99 / max ms | itl > 3x p50 | \n");
   rc = 0;
   run_level(ec, 1, 8, 0); /* warm-up (not printed separately) */
   printf("------+--------------+----------------+---------+--------\n");
