@@ -56,3 +56,6 @@ gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched
 gt_add_test(test_tp SOURCES tests/unit/test_tp.c LIBS gantry_model gantry_gen_run gantry_testutil TIMEOUT 300)
 # speculative decoding: output with speculation == output without, on every golden model (tests/unit/test_sched_spec.c)
 gt_add_test(test_sched_spec SOURCES tests/unit/test_sched_spec.c LIBS gantry_sched gantry_model_fx TIMEOUT 900)
+# benchmark (prints numbers; not a test): decode rate and acceptance length, speculation off vs prompt lookup
+add_executable(bench_spec tests/bench/bench_spec.c)
+target_link_libraries(bench_spec PRIVATE gantry_sched)

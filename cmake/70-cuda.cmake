@@ -89,6 +89,9 @@ if(TARGET gantry_cuda)
   target_link_libraries(bench_constraint PRIVATE gantry_cuda)
   set_target_properties(bench_constraint PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
                                                     CUDA_RUNTIME_LIBRARY Static)
+  # bench_spec --device cuda
+  target_link_libraries(bench_spec PRIVATE gantry_cuda)
+  set_target_properties(bench_spec PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_RUNTIME_LIBRARY Static)
   # gantry-engine --device cuda (GANTRY_HAVE_CUDA comes with the library)
   target_link_libraries(gantry-engine PRIVATE gantry_cuda)
   set_target_properties(gantry-engine PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
