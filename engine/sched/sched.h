@@ -10,6 +10,7 @@
  *      that has finished its prompt, then prompt chunks (chunked prefill) up to
  *      max_batch_tokens in total, each chunk cut to the blocks free beyond the decodes'
  *      headroom, so a long prompt never stalls running streams nor takes their blocks;
+ *      with speculative decoding a decoding sequence also feeds drafts (see below);
  *   4. when a running sequence cannot grow, preempts the youngest running sequence (lowest
  *      priority, then latest arrival) that is younger than it, by recompute: its blocks are
  *      freed and it waits again with its prompt plus the tokens generated so far. A sequence
