@@ -58,6 +58,11 @@ if(CMAKE_CUDA_COMPILER)
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)
   target_compile_definitions(test_cuda_sched_fork PRIVATE SCHED_FORK_CUDA)
   set_tests_properties(test_cuda_sched_fork PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  # speculative decoding: output with speculation == without, fp32 activations and KV (verify steps run eagerly)
+  gt_add_test(test_cuda_sched_spec SOURCES tests/unit/test_sched_spec.c
+    LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 900)
+  target_compile_definitions(test_cuda_sched_spec PRIVATE SCHED_SPEC_CUDA)
+  set_tests_properties(test_cuda_sched_spec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
 
 if(CMAKE_CUDA_COMPILER)

@@ -9,7 +9,10 @@
  * On qwen3-tiny also: seeded sampling (device and host sampling paths, logprobs, penalties, stop
  * ids) gives the same tokens with and without speculation, and a two-sample chi-square test of
  * the first two sampled tokens over many seeds (the rejection rule keeps the distribution);
- * the opt-out (no_spec), the batch-size cut-off and the pure n-gram lookup. */
+ * the opt-out (no_spec), the batch-size cut-off and the pure n-gram lookup.
+ * Built twice: on the CPU backend (test_sched_spec) and, with SCHED_SPEC_CUDA, on the CUDA
+ * backend with fp32 activations and fp32 KV pools (test_cuda_sched_spec, label gpu; exit 77
+ * without a GPU), where verify steps run outside the decode graphs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +27,18 @@
 #include "engine/sched/spec.h"
 #include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
+#ifdef SCHED_SPEC_CUDA
+#include "engine/backend/backend_cuda.h"
+static int be_new(be_t **be, gt_err_t *err) {
+  be_cuda_set_activations("fp32");
+  int rc = be_cuda_create(0, be, err);
+  if (!rc && be_kv_set_type(*be, GT_TYPE_F32)) rc = gt_err_set(err, GT_EUNSUPPORTED, "fp32 KV pools refused");
+  return rc;
+}
+#else
+#define be_new tu_be_cpu2
+#endif
+static int setup(void **state) { return tu_model_fx_setup_on(state, be_new); }
 
 #define MAXT 64
 #define NREQ 4
@@ -140,7 +155,7 @@ static void check_model(const char *name) {
   enum { T = 40 };
   tu_model_fx_t f;
   gt_err_t err = {0};
-  if (tu_model_fx_open(&f, name, tu_be_cpu2, &err)) fail_msg("%s: %s", name, err.msg);
+  if (tu_model_fx_open(&f, name, be_new, &err)) fail_msg("%s: %s", name, err.msg);
   static out_t ref[NREQ], got[NREQ];
   /* the reference: each request alone, no speculation */
   for (int k = 0; k < NREQ; k++) {
@@ -447,6 +462,12 @@ static void test_ngram_lookup(void **state) {
 
 
 int main(void) {
+#ifdef SCHED_SPEC_CUDA
+  if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
+    printf("no CUDA device visible: GPU tests skipped\n");
+    return 77;
+  }
+#endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ngram_lookup),
       cmocka_unit_test(test_identity_qwen3_bf16),
@@ -455,10 +476,10 @@ int main(void) {
       cmocka_unit_test(test_identity_qwen3_q4_k_m),
       cmocka_unit_test(test_identity_qwen35),
       cmocka_unit_test(test_identity_demo),
-      cmocka_unit_test_setup_teardown(test_sampled_identity, tu_model_fx_setup, tu_model_fx_teardown),
-      cmocka_unit_test_setup_teardown(test_stop_and_length, tu_model_fx_setup, tu_model_fx_teardown),
-      cmocka_unit_test_setup_teardown(test_opt_out_and_batch_cutoff, tu_model_fx_setup, tu_model_fx_teardown),
-      cmocka_unit_test_setup_teardown(test_chi_square, tu_model_fx_setup, tu_model_fx_teardown),
+      cmocka_unit_test_setup_teardown(test_sampled_identity, setup, tu_model_fx_teardown),
+      cmocka_unit_test_setup_teardown(test_stop_and_length, setup, tu_model_fx_teardown),
+      cmocka_unit_test_setup_teardown(test_opt_out_and_batch_cutoff, setup, tu_model_fx_teardown),
+      cmocka_unit_test_setup_teardown(test_chi_square, setup, tu_model_fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
