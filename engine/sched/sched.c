@@ -69,7 +69,8 @@ struct sched {
   kv_pool_t *kv;
   int hybrid, max_blocks, V;
   int32_t eos_ids[4];
-  /* slots: [0, max_num_seqs) for running sequences, then n_snapshots snapshot slots */
+  /* slots: [0, max_num_seqs) for running sequences, then n_snapshots snapshot slots, then the
+   * spec_max_seqs slots of hybrid speculation (spec_free) */
   int *slot_free, n_slot_free;
   int *snap_free, n_snap_free;
   /* hybrid speculation: slots for the pre-step state copies (req_t.slot2), after the snapshot slots */
