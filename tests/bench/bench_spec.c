@@ -5,8 +5,8 @@
  * steps), drafts and accepted counts, and whether the outputs are identical:
  *   bench_spec --model M.gguf [--device cpu|cuda] [--batch 1] [--gen 128] [--k 3] [--threads N]
  *              [--prompt-file F]
- * The default prompt is an edit: a Python function followed by a comment asking for it again with
- * one name changed and the start of the answer, so the continuation repeats the prompt's code. */
+ * The default prompt is an edit: a Python class followed by the start of a second one with the same
+ * methods, so the continuation repeats the prompt's code. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,23 +20,25 @@
 #define MAXG 4096
 
 static const char k_edit[] =
-    "def moving_average(values, window):\n"
-    "    \"\"\"Return the moving averages of values over a sliding window.\"\"\"\n"
-    "    if window <= 0:\n"
-    "        raise ValueError(\"window must be positive\")\n"
-    "    result = []\n"
-    "    total = 0.0\n"
-    "    for i, value in enumerate(values):\n"
-    "        total += value\n"
-    "        if i >= window:\n"
-    "            total -= values[i - window]\n"
-    "        if i >= window - 1:\n"
-    "            result.append(total / window)\n"
-    "    return result\n"
-    "\n"
-    "\n"
-    "# The same function, with the accumulator `total` renamed to `acc`:\n"
-    "def moving_average(values, window):\n";
+    "class Stack:\n"
+    "    def __init__(self):\n"
+    "        self.items = []\n\n"
+    "    def push(self, item):\n"
+    "        self.items.append(item)\n\n"
+    "    def pop(self):\n"
+    "        if not self.items:\n"
+    "            raise IndexError(\"pop from empty stack\")\n"
+    "        return self.items.pop()\n\n"
+    "    def peek(self):\n"
+    "        if not self.items:\n"
+    "            raise IndexError(\"peek from empty stack\")\n"
+    "        return self.items[-1]\n\n"
+    "    def __len__(self):\n"
+    "        return len(self.items)\n\n\n"
+    "class Queue:\n"
+    "    def __init__(self):\n"
+    "        self.items = []\n\n"
+    "    def push(self, item):\n";
 
 typedef struct {
   int32_t ids[MAXG];
