@@ -18,6 +18,7 @@ target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::Open
 
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
+  engine/sched/spec_ngram.c
   engine/sched/constraint.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok gantry_chat gantry_common Threads::Threads)
 
@@ -53,3 +54,8 @@ gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched
 # tensor parallelism on CPU ranks: the communicator, TP=2/4 against TP=1 on every golden model
 # and weight type, unsplittable shapes refused (tests/unit/test_tp.c)
 gt_add_test(test_tp SOURCES tests/unit/test_tp.c LIBS gantry_model gantry_gen_run gantry_testutil TIMEOUT 300)
+# speculative decoding: output with speculation == output without, on every golden model (tests/unit/test_sched_spec.c)
+gt_add_test(test_sched_spec SOURCES tests/unit/test_sched_spec.c LIBS gantry_sched gantry_model_fx TIMEOUT 900)
+# benchmark (prints numbers; not a test): decode rate and acceptance length, speculation off vs prompt lookup
+add_executable(bench_spec tests/bench/bench_spec.c)
+target_link_libraries(bench_spec PRIVATE gantry_sched)

@@ -58,6 +58,11 @@ if(CMAKE_CUDA_COMPILER)
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)
   target_compile_definitions(test_cuda_sched_fork PRIVATE SCHED_FORK_CUDA)
   set_tests_properties(test_cuda_sched_fork PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  # speculative decoding: output with speculation == without, fp32 activations and KV (verify steps run eagerly)
+  gt_add_test(test_cuda_sched_spec SOURCES tests/unit/test_sched_spec.c
+    LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 900)
+  target_compile_definitions(test_cuda_sched_spec PRIVATE SCHED_SPEC_CUDA)
+  set_tests_properties(test_cuda_sched_spec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
 
 if(CMAKE_CUDA_COMPILER)
@@ -89,6 +94,9 @@ if(TARGET gantry_cuda)
   target_link_libraries(bench_constraint PRIVATE gantry_cuda)
   set_target_properties(bench_constraint PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"
                                                     CUDA_RUNTIME_LIBRARY Static)
+  # bench_spec --device cuda
+  target_link_libraries(bench_spec PRIVATE gantry_cuda)
+  set_target_properties(bench_spec PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_RUNTIME_LIBRARY Static)
   # gantry-engine --device cuda (GANTRY_HAVE_CUDA comes with the library)
   target_link_libraries(gantry-engine PRIVATE gantry_cuda)
   set_target_properties(gantry-engine PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"

@@ -213,6 +213,9 @@ int32_t sampler_pick(const sampler_pick_t *p, float *logits, int n_vocab, double
 
 double sampler_next_u(sampler_t *s) { return next_unit(s); }
 
+void sampler_rng_get(const sampler_t *s, uint64_t st[4]) { memcpy(st, s->rng, sizeof s->rng); }
+void sampler_rng_set(sampler_t *s, const uint64_t st[4]) { memcpy(s->rng, st, sizeof s->rng); }
+
 int sampler_has_penalties(const sampler_params_t *p) {
   return p->repetition_penalty != 1 || p->presence_penalty != 0 || p->frequency_penalty != 0;
 }

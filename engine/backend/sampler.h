@@ -41,6 +41,10 @@ void sampler_accept(sampler_t *s, int32_t tok, int is_output);
 int32_t sampler_sample(sampler_t *s, float *logits);
 /* The sampler's next uniform draw in [0, 1) (53 bits: a multiple of 2^-53); advances its RNG. */
 double sampler_next_u(sampler_t *s);
+/* The RNG state (4 words) out of / back into s: speculative decoding draws a uniform for every
+ * verified row and rewinds to the draws of the tokens it kept (engine/sched/sched.c). */
+void sampler_rng_get(const sampler_t *s, uint64_t st[4]);
+void sampler_rng_set(sampler_t *s, const uint64_t st[4]);
 /* 1 if p has a repetition, presence or frequency penalty (they need the host-side history). */
 int sampler_has_penalties(const sampler_params_t *p);
 

@@ -71,6 +71,11 @@ static void usage(void) {
         CLI_KV_DTYPE_HELP
         CLI_ACTIVATIONS_HELP
         CLI_PREFILL_PRECISION_HELP
+        "  --speculative M         speculative decoding: ngram (prompt lookup over the request's prompt and\n"
+        "                          output) or off (default); output is unchanged (engine/SERVE.md\n"
+        "                          \"Speculative decoding\")\n"
+        "  --num-speculative-tokens K  drafts per step, 1..8 (default 3)\n"
+        "  --spec-max-seqs N       no drafts in a step with more decoding sequences (default 8)\n"
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
         stdout);
 }
@@ -107,11 +112,14 @@ int cmd_serve(int argc, char **argv) {
       {"max-waiting", 1, 0, 'w'},  {"kv-memory", 1, 0, 'k'},     {"threads", 1, 0, 'j'},
       {"drain-timeout", 1, 0, 'd'}, {"max-model-len", 1, 0, 'c'}, {"device", 1, 0, 'D'},
       {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"prefill-precision", 1, 0, 'P'},
-      {"activations", 1, 0, 'A'}, {"help", 0, 0, 'h'},        CLI_TP_OPTS,
+      {"activations", 1, 0, 'A'}, {"help", 0, 0, 'h'},        {"speculative", 1, 0, 'S'},
+      {"num-speculative-tokens", 1, 0, 'N'}, {"spec-max-seqs", 1, 0, 'M'}, CLI_TP_OPTS,
       {0, 0, 0, 0}};
   const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
   const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
+  long spec_k = 3, spec_seqs = 8;
+  int spec_mode = SCHED_SPEC_OFF;
   double drain_s = 30;
   cli_tp_t tp = {.tp = 1};
   optind = 1;
@@ -136,6 +144,13 @@ int cmd_serve(int argc, char **argv) {
       case 'j': if (cli_int("--threads", optarg, 1, 1024, &threads)) return 2; break;
       case 'c': if (cli_int("--max-model-len", optarg, 16, 1 << 24, &max_len)) return 2; break;
       case 'd': if (cli_float("--drain-timeout", optarg, 0, 86400, &drain_s)) return 2; break;
+      case 'S':
+        if (strcmp(optarg, "ngram") == 0) spec_mode = SCHED_SPEC_NGRAM;
+        else if (strcmp(optarg, "off") == 0) spec_mode = SCHED_SPEC_OFF;
+        else return cli_fail("--speculative expects ngram or off, got '%s'", optarg), 2;
+        break;
+      case 'N': if (cli_int("--num-speculative-tokens", optarg, 1, SCHED_SPEC_MAX_K, &spec_k)) return 2; break;
+      case 'M': if (cli_int("--spec-max-seqs", optarg, 1, 4096, &spec_seqs)) return 2; break;
       case 'h': usage(); return 0;
       default: return 2;
     }
@@ -215,7 +230,8 @@ int cmd_serve(int argc, char **argv) {
 #endif
   /* the scheduler plans the KV pool from the device's memory and logs the plan (sched_mem.h) */
   sched_config_t cfg = {.max_num_seqs = (int)max_seqs, .max_batch_tokens = (int)max_batch, .max_waiting = (int)max_waiting,
-                        .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac};
+                        .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac,
+                        .spec_mode = spec_mode, .spec_k = (int)spec_k, .spec_max_seqs = (int)spec_seqs};
   srv_model_info_t info = {.model_name = served_name ? served_name : m->hp.name, .architecture = m->hp.arch, .version = GANTRY_VERSION,
                            .weight_types = wt, .n_weight_types = n_wt};
   if (srv_attach(srv, g, m, tok, &cfg, &info, &err)) {
@@ -223,7 +239,10 @@ int cmd_serve(int argc, char **argv) {
     rc = err.code == GT_ENOMEM ? 2 : 1;
     goto out;
   }
-  GT_LOG_INFO("max_num_seqs=%ld max_batch_tokens=%ld max_waiting=%ld", max_seqs, max_batch, max_waiting);
+  GT_LOG_INFO("max_num_seqs=%ld max_batch_tokens=%ld max_waiting=%ld speculative=%s num_speculative_tokens=%ld "
+              "spec_max_seqs=%ld",
+              max_seqs, max_batch, max_waiting, spec_mode == SCHED_SPEC_NGRAM ? "ngram" : "off",
+              spec_mode ? spec_k : 0, spec_mode ? spec_seqs : 0);
   GT_LOG_INFO("listening grpc=%s port=%d metrics=%s:%d load_ms=%.0f", listen, port, metrics_port >= 0 ? mhost : "off", mport,
               gt_now_ms() - t0);
   /* machine-readable line for tests and scripts */

@@ -3,7 +3,9 @@
  * A request's tokens[] holds its prompt followed by what it generated; the KV cache holds the
  * first n_computed of them. Each step feeds tokens[n_computed .. n_tokens) (all of them, or a
  * chunk); when the feed reaches n_tokens the last row's logits give the next token. Decode is
- * the special case of one pending token. Preemption resets n_computed to 0 (recompute). */
+ * the special case of one pending token (1 + redo after a hybrid rollback, see verify). A
+ * speculating sequence also feeds n_draft drafts after its pending tokens, with an output row
+ * each (verify). Preemption resets n_computed to 0 (recompute). */
 #include "engine/sched/sched.h"
 
 #include <pthread.h>
@@ -15,6 +17,7 @@
 #include "common/log.h"
 #include "engine/sched/kv.h"
 #include "engine/sched/sched_mem.h"
+#include "engine/sched/spec.h"
 
 typedef struct req {
   int64_t id;
@@ -50,6 +53,13 @@ typedef struct req {
   cons_seq_t *cs;    /* constrained decoding: this choice's walk through r.constraint, or NULL */
   int cons_end;      /* this step's mask ended the walk (cons_mask_end): take_token finishes q */
   char fail[256];    /* take_token's reason for an ERROR finish ("" : output processing failed) */
+  /* speculative decoding (verify) */
+  int32_t draft[SCHED_SPEC_MAX_K]; /* this step's drafts, fed after the pending tokens */
+  int n_draft;
+  int slot2;         /* hybrid: the state slot the pre-step state is copied to, -1 when none */
+  int redo;          /* hybrid: kept tokens a rollback left to feed again before the new one */
+  int spec_skip, spec_pause; /* steps left without drafts; the pause after the next full rejection */
+  uint64_t rng0[4];  /* the sampler's RNG before this step's device draws (device_rows) */
 } req_t;
 
 struct sched {
@@ -59,9 +69,13 @@ struct sched {
   kv_pool_t *kv;
   int hybrid, max_blocks, V;
   int32_t eos_ids[4];
-  /* slots: [0, max_num_seqs) for running sequences, then n_snapshots snapshot slots */
+  /* slots: [0, max_num_seqs) for running sequences, then n_snapshots snapshot slots, then the
+   * spec_max_seqs slots of hybrid speculation (spec_free) */
   int *slot_free, n_slot_free;
   int *snap_free, n_snap_free;
+  /* hybrid speculation: slots for the pre-step state copies (req_t.slot2), after the snapshot slots */
+  int *spec_free, n_spec_free;
+  int max_rows;            /* output rows per step: max_num_seqs, plus the draft rows speculation allows */
   /* per snapshot slot (index id - max_num_seqs): the committed block carrying it (-1: free) and
    * when it was last taken or reused (snap_tick), so that a new snapshot takes the least recently
    * used slot when none is free (snap_take) */
@@ -85,15 +99,16 @@ struct sched {
   /* step buffers */
   int32_t *b_tok, *b_pos, *b_first, *b_ntok, *b_bt, *b_slot, *b_out;
   req_t **b_req;
-  be_sample_row_t *b_rows; /* [max_num_seqs] device sampling: one row per output */
-  int32_t *b_ids;          /* [max_num_seqs] its sampled ids */
-  float *logits, *raw;
+  be_sample_row_t *b_rows; /* [max_rows] device sampling: one row per output */
+  int32_t *b_ids;          /* [max_rows] its sampled ids */
+  float *logits;           /* [max_rows, V] host logits of the output rows */
+  float *raw;              /* [V] */
   float *fork_tmp; /* [V] a copy of the forked prompt's logits row for each choice to sample from */
   /* constrained decoding */
   cons_cache_t *cons;
   int mask_words;          /* ceil(V / 32) */
   uint32_t *h_mask;        /* [max_num_seqs, mask_words] this step's masks of constrained output rows */
-  uint32_t *h_rmap;        /* [max_num_seqs] output row -> its mask row, or BE_MASK_NONE */
+  uint32_t *h_rmap;        /* [max_rows] output row -> its mask row, or BE_MASK_NONE */
   uint32_t *h_mask1;       /* [mask_words] one row's mask on the host path (take_token) */
   req_t **b_mreq;          /* [max_num_seqs] the request of each mask row (device_masks) */
   uint32_t *d_mask, *d_rmap; /* backend copies of h_mask / h_rmap (the logits_mask op reads them) */
@@ -112,6 +127,10 @@ static void release_resources(sched_t *s, req_t *q) {
   q->chain = 0;
   if (q->slot >= 0) s->slot_free[s->n_slot_free++] = q->slot;
   q->slot = -1;
+  if (q->slot2 >= 0) s->spec_free[s->n_spec_free++] = q->slot2;
+  q->slot2 = -1;
+  q->redo = 0;
+  q->n_draft = 0;
 }
 
 static void free_req(req_t *q) {
@@ -246,9 +265,9 @@ static int snap_take(sched_t *s) {
 /* ---- creation ---- */
 
 /* Sets c->n_blocks (when 0) from the memory plan of m's device and logs the plan. */
-static int plan_pool(model_t *m, sched_config_t *c, int hybrid, gt_err_t *err) {
+static int plan_pool(model_t *m, sched_config_t *c, int hybrid, int n_spec_slots, gt_err_t *err) {
   sched_mem_in_t in = {.max_num_seqs = c->max_num_seqs, .n_ctx = c->n_ctx, .block_tokens = c->block_tokens,
-                       .n_state_slots = hybrid ? c->max_num_seqs + c->n_snapshots : 0,
+                       .n_state_slots = hybrid ? c->max_num_seqs + c->n_snapshots + n_spec_slots : 0,
                        .kv_bytes = c->kv_mem_bytes, .kv_fraction = c->kv_mem_fraction};
   sched_mem_input(m, &in);
   sched_mem_plan_t p;
@@ -281,7 +300,19 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->hybrid = m->hp.n_gdn_layers > 0;
   if (c.n_snapshots <= 0) c.n_snapshots = s->hybrid ? 2 * c.max_num_seqs : 0;
   s->max_blocks = (c.n_ctx + c.block_tokens - 1) / c.block_tokens;
-  int rc = plan_pool(m, &c, s->hybrid, err);
+  if (c.spec_mode != SCHED_SPEC_OFF) {
+    if (c.spec_k <= 0) c.spec_k = 3;
+    if (c.spec_k > SCHED_SPEC_MAX_K) c.spec_k = SCHED_SPEC_MAX_K;
+    if (c.spec_max_seqs <= 0) c.spec_max_seqs = 8;
+    if (c.spec_max_seqs > c.max_num_seqs) c.spec_max_seqs = c.max_num_seqs;
+    if (c.spec_ngram_min <= 0) c.spec_ngram_min = 2;
+    if (c.spec_ngram_max < c.spec_ngram_min) c.spec_ngram_max = c.spec_ngram_min > 4 ? c.spec_ngram_min : 4;
+  } else {
+    c.spec_k = c.spec_max_seqs = 0;
+  }
+  const int n_spec_slots = s->hybrid ? c.spec_max_seqs : 0;
+  s->max_rows = c.max_num_seqs + c.spec_k * c.spec_max_seqs;
+  int rc = plan_pool(m, &c, s->hybrid, n_spec_slots, err);
   if (rc) {
     free(s);
     return rc;
@@ -297,9 +328,9 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   rc = kv_pool_create(c.n_blocks, c.block_tokens, &s->kv, err);
   if (rc) goto fail;
   kv_pool_on_evict(s->kv, on_snapshot_evict, s);
-  int n_slots = s->hybrid ? c.max_num_seqs + c.n_snapshots : 0;
+  int n_slots = s->hybrid ? c.max_num_seqs + c.n_snapshots + n_spec_slots : 0;
   if ((rc = model_cache_init(m, c.n_blocks, c.block_tokens, n_slots > 0 ? n_slots : 1, err))) goto fail;
-  int T = c.max_batch_tokens, S = c.max_num_seqs;
+  int T = c.max_batch_tokens, S = c.max_num_seqs, R = s->max_rows;
   s->slot_free = malloc(sizeof(int) * (size_t)S);
   s->snap_free = malloc(sizeof(int) * (size_t)(c.n_snapshots + 1));
   s->snap_block = malloc(sizeof(int32_t) * (size_t)(c.n_snapshots + 1));
@@ -314,29 +345,31 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_slot = malloc(sizeof(int32_t) * (size_t)S);
   s->b_req = malloc(sizeof(req_t *) * (size_t)S);
   s->b_bt = malloc(sizeof(int32_t) * (size_t)S * s->max_blocks);
-  s->logits = malloc(sizeof(float) * (size_t)S * s->V);
+  s->logits = malloc(sizeof(float) * (size_t)R * s->V);
+  s->spec_free = malloc(sizeof(int) * (size_t)(n_spec_slots + 1));
   s->raw = malloc(sizeof(float) * (size_t)s->V);
-  s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)S);
-  s->b_ids = malloc(sizeof(int32_t) * (size_t)S);
+  s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)R);
+  s->b_ids = malloc(sizeof(int32_t) * (size_t)R);
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
   s->mask_words = (s->V + 31) / 32;
   s->h_mask = malloc(sizeof(uint32_t) * (size_t)S * s->mask_words);
-  s->h_rmap = malloc(sizeof(uint32_t) * (size_t)S);
+  s->h_rmap = malloc(sizeof(uint32_t) * (size_t)R);
   s->h_mask1 = malloc(sizeof(uint32_t) * (size_t)s->mask_words);
   s->b_mreq = malloc(sizeof(req_t *) * (size_t)S);
   /* a backend without logits_mask (a tensor-parallel group) samples constrained rows on the host */
   const int dev_mask = m->be->ops->logits_mask && m->be->ops->alloc;
   s->d_mask = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S * s->mask_words) : NULL;
-  s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)S) : NULL;
+  s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)R) : NULL;
   if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, s->cfg.cons_max_states, &s->cons, err))) goto fail;
   if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->snap_block || !s->snap_used || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
       !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
-      !s->b_rows || !s->b_ids || !s->fork_tmp) {
+      !s->b_rows || !s->b_ids || !s->fork_tmp || !s->spec_free) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
     goto fail;
   }
   for (int i = S - 1; i >= 0; i--) s->slot_free[s->n_slot_free++] = i;
   for (int i = c.n_snapshots - 1; i >= 0; i--) s->snap_free[s->n_snap_free++] = S + i, s->snap_block[i] = -1;
+  for (int i = n_spec_slots - 1; i >= 0; i--) s->spec_free[s->n_spec_free++] = S + c.n_snapshots + i;
   s->next_id = 1;
   s->st.kv_blocks = c.n_blocks;
   s->st.n_ctx = c.n_ctx;
@@ -374,6 +407,7 @@ void sched_free(sched_t *s) {
   if (s->d_rmap) s->m->be->ops->free(s->m->be, s->d_rmap);
   free(s->slot_free);
   free(s->snap_free);
+  free(s->spec_free);
   free(s->snap_block);
   free(s->snap_used);
   free(s->waiting);
@@ -410,6 +444,7 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
   q->r.sampling.seed += (uint64_t)index;
   q->index = index;
   q->slot = -1;
+  q->slot2 = -1;
   q->n_prompt = r->n_prompt;
   int room = s->cfg.n_ctx - r->n_prompt;
   if (q->r.max_tokens > room) q->r.max_tokens = room;
@@ -616,12 +651,15 @@ static void take_inbox(sched_t *s) {
   waiting_changed(s);
 }
 
+/* q is decoding: one pending token, or the kept tokens a hybrid rollback left plus the new one */
+static int decoding(const req_t *q) { return q->n_tokens - q->n_computed == 1 + q->redo; }
+
 /* Free blocks kept for the running decodes: one each, so that every running stream can start
  * its next block without preempting anyone. Prompt chunks (admission included) use only the
  * blocks beyond these (engine/SERVE.md "Scheduling"). */
 static int decode_headroom(const sched_t *s) {
   int n = 0;
-  for (int i = 0; i < s->n_running; i++) n += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
+  for (int i = 0; i < s->n_running; i++) n += decoding(s->running[i]);
   return n;
 }
 
@@ -830,14 +868,18 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
     if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
     if (q->cs && !s->d_mask) return 0; /* no logits_mask op: masked on the host */
+    if (q->cs && q->n_draft > 0) return 0; /* a draft row's mask follows the drafts before it: take_token */
   }
   int o = 0;
   for (int i = 0; i < n_seq; i++) {
     req_t *q = s->b_req[i];
     if (q->n_computed + q->chunk < q->n_tokens) continue;
     const sampler_params_t *p = &q->r.sampling;
-    s->b_rows[o++] = (be_sample_row_t){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p,
-                                       .min_p = p->min_p, .u = sampler_next_u(q->smp)};
+    /* a draw per row; verify rewinds the RNG to the draws of the tokens it keeps */
+    if (q->n_draft > 0) sampler_rng_get(q->smp, q->rng0);
+    for (int j = 0; j <= q->n_draft; j++)
+      s->b_rows[o++] = (be_sample_row_t){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p,
+                                         .min_p = p->min_p, .u = sampler_next_u(q->smp)};
   }
   return 1;
 }
@@ -860,6 +902,7 @@ static int device_masks(sched_t *s, int n_seq, int n_out, gt_err_t *err) {
       s->h_rmap[o] = (uint32_t)k++;
     }
     o++;
+    for (int j = 0; j < q->n_draft; j++) s->h_rmap[o++] = BE_MASK_NONE; /* unconstrained (device_rows) */
   }
   if (!any) return 0;
   /* the rows' masks in parallel (a cold grammar state walks the vocabulary: ~ms on 248K ids);
@@ -964,6 +1007,102 @@ static void fork_choices(sched_t *s, req_t *q, const float *row) {
   q->n_fork = 0;
 }
 
+/* ---- speculative decoding (sched.h) ---- */
+
+/* Drafts for decoding q, whose pending tokens all go into this step, into q->draft: at most
+ * spec_k, `tokens` more tokens of the step's budget and `rows` more output rows, what fits in
+ * n_ctx and max_tokens, and what q's blocks plus the free blocks beyond the decodes' headroom
+ * hold (speculation never preempts). A hybrid q copies its state to its slot2 first (verify
+ * restores it). Returns q->n_draft. */
+static int propose(sched_t *s, req_t *q, int tokens, int rows) {
+  q->n_draft = 0;
+  if (q->r.no_spec || q->n_generated == 0 || q->n_fork > 0) return 0;
+  if (q->spec_skip > 0) { /* paused after a full rejection */
+    q->spec_skip--;
+    return 0;
+  }
+  int k = s->cfg.spec_k;
+  const int room_ctx = s->cfg.n_ctx - q->n_tokens, room_out = q->r.max_tokens - q->n_generated - 1;
+  if (k > tokens) k = tokens;
+  if (k > rows) k = rows;
+  if (k > room_ctx) k = room_ctx;
+  if (k > room_out) k = room_out;
+  if (k <= 0) return 0;
+  int nd = s->cfg.spec_draft
+               ? s->cfg.spec_draft(s->cfg.spec_draft_ud, q->id, q->index, q->tokens, q->n_tokens, k, q->draft)
+               : spec_ngram_draft(q->tokens, q->n_tokens, k, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, q->draft);
+  if (nd > k) nd = k;
+  for (int j = 0; j < nd; j++)
+    if (q->draft[j] < 0 || q->draft[j] >= s->V) nd = j; /* a hook's bad id ends the drafts */
+  const int bt = s->cfg.block_tokens;
+  int room = q->n_blocks * bt - q->n_tokens; /* slots after the pending tokens */
+  while (room < nd && kv_n_available(s->kv) > decode_headroom(s)) {
+    const int32_t b = kv_alloc(s->kv);
+    if (b < 0) break;
+    q->blocks[q->n_blocks++] = b;
+    room += bt;
+  }
+  if (nd > room) nd = room;
+  if (nd > 0 && s->hybrid) {
+    if (q->slot2 < 0 && s->n_spec_free > 0) q->slot2 = s->spec_free[--s->n_spec_free];
+    if (q->slot2 < 0 || s->m->be->ops->state_copy(s->m->be, q->slot2, q->slot)) nd = 0;
+  }
+  q->n_draft = nd > 0 ? nd : 0;
+  return q->n_draft;
+}
+
+/* Takes q's tokens from its 1 + n_draft output rows starting at row o (host logits, or the
+ * device-sampled ids) while each equals the draft of its row; the first that differs (or the
+ * row after the last draft) is kept too. Then drops what the rejected drafts left: KV blocks
+ * past the kept tokens, and a hybrid q's state (restored from slot2; the kept tokens are fed
+ * again: q->redo). Returns take_token's result for the last token taken (1 + sched_finish_t,
+ * or 0). */
+static int verify(sched_t *s, req_t *q, int o, int on_dev) {
+  const int nd = q->n_draft, bt = s->cfg.block_tokens;
+  int a = 0, done = 0, forced = 0;
+  if (on_dev) sampler_rng_set(q->smp, q->rng0); /* each kept token replays its row's draw */
+  for (int j = 0; j <= nd; j++) {
+    if (on_dev) sampler_next_u(q->smp);
+    done = on_dev ? take_token(s, q, NULL, s->b_ids[o + j]) : take_token(s, q, s->logits + (size_t)(o + j) * s->V, -1);
+    if (!done && q->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
+    if (done || j == nd || q->tokens[q->n_tokens - 1] != q->draft[j]) break;
+    if (s->cfg.spec_force_reject == j + 1) {
+      forced = 1;
+      break;
+    }
+    a++;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->st.spec_drafts++;
+  s->st.spec_draft_tokens += (uint64_t)nd;
+  s->st.spec_accepted_tokens += (uint64_t)a;
+  for (int j = 0; j < a; j++) s->st.spec_accepted_pos[j]++;
+  s->st.spec_rollbacks += !done && s->hybrid && a < nd;
+  pthread_mutex_unlock(&s->mu);
+  if (a > 0 || forced) {
+    q->spec_pause = 0;
+  } else { /* all rejected: pause 1, 2, 4 .. 16 steps */
+    q->spec_skip = q->spec_pause = q->spec_pause ? (q->spec_pause < 16 ? 2 * q->spec_pause : 16) : 1;
+  }
+  if (done) return done; /* finish releases everything */
+  if (!s->hybrid || a == nd) {
+    q->n_computed += a; /* the accepted drafts' K/V (and state) are the sequence's */
+    q->redo = 0;
+  } else { /* the state went past the kept tokens: back to the copy from before the step */
+    const int t = q->slot;
+    q->slot = q->slot2;
+    q->slot2 = t;
+    q->n_computed -= q->chunk;
+    q->redo = q->chunk + a;
+  }
+  q->n_draft = 0;
+  /* blocks past the kept tokens held only rejected drafts (never committed) */
+  const int keep = (q->n_tokens + bt - 1) / bt;
+  while (q->n_blocks > keep && q->n_blocks > q->n_committed) kv_release(s->kv, q->blocks[--q->n_blocks]);
+  commit_blocks(s, q);
+  return 0;
+}
+
 int sched_step(sched_t *s, gt_err_t *err) {
   int rc = step(s, err);
   publish_stats(s);
@@ -989,13 +1128,15 @@ static int step(sched_t *s, gt_err_t *err) {
   const int bt = s->cfg.block_tokens;
   int budget = s->cfg.max_batch_tokens;
   int n_tok = 0, n_seq = 0, n_out = 0;
-  for (int i = 0; i < s->n_running; i++) s->running[i]->chunk = 0;
+  for (int i = 0; i < s->n_running; i++) s->running[i]->chunk = s->running[i]->n_draft = 0;
+  /* adaptive speculation: none in a step of many decodes (compute-bound) */
+  const int spec_on = s->cfg.spec_mode != SCHED_SPEC_OFF && decode_headroom(s) <= s->cfg.spec_max_seqs;
   /* decoding sequences first, then prefill chunks, in admission order */
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; i < s->n_running && budget > 0; i++) {
       req_t *q = s->running[i];
       int pending = q->n_tokens - q->n_computed;
-      if ((pass == 0) != (pending == 1) || q->chunk > 0 || pending <= 0) continue;
+      if ((pass == 0) != decoding(q) || q->chunk > 0 || pending <= 0) continue;
       int n = pending < budget ? pending : budget;
       if (q->snap_boundary > q->n_computed && q->n_computed + n > q->snap_boundary) n = q->snap_boundary - q->n_computed;
       if (pass == 1) { /* a prompt chunk: what its blocks and the spare ones hold */
@@ -1014,17 +1155,19 @@ static int step(sched_t *s, gt_err_t *err) {
       }
       i = -1; /* preemption may have reordered running[]: rescan (chunk > 0 marks done) */
       q->chunk = n;
+      const int nd = pass == 0 && spec_on && n == pending ? propose(s, q, budget - n, s->max_rows - n_out - 1) : 0;
       s->b_req[n_seq] = q;
       s->b_first[n_seq] = n_tok;
-      s->b_ntok[n_seq] = n;
+      s->b_ntok[n_seq] = n + nd;
       s->b_slot[n_seq] = q->slot;
-      for (int k = 0; k < n; k++) {
-        s->b_tok[n_tok + k] = q->tokens[q->n_computed + k];
+      for (int k = 0; k < n + nd; k++) {
+        s->b_tok[n_tok + k] = k < n ? q->tokens[q->n_computed + k] : q->draft[k - n];
         s->b_pos[n_tok + k] = q->n_computed + k;
       }
       n_tok += n;
-      budget -= n;
+      budget -= n + nd;
       if (q->n_computed + n == q->n_tokens) s->b_out[n_out++] = n_tok - 1;
+      for (int j = 0; j < nd; j++) s->b_out[n_out++] = n_tok++; /* a row per draft */
       n_seq++;
     }
   }
@@ -1064,6 +1207,19 @@ static int step(sched_t *s, gt_err_t *err) {
   for (int i = 0; i < n_seq; i++) {
     req_t *q = s->b_req[i];
     q->n_computed += q->chunk;
+    if (q->n_draft > 0) { /* its rows are verified together; blocks committed after the rollback */
+      const int rows = 1 + q->n_draft, done = verify(s, q, o, on_dev);
+      o += rows;
+      if (done) {
+        for (int k = 0; k < s->n_running; k++)
+          if (s->running[k] == q) remove_at(s->running, &s->n_running, k);
+        finish(s, q, (sched_finish_t)(done - 1), fail_msg(q, done));
+      } else {
+        emit_delta(q);
+      }
+      continue;
+    }
+    q->redo = q->redo > q->chunk ? q->redo - q->chunk : 0;
     commit_blocks(s, q);
     if (q->snap_boundary && q->n_computed == q->snap_boundary && q->n_committed * bt == q->snap_boundary) {
       /* on the block kv_match finds: q's own, or the cached one q recomputed (its snapshot lost) */

@@ -10,6 +10,7 @@
  *      that has finished its prompt, then prompt chunks (chunked prefill) up to
  *      max_batch_tokens in total, each chunk cut to the blocks free beyond the decodes'
  *      headroom, so a long prompt never stalls running streams nor takes their blocks;
+ *      with speculative decoding a decoding sequence also feeds drafts (see below);
  *   4. when a running sequence cannot grow, preempts the youngest running sequence (lowest
  *      priority, then latest arrival) that is younger than it, by recompute: its blocks are
  *      freed and it waits again with its prompt plus the tokens generated so far. A sequence
@@ -35,6 +36,20 @@
 
 typedef struct sched sched_t;
 
+/* Speculative decoding (engine/SERVE.md "Speculative decoding"): a decoding sequence feeds its
+ * pending token plus up to spec_k drafts in one step; the model gives logits at every one of
+ * those positions and the drafts are accepted while the token each row yields (taken exactly as
+ * without speculation: same sampler draw, penalties, mask, stop checks) equals the draft. The
+ * first token that differs is kept as the correction, the rest are discarded: the KV cache past
+ * the last kept token is dropped and a hybrid model's recurrent state is restored from a copy
+ * taken before the step (the kept tokens are then fed again). Output is therefore the same as
+ * without speculation, token for token, for greedy and for seeded sampling alike. */
+enum { SCHED_SPEC_OFF = 0, SCHED_SPEC_NGRAM = 1 };
+#define SCHED_SPEC_MAX_K 8
+/* Test hook: proposes up to k drafts (returns how many, 0..k) into out[k] for choice `index` of
+ * request `id`, whose tokens[n] are its prompt followed by its output so far. */
+typedef int (*sched_draft_fn)(void *ud, int64_t id, int index, const int32_t *tokens, int n, int k, int32_t *out);
+
 typedef struct {
   int max_num_seqs;     /* running sequences at once (default 32) */
   int max_batch_tokens; /* tokens per step, decode + prefill chunks (serve: 2048 on CUDA, 512 on the CPU) */
@@ -50,6 +65,19 @@ typedef struct {
   /* constrained decoding: states per grammar cache (engine/sched/constraint.h; 0: 65,536, the
    * most; each costs about 1 KiB). An output whose own walk needs more ends with ERROR. */
   int cons_max_states;
+  /* speculative decoding: spec_mode SCHED_SPEC_OFF (default) or SCHED_SPEC_NGRAM (prompt lookup,
+   * engine/sched/spec.h, over n-grams of spec_ngram_min..spec_ngram_max tokens, default 2..4);
+   * spec_k drafts per step (1..SCHED_SPEC_MAX_K, default 3). Adaptive: no drafts in a step with
+   * more than spec_max_seqs decoding sequences (default 8: past that the step is compute-bound),
+   * and a sequence whose drafts were all rejected pauses 1, 2, 4 .. 16 steps before drafting
+   * again (reset by an accepted draft). */
+  int spec_mode, spec_k, spec_max_seqs, spec_ngram_min, spec_ngram_max;
+  /* test hooks: spec_draft replaces the drafter (any spec_mode but OFF); spec_force_reject = j + 1
+   * rejects draft position j whenever verification reaches it, even when it matches (0: off);
+   * forced rejections do not pause the sequence */
+  sched_draft_fn spec_draft;
+  void *spec_draft_ud;
+  int spec_force_reject;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */
@@ -110,6 +138,7 @@ typedef struct {
    * to the scheduler on submit, refused or not. NULL: free text. */
   cons_t *constraint;
   int cons_may_think;
+  int no_spec;              /* 1: this request never speculates (sched_config_t.spec_mode) */
   sched_event_fn on_event;
   void *ud;
 } sched_req_t;
@@ -186,6 +215,11 @@ typedef struct {
   uint64_t finished[6];         /* by sched_finish_t */
   uint64_t constrained_tokens;  /* tokens sampled under a constraint mask */
   double mask_ms;               /* scheduler time spent filling and uploading those masks */
+  /* speculative decoding, as vLLM's spec_decode counters: verify steps of a sequence with at
+   * least one draft, drafts proposed, drafts accepted, and accepted by draft position */
+  uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+  uint64_t spec_accepted_pos[SCHED_SPEC_MAX_K];
+  uint64_t spec_rollbacks;      /* hybrid: recurrent states restored after a rejected draft */
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);
 

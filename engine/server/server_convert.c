@@ -203,6 +203,7 @@ int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_
   q->max_tokens = r->max_tokens_opt_case ? (r->max_tokens > (uint32_t)INT_MAX ? INT_MAX : (int)r->max_tokens) : n_ctx;
   q->min_tokens = (int)(r->min_tokens > (uint32_t)INT_MAX ? INT_MAX : r->min_tokens);
   q->ignore_eos = r->ignore_eos;
+  q->no_spec = r->no_speculation;
   q->n = r->n > 1000 ? 1000 : (int)r->n; /* sched_submit bounds it (SCHED_MAX_N) */
   q->priority = r->priority == INT32_MIN ? INT32_MAX : -r->priority; /* proto: larger first; sched: lower first */
   q->logprobs = r->top_logprobs_opt_case ? (int)r->top_logprobs : -1;

@@ -35,6 +35,18 @@ void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
                                   "Decode steps run eagerly (no captured CUDA graph); 0 in steady decode, always 0 on the CPU backend.", NULL, NULL, 0);
   m->graph_captures = gt_metrics_add(reg, C, "gantry_engine_graph_captures_total",
                                      "CUDA graphs captured or updated; constant in steady decode (a rise mid-stream is a re-capture stall).", NULL, NULL, 0);
+  m->spec_drafts = gt_metrics_add(reg, C, "gantry_engine_spec_decode_num_drafts_total",
+                                  "Speculative decoding: verify steps of a sequence with at least one draft.", NULL, NULL, 0);
+  m->spec_draft_tokens = gt_metrics_add(reg, C, "gantry_engine_spec_decode_num_draft_tokens_total",
+                                        "Speculative decoding: draft tokens proposed.", NULL, NULL, 0);
+  m->spec_accepted = gt_metrics_add(reg, C, "gantry_engine_spec_decode_num_accepted_tokens_total",
+                                    "Speculative decoding: draft tokens accepted.", NULL, NULL, 0);
+  for (int i = 0; i < SCHED_SPEC_MAX_K; i++) {
+    char lab[32];
+    snprintf(lab, sizeof lab, "position=\"%d\"", i);
+    m->spec_accepted_pos[i] = gt_metrics_add(reg, C, "gantry_engine_spec_decode_num_accepted_tokens_per_pos_total",
+                                             "Speculative decoding: drafts accepted at each draft position.", lab, NULL, 0);
+  }
   static const char *reasons[6] = {NULL, "stop", "length", "tool_calls", "cancelled", "error"};
   for (int i = 1; i < 6; i++) {
     char lab[64];
@@ -89,6 +101,10 @@ void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {
   gt_metric_set(m->steps, (double)st->steps);
   gt_metric_set(m->eager_steps, (double)st->eager_steps);
   gt_metric_set(m->graph_captures, (double)st->graph_captures);
+  gt_metric_set(m->spec_drafts, (double)st->spec_drafts);
+  gt_metric_set(m->spec_draft_tokens, (double)st->spec_draft_tokens);
+  gt_metric_set(m->spec_accepted, (double)st->spec_accepted_tokens);
+  for (int i = 0; i < SCHED_SPEC_MAX_K; i++) gt_metric_set(m->spec_accepted_pos[i], (double)st->spec_accepted_pos[i]);
 }
 
 void srv_metrics_finished(srv_metrics_t *m, sched_finish_t why, const sched_usage_t *u, double e2e_s) {

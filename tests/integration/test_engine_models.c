@@ -1,7 +1,8 @@
 /* tests/integration/test_engine_models.c — the Engine service on the hybrid qwen35-tiny
  * (a second conversation turn reports cached prompt tokens through the recurrent-state
  * snapshot at the first turn's last block boundary) and on the demo code model (a chat
- * request streams text). */
+ * request streams text; with prompt-lookup speculation the same request gives the same tokens,
+ * and the engine's /metrics counts the drafts). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,10 +97,71 @@ static void test_demo_chat(void **state) {
   efx_stop(&f);
 }
 
+/* code whose continuation repeats it (prompt lookup accepts most drafts on the demo model) */
+static const char *CODE =
+    "class Stack:\n"
+    "    def __init__(self):\n"
+    "        self.items = []\n\n"
+    "    def push(self, item):\n"
+    "        self.items.append(item)\n\n"
+    "    def pop(self):\n"
+    "        if not self.items:\n"
+    "            raise IndexError(\"pop from empty stack\")\n"
+    "        return self.items.pop()\n\n\n"
+    "class Queue:\n"
+    "    def __init__(self):\n"
+    "        self.items = []\n\n"
+    "    def push(self, item):\n";
+
+/* A greedy prompt request on an engine with config cfg into c (its stream released, the engine
+ * then stopped: c keeps the tokens and text); *body
+ * (when not NULL): its /metrics page afterwards (malloc'd). */
+static void demo_run(const sched_config_t *cfg, coll_t *c, char **body) {
+  efx_t f;
+  assert_int_equal(efx_start(&f, "demo/gantry-demo-code-22m.Q4_K_M.gguf", cfg), 0);
+  reqb_t b;
+  reqb_prompt(&b, CODE, 64);
+  run(&f, &b, c);
+  coll_destroy(c);
+  assert_true(efx_wait_quiet(&f, 0, WAIT_MS));
+  if (body) {
+    gt_metrics_http_t *http = NULL;
+    int mport = 0;
+    assert_int_equal(gt_metrics_http_start(f.reg, "127.0.0.1", 0, &mport, &http, NULL), GT_OK);
+    *body = efx_http_get(mport, "/metrics");
+    gt_metrics_http_stop(http);
+  }
+  efx_stop(&f);
+}
+
+static void test_demo_speculative(void **state) {
+  (void)state;
+  sched_config_t cfg = {.max_num_seqs = 4, .max_batch_tokens = 256, .n_ctx = 1024};
+  coll_t off, on;
+  demo_run(&cfg, &off, NULL);
+  cfg.spec_mode = SCHED_SPEC_NGRAM;
+  cfg.spec_k = 4;
+  char *body = NULL;
+  demo_run(&cfg, &on, &body);
+  print_message("demo speculative: %d tokens, text: %.160s\n", on.n_ids, on.text);
+  assert_int_equal(on.n_ids, off.n_ids);
+  assert_memory_equal(on.ids, off.ids, sizeof(int32_t) * (size_t)off.n_ids);
+  assert_string_equal(on.text, off.text);
+  assert_int_equal(on.n_ids, 64);
+  assert_non_null(body);
+  const char *p = strstr(body, "gantry_engine_spec_decode_num_accepted_tokens_total{model_name=");
+  assert_non_null(p);
+  p = strchr(p, '}');
+  assert_non_null(p);
+  assert_true(atof(p + 1) > 0);
+  free(body);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_qwen35_second_turn_cached),
       cmocka_unit_test(test_demo_chat),
+      cmocka_unit_test(test_demo_speculative),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -520,7 +520,12 @@ static void test_unary_and_metrics(void **state) {
       "gantry_engine_inter_token_latency_seconds_count{model_name=\"tiny\"} ", "gantry_engine_request_queue_time_seconds_sum{model_name=\"tiny\"} ",
       "gantry_engine_request_prefill_time_seconds_count{model_name=\"tiny\"} ", "gantry_engine_request_decode_time_seconds_count{model_name=\"tiny\"} ",
       "gantry_engine_e2e_request_latency_seconds_count{model_name=\"tiny\"} 2\n", "gantry_engine_iteration_tokens_bucket{model_name=\"tiny\",le=\"+Inf\"} ",
-      "gantry_engine_eager_steps_total{model_name=\"tiny\"} 0\n"};
+      "gantry_engine_eager_steps_total{model_name=\"tiny\"} 0\n",
+      /* speculation is off here: the series exist at 0 (their values: tests/unit/test_sched_spec.c) */
+      "gantry_engine_spec_decode_num_drafts_total{model_name=\"tiny\"} 0\n",
+      "gantry_engine_spec_decode_num_draft_tokens_total{model_name=\"tiny\"} 0\n",
+      "gantry_engine_spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 0\n",
+      "gantry_engine_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"0\"} 0\n"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     if (!strstr(body, names[i])) print_message("missing: %s\n%s\n", names[i], body);
     assert_non_null(strstr(body, names[i]));

@@ -80,6 +80,7 @@ static void test_request(void **state) {
   assert_int_equal(q.max_tokens, 1000);       /* unset: to the context end */
   assert_int_equal(q.priority, -5);           /* larger first -> lower first */
   assert_int_equal(q.logprobs, -1);
+  assert_int_equal(q.no_spec, 0);
   assert_int_equal(q.out.n_stop, 2);
   assert_string_equal(q.out.stop[1], "###");
   assert_int_equal(q.out.parse_output, 0);
@@ -96,7 +97,9 @@ static void test_request(void **state) {
   r.max_tokens = 3;
   r.top_logprobs_opt_case = GANTRY__V1__GENERATE_REQUEST__TOP_LOGPROBS_OPT_TOP_LOGPROBS;
   r.top_logprobs = 0;
+  r.no_speculation = 1;
   assert_int_equal(srv_conv_request(&r, 1000, 0, 77, &q, &buf, &err), GT_OK);
+  assert_int_equal(q.no_spec, 1);
   assert_true(q.sampling.temperature == 0.0f);
   assert_int_equal(q.sampling.seed, 9);
   assert_int_equal(q.max_tokens, 3);
