@@ -4,7 +4,8 @@
 add_library(gantry_sha256 STATIC common/sha256.c)
 gt_add_test(test_router_sha256 SOURCES tests/unit/test_router_sha256.c LIBS gantry_sha256 TIMEOUT 60)
 
-add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c)
+add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c router/openai_responses_req.c
+  router/openai_responses_resp.c)
 target_link_libraries(gantry_router_core PUBLIC gantry_proto gantry_common PkgConfig::JANSSON)
 gt_add_test(test_router_openai SOURCES tests/unit/test_router_openai.c
   LIBS gantry_router_core gantry_grpc TIMEOUT 60)
@@ -17,7 +18,7 @@ target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
 
 add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router.c router/dataguard.c router/rq.c router/auth.c
   router/metrics.c router/config.c router/http.c router/http_errpage.c router/grpc_front.c router/registry.c
-  router/register_cmd.c)
+  router/register_cmd.c router/responses_store.c)
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
   gantry_grpc gantry_sha256 PkgConfig::LIBEVENT)
 

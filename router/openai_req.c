@@ -798,4 +798,7 @@ void oa_req_free(oa_req_t *r) {
   for (int k = 0; r && r->echo_texts && k < r->n_prompts; k++) free(r->echo_texts[k]);
   if (r) free(r->echo_texts);
   if (r) r->echo_texts = NULL;
+  if (r) json_decref(r->rs_echo);
+  if (r) json_decref(r->rs_items);
+  if (r) r->rs_echo = r->rs_items = NULL;
 }

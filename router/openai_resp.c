@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "router/openai.h"
+#include "router/openai_responses.h"
 
 #define MAX_TOOLS 64
 
@@ -48,6 +49,7 @@ struct oa_resp {
   bool sse_done;      /* [DONE] sent */
   int n_per_prompt;   /* choices per prompt (n); choice i answers prompt i / n_per_prompt */
   char **echo_texts;  /* echo: [n / n_per_prompt] the prompts' texts (owned) */
+  rs_state_t *rs;     /* OA_RESPONSES: everything goes there (openai_responses_resp.c) */
 };
 
 oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_reasoning_field_t rf) {
@@ -63,6 +65,10 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
   snprintf(r->model, sizeof r->model, "%s", req->model);
   r->created = created;
   gantry__v1__usage__init(&r->usage);
+  if (req->kind == OA_RESPONSES && !(r->rs = rs_new(req, created))) {
+    free(r);
+    return NULL;
+  }
   const int n_prompts = req->n_prompts > 1 ? req->n_prompts : 1;
   r->n_per_prompt = req->gen && req->gen->n > 1 ? (int)req->gen->n : 1;
   r->n = r->n_per_prompt * n_prompts;
@@ -97,6 +103,7 @@ oom:
 
 void oa_resp_free(oa_resp_t *r) {
   if (!r) return;
+  rs_free(r->rs);
   for (int k = 0; k < r->n; k++) {
     oa_choice_t *c = &r->ch[k];
     oa_sb_free(&c->content);
@@ -261,6 +268,7 @@ static void select_choice(oa_resp_t *r, uint32_t index) { r->c = &r->ch[index < 
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   select_choice(r, d->index);
   r->tokens += (uint32_t)d->n_token_ids;
+  if (r->rs) return rs_delta(r->rs, d, r->stream ? out : NULL);
   size_t tl = d->text ? strlen(d->text) : 0, rl = d->reasoning_text ? strlen(d->reasoning_text) : 0;
   if (tl && oa_sb_append(&r->c->content, d->text, tl)) return -1;
   if (rl && oa_sb_append(&r->c->reasoning, d->reasoning_text, rl)) return -1;
@@ -382,7 +390,7 @@ static const char *finish_str(const oa_resp_t *r, Gantry__V1__FinishReason f) {
 }
 
 int oa_resp_error_sse(oa_resp_t *r, const oa_error_t *e, oa_sb_t *out) {
-  (void)r;
+  if (r && r->rs) return rs_error_sse(r->rs, e, out);
   char *s = oa_error_json(e);
   if (!s) return -1;
   int rc = oa_sb_append(out, "data: ", 6) || oa_sb_append(out, s, strlen(s)) ||
@@ -414,11 +422,19 @@ static bool record_final(oa_resp_t *r, const Gantry__V1__Final *f) {
   return r->n_finals >= r->n;
 }
 
-int oa_resp_final(oa_resp_t *r, const Gantry__V1__Final *f) { return record_final(r, f) ? 1 : 0; }
+int oa_resp_final(oa_resp_t *r, const Gantry__V1__Final *f) {
+  if (r->rs) rs_final(r->rs, f);
+  return record_final(r, f) ? 1 : 0;
+}
 
-const char *oa_resp_error(const oa_resp_t *r) { return r->error; }
+const char *oa_resp_error(const oa_resp_t *r) { return r->rs ? rs_error(r->rs) : r->error; }
+
+char *oa_resp_record(const oa_resp_t *r, const char *tenant) { return r->rs ? rs_record(r->rs, tenant) : NULL; }
+
+const char *oa_resp_id(const oa_resp_t *r) { return r->rs ? rs_id(r->rs) : r->id; }
 
 int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out) {
+  if (r->rs) return rs_final_sse(r->rs, f, out);
   if (r->sse_done) return 0;
   const bool all = record_final(r, f);
   if (f->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR ||
@@ -507,6 +523,7 @@ static json_t *body_choice(oa_resp_t *r) {
 }
 
 char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
+  if (r->rs) return rs_body(r->rs, f);
   record_final(r, f);
   json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
                         r->kind == OA_CHAT ? "chat.completion" : "text_completion", "created",
