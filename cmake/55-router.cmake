@@ -9,6 +9,8 @@ add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c r
 target_link_libraries(gantry_router_core PUBLIC gantry_proto gantry_common PkgConfig::JANSSON)
 gt_add_test(test_router_openai SOURCES tests/unit/test_router_openai.c
   LIBS gantry_router_core gantry_grpc TIMEOUT 60)
+gt_add_test(test_router_responses SOURCES tests/unit/test_router_responses.c
+  LIBS gantry_router_core gantry_grpc TIMEOUT 60)
 
 gt_protoc_c(GANTRY_ROUTER_PROTO_SRCS protos/gantry/v1/router.proto)
 add_library(gantry_router_proto STATIC ${GANTRY_ROUTER_PROTO_SRCS})
@@ -56,8 +58,10 @@ endforeach()
 add_test(NAME test_router_e2e_tp2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real tp.test.mjs)
 set_tests_properties(test_router_e2e_tp2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TP=2")
-# the structured-output tests of openai.test.mjs again on the demo model (it only writes Python)
-add_test(NAME test_router_e2e_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real ${CMAKE_SOURCE_DIR}/tests/e2e/openai.test.mjs)
+# the structured-output tests of openai.test.mjs and responses.test.mjs again on the demo model
+# (it only writes Python)
+add_test(NAME test_router_e2e_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real ${CMAKE_SOURCE_DIR}/tests/e2e/openai.test.mjs
+  ${CMAKE_SOURCE_DIR}/tests/e2e/responses.test.mjs)
 set_tests_properties(test_router_e2e_demo PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_E2E_MODEL=${CMAKE_SOURCE_DIR}/tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf;GANTRY_E2E_TEST_ARGS=--test-name-pattern=structured")
 gt_add_test(test_router_caps SOURCES tests/integration/test_router_caps.c

@@ -361,6 +361,7 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
 /* Starts the generation of h->oa (parsed); history: see gen_parsed's caller. */
 static void gen_parsed(hreq_t *h) {
   oa_error_t e;
+  if (h->oa.request_id[0]) snprintf(h->id, sizeof h->id, "%s", h->oa.request_id); /* the body's request_id */
   h->resp = oa_resp_new(&h->oa, h->id, (int64_t)time(NULL), h->rt->cfg.reasoning_field);
   if (!h->resp) {
     reply_errf(h, 500, "server_error", NULL, "out of memory");

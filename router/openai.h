@@ -62,6 +62,9 @@ typedef struct oa_req {
   bool continuous_usage;    /* stream_options.continuous_usage_stats (vLLM) */
   bool logprobs;            /* logprobs requested (chat: logprobs true; completions: logprobs n) */
   bool has_tools;
+  bool legacy_functions;    /* the request used functions / function_call: answers use function_call */
+  bool one_tool_call;       /* parallel_tool_calls false (or legacy functions): calls after the first are dropped */
+  char request_id[40];      /* the body's request_id (vLLM): the request's id when set, else "" */
   int n_prompts;            /* completions: prompts in the request (a list: > 1); chat: 1 */
   char **echo_texts;        /* completions with echo: [n_prompts] each prompt's text, which
                                precedes its choices' text (owned; NULL without echo) */

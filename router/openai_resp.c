@@ -34,6 +34,8 @@ typedef struct oa_choice {
 struct oa_resp {
   oa_kind_t kind;
   bool stream, include_usage, continuous_usage, logprobs;
+  bool legacy;        /* functions API: function_call instead of tool_calls */
+  bool one_call;      /* parallel_tool_calls false: calls after the first are dropped */
   oa_reasoning_field_t rf;
   char id[160];
   char model[256];
@@ -60,6 +62,8 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
   r->include_usage = req->include_usage;
   r->continuous_usage = req->continuous_usage;
   r->logprobs = req->logprobs;
+  r->legacy = req->legacy_functions;
+  r->one_call = req->one_tool_call;
   r->rf = rf;
   snprintf(r->id, sizeof r->id, "%s-%s", req->kind == OA_CHAT ? "chatcmpl" : "cmpl", id);
   snprintf(r->model, sizeof r->model, "%s", req->model);
@@ -310,6 +314,7 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   json_t *tc_header = NULL, *tc_args = NULL;
   for (size_t i = 0; i < d->n_tool_calls; i++) {
     const Gantry__V1__ToolCallDelta *t = d->tool_calls[i];
+    if (r->one_call && t->index > 0) continue;
     tool_acc_t *a = tool_at(r, t->index);
     if (!a) continue;
     if (t->id && t->id[0] && !a->id) a->id = strdup(t->id);
@@ -371,7 +376,13 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
       json_object_set_new(delta, "role", json_string("assistant"));
       r->c->role_sent = true;
     }
-    json_object_set_new(delta, "tool_calls", parts[k]);
+    if (r->legacy) { /* one call: {"function_call": {"name", "arguments"}} */
+      json_t *fn = json_object_get(json_array_get(parts[k], 0), "function");
+      json_object_set(delta, "function_call", fn);
+      json_decref(parts[k]);
+    } else {
+      json_object_set_new(delta, "tool_calls", parts[k]);
+    }
     json_t *c = chunk_base(r);
     json_object_set_new(c, "choices",
                         json_pack("[{s:i,s:o,s:n,s:n}]", "index", r->c->index, "delta", delta, "logprobs", "finish_reason"));
@@ -384,8 +395,8 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
 static const char *finish_str(const oa_resp_t *r, Gantry__V1__FinishReason f) {
   switch (f) {
     case GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH: return "length";
-    case GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS: return "tool_calls";
-    default: return r->c->ntools > 0 && r->kind == OA_CHAT ? "tool_calls" : "stop";
+    case GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS: return r->legacy ? "function_call" : "tool_calls";
+    default: return r->c->ntools > 0 && r->kind == OA_CHAT ? (r->legacy ? "function_call" : "tool_calls") : "stop";
   }
 }
 
@@ -494,7 +505,12 @@ static json_t *body_choice(oa_resp_t *r) {
                                              "function", "function", "name", a->name ? a->name : "",
                                              "arguments", a->args.p ? a->args.p : ""));
       }
-      json_object_set_new(msg, "tool_calls", tcs);
+      if (r->legacy) {
+        json_object_set(msg, "function_call", json_object_get(json_array_get(tcs, 0), "function"));
+        json_decref(tcs);
+      } else {
+        json_object_set_new(msg, "tool_calls", tcs);
+      }
     }
     json_object_set_new(choice, "message", msg);
     json_object_set_new(choice, "logprobs",

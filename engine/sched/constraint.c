@@ -282,6 +282,8 @@ struct cons_seq {
   phase_t phase;
   int pos;          /* next forced token of the prefix / suffix */
   int may_think;    /* the first token may be <think> */
+  int n_reason;     /* tokens of the reasoning part so far */
+  int think_budget; /* most reasoning tokens (cons_seq_set_think_budget) */
   size_t gw;        /* gr_mask_words */
   uint32_t *scratch; /* [gw] when the tokenizer's words exceed the model's */
 };
@@ -358,6 +360,7 @@ int cons_seq_create(cons_t *k, int starts_in_reasoning, int may_think, cons_seq_
   cons_ref(k);
   q->k = k;
   q->gw = gr_mask_words(k->vocab->v);
+  q->think_budget = CONS_THINK_BUDGET;
   q->phase = starts_in_reasoning && k->think_end >= 0 ? P_REASON : first_phase(k);
   q->may_think = may_think && q->phase != P_REASON && k->think_start >= 0 && k->think_end >= 0;
   *out = q;
@@ -374,7 +377,19 @@ void cons_seq_free(cons_seq_t *q) {
   free(q);
 }
 
-int cons_seq_active(const cons_seq_t *q) { return q->phase != P_REASON; }
+int cons_seq_active(const cons_seq_t *q) { return q->phase != P_REASON || q->n_reason >= q->think_budget; }
+
+void cons_seq_set_think_budget(cons_seq_t *q, int max_tokens) {
+  const int half = max_tokens / 2;
+  q->think_budget = half > 0 && half < CONS_THINK_BUDGET ? half : CONS_THINK_BUDGET;
+}
+
+static void clear_bit(uint32_t *mask, int32_t id, int n_vocab, int *n) {
+  if (id >= 0 && id < n_vocab && (mask[id / 32] >> (id % 32) & 1u)) {
+    mask[id / 32] &= ~(1u << (id % 32));
+    (*n)--;
+  }
+}
 
 static void set_bit(uint32_t *mask, int32_t id, int n_vocab) {
   if (id >= 0 && id < n_vocab) mask[id / 32] |= 1u << (id % 32);
@@ -413,9 +428,19 @@ int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
       }
       if (n < 0) return n;
       break;
-    default: /* P_REASON (not active) and P_END: nothing */
+    case P_REASON: /* over CONS_THINK_BUDGET: the reasoning is closed */
+      memset(mask, 0, sizeof(uint32_t) * mw);
+      set_bit(mask, q->k->think_end, n_vocab);
+      return q->k->think_end >= 0 && q->k->think_end < n_vocab;
+    default: /* P_END: nothing */
       memset(mask, 0, sizeof(uint32_t) * mw);
       return 0;
+  }
+  /* no escape: once the constrained part started, <think> / </think> are never allowed (their
+   * text may be valid JSON string content, but the output parser would take it as reasoning) */
+  if (q->phase == P_GRAMMAR) {
+    clear_bit(mask, q->k->think_start, n_vocab, &n);
+    clear_bit(mask, q->k->think_end, n_vocab, &n);
   }
   const int32_t ts = q->k->think_start;
   if (q->may_think && ts < n_vocab) { /* the model may open its reasoning first */
@@ -458,6 +483,7 @@ int cons_seq_accept(cons_seq_t *q, int32_t tok) {
   switch (q->phase) {
     case P_REASON:
       if (tok == k->think_end) q->phase = first_phase(k);
+      else q->n_reason++;
       return CONS_MORE;
     case P_PREFIX:
       if (tok != k->prefix[q->pos]) return GT_EINVAL;

@@ -442,6 +442,7 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
   oc.id_seed += (uint64_t)index; /* each choice's tool-call ids differ */
   if (!rc) rc = seqout_create(s->tok, &oc, &q->out, err);
   if (!rc && r->constraint) rc = cons_seq_create(r->constraint, r->out.starts_in_reasoning, r->cons_may_think, &q->cs, err);
+  if (!rc && q->cs) cons_seq_set_think_budget(q->cs, r->max_tokens);
   q->r.constraint = NULL; /* each choice holds its own reference through q->cs */
   if (rc) {
     free_req(q);
@@ -649,14 +650,14 @@ static void admit(sched_t *s) {
     }
     /* reuse cached blocks, always leaving the last token to compute (its logits are needed) */
     int snap = -1;
-    int matched = kv_match(s->kv, q->tokens, q->n_tokens - 1, s->max_blocks, s->hybrid, q->blocks, &snap);
+    int matched = kv_match(s->kv, q->r.cache_salt, q->tokens, q->n_tokens - 1, s->max_blocks, s->hybrid, q->blocks, &snap);
     if (s->hybrid && matched > 0 && snap >= 0) {
       s->m->be->ops->state_copy(s->m->be, q->slot, snap);
       s->snap_used[snap - s->cfg.max_num_seqs] = ++s->snap_tick;
     }
     q->n_blocks = q->n_committed = matched;
     q->n_computed = matched * bt;
-    q->chain = 0;
+    q->chain = q->r.cache_salt; /* the chain of kv_match */
     for (int i = 0; i < matched; i++) q->chain = kv_hash_block(q->chain, q->tokens + (size_t)i * bt, bt);
     if (q->t_admit == 0) { /* first admission (not a resume after preemption) */
       q->t_admit = now_ms();

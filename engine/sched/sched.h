@@ -110,6 +110,8 @@ typedef struct {
    * to the scheduler on submit, refused or not. NULL: free text. */
   cons_t *constraint;
   int cons_may_think;
+  uint64_t cache_salt;      /* prefix-cache isolation: the seed of the block hash chain (0 = unsalted);
+                               blocks are shared only between requests with the same salt */
   sched_event_fn on_event;
   void *ud;
 } sched_req_t;

@@ -175,12 +175,34 @@ test('error objects: OpenAI-style with the right status', async () => {
   }
 });
 
-test('prompt longer than the context: 400 with the numbers', async () => {
+// A prompt over the context: OpenAI's code and words. What agents match to trigger their history
+// compression (checked against the published packages, `npm pack` + grep):
+// - Qwen Code 0.24 (packages/core/src/utils/contextLengthError.ts): CONTEXT_LENGTH_PATTERNS has
+//   /\bcontext[_\s-]?length[_\s-]?exceeded\b/i and /\bmaximum context length\b/i; parseTokenCounts
+//   reads /maximum context length is\s*(\d[\d,]*)\s*tokens?[\s\S]*?(?:resulted in|requested|used)\s*(\d[\d,]*)\s*tokens?/i.
+// - LangChain @langchain/openai 1.6 (dist/utils/client.js, _isOpenAIContextOverflowError, which
+//   raises ContextOverflowError): String(e) includes "context_length_exceeded", or e.message
+//   includes "maximum context length".
+const QWEN_DETECT = [/\bcontext[_\s-]?length[_\s-]?exceeded\b/i, /\bmaximum context length\b/i];
+const QWEN_COUNTS = /maximum context length is\s*(\d[\d,]*)\s*tokens?[\s\S]*?(?:resulted in|requested|used)\s*(\d[\d,]*)\s*tokens?/i;
+test('prompt longer than the context: 400 context_length_exceeded in the words agents match', async () => {
   const prompt = FAKE ? 'TOOLONG' : 'word '.repeat(200000);
-  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 1 }), (e) => {
+  const check = (e) => {
     assert.ok(e instanceof OpenAI.APIError);
-    assert.ok(e.status === 400 || e.status === 413, `status ${e.status}: ${e.message}`);
-    if (e.status === 400) assert.match(e.message, /\d+/);
+    assert.equal(e.status, 400, e.message);
+    assert.equal(e.code, 'context_length_exceeded');
+    assert.ok(QWEN_DETECT.some((re) => re.test(e.message)), e.message);
+    assert.ok(e.message.includes('maximum context length'), 'LangChain ContextOverflowError');
+    return true;
+  };
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 1 }), check);
+  const messages = [{ role: 'user', content: FAKE ? 'TOOLONG' : 'word '.repeat(5000) }];
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages, max_tokens: 1 }), (e) => {
+    check(e);
+    const m = e.message.match(QWEN_COUNTS);
+    assert.ok(m, `token counts: ${e.message}`);
+    assert.ok(Number(m[2].replace(/,/g, '')) > Number(m[1].replace(/,/g, '')), e.message);
+    assert.match(e.message, /your messages resulted in/);
     return true;
   });
 });

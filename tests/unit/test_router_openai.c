@@ -63,7 +63,7 @@ static void test_chat_full_mapping(void **st) {
   Gantry__V1__ChatInput *c = g->chat;
   assert_int_equal(c->n_messages, 4);
   assert_string_equal(c->messages[0]->role, "system");
-  assert_string_equal(c->messages[1]->content, "ab");
+  assert_string_equal(c->messages[1]->content, "a\nb"); /* parts joined with "\\n", as vLLM */
   assert_string_equal(c->messages[2]->tool_calls[0]->name, "f");
   assert_string_equal(c->messages[3]->tool_call_id, "c1");
   assert_int_equal(c->enable_thinking_opt_case, GANTRY__V1__CHAT_INPUT__ENABLE_THINKING_OPT_ENABLE_THINKING);

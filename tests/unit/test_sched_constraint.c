@@ -341,6 +341,41 @@ static void test_reasoning_then_constrained(void **state) {
   if (!valid_person(o.text, o.text_len, why, sizeof why)) fail_msg("%s: %.*s (%s)", why, (int)o.text_len, o.text, o.error);
 }
 
+/* No escape through <think> (issue 27 item 4): with thinking off (no may_think, not in
+ * reasoning) a biased <think> (+8 as in the report, and +100) is masked like any other token the
+ * grammar does not allow, </think> too; the output stays valid JSON. */
+static void test_think_masked(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const int32_t ids[2] = {tok_find(f->tok, "<think>"), tok_find(f->tok, "</think>")};
+  assert_true(ids[0] >= 0 && ids[1] >= 0);
+  const float bias[2] = {8, 100};
+  for (int t = 0; t < 4; t++) {
+    req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 1.0f, .seed = (uint64_t)t, .logprobs = -1,
+                     .bias_id = ids[t / 2], .bias_val = bias[t % 2]};
+    run1(f, &ro, &o);
+    for (int i = 0; i < o.n; i++) assert_int_not_equal(o.ids[i], ids[t / 2]);
+    char why[128] = "";
+    if (!valid_person(o.text, o.text_len, why, sizeof why)) fail_msg("%s: %.*s (%s)", why, (int)o.text_len, o.text, o.error);
+  }
+}
+
+/* A reasoning part that never closes (</think> banned by a -100 bias) ends at its budget (half of
+ * max_tokens 400 here): the mask then allows only </think>, exactly at token 200, and the answer
+ * after it is constrained: the grammar completes (STOP) within the tokens left. */
+static void test_think_budget(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const int32_t end = tok_find(f->tok, "</think>");
+  req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 1.0f, .seed = 3, .logprobs = -1,
+                   .starts_in_reasoning = 1, .bias_id = end, .bias_val = -100, .ignore_eos = 1, .max_tokens = 400};
+  run1(f, &ro, &o);
+  assert_true(o.n > 201);
+  for (int i = 0; i < 200; i++) assert_int_not_equal(o.ids[i], end);
+  assert_int_equal(o.ids[200], end);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+}
+
 /* tool_choice: the tool-call format through the chat output parser: one call of a named tool,
  * arguments valid for its parameters, finish TOOL_CALLS. */
 static void test_tool_call(void **state) {
@@ -682,6 +717,7 @@ int main(void) {
       cmocka_unit_test(test_json_schema),           cmocka_unit_test(test_object_choice), cmocka_unit_test(test_regex),
       cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
+      cmocka_unit_test(test_think_masked),          cmocka_unit_test(test_think_budget),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
       cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
       cmocka_unit_test(test_mask_cache_shared),     cmocka_unit_test(test_mask_cache_full),
