@@ -77,6 +77,9 @@ target_link_libraries(router-bench PRIVATE gantry_router_harness gantry_test_red
 gt_add_test(test_router_auth SOURCES tests/integration/test_router_auth.c
   LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
 add_dependencies(test_router_auth gantry-router)
+gt_add_test(test_router_responses_store SOURCES tests/integration/test_router_responses.c
+  LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS PkgConfig::JANSSON TIMEOUT 120)
+add_dependencies(test_router_responses_store gantry-router)
 gt_add_test(test_router_flow SOURCES tests/integration/test_router_flow.c
   LIBS gantry_router_harness gantry_router_proto gantry_test_redis TIMEOUT 120)
 add_dependencies(test_router_flow gantry-router)

@@ -940,7 +940,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case R_MODELS:
     case R_MODEL:
     case R_METRICS:
-      if (!hf->rt->cfg.protect_info) {
+      if (!hf->rt->cfg.protect_info && m != EVHTTP_REQ_DELETE) { /* DELETE: 405 below */
         info_after_auth(h);
         return;
       }
