@@ -28,7 +28,9 @@ const char *rt_usage(void) {
          "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
          "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n"
          "  --stream-buffer-bytes bounds the unsent output of each stream (SSE and gRPC); a stream kept\n"
-         "  full for --stream-write-timeout-s is cancelled.\n";
+         "  full for --stream-write-timeout-s is cancelled.\n"
+         "  --responses-ttl-s: how long stored /v1/responses stay in Redis. --cors-origins: origins\n"
+         "  (comma-separated, * = any) whose browser requests get CORS headers.\n";
 }
 
 void rt_config_defaults(rt_config_t *c) {

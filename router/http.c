@@ -904,6 +904,39 @@ static void ready(hreq_t *h) {
   reply_jobj(h, ok ? 200 : 503, o);
 }
 
+/* CORS (--cors-origins: comma-separated origins, "*" = any): a request whose Origin is allowed
+ * gets Access-Control-Allow-Origin on every answer; a preflight (OPTIONS) is answered 204 here
+ * with the methods and headers allowed. Returns true when h was answered (a preflight). */
+static bool cors(hreq_t *h, enum evhttp_cmd_type m) {
+  struct evkeyvalq *in = evhttp_request_get_input_headers(h->req), *out = evhttp_request_get_output_headers(h->req);
+  const char *origin = evhttp_find_header(in, "Origin"), *list = h->rt->cfg.cors_origins;
+  bool ok = false;
+  for (const char *p = list; origin && *p && !ok;) {
+    size_t n = strcspn(p, ",");
+    while (n && p[n - 1] == ' ') n--;
+    ok = (n == 1 && *p == '*') || (n == strlen(origin) && !strncmp(p, origin, n));
+    p += strcspn(p, ",");
+    while (*p == ',' || *p == ' ') p++;
+  }
+  if (ok) {
+    evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
+    evhttp_add_header(out, "Vary", "Origin");
+    evhttp_add_header(out, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+  }
+  if (m != EVHTTP_REQ_OPTIONS) return false;
+  evhttp_add_header(out, "Allow", "GET, POST, PUT, DELETE, OPTIONS");
+  if (ok) {
+    const char *rh = evhttp_find_header(in, "Access-Control-Request-Headers");
+    evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS");
+    evhttp_add_header(out, "Access-Control-Allow-Headers",
+                      rh && strlen(rh) < 1024 && !strpbrk(rh, "\r\n") ? rh : "authorization, content-type, x-api-key, x-request-id");
+    evhttp_add_header(out, "Access-Control-Max-Age", "600");
+  }
+  evhttp_send_reply(h->req, 204, "No Content", NULL);
+  finish(h, 204);
+  return true;
+}
+
 static int route_of(const char *path) {
   for (int i = 0; i < R_OTHER; i++)
     if (i != R_MODEL && i != R_RESPONSE && !strcmp(path, route_names[i])) return i;
@@ -932,6 +965,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   h->route = route;
   enum evhttp_cmd_type m = evhttp_request_get_command(req);
   h->conn = evhttp_request_get_connection(req);
+  if (cors(h, m)) return;
 
   switch (h->route) {
     case R_HEALTH: reply_jobj(h, 200, json_pack("{s:s}", "status", "ok")); return;
@@ -1010,7 +1044,7 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   evhttp_set_bevcb(hf->http, http_errpage_bev, NULL);
   evhttp_set_timeout(hf->http, rt->cfg.http_timeout_s);
   evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD |
-                                            EVHTTP_REQ_DELETE);
+                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS);
   evhttp_set_gencb(hf->http, on_request, hf);
   errno = 0;
   struct evhttp_bound_socket *s = evhttp_bind_socket_with_handle(hf->http, host, (ev_uint16_t)port);

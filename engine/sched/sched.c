@@ -7,6 +7,7 @@
 #include "engine/sched/sched.h"
 
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -775,6 +776,10 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   }
   if (lg)
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
+  /* min_tokens holds against any logit_bias (a constraint's mask decides where it applies) */
+  if (lg && !masked && q->n_generated < q->r.min_tokens && !q->r.ignore_eos)
+    for (int i = 0; i < 4; i++)
+      if (s->eos_ids[i] >= 0 && s->eos_ids[i] < s->V) lg[s->eos_ids[i]] = -INFINITY;
   if (lg && masked) { /* host path: the mask now (the device path applied it on the backend) */
     const double t0 = now_ms();
     q->cons_end = cons_mask_end(cons_seq_mask(q->cs, s->h_mask1, s->V));
@@ -830,6 +835,7 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
     const req_t *q = s->b_req[i];
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
     if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
+    if (q->n_generated < q->r.min_tokens) return 0; /* EOS is masked on the host until min_tokens */
     if (q->cs && !s->d_mask) return 0; /* no logits_mask op: masked on the host */
   }
   int o = 0;

@@ -5,7 +5,9 @@
  *   - another tenant gets 404 for GET, DELETE and previous_response_id (and deletes nothing);
  *   - prefix caches are salted per tenant: the engine's cache_salt differs between tenants and,
  *     within one, with the request's cache_salt;
- *   - the body's request_id names the request (X-Request-Id, the completion id). */
+ *   - the body's request_id names the request (X-Request-Id, the completion id);
+ *   - CORS: a preflight from an allowed origin gets 204 with the allowed methods and headers,
+ *     answers carry Access-Control-Allow-Origin for it and not for another origin. */
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <setjmp.h>
@@ -42,7 +44,8 @@ static char *field(const char *body, const char *k) {
 
 static void test_tenants_and_store(void **st) {
   (void)st;
-  rstack_start(&g_k, "A", (const char *[]){"--auth", "keys", "--health-ms", "100", "--responses-ttl-s", "120", NULL});
+  rstack_start(&g_k, "A", (const char *[]){"--auth", "keys", "--health-ms", "100", "--responses-ttl-s", "120",
+                                            "--cors-origins", "https://a.example, https://app.example", NULL});
   assert_true(rp_wait_ready(&g_k.rp, 20000));
   redisContext *rc = redisConnect("127.0.0.1", rs_port(g_k.rs));
   assert_false(rc->err);
@@ -123,6 +126,28 @@ static void test_tenants_and_store(void **st) {
   g = fe_last_request(g_k.fe);
   assert_string_equal(g->request_id, "my-req-7");
   protobuf_c_message_free_unpacked(&g->base, NULL);
+
+  /* CORS */
+  const char *pre[] = {"Origin: https://app.example", "Access-Control-Request-Method: POST",
+                       "Access-Control-Request-Headers: authorization, content-type", NULL};
+  assert_int_equal(http_req(g_k.rp.http_port, "OPTIONS", "/v1/responses", pre, NULL, 0, &b, &hdr), 204);
+  assert_non_null(strcasestr(hdr, "Access-Control-Allow-Origin: https://app.example"));
+  assert_non_null(strcasestr(hdr, "Access-Control-Allow-Methods: GET, POST, PUT, DELETE, OPTIONS"));
+  assert_non_null(strcasestr(hdr, "Access-Control-Allow-Headers: authorization, content-type"));
+  free(b);
+  free(hdr);
+  const char *other[] = {"Origin: https://evil.example", NULL};
+  assert_int_equal(http_req(g_k.rp.http_port, "OPTIONS", "/v1/responses", other, NULL, 0, &b, &hdr), 204);
+  assert_null(strcasestr(hdr, "Access-Control-Allow-Origin"));
+  free(b);
+  free(hdr);
+  char auth[64];
+  snprintf(auth, sizeof auth, "Authorization: Bearer key-a");
+  const char *post[] = {"Content-Type: application/json", auth, "Origin: https://a.example", NULL};
+  assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", post, chat, strlen(chat), &b, &hdr), 200);
+  assert_non_null(strcasestr(hdr, "Access-Control-Allow-Origin: https://a.example"));
+  free(b);
+  free(hdr);
   redisFree(rc);
   assert_int_equal(rstack_stop(&g_k), 0);
 }

@@ -83,6 +83,7 @@ typedef struct {
   int ignore_eos;
   const char *tools_json; /* parse tool calls */
   int max_tokens;         /* 0: 300 */
+  int min_tokens;
 } req_opts_t;
 
 static const int32_t k_prompt[] = {100, 137, 174, 211, 248, 285, 322, 359, 396, 433, 470, 507};
@@ -106,6 +107,7 @@ static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
   r.ud = out;
   const float plus = o->bias_val != 0 ? o->bias_val : 100;
   r.ignore_eos = o->ignore_eos;
+  r.min_tokens = o->min_tokens;
   if (o->bias_id >= 0) {
     r.bias_ids = &o->bias_id;
     r.bias_vals = &plus;
@@ -425,6 +427,19 @@ static void test_ignore_eos(void **state) {
   assert_int_equal(o.ids[1], tok_eos(f->tok));
 }
 
+/* Unconstrained: min_tokens holds against a +100 logit_bias on end-of-sequence (issue 27 item 6):
+ * the first 5 tokens are not EOS, the 6th is, and the output ends there. */
+static void test_min_tokens_eos_bias(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  req_opts_t ro = {.temperature = 1.0f, .seed = 5, .logprobs = -1, .bias_id = tok_eos(f->tok), .min_tokens = 5};
+  run1(f, &ro, &o);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+  assert_int_equal(o.n, 6);
+  for (int i = 0; i < 5; i++) assert_int_not_equal(o.ids[i], tok_eos(f->tok));
+  assert_int_equal(o.ids[5], tok_eos(f->tok));
+}
+
 /* Bad specs are refused with the grammar's message; the cache is bounded (LRU). */
 static void test_errors_and_cache(void **state) {
   fx_t *f = *state;
@@ -719,6 +734,7 @@ int main(void) {
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
       cmocka_unit_test(test_think_masked),          cmocka_unit_test(test_think_budget),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
+      cmocka_unit_test(test_min_tokens_eos_bias),
       cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
       cmocka_unit_test(test_mask_cache_shared),     cmocka_unit_test(test_mask_cache_full),
       cmocka_unit_test(test_mask_cache_threads),
