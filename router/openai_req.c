@@ -622,7 +622,6 @@ static int refuse_non_default(json_t *b, oa_kind_t kind, oa_error_t *e) {
       {"add_special_tokens", "false", "the chat template adds the special tokens", 1},
       {"add_special_tokens", "true", "prompts are tokenized with the model's special tokens", 2},
       {"mm_processor_kwargs", "null", "text models only", 3},
-      {"continue_final_message", "false", "not implemented", 1},
   };
   for (size_t i = 0; i < sizeof k_params / sizeof *k_params; i++) {
     if (!(k_params[i].kinds & (kind == OA_COMPLETION ? 2 : 1))) continue;
@@ -951,6 +950,14 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
       chat->add_generation_prompt_opt_case = GANTRY__V1__CHAT_INPUT__ADD_GENERATION_PROMPT_OPT_ADD_GENERATION_PROMPT;
       chat->add_generation_prompt = agp;
     }
+    bool cfm = false;
+    if (get_bool(b, "continue_final_message", &cfm, e) < 0) goto fail;
+    if (cfm && ra && agp) { /* as vLLM */
+      oa_err(e, 400, NULL, "continue_final_message", "invalid_value",
+             "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+      goto fail;
+    }
+    chat->continue_final_message = cfm;
     bool ptc = true;
     if (get_bool(b, "parallel_tool_calls", &ptc, e) < 0) goto fail;
     out->one_tool_call = !ptc || out->legacy_functions;

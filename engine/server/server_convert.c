@@ -128,8 +128,10 @@ int srv_conv_chat(const Gantry__V1__ChatInput *c, int add_generation_prompt, int
       tc[t].arguments = x->tool_calls[k]->arguments;
     }
   }
+  if (c->continue_final_message) add_generation_prompt = 0;
   chat_render_opts_t o = {
       .tools_json = c->tools_json[0] ? c->tools_json : NULL,
+      .continue_final = c->continue_final_message,
       .add_generation_prompt = add_generation_prompt,
       .enable_thinking = c->enable_thinking_opt_case ? c->enable_thinking : true,
   };

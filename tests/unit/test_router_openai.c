@@ -550,6 +550,11 @@ static void test_params_supported_or_refused(void **st) {
   assert_false(r.gen->chat->enable_thinking); /* the explicit kwarg wins */
   oa_req_free(&r);
   expect_err(OA_CHAT, CHAT("\"request_id\":\"a b\""), 400, "invalid_value", "request_id");
+  assert_int_equal(parse(OA_CHAT, CHAT("\"continue_final_message\":true"), &r, &e), 0);
+  assert_true(r.gen->chat->continue_final_message);
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"continue_final_message\":true,\"add_generation_prompt\":true"), 400, "invalid_value",
+             "continue_final_message");
   expect_err(OA_CHAT, CHAT("\"truncate_prompt_tokens\":0"), 400, "invalid_value", "truncate_prompt_tokens");
   expect_err(OA_CHAT, CHAT("\"cache_salt\":\"\""), 400, "invalid_value", "cache_salt");
   expect_err(OA_CHAT, CHAT("\"reasoning_effort\":\"max\""), 400, "invalid_value", "reasoning_effort");
@@ -567,7 +572,6 @@ static void test_params_supported_or_refused(void **st) {
       {"\"echo\":true", "echo", "\"echo\":false"},
       {"\"documents\":[{\"t\":1}]", "documents", "\"documents\":[]"},
       {"\"add_special_tokens\":true", "add_special_tokens", "\"add_special_tokens\":false"},
-      {"\"continue_final_message\":true", "continue_final_message", "\"continue_final_message\":false"},
       {"\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"}", "chat_template_kwargs", "\"chat_template_kwargs\":{}"}};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     char body2[512];
