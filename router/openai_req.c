@@ -961,6 +961,11 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
     bool ptc = true;
     if (get_bool(b, "parallel_tool_calls", &ptc, e) < 0) goto fail;
     out->one_tool_call = !ptc || out->legacy_functions;
+    /* tool_choice required with parallel calls: one or more calls (a named function: one) */
+    json_t *tcj = json_object_get(b, "tool_choice");
+    if (g->constraint && g->constraint->kind == GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL && !out->one_tool_call &&
+        json_is_string(tcj) && !strcmp(json_string_value(tcj), "required"))
+      g->constraint->kind = GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALLS;
   } else {
     if (parse_prompt(b, g, &out->n_prompts, e)) goto fail;
     bool echo = false;

@@ -49,6 +49,7 @@ typedef enum {
   CONS_CHOICE = 3,
   CONS_REGEX = 4,
   CONS_TOOL_CALL = 5,
+  CONS_TOOL_CALLS = 6, /* one or more calls: after a call's suffix, end-of-sequence or "\n" + the next */
 } cons_kind_t;
 
 typedef struct cons_cache cons_cache_t;

@@ -68,9 +68,9 @@ int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err) {
   if (r->constraint) {
     if ((rc = unknown(&r->constraint->base, "GenerateRequest.constraint", err))) return rc;
     const int k = (int)r->constraint->kind;
-    if (k < CONS_JSON_SCHEMA || k > CONS_TOOL_CALL)
+    if (k < CONS_JSON_SCHEMA || k > CONS_TOOL_CALLS)
       return gt_err_set_param(err, GT_EINVAL, "constraint", "%s: unknown constraint kind %d", srv_conv_cons_param(r), k);
-    if (k == CONS_TOOL_CALL && r->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT)
+    if ((k == CONS_TOOL_CALL || k == CONS_TOOL_CALLS) && r->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT)
       return gt_err_set_param(err, GT_EINVAL, "constraint", "%s: a tool-call constraint needs chat input",
                               srv_conv_cons_param(r));
   }

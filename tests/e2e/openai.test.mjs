@@ -568,15 +568,28 @@ test('structured: tool_choice required and named force a valid call', DEMO, asyn
   ];
   const schemas = { get_weather: ajv.compile(weather), get_time: ajv.compile(tools[1].function.parameters) };
   const ask = [{ role: 'user', content: 'What is the weather in Paris for 3 days?' }];
-  for (const [tool_choice, seed] of [['required', 1], ['required', 2], [{ type: 'function', function: { name: 'get_time' } }, 3]]) {
-    const r = await client.chat.completions.create({ model: MODEL, messages: ask, tools, tool_choice, max_tokens: 300, temperature: 1, seed });
+  // required: one or more calls (parallel_tool_calls), exactly one with parallel_tool_calls false
+  // and for a named function; every complete call validates
+  const named = { type: 'function', function: { name: 'get_time' } };
+  for (const [tool_choice, seed, parallel] of [['required', 1, true], ['required', 2, false], [named, 3, true]]) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: ask, tools, tool_choice, max_tokens: 300, temperature: 1, seed, parallel_tool_calls: parallel,
+    });
     const m = r.choices[0].message;
-    assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(m));
-    assert.equal(m.tool_calls.length, 1);
-    const call = m.tool_calls[0].function;
-    if (typeof tool_choice === 'object') assert.equal(call.name, 'get_time');
-    assert.ok(schemas[call.name], call.name);
-    checkJson(call.arguments, schemas[call.name], `${call.name} seed ${seed}`);
+    const fin = r.choices[0].finish_reason;
+    assert.ok(m.tool_calls && m.tool_calls.length >= 1, JSON.stringify(m));
+    if (!parallel || typeof tool_choice === 'object') {
+      assert.equal(fin, 'tool_calls', JSON.stringify(m));
+      assert.equal(m.tool_calls.length, 1);
+    } else {
+      assert.ok(['tool_calls', 'length'].includes(fin), fin);
+    }
+    const complete = fin === 'length' ? m.tool_calls.slice(0, -1) : m.tool_calls;
+    for (const c of complete) {
+      if (typeof tool_choice === 'object') assert.equal(c.function.name, 'get_time');
+      assert.ok(schemas[c.function.name], c.function.name);
+      checkJson(c.function.arguments, schemas[c.function.name], `${c.function.name} seed ${seed}`);
+    }
   }
 });
 

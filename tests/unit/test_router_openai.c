@@ -429,7 +429,7 @@ static void test_constraints(void **st) {
                       "[a-z]+@x\\.com", "guided_regex");
   }
   snprintf(buf, sizeof buf, "%s,\"tool_choice\":\"required\"", tools);
-  expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL, NULL, "tool_choice");
+  expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALLS, NULL, "tool_choice"); /* one or more */
   snprintf(buf, sizeof buf, "%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}", tools);
   expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL,
                     "[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]", "tool_choice");
@@ -520,6 +520,17 @@ static void test_params_supported_or_refused(void **st) {
   oa_resp_free(resp);
   oa_req_free(&r);
   expect_err(OA_CHAT, CHAT("\"functions\":[],\"tools\":[]"), 400, "invalid_value", "functions");
+  /* tool_choice required: one or more calls, unless parallel_tool_calls is false */
+  const char *req_tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"";
+  char rb[512];
+  snprintf(rb, sizeof rb, CHAT("%s"), req_tools);
+  assert_int_equal(parse(OA_CHAT, rb, &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALLS);
+  oa_req_free(&r);
+  snprintf(rb, sizeof rb, CHAT("%s,\"parallel_tool_calls\":false"), req_tools);
+  assert_int_equal(parse(OA_CHAT, rb, &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL);
+  oa_req_free(&r);
   /* parallel_tool_calls false: only the first call */
   assert_int_equal(parse(OA_CHAT, CHAT("\"parallel_tool_calls\":false"), &r, &e), 0);
   resp = oa_resp_new(&r, "2", 1, OA_REASONING_BOTH);

@@ -80,6 +80,7 @@ typedef struct {
   int starts_in_reasoning;
   int32_t bias_id;        /* >= 0: bias_val (0: +100) on this id */
   float bias_val;
+  int32_t bias_id2;       /* > 0: the same bias on this id too */
   int ignore_eos;
   const char *tools_json; /* parse tool calls */
   int max_tokens;         /* 0: 300 */
@@ -108,10 +109,12 @@ static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
   const float plus = o->bias_val != 0 ? o->bias_val : 100;
   r.ignore_eos = o->ignore_eos;
   r.min_tokens = o->min_tokens;
+  const int32_t ids[2] = {o->bias_id, o->bias_id2};
+  const float vals[2] = {plus, plus};
   if (o->bias_id >= 0) {
-    r.bias_ids = &o->bias_id;
-    r.bias_vals = &plus;
-    r.n_bias = 1;
+    r.bias_ids = ids;
+    r.bias_vals = vals;
+    r.n_bias = o->bias_id2 > 0 && o->bias_id2 != o->bias_id ? 2 : 1;
   }
   r.out.parse_output = o->tools_json != NULL; /* else all text is content (reasoning included) */
   r.out.starts_in_reasoning = o->starts_in_reasoning;
@@ -341,6 +344,30 @@ static void test_reasoning_then_constrained(void **state) {
   assert_int_equal(o.ids[0], end);
   char why[128] = "";
   if (!valid_person(o.text, o.text_len, why, sizeof why)) fail_msg("%s: %.*s (%s)", why, (int)o.text_len, o.text, o.error);
+}
+
+/* CONS_TOOL_CALLS (tool_choice required with parallel calls): after a call the output ends or
+ * another call follows. With the end-of-turn ids banned (-100) a call always follows, and each
+ * parses; without the bias the sequence ends with one or more calls. */
+static void test_tool_calls_several(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\","
+                      "\"properties\":{\"tz\":{\"enum\":[\"utc\",\"cet\"]}},\"required\":[\"tz\"]}}}]";
+  req_opts_t ro = {.kind = CONS_TOOL_CALLS, .spec = tools, .temperature = 1.0f, .seed = 1, .logprobs = -1,
+                   .bias_id = tok_eos(f->tok), .bias_id2 = tok_eot(f->tok), .bias_val = -100, .tools_json = tools,
+                   .max_tokens = 120};
+  run1(f, &ro, &o);
+  if (o.n_tools < 2) fail_msg("%d calls, finish %d, text '%s' (%s)", o.n_tools, o.finish, o.text, o.error);
+  assert_string_equal(o.tool_name, "get_time");
+  assert_true(o.finish == SCHED_FINISH_LENGTH || o.finish == SCHED_FINISH_TOOL_CALLS);
+  for (int k = 0; k < 3; k++) {
+    req_opts_t r2 = {.kind = CONS_TOOL_CALLS, .spec = tools, .temperature = 1.0f, .seed = (uint64_t)k, .logprobs = -1,
+                     .bias_id = -1, .tools_json = tools};
+    run1(f, &r2, &o);
+    if (o.n_tools < 1 || (o.finish != SCHED_FINISH_TOOL_CALLS && o.finish != SCHED_FINISH_LENGTH))
+      fail_msg("seed %d: %d calls, finish %d (%s)", k, o.n_tools, o.finish, o.error);
+  }
 }
 
 /* No escape through <think> (issue 27 item 4): with thinking off (no may_think, not in
@@ -733,6 +760,7 @@ int main(void) {
       cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
       cmocka_unit_test(test_think_masked),          cmocka_unit_test(test_think_budget),
+      cmocka_unit_test(test_tool_calls_several),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
       cmocka_unit_test(test_min_tokens_eos_bias),
       cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
