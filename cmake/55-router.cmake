@@ -58,10 +58,10 @@ endforeach()
 add_test(NAME test_router_e2e_tp2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real tp.test.mjs)
 set_tests_properties(test_router_e2e_tp2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TP=2")
-# the structured-output tests of openai.test.mjs and responses.test.mjs again on the demo model
+# the structured-output tests of openai.test.mjs, responses.test.mjs and clients.test.mjs on the demo model
 # (it only writes Python)
 add_test(NAME test_router_e2e_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real ${CMAKE_SOURCE_DIR}/tests/e2e/openai.test.mjs
-  ${CMAKE_SOURCE_DIR}/tests/e2e/responses.test.mjs)
+  ${CMAKE_SOURCE_DIR}/tests/e2e/responses.test.mjs ${CMAKE_SOURCE_DIR}/tests/e2e/clients.test.mjs)
 set_tests_properties(test_router_e2e_demo PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_E2E_MODEL=${CMAKE_SOURCE_DIR}/tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf;GANTRY_E2E_TEST_ARGS=--test-name-pattern=structured")
 gt_add_test(test_router_caps SOURCES tests/integration/test_router_caps.c

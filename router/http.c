@@ -373,10 +373,11 @@ static void gen_parsed(hreq_t *h) {
   if (!h->rq) reply_error(h, &e, 0);
 }
 
-/* Parses h's body (history: a /v1/responses previous response's items, or NULL) and starts it. */
-static void gen_parse(hreq_t *h, const char *history) {
+/* Parses h's body (history / refs: a /v1/responses stored response's items, see
+ * oa_parse_responses, or NULL) and starts it. */
+static void gen_parse(hreq_t *h, const char *history, const char *refs) {
   oa_error_t e;
-  int rc = h->route == R_RESPONSES ? oa_parse_responses(h->body, h->body_len, history, &h->oa, &e)
+  int rc = h->route == R_RESPONSES ? oa_parse_responses(h->body, h->body_len, history, refs, &h->oa, &e)
                                    : oa_parse_request(h->route == R_CHAT ? OA_CHAT : OA_COMPLETION, h->body, h->body_len,
                                                       &h->oa, &e);
   if (rc) {
@@ -409,13 +410,17 @@ static void on_prev_response(void *arg, rstore_status_t st, const char *rec, siz
   hreq_t *h = arg;
   if (drop_if_gone(h)) return;
   char id[OA_RESP_ID_MAX + 1];
-  oa_responses_prev_id(h->body, h->body_len, id, sizeof id, NULL);
-  json_t *o = own_record(h, st, rec, len, id, "previous_response_id");
+  const int kind = oa_responses_prev_id(h->body, h->body_len, id, sizeof id, NULL);
+  if (kind == 2 && st == RSTORE_MISSING) { /* an item_reference to no stored response: the parser says so */
+    gen_parse(h, NULL, NULL);
+    return;
+  }
+  json_t *o = own_record(h, st, rec, len, id, kind == 2 ? "input" : "previous_response_id");
   if (!o) return;
   char *items = json_dumps(json_object_get(o, "items"), JSON_COMPACT);
   json_decref(o);
   if (!items) reply_errf(h, 500, "server_error", NULL, "out of memory");
-  else gen_parse(h, items);
+  else gen_parse(h, kind == 2 ? NULL : items, kind == 2 ? items : NULL);
   free(items);
 }
 
@@ -427,7 +432,7 @@ static void gen_after_auth(hreq_t *h) {
     metrics_reject(h->rt->metrics, "bad_request");
     reply_error(h, &e, 0);
   } else if (p == 0) {
-    gen_parse(h, NULL);
+    gen_parse(h, NULL, NULL);
   } else if (rstore_get(h->rt->rc, h->rt->cfg.key_prefix, prev, on_prev_response, h) != GT_OK) {
     on_prev_response(h, RSTORE_UNAVAILABLE, NULL, 0);
   }

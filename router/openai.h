@@ -88,14 +88,18 @@ void oa_req_free(oa_req_t *r);
 /* ---- /v1/responses (router/openai_responses_req.c) ---------------------------------------- */
 /* Most characters of a response id ("resp_" + 32 hex). */
 #define OA_RESP_ID_MAX 64
-/* The previous_response_id of a /v1/responses body into out (n bytes): 1 when present, 0 when
- * absent or null, -1 with e filled (400) when the body is not JSON or the id not a string of the
- * form resp_<hex>. */
+/* The stored response a /v1/responses body needs, into out (n bytes): its previous_response_id
+ * (1), else the response of its first item_reference (2: an item id rs_/msg_/fc_<hex>_<i> names
+ * its response resp_<hex>), else none (0); -1 with e filled (400) when the body is not JSON or
+ * previous_response_id not a string of the form resp_<hex>. */
 int oa_responses_prev_id(const char *body, size_t len, char *out, size_t n, oa_error_t *e);
 /* Parses a /v1/responses body into out (kind OA_RESPONSES, gen a chat request). history: the
  * JSON array text of the previous response's items (its record's "items", see
- * oa_resp_record), or NULL. 0, or -1 with e filled (400 naming the Responses parameter). */
-int oa_parse_responses(const char *body, size_t len, const char *history, oa_req_t *out, oa_error_t *e);
+ * oa_resp_record), or NULL; refs: items that item_reference may name without being history
+ * (the record of oa_responses_prev_id's case 2), or NULL. An item_reference is looked up in
+ * history, then refs. 0, or -1 with e filled (400 naming the Responses parameter). */
+int oa_parse_responses(const char *body, size_t len, const char *history, const char *refs, oa_req_t *out,
+                       oa_error_t *e);
 /* A stored record (JSON text, see oa_resp_record) parsed: the record object (caller decrefs;
  * "response" and "items" inside) and *tenant pointing into it; NULL when it is not a record. */
 json_t *oa_record_parse(const char *rec, size_t len, const char **tenant);

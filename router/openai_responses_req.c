@@ -21,6 +21,18 @@ int oa_responses_prev_id(const char *body, size_t len, char *out, size_t n, oa_e
   }
   json_t *p = json_object_get(b, "previous_response_id");
   int rc = 0;
+  json_t *in = json_object_get(b, "input");
+  size_t i;
+  json_t *it;
+  if (!p || json_is_null(p)) json_array_foreach(in, i, it) { /* the response of an item_reference */
+      const char *ty = json_string_value(json_object_get(it, "type"));
+      const char *id = json_string_value(json_object_get(it, "id"));
+      const char *u = id ? strchr(id, '_') : NULL;
+      if (!ty || strcmp(ty, "item_reference") || !u || strspn(u + 1, "0123456789abcdef") != 32 || n < 38) continue;
+      snprintf(out, n, "resp_%.32s", u + 1);
+      rc = 2;
+      break;
+    }
   if (p && !json_is_null(p)) {
     const char *s = json_string_value(p);
     size_t sl = s ? strlen(s) : 0;
@@ -94,9 +106,23 @@ static json_t *assistant_tail(json_t *msgs) {
   return m;
 }
 
+/* The item with this id in the arrays look[0..2) (NULL entries skipped), or NULL. */
+static json_t *find_item(json_t *const look[2], const char *id) {
+  for (int k = 0; k < 2; k++) {
+    size_t i;
+    json_t *it;
+    json_array_foreach(look[k], i, it) {
+      const char *x = json_string_value(json_object_get(it, "id"));
+      if (x && !strcmp(x, id)) return it;
+    }
+  }
+  return NULL;
+}
+
 /* Appends the Responses items (an array, or one string = a user message) to msgs (chat messages)
- * and to items (the stored conversation). pfx names them in errors ("input"). */
-static int add_items(json_t *in, const char *pfx, json_t *msgs, json_t *items, oa_error_t *e) {
+ * and to items (the stored conversation). pfx names them in errors ("input"); look: where an
+ * item_reference finds its item. */
+static int add_items(json_t *in, const char *pfx, json_t *msgs, json_t *items, json_t *const look[2], oa_error_t *e) {
   char param[64];
   if (json_is_string(in)) {
     json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", in));
@@ -114,6 +140,17 @@ static int add_items(json_t *in, const char *pfx, json_t *msgs, json_t *items, o
     const char *role = json_string_value(json_object_get(it, "role"));
     if (!type && role) type = "message"; /* EasyInputMessage: {role, content} */
     if (!type) return oa_err(e, 400, NULL, param, "missing_required_parameter", "'%s.type' is required", param);
+    if (!strcmp(type, "item_reference")) { /* an item of a stored response, as if sent again */
+      const char *id = json_string_value(json_object_get(it, "id"));
+      json_t *ref = id ? find_item(look, id) : NULL;
+      if (!ref || !strcmp(json_string_value(json_object_get(ref, "type")) ? json_string_value(json_object_get(ref, "type")) : "", "item_reference"))
+        return oa_err(e, 400, NULL, param, "invalid_value", "'%s': no stored item '%.80s' of this tenant", param, id ? id : "?");
+      json_t *one = json_pack("[O]", ref);
+      int rc = add_items(one, param, msgs, items, look, e);
+      json_decref(one);
+      if (rc) return -1;
+      continue;
+    }
     if (!strcmp(type, "message")) {
       if (!role) return oa_err(e, 400, NULL, param, "missing_required_parameter", "'%s.role' is required", param);
       char cp[80];
@@ -121,9 +158,9 @@ static int add_items(json_t *in, const char *pfx, json_t *msgs, json_t *items, o
       json_t *c = content_of(json_object_get(it, "content"), cp, e);
       if (!c) return -1;
       json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
-      if (!strcmp(role, "assistant") && last && !strcmp(json_string_value(json_object_get(last, "role")), "assistant") &&
-          json_is_null(json_object_get(last, "content")) && !json_object_get(last, "tool_calls")) {
-        json_object_set_new(last, "content", c); /* a reasoning item's message */
+      const char *lrole = last ? json_string_value(json_object_get(last, "role")) : NULL;
+      if (!strcmp(role, "assistant") && lrole && !strcmp(lrole, "assistant") && json_is_null(json_object_get(last, "content"))) {
+        json_object_set_new(last, "content", c); /* one assistant turn: its reasoning, text and calls */
       } else {
         json_array_append_new(msgs, json_pack("{s:s,s:o}", "role", role, "content", c));
       }
@@ -300,7 +337,8 @@ static json_t *echo_of(json_t *b) {
   return o;
 }
 
-int oa_parse_responses(const char *body, size_t len, const char *history, oa_req_t *out, oa_error_t *e) {
+int oa_parse_responses(const char *body, size_t len, const char *history, const char *refs, oa_req_t *out,
+                       oa_error_t *e) {
   memset(out, 0, sizeof *out);
   if (len == 0) return oa_err(e, 400, NULL, NULL, "invalid_json", "request body is empty: expected a JSON object");
   if (!oa_utf8_valid(body, len)) return oa_err(e, 400, NULL, NULL, "invalid_utf8", "request body is not valid UTF-8");
@@ -309,6 +347,7 @@ int oa_parse_responses(const char *body, size_t len, const char *history, oa_req
   if (!b)
     return oa_err(e, 400, NULL, NULL, "invalid_json", "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
   json_t *chat = json_object(), *msgs = json_array(), *items = json_array(), *hist = NULL;
+  json_t *refj = refs ? json_loads(refs, 0, NULL) : NULL;
   int rc = -1;
   if (!json_is_object(b)) {
     oa_err(e, 400, NULL, NULL, "invalid_json", "request body must be a JSON object");
@@ -332,20 +371,21 @@ int oa_parse_responses(const char *body, size_t len, const char *history, oa_req
     }
     json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "system", "content", ins));
   }
+  if (history) hist = json_loads(history, 0, NULL);
+  json_t *const look[2] = {json_is_array(hist) ? hist : NULL, json_is_array(refj) ? refj : NULL};
   if (history) {
-    hist = json_loads(history, 0, NULL);
     if (!json_is_array(hist)) {
       oa_err(e, 500, "server_error", "previous_response_id", NULL, "the stored response is not readable");
       goto out;
     }
-    if (add_items(hist, "previous_response_id", msgs, items, e)) goto out;
+    if (add_items(hist, "previous_response_id", msgs, items, look, e)) goto out;
   }
   json_t *in = json_object_get(b, "input");
   if (!in || json_is_null(in)) {
     oa_err(e, 400, NULL, "input", "missing_required_parameter", "'input' is required");
     goto out;
   }
-  if (add_items(in, "input", msgs, items, e)) goto out;
+  if (add_items(in, "input", msgs, items, look, e)) goto out;
   json_object_set(chat, "model", json_object_get(b, "model") ? json_object_get(b, "model") : json_null());
   json_object_set_new(chat, "messages", json_incref(msgs));
   static const char *const same[] = {"stream", "temperature", "top_p", "parallel_tool_calls", "top_k",
@@ -377,6 +417,7 @@ int oa_parse_responses(const char *body, size_t len, const char *history, oa_req
     if (!c->param) c->param = (char *)protobuf_c_empty_string;
   }
 out:
+  json_decref(refj);
   json_decref(hist);
   json_decref(msgs);
   json_decref(items);

@@ -137,7 +137,7 @@ test('responses: refused parameters are 400s naming them', async () => {
     [{ background: true }, 'background'],
     [{ truncation: 'auto' }, 'truncation'],
     [{ text: { format: { type: 'xml' } } }, 'text.format'],
-    [{ input: [{ type: 'item_reference', id: 'x' }] }, 'input[0]'],
+    [{ input: [{ type: 'item_reference', id: 'x' }] }, 'input[0]'], // no stored item of that id
     [{ max_output_tokens: 0 }, 'max_output_tokens'],
   ];
   for (const [extra, param] of cases) {

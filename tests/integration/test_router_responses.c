@@ -56,6 +56,7 @@ static void test_tenants_and_store(void **st) {
   freeReplyObject(redisCommand(rc, "HSET gantry:apikeys %s bravo", sha));
 
   char *b = NULL, path[128], body[512];
+  Gantry__V1__GenerateRequest *g = NULL;
   assert_int_equal(call("key-a", "POST", "/v1/responses", "{\"model\":\"tiny\",\"input\":\"first turn\"}", &b, NULL), 200);
   char *id = field(b, "id");
   free(b);
@@ -76,13 +77,33 @@ static void test_tenants_and_store(void **st) {
   assert_non_null(strstr(b, "\"previous_response_id\""));
   free(b);
 
+  /* an item_reference to the response's message: its owner only */
+  json_t *rj = NULL;
+  assert_int_equal(call("key-a", "GET", path, NULL, &b, NULL), 200);
+  rj = json_loads(b, 0, NULL);
+  free(b);
+  const char *msg_id = json_string_value(json_object_get(json_array_get(json_object_get(rj, "output"), 0), "id"));
+  assert_non_null(msg_id);
+  snprintf(body, sizeof body, "{\"model\":\"tiny\",\"input\":[{\"type\":\"item_reference\",\"id\":\"%s\"},"
+                              "{\"role\":\"user\",\"content\":\"and?\"}]}", msg_id);
+  json_decref(rj);
+  assert_int_equal(call("key-b", "POST", "/v1/responses", body, &b, NULL), 404);
+  free(b);
+  assert_int_equal(call("key-a", "POST", "/v1/responses", body, &b, NULL), 200);
+  free(b);
+  g = fe_last_request(g_k.fe);
+  assert_int_equal(g->chat->n_messages, 2);
+  assert_string_equal(g->chat->messages[0]->content, "Hello world");
+  protobuf_c_message_free_unpacked(&g->base, NULL);
+  snprintf(body, sizeof body, "{\"model\":\"tiny\",\"input\":\"again\",\"previous_response_id\":\"%s\"}", id);
+
   /* the owner reads it, chains on it (the engine gets both turns), deletes it */
   assert_int_equal(call("key-a", "GET", path, NULL, &b, NULL), 200);
   assert_non_null(strstr(b, "Hello world"));
   free(b);
   assert_int_equal(call("key-a", "POST", "/v1/responses", body, &b, NULL), 200);
   free(b);
-  Gantry__V1__GenerateRequest *g = fe_last_request(g_k.fe);
+  g = fe_last_request(g_k.fe);
   assert_int_equal(g->chat->n_messages, 3);
   assert_string_equal(g->chat->messages[0]->content, "first turn");
   assert_string_equal(g->chat->messages[1]->role, "assistant");

@@ -17,7 +17,7 @@
 #include "router/openai.h"
 
 static int parse(const char *body, const char *history, oa_req_t *r, oa_error_t *e) {
-  return oa_parse_responses(body, strlen(body), history, r, e);
+  return oa_parse_responses(body, strlen(body), history, NULL, r, e);
 }
 
 static void expect_err(const char *body, const char *code, const char *param) {
@@ -105,7 +105,8 @@ static void test_refused(void **st) {
   expect_err("{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":0}", "invalid_value", "max_output_tokens");
   expect_err("{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\"}]}]}",
              "unsupported_content", "input[0].content");
-  expect_err("{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "unsupported_value", "input[0]");
+  expect_err("{\"model\":\"m\",\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "invalid_value", "input[0]");
+  expect_err("{\"model\":\"m\",\"input\":[{\"type\":\"web_search_call\",\"id\":\"x\"}]}", "unsupported_value", "input[0]");
   expect_err("{\"model\":\"m\",\"input\":\"x\",\"text\":{\"format\":{\"type\":\"grammar\"}}}", "invalid_value", "text.format");
   expect_err("{\"model\":\"m\",\"input\":\"x\",\"reasoning\":{\"effort\":\"max\"}}", "invalid_value", "reasoning.effort");
   expect_err("{\"model\":\"m\",\"input\":\"x\",\"tool_choice\":{\"type\":\"file_search\"},\"tools\":[]}", "unsupported_value",
@@ -119,6 +120,25 @@ static void test_refused(void **st) {
   assert_int_equal(oa_responses_prev_id(ok, strlen(ok), id, sizeof id, &e), 1);
   assert_string_equal(id, "resp_0a1b");
   assert_int_equal(oa_responses_prev_id("{}", 2, id, sizeof id, &e), 0);
+  /* an item_reference names its response (the AI SDK sends them for stored items) */
+  const char *ref = "{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_0123456789abcdef0123456789abcdef_1\"}]}";
+  assert_int_equal(oa_responses_prev_id(ref, strlen(ref), id, sizeof id, &e), 2);
+  assert_string_equal(id, "resp_0123456789abcdef0123456789abcdef");
+  /* ... and is resolved in the stored items (refs), as if its item were sent again */
+  const char *refs = "[{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"q\"}]},"
+                     "{\"type\":\"message\",\"id\":\"msg_0123456789abcdef0123456789abcdef_1\",\"role\":\"assistant\","
+                     "\"content\":[{\"type\":\"output_text\",\"text\":\"earlier\"}]}]";
+  const char *body = "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+                     "{\"type\":\"item_reference\",\"id\":\"msg_0123456789abcdef0123456789abcdef_1\"},"
+                     "{\"role\":\"user\",\"content\":\"more\"}]}";
+  oa_req_t r;
+  assert_int_equal(oa_parse_responses(body, strlen(body), NULL, refs, &r, &e), 0);
+  assert_int_equal(r.gen->chat->n_messages, 3);
+  assert_string_equal(r.gen->chat->messages[1]->role, "assistant");
+  assert_string_equal(r.gen->chat->messages[1]->content, "earlier");
+  oa_req_free(&r);
+  assert_int_equal(oa_parse_responses(body, strlen(body), NULL, NULL, &r, &e), -1);
+  assert_string_equal(e.param, "input[1]");
 }
 
 /* The events of one message, in order: their types joined with ",". */
