@@ -15,6 +15,7 @@
 #define MAX_LOGPROBS 20
 #define MAX_LOGIT_BIAS 1024
 #define MAX_STOP_IDS 64
+#define MAX_ALLOWED_IDS 16384
 
 int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,
            const char *fmt, ...) {
@@ -442,6 +443,14 @@ static int parse_token_params(json_t *b, Gantry__V1__GenerateRequest *g, oa_erro
       return oa_err(e, 400, NULL, "stop_token_ids", "invalid_value", "'stop_token_ids' has %zu entries (at most %d)", n, MAX_STOP_IDS);
     if (oa_token_ids(st, "stop_token_ids", "stop_token_ids", &g->stop_token_ids, &g->n_stop_token_ids, e)) return -1;
   }
+  json_t *al = json_object_get(b, "allowed_token_ids");
+  if (al && !json_is_null(al)) {
+    if (!json_is_array(al)) return oa_err(e, 400, NULL, "allowed_token_ids", "invalid_type", "'allowed_token_ids' must be an array of token ids");
+    if (json_array_size(al) > MAX_ALLOWED_IDS)
+      return oa_err(e, 400, NULL, "allowed_token_ids", "invalid_value", "'allowed_token_ids' has %zu entries (at most %d)",
+                    json_array_size(al), MAX_ALLOWED_IDS);
+    if (oa_token_ids(al, "allowed_token_ids", "allowed_token_ids", &g->allowed_token_ids, &g->n_allowed_token_ids, e)) return -1;
+  }
   bool v = true;
   int r = get_bool(b, "skip_special_tokens", &v, e);
   if (r < 0) return -1;
@@ -613,7 +622,6 @@ static int refuse_non_default(json_t *b, oa_kind_t kind, oa_error_t *e) {
       {"guided_grammar", "null", "use guided_regex or a JSON schema", 3},
       {"guided_decoding_backend", "null", "there is one grammar engine", 3},
       {"bad_words", "[]", "not implemented", 3},
-      {"allowed_token_ids", "[]", "not implemented", 3},
       {"use_beam_search", "false", "beam search is not implemented", 3},
       {"length_penalty", "1", "it only applies to beam search", 3},
       {"return_token_ids", "false", "not implemented", 3},

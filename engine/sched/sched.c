@@ -23,6 +23,8 @@ typedef struct req {
   sched_req_t r;
   int32_t *tokens;   /* [cap] prompt + generated */
   int32_t *stop_ids; /* copy of r.stop_ids */
+  int32_t *allowed;  /* copy of r.allowed_ids [r.n_allowed] */
+  float *allowed_lg; /* [r.n_allowed] scratch */
   int n_stop_ids;
   int32_t *bias_ids; /* copy of r.bias_ids / r.bias_vals */
   float *bias_vals;
@@ -124,6 +126,8 @@ static void free_req(req_t *q) {
   cons_seq_free(q->cs);
   free(q->tokens);
   free(q->stop_ids);
+  free(q->allowed);
+  free(q->allowed_lg);
   free(q->bias_ids);
   free(q->bias_vals);
   free(q->blocks);
@@ -433,7 +437,13 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
   }
   q->r.bias_ids = NULL;
   q->r.bias_vals = NULL;
-  if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  if (r->n_allowed > 0 && (q->allowed = malloc(sizeof(int32_t) * (size_t)r->n_allowed)) &&
+      (q->allowed_lg = malloc(sizeof(float) * (size_t)r->n_allowed)))
+    memcpy(q->allowed, r->allowed_ids, sizeof(int32_t) * (size_t)r->n_allowed);
+  q->r.allowed_ids = NULL;
+  if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals)) ||
+      (r->n_allowed > 0 && (!q->allowed || !q->allowed_lg)))
+    rc = gt_err_set(err, GT_ENOMEM, "out of memory");
   if (!rc) {
     memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_tokens = r->n_prompt;
@@ -478,6 +488,10 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
         break;
       }
   }
+  for (int i = 0; !rc && i < r->n_allowed; i++)
+    if (r->allowed_ids[i] < 0 || r->allowed_ids[i] >= s->V)
+      rc = gt_err_set_param(err, GT_EINVAL, "allowed_token_ids", "allowed_token_ids: token id %d is outside the vocabulary of %d",
+                            r->allowed_ids[i], s->V);
   for (int i = 0; !rc && i < r->n_bias; i++) {
     if (r->bias_ids[i] < 0 || r->bias_ids[i] >= s->V)
       rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: token id %d is outside the vocabulary of %d", r->bias_ids[i], s->V);
@@ -770,7 +784,7 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
    * lg before the draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
   const int masked = q->cs && cons_seq_active(q->cs);
   const float *raw = lg;
-  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
+  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->r.n_allowed > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
     memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
     raw = s->raw;
   }
@@ -780,6 +794,11 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
   if (lg && !masked && q->n_generated < q->r.min_tokens && !q->r.ignore_eos)
     for (int i = 0; i < 4; i++)
       if (s->eos_ids[i] >= 0 && s->eos_ids[i] < s->V) lg[s->eos_ids[i]] = -INFINITY;
+  if (lg && q->r.n_allowed > 0) { /* allowed_token_ids: every other id to -inf */
+    for (int i = 0; i < q->r.n_allowed; i++) q->allowed_lg[i] = lg[q->allowed[i]];
+    for (int i = 0; i < s->V; i++) lg[i] = -INFINITY;
+    for (int i = 0; i < q->r.n_allowed; i++) lg[q->allowed[i]] = q->allowed_lg[i];
+  }
   if (lg && masked) { /* host path: the mask now (the device path applied it on the backend) */
     const double t0 = now_ms();
     q->cons_end = cons_mask_end(cons_seq_mask(q->cs, s->h_mask1, s->V));
@@ -836,6 +855,7 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
     if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
     if (q->n_generated < q->r.min_tokens) return 0; /* EOS is masked on the host until min_tokens */
+    if (q->r.n_allowed > 0) return 0;              /* allowed_token_ids: masked on the host */
     if (q->cs && !s->d_mask) return 0; /* no logits_mask op: masked on the host */
   }
   int o = 0;

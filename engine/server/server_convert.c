@@ -245,6 +245,8 @@ int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_
   /* a chat with thinking on whose prompt did not open <think> (Qwen3): the model may open it */
   q->cons_may_think = chat && !opens_reasoning && (!r->chat->enable_thinking_opt_case || r->chat->enable_thinking);
   q->cache_salt = srv_conv_salt(r->cache_salt);
+  q->allowed_ids = r->allowed_token_ids;
+  q->n_allowed = (int)r->n_allowed_token_ids;
   return GT_OK;
 }
 

@@ -561,6 +561,11 @@ static void test_params_supported_or_refused(void **st) {
   assert_false(r.gen->chat->enable_thinking); /* the explicit kwarg wins */
   oa_req_free(&r);
   expect_err(OA_CHAT, CHAT("\"request_id\":\"a b\""), 400, "invalid_value", "request_id");
+  assert_int_equal(parse(OA_CHAT, CHAT("\"allowed_token_ids\":[5,9]"), &r, &e), 0);
+  assert_int_equal(r.gen->n_allowed_token_ids, 2);
+  assert_int_equal(r.gen->allowed_token_ids[1], 9);
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"allowed_token_ids\":[-1]"), 400, "invalid_value", "allowed_token_ids");
   assert_int_equal(parse(OA_CHAT, CHAT("\"continue_final_message\":true"), &r, &e), 0);
   assert_true(r.gen->chat->continue_final_message);
   oa_req_free(&r);
@@ -574,7 +579,6 @@ static void test_params_supported_or_refused(void **st) {
   /* refused unless at their default (the default passes) */
   static const char *const refused[][3] = {
       {"\"bad_words\":[\"x\"]", "bad_words", "\"bad_words\":[]"},
-      {"\"allowed_token_ids\":[1]", "allowed_token_ids", "\"allowed_token_ids\":null"},
       {"\"use_beam_search\":true", "use_beam_search", "\"use_beam_search\":false"},
       {"\"length_penalty\":0.5", "length_penalty", "\"length_penalty\":1"},
       {"\"return_token_ids\":true", "return_token_ids", "\"return_token_ids\":false"},

@@ -81,6 +81,8 @@ typedef struct {
   int32_t bias_id;        /* >= 0: bias_val (0: +100) on this id */
   float bias_val;
   int32_t bias_id2;       /* > 0: the same bias on this id too */
+  const int32_t *allowed; /* allowed_token_ids [n_allowed] */
+  int n_allowed;
   int ignore_eos;
   const char *tools_json; /* parse tool calls */
   int max_tokens;         /* 0: 300 */
@@ -109,6 +111,8 @@ static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
   const float plus = o->bias_val != 0 ? o->bias_val : 100;
   r.ignore_eos = o->ignore_eos;
   r.min_tokens = o->min_tokens;
+  r.allowed_ids = o->allowed;
+  r.n_allowed = o->n_allowed;
   const int32_t ids[2] = {o->bias_id, o->bias_id2};
   const float vals[2] = {plus, plus};
   if (o->bias_id >= 0) {
@@ -467,6 +471,18 @@ static void test_min_tokens_eos_bias(void **state) {
   assert_int_equal(o.ids[5], tok_eos(f->tok));
 }
 
+/* allowed_token_ids: every sampled token is one of them (temperature 1, EOS ignored). */
+static void test_allowed_token_ids(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  static const int32_t allowed[] = {100, 137, 211};
+  req_opts_t ro = {.temperature = 1.0f, .seed = 4, .logprobs = -1, .bias_id = -1, .ignore_eos = 1, .max_tokens = 24,
+                   .allowed = allowed, .n_allowed = 3};
+  run1(f, &ro, &o);
+  assert_int_equal(o.n, 24);
+  for (int i = 0; i < o.n; i++) assert_true(o.ids[i] == 100 || o.ids[i] == 137 || o.ids[i] == 211);
+}
+
 /* Bad specs are refused with the grammar's message; the cache is bounded (LRU). */
 static void test_errors_and_cache(void **state) {
   fx_t *f = *state;
@@ -762,7 +778,7 @@ int main(void) {
       cmocka_unit_test(test_think_masked),          cmocka_unit_test(test_think_budget),
       cmocka_unit_test(test_tool_calls_several),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
-      cmocka_unit_test(test_min_tokens_eos_bias),
+      cmocka_unit_test(test_min_tokens_eos_bias),   cmocka_unit_test(test_allowed_token_ids),
       cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
       cmocka_unit_test(test_mask_cache_shared),     cmocka_unit_test(test_mask_cache_full),
       cmocka_unit_test(test_mask_cache_threads),
