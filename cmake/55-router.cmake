@@ -4,9 +4,12 @@
 add_library(gantry_sha256 STATIC common/sha256.c)
 gt_add_test(test_router_sha256 SOURCES tests/unit/test_router_sha256.c LIBS gantry_sha256 TIMEOUT 60)
 
-add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c)
+add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c router/openai_responses_req.c
+  router/openai_responses_resp.c)
 target_link_libraries(gantry_router_core PUBLIC gantry_proto gantry_common PkgConfig::JANSSON)
 gt_add_test(test_router_openai SOURCES tests/unit/test_router_openai.c
+  LIBS gantry_router_core gantry_grpc TIMEOUT 60)
+gt_add_test(test_router_responses SOURCES tests/unit/test_router_responses.c
   LIBS gantry_router_core gantry_grpc TIMEOUT 60)
 
 gt_protoc_c(GANTRY_ROUTER_PROTO_SRCS protos/gantry/v1/router.proto)
@@ -17,7 +20,7 @@ target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
 
 add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router.c router/dataguard.c router/rq.c router/auth.c
   router/metrics.c router/config.c router/http.c router/http_errpage.c router/grpc_front.c router/registry.c
-  router/register_cmd.c)
+  router/register_cmd.c router/responses_store.c)
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
   gantry_grpc gantry_sha256 PkgConfig::LIBEVENT)
 
@@ -55,8 +58,10 @@ endforeach()
 add_test(NAME test_router_e2e_tp2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real tp.test.mjs)
 set_tests_properties(test_router_e2e_tp2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TP=2")
-# the structured-output tests of openai.test.mjs again on the demo model (it only writes Python)
-add_test(NAME test_router_e2e_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real ${CMAKE_SOURCE_DIR}/tests/e2e/openai.test.mjs)
+# the structured-output tests of openai.test.mjs, responses.test.mjs and clients.test.mjs on the demo model
+# (it only writes Python)
+add_test(NAME test_router_e2e_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real ${CMAKE_SOURCE_DIR}/tests/e2e/openai.test.mjs
+  ${CMAKE_SOURCE_DIR}/tests/e2e/responses.test.mjs ${CMAKE_SOURCE_DIR}/tests/e2e/clients.test.mjs)
 set_tests_properties(test_router_e2e_demo PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_E2E_MODEL=${CMAKE_SOURCE_DIR}/tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf;GANTRY_E2E_TEST_ARGS=--test-name-pattern=structured")
 gt_add_test(test_router_caps SOURCES tests/integration/test_router_caps.c
@@ -72,6 +77,9 @@ target_link_libraries(router-bench PRIVATE gantry_router_harness gantry_test_red
 gt_add_test(test_router_auth SOURCES tests/integration/test_router_auth.c
   LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 120)
 add_dependencies(test_router_auth gantry-router)
+gt_add_test(test_router_responses_store SOURCES tests/integration/test_router_responses.c
+  LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS PkgConfig::JANSSON TIMEOUT 120)
+add_dependencies(test_router_responses_store gantry-router)
 gt_add_test(test_router_flow SOURCES tests/integration/test_router_flow.c
   LIBS gantry_router_harness gantry_router_proto gantry_test_redis TIMEOUT 120)
 add_dependencies(test_router_flow gantry-router)

@@ -14,6 +14,7 @@ const char *rt_usage(void) {
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
+         "                     [--responses-ttl-s S] [--cors-origins LIST]\n"
          "       gantry-router --version\n"
          "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
          "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
@@ -27,7 +28,9 @@ const char *rt_usage(void) {
          "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
          "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n"
          "  --stream-buffer-bytes bounds the unsent output of each stream (SSE and gRPC); a stream kept\n"
-         "  full for --stream-write-timeout-s is cancelled.\n";
+         "  full for --stream-write-timeout-s is cancelled.\n"
+         "  --responses-ttl-s: how long stored /v1/responses stay in Redis. --cors-origins: origins\n"
+         "  (comma-separated, * = any) whose browser requests get CORS headers.\n";
 }
 
 void rt_config_defaults(rt_config_t *c) {
@@ -44,6 +47,7 @@ void rt_config_defaults(rt_config_t *c) {
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
   c->drain_timeout_s = 30;
+  c->responses_ttl_s = 86400;
   c->engine_stale_ms = 10000;
   c->auth_required = true;
   const char *ak = getenv("GANTRY_ADMIN_KEY");
@@ -116,6 +120,10 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
       else if (!strcmp(v, "none")) c->auth_required = false;
       else return gt_err_set(err, GT_EINVAL, "--auth %s: expected keys or none", v);
     } else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
+    else if (!strcmp(a, "--cors-origins")) {
+      if (strlen(v) >= sizeof c->cors_origins) return gt_err_set(err, GT_EINVAL, "--cors-origins: list too long");
+      snprintf(c->cors_origins, sizeof c->cors_origins, "%s", v);
+    }
     else if (!strcmp(a, "--reasoning-field")) {
       if (!strcmp(v, "both")) c->reasoning_field = OA_REASONING_BOTH;
       else if (!strcmp(v, "reasoning")) c->reasoning_field = OA_REASONING_ONLY;
@@ -128,6 +136,7 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
           {"--stream-write-timeout-s", 1, 3600, &c->stream_write_timeout_s, 0},
           {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},
           {"--drain-timeout-s", 0, 3600, &c->drain_timeout_s, 0},
+          {"--responses-ttl-s", 1, 365L * 86400, &c->responses_ttl_s, 0},
           {"--health-ms", 50, 600000, &c->health_ms, 0},
           {"--request-timeout-s", 1, 86400, &c->request_timeout_ms, 0},
           {"--lease-ttl-ms", 300, 3600000, &c->lease_ttl_ms, 0},

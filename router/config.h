@@ -27,6 +27,8 @@ typedef struct rt_config {
   int health_ms;         /* health check period; default 1000 */
   int request_timeout_ms;/* engine stream deadline; default 600000 */
   int drain_timeout_s;   /* SIGTERM: live streams get this long to finish; default 30 */
+  int responses_ttl_s;   /* stored /v1/responses live this long in Redis; default 86400 */
+  char cors_origins[1024]; /* --cors-origins: comma-separated allowed origins, "*" = any; "" = no CORS */
   int engine_stale_ms;   /* registered engine without heartbeat for this long: not routable */
   int lease_ttl_ms, queue_timeout_ms, hold_ms, default_max_inflight, default_max_queued;
 } rt_config_t;

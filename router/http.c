@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "router/http.h"
 #include "router/http_errpage.h"
+#include "router/responses_store.h"
 #include "router/router.h"
 
 struct hreq;
@@ -36,12 +37,14 @@ struct http_front {
 #define GANTRY_VERSION "unknown"
 #endif
 
-/* R_MODEL is /v1/models/{id} (a prefix match); the others are exact paths. */
+/* R_MODEL is /v1/models/{id} and R_RESPONSE /v1/responses/{id} (prefix matches); the others
+ * are exact paths. */
 enum { R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_READY, R_VERSION, R_METRICS,
-       R_LIMITS, R_QUEUES, R_OTHER };
+       R_LIMITS, R_QUEUES, R_RESPONSES, R_RESPONSE, R_OTHER };
 static const char *route_names[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{id}",
                                     "/tokenize", "/detokenize", "/health", "/ready", "/version", "/metrics",
-                                    "/admin/limits", "/admin/queues", "other"};
+                                    "/admin/limits", "/admin/queues", "/v1/responses", "/v1/responses/{id}",
+                                    "other"};
 
 typedef struct hreq {
   router_t *rt;
@@ -283,6 +286,13 @@ static void maybe_pause(hreq_t *h, const rq_event_t *ev) {
   *ev->pause = true;
 }
 
+/* /v1/responses with store: the finished response's record goes to Redis (under its TTL). */
+static void store_response(hreq_t *h) {
+  char *rec = h->route == R_RESPONSES ? oa_resp_record(h->resp, h->tenant) : NULL;
+  if (rec) rstore_put(h->rt->rc, h->rt->cfg.key_prefix, oa_resp_id(h->resp), rec, h->rt->cfg.responses_ttl_s);
+  free(rec);
+}
+
 static void on_rq_event(void *sink, const rq_event_t *ev) {
   hreq_t *h = sink;
   if (ev->kind == RQ_EV_ERROR) {
@@ -315,6 +325,7 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
     oa_sb_t sb = {0};
     if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) oa_resp_delta(h->resp, r->delta, &sb);
     else if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL) oa_resp_final_sse(h->resp, r->final, &sb);
+    if (ev->final) store_response(h); /* before the client can ask for it */
     send_sse(h, &sb);
     oa_sb_free(&sb);
     if (ev->final) {
@@ -341,18 +352,16 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
       return;
     }
     char *s = oa_resp_body(h->resp, r->final);
+    store_response(h);
     reply_json(h, 200, s ? s : "{}");
     free(s);
   }
 }
 
-static void gen_after_auth(hreq_t *h) {
+/* Starts the generation of h->oa (parsed); history: see gen_parsed's caller. */
+static void gen_parsed(hreq_t *h) {
   oa_error_t e;
-  if (oa_parse_request(h->route == R_CHAT ? OA_CHAT : OA_COMPLETION, h->body, h->body_len, &h->oa, &e)) {
-    metrics_reject(h->rt->metrics, "bad_request");
-    reply_error(h, &e, 0);
-    return;
-  }
+  if (h->oa.request_id[0]) snprintf(h->id, sizeof h->id, "%s", h->oa.request_id); /* the body's request_id */
   h->resp = oa_resp_new(&h->oa, h->id, (int64_t)time(NULL), h->rt->cfg.reasoning_field);
   if (!h->resp) {
     reply_errf(h, 500, "server_error", NULL, "out of memory");
@@ -362,6 +371,111 @@ static void gen_after_auth(hreq_t *h) {
   h->oa.gen = NULL;
   h->rq = rq_start(h->rt, h->oa.model, h->tenant, h->id, gen, on_rq_event, h, &e);
   if (!h->rq) reply_error(h, &e, 0);
+}
+
+/* Parses h's body (history / refs: a /v1/responses stored response's items, see
+ * oa_parse_responses, or NULL) and starts it. */
+static void gen_parse(hreq_t *h, const char *history, const char *refs) {
+  oa_error_t e;
+  int rc = h->route == R_RESPONSES ? oa_parse_responses(h->body, h->body_len, history, refs, &h->oa, &e)
+                                   : oa_parse_request(h->route == R_CHAT ? OA_CHAT : OA_COMPLETION, h->body, h->body_len,
+                                                      &h->oa, &e);
+  if (rc) {
+    metrics_reject(h->rt->metrics, "bad_request");
+    reply_error(h, &e, 0);
+    return;
+  }
+  gen_parsed(h);
+}
+
+/* A stored response read for h (GET, DELETE, previous_response_id): the record, when it exists
+ * and belongs to h's tenant (another tenant's is "not found" too), else a 404 / 503 reply (then
+ * NULL). Caller decrefs. */
+static json_t *own_record(hreq_t *h, rstore_status_t st, const char *rec, size_t len, const char *id,
+                          const char *param) {
+  const char *tenant = NULL;
+  json_t *o = st == RSTORE_OK ? oa_record_parse(rec, len, &tenant) : NULL;
+  if (o && !strcmp(tenant, h->tenant)) return o;
+  json_decref(o);
+  oa_error_t e;
+  if (st == RSTORE_UNAVAILABLE)
+    oa_err(&e, 503, "server_error", param, "store_unavailable", "cannot read stored responses: Redis is unreachable");
+  else
+    oa_err(&e, 404, "invalid_request_error", param, "not_found", "Response with id '%.80s' not found.", id);
+  reply_error(h, &e, 0);
+  return NULL;
+}
+
+static void on_prev_response(void *arg, rstore_status_t st, const char *rec, size_t len) {
+  hreq_t *h = arg;
+  if (drop_if_gone(h)) return;
+  char id[OA_RESP_ID_MAX + 1];
+  const int kind = oa_responses_prev_id(h->body, h->body_len, id, sizeof id, NULL);
+  if (kind == 2 && st == RSTORE_MISSING) { /* an item_reference to no stored response: the parser says so */
+    gen_parse(h, NULL, NULL);
+    return;
+  }
+  json_t *o = own_record(h, st, rec, len, id, kind == 2 ? "input" : "previous_response_id");
+  if (!o) return;
+  char *items = json_dumps(json_object_get(o, "items"), JSON_COMPACT);
+  json_decref(o);
+  if (!items) reply_errf(h, 500, "server_error", NULL, "out of memory");
+  else gen_parse(h, kind == 2 ? NULL : items, kind == 2 ? items : NULL);
+  free(items);
+}
+
+static void gen_after_auth(hreq_t *h) {
+  char prev[OA_RESP_ID_MAX + 1];
+  oa_error_t e;
+  int p = h->route == R_RESPONSES ? oa_responses_prev_id(h->body, h->body_len, prev, sizeof prev, &e) : 0;
+  if (p < 0) {
+    metrics_reject(h->rt->metrics, "bad_request");
+    reply_error(h, &e, 0);
+  } else if (p == 0) {
+    gen_parse(h, NULL, NULL);
+  } else if (rstore_get(h->rt->rc, h->rt->cfg.key_prefix, prev, on_prev_response, h) != GT_OK) {
+    on_prev_response(h, RSTORE_UNAVAILABLE, NULL, 0);
+  }
+}
+
+/* GET / DELETE /v1/responses/{id} */
+static void response_id_of(hreq_t *h, char *id, size_t n) {
+  const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(h->req);
+  const char *path = u ? evhttp_uri_get_path(u) : NULL;
+  snprintf(id, n, "%s", path ? path + strlen("/v1/responses/") : "");
+}
+
+static void on_response_deleted(void *arg, rstore_status_t st) {
+  hreq_t *h = arg;
+  if (drop_if_gone(h)) return;
+  char id[OA_RESP_ID_MAX + 1];
+  response_id_of(h, id, sizeof id);
+  if (st == RSTORE_OK) reply_jobj(h, 200, json_pack("{s:s,s:s,s:b}", "id", id, "object", "response", "deleted", 1));
+  else own_record(h, st, NULL, 0, id, NULL); /* the 404 / 503 */
+}
+
+static void on_response_read(void *arg, rstore_status_t st, const char *rec, size_t len) {
+  hreq_t *h = arg;
+  if (drop_if_gone(h)) return;
+  char id[OA_RESP_ID_MAX + 1];
+  response_id_of(h, id, sizeof id);
+  json_t *o = own_record(h, st, rec, len, id, NULL);
+  if (!o) return;
+  if (evhttp_request_get_command(h->req) == EVHTTP_REQ_DELETE) {
+    json_decref(o);
+    if (rstore_del(h->rt->rc, h->rt->cfg.key_prefix, id, on_response_deleted, h) != GT_OK)
+      on_response_deleted(h, RSTORE_UNAVAILABLE);
+    return;
+  }
+  reply_jobj(h, 200, json_incref(json_object_get(o, "response")));
+  json_decref(o);
+}
+
+static void response_after_auth(hreq_t *h) {
+  char id[OA_RESP_ID_MAX + 1];
+  response_id_of(h, id, sizeof id);
+  if (rstore_get(h->rt->rc, h->rt->cfg.key_prefix, id, on_response_read, h) != GT_OK)
+    on_response_read(h, RSTORE_UNAVAILABLE, NULL, 0);
 }
 
 /* ---- requests waiting on a callback ---- */
@@ -689,7 +803,9 @@ static void on_auth(void *arg, auth_status_t st, const char *tenant) {
   snprintf(h->tenant, sizeof h->tenant, "%s", tenant);
   switch (h->route) {
     case R_CHAT:
-    case R_COMPL: gen_after_auth(h); break;
+    case R_COMPL:
+    case R_RESPONSES: gen_after_auth(h); break;
+    case R_RESPONSE: response_after_auth(h); break;
     case R_TOKENIZE: tokenize_after_auth(h); break;
     case R_DETOKENIZE: detokenize_after_auth(h); break;
     case R_MODELS:
@@ -793,10 +909,44 @@ static void ready(hreq_t *h) {
   reply_jobj(h, ok ? 200 : 503, o);
 }
 
+/* CORS (--cors-origins: comma-separated origins, "*" = any): a request whose Origin is allowed
+ * gets Access-Control-Allow-Origin on every answer; a preflight (OPTIONS) is answered 204 here
+ * with the methods and headers allowed. Returns true when h was answered (a preflight). */
+static bool cors(hreq_t *h, enum evhttp_cmd_type m) {
+  struct evkeyvalq *in = evhttp_request_get_input_headers(h->req), *out = evhttp_request_get_output_headers(h->req);
+  const char *origin = evhttp_find_header(in, "Origin"), *list = h->rt->cfg.cors_origins;
+  bool ok = false;
+  for (const char *p = list; origin && *p && !ok;) {
+    size_t n = strcspn(p, ",");
+    while (n && p[n - 1] == ' ') n--;
+    ok = (n == 1 && *p == '*') || (n == strlen(origin) && !strncmp(p, origin, n));
+    p += strcspn(p, ",");
+    while (*p == ',' || *p == ' ') p++;
+  }
+  if (ok) {
+    evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
+    evhttp_add_header(out, "Vary", "Origin");
+    evhttp_add_header(out, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+  }
+  if (m != EVHTTP_REQ_OPTIONS) return false;
+  evhttp_add_header(out, "Allow", "GET, POST, PUT, DELETE, OPTIONS");
+  if (ok) {
+    const char *rh = evhttp_find_header(in, "Access-Control-Request-Headers");
+    evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, POST, PUT, DELETE, OPTIONS");
+    evhttp_add_header(out, "Access-Control-Allow-Headers",
+                      rh && strlen(rh) < 1024 && !strpbrk(rh, "\r\n") ? rh : "authorization, content-type, x-api-key, x-request-id");
+    evhttp_add_header(out, "Access-Control-Max-Age", "600");
+  }
+  evhttp_send_reply(h->req, 204, "No Content", NULL);
+  finish(h, 204);
+  return true;
+}
+
 static int route_of(const char *path) {
   for (int i = 0; i < R_OTHER; i++)
-    if (i != R_MODEL && !strcmp(path, route_names[i])) return i;
+    if (i != R_MODEL && i != R_RESPONSE && !strcmp(path, route_names[i])) return i;
   if (!strncmp(path, "/v1/models/", strlen("/v1/models/")) && path[strlen("/v1/models/")]) return R_MODEL;
+  if (!strncmp(path, "/v1/responses/", strlen("/v1/responses/")) && path[strlen("/v1/responses/")]) return R_RESPONSE;
   return R_OTHER;
 }
 
@@ -820,6 +970,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
   h->route = route;
   enum evhttp_cmd_type m = evhttp_request_get_command(req);
   h->conn = evhttp_request_get_connection(req);
+  if (cors(h, m)) return;
 
   switch (h->route) {
     case R_HEALTH: reply_jobj(h, 200, json_pack("{s:s}", "status", "ok")); return;
@@ -828,7 +979,7 @@ static void on_request(struct evhttp_request *req, void *arg) {
     case R_MODELS:
     case R_MODEL:
     case R_METRICS:
-      if (!hf->rt->cfg.protect_info) {
+      if (!hf->rt->cfg.protect_info && m != EVHTTP_REQ_DELETE) { /* DELETE: 405 below */
         info_after_auth(h);
         return;
       }
@@ -845,12 +996,13 @@ static void on_request(struct evhttp_request *req, void *arg) {
   bool info = h->route == R_MODELS || h->route == R_MODEL || h->route == R_METRICS;
   bool ok_method = info    ? m == EVHTTP_REQ_GET
                    : admin ? (m == EVHTTP_REQ_GET || (h->route == R_LIMITS && m == EVHTTP_REQ_PUT))
-                           : m == EVHTTP_REQ_POST;
+                   : h->route == R_RESPONSE ? (m == EVHTTP_REQ_GET || m == EVHTTP_REQ_DELETE)
+                                            : m == EVHTTP_REQ_POST;
   if (!ok_method) {
     reply_errf(h, 405, "invalid_request_error", "method_not_allowed", "method not allowed on this route");
     return;
   }
-  if (m != EVHTTP_REQ_GET && !json_content_type(evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type"))) {
+  if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_DELETE && !json_content_type(evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type"))) {
     reply_errf(h, 415, "invalid_request_error", "unsupported_media_type",
                "Content-Type must be application/json");
     return;
@@ -896,7 +1048,8 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   evhttp_set_flags(hf->http, EVHTTP_SERVER_LINGERING_CLOSE);
   evhttp_set_bevcb(hf->http, http_errpage_bev, NULL);
   evhttp_set_timeout(hf->http, rt->cfg.http_timeout_s);
-  evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD);
+  evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS);
   evhttp_set_gencb(hf->http, on_request, hf);
   errno = 0;
   struct evhttp_bound_socket *s = evhttp_bind_socket_with_handle(hf->http, host, (ev_uint16_t)port);

@@ -16,7 +16,8 @@
 #include "common/utf8.h"
 #include "gantry/v1/engine.pb-c.h"
 
-typedef enum { OA_CHAT = 0, OA_COMPLETION = 1 } oa_kind_t;
+/* OA_RESPONSES: /v1/responses (router/openai_responses_*.c), parsed into a chat request. */
+typedef enum { OA_CHAT = 0, OA_COMPLETION = 1, OA_RESPONSES = 2 } oa_kind_t;
 
 /* Most choices per request (n); the engine may refuse fewer (its max_num_seqs, its KV pool). */
 #define OA_MAX_N 16
@@ -61,10 +62,18 @@ typedef struct oa_req {
   bool continuous_usage;    /* stream_options.continuous_usage_stats (vLLM) */
   bool logprobs;            /* logprobs requested (chat: logprobs true; completions: logprobs n) */
   bool has_tools;
+  bool legacy_functions;    /* the request used functions / function_call: answers use function_call */
+  bool one_tool_call;       /* parallel_tool_calls false (or legacy functions): calls after the first are dropped */
+  char request_id[40];      /* the body's request_id (vLLM): the request's id when set, else "" */
   int n_prompts;            /* completions: prompts in the request (a list: > 1); chat: 1 */
   char **echo_texts;        /* completions with echo: [n_prompts] each prompt's text, which
                                precedes its choices' text (owned; NULL without echo) */
   Gantry__V1__GenerateRequest *gen; /* owned: what goes to the engine (free with oa_req_free) */
+  /* OA_RESPONSES only (owned; NULL otherwise) */
+  json_t *rs_echo;          /* request fields the response object repeats (instructions, tools, ...) */
+  json_t *rs_items;         /* the conversation as Responses items: the previous response's
+                               items (previous_response_id) followed by this request's input */
+  bool rs_store;            /* store (default true): keep the response for GET / previous_response_id */
 } oa_req_t;
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) as a /v1/chat/completions
@@ -75,6 +84,25 @@ typedef struct oa_req {
  * logprobs, ranges of the sampling values. */
 int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out, oa_error_t *e);
 void oa_req_free(oa_req_t *r);
+
+/* ---- /v1/responses (router/openai_responses_req.c) ---------------------------------------- */
+/* Most characters of a response id ("resp_" + 32 hex). */
+#define OA_RESP_ID_MAX 64
+/* The stored response a /v1/responses body needs, into out (n bytes): its previous_response_id
+ * (1), else the response of its first item_reference (2: an item id rs_/msg_/fc_<hex>_<i> names
+ * its response resp_<hex>), else none (0); -1 with e filled (400) when the body is not JSON or
+ * previous_response_id not a string of the form resp_<hex>. */
+int oa_responses_prev_id(const char *body, size_t len, char *out, size_t n, oa_error_t *e);
+/* Parses a /v1/responses body into out (kind OA_RESPONSES, gen a chat request). history: the
+ * JSON array text of the previous response's items (its record's "items", see
+ * oa_resp_record), or NULL; refs: items that item_reference may name without being history
+ * (the record of oa_responses_prev_id's case 2), or NULL. An item_reference is looked up in
+ * history, then refs. 0, or -1 with e filled (400 naming the Responses parameter). */
+int oa_parse_responses(const char *body, size_t len, const char *history, const char *refs, oa_req_t *out,
+                       oa_error_t *e);
+/* A stored record (JSON text, see oa_resp_record) parsed: the record object (caller decrefs;
+ * "response" and "items" inside) and *tenant pointing into it; NULL when it is not a record. */
+json_t *oa_record_parse(const char *rec, size_t len, const char **tenant);
 
 /* 1 if s[0..n) is valid UTF-8 (no overlongs, no surrogates): the shared validator. */
 static inline int oa_utf8_valid(const char *s, size_t n) { return gt_utf8_valid(s, n); }
@@ -109,6 +137,12 @@ const char *oa_resp_error(const oa_resp_t *r);
 /* Non-streaming: the whole chat.completion / text_completion JSON (malloc'd), with f (the last
  * Final) recorded first; choices in index order, usage summed as in oa_resp_final_sse. */
 char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f);
+/* OA_RESPONSES: the record to store after the body / the last event was made (JSON text,
+ * malloc'd: {"tenant", "response", "items"}, items = the request's rs_items followed by the
+ * output items), or NULL when the request said store: false, it failed, or out of memory. */
+char *oa_resp_record(const oa_resp_t *r, const char *tenant);
+/* OA_RESPONSES: the response id ("resp_..."). */
+const char *oa_resp_id(const oa_resp_t *r);
 /* Tokens seen so far (sum of token_ids over deltas). */
 uint32_t oa_resp_tokens(const oa_resp_t *r);
 

@@ -15,6 +15,7 @@
 #define MAX_LOGPROBS 20
 #define MAX_LOGIT_BIAS 1024
 #define MAX_STOP_IDS 64
+#define MAX_ALLOWED_IDS 16384
 
 int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,
            const char *fmt, ...) {
@@ -129,7 +130,8 @@ static int content_text(json_t *c, int idx, char **out, oa_error_t *e) {
       oa_sb_free(&sb);
       return oa_err(e, 400, NULL, param, "invalid_type", "'%s[%zu].text' must be a string", param, i);
     }
-    if (oa_sb_append(&sb, json_string_value(tx), json_string_length(tx))) {
+    /* parts are joined with "\n" (as vLLM does; Qwen Code sends every user turn in parts) */
+    if ((i > 0 && oa_sb_append(&sb, "\n", 1)) || oa_sb_append(&sb, json_string_value(tx), json_string_length(tx))) {
       oa_sb_free(&sb);
       return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
     }
@@ -186,6 +188,7 @@ static int parse_messages(json_t *body, Gantry__V1__ChatInput *chat, oa_error_t 
       return oa_err(e, 400, NULL, param, "invalid_type", "'%s.role' must be a string", param);
     const char *r = json_string_value(role);
     if (!strcmp(r, "developer")) r = "system";
+    if (!strcmp(r, "function")) r = "tool"; /* the legacy functions API's result message */
     if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
       return oa_err(e, 400, NULL, param, "invalid_value",
                     "'%s.role' must be one of system, developer, user, assistant, tool (got '%s')",
@@ -440,6 +443,14 @@ static int parse_token_params(json_t *b, Gantry__V1__GenerateRequest *g, oa_erro
       return oa_err(e, 400, NULL, "stop_token_ids", "invalid_value", "'stop_token_ids' has %zu entries (at most %d)", n, MAX_STOP_IDS);
     if (oa_token_ids(st, "stop_token_ids", "stop_token_ids", &g->stop_token_ids, &g->n_stop_token_ids, e)) return -1;
   }
+  json_t *al = json_object_get(b, "allowed_token_ids");
+  if (al && !json_is_null(al)) {
+    if (!json_is_array(al)) return oa_err(e, 400, NULL, "allowed_token_ids", "invalid_type", "'allowed_token_ids' must be an array of token ids");
+    if (json_array_size(al) > MAX_ALLOWED_IDS)
+      return oa_err(e, 400, NULL, "allowed_token_ids", "invalid_value", "'allowed_token_ids' has %zu entries (at most %d)",
+                    json_array_size(al), MAX_ALLOWED_IDS);
+    if (oa_token_ids(al, "allowed_token_ids", "allowed_token_ids", &g->allowed_token_ids, &g->n_allowed_token_ids, e)) return -1;
+  }
   bool v = true;
   int r = get_bool(b, "skip_special_tokens", &v, e);
   if (r < 0) return -1;
@@ -592,10 +603,140 @@ static int parse_constraint(json_t *b, Gantry__V1__GenerateRequest *g, oa_error_
   return 0;
 }
 
+/* A value that is absent, null, or equal to the default (JSON) def: 1; else 0. */
+static int is_default(json_t *v, const char *def) {
+  if (!v || json_is_null(v)) return 1;
+  json_t *d = json_loads(def, JSON_DECODE_ANY, NULL);
+  int eq = json_equal(v, d) || (json_is_array(v) && !json_array_size(v) && json_is_array(d)) ||
+           (json_is_object(v) && !json_object_size(v) && json_is_object(d));
+  json_decref(d);
+  return eq;
+}
+
+/* vLLM parameters gantry does not implement: accepted only at their default (a value that would
+ * change the result is a 400 naming it; router/README.md lists them). */
+static int refuse_non_default(json_t *b, oa_kind_t kind, oa_error_t *e) {
+  static const struct { const char *key, *def, *why; int kinds; } k_params[] = {
+      {"guided_whitespace_pattern", "null", "the grammar's whitespace is fixed", 3},
+      {"structural_tag", "null", "use tools with tool_choice", 3},
+      {"guided_grammar", "null", "use guided_regex or a JSON schema", 3},
+      {"guided_decoding_backend", "null", "there is one grammar engine", 3},
+      {"bad_words", "[]", "not implemented", 3},
+      {"use_beam_search", "false", "beam search is not implemented", 3},
+      {"length_penalty", "1", "it only applies to beam search", 3},
+      {"return_token_ids", "false", "not implemented", 3},
+      {"documents", "[]", "retrieval documents are not rendered by the chat templates served here", 1},
+      {"echo", "false", "chat echo is not implemented (completions has echo)", 1},
+      {"add_special_tokens", "false", "the chat template adds the special tokens", 1},
+      {"add_special_tokens", "true", "prompts are tokenized with the model's special tokens", 2},
+      {"mm_processor_kwargs", "null", "text models only", 3},
+  };
+  for (size_t i = 0; i < sizeof k_params / sizeof *k_params; i++) {
+    if (!(k_params[i].kinds & (kind == OA_COMPLETION ? 2 : 1))) continue;
+    json_t *v = json_object_get(b, k_params[i].key);
+    if (!is_default(v, k_params[i].def))
+      return oa_err(e, 400, NULL, k_params[i].key, "unsupported_value", "'%s' is not supported here (%s)", k_params[i].key,
+                    k_params[i].why);
+  }
+  json_t *kw = json_object_get(b, "chat_template_kwargs");
+  const char *k;
+  json_t *v;
+  if (json_is_object(kw)) json_object_foreach(kw, k, v) {
+      if (strcmp(k, "enable_thinking"))
+        return oa_err(e, 400, NULL, "chat_template_kwargs", "unsupported_value",
+                      "'chat_template_kwargs.%.60s' is not supported (only enable_thinking)", k);
+    }
+  return 0;
+}
+
+/* vLLM's structured_outputs {json, regex, choice, json_object, grammar, structural_tag, ...} ->
+ * the guided_* fields it replaced (then parsed as those, under the name structured_outputs). */
+static int map_structured_outputs(json_t *b, oa_error_t *e) {
+  json_t *so = json_object_get(b, "structured_outputs");
+  if (!so || json_is_null(so)) return 0;
+  if (!json_is_object(so)) return oa_err(e, 400, NULL, "structured_outputs", "invalid_type", "'structured_outputs' must be an object");
+  static const char *const k_refused[] = {"grammar", "structural_tag", "whitespace_pattern"};
+  for (size_t i = 0; i < 3; i++)
+    if (!is_default(json_object_get(so, k_refused[i]), "null"))
+      return oa_err(e, 400, NULL, "structured_outputs", "unsupported_value", "'structured_outputs.%s' is not supported",
+                    k_refused[i]);
+  static const char *const k_flags[] = {"disable_any_whitespace", "disable_additional_properties"};
+  for (size_t i = 0; i < 2; i++)
+    if (!is_default(json_object_get(so, k_flags[i]), "false"))
+      return oa_err(e, 400, NULL, "structured_outputs", "unsupported_value", "'structured_outputs.%s' is not supported",
+                    k_flags[i]);
+  json_t *df = json_object_get(so, "disable_fallback"); /* one grammar engine: never a fallback */
+  if (df && !json_is_null(df) && !json_is_boolean(df))
+    return oa_err(e, 400, NULL, "structured_outputs", "invalid_type", "'structured_outputs.disable_fallback' must be a boolean");
+  int n = 0;
+  static const char *const k_map[][2] = {{"json", "guided_json"}, {"regex", "guided_regex"}, {"choice", "guided_choice"}};
+  for (size_t i = 0; i < 3; i++) {
+    json_t *v = json_object_get(so, k_map[i][0]);
+    if (!v || json_is_null(v)) continue;
+    if (json_object_get(b, k_map[i][1]))
+      return oa_err(e, 400, NULL, "structured_outputs", "invalid_value", "'structured_outputs' cannot be combined with '%s'",
+                    k_map[i][1]);
+    json_object_set(b, k_map[i][1], v);
+    n++;
+  }
+  json_t *jo = json_object_get(so, "json_object");
+  if (jo && !json_is_null(jo)) {
+    if (!json_is_boolean(jo)) return oa_err(e, 400, NULL, "structured_outputs", "invalid_type", "'structured_outputs.json_object' must be a boolean");
+    if (json_is_true(jo)) {
+      if (json_object_get(b, "response_format"))
+        return oa_err(e, 400, NULL, "structured_outputs", "invalid_value", "'structured_outputs' cannot be combined with 'response_format'");
+      json_object_set_new(b, "response_format", json_pack("{s:s}", "type", "json_object"));
+      n++;
+    }
+  }
+  if (n > 1) return oa_err(e, 400, NULL, "structured_outputs", "invalid_value", "'structured_outputs' takes one of json, regex, choice, json_object");
+  return 0;
+}
+
+/* The legacy functions API: functions -> tools, function_call -> tool_choice, an assistant
+ * message's function_call -> tool_calls (role "function" results become tool messages). */
+static int map_functions(json_t *b, bool *legacy, oa_error_t *e) {
+  json_t *fns = json_object_get(b, "functions"), *fc = json_object_get(b, "function_call");
+  if (fns && !json_is_null(fns)) {
+    if (json_object_get(b, "tools")) return oa_err(e, 400, NULL, "functions", "invalid_value", "'functions' cannot be combined with 'tools'");
+    if (!json_is_array(fns)) return oa_err(e, 400, NULL, "functions", "invalid_type", "'functions' must be an array");
+    json_t *tools = json_array();
+    size_t i;
+    json_t *f;
+    json_array_foreach(fns, i, f) json_array_append_new(tools, json_pack("{s:s,s:O}", "type", "function", "function", f));
+    json_object_set_new(b, "tools", tools);
+    *legacy = true;
+  }
+  if (fc && !json_is_null(fc)) {
+    if (json_object_get(b, "tool_choice")) return oa_err(e, 400, NULL, "function_call", "invalid_value", "'function_call' cannot be combined with 'tool_choice'");
+    if (json_is_string(fc)) json_object_set(b, "tool_choice", fc);
+    else if (json_is_string(json_object_get(fc, "name")))
+      json_object_set_new(b, "tool_choice", json_pack("{s:s,s:{s:O}}", "type", "function", "function", "name", json_object_get(fc, "name")));
+    else return oa_err(e, 400, NULL, "function_call", "invalid_type", "'function_call' must be none, auto or {\"name\": ...}");
+  }
+  json_t *msgs = json_object_get(b, "messages");
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    json_t *call = json_object_get(m, "function_call");
+    if (!json_is_object(call) || json_object_get(m, "tool_calls")) continue;
+    char id[32];
+    snprintf(id, sizeof id, "call_fn_%zu", i);
+    json_object_set_new(m, "tool_calls", json_pack("[{s:s,s:s,s:O}]", "id", id, "type", "function", "function", call));
+    /* the result that follows (role function, by name) answers this call */
+    json_t *next = json_array_get(msgs, i + 1);
+    const char *role = json_string_value(json_object_get(next, "role"));
+    if (role && !strcmp(role, "function") && !json_object_get(next, "tool_call_id"))
+      json_object_set_new(next, "tool_call_id", json_string(id));
+  }
+  return 0;
+}
+
 /* Fields we refuse rather than silently ignore (they would change the result). */
 static int reject_unsupported(json_t *b, oa_kind_t kind, oa_error_t *e) {
   bool v = false;
-  static const char *const k_refused[] = {"guided_grammar", "prompt_logprobs", "chat_template"};
+  if (refuse_non_default(b, kind, e)) return -1;
+  static const char *const k_refused[] = {"prompt_logprobs", "chat_template"};
   for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++) {
     json_t *f = json_object_get(b, k_refused[i]);
     if (f && !json_is_null(f) && !(json_is_integer(f) && json_integer_value(f) == 0 && !strcmp(k_refused[i], "prompt_logprobs")))
@@ -667,8 +808,24 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
     }
     if (get_bool(so, "include_usage", &out->include_usage, e) < 0) goto fail;
     if (get_bool(so, "continuous_usage_stats", &out->continuous_usage, e) < 0) goto fail;
+    if (!out->stream) { /* as vLLM: stream_options only with stream */
+      oa_err(e, 400, NULL, "stream_options", "invalid_value", "'stream_options' is only allowed when 'stream' is true");
+      goto fail;
+    }
   }
   if (reject_unsupported(b, kind, e)) goto fail;
+  if (map_structured_outputs(b, e)) goto fail;
+  if (kind == OA_CHAT && map_functions(b, &out->legacy_functions, e)) goto fail;
+  json_t *rid = json_object_get(b, "request_id");
+  if (rid && !json_is_null(rid)) {
+    const char *r = json_string_value(rid);
+    if (!r || !r[0] || strlen(r) >= sizeof out->request_id || strpbrk(r, " :*\r\n\t")) {
+      oa_err(e, 400, NULL, "request_id", "invalid_value", "'request_id' must be a string of 1 to %zu characters without spaces, ':' or '*'",
+             sizeof out->request_id - 1);
+      goto fail;
+    }
+    snprintf(out->request_id, sizeof out->request_id, "%s", r);
+  }
 
   g = malloc(sizeof *g);
   sp = malloc(sizeof *sp);
@@ -714,6 +871,22 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
   long long prio = 0;
   if (get_int(b, "priority", -1000000, 1000000, &prio, e) < 0) goto fail;
   g->priority = (int32_t)prio;
+  long long tpt = 0;
+  if (get_int(b, "truncate_prompt_tokens", 1, UINT32_MAX, &tpt, e) < 0) goto fail;
+  g->truncate_prompt_tokens = (uint32_t)tpt;
+  json_t *salt = json_object_get(b, "cache_salt");
+  if (salt && !json_is_null(salt)) {
+    if (!json_is_string(salt) || !json_string_length(salt) || json_string_length(salt) > 256) {
+      oa_err(e, 400, NULL, "cache_salt", "invalid_value", "'cache_salt' must be a non-empty string of at most 256 bytes");
+      goto fail;
+    }
+    g->cache_salt = strdup(json_string_value(salt)); /* rq_start prefixes the tenant */
+    if (!g->cache_salt) {
+      g->cache_salt = (char *)protobuf_c_empty_string;
+      oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+      goto fail;
+    }
+  }
 
   /* logprobs: chat has logprobs (bool) + top_logprobs (int); completions has logprobs (int) */
   long long tl = 0;
@@ -762,6 +935,45 @@ int oa_parse_request(oa_kind_t kind, const char *body, size_t len, oa_req_t *out
         chat->enable_thinking = th;
       }
     }
+    /* reasoning_effort: none / minimal turn the template's thinking off, low / medium / high on
+     * (an explicit chat_template_kwargs.enable_thinking wins) */
+    json_t *re = json_object_get(b, "reasoning_effort");
+    if (re && !json_is_null(re)) {
+      const char *v = json_string_value(re);
+      const bool off = v && (!strcmp(v, "none") || !strcmp(v, "minimal"));
+      const bool on = v && (!strcmp(v, "low") || !strcmp(v, "medium") || !strcmp(v, "high"));
+      if (!off && !on) {
+        oa_err(e, 400, NULL, "reasoning_effort", "invalid_value", "'reasoning_effort' must be none, minimal, low, medium or high");
+        goto fail;
+      }
+      if (!chat->enable_thinking_opt_case) {
+        chat->enable_thinking_opt_case = GANTRY__V1__CHAT_INPUT__ENABLE_THINKING_OPT_ENABLE_THINKING;
+        chat->enable_thinking = on;
+      }
+    }
+    bool agp = true;
+    int ra = get_bool(b, "add_generation_prompt", &agp, e);
+    if (ra < 0) goto fail;
+    if (ra) {
+      chat->add_generation_prompt_opt_case = GANTRY__V1__CHAT_INPUT__ADD_GENERATION_PROMPT_OPT_ADD_GENERATION_PROMPT;
+      chat->add_generation_prompt = agp;
+    }
+    bool cfm = false;
+    if (get_bool(b, "continue_final_message", &cfm, e) < 0) goto fail;
+    if (cfm && ra && agp) { /* as vLLM */
+      oa_err(e, 400, NULL, "continue_final_message", "invalid_value",
+             "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+      goto fail;
+    }
+    chat->continue_final_message = cfm;
+    bool ptc = true;
+    if (get_bool(b, "parallel_tool_calls", &ptc, e) < 0) goto fail;
+    out->one_tool_call = !ptc || out->legacy_functions;
+    /* tool_choice required with parallel calls: one or more calls (a named function: one) */
+    json_t *tcj = json_object_get(b, "tool_choice");
+    if (g->constraint && g->constraint->kind == GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL && !out->one_tool_call &&
+        json_is_string(tcj) && !strcmp(json_string_value(tcj), "required"))
+      g->constraint->kind = GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALLS;
   } else {
     if (parse_prompt(b, g, &out->n_prompts, e)) goto fail;
     bool echo = false;
@@ -798,4 +1010,7 @@ void oa_req_free(oa_req_t *r) {
   for (int k = 0; r && r->echo_texts && k < r->n_prompts; k++) free(r->echo_texts[k]);
   if (r) free(r->echo_texts);
   if (r) r->echo_texts = NULL;
+  if (r) json_decref(r->rs_echo);
+  if (r) json_decref(r->rs_items);
+  if (r) r->rs_echo = r->rs_items = NULL;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "router/openai.h"
+#include "router/openai_responses.h"
 
 #define MAX_TOOLS 64
 
@@ -33,6 +34,8 @@ typedef struct oa_choice {
 struct oa_resp {
   oa_kind_t kind;
   bool stream, include_usage, continuous_usage, logprobs;
+  bool legacy;        /* functions API: function_call instead of tool_calls */
+  bool one_call;      /* parallel_tool_calls false: calls after the first are dropped */
   oa_reasoning_field_t rf;
   char id[160];
   char model[256];
@@ -48,6 +51,7 @@ struct oa_resp {
   bool sse_done;      /* [DONE] sent */
   int n_per_prompt;   /* choices per prompt (n); choice i answers prompt i / n_per_prompt */
   char **echo_texts;  /* echo: [n / n_per_prompt] the prompts' texts (owned) */
+  rs_state_t *rs;     /* OA_RESPONSES: everything goes there (openai_responses_resp.c) */
 };
 
 oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_reasoning_field_t rf) {
@@ -58,11 +62,17 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
   r->include_usage = req->include_usage;
   r->continuous_usage = req->continuous_usage;
   r->logprobs = req->logprobs;
+  r->legacy = req->legacy_functions;
+  r->one_call = req->one_tool_call;
   r->rf = rf;
   snprintf(r->id, sizeof r->id, "%s-%s", req->kind == OA_CHAT ? "chatcmpl" : "cmpl", id);
   snprintf(r->model, sizeof r->model, "%s", req->model);
   r->created = created;
   gantry__v1__usage__init(&r->usage);
+  if (req->kind == OA_RESPONSES && !(r->rs = rs_new(req, created))) {
+    free(r);
+    return NULL;
+  }
   const int n_prompts = req->n_prompts > 1 ? req->n_prompts : 1;
   r->n_per_prompt = req->gen && req->gen->n > 1 ? (int)req->gen->n : 1;
   r->n = r->n_per_prompt * n_prompts;
@@ -97,6 +107,7 @@ oom:
 
 void oa_resp_free(oa_resp_t *r) {
   if (!r) return;
+  rs_free(r->rs);
   for (int k = 0; k < r->n; k++) {
     oa_choice_t *c = &r->ch[k];
     oa_sb_free(&c->content);
@@ -261,6 +272,7 @@ static void select_choice(oa_resp_t *r, uint32_t index) { r->c = &r->ch[index < 
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   select_choice(r, d->index);
   r->tokens += (uint32_t)d->n_token_ids;
+  if (r->rs) return rs_delta(r->rs, d, r->stream ? out : NULL);
   size_t tl = d->text ? strlen(d->text) : 0, rl = d->reasoning_text ? strlen(d->reasoning_text) : 0;
   if (tl && oa_sb_append(&r->c->content, d->text, tl)) return -1;
   if (rl && oa_sb_append(&r->c->reasoning, d->reasoning_text, rl)) return -1;
@@ -302,6 +314,7 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   json_t *tc_header = NULL, *tc_args = NULL;
   for (size_t i = 0; i < d->n_tool_calls; i++) {
     const Gantry__V1__ToolCallDelta *t = d->tool_calls[i];
+    if (r->one_call && t->index > 0) continue;
     tool_acc_t *a = tool_at(r, t->index);
     if (!a) continue;
     if (t->id && t->id[0] && !a->id) a->id = strdup(t->id);
@@ -363,7 +376,13 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
       json_object_set_new(delta, "role", json_string("assistant"));
       r->c->role_sent = true;
     }
-    json_object_set_new(delta, "tool_calls", parts[k]);
+    if (r->legacy) { /* one call: {"function_call": {"name", "arguments"}} */
+      json_t *fn = json_object_get(json_array_get(parts[k], 0), "function");
+      json_object_set(delta, "function_call", fn);
+      json_decref(parts[k]);
+    } else {
+      json_object_set_new(delta, "tool_calls", parts[k]);
+    }
     json_t *c = chunk_base(r);
     json_object_set_new(c, "choices",
                         json_pack("[{s:i,s:o,s:n,s:n}]", "index", r->c->index, "delta", delta, "logprobs", "finish_reason"));
@@ -376,13 +395,13 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
 static const char *finish_str(const oa_resp_t *r, Gantry__V1__FinishReason f) {
   switch (f) {
     case GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH: return "length";
-    case GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS: return "tool_calls";
-    default: return r->c->ntools > 0 && r->kind == OA_CHAT ? "tool_calls" : "stop";
+    case GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS: return r->legacy ? "function_call" : "tool_calls";
+    default: return r->c->ntools > 0 && r->kind == OA_CHAT ? (r->legacy ? "function_call" : "tool_calls") : "stop";
   }
 }
 
 int oa_resp_error_sse(oa_resp_t *r, const oa_error_t *e, oa_sb_t *out) {
-  (void)r;
+  if (r && r->rs) return rs_error_sse(r->rs, e, out);
   char *s = oa_error_json(e);
   if (!s) return -1;
   int rc = oa_sb_append(out, "data: ", 6) || oa_sb_append(out, s, strlen(s)) ||
@@ -414,11 +433,19 @@ static bool record_final(oa_resp_t *r, const Gantry__V1__Final *f) {
   return r->n_finals >= r->n;
 }
 
-int oa_resp_final(oa_resp_t *r, const Gantry__V1__Final *f) { return record_final(r, f) ? 1 : 0; }
+int oa_resp_final(oa_resp_t *r, const Gantry__V1__Final *f) {
+  if (r->rs) rs_final(r->rs, f);
+  return record_final(r, f) ? 1 : 0;
+}
 
-const char *oa_resp_error(const oa_resp_t *r) { return r->error; }
+const char *oa_resp_error(const oa_resp_t *r) { return r->rs ? rs_error(r->rs) : r->error; }
+
+char *oa_resp_record(const oa_resp_t *r, const char *tenant) { return r->rs ? rs_record(r->rs, tenant) : NULL; }
+
+const char *oa_resp_id(const oa_resp_t *r) { return r->rs ? rs_id(r->rs) : r->id; }
 
 int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out) {
+  if (r->rs) return rs_final_sse(r->rs, f, out);
   if (r->sse_done) return 0;
   const bool all = record_final(r, f);
   if (f->finish_reason == GANTRY__V1__FINISH_REASON__FINISH_REASON_ERROR ||
@@ -478,7 +505,12 @@ static json_t *body_choice(oa_resp_t *r) {
                                              "function", "function", "name", a->name ? a->name : "",
                                              "arguments", a->args.p ? a->args.p : ""));
       }
-      json_object_set_new(msg, "tool_calls", tcs);
+      if (r->legacy) {
+        json_object_set(msg, "function_call", json_object_get(json_array_get(tcs, 0), "function"));
+        json_decref(tcs);
+      } else {
+        json_object_set_new(msg, "tool_calls", tcs);
+      }
     }
     json_object_set_new(choice, "message", msg);
     json_object_set_new(choice, "logprobs",
@@ -507,6 +539,7 @@ static json_t *body_choice(oa_resp_t *r) {
 }
 
 char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
+  if (r->rs) return rs_body(r->rs, f);
   record_final(r, f);
   json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
                         r->kind == OA_CHAT ? "chat.completion" : "text_completion", "created",

@@ -273,6 +273,16 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
   gen->tenant = strdup(tenant);
   if (gen->request_id != protobuf_c_empty_string) free(gen->request_id);
   gen->request_id = strdup(request_id);
+  /* prefix caches are kept apart per tenant (and, within a tenant, per cache_salt): a tenant
+   * cannot time another's cached prefixes (README: cache_salt) */
+  const char *salt = gen->cache_salt ? gen->cache_salt : "";
+  const size_t sl = strlen(tenant) + strlen(salt) + 24;
+  char *tsalt = malloc(sl);
+  if (tsalt) {
+    snprintf(tsalt, sl, "%zu:%s|%s", strlen(tenant), tenant, salt);
+    if (gen->cache_salt != protobuf_c_empty_string) free(gen->cache_salt);
+    gen->cache_salt = tsalt;
+  }
   if (!gen->tenant || !gen->request_id) {
     if (!gen->tenant) gen->tenant = (char *)protobuf_c_empty_string;
     if (!gen->request_id) gen->request_id = (char *)protobuf_c_empty_string;

@@ -371,6 +371,29 @@ static int render_qwen35(gt_sb_t *b, const chat_family_t *fam, const chat_msg_t 
   return GT_OK;
 }
 
+/* continue_final: b ends right after the final assistant message's content (its last rendering:
+ * the text after a </think>, whitespace trimmed as the templates do). */
+static int cut_after_final(gt_sb_t *b, const chat_msg_t *msgs, size_t n, gt_err_t *err) {
+  const chat_msg_t *m = n ? &msgs[n - 1] : NULL;
+  const char *c = m && m->role == CHAT_ROLE_ASSISTANT ? m->content : NULL;
+  const char *think = c ? strstr(c, "</think>") : NULL;
+  while (think && strstr(think + 1, "</think>")) think = strstr(think + 1, "</think>");
+  if (think) c = think + strlen("</think>");
+  size_t len = c ? strlen(c) : 0;
+  while (len && strchr(" \t\r\n", *c)) c++, len--;
+  while (len && strchr(" \t\r\n", c[len - 1])) len--;
+  if (!len)
+    return gt_err_set_param(err, GT_EINVAL, "chat.messages",
+                            "continue_final_message needs a final assistant message with content");
+  const char *hit = NULL;
+  for (size_t i = 0; i + len <= b->len; i++)
+    if (b->p[i] == c[0] && !memcmp(b->p + i, c, len)) hit = b->p + i;
+  if (!hit) return gt_err_set(err, GT_EINTERNAL, "continue_final_message: the final message is not in the rendering");
+  b->len = (size_t)(hit - b->p) + len;
+  b->p[b->len] = '\0';
+  return GT_OK;
+}
+
 int chat_render(const chat_family_t *fam, const chat_msg_t *msgs, size_t n,
                 const chat_render_opts_t *opts, char **out, size_t *out_len, gt_err_t *err) {
   *out = NULL;
@@ -418,6 +441,7 @@ int chat_render(const chat_family_t *fam, const chat_msg_t *msgs, size_t n,
     b.p = calloc(1, 1);
     if (!b.p) { rc = gt_err_set(err, GT_ENOMEM, "out of memory"); goto done; }
   }
+  if (o->continue_final && (rc = cut_after_final(&b, msgs, n, err))) goto done;
   *out = b.p;
   if (out_len) *out_len = b.len;
   b.p = NULL;

@@ -84,6 +84,9 @@ typedef struct chat_render_opts {
   const char *tools_json;     /* JSON array of tool specs (OpenAI style); NULL or [] = none */
   bool add_generation_prompt;
   bool enable_thinking;       /* false renders the template's "thinking disabled" prompt */
+  bool continue_final;        /* cut the rendering right after the final assistant message's
+                                 content (its turn stays open: the output continues it); GT_EINVAL
+                                 when the last message is not an assistant's with content */
 } chat_render_opts_t;
 
 /* Renders msgs[0..n) into a malloc'd NUL-terminated string (*out, caller frees; *out_len

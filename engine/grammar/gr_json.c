@@ -236,8 +236,83 @@ static int js_num_bound(js_t *j, json_t *schema, const char *key, const char *ek
   return 1;
 }
 
+/* re[*n..] += s (cap bytes in all); -1 when it does not fit. */
+static int js_cat(char *re, size_t cap, size_t *n, const char *s) {
+  size_t l = strlen(s);
+  if (*n + l >= cap) return -1;
+  memcpy(re + *n, s, l + 1);
+  *n += l;
+  return 0;
+}
+
+/* Appends to re (cap bytes, at *n) a group matching the magnitudes m (no sign) in [a, b] (b < 0:
+ * no upper bound), a excluded when ax, b when bx; a, b integers >= 0. Plain decimals, no
+ * exponent: integer part a with any fraction (a nonzero one when a is excluded), the integers
+ * between with any fraction, b with only zeros. 0 when the set is empty, 1 when written, -1 when
+ * too long. */
+static int js_mags(char *re, size_t cap, size_t *n, int64_t a, int ax, int64_t b, int bx) {
+  static const char *const F = "(\\.[0-9]+)?", *const NZF = "\\.[0-9]*[1-9][0-9]*", *const ZF = "(\\.0+)?";
+  if (b >= 0 && (b < a || (b == a && (ax || bx)))) return 0;
+  char num[32], mid[4096];
+  if (js_cat(re, cap, n, "(")) return -1;
+  snprintf(num, sizeof num, "%lld", (long long)a);
+  if (b == a) return js_cat(re, cap, n, num) || js_cat(re, cap, n, ZF) || js_cat(re, cap, n, ")") ? -1 : 1;
+  if (js_cat(re, cap, n, num) || js_cat(re, cap, n, ax ? NZF : F)) return -1;
+  const int64_t m_hi = b < 0 ? JS_INT_LIMIT : b - 1;
+  if (a + 1 <= m_hi) {
+    if (gr_int_range_regex(a + 1, m_hi, mid, sizeof mid) < 0) return -1;
+    if (js_cat(re, cap, n, "|(") || js_cat(re, cap, n, mid) || js_cat(re, cap, n, ")") || js_cat(re, cap, n, F)) return -1;
+  }
+  if (b >= 0 && !bx) {
+    snprintf(num, sizeof num, "|%lld", (long long)b);
+    if (js_cat(re, cap, n, num) || js_cat(re, cap, n, ZF)) return -1;
+  }
+  return js_cat(re, cap, n, ")") ? -1 : 1;
+}
+
+/* number with bounds: the decimals in [lo, hi] (each exclusive or not; absent: open), as plain
+ * decimals. A bound that is not an integer is tightened to the integer inside it (every output
+ * still validates; the values between the bound and that integer are not produced). */
+static int32_t js_number_range(js_t *j, int has_lo, double lo_v, int lo_x, int has_hi, double hi_v, int hi_x) {
+  int64_t lo = 0, hi = 0;
+  if (has_lo) {
+    lo = (int64_t)ceil(lo_v);
+    if ((double)lo != lo_v) lo_x = 0;
+  }
+  if (has_hi) {
+    hi = (int64_t)floor(hi_v);
+    if ((double)hi != hi_v) hi_x = 0;
+  }
+  char re[16384];
+  size_t n = 0;
+  int rc;
+  if (has_lo && lo >= 0) {
+    rc = js_mags(re, sizeof re, &n, lo, lo_x, has_hi ? hi : -1, hi_x);
+  } else if (has_hi && hi <= 0) { /* v = -m: m in [-hi, -lo] */
+    rc = js_cat(re, sizeof re, &n, "(-") ? -1 : js_mags(re, sizeof re, &n, -hi, hi_x, has_lo ? -lo : -1, lo_x);
+    if (rc > 0 && hi == 0 && !hi_x && js_cat(re, sizeof re, &n, "|0")) rc = -1;
+    if (rc > 0 && js_cat(re, sizeof re, &n, ")")) rc = -1;
+  } else { /* both signs: -m for m in [0, -lo], and [0, hi] */
+    rc = js_cat(re, sizeof re, &n, "(-") ? -1 : js_mags(re, sizeof re, &n, 0, 0, has_lo ? -lo : -1, lo_x);
+    if (rc > 0 && js_cat(re, sizeof re, &n, "|")) rc = -1;
+    if (rc > 0) rc = js_mags(re, sizeof re, &n, 0, 0, has_hi ? hi : -1, hi_x);
+    if (rc > 0 && js_cat(re, sizeof re, &n, ")")) rc = -1;
+  }
+  if (rc == 0)
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: %s: no number between integer bounds inside the range",
+                   "minimum/maximum");
+  if (rc < 0) return js_fail(j, GT_EINTERNAL, "json schema: %s range too complex", "minimum/maximum");
+  int32_t r;
+  int grc = gr_regex(j->b, re, n, &r, j->err);
+  if (grc != GT_OK) {
+    if (j->rc == GT_OK) j->rc = grc;
+    return -1;
+  }
+  return r;
+}
+
 /* integer or number with minimum/maximum/exclusiveMinimum/exclusiveMaximum: integers in any
- * range within 16 digits; numbers only non-negative (minimum 0) */
+ * range within 16 digits; numbers through js_number_range */
 static int32_t js_bounded(js_t *j, json_t *schema, int integer) {
   double lo_v = 0, hi_v = 0;
   int lo_x, hi_x;
@@ -245,15 +320,13 @@ static int32_t js_bounded(js_t *j, json_t *schema, int integer) {
   int has_hi = js_num_bound(j, schema, "maximum", "exclusiveMaximum", &hi_v, &hi_x);
   if (has_lo < 0 || has_hi < 0) return -1;
   if (!has_lo && !has_hi) return integer ? js_integer(j) : js_number(j);
-  if (!integer) {
-    if (has_hi || lo_x || lo_v != 0)
-      return js_fail(j, GT_EUNSUPPORTED, "json schema: %s on numbers is supported only as minimum 0 (use integer)",
-                     has_hi ? "maximum" : "minimum");
-    return js_number_signed(j, 0);
-  }
   double lim = (double)JS_INT_LIMIT;
   if ((has_lo && (lo_v > lim || lo_v < -lim)) || (has_hi && (hi_v > lim || hi_v < -lim)))
     return js_fail(j, GT_ERANGE, "json schema: %s beyond 16 digits", "minimum/maximum");
+  if (!integer) {
+    if (has_lo && !has_hi && !lo_x && lo_v == 0) return js_number_signed(j, 0); /* exponents too */
+    return js_number_range(j, has_lo, lo_v, lo_x, has_hi, hi_v, hi_x);
+  }
   int64_t lo = -JS_INT_LIMIT, hi = JS_INT_LIMIT;
   if (has_lo) {
     lo = (int64_t)ceil(lo_v);
@@ -273,6 +346,48 @@ static int32_t js_bounded(js_t *j, json_t *schema, int integer) {
     if (j->rc == GT_OK) j->rc = rc;
     return -1;
   }
+  return r;
+}
+
+#define JS_MAX_MULTIPLE 64 /* multipleOf: one grammar rule per remainder */
+
+/* multipleOf k (an integer 1..JS_MAX_MULTIPLE; on number too: its integer multiples): the
+ * integers whose digits end at remainder 0, R_r ::= "" (r = 0) | d R_{(10r + d) % k}. With
+ * minimum / maximum: refused (the two would need a product automaton). */
+static int32_t js_multiple(js_t *j, json_t *schema) {
+  json_t *m = json_object_get(schema, "multipleOf");
+  static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  for (int i = 0; i < 4; i++)
+    if (json_object_get(schema, bounds[i]))
+      return js_fail(j, GT_EUNSUPPORTED, "json schema: \"multipleOf\" combined with %s is not supported", bounds[i]);
+  if (!json_is_number(m) || json_number_value(m) <= 0)
+    return js_fail(j, GT_EINVAL, "json schema: %s must be a number > 0", "multipleOf");
+  double kd = json_number_value(m);
+  if (kd != floor(kd) || kd > JS_MAX_MULTIPLE)
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: %s is supported as an integer up to 64", "multipleOf");
+  const int k = (int)kd;
+  if (k == 1) return js_integer(j);
+  gr_builder_t *b = j->b;
+  int32_t rem[JS_MAX_MULTIPLE] = {0};
+  for (int r = 0; r < k; r++) rem[r] = gr_b_rule(b);
+  gr_b_alt(b, rem[0]); /* "" at remainder 0 */
+  for (int r = 0; r < k; r++)
+    for (int d = 0; d < 10; d++) {
+      gr_seq_t *s = gr_b_alt(b, rem[r]);
+      char c = (char)('0' + d);
+      gr_b_lit(b, s, &c, 1);
+      gr_b_ref(b, s, rem[(10 * r + d) % k]);
+    }
+  int32_t r = gr_b_rule(b);
+  gr_b_lit(b, gr_b_alt(b, r), "0", 1);
+  for (int neg = 0; neg < 2; neg++)
+    for (int d = 1; d < 10; d++) {
+      gr_seq_t *s = gr_b_alt(b, r);
+      char c = (char)('0' + d);
+      if (neg) gr_b_lit(b, s, "-", 1);
+      gr_b_lit(b, s, &c, 1);
+      gr_b_ref(b, s, rem[d % k]);
+    }
   return r;
 }
 
@@ -456,12 +571,44 @@ static int32_t js_object(js_t *j, json_t *schema, int depth) {
   if (req && !json_is_array(req)) return js_fail(j, GT_EINVAL, "json schema: %s must be an array", "required");
   if (addl && !json_is_boolean(addl) && !json_is_object(addl))
     return js_fail(j, GT_EINVAL, "json schema: %s must be a boolean or a schema", "additionalProperties");
+  json_t *pn = json_object_get(schema, "propertyNames"), *pp = json_object_get(schema, "patternProperties");
+  if (pn && !json_is_true(pn) && !(json_is_object(pn) && json_object_size(pn) == 1 &&
+                                   json_is_string(json_object_get(pn, "type")) &&
+                                   !strcmp(json_string_value(json_object_get(pn, "type")), "string")))
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" is supported only as {\"type\": \"string\"}", "propertyNames");
+  int minp = js_bound(j, schema, "minProperties", 0), maxp = js_bound(j, schema, "maxProperties", -1);
+  if (minp == -2 || maxp == -2) return -1;
+  if (maxp >= 0 && maxp < minp) return js_fail(j, GT_EINVAL, "json schema: %s is less than minProperties", "maxProperties");
   size_t n_props = props ? json_object_size(props) : 0;
+  if (pp && (!json_is_object(pp) || (json_object_size(pp) && (n_props || json_array_size(req) || (addl && !json_is_false(addl))))))
+    return js_fail(j, GT_EUNSUPPORTED,
+                   "json schema: \"%s\" is supported only alone (no properties, required or additionalProperties)",
+                   "patternProperties");
   if (n_props == 0 && json_array_size(req) == 0) {
-    if (!addl || json_is_true(addl)) return js_any_object(j);
-    if (json_is_false(addl)) return gr_b_lit_rule(j->b, "{}", 2);
-    int32_t v = js_gen(j, addl, depth + 1);
-    return v < 0 ? -1 : js_map_of(j, v);
+    if (pp && json_object_size(pp)) { /* keys matching one of the patterns, each with its schema */
+      int32_t member = gr_b_rule(j->b);
+      const char *pat;
+      json_t *ps;
+      json_object_foreach(pp, pat, ps) {
+        int32_t body, v;
+        int rc = gr_regex_json(j->b, pat, strlen(pat), "json schema patternProperties", &body, j->err);
+        if (rc != GT_OK) {
+          if (j->rc == GT_OK) j->rc = rc;
+          return -1;
+        }
+        if ((v = js_gen(j, ps, depth + 1)) < 0) return -1;
+        gr_b_ref(j->b, gr_b_alt(j->b, member), js_member(j, js_quoted(j, body), v));
+      }
+      return js_container(j, "{", member, minp, maxp, "}");
+    }
+    if (json_is_false(addl) || maxp == 0) {
+      if (minp > 0) return js_fail(j, GT_EINVAL, "json schema: %s needs properties the schema forbids", "minProperties");
+      return gr_b_lit_rule(j->b, "{}", 2);
+    }
+    if ((!addl || json_is_true(addl)) && minp == 0 && maxp < 0) return js_any_object(j);
+    int32_t v = addl && json_is_object(addl) ? js_gen(j, addl, depth + 1) : js_value(j);
+    if (v < 0) return -1;
+    return js_container(j, "{", js_member(j, js_string(j), v), minp, maxp, "}");
   }
   size_t n = n_props + json_array_size(req);
   js_prop_t *p = calloc(n ? n : 1, sizeof *p);
@@ -490,6 +637,24 @@ static int32_t js_object(js_t *j, json_t *schema, int depth) {
     }
     p[q].required = 1;
   }
+  /* minProperties / maxProperties over known properties (extras are never written): the first
+   * optional properties become required up to minProperties; past maxProperties the last
+   * optional ones are left out */
+  size_t n_req = 0;
+  for (size_t i = 0; i < k; i++) n_req += p[i].required;
+  if ((size_t)minp > k || (maxp >= 0 && (size_t)maxp < n_req)) {
+    free(p);
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: %s cannot be met by the schema's properties",
+                   (size_t)minp > k ? "minProperties" : "maxProperties");
+  }
+  for (size_t i = 0; i < k && n_req < (size_t)minp; i++)
+    if (!p[i].required) p[i].required = 1, n_req++;
+  if (maxp >= 0) {
+    size_t keep = (size_t)maxp - n_req, w = 0;
+    for (size_t i = 0; i < k; i++)
+      if (p[i].required || (keep && keep--)) p[w++] = p[i];
+    k = w;
+  }
   for (size_t i = 0; i < k && j->rc == GT_OK; i++) {
     int32_t v = js_gen(j, p[i].schema, depth + 1);
     if (v < 0) break;
@@ -504,14 +669,60 @@ static int32_t js_object(js_t *j, json_t *schema, int depth) {
   return r;
 }
 
+/* prefixItems (a tuple): its first min(len, maxItems) members in order, then items' members
+ * (any value when items is absent, none when false): as many as minItems needs, and more up to
+ * maxItems only when items is a schema. */
+static int32_t js_tuple(js_t *j, json_t *prefix, json_t *items, int min, int max, int depth) {
+  if (!json_is_array(prefix) || json_array_size(prefix) == 0)
+    return js_fail(j, GT_EINVAL, "json schema: %s must be a non-empty array", "prefixItems");
+  int k = (int)json_array_size(prefix);
+  if (max >= 0 && max < k) k = max;
+  const int nmin = min > k ? min - k : 0;
+  if (nmin && json_is_false(items))
+    return js_fail(j, GT_EINVAL, "json schema: %s needs more members than prefixItems with items false", "minItems");
+  const int nmax = items && !json_is_false(items) ? (max < 0 ? -1 : max - k) : nmin;
+  gr_builder_t *b = j->b;
+  int32_t r = gr_b_rule(b);
+  gr_seq_t *s = gr_b_alt(b, r);
+  gr_b_lit(b, s, "[", 1);
+  gr_b_ref(b, s, js_ws(j));
+  for (int i = 0; i < k; i++) {
+    int32_t v = js_gen(j, json_array_get(prefix, (size_t)i), depth + 1);
+    if (v < 0) return -1;
+    if (i) gr_b_ref(b, s, js_comma(j));
+    gr_b_ref(b, s, v);
+    gr_b_ref(b, s, js_ws(j));
+  }
+  if (nmax != 0) {
+    int32_t it = items && !json_is_boolean(items) ? js_gen(j, items, depth + 1) : js_value(j);
+    if (it < 0) return -1;
+    int32_t one = gr_b_rule(b); /* (",")? ws item ws: the comma unless it is the first member */
+    gr_seq_t *o = gr_b_alt(b, one);
+    if (k) gr_b_ref(b, o, js_comma(j));
+    gr_b_ref(b, o, it);
+    gr_b_ref(b, o, js_ws(j));
+    if (k) gr_b_ref(b, s, gr_b_repeat(b, one, nmin, nmax));
+    else gr_b_ref(b, s, gr_b_list(b, it, js_comma(j), nmin, nmax)); /* no prefix kept (maxItems 0) */
+  }
+  gr_b_lit(b, s, "]", 1);
+  return r;
+}
+
 static int32_t js_array(js_t *j, json_t *schema, int depth) {
-  json_t *items = json_object_get(schema, "items");
+  json_t *items = json_object_get(schema, "items"), *prefix = json_object_get(schema, "prefixItems");
   int min = js_bound(j, schema, "minItems", 0);
   int max = js_bound(j, schema, "maxItems", -1);
   if (min == -2 || max == -2) return -1;
   if (max >= 0 && max < min) return js_fail(j, GT_EINVAL, "json schema: %s is less than minItems", "maxItems");
   if (items && !json_is_object(items) && !json_is_boolean(items))
     return js_fail(j, GT_EUNSUPPORTED, "json schema: unsupported keyword \"%s\" (only a single items schema)", "items");
+  /* uniqueItems: the grammar cannot compare members; enforced only where it holds by itself (at
+   * most one member), else refused */
+  json_t *uniq = json_object_get(schema, "uniqueItems");
+  if (uniq && !json_is_boolean(uniq)) return js_fail(j, GT_EINVAL, "json schema: %s must be a boolean", "uniqueItems");
+  if (json_is_true(uniq) && !(max >= 0 && max <= 1))
+    return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" is supported only with maxItems 0 or 1", "uniqueItems");
+  if (prefix) return js_tuple(j, prefix, items, min, max, depth);
   int32_t it = items ? js_gen(j, items, depth + 1) : js_value(j);
   return it < 0 ? -1 : js_array_of(j, it, min, max);
 }
@@ -525,14 +736,20 @@ static const char *const js_formats[][2] = {
                 "T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
   {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
   {"ipv4", "((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"},
-  {"email", "[a-zA-Z0-9_%+-]{1,32}(\\.[a-zA-Z0-9_%+-]{1,32}){0,3}@([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\\.){1,3}"
+  {"email", "[a-zA-Z0-9_+-]{1,32}(\\.[a-zA-Z0-9_+-]{1,32}){0,3}@([a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\\.){1,3}"
             "[a-zA-Z]{2,10}"},
 };
 
 /* A string whose text matches pattern (as a whole: ^ and $ implied, a subset of the strings
  * JSON schema's search semantics allow) or is in a format (js_formats). */
 static int32_t js_pattern_string(js_t *j, json_t *schema, json_t *pat, json_t *fmt) {
-  if (pat && fmt) return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" combined with \"format\" is not supported", "pattern");
+  /* pattern and format both (Zod's .email(), .uuid(), ...): the pattern, which the validator
+   * checks too; a pattern with lookaround (the grammar has none) gives way to the format, whose
+   * regex is chosen inside the usual validators' patterns (Zod's email: no '%', no '..') */
+  if (pat && fmt) {
+    if (json_is_string(pat) && strstr(json_string_value(pat), "(?") && strncmp(json_string_value(pat), "(?:", 3)) pat = NULL;
+    else fmt = NULL;
+  }
   const char *kw = pat ? "pattern" : "format";
   if (json_object_get(schema, "minLength") || json_object_get(schema, "maxLength"))
     return js_fail(j, GT_EUNSUPPORTED, "json schema: \"%s\" combined with minLength/maxLength is not supported", kw);
@@ -565,6 +782,8 @@ static int32_t js_type(js_t *j, json_t *schema, const char *t, int depth) {
     if (max >= 0 && max < min) return js_fail(j, GT_EINVAL, "json schema: %s is less than minLength", "maxLength");
     return (min == 0 && max < 0) ? js_string(j) : js_string_len(j, min, max);
   }
+  if ((!strcmp(t, "number") || !strcmp(t, "integer")) && json_object_get(schema, "multipleOf"))
+    return js_multiple(j, schema);
   if (!strcmp(t, "number")) return js_bounded(j, schema, 0);
   if (!strcmp(t, "integer")) return js_bounded(j, schema, 1);
   if (!strcmp(t, "boolean")) return js_boolean(j);
@@ -582,7 +801,8 @@ static const char *const js_annotations[] = {
 static const char *const js_keywords[] = {
   "type", "properties", "required", "additionalProperties", "enum", "const", "items", "minItems",
   "maxItems", "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "minimum",
-  "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+  "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "prefixItems", "uniqueItems",
+  "minProperties", "maxProperties", "patternProperties", "propertyNames", NULL};
 
 static int in_list(const char *const *l, const char *k) {
   for (; *l; l++)

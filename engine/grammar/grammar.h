@@ -23,15 +23,23 @@
  *                   ^ and $ implied, a subset of JSON schema's search semantics; written
  *                   JSON-escaped) and format date, time, date-time, uuid, ipv4, email (as
  *                   patterns, subsets of ajv-formats' full mode; other formats unsupported);
- *                   pattern/format not together nor with min/maxLength. minimum, maximum,
+ *                   pattern/format not with min/maxLength; pattern and format together: the
+ *                   pattern, or the format when the pattern has lookaround (Zod's email). minimum, maximum,
  *                   exclusiveMinimum, exclusiveMaximum (numbers, or draft 4's booleans) on
- *                   integers (within 16 digits); on numbers only minimum 0. $ref, const, enum, anyOf, oneOf and allOf stand alone (enum
+ *                   integers (within 16 digits) and numbers (plain decimals; a non-integer bound
+ *                   is tightened to the integer inside it). multipleOf: an integer up to 64, not
+ *                   with bounds. prefixItems (then items' members: up to maxItems when items is a
+ *                   schema, as many as minItems needs otherwise). uniqueItems only with maxItems
+ *                   <= 1. minProperties / maxProperties (the first optional properties are made
+ *                   required / the last left out; on maps, the member count). patternProperties
+ *                   alone (a map whose keys match the patterns); propertyNames only as
+ *                   {"type": "string"}. $ref, const, enum, anyOf, oneOf and allOf stand alone (enum
  *                   and const may sit next to a type that all their values have): combined with
  *                   each other or with constraints they give GT_EUNSUPPORTED naming both, as the
  *                   constraints would otherwise be dropped. Annotations are ignored: title,
  *                   description, default, examples, $schema, $id, $comment, deprecated,
  *                   readOnly, writeOnly ($defs/definitions hold $ref targets). Every other
- *                   keyword (multipleOf, uniqueItems, prefixItems, not, if, nullable, ...)
+ *                   keyword (not, if / then / else, dependentRequired, nullable, ...)
  *                   gives GT_EUNSUPPORTED naming it.
  *   GR_JSON_OBJECT  spec ignored (may be NULL): any JSON object.
  *   GR_CHOICE       a JSON array of strings: the output is exactly one of them (raw text, not

@@ -26,6 +26,9 @@ struct cons {
   vocab_ref_t *vocab;
   int32_t *prefix, *suffix; /* forced tokens (tool calls) */
   int n_prefix, n_suffix;
+  int32_t *again;        /* CONS_TOOL_CALLS: "\n<tool_call>\n", forced once its first token is taken */
+  int n_again;
+  int32_t ends[2];       /* CONS_TOOL_CALLS: the end-of-sequence ids that may follow a call (-1: none) */
   int32_t think_start, think_end; /* <think>, </think> ids (-1: none) */
   uint64_t used;         /* LRU clock of the last cons_get */
   size_t max_states;     /* per grammar cache (gr_cache_new_limited) */
@@ -65,6 +68,7 @@ void cons_unref(cons_t *k) {
   free(k->spec);
   free(k->prefix);
   free(k->suffix);
+  free(k->again);
   free(k);
 }
 
@@ -190,8 +194,9 @@ static int encode_forced(const tok_t *tok, const char *text, int32_t **ids, int 
 static int compile(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t len, uint64_t hash, cons_t **out,
                    gt_err_t *err) {
   static const gr_kind_t kinds[] = {[CONS_JSON_SCHEMA] = GR_JSON_SCHEMA, [CONS_JSON_OBJECT] = GR_JSON_OBJECT,
-                                    [CONS_CHOICE] = GR_CHOICE, [CONS_REGEX] = GR_REGEX, [CONS_TOOL_CALL] = GR_JSON_SCHEMA};
-  if (kind < CONS_JSON_SCHEMA || kind > CONS_TOOL_CALL) return gt_err_set(err, GT_EINVAL, "unknown constraint kind %d", (int)kind);
+                                    [CONS_CHOICE] = GR_CHOICE, [CONS_REGEX] = GR_REGEX, [CONS_TOOL_CALL] = GR_JSON_SCHEMA,
+                                    [CONS_TOOL_CALLS] = GR_JSON_SCHEMA};
+  if (kind < CONS_JSON_SCHEMA || kind > CONS_TOOL_CALLS) return gt_err_set(err, GT_EINVAL, "unknown constraint kind %d", (int)kind);
   cons_t *k = calloc(1, sizeof *k);
   if (!k || !(k->spec = malloc(len + 1))) {
     free(k);
@@ -209,11 +214,19 @@ static int compile(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t l
   k->max_states = c->max_states;
   int rc = GT_OK;
   char *schema = NULL;
-  if (kind == CONS_TOOL_CALL) {
+  k->ends[0] = k->ends[1] = -1;
+  if (kind == CONS_TOOL_CALL || kind == CONS_TOOL_CALLS) {
     schema = tool_call_schema(spec, len, err);
     if (!schema) rc = err && err->code ? err->code : GT_EINVAL;
     if (!rc) rc = encode_forced(c->tok, "<tool_call>\n", &k->prefix, &k->n_prefix, err);
     if (!rc) rc = encode_forced(c->tok, "\n</tool_call>", &k->suffix, &k->n_suffix, err);
+  }
+  if (!rc && kind == CONS_TOOL_CALLS) {
+    rc = encode_forced(c->tok, "\n<tool_call>\n", &k->again, &k->n_again, err);
+    k->ends[0] = tok_eot(c->tok);
+    k->ends[1] = tok_eos(c->tok);
+    if (!rc && (k->n_again < 1 || (k->ends[0] < 0 && k->ends[1] < 0)))
+      rc = gt_err_set(err, GT_EUNSUPPORTED, "several tool calls need an end-of-turn token");
   }
   if (!rc) rc = gr_compile(kinds[kind], schema ? schema : spec, schema ? strlen(schema) : len, &k->g, err);
   free(schema);
@@ -271,7 +284,9 @@ int cons_get(cons_cache_t *c, cons_kind_t kind, const char *spec, size_t len, co
 
 /* ---- one sequence ---- */
 
-typedef enum { P_REASON, P_PREFIX, P_GRAMMAR, P_SUFFIX, P_END } phase_t;
+/* P_MORE (CONS_TOOL_CALLS, after a call): an end-of-sequence id or again[0]; P_AGAIN: the rest of
+ * again forced, then the next call's grammar */
+typedef enum { P_REASON, P_PREFIX, P_GRAMMAR, P_SUFFIX, P_END, P_MORE, P_AGAIN } phase_t;
 
 struct cons_seq {
   cons_t *k;
@@ -282,6 +297,8 @@ struct cons_seq {
   phase_t phase;
   int pos;          /* next forced token of the prefix / suffix */
   int may_think;    /* the first token may be <think> */
+  int n_reason;     /* tokens of the reasoning part so far */
+  int think_budget; /* most reasoning tokens (cons_seq_set_think_budget) */
   size_t gw;        /* gr_mask_words */
   uint32_t *scratch; /* [gw] when the tokenizer's words exceed the model's */
 };
@@ -358,6 +375,7 @@ int cons_seq_create(cons_t *k, int starts_in_reasoning, int may_think, cons_seq_
   cons_ref(k);
   q->k = k;
   q->gw = gr_mask_words(k->vocab->v);
+  q->think_budget = CONS_THINK_BUDGET;
   q->phase = starts_in_reasoning && k->think_end >= 0 ? P_REASON : first_phase(k);
   q->may_think = may_think && q->phase != P_REASON && k->think_start >= 0 && k->think_end >= 0;
   *out = q;
@@ -374,7 +392,19 @@ void cons_seq_free(cons_seq_t *q) {
   free(q);
 }
 
-int cons_seq_active(const cons_seq_t *q) { return q->phase != P_REASON; }
+int cons_seq_active(const cons_seq_t *q) { return q->phase != P_REASON || q->n_reason >= q->think_budget; }
+
+void cons_seq_set_think_budget(cons_seq_t *q, int max_tokens) {
+  const int half = max_tokens / 2;
+  q->think_budget = half > 0 && half < CONS_THINK_BUDGET ? half : CONS_THINK_BUDGET;
+}
+
+static void clear_bit(uint32_t *mask, int32_t id, int n_vocab, int *n) {
+  if (id >= 0 && id < n_vocab && (mask[id / 32] >> (id % 32) & 1u)) {
+    mask[id / 32] &= ~(1u << (id % 32));
+    (*n)--;
+  }
+}
 
 static void set_bit(uint32_t *mask, int32_t id, int n_vocab) {
   if (id >= 0 && id < n_vocab) mask[id / 32] |= 1u << (id % 32);
@@ -392,11 +422,23 @@ int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
   int n = 0;
   switch (q->phase) {
     case P_PREFIX:
-    case P_SUFFIX: {
-      const int32_t id = q->phase == P_PREFIX ? q->k->prefix[q->pos] : q->k->suffix[q->pos];
+    case P_SUFFIX:
+    case P_AGAIN: {
+      const int32_t id = q->phase == P_PREFIX ? q->k->prefix[q->pos]
+                         : q->phase == P_SUFFIX ? q->k->suffix[q->pos] : q->k->again[q->pos];
       memset(mask, 0, sizeof(uint32_t) * mw);
       set_bit(mask, id, n_vocab);
       n = id >= 0 && id < n_vocab;
+      break;
+    }
+    case P_MORE: {
+      const int32_t ids[3] = {q->k->again[0], q->k->ends[0], q->k->ends[1]};
+      memset(mask, 0, sizeof(uint32_t) * mw);
+      for (int i = 0; i < 3; i++)
+        if (ids[i] >= 0 && ids[i] < n_vocab && !(mask[ids[i] / 32] >> (ids[i] % 32) & 1u)) {
+          set_bit(mask, ids[i], n_vocab);
+          n++;
+        }
       break;
     }
     case P_GRAMMAR:
@@ -413,9 +455,19 @@ int cons_seq_mask(cons_seq_t *q, uint32_t *mask, int n_vocab) {
       }
       if (n < 0) return n;
       break;
-    default: /* P_REASON (not active) and P_END: nothing */
+    case P_REASON: /* over CONS_THINK_BUDGET: the reasoning is closed */
+      memset(mask, 0, sizeof(uint32_t) * mw);
+      set_bit(mask, q->k->think_end, n_vocab);
+      return q->k->think_end >= 0 && q->k->think_end < n_vocab;
+    default: /* P_END: nothing */
       memset(mask, 0, sizeof(uint32_t) * mw);
       return 0;
+  }
+  /* no escape: once the constrained part started, <think> / </think> are never allowed (their
+   * text may be valid JSON string content, but the output parser would take it as reasoning) */
+  if (q->phase == P_GRAMMAR) {
+    clear_bit(mask, q->k->think_start, n_vocab, &n);
+    clear_bit(mask, q->k->think_end, n_vocab, &n);
   }
   const int32_t ts = q->k->think_start;
   if (q->may_think && ts < n_vocab) { /* the model may open its reasoning first */
@@ -446,6 +498,14 @@ static int after_grammar(cons_seq_t *q) {
   return CONS_DONE;
 }
 
+/* CONS_TOOL_CALLS: the next call's arguments, from the grammar's start. */
+static int next_call(cons_seq_t *q) {
+  gr_matcher_reset(q->m);
+  q->n_toks = 0;
+  q->phase = P_GRAMMAR;
+  return CONS_MORE;
+}
+
 int cons_seq_accept(cons_seq_t *q, int32_t tok) {
   const cons_t *k = q->k;
   if (q->may_think) {
@@ -458,6 +518,7 @@ int cons_seq_accept(cons_seq_t *q, int32_t tok) {
   switch (q->phase) {
     case P_REASON:
       if (tok == k->think_end) q->phase = first_phase(k);
+      else q->n_reason++;
       return CONS_MORE;
     case P_PREFIX:
       if (tok != k->prefix[q->pos]) return GT_EINVAL;
@@ -474,8 +535,24 @@ int cons_seq_accept(cons_seq_t *q, int32_t tok) {
     case P_SUFFIX:
       if (tok != k->suffix[q->pos]) return GT_EINVAL;
       if (++q->pos < k->n_suffix) return CONS_MORE;
+      if (k->n_again) { /* several calls: end here or call again */
+        q->phase = P_MORE;
+        return CONS_MORE;
+      }
       q->phase = P_END;
       return CONS_DONE;
+    case P_MORE:
+      if (tok == k->ends[0] || tok == k->ends[1]) {
+        q->phase = P_END;
+        return CONS_DONE;
+      }
+      if (tok != k->again[0]) return GT_EINVAL;
+      q->pos = 1;
+      q->phase = P_AGAIN;
+      return q->pos < k->n_again ? CONS_MORE : next_call(q);
+    case P_AGAIN:
+      if (tok != k->again[q->pos]) return GT_EINVAL;
+      return ++q->pos < k->n_again ? CONS_MORE : next_call(q);
     case P_END: break;
   }
   return GT_EINVAL;

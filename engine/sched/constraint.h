@@ -9,6 +9,8 @@
  *   reasoning  a reasoning model's <think> part is free: with starts_in_reasoning (the prompt
  *              opened <think>) until the sequence samples </think>; with may_think (a model
  *              that may open <think> itself) the first token may also be <think>, which starts it.
+ *              After its budget (CONS_THINK_BUDGET) only </think> is allowed. Anywhere else
+ *              (thinking off, or closed) <think> and </think> are masked: no escape.
  *   prefix     tokens forced one by one (the tool-call opening "<tool_call>\n");
  *   grammar    the grammar's mask (gr_matcher_fill_mask): end-of-sequence only when it accepts;
  *   suffix     forced tokens once the grammar is done (the tool-call closing "\n</tool_call>"),
@@ -47,6 +49,7 @@ typedef enum {
   CONS_CHOICE = 3,
   CONS_REGEX = 4,
   CONS_TOOL_CALL = 5,
+  CONS_TOOL_CALLS = 6, /* one or more calls: after a call's suffix, end-of-sequence or "\n" + the next */
 } cons_kind_t;
 
 typedef struct cons_cache cons_cache_t;
@@ -90,7 +93,12 @@ void cons_stats(cons_t *k, cons_stats_t *out);
 int cons_seq_create(cons_t *k, int starts_in_reasoning, int may_think, cons_seq_t **out, gt_err_t *err);
 void cons_seq_free(cons_seq_t *q); /* NULL: nothing */
 
-/* 1 when the next token is constrained (not in the reasoning part). */
+/* Most tokens of a constrained output's reasoning part: CONS_THINK_BUDGET, or half the request's
+ * max_tokens when that is less (cons_seq_set_think_budget); past them the mask allows only
+ * </think>, so a model that never closes its thinking still ends in the constrained form. */
+#define CONS_THINK_BUDGET 4096
+void cons_seq_set_think_budget(cons_seq_t *q, int max_tokens);
+/* 1 when the next token is constrained (not in the reasoning part, or past its budget). */
 int cons_seq_active(const cons_seq_t *q);
 /* The next token's mask for a model vocabulary of n_vocab (mask[(n_vocab + 31) / 32]); call only
  * when cons_seq_active. Returns the number of allowed ids (0: a dead end, nothing can continue

@@ -128,9 +128,9 @@ static void take_ref(kv_pool_t *p, int32_t i) {
   if (p->b[i].ref++ == 0 && p->b[i].hashed) lru_remove(p, i);
 }
 
-int kv_match(kv_pool_t *p, const int32_t *tokens, int n, int max_blocks, int need_snapshot, int32_t *blocks,
-             int *snapshot_id) {
-  uint64_t h = 0;
+int kv_match(kv_pool_t *p, uint64_t seed, const int32_t *tokens, int n, int max_blocks, int need_snapshot,
+             int32_t *blocks, int *snapshot_id) {
+  uint64_t h = seed;
   int m = 0, last_snap = 0, snap = -1;
   p->st.queried_tokens += (uint64_t)n;
   for (; m < max_blocks && (m + 1) * p->bt <= n; m++) {

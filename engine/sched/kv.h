@@ -39,12 +39,13 @@ int kv_n_used(const kv_pool_t *p);
 /* Hash of a full block's tokens chained on the previous block's hash (0 for the first). */
 uint64_t kv_hash_block(uint64_t prev, const int32_t *tokens, int n);
 
-/* Longest cached prefix of tokens[0..n): fills blocks[] with the matched block ids (each gets a
+/* Longest cached prefix of tokens[0..n) on the hash chain seeded with seed (a request's cache
+ * salt; 0 = unsalted): fills blocks[] with the matched block ids (each gets a
  * reference) and returns the number of blocks matched. At most max_blocks are matched. With
  * need_snapshot, the match is cut back to the last block that has a snapshot and
  * *snapshot_id is set (-1 when none). Counts queried/hit tokens for the statistics. */
-int kv_match(kv_pool_t *p, const int32_t *tokens, int n, int max_blocks, int need_snapshot, int32_t *blocks,
-             int *snapshot_id);
+int kv_match(kv_pool_t *p, uint64_t seed, const int32_t *tokens, int n, int max_blocks, int need_snapshot,
+             int32_t *blocks, int *snapshot_id);
 
 /* A fresh block with one reference, evicting the least recently used cached block if needed;
  * -1 when every block is referenced. */

@@ -9,6 +9,7 @@
 #include "engine/sched/sched.h"
 
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@ typedef struct req {
   sched_req_t r;
   int32_t *tokens;   /* [cap] prompt + generated */
   int32_t *stop_ids; /* copy of r.stop_ids */
+  int32_t *allowed;  /* copy of r.allowed_ids [r.n_allowed] */
+  float *allowed_lg; /* [r.n_allowed] scratch */
   int n_stop_ids;
   int32_t *bias_ids; /* copy of r.bias_ids / r.bias_vals */
   float *bias_vals;
@@ -142,6 +145,8 @@ static void free_req(req_t *q) {
   cons_seq_free(q->cs);
   free(q->tokens);
   free(q->stop_ids);
+  free(q->allowed);
+  free(q->allowed_lg);
   free(q->bias_ids);
   free(q->bias_vals);
   free(q->blocks);
@@ -467,7 +472,13 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
   }
   q->r.bias_ids = NULL;
   q->r.bias_vals = NULL;
-  if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals))) rc = gt_err_set(err, GT_ENOMEM, "out of memory");
+  if (r->n_allowed > 0 && (q->allowed = malloc(sizeof(int32_t) * (size_t)r->n_allowed)) &&
+      (q->allowed_lg = malloc(sizeof(float) * (size_t)r->n_allowed)))
+    memcpy(q->allowed, r->allowed_ids, sizeof(int32_t) * (size_t)r->n_allowed);
+  q->r.allowed_ids = NULL;
+  if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals)) ||
+      (r->n_allowed > 0 && (!q->allowed || !q->allowed_lg)))
+    rc = gt_err_set(err, GT_ENOMEM, "out of memory");
   if (!rc) {
     memcpy(q->tokens, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
     q->n_tokens = r->n_prompt;
@@ -477,6 +488,7 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
   oc.id_seed += (uint64_t)index; /* each choice's tool-call ids differ */
   if (!rc) rc = seqout_create(s->tok, &oc, &q->out, err);
   if (!rc && r->constraint) rc = cons_seq_create(r->constraint, r->out.starts_in_reasoning, r->cons_may_think, &q->cs, err);
+  if (!rc && q->cs) cons_seq_set_think_budget(q->cs, r->max_tokens);
   q->r.constraint = NULL; /* each choice holds its own reference through q->cs */
   if (rc) {
     free_req(q);
@@ -511,6 +523,10 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
         break;
       }
   }
+  for (int i = 0; !rc && i < r->n_allowed; i++)
+    if (r->allowed_ids[i] < 0 || r->allowed_ids[i] >= s->V)
+      rc = gt_err_set_param(err, GT_EINVAL, "allowed_token_ids", "allowed_token_ids: token id %d is outside the vocabulary of %d",
+                            r->allowed_ids[i], s->V);
   for (int i = 0; !rc && i < r->n_bias; i++) {
     if (r->bias_ids[i] < 0 || r->bias_ids[i] >= s->V)
       rc = gt_err_set_param(err, GT_EINVAL, "logit_bias", "logit_bias: token id %d is outside the vocabulary of %d", r->bias_ids[i], s->V);
@@ -687,14 +703,14 @@ static void admit(sched_t *s) {
     }
     /* reuse cached blocks, always leaving the last token to compute (its logits are needed) */
     int snap = -1;
-    int matched = kv_match(s->kv, q->tokens, q->n_tokens - 1, s->max_blocks, s->hybrid, q->blocks, &snap);
+    int matched = kv_match(s->kv, q->r.cache_salt, q->tokens, q->n_tokens - 1, s->max_blocks, s->hybrid, q->blocks, &snap);
     if (s->hybrid && matched > 0 && snap >= 0) {
       s->m->be->ops->state_copy(s->m->be, q->slot, snap);
       s->snap_used[snap - s->cfg.max_num_seqs] = ++s->snap_tick;
     }
     q->n_blocks = q->n_committed = matched;
     q->n_computed = matched * bt;
-    q->chain = 0;
+    q->chain = q->r.cache_salt; /* the chain of kv_match */
     for (int i = 0; i < matched; i++) q->chain = kv_hash_block(q->chain, q->tokens + (size_t)i * bt, bt);
     if (q->t_admit == 0) { /* first admission (not a resume after preemption) */
       q->t_admit = now_ms();
@@ -806,12 +822,21 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
    * lg before the draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
   const int masked = q->cs && cons_seq_active(q->cs);
   const float *raw = lg;
-  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
+  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->r.n_allowed > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
     memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
     raw = s->raw;
   }
   if (lg)
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
+  /* min_tokens holds against any logit_bias (a constraint's mask decides where it applies) */
+  if (lg && !masked && q->n_generated < q->r.min_tokens && !q->r.ignore_eos)
+    for (int i = 0; i < 4; i++)
+      if (s->eos_ids[i] >= 0 && s->eos_ids[i] < s->V) lg[s->eos_ids[i]] = -INFINITY;
+  if (lg && q->r.n_allowed > 0) { /* allowed_token_ids: every other id to -inf */
+    for (int i = 0; i < q->r.n_allowed; i++) q->allowed_lg[i] = lg[q->allowed[i]];
+    for (int i = 0; i < s->V; i++) lg[i] = -INFINITY;
+    for (int i = 0; i < q->r.n_allowed; i++) lg[q->allowed[i]] = q->allowed_lg[i];
+  }
   if (lg && masked) { /* host path: the mask now (the device path applied it on the backend) */
     const double t0 = now_ms();
     q->cons_end = cons_mask_end(cons_seq_mask(q->cs, s->h_mask1, s->V));
@@ -867,6 +892,8 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
     const req_t *q = s->b_req[i];
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
     if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
+    if (q->n_generated < q->r.min_tokens) return 0; /* EOS is masked on the host until min_tokens */
+    if (q->r.n_allowed > 0) return 0;              /* allowed_token_ids: masked on the host */
     if (q->cs && !s->d_mask) return 0; /* no logits_mask op: masked on the host */
     if (q->cs && q->n_draft > 0) return 0; /* a draft row's mask follows the drafts before it: take_token */
   }

@@ -121,6 +121,8 @@ typedef struct {
   const int32_t *bias_ids;  /* logit_bias: logits[bias_ids[i]] += bias_vals[i] before sampling */
   const float *bias_vals;   /* [n_bias], each in [-100, 100]; ids in the vocabulary (copied at submit) */
   int n_bias;
+  const int32_t *allowed_ids; /* [n_allowed] > 0: only these ids are sampled (copied at submit) */
+  int n_allowed;
   seqout_config_t out;      /* stop strings / ids, reasoning and tool-call parsing */
   /* choices (0 or 1: one; at most SCHED_MAX_N and max_num_seqs). The prompt is prefilled once;
    * when its last token is computed the sequence forks: each choice shares the prompt's full KV
@@ -139,6 +141,8 @@ typedef struct {
   cons_t *constraint;
   int cons_may_think;
   int no_spec;              /* 1: this request never speculates (sched_config_t.spec_mode) */
+  uint64_t cache_salt;      /* prefix-cache isolation: the seed of the block hash chain (0 = unsalted);
+                               blocks are shared only between requests with the same salt */
   sched_event_fn on_event;
   void *ud;
 } sched_req_t;

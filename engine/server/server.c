@@ -307,14 +307,18 @@ static int n_prompts(const Gantry__V1__GenerateRequest *r, int *out, gt_err_t *e
 
 /* Counts a refused Generate call in the metrics, logs it and finishes it; param (the request
  * field at fault, "" or NULL if none) goes to the client as trailing metadata GT_RPC_MD_PARAM. */
-static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg, const char *param) {
-  gt_rpc_code_t code = request_status(rc);
+static void reject_code(srv_t *s, gt_rpc_call_t *call, const char *rid, gt_rpc_code_t code, const char *msg,
+                        const char *param) {
   if (code == GT_RPC_RESOURCE_EXHAUSTED) gt_metric_inc(s->met.rejected_full, 1);
   else if (code == GT_RPC_UNAVAILABLE) gt_metric_inc(s->met.rejected_unavailable, 1);
   else gt_metric_inc(s->met.rejected_invalid, 1);
   GT_LOG_INFO("request_id=%s rejected code=%d error=\"%s\"", rid, (int)code, msg);
   if (param && param[0]) gt_rpc_call_set_trailer(call, GT_RPC_MD_PARAM, param);
   gt_rpc_call_finish(call, code, msg);
+}
+
+static void reject(srv_t *s, gt_rpc_call_t *call, const char *rid, int rc, const char *msg, const char *param) {
+  reject_code(s, call, rid, request_status(rc), msg, param);
 }
 
 /* Frees a converted prompt that was not submitted (its ids, constraint reference and buffers). */
@@ -339,14 +343,18 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   srv_conv_bufs_t bufs[SRV_MAX_PROMPTS];
   memset(bufs, 0, sizeof bufs);
   int n_conv = 0;
+  bool over_ctx = false;
   for (int k = 0; !rc && k < P; k++) {
     Gantry__V1__GenerateRequest sub = prompt_at(r, k);
     int32_t *ids = NULL;
     size_t n_ids = 0;
     int opens = 0;
+    /* over the context: OUT_OF_RANGE, the router's context_length_exceeded */
     rc = srv_conv_check_bytes(&sub, s->n_ctx, s->max_tok_bytes, &err);
+    over_ctx = rc != GT_OK;
     if (!rc) rc = srv_conv_prompt(&sub, s->tok, s->have_fam ? &s->fam : NULL, s->fam_reason, &ids, &n_ids, &opens, &err);
-    /* a prompt that fills the context is refused by sched_submit (INVALID_ARGUMENT, same message) */
+    if (!rc) srv_conv_truncate(&sub, ids, &n_ids);
+    if (!rc) over_ctx = (rc = srv_conv_check_context(&sub, n_ids, s->n_ctx, &err)) != GT_OK;
     pthread_mutex_lock(&s->mu);
     uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
     pthread_mutex_unlock(&s->mu);
@@ -365,7 +373,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
   if (!rc && !(l = calloc(1, sizeof *l))) rc = gt_err_set(&err, GT_ENOMEM, "out of memory");
   if (rc) {
     for (int k = 0; k < n_conv; k++) conv_free(&q[k], &bufs[k]);
-    reject(s, call, r->request_id, rc, err.msg, err.param);
+    reject_code(s, call, r->request_id, over_ctx ? GT_RPC_OUT_OF_RANGE : request_status(rc), err.msg, err.param);
     return;
   }
   l->srv = s;

@@ -68,9 +68,9 @@ int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err) {
   if (r->constraint) {
     if ((rc = unknown(&r->constraint->base, "GenerateRequest.constraint", err))) return rc;
     const int k = (int)r->constraint->kind;
-    if (k < CONS_JSON_SCHEMA || k > CONS_TOOL_CALL)
+    if (k < CONS_JSON_SCHEMA || k > CONS_TOOL_CALLS)
       return gt_err_set_param(err, GT_EINVAL, "constraint", "%s: unknown constraint kind %d", srv_conv_cons_param(r), k);
-    if (k == CONS_TOOL_CALL && r->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT)
+    if ((k == CONS_TOOL_CALL || k == CONS_TOOL_CALLS) && r->input_case != GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT)
       return gt_err_set_param(err, GT_EINVAL, "constraint", "%s: a tool-call constraint needs chat input",
                               srv_conv_cons_param(r));
   }
@@ -128,8 +128,10 @@ int srv_conv_chat(const Gantry__V1__ChatInput *c, int add_generation_prompt, int
       tc[t].arguments = x->tool_calls[k]->arguments;
     }
   }
+  if (c->continue_final_message) add_generation_prompt = 0;
   chat_render_opts_t o = {
       .tools_json = c->tools_json[0] ? c->tools_json : NULL,
+      .continue_final = c->continue_final_message,
       .add_generation_prompt = add_generation_prompt,
       .enable_thinking = c->enable_thinking_opt_case ? c->enable_thinking : true,
   };
@@ -159,7 +161,8 @@ int srv_conv_prompt(const Gantry__V1__GenerateRequest *r, const tok_t *tok, cons
       }
       break;
     case GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT:
-      rc = srv_conv_chat(r->chat, 1, r->parse_special_tokens, tok, fam, fam_reason, ids, n, opens_reasoning, err);
+      rc = srv_conv_chat(r->chat, r->chat->add_generation_prompt_opt_case ? r->chat->add_generation_prompt : 1,
+                         r->parse_special_tokens, tok, fam, fam_reason, ids, n, opens_reasoning, err);
       break;
     default:
       return gt_err_set(err, GT_EINVAL, "input: one of chat, prompt or tokens is required");
@@ -242,7 +245,24 @@ int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_
   q->out.id_seed = seed;
   /* a chat with thinking on whose prompt did not open <think> (Qwen3): the model may open it */
   q->cons_may_think = chat && !opens_reasoning && (!r->chat->enable_thinking_opt_case || r->chat->enable_thinking);
+  q->cache_salt = srv_conv_salt(r->cache_salt);
+  q->allowed_ids = r->allowed_token_ids;
+  q->n_allowed = (int)r->n_allowed_token_ids;
   return GT_OK;
+}
+
+uint64_t srv_conv_salt(const char *salt) {
+  if (!salt || !salt[0]) return 0;
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+  for (const unsigned char *p = (const unsigned char *)salt; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+  return h ? h : 1; /* 0 is the unsalted chain */
+}
+
+void srv_conv_truncate(const Gantry__V1__GenerateRequest *r, int32_t *ids, size_t *n) {
+  const size_t keep = r->truncate_prompt_tokens;
+  if (!keep || *n <= keep) return;
+  memmove(ids, ids + (*n - keep), keep * sizeof *ids);
+  *n = keep;
 }
 
 /* ---- responses ---- */
@@ -377,6 +397,11 @@ gt_genresp_t *srv_conv_final(sched_finish_t why, const char *error, const sched_
 
 static size_t add_len(size_t n, const char *s) { return s ? n + strlen(s) : n; }
 
+/* What the client sent, in OpenAI's words: "messages" (chat) or "prompt". */
+static const char *input_name(const Gantry__V1__GenerateRequest *r) {
+  return r->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT ? "messages" : "prompt";
+}
+
 int srv_conv_check_bytes(const Gantry__V1__GenerateRequest *r, int n_ctx, size_t max_tok_bytes, gt_err_t *err) {
   size_t bytes = 0;
   if (r->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT) {
@@ -386,10 +411,20 @@ int srv_conv_check_bytes(const Gantry__V1__GenerateRequest *r, int n_ctx, size_t
   }
   const size_t fit = (size_t)(n_ctx > 0 ? n_ctx : 0) * (max_tok_bytes ? max_tok_bytes : 1);
   if (bytes > fit)
-    return gt_err_set(err, GT_EINVAL,
-                      "prompt has %zu bytes: at least %zu tokens (a token covers at most %zu bytes), but the context "
-                      "length is %d", bytes, (bytes + max_tok_bytes - 1) / max_tok_bytes, max_tok_bytes, n_ctx);
+    return gt_err_set(err, GT_ERANGE,
+                      "This model's maximum context length is %d tokens. However, your %s resulted in at least %zu "
+                      "tokens (%zu bytes; a token covers at most %zu bytes). Please reduce the length of the %s.",
+                      n_ctx, input_name(r), (bytes + max_tok_bytes - 1) / max_tok_bytes, bytes, max_tok_bytes,
+                      input_name(r));
   return GT_OK;
+}
+
+int srv_conv_check_context(const Gantry__V1__GenerateRequest *r, size_t n_prompt, int n_ctx, gt_err_t *err) {
+  if (n_prompt < (size_t)(n_ctx > 0 ? n_ctx : 0)) return GT_OK;
+  return gt_err_set(err, GT_ERANGE,
+                    "This model's maximum context length is %d tokens. However, your %s resulted in %zu tokens, "
+                    "which leaves no room to generate. Please reduce the length of the %s.",
+                    n_ctx, input_name(r), n_prompt, input_name(r));
 }
 
 size_t srv_conv_max_token_bytes(const tok_t *tok) {

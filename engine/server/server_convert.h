@@ -13,11 +13,20 @@
 /* Rejects unknown fields (anywhere in the request, named by message and field number) and
  * out-of-range values that the scheduler would not name (GT_EINVAL with the field). */
 int srv_conv_check(const Gantry__V1__GenerateRequest *r, gt_err_t *err);
-/* Refuses (GT_EINVAL) text input that cannot fit n_ctx tokens whatever it tokenizes to: every
+/* Refuses (GT_ERANGE) text input that cannot fit n_ctx tokens whatever it tokenizes to: every
  * token covers at most max_tok_bytes bytes, so a prompt (or the chat messages' text) of more
  * than n_ctx * max_tok_bytes bytes needs more than n_ctx tokens. Checked before tokenizing, so
  * a huge prompt costs no tokenizer time. */
 int srv_conv_check_bytes(const Gantry__V1__GenerateRequest *r, int n_ctx, size_t max_tok_bytes, gt_err_t *err);
+/* Refuses (GT_ERANGE) a prompt of n_prompt tokens that leaves no room to generate in n_ctx. Both
+ * checks word it as OpenAI does ("This model's maximum context length is N tokens. However, your
+ * messages resulted in M tokens."), which agents match to compress their history; the server
+ * answers them OUT_OF_RANGE, which the router turns into code context_length_exceeded. */
+/* The hash-chain seed of a cache_salt (0 for ""; never 0 otherwise). */
+uint64_t srv_conv_salt(const char *salt);
+/* truncate_prompt_tokens: keeps the last N of ids[0..*n) (in place). */
+void srv_conv_truncate(const Gantry__V1__GenerateRequest *r, int32_t *ids, size_t *n);
+int srv_conv_check_context(const Gantry__V1__GenerateRequest *r, size_t n_prompt, int n_ctx, gt_err_t *err);
 /* Longest token text of the vocabulary, bytes (>= 1). */
 size_t srv_conv_max_token_bytes(const tok_t *tok);
 

@@ -175,12 +175,36 @@ test('error objects: OpenAI-style with the right status', async () => {
   }
 });
 
-test('prompt longer than the context: 400 with the numbers', async () => {
-  const prompt = FAKE ? 'TOOLONG' : 'word '.repeat(200000);
-  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 1 }), (e) => {
+// A prompt over the context: OpenAI's code and words. What agents match to trigger their history
+// compression (checked against the published packages, `npm pack` + grep):
+// - Qwen Code 0.24 (packages/core/src/utils/contextLengthError.ts): CONTEXT_LENGTH_PATTERNS has
+//   /\bcontext[_\s-]?length[_\s-]?exceeded\b/i and /\bmaximum context length\b/i; parseTokenCounts
+//   reads /maximum context length is\s*(\d[\d,]*)\s*tokens?[\s\S]*?(?:resulted in|requested|used)\s*(\d[\d,]*)\s*tokens?/i.
+// - LangChain @langchain/openai 1.6 (dist/utils/client.js, _isOpenAIContextOverflowError, which
+//   raises ContextOverflowError): String(e) includes "context_length_exceeded", or e.message
+//   includes "maximum context length".
+const QWEN_DETECT = [/\bcontext[_\s-]?length[_\s-]?exceeded\b/i, /\bmaximum context length\b/i];
+const QWEN_COUNTS = /maximum context length is\s*(\d[\d,]*)\s*tokens?[\s\S]*?(?:resulted in|requested|used)\s*(\d[\d,]*)\s*tokens?/i;
+test('prompt longer than the context: 400 context_length_exceeded in the words agents match', async () => {
+  // just over the served context (each ' word' is a token), so the engine tokenizes it and counts
+  const ctx = FAKE ? 0 : (await client.models.retrieve(MODEL)).max_model_len;
+  const prompt = FAKE ? 'TOOLONG' : 'word '.repeat(ctx + 64);
+  const check = (e) => {
     assert.ok(e instanceof OpenAI.APIError);
-    assert.ok(e.status === 400 || e.status === 413, `status ${e.status}: ${e.message}`);
-    if (e.status === 400) assert.match(e.message, /\d+/);
+    assert.equal(e.status, 400, e.message);
+    assert.equal(e.code, 'context_length_exceeded');
+    assert.ok(QWEN_DETECT.some((re) => re.test(e.message)), e.message);
+    assert.ok(e.message.includes('maximum context length'), 'LangChain ContextOverflowError');
+    return true;
+  };
+  await assert.rejects(client.completions.create({ model: MODEL, prompt, max_tokens: 1 }), check);
+  const messages = [{ role: 'user', content: prompt }];
+  await assert.rejects(client.chat.completions.create({ model: MODEL, messages, max_tokens: 1 }), (e) => {
+    check(e);
+    const m = e.message.match(QWEN_COUNTS);
+    assert.ok(m, `token counts: ${e.message}`);
+    assert.ok(Number(m[2].replace(/,/g, '')) > Number(m[1].replace(/,/g, '')), e.message);
+    assert.match(e.message, /your messages resulted in/);
     return true;
   });
 });
@@ -544,26 +568,39 @@ test('structured: tool_choice required and named force a valid call', DEMO, asyn
   ];
   const schemas = { get_weather: ajv.compile(weather), get_time: ajv.compile(tools[1].function.parameters) };
   const ask = [{ role: 'user', content: 'What is the weather in Paris for 3 days?' }];
-  for (const [tool_choice, seed] of [['required', 1], ['required', 2], [{ type: 'function', function: { name: 'get_time' } }, 3]]) {
-    const r = await client.chat.completions.create({ model: MODEL, messages: ask, tools, tool_choice, max_tokens: 300, temperature: 1, seed });
+  // required: one or more calls (parallel_tool_calls), exactly one with parallel_tool_calls false
+  // and for a named function; every complete call validates
+  const named = { type: 'function', function: { name: 'get_time' } };
+  for (const [tool_choice, seed, parallel] of [['required', 1, true], ['required', 2, false], [named, 3, true]]) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: ask, tools, tool_choice, max_tokens: 300, temperature: 1, seed, parallel_tool_calls: parallel,
+    });
     const m = r.choices[0].message;
-    assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(m));
-    assert.equal(m.tool_calls.length, 1);
-    const call = m.tool_calls[0].function;
-    if (typeof tool_choice === 'object') assert.equal(call.name, 'get_time');
-    assert.ok(schemas[call.name], call.name);
-    checkJson(call.arguments, schemas[call.name], `${call.name} seed ${seed}`);
+    const fin = r.choices[0].finish_reason;
+    assert.ok(m.tool_calls && m.tool_calls.length >= 1, JSON.stringify(m));
+    if (!parallel || typeof tool_choice === 'object') {
+      assert.equal(fin, 'tool_calls', JSON.stringify(m));
+      assert.equal(m.tool_calls.length, 1);
+    } else {
+      assert.ok(['tool_calls', 'length'].includes(fin), fin);
+    }
+    const complete = fin === 'length' ? m.tool_calls.slice(0, -1) : m.tool_calls;
+    for (const c of complete) {
+      if (typeof tool_choice === 'object') assert.equal(c.function.name, 'get_time');
+      assert.ok(schemas[c.function.name], c.function.name);
+      checkJson(c.function.arguments, schemas[c.function.name], `${c.function.name} seed ${seed}`);
+    }
   }
 });
 
 test('structured: bad schemas and a second constraint are 400s naming the param', REAL, async () => {
-  const bad = { type: 'array', prefixItems: [{ type: 'integer' }] }; // not supported by the grammar
+  const bad = { type: 'array', uniqueItems: true }; // not supported by the grammar (it cannot compare members)
   await assert.rejects(client.chat.completions.create({
     model: MODEL, messages: ASK, max_tokens: 5, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: bad } },
   }), (e) => {
     assert.equal(e.status, 400);
     assert.equal(e.param, 'response_format');
-    assert.match(e.message, /prefixItems/);
+    assert.match(e.message, /uniqueItems/);
     return true;
   });
   await assert.rejects(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 5, guided_json: { type: 'object', properties: 3 } }), (e) => {

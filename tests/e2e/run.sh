@@ -2,7 +2,7 @@
 # tests/e2e/run.sh ENGINE_KIND [node test files...] — starts redis-server (free port), an engine
 # (ENGINE_KIND=real: `gantry-engine serve` on the CPU with tests/golden/qwen3-tiny.bf16.gguf;
 # fake: the scripted gantry-fake-engine) and gantry-router, then runs the node tests against
-# them (the official `openai` package and @grpc/grpc-js). $GANTRY_ENGINE_SERVE overrides the
+# them (the official `openai` package, the AI SDK, LangChain and @grpc/grpc-js). $GANTRY_ENGINE_SERVE overrides the
 # engine program (e.g. a Release engine with an ASan router). $GANTRY_ENGINE_TP=N serves with
 # `--tp N` (CPU ranks) and exports GANTRY_TP_EXPECT, the greedy text of tp.test.mjs's prompt from
 # `gantry-engine generate` with one rank, for tp.test.mjs to compare. Exit 77 = skipped (no node, no

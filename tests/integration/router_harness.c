@@ -114,7 +114,8 @@ static void *run_job(void *arg) {
   uint32_t pt = (uint32_t)strlen(j->text) / 4 + 1;
   if (strstr(j->text, "TOOLONG")) {
     end_active(j);
-    gt_rpc_call_finish(c, GT_RPC_INVALID_ARGUMENT, "prompt has 5000 tokens but the context length is 4096");
+    gt_rpc_call_finish(c, GT_RPC_OUT_OF_RANGE, "This model's maximum context length is 4096 tokens. However, your "
+                       "messages resulted in 5000 tokens, which leaves no room to generate. Please reduce the length of the messages.");
   } else if (strstr(j->text, "BADPARAM_LB")) {
     end_active(j);
     gt_rpc_call_set_trailer(c, GT_RPC_MD_PARAM, "logit_bias");

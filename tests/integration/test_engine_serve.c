@@ -302,7 +302,7 @@ static void test_prompt_list_fails_half_way(void **state) {
     b.req.more_tokens = more;
     b.req.n_more_tokens = 2;
     char msg[512];
-    assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
+    assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_OUT_OF_RANGE);
     assert_non_null(strstr(msg, "1100"));
     assert_true(efx_wait_quiet(&f, 0, WAIT_MS));
   }
@@ -317,7 +317,7 @@ static void test_prompt_list_fails_half_way(void **state) {
   efx_stop(&f);
 }
 
-/* Status codes: INVALID_ARGUMENT (unknown field, bad sampling, too long, empty), 
+/* Status codes: INVALID_ARGUMENT (unknown field, bad sampling, empty), OUT_OF_RANGE (too long),
  * RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (draining). */
 static void test_status_codes(void **state) {
   (void)state;
@@ -348,9 +348,9 @@ static void test_status_codes(void **state) {
   assert_string_equal(g_param, "n");
 
   reqb_tokens(&b, ids, 1100, 4);
-  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
-  assert_non_null(strstr(msg, "1100"));
-  assert_non_null(strstr(msg, "1024"));
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_OUT_OF_RANGE);
+  /* OpenAI's wording, which agents match (tests/e2e/openai.test.mjs cites their patterns) */
+  assert_non_null(strstr(msg, "This model's maximum context length is 1024 tokens. However, your prompt resulted in 1100 tokens"));
   assert_string_equal(g_param, ""); /* no one field */
 
   reqb_tokens(&b, ids, 0, 4);
@@ -434,8 +434,9 @@ static void test_prompt_bytes_over_context(void **state) {
   reqb_t b;
   reqb_prompt(&b, big, 4);
   char msg[512];
-  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_INVALID_ARGUMENT);
+  assert_int_equal(run_status(&f, &b.req, msg, sizeof msg), GT_RPC_OUT_OF_RANGE);
   assert_non_null(strstr(msg, "8388608 bytes"));
+  assert_non_null(strstr(msg, "maximum context length is 1024 tokens"));
   assert_non_null(strstr(msg, "1024"));
   free(big);
   reqb_prompt(&b, "hello there", 4);

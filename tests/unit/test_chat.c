@@ -1240,6 +1240,43 @@ static int render_err(const chat_family_t *f, const char *messages, const char *
   return rc;
 }
 
+/* continue_final (vLLM's continue_final_message): the rendering without the generation prompt,
+ * cut right after the final assistant message's content, which the output continues. */
+static void test_continue_final(void **state) {
+  (void)state;
+  chat_family_t q3 = detect_ok(TPL_Q3), q35 = detect_ok(TPL_Q35);
+  const chat_family_t *both[] = {&q3, &q35};
+  for (int k = 0; k < 2; k++) {
+    json_t *m = json_loads("[{\"role\": \"user\", \"content\": \"Write a poem\"},"
+                           " {\"role\": \"assistant\", \"content\": \"Roses are red, \"}]", 0, NULL);
+    chat_msgs_t msgs;
+    gt_err_t err = {0};
+    assert_int_equal(chat_msgs_from_json(m, &msgs, &err), GT_OK);
+    chat_render_opts_t o = {.add_generation_prompt = false, .enable_thinking = true, .continue_final = true};
+    char *out = NULL, *full = NULL;
+    size_t n = 0;
+    assert_int_equal(chat_render(both[k], msgs.msgs, msgs.n, &o, &out, &n, &err), GT_OK);
+    const size_t l = strlen(out);
+    assert_int_equal(n, l);
+    assert_true(l > 14 && !strcmp(out + l - 14, "Roses are red,"));
+    o.continue_final = false;
+    assert_int_equal(chat_render(both[k], msgs.msgs, msgs.n, &o, &full, NULL, &err), GT_OK);
+    assert_int_equal(strncmp(full, out, l), 0); /* a prefix of the whole rendering */
+    assert_non_null(strstr(full + l, "<|im_end|>"));
+    free(out);
+    free(full);
+    chat_msgs_free(&msgs);
+    json_decref(m);
+    /* the last message must be an assistant's with content */
+    assert_int_equal(chat_msgs_from_json(m = json_loads("[{\"role\": \"user\", \"content\": \"x\"}]", 0, NULL), &msgs, &err), GT_OK);
+    o.continue_final = true;
+    assert_int_equal(chat_render(both[k], msgs.msgs, msgs.n, &o, &out, NULL, &err), GT_EINVAL);
+    assert_non_null(strstr(err.msg, "continue_final_message"));
+    chat_msgs_free(&msgs);
+    json_decref(m);
+  }
+}
+
 static void test_input_errors(void **state) {
   (void)state;
   chat_family_t q3 = detect_ok(TPL_Q3), q35 = detect_ok(TPL_Q35);
@@ -1382,6 +1419,7 @@ int main(void) {
       cmocka_unit_test(test_golden_qwen3_cases),  cmocka_unit_test(test_jinja_reference_cases),
       cmocka_unit_test(test_fixture_templates),   cmocka_unit_test(test_detect_qwen35_variants),
       cmocka_unit_test(test_detect_rejects),      cmocka_unit_test(test_input_errors),
+      cmocka_unit_test(test_continue_final),
       cmocka_unit_test(test_structured_api),      cmocka_unit_test(test_pydump),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -274,6 +274,107 @@ static void test_schema_bounds(void **state) {
   gr_grammar_free(g);
 }
 
+/* What Zod's toJSONSchema and Pydantic emit (issue 27 item 5): number bounds (non-integer
+ * numbers, exclusive bounds), multipleOf on integers, tuples (prefixItems), min/maxProperties,
+ * records (additionalProperties / patternProperties), format with a pattern (Zod's email). */
+static void test_schema_zod_pydantic(void **state) {
+  gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":0,\"maximum\":1}"); /* z.number().min(0).max(1) */
+  ACCEPTS(g, "0");
+  ACCEPTS(g, "0.5");
+  ACCEPTS(g, "0.999");
+  ACCEPTS(g, "1");
+  ACCEPTS(g, "1.00");
+  REFUSES_AT(g, "1.5", 2);
+  REFUSES_AT(g, "2", 0);
+  REFUSES_AT(g, "-0.1", 0);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"number\",\"exclusiveMinimum\":0}"); /* z.number().positive(), gt=0 */
+  ACCEPTS(g, "0.1");
+  ACCEPTS(g, "5");
+  ACCEPTS(g, "123.4");
+  INCOMPLETE(g, "0");
+  INCOMPLETE(g, "0.00");
+  REFUSES_AT(g, "-1", 0);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":-1,\"exclusiveMaximum\":1}");
+  ACCEPTS(g, "-1");
+  ACCEPTS(g, "-0.5");
+  ACCEPTS(g, "0");
+  ACCEPTS(g, "0.25");
+  REFUSES_AT(g, "-1.5", 3);
+  REFUSES_AT(g, "1", 0);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"number\",\"exclusiveMaximum\":0}"); /* z.number().negative() */
+  ACCEPTS(g, "-3.5");
+  ACCEPTS(g, "-0.1");
+  INCOMPLETE(g, "-0");
+  REFUSES_AT(g, "0", 0);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":0.5,\"maximum\":10.5}"); /* tightened to [1, 10] */
+  ACCEPTS(g, "1");
+  ACCEPTS(g, "9.75");
+  ACCEPTS(g, "10");
+  REFUSES_AT(g, "10.5", 3);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"multipleOf\":3}");
+  ACCEPTS(g, "0");
+  ACCEPTS(g, "3");
+  ACCEPTS(g, "12");
+  ACCEPTS(g, "-9");
+  ACCEPTS(g, "300");
+  INCOMPLETE(g, "10");
+  REFUSES_AT(g, "01", 1);
+  gr_grammar_free(g);
+  /* z.tuple([z.string(), z.number()]) / Tuple[str, int]: exactly the prefix */
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],"
+                              "\"minItems\":2,\"maxItems\":2}");
+  ACCEPTS(g, "[\"a\",1]");
+  ACCEPTS(g, "[ \"a\" , 1 ]");
+  REFUSES_AT(g, "[1", 1);
+  REFUSES_AT(g, "[\"a\",1,", 6);
+  gr_grammar_free(g);
+  /* a tuple with rest items: z.tuple([z.string()]).rest(z.number()) */
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"items\":{\"type\":\"integer\"}}");
+  ACCEPTS(g, "[\"a\"]");
+  ACCEPTS(g, "[\"a\",1,2]");
+  REFUSES_AT(g, "[\"a\",\"b", 5);
+  gr_grammar_free(g);
+  /* min/maxProperties over known properties: the first optional ones are written */
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"},"
+                              "\"c\":{\"type\":\"integer\"}},\"minProperties\":2,\"maxProperties\":2}");
+  ACCEPTS(g, "{\"a\":1,\"b\":2}");
+  REFUSES_AT(g, "{\"a\":1}", 6);
+  REFUSES_AT(g, "{\"c", 2);
+  gr_grammar_free(g);
+  /* z.record(z.string(), z.number()) */
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"object\",\"propertyNames\":{\"type\":\"string\"},"
+                              "\"additionalProperties\":{\"type\":\"number\"},\"maxProperties\":2}");
+  ACCEPTS(g, "{}");
+  ACCEPTS(g, "{\"x\":1,\"y\":2.5}");
+  REFUSES_AT(g, "{\"x\":\"", 5);
+  REFUSES_AT(g, "{\"x\":1,\"y\":2,", 12);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{\"^[a-z]+$\":{\"type\":\"integer\"}}}");
+  ACCEPTS(g, "{\"ab\":1,\"c\":2}");
+  REFUSES_AT(g, "{\"A", 2);
+  gr_grammar_free(g);
+  /* z.string().email(): format with Zod's pattern, which has lookaheads: the format's regex */
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"email\",\"pattern\":"
+                              "\"^(?!\\\\.)(?!.*\\\\.\\\\.)([A-Za-z0-9_'+\\\\-\\\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\\\\-]*\\\\.)+[A-Za-z]{2,}$\"}");
+  ACCEPTS(g, "\"a.b@c.io\"");
+  REFUSES_AT(g, "\"a%", 2); /* not in Zod's pattern */
+  gr_grammar_free(g);
+  /* a pattern without lookaround wins over the format */
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uuid\",\"pattern\":\"^[0-9]{3}$\"}");
+  ACCEPTS(g, "\"123\"");
+  REFUSES_AT(g, "\"1234", 4);
+  gr_grammar_free(g);
+  g = compile(GR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true,\"maxItems\":1}");
+  ACCEPTS(g, "[7]");
+  REFUSES_AT(g, "[7,", 2);
+  gr_grammar_free(g);
+}
+
 /* enum/const next to a type all their values have; selectors next to annotations */
 static void test_schema_typed_enum(void **state) {
   gr_grammar_t *g = compile(GR_JSON_SCHEMA, "{\"type\":[\"string\",\"null\"],\"enum\":[\"a\",null],"
@@ -382,9 +483,15 @@ static void test_errors(void **state) {
                "\"pattern\" combined with minLength/maxLength");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"hostname\"}", GT_EUNSUPPORTED,
                "format \"hostname\"");
-  expect_error(GR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"type\":\"number\",\"maximum\":1}}}", GT_EUNSUPPORTED,
-               "maximum on numbers");
-  expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"multipleOf\":2}", GT_EUNSUPPORTED, "\"multipleOf\"");
+  expect_error(GR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"type\":\"number\",\"minimum\":0.2,\"maximum\":0.8}}}",
+               GT_EUNSUPPORTED, "no number between integer bounds");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"multipleOf\":2,\"minimum\":0}", GT_EUNSUPPORTED, "\"multipleOf\"");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"number\",\"multipleOf\":0.01}", GT_EUNSUPPORTED, "multipleOf");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{}},\"maxProperties\":0,\"required\":[\"a\"]}",
+               GT_EUNSUPPORTED, "maxProperties");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{}},\"patternProperties\":{\"x\":{}}}",
+               GT_EUNSUPPORTED, "patternProperties");
+  expect_error(GR_JSON_SCHEMA, "{\"type\":\"object\",\"propertyNames\":{\"pattern\":\"a\"}}", GT_EUNSUPPORTED, "propertyNames");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":1e20}", GT_ERANGE, "16 digits");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":3,\"maximum\":2.5}", GT_EINVAL, "no integer");
   expect_error(GR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", GT_EUNSUPPORTED, "\"uniqueItems\"");
@@ -548,6 +655,7 @@ int main(void) {
     cmocka_unit_test(test_schema_pattern_format),
     cmocka_unit_test(test_int_range_regex),
     cmocka_unit_test(test_schema_bounds),
+    cmocka_unit_test(test_schema_zod_pydantic),
     cmocka_unit_test(test_regex),
     cmocka_unit_test(test_errors),
     cmocka_unit_test(test_mutated_specs),

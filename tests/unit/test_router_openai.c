@@ -63,7 +63,7 @@ static void test_chat_full_mapping(void **st) {
   Gantry__V1__ChatInput *c = g->chat;
   assert_int_equal(c->n_messages, 4);
   assert_string_equal(c->messages[0]->role, "system");
-  assert_string_equal(c->messages[1]->content, "ab");
+  assert_string_equal(c->messages[1]->content, "a\nb"); /* parts joined with "\\n", as vLLM */
   assert_string_equal(c->messages[2]->tool_calls[0]->name, "f");
   assert_string_equal(c->messages[3]->tool_call_id, "c1");
   assert_int_equal(c->enable_thinking_opt_case, GANTRY__V1__CHAT_INPUT__ENABLE_THINKING_OPT_ENABLE_THINKING);
@@ -429,7 +429,7 @@ static void test_constraints(void **st) {
                       "[a-z]+@x\\.com", "guided_regex");
   }
   snprintf(buf, sizeof buf, "%s,\"tool_choice\":\"required\"", tools);
-  expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL, NULL, "tool_choice");
+  expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALLS, NULL, "tool_choice"); /* one or more */
   snprintf(buf, sizeof buf, "%s,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}", tools);
   expect_constraint(OA_CHAT, buf, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL,
                     "[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]", "tool_choice");
@@ -466,9 +466,142 @@ static void test_constraints(void **st) {
   }
 }
 
+
+/* Issue 27 item 3: every vLLM / OpenAI parameter is supported or refused with a 400 naming it. */
+static void test_params_supported_or_refused(void **st) {
+  (void)st;
+  oa_req_t r;
+  oa_error_t e;
+#define CHAT(extra) "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]," extra "}"
+  /* structured_outputs, every supported form */
+  assert_int_equal(parse(OA_CHAT, CHAT("\"structured_outputs\":{\"json\":{\"type\":\"object\"},\"disable_fallback\":true}"), &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_SCHEMA);
+  oa_req_free(&r);
+  assert_int_equal(parse(OA_CHAT, CHAT("\"structured_outputs\":{\"json\":\"{\\\"type\\\":\\\"string\\\"}\"}"), &r, &e), 0);
+  assert_string_equal(r.gen->constraint->spec, "{\"type\":\"string\"}");
+  oa_req_free(&r);
+  assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"x\",\"structured_outputs\":{\"regex\":\"[0-9]+\"}}", &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_REGEX);
+  oa_req_free(&r);
+  assert_int_equal(parse(OA_CHAT, CHAT("\"structured_outputs\":{\"choice\":[\"a\",\"b\"]}"), &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_CHOICE);
+  oa_req_free(&r);
+  assert_int_equal(parse(OA_CHAT, CHAT("\"structured_outputs\":{\"json_object\":true}"), &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_JSON_OBJECT);
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"structured_outputs\":{\"grammar\":\"root ::= x\"}"), 400, "unsupported_value", "structured_outputs");
+  expect_err(OA_CHAT, CHAT("\"structured_outputs\":{\"structural_tag\":\"{}\"}"), 400, "unsupported_value", "structured_outputs");
+  expect_err(OA_CHAT, CHAT("\"structured_outputs\":{\"regex\":\"a\",\"choice\":[\"b\"]}"), 400, "invalid_value", "structured_outputs");
+  expect_err(OA_CHAT, CHAT("\"structured_outputs\":{\"regex\":\"a\"},\"guided_regex\":\"b\""), 400, "invalid_value", "structured_outputs");
+  /* legacy functions -> tools, function_call -> a forced named call; answers use function_call */
+  assert_int_equal(parse(OA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                                  "{\"role\":\"assistant\",\"content\":null,\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}},"
+                                  "{\"role\":\"function\",\"name\":\"f\",\"content\":\"ok\"}],"
+                                  "\"functions\":[{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}],\"function_call\":{\"name\":\"f\"}}",
+                         &r, &e), 0);
+  assert_true(r.legacy_functions && r.has_tools);
+  assert_non_null(strstr(r.gen->chat->tools_json, "\"f\""));
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL);
+  assert_string_equal(r.gen->chat->messages[1]->tool_calls[0]->name, "f");
+  assert_string_equal(r.gen->chat->messages[2]->role, "tool");
+  assert_string_equal(r.gen->chat->messages[2]->tool_call_id, r.gen->chat->messages[1]->tool_calls[0]->id);
+  oa_resp_t *resp = oa_resp_new(&r, "1", 1, OA_REASONING_BOTH);
+  gt_genresp_t *m = gt_delta_new();
+  gt_delta_add_tool_call(m, 0, NULL, "f", "{}");
+  assert_int_equal(oa_resp_delta(resp, m->delta, NULL), 0);
+  gt_genresp_free(m);
+  gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS, NULL);
+  char *body = oa_resp_body(resp, f->final);
+  assert_non_null(strstr(body, "\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}"));
+  assert_non_null(strstr(body, "\"finish_reason\":\"function_call\""));
+  assert_null(strstr(body, "tool_calls"));
+  free(body);
+  gt_genresp_free(f);
+  oa_resp_free(resp);
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"functions\":[],\"tools\":[]"), 400, "invalid_value", "functions");
+  /* tool_choice required: one or more calls, unless parallel_tool_calls is false */
+  const char *req_tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"required\"";
+  char rb[512];
+  snprintf(rb, sizeof rb, CHAT("%s"), req_tools);
+  assert_int_equal(parse(OA_CHAT, rb, &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALLS);
+  oa_req_free(&r);
+  snprintf(rb, sizeof rb, CHAT("%s,\"parallel_tool_calls\":false"), req_tools);
+  assert_int_equal(parse(OA_CHAT, rb, &r, &e), 0);
+  assert_int_equal(r.gen->constraint->kind, GANTRY__V1__CONSTRAINT__KIND__KIND_TOOL_CALL);
+  oa_req_free(&r);
+  /* parallel_tool_calls false: only the first call */
+  assert_int_equal(parse(OA_CHAT, CHAT("\"parallel_tool_calls\":false"), &r, &e), 0);
+  resp = oa_resp_new(&r, "2", 1, OA_REASONING_BOTH);
+  m = gt_delta_new();
+  gt_delta_add_tool_call(m, 0, NULL, "f", "{}");
+  gt_delta_add_tool_call(m, 1, NULL, "g", "{}");
+  assert_int_equal(oa_resp_delta(resp, m->delta, NULL), 0);
+  gt_genresp_free(m);
+  f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS, NULL);
+  body = oa_resp_body(resp, f->final);
+  assert_non_null(strstr(body, "\"f\""));
+  assert_null(strstr(body, "\"g\""));
+  free(body);
+  gt_genresp_free(f);
+  oa_resp_free(resp);
+  oa_req_free(&r);
+  /* request_id, truncate_prompt_tokens, cache_salt, add_generation_prompt, reasoning_effort */
+  assert_int_equal(parse(OA_CHAT, CHAT("\"request_id\":\"r-1\",\"truncate_prompt_tokens\":5,\"cache_salt\":\"s\","
+                                       "\"add_generation_prompt\":false,\"reasoning_effort\":\"minimal\""), &r, &e), 0);
+  assert_string_equal(r.request_id, "r-1");
+  assert_int_equal(r.gen->truncate_prompt_tokens, 5);
+  assert_string_equal(r.gen->cache_salt, "s");
+  assert_int_equal(r.gen->chat->add_generation_prompt_opt_case, GANTRY__V1__CHAT_INPUT__ADD_GENERATION_PROMPT_OPT_ADD_GENERATION_PROMPT);
+  assert_false(r.gen->chat->add_generation_prompt);
+  assert_true(r.gen->chat->enable_thinking_opt_case && !r.gen->chat->enable_thinking);
+  oa_req_free(&r);
+  assert_int_equal(parse(OA_CHAT, CHAT("\"reasoning_effort\":\"high\",\"chat_template_kwargs\":{\"enable_thinking\":false}"), &r, &e), 0);
+  assert_false(r.gen->chat->enable_thinking); /* the explicit kwarg wins */
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"request_id\":\"a b\""), 400, "invalid_value", "request_id");
+  assert_int_equal(parse(OA_CHAT, CHAT("\"allowed_token_ids\":[5,9]"), &r, &e), 0);
+  assert_int_equal(r.gen->n_allowed_token_ids, 2);
+  assert_int_equal(r.gen->allowed_token_ids[1], 9);
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"allowed_token_ids\":[-1]"), 400, "invalid_value", "allowed_token_ids");
+  assert_int_equal(parse(OA_CHAT, CHAT("\"continue_final_message\":true"), &r, &e), 0);
+  assert_true(r.gen->chat->continue_final_message);
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"continue_final_message\":true,\"add_generation_prompt\":true"), 400, "invalid_value",
+             "continue_final_message");
+  expect_err(OA_CHAT, CHAT("\"truncate_prompt_tokens\":0"), 400, "invalid_value", "truncate_prompt_tokens");
+  expect_err(OA_CHAT, CHAT("\"cache_salt\":\"\""), 400, "invalid_value", "cache_salt");
+  expect_err(OA_CHAT, CHAT("\"reasoning_effort\":\"max\""), 400, "invalid_value", "reasoning_effort");
+  /* stream_options without stream (as vLLM) */
+  expect_err(OA_CHAT, CHAT("\"stream_options\":{\"include_usage\":true}"), 400, "invalid_value", "stream_options");
+  /* refused unless at their default (the default passes) */
+  static const char *const refused[][3] = {
+      {"\"bad_words\":[\"x\"]", "bad_words", "\"bad_words\":[]"},
+      {"\"use_beam_search\":true", "use_beam_search", "\"use_beam_search\":false"},
+      {"\"length_penalty\":0.5", "length_penalty", "\"length_penalty\":1"},
+      {"\"return_token_ids\":true", "return_token_ids", "\"return_token_ids\":false"},
+      {"\"guided_whitespace_pattern\":\" \"", "guided_whitespace_pattern", "\"guided_whitespace_pattern\":null"},
+      {"\"structural_tag\":\"{}\"", "structural_tag", "\"structural_tag\":null"},
+      {"\"echo\":true", "echo", "\"echo\":false"},
+      {"\"documents\":[{\"t\":1}]", "documents", "\"documents\":[]"},
+      {"\"add_special_tokens\":true", "add_special_tokens", "\"add_special_tokens\":false"},
+      {"\"chat_template_kwargs\":{\"reasoning_effort\":\"low\"}", "chat_template_kwargs", "\"chat_template_kwargs\":{}"}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char body2[512];
+    snprintf(body2, sizeof body2, CHAT("%s"), refused[i][0]);
+    expect_err(OA_CHAT, body2, 400, "unsupported_value", refused[i][1]);
+    snprintf(body2, sizeof body2, CHAT("%s"), refused[i][2]);
+    if (parse(OA_CHAT, body2, &r, &e)) fail_msg("default refused: %s (%s)", body2, e.message);
+    oa_req_free(&r);
+  }
+#undef CHAT
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_completion_prompt_forms),
+      cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_params_supported_or_refused),       cmocka_unit_test(test_completion_prompt_forms),
       cmocka_unit_test(test_bad_requests),            cmocka_unit_test(test_utf8_validator),
       cmocka_unit_test(test_token_params),            cmocka_unit_test(test_constraints),
       cmocka_unit_test(test_chat_stream_logprobs_and_reasoning_field), cmocka_unit_test(test_final_error_and_body),

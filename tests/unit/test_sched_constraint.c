@@ -80,9 +80,13 @@ typedef struct {
   int starts_in_reasoning;
   int32_t bias_id;        /* >= 0: bias_val (0: +100) on this id */
   float bias_val;
+  int32_t bias_id2;       /* > 0: the same bias on this id too */
+  const int32_t *allowed; /* allowed_token_ids [n_allowed] */
+  int n_allowed;
   int ignore_eos;
   const char *tools_json; /* parse tool calls */
   int max_tokens;         /* 0: 300 */
+  int min_tokens;
 } req_opts_t;
 
 static const int32_t k_prompt[] = {100, 137, 174, 211, 248, 285, 322, 359, 396, 433, 470, 507};
@@ -106,10 +110,15 @@ static void submit_req(sched_t *s, const req_opts_t *o, out_t *out) {
   r.ud = out;
   const float plus = o->bias_val != 0 ? o->bias_val : 100;
   r.ignore_eos = o->ignore_eos;
+  r.min_tokens = o->min_tokens;
+  r.allowed_ids = o->allowed;
+  r.n_allowed = o->n_allowed;
+  const int32_t ids[2] = {o->bias_id, o->bias_id2};
+  const float vals[2] = {plus, plus};
   if (o->bias_id >= 0) {
-    r.bias_ids = &o->bias_id;
-    r.bias_vals = &plus;
-    r.n_bias = 1;
+    r.bias_ids = ids;
+    r.bias_vals = vals;
+    r.n_bias = o->bias_id2 > 0 && o->bias_id2 != o->bias_id ? 2 : 1;
   }
   r.out.parse_output = o->tools_json != NULL; /* else all text is content (reasoning included) */
   r.out.starts_in_reasoning = o->starts_in_reasoning;
@@ -341,6 +350,65 @@ static void test_reasoning_then_constrained(void **state) {
   if (!valid_person(o.text, o.text_len, why, sizeof why)) fail_msg("%s: %.*s (%s)", why, (int)o.text_len, o.text, o.error);
 }
 
+/* CONS_TOOL_CALLS (tool_choice required with parallel calls): after a call the output ends or
+ * another call follows. With the end-of-turn ids banned (-100) a call always follows, and each
+ * parses; without the bias the sequence ends with one or more calls. */
+static void test_tool_calls_several(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\","
+                      "\"properties\":{\"tz\":{\"enum\":[\"utc\",\"cet\"]}},\"required\":[\"tz\"]}}}]";
+  req_opts_t ro = {.kind = CONS_TOOL_CALLS, .spec = tools, .temperature = 1.0f, .seed = 1, .logprobs = -1,
+                   .bias_id = tok_eos(f->tok), .bias_id2 = tok_eot(f->tok), .bias_val = -100, .tools_json = tools,
+                   .max_tokens = 120};
+  run1(f, &ro, &o);
+  if (o.n_tools < 2) fail_msg("%d calls, finish %d, text '%s' (%s)", o.n_tools, o.finish, o.text, o.error);
+  assert_string_equal(o.tool_name, "get_time");
+  assert_true(o.finish == SCHED_FINISH_LENGTH || o.finish == SCHED_FINISH_TOOL_CALLS);
+  for (int k = 0; k < 3; k++) {
+    req_opts_t r2 = {.kind = CONS_TOOL_CALLS, .spec = tools, .temperature = 1.0f, .seed = (uint64_t)k, .logprobs = -1,
+                     .bias_id = -1, .tools_json = tools};
+    run1(f, &r2, &o);
+    if (o.n_tools < 1 || (o.finish != SCHED_FINISH_TOOL_CALLS && o.finish != SCHED_FINISH_LENGTH))
+      fail_msg("seed %d: %d calls, finish %d (%s)", k, o.n_tools, o.finish, o.error);
+  }
+}
+
+/* No escape through <think> (issue 27 item 4): with thinking off (no may_think, not in
+ * reasoning) a biased <think> (+8 as in the report, and +100) is masked like any other token the
+ * grammar does not allow, </think> too; the output stays valid JSON. */
+static void test_think_masked(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const int32_t ids[2] = {tok_find(f->tok, "<think>"), tok_find(f->tok, "</think>")};
+  assert_true(ids[0] >= 0 && ids[1] >= 0);
+  const float bias[2] = {8, 100};
+  for (int t = 0; t < 4; t++) {
+    req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 1.0f, .seed = (uint64_t)t, .logprobs = -1,
+                     .bias_id = ids[t / 2], .bias_val = bias[t % 2]};
+    run1(f, &ro, &o);
+    for (int i = 0; i < o.n; i++) assert_int_not_equal(o.ids[i], ids[t / 2]);
+    char why[128] = "";
+    if (!valid_person(o.text, o.text_len, why, sizeof why)) fail_msg("%s: %.*s (%s)", why, (int)o.text_len, o.text, o.error);
+  }
+}
+
+/* A reasoning part that never closes (</think> banned by a -100 bias) ends at its budget (half of
+ * max_tokens 400 here): the mask then allows only </think>, exactly at token 200, and the answer
+ * after it is constrained: the grammar completes (STOP) within the tokens left. */
+static void test_think_budget(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  const int32_t end = tok_find(f->tok, "</think>");
+  req_opts_t ro = {.kind = CONS_JSON_SCHEMA, .spec = PERSON, .temperature = 1.0f, .seed = 3, .logprobs = -1,
+                   .starts_in_reasoning = 1, .bias_id = end, .bias_val = -100, .ignore_eos = 1, .max_tokens = 400};
+  run1(f, &ro, &o);
+  assert_true(o.n > 201);
+  for (int i = 0; i < 200; i++) assert_int_not_equal(o.ids[i], end);
+  assert_int_equal(o.ids[200], end);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+}
+
 /* tool_choice: the tool-call format through the chat output parser: one call of a named tool,
  * arguments valid for its parameters, finish TOOL_CALLS. */
 static void test_tool_call(void **state) {
@@ -390,6 +458,31 @@ static void test_ignore_eos(void **state) {
   assert_int_equal(o.ids[1], tok_eos(f->tok));
 }
 
+/* Unconstrained: min_tokens holds against a +100 logit_bias on end-of-sequence (issue 27 item 6):
+ * the first 5 tokens are not EOS, the 6th is, and the output ends there. */
+static void test_min_tokens_eos_bias(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  req_opts_t ro = {.temperature = 1.0f, .seed = 5, .logprobs = -1, .bias_id = tok_eos(f->tok), .min_tokens = 5};
+  run1(f, &ro, &o);
+  assert_int_equal(o.finish, SCHED_FINISH_STOP);
+  assert_int_equal(o.n, 6);
+  for (int i = 0; i < 5; i++) assert_int_not_equal(o.ids[i], tok_eos(f->tok));
+  assert_int_equal(o.ids[5], tok_eos(f->tok));
+}
+
+/* allowed_token_ids: every sampled token is one of them (temperature 1, EOS ignored). */
+static void test_allowed_token_ids(void **state) {
+  fx_t *f = *state;
+  static out_t o;
+  static const int32_t allowed[] = {100, 137, 211};
+  req_opts_t ro = {.temperature = 1.0f, .seed = 4, .logprobs = -1, .bias_id = -1, .ignore_eos = 1, .max_tokens = 24,
+                   .allowed = allowed, .n_allowed = 3};
+  run1(f, &ro, &o);
+  assert_int_equal(o.n, 24);
+  for (int i = 0; i < o.n; i++) assert_true(o.ids[i] == 100 || o.ids[i] == 137 || o.ids[i] == 211);
+}
+
 /* Bad specs are refused with the grammar's message; the cache is bounded (LRU). */
 static void test_errors_and_cache(void **state) {
   fx_t *f = *state;
@@ -398,9 +491,9 @@ static void test_errors_and_cache(void **state) {
   cons_t *k = NULL;
   assert_int_not_equal(sched_constraint(s, CONS_JSON_SCHEMA, "{\"type\":", 8, &k, &err), 0);
   assert_null(k);
-  const char *unsup = "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"integer\"}]}";
+  const char *unsup = "{\"type\":\"array\",\"uniqueItems\":true}";
   assert_int_equal(sched_constraint(s, CONS_JSON_SCHEMA, unsup, strlen(unsup), &k, &err), GT_EUNSUPPORTED);
-  assert_non_null(strstr(err.msg, "prefixItems"));
+  assert_non_null(strstr(err.msg, "uniqueItems"));
   assert_int_not_equal(sched_constraint(s, CONS_TOOL_CALL, "[]", 2, &k, &err), 0);
   for (int i = 0; i < SCHED_CONS_CACHE + 5; i++) {
     char spec[64];
@@ -682,7 +775,10 @@ int main(void) {
       cmocka_unit_test(test_json_schema),           cmocka_unit_test(test_object_choice), cmocka_unit_test(test_regex),
       cmocka_unit_test(test_device_path_equals_host), cmocka_unit_test(test_batch_mixed),
       cmocka_unit_test(test_reasoning_then_constrained), cmocka_unit_test(test_tool_call),
+      cmocka_unit_test(test_think_masked),          cmocka_unit_test(test_think_budget),
+      cmocka_unit_test(test_tool_calls_several),
       cmocka_unit_test(test_ignore_eos),            cmocka_unit_test(test_errors_and_cache),
+      cmocka_unit_test(test_min_tokens_eos_bias),   cmocka_unit_test(test_allowed_token_ids),
       cmocka_unit_test(test_dead_end),              cmocka_unit_test(test_grammar_error),
       cmocka_unit_test(test_mask_cache_shared),     cmocka_unit_test(test_mask_cache_full),
       cmocka_unit_test(test_mask_cache_threads),
