@@ -1,10 +1,15 @@
 # engine/backend/ (interface, CPU reference, sampler) + engine/models/ (qwen3, qwen35, generation,
 # decode bench): one library, the models call the backend and the backend nothing above it.
+# the ranks' abortable host barrier (also the device-local communicator's, in gantry_cuda)
+add_library(gantry_comm_barrier STATIC engine/backend/comm_barrier.c)
+target_link_libraries(gantry_comm_barrier PUBLIC Threads::Threads)
+
 add_library(gantry_model STATIC
   engine/backend/backend.c
   engine/backend/backend_cpu.c
   engine/backend/backend_cpu_gdn.c
   engine/backend/comm_cpu.c
+  engine/backend/comm_solo.c
   engine/models/model.c
   engine/models/qwen3.c
   engine/models/qwen35.c
@@ -14,7 +19,7 @@ add_library(gantry_model STATIC
   engine/models/gen.c
   engine/models/bench.c
 )
-target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
+target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_barrier OpenMP::OpenMP_C m)
 
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
