@@ -58,3 +58,6 @@ gt_add_test(test_sample_op SOURCES tests/unit/test_sample_op.c LIBS gantry_sched
 # tensor parallelism on CPU ranks: the communicator, TP=2/4 against TP=1 on every golden model
 # and weight type, unsplittable shapes refused (tests/unit/test_tp.c)
 gt_add_test(test_tp SOURCES tests/unit/test_tp.c LIBS gantry_model gantry_gen_run gantry_testutil TIMEOUT 300)
+# the GPU-less parts of ranks sharing one GPU and of the TP prediction: the ranks' barrier, the solo
+# communicator, a solo rank through the decode bench, GANTRY_MODEL_LAYERS (tests/unit/test_tp_parts.c)
+gt_add_test(test_tp_parts SOURCES tests/unit/test_tp_parts.c LIBS gantry_model gantry_testutil TIMEOUT 120)
