@@ -1,9 +1,10 @@
 /* gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]
- *                [--keep-output-bf16 | --no-keep-output-bf16] [--mtp]
+ *                [--keep-output-bf16 | --no-keep-output-bf16] [--mtp] [--layers L] [--vocab V]
  * gantry-mkmodel --list   (sizes of every preset x type, nothing written)
  * Writes a synthetic model with the preset's real shapes and random weights, or (with
  * --header-only) prints its tensor table without writing anything. Always prints the file size
- * and the bytes streamed per decoded token (every tensor but token_embd; MTP layers apart). */
+ * and the bytes streamed per decoded token (every tensor but token_embd; MTP layers apart).
+ * --layers / --vocab replace the preset's decoder layers / vocabulary (mk_plan_create_sized). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]\n"
-             "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp]\n"
+             "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp] [--layers L] [--vocab V]\n"
              "       gantry-mkmodel --list | --version\n"
              "  --mtp: append the checkpoint's MTP (nextn) layers; without it the file is what llama.cpp's\n"
              "         converter writes (no MTP layers), loadable by gantry and by llama.cpp\n  presets:");
@@ -59,7 +60,7 @@ static int parse_u64(const char *s, unsigned long long *v) {
 
 int main(int argc, char **argv) {
   const char *preset = NULL, *type = NULL, *out = NULL;
-  unsigned long long seed = 1, threads = 1;
+  unsigned long long seed = 1, threads = 1, layers = 0, vocab = 0;
   int header_only = 0, keep = -1, mtp = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -76,7 +77,7 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--preset") || !strcmp(a, "--type") || !strcmp(a, "--out") ||
-               !strcmp(a, "--seed") || !strcmp(a, "--threads")) {
+               !strcmp(a, "--seed") || !strcmp(a, "--threads") || !strcmp(a, "--layers") || !strcmp(a, "--vocab")) {
       if (!v) {
         fprintf(stderr, "gantry-mkmodel: %s needs a value\n", a);
         return 2;
@@ -85,7 +86,13 @@ int main(int argc, char **argv) {
       if (!strcmp(a, "--preset")) preset = v;
       else if (!strcmp(a, "--type")) type = v;
       else if (!strcmp(a, "--out")) out = v;
-      else if (!strcmp(a, "--seed")) {
+      else if (!strcmp(a, "--layers") || !strcmp(a, "--vocab")) {
+        unsigned long long *dst = !strcmp(a, "--layers") ? &layers : &vocab;
+        if (parse_u64(v, dst) || *dst < 1 || *dst > (1u << 24)) {
+          fprintf(stderr, "gantry-mkmodel: bad %s '%s'\n", a, v);
+          return 2;
+        }
+      } else if (!strcmp(a, "--seed")) {
         if (parse_u64(v, &seed)) {
           fprintf(stderr, "gantry-mkmodel: bad --seed '%s'\n", v);
           return 2;
@@ -105,7 +112,7 @@ int main(int argc, char **argv) {
   }
   gt_err_t err = {0};
   mk_plan_t *pl = NULL;
-  if (mk_plan_create(preset, type, keep, mtp, &pl, &err) != GT_OK) {
+  if (mk_plan_create_sized(preset, type, keep, mtp, (int)layers, (int)vocab, &pl, &err) != GT_OK) {
     fprintf(stderr, "gantry-mkmodel: %s\n", err.msg);
     return 2;
   }
