@@ -17,7 +17,7 @@
 #   5. scripts/gpu/tp_predict.py: the prediction table (engine/TP.md "The TP4 prediction").
 #   MEMCHECK=1 adds compute-sanitizer memcheck of the TP 2 / 4 qwen3-tiny case (slow; informational
 #   when the sanitizer serialises the ranks' kernels: a local all-reduce then times out).
-# Env: DIST, OUT, MODELDIR, BATCH (1,8), PROMPT (256), GEN (48), CUSTOM_US (5), PRESETS (the three),
+# Env: DIST, OUT, MODELDIR, BATCH (1,8), PROMPT (512), GEN (64), CUSTOM_US (5), PRESETS (the three),
 # BENCH=0 / TESTS=0 skip 4-5 / 3. Prints one short table at the end. Exit 1 when a step failed.
 # Expected wall time on one H200: ~4-5 min (mkmodel ~2.5 min of it, overlapped with the GPU steps).
 set -u
@@ -32,7 +32,7 @@ export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export GANTRY_GOLDEN="$SRC/tests/golden" NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32} # each rank's stream its own hardware queue
 . "$SRC/scripts/gpu/nccl_lib.sh"
-BATCH=${BATCH:-1,8} PROMPT=${PROMPT:-256} GEN=${GEN:-48}
+BATCH=${BATCH:-1,8} PROMPT=${PROMPT:-512} GEN=${GEN:-64}
 PRESETS=${PRESETS:-qwen3-8b qwen35-9b qwen35-27b}
 COMMIT=$(cat "$D/COMMIT" 2>/dev/null || echo "commit unknown")
 NP=$(nproc)
@@ -84,7 +84,7 @@ mkpid=$!
 timeout 120 "$D/bench_comm" --tp 1 --min 4096 --max 1048576 --methods plain --dtypes f32 --iters 200 >"$OUT/bench_comm.txt" 2>&1
 r=$?
 note "bench_comm --tp 1 rc=$r: $(awk -F'|' '$2+0 == 1 && $5+0 == 32768 {gsub(/ /, "", $10); print "32 KB one-rank NCCL in graph " $10 " us"}' "$OUT/bench_comm.txt")"
-[ $r -eq 0 ] || rc=1
+[ $r -eq 0 ] || [ $r -eq 77 ] || rc=1 # 77: no libnccl (the prediction then has the custom latency only)
 
 # 3. the GPU tests
 if [ "${TESTS:-1}" = 1 ]; then
