@@ -44,6 +44,9 @@ if(CMAKE_CUDA_COMPILER)
   gt_add_test(test_cuda_kvmem SOURCES tests/gpu/test_cuda_kvmem.c
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)
   set_tests_properties(test_cuda_kvmem PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  # the device-local communicator alone: N threads on GPU 0, eager / captured + replayed sums, abort, timeout
+  gt_add_test(test_comm_local_gpu SOURCES tests/gpu/test_comm_local_gpu.c LIBS gantry_cuda TIMEOUT 120)
+  set_tests_properties(test_comm_local_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
   # logit_bias / stop ids / output options with the CUDA backend (biased rows sample on the host)
   gt_add_test(test_cuda_sched_params SOURCES tests/unit/test_sched_params.c
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)

@@ -2,14 +2,15 @@
 # scripts/gpu/tp_local.sh — issue 28 on ONE GPU in one device call: sharded CUDA kernels checked on
 # ranks that share the GPU (the device-local communicator), and the TP2 / TP4 prediction.
 # On the GPU machine, from the repository root, after (here)
-#   TARGETS="test_cuda_tp bench_decode bench_comm gantry-mkmodel" scripts/gpu/pack.sh
+#   TARGETS="test_comm_local_gpu test_cuda_tp bench_decode bench_comm gantry-mkmodel" scripts/gpu/pack.sh
 # with build-cuda-pack carried along; builds nothing. Steps (logs in OUT, default /tmp/gpu-tp-local):
 #   1. gantry-mkmodel in the background (all cores): production-width Q4_K_M stacks with a small
 #      vocabulary for the shape checks (qwen3-8b 2 layers, qwen35-9b / qwen35-27b 4 layers: 3 GDN
 #      + 1 attention; --vocab 8192), then the timing files (the real vocabulary; qwen3-8b 4 layers,
 #      qwen35 8 layers), kept in MODELDIR (default /tmp/tp-local) for a later call;
 #   2. bench_comm --tp 1: NCCL's own one-rank all-reduce figure (in-graph median per size);
-#   3. test_cuda_tp with GANTRY_TP_SHAPE_MODELS = the shape files: TP 2 / 4 on one GPU against TP 1
+#   3. test_comm_local_gpu (the communicator alone: exact sums eager and replayed, abort, timeout),
+#      then test_cuda_tp with GANTRY_TP_SHAPE_MODELS = the shape files: TP 2 / 4 on one GPU against TP 1
 #      (tiny models, the demo, the production shapes; fp32 activations: logits within 1e-2, greedy
 #      and device-sampled greedy identical, graphs replayed), the NCCL one-rank cases;
 #   4. bench_decode --solo n (rank 0 of n alone, all-reduce a no-op) at n = 1, 2, 4 on the first K1
@@ -88,6 +89,11 @@ note "bench_comm --tp 1 rc=$r: $(awk -F'|' '$2+0 == 1 && $5+0 == 32768 {gsub(/ /
 
 # 3. the GPU tests
 if [ "${TESTS:-1}" = 1 ]; then
+  timeout 120 "$D/test_comm_local_gpu" >"$OUT/test_comm_local_gpu.txt" 2>&1
+  r=$?
+  note "test_comm_local_gpu rc=$r (log $OUT/test_comm_local_gpu.txt)"
+  grep -E "ranks,|timeout:|\[  (PASSED|FAILED)|\[ +(FAILED|SKIPPED) +\]" "$OUT/test_comm_local_gpu.txt" | tee -a "$summary"
+  [ $r -eq 0 ] || rc=1
   for f in $SHAPES; do wait_file "$f" || { note "mkmodel $f FAILED ($f.log)"; rc=1; }; done
   t0=$(date +%s)
   GANTRY_TP_SHAPE_MODELS="$(for f in $SHAPES; do [ -s "$f" ] && printf '%s ' "$f"; done)" \
