@@ -2,7 +2,7 @@
 # scripts/gpu/tp_local.sh — issue 28 on ONE GPU in one device call: sharded CUDA kernels checked on
 # ranks that share the GPU (the device-local communicator), and the TP2 / TP4 prediction.
 # On the GPU machine, from the repository root, after (here)
-#   TARGETS="test_comm_local_gpu test_cuda_tp bench_decode bench_comm gantry-mkmodel" scripts/gpu/pack.sh
+#   TARGETS="test_comm_local_gpu test_cuda_ops test_cuda_tp bench_decode bench_comm gantry-mkmodel" scripts/gpu/pack.sh
 # with build-cuda-pack carried along; builds nothing. Steps (logs in OUT, default /tmp/gpu-tp-local):
 #   1. gantry-mkmodel in the background (all cores): production-width Q4_K_M stacks with a small
 #      vocabulary for the shape checks (qwen3-8b 2 layers, qwen35-9b / qwen35-27b 4 layers: 3 GDN
@@ -10,7 +10,8 @@
 #      qwen35 8 layers), kept in MODELDIR (default /tmp/tp-local) for a later call;
 #   2. bench_comm --tp 1: NCCL's own one-rank all-reduce figure (in-graph median per size);
 #   3. test_comm_local_gpu (the communicator alone: exact sums eager and replayed, abort, timeout),
-#      then test_cuda_tp with GANTRY_TP_SHAPE_MODELS = the shape files: TP 2 / 4 on one GPU against TP 1
+#      test_cuda_ops test_tp_shapes (every product and head-count op of one rank of the three models at
+#      TP 2 and 4 against the CPU, within the op bounds), then test_cuda_tp with GANTRY_TP_SHAPE_MODELS = the shape files: TP 2 / 4 on one GPU against TP 1
 #      (tiny models, the demo, the production shapes; fp32 activations: logits within 1e-2, greedy
 #      and device-sampled greedy identical, graphs replayed), the NCCL one-rank cases;
 #   4. bench_decode --solo n (rank 0 of n alone, all-reduce a no-op) at n = 1, 2, 4 on the first K1
@@ -94,6 +95,12 @@ if [ "${TESTS:-1}" = 1 ]; then
   note "test_comm_local_gpu rc=$r (log $OUT/test_comm_local_gpu.txt)"
   grep -E "ranks,|timeout:|\[  (PASSED|FAILED)|\[ +(FAILED|SKIPPED) +\]" "$OUT/test_comm_local_gpu.txt" | tee -a "$summary"
   [ $r -eq 0 ] || rc=1
+  t0=$(date +%s)
+  GANTRY_TEST_ONLY=test_tp_shapes timeout 300 "$D/test_cuda_ops" >"$OUT/test_cuda_ops.tp_shapes.txt" 2>&1
+  r=$?
+  note "test_cuda_ops test_tp_shapes rc=$r in $(($(date +%s) - t0)) s: $(grep -c ' err ' "$OUT/test_cuda_ops.tp_shapes.txt") comparisons, $(grep -c FAIL "$OUT/test_cuda_ops.tp_shapes.txt") over their bound, largest err $(awk '/ err / {for (i = 1; i < NF; i++) if ($i == "err" && $(i + 1) + 0 > m) m = $(i + 1) + 0} END {printf "%.2e", m}' "$OUT/test_cuda_ops.tp_shapes.txt") (log $OUT/test_cuda_ops.tp_shapes.txt)"
+  grep -E "rank 0: heads|refuses|FAIL|\[  (PASSED|FAILED)" "$OUT/test_cuda_ops.tp_shapes.txt" | tee -a "$summary"
+  [ $r -eq 0 ] || rc=1
   for f in $SHAPES; do wait_file "$f" || { note "mkmodel $f FAILED ($f.log)"; rc=1; }; done
   t0=$(date +%s)
   GANTRY_TP_SHAPE_MODELS="$(for f in $SHAPES; do [ -s "$f" ] && printf '%s ' "$f"; done)" \
@@ -104,7 +111,7 @@ if [ "${TESTS:-1}" = 1 ]; then
     sed "s|$MODELDIR/||; s|$SRC/tests/golden/||" | tee -a "$summary"
   [ $r -eq 0 ] || rc=1
   if [ "${MEMCHECK:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    GANTRY_LOCAL_AR_TIMEOUT_S=60 GANTRY_TEST_FILTER=test_local_qwen3_bf16 timeout 240 compute-sanitizer --tool memcheck \
+    GANTRY_LOCAL_AR_TIMEOUT_S=60 GANTRY_TEST_ONLY=test_local_qwen3_bf16 timeout 240 compute-sanitizer --tool memcheck \
       --error-exitcode 9 "$D/test_cuda_tp" >"$OUT/memcheck.txt" 2>&1
     note "memcheck TP 2/4 qwen3-tiny rc=$? $(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.txt")"
   fi

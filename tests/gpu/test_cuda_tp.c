@@ -22,7 +22,7 @@
  *   --layers 4 --vocab 8192): the same comparison at TP 2 and 4; every shape must split. Without
  *   the variable these cases skip.
  * Exits 77 (skipped) without a GPU; an NCCL case skips when libnccl cannot be loaded.
- * GANTRY_TEST_FILTER: run only the cases matching that cmocka pattern. */
+ * GANTRY_TEST_ONLY: run only the cases matching that cmocka pattern. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -329,7 +329,7 @@ int main(void) {
       cmocka_unit_test(test_local_demo),       cmocka_unit_test(test_local_refused),
       cmocka_unit_test(test_local_shapes),
   };
-  const char *only = getenv("GANTRY_TEST_FILTER"); /* e.g. "test_local_*" (scripts/gpu/tp_local.sh) */
+  const char *only = getenv("GANTRY_TEST_ONLY"); /* e.g. "test_local_*" (scripts/gpu/tp_local.sh) */
   if (only && *only) cmocka_set_test_filter(only);
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
