@@ -229,9 +229,12 @@ int cli_load_model(const gguf_t *g, const char *path, const char *device, int th
   if (tp && tp->devices) {
     if (cpu) return cli_fail("--devices names CUDA devices; the CPU ranks need none");
     if (parse_devices(tp->devices, n, dev)) return 1;
-    if (cli_tp_device_mode(dev, n) < 0)
+    const int mode = cli_tp_device_mode(dev, n);
+    if (mode < 0)
       return cli_fail("--devices %s mixes shared and distinct GPUs: give every rank its own GPU (NCCL) or put all of "
                       "them on one (the device-local communicator, for tests and measurement)", tp->devices);
+    /* ranks sharing a GPU: their streams on hardware queues of their own (read before CUDA starts) */
+    if (mode == 1) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     if (n == 1) { /* one rank: the plain CUDA backend on that device */
       snprintf(one_dev, sizeof one_dev, "cuda:%d", dev[0]);
       device = one_dev;
