@@ -172,9 +172,10 @@ int be_comm_local_create(int device, int n_ranks, be_comm_t **out, gt_err_t *err
 }
 
 const char *be_comm_local_describe(be_comm_t *c, char *buf, size_t cap) {
+  const char *conn = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   snprintf(buf, cap,
            "device-local communicator: %d ranks on cuda:%d (test and measurement backend: rank-order sums on one GPU, "
-           "synchronised in device memory; NCCL serves distinct GPUs)",
-           c->n_ranks, CL(c)->device);
+           "synchronised in device memory; NCCL serves distinct GPUs), CUDA_DEVICE_MAX_CONNECTIONS=%s",
+           c->n_ranks, CL(c)->device, conn ? conn : "unset");
   return buf;
 }

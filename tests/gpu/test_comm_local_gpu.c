@@ -174,7 +174,7 @@ static void test_abort_and_timeout(void **st) {
 }
 
 int main(void) {
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); /* before the context: each rank's stream its own queue */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1); /* before the context: each rank's stream its own queue */
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     printf("no CUDA device visible: skipped\n");

@@ -209,7 +209,8 @@ static void sample_greedy(model_t *m, int32_t *ids_out) {
   if (gen_feed_sample(gen, ids, N_PROMPT, 16, &row, &t, &err)) fail_msg("gen_feed_sample: %s", err.msg);
   for (int i = 0; i < N_GREEDY; i++) {
     ids_out[i] = t;
-    if (i + 1 < N_GREEDY && gen_feed_sample(gen, &t, 1, 0, &row, &t, &err)) fail_msg("gen_feed_sample: %s", err.msg);
+    const int32_t fed = t;
+    if (i + 1 < N_GREEDY && gen_feed_sample(gen, &fed, 1, 0, &row, &t, &err)) fail_msg("gen_feed_sample: %s", err.msg);
   }
   gen_free(gen);
 }
@@ -265,9 +266,13 @@ static void local_vs_one(const char *path, int n, int expect_refusal) {
   assert_memory_equal(tp.greedy, ref.greedy, sizeof ref.greedy);
   assert_memory_equal(tp_sampled, ref_sampled, sizeof ref_sampled);
   assert_memory_equal(tp_sampled, tp.greedy, sizeof tp_sampled); /* device picks = host argmax */
-  /* every rank replayed its decode graphs, the device-local all-reduce inside */
-  assert_true(s0.captures >= 1 && sl.captures >= 1);
-  assert_true(s0.graph_steps >= 2 * N_GREEDY - 6 && sl.graph_steps == s0.graph_steps);
+  /* every rank replayed its decode graphs, the device-local all-reduce inside (unless
+   * GANTRY_CUDA_GRAPHS=0: then every step ran eagerly, the per-call rendezvous path) */
+  const char *graphs = getenv("GANTRY_CUDA_GRAPHS");
+  if (!graphs || strcmp(graphs, "0")) {
+    assert_true(s0.captures >= 1 && sl.captures >= 1);
+    assert_true(s0.graph_steps >= 2 * N_GREEDY - 6 && sl.graph_steps == s0.graph_steps);
+  }
   model_free(m);
   be_destroy(be);
   free(ref.logits);
@@ -316,7 +321,7 @@ static void test_qwen3_bf16_tp2(void **st) { two_ranks("qwen3-tiny.bf16.gguf"); 
 static void test_qwen35_bf16_tp2(void **st) { two_ranks("qwen35-tiny.bf16.gguf"); }
 
 int main(void) {
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); /* before the first context: ranks' streams on their own queues */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1); /* before the first context: ranks' streams on their own queues */
   if (!be_cuda_available()) { /* ctest reports exit 77 as skipped (SKIP_RETURN_CODE) */
     printf("no CUDA device visible: skipped\n");
     return 77;
