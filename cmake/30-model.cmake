@@ -1,10 +1,15 @@
 # engine/backend/ (interface, CPU reference, sampler) + engine/models/ (qwen3, qwen35, generation,
 # decode bench): one library, the models call the backend and the backend nothing above it.
+# the ranks' abortable host barrier (also the device-local communicator's, in gantry_cuda)
+add_library(gantry_comm_barrier STATIC engine/backend/comm_barrier.c)
+target_link_libraries(gantry_comm_barrier PUBLIC Threads::Threads)
+
 add_library(gantry_model STATIC
   engine/backend/backend.c
   engine/backend/backend_cpu.c
   engine/backend/backend_cpu_gdn.c
   engine/backend/comm_cpu.c
+  engine/backend/comm_solo.c
   engine/models/model.c
   engine/models/qwen3.c
   engine/models/qwen35.c
@@ -14,7 +19,7 @@ add_library(gantry_model STATIC
   engine/models/gen.c
   engine/models/bench.c
 )
-target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common OpenMP::OpenMP_C m)
+target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_barrier OpenMP::OpenMP_C m)
 
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
@@ -59,3 +64,6 @@ gt_add_test(test_sched_spec SOURCES tests/unit/test_sched_spec.c LIBS gantry_sch
 # benchmark (prints numbers; not a test): decode rate and acceptance length, speculation off vs prompt lookup
 add_executable(bench_spec tests/bench/bench_spec.c)
 target_link_libraries(bench_spec PRIVATE gantry_sched)
+# the GPU-less parts of ranks sharing one GPU and of the TP prediction: the ranks' barrier, the solo
+# communicator, a solo rank through the decode bench, GANTRY_MODEL_LAYERS (tests/unit/test_tp_parts.c)
+gt_add_test(test_tp_parts SOURCES tests/unit/test_tp_parts.c LIBS gantry_model gantry_testutil TIMEOUT 120)

@@ -18,6 +18,7 @@ if(CMAKE_CUDA_COMPILER)
 
   file(GLOB GANTRY_CUDA_KERNELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/kernels/*.cu)
   add_library(gantry_cuda STATIC engine/backend/backend_cuda.c engine/backend/backend_cuda_ops.c engine/backend/backend_cuda_graph.c
+                                 engine/backend/comm_local.c
                                  ${GANTRY_CUDA_KERNELS})
   # the directory-wide gcc warning flags are not nvcc options: restate them per language
   set_property(TARGET gantry_cuda PROPERTY COMPILE_OPTIONS "")
@@ -28,7 +29,7 @@ if(CMAKE_CUDA_COMPILER)
     $<$<AND:$<COMPILE_LANGUAGE:CUDA>,$<BOOL:${GANTRY_CUDA_LINEINFO}>>:-lineinfo>)
   set_target_properties(gantry_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Static POSITION_INDEPENDENT_CODE ON)
   target_compile_definitions(gantry_cuda PUBLIC GANTRY_HAVE_CUDA=1)
-  target_link_libraries(gantry_cuda PUBLIC gantry_common CUDA::cudart_static CUDA::cublas)
+  target_link_libraries(gantry_cuda PUBLIC gantry_common gantry_comm_barrier CUDA::cudart_static CUDA::cublas)
 
   # GPU tests: skip (cmocka skip with a message) when no device is visible
   gt_add_test(test_cuda_ops SOURCES tests/gpu/test_cuda_ops.c
@@ -43,6 +44,9 @@ if(CMAKE_CUDA_COMPILER)
   gt_add_test(test_cuda_kvmem SOURCES tests/gpu/test_cuda_kvmem.c
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)
   set_tests_properties(test_cuda_kvmem PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  # the device-local communicator alone: N threads on GPU 0, eager / captured + replayed sums, abort, timeout
+  gt_add_test(test_comm_local_gpu SOURCES tests/gpu/test_comm_local_gpu.c LIBS gantry_cuda TIMEOUT 120)
+  set_tests_properties(test_comm_local_gpu PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
   # logit_bias / stop ids / output options with the CUDA backend (biased rows sample on the host)
   gt_add_test(test_cuda_sched_params SOURCES tests/unit/test_sched_params.c
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 300)

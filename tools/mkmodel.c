@@ -223,18 +223,19 @@ void mk_plan_free(mk_plan_t *p) {
 
 int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, int with_mtp, mk_plan_t **out,
                    gt_err_t *err) {
-  return mk_plan_create_layers(preset, type, keep_output_bf16, with_mtp, 0, out, err);
+  return mk_plan_create_sized(preset, type, keep_output_bf16, with_mtp, 0, 0, out, err);
 }
 
-int mk_plan_create_layers(const char *preset, const char *type, int keep_output_bf16, int with_mtp, int n_layers,
-                          mk_plan_t **out, gt_err_t *err) {
+int mk_plan_create_sized(const char *preset, const char *type, int keep_output_bf16, int with_mtp, int n_layer,
+                         int n_vocab, mk_plan_t **out, gt_err_t *err) {
   if (!out) return gt_err_set(err, GT_EINVAL, "mkmodel: NULL out");
   *out = NULL;
   const mk_preset_t *p0 = mk_preset(preset);
   if (!p0) return gt_err_set(err, GT_EINVAL, "unknown preset '%s'", preset ? preset : "(null)");
-  if (n_layers < 0 || (n_layers > 0 && p0->full_attn_interval > 1 && n_layers % p0->full_attn_interval))
-    return gt_err_set(err, GT_EINVAL, "--layers %d: a positive multiple of the preset's full-attention interval (%d)",
-                      n_layers, p0->full_attn_interval > 1 ? p0->full_attn_interval : 1);
+  if (n_layer < 0 || (n_layer > 0 && with_mtp && n_layer <= p0->n_nextn))
+    return gt_err_set(err, GT_EINVAL, "mkmodel: %d layers for preset %s", n_layer, p0->name);
+  if (n_vocab < 0 || (n_vocab > 0 && n_vocab < 512))
+    return gt_err_set(err, GT_EINVAL, "mkmodel: vocabulary of %d (at least 512)", n_vocab);
   qz_mix_t mix;
   if (parse_type(type, &mix) != GT_OK)
     return gt_err_set(err, GT_EINVAL, "unknown type '%s' (bf16, f16, f32, Q8_0, Q4_K, Q5_K, Q6_K, Q4_K_M)",
@@ -242,9 +243,10 @@ int mk_plan_create_layers(const char *preset, const char *type, int keep_output_
   if (keep_output_bf16 < 0) keep_output_bf16 = strcmp(p0->arch, "qwen35") == 0 && mix == QZ_MIX_Q4_K_M;
   mk_plan_t *pl = calloc(1, sizeof *pl);
   if (!pl) return gt_err_set(err, GT_ENOMEM, "mkmodel: out of memory");
-  pl->preset = *p0;
-  if (n_layers > 0) pl->preset.n_layer = n_layers;
-  const mk_preset_t *p = &pl->preset;
+  pl->shape = *p0;
+  if (n_layer > 0) pl->shape.n_layer = n_layer;
+  if (n_vocab > 0) pl->shape.n_vocab = n_vocab;
+  const mk_preset_t *p = &pl->shape;
   pl->p = p;
   pl->n_nextn = with_mtp ? p->n_nextn : 0;
   snprintf(pl->type_name, sizeof pl->type_name, "%s", qz_mix_name(mix));

@@ -52,8 +52,7 @@ typedef struct {
 } mk_tensor_t;
 
 typedef struct mk_plan {
-  const mk_preset_t *p; /* &preset */
-  mk_preset_t preset;   /* the preset, n_layer as asked (mk_plan_create_layers) */
+  const mk_preset_t *p;
   char type_name[16];
   mk_tensor_t *t;
   int64_t n;
@@ -61,6 +60,7 @@ typedef struct mk_plan {
   uint64_t bytes_per_token;          /* every tensor but token_embd and MTP layers */
   uint64_t mtp_bytes;                /* tensors of MTP layers */
   int n_nextn;                       /* MTP layers written: p->n_nextn with_mtp, else 0 */
+  mk_preset_t shape;                 /* the preset with mk_plan_create_sized's overrides (p points here) */
 } mk_plan_t;
 
 /* Type names: bf16, f16, f32, Q8_0, Q4_K, Q5_K, Q6_K, Q4_K_M (case-insensitive).
@@ -72,11 +72,12 @@ typedef struct mk_plan {
  * On success *out owns the plan (mk_plan_free). */
 int mk_plan_create(const char *preset, const char *type, int keep_output_bf16, int with_mtp, mk_plan_t **out,
                    gt_err_t *err);
-/* As mk_plan_create with n_layers decoder layers instead of the preset's (0: the preset's; a
- * hybrid preset needs a multiple of its full-attention interval): every tensor keeps its
- * production shape, for benchmarks of per-layer ops on big presets without the whole file. */
-int mk_plan_create_layers(const char *preset, const char *type, int keep_output_bf16, int with_mtp, int n_layers,
-                          mk_plan_t **out, gt_err_t *err);
+/* mk_plan_create with the preset's decoder layers and / or vocabulary replaced (0: the preset's):
+ * one production-width layer stack without a whole model (scripts/gpu/tp_local.sh: TP shape
+ * checks, the per-layer slope of the TP prediction). GT_EINVAL for n_layer < 0 or <= the MTP
+ * layers asked for, or a vocabulary the tokenizer cannot hold (< 256 + its specials). */
+int mk_plan_create_sized(const char *preset, const char *type, int keep_output_bf16, int with_mtp, int n_layer,
+                         int n_vocab, mk_plan_t **out, gt_err_t *err);
 void mk_plan_free(mk_plan_t *p);
 
 /* Writes the plan to path with weights from seed, using n_threads threads. */

@@ -1,9 +1,10 @@
 /* gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]
- *                [--keep-output-bf16 | --no-keep-output-bf16] [--mtp]
+ *                [--keep-output-bf16 | --no-keep-output-bf16] [--mtp] [--layers L] [--vocab V]
  * gantry-mkmodel --list   (sizes of every preset x type, nothing written)
  * Writes a synthetic model with the preset's real shapes and random weights, or (with
  * --header-only) prints its tensor table without writing anything. Always prints the file size
- * and the bytes streamed per decoded token (every tensor but token_embd; MTP layers apart). */
+ * and the bytes streamed per decoded token (every tensor but token_embd; MTP layers apart).
+ * --layers / --vocab replace the preset's decoder layers / vocabulary (mk_plan_create_sized). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +17,10 @@
 
 static void usage(FILE *f) {
   fprintf(f, "usage: gantry-mkmodel --preset P --type T (--out F.gguf | --header-only) [--seed S] [--threads N]\n"
-             "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp] [--layers N]\n"
+             "                      [--keep-output-bf16 | --no-keep-output-bf16] [--mtp] [--layers L] [--vocab V]\n"
              "       gantry-mkmodel --list | --version\n"
              "  --mtp: append the checkpoint's MTP (nextn) layers; without it the file is what llama.cpp's\n"
-             "         converter writes (no MTP layers), loadable by gantry and by llama.cpp\n"
-             "  --layers N: N decoder layers at the preset's shapes (benchmarks of big presets)\n  presets:");
+             "         converter writes (no MTP layers), loadable by gantry and by llama.cpp\n  presets:");
   for (int i = 0; mk_preset_name(i); i++) fprintf(f, " %s", mk_preset_name(i));
   fprintf(f, "\n  types: bf16 f16 f32 Q8_0 Q4_K Q5_K Q6_K Q4_K_M\n");
 }
@@ -60,7 +60,7 @@ static int parse_u64(const char *s, unsigned long long *v) {
 
 int main(int argc, char **argv) {
   const char *preset = NULL, *type = NULL, *out = NULL;
-  unsigned long long seed = 1, threads = 1, layers = 0;
+  unsigned long long seed = 1, threads = 1, layers = 0, vocab = 0;
   int header_only = 0, keep = -1, mtp = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     } else if (!strcmp(a, "--preset") || !strcmp(a, "--type") || !strcmp(a, "--out") ||
-               !strcmp(a, "--seed") || !strcmp(a, "--threads") || !strcmp(a, "--layers")) {
+               !strcmp(a, "--seed") || !strcmp(a, "--threads") || !strcmp(a, "--layers") || !strcmp(a, "--vocab")) {
       if (!v) {
         fprintf(stderr, "gantry-mkmodel: %s needs a value\n", a);
         return 2;
@@ -86,14 +86,15 @@ int main(int argc, char **argv) {
       if (!strcmp(a, "--preset")) preset = v;
       else if (!strcmp(a, "--type")) type = v;
       else if (!strcmp(a, "--out")) out = v;
-      else if (!strcmp(a, "--seed")) {
-        if (parse_u64(v, &seed)) {
-          fprintf(stderr, "gantry-mkmodel: bad --seed '%s'\n", v);
+      else if (!strcmp(a, "--layers") || !strcmp(a, "--vocab")) {
+        unsigned long long *dst = !strcmp(a, "--layers") ? &layers : &vocab;
+        if (parse_u64(v, dst) || *dst < 1 || *dst > (1u << 24)) {
+          fprintf(stderr, "gantry-mkmodel: bad %s '%s'\n", a, v);
           return 2;
         }
-      } else if (!strcmp(a, "--layers")) {
-        if (parse_u64(v, &layers) || layers < 1 || layers > 1024) {
-          fprintf(stderr, "gantry-mkmodel: --layers must be 1..1024, got '%s'\n", v);
+      } else if (!strcmp(a, "--seed")) {
+        if (parse_u64(v, &seed)) {
+          fprintf(stderr, "gantry-mkmodel: bad --seed '%s'\n", v);
           return 2;
         }
       } else if (parse_u64(v, &threads) || threads < 1 || threads > 256) {
@@ -111,7 +112,7 @@ int main(int argc, char **argv) {
   }
   gt_err_t err = {0};
   mk_plan_t *pl = NULL;
-  if (mk_plan_create_layers(preset, type, keep, mtp, (int)layers, &pl, &err) != GT_OK) {
+  if (mk_plan_create_sized(preset, type, keep, mtp, (int)layers, (int)vocab, &pl, &err) != GT_OK) {
     fprintf(stderr, "gantry-mkmodel: %s\n", err.msg);
     return 2;
   }

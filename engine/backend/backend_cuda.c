@@ -53,6 +53,10 @@ static int cu_sync(be_t *be) {
   KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream));
   KC_CUDA(CU_ERR(be), cudaGetLastError());
   cu__prof_collect_graph(be);
+  if (c->comm && c->comm->ops->check) { /* a failure only the device saw (a peer that never arrived) */
+    const int crc = c->comm->ops->check(c->comm, be->rank);
+    if (crc) cu_fail(be, crc, "all_reduce", c->comm->ops->error(c->comm, be->rank));
+  }
   int flags = 0;
   if (c->d_eflag && cudaMemcpyAsync(&flags, c->d_eflag, sizeof flags, cudaMemcpyDeviceToHost, c->stream) == cudaSuccess &&
       cudaStreamSynchronize(c->stream) == cudaSuccess && flags) {

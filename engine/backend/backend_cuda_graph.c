@@ -3,6 +3,8 @@
  * of the graph of each batch size, and the per-op profile mode (be_cuda_profile_arm / _get). */
 #include "engine/backend/backend_cuda_internal.h"
 
+#include "engine/backend/comm.h"
+
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,52 +446,40 @@ int be_cuda_profile_get(be_t *be, be_cuda_prof_t *out, int max, be_cuda_prof_sum
   return n;
 }
 
-/* Ends a recorded decode step: replays, updates or captures the graph of its batch size (or
- * profiles it: be_cuda_profile_arm). */
-void cu__finish_step(be_t *be) {
+/* How a recorded decode step runs; ranks that share a device agree on the largest (step_gate). */
+enum { STEP_REPLAY = 0, STEP_CAPTURE = 1, STEP_EAGER = 2 };
+
+/* A rendezvous of the ranks of a device-local communicator (comm.h step_gate; every rank of the
+ * group calls it at the same point of the same step): *how becomes the largest value the ranks
+ * brought. 0, or -1 with the error set when the communicator was aborted. */
+static int step_gate(be_t *be, int *how) {
   be_cuda_t *c = CU_BE(be);
-  if (!c->recording) return;
-  if (c->prof_state == CU_PROF_ARMED) {
-    profile_step(be);
-    return;
+  int agreed = *how;
+  if (c->comm->ops->step_gate(c->comm, be->rank, *how, &agreed)) {
+    cu_fail(be, GT_ECANCELLED, "all_reduce", "another rank failed (communicator aborted)");
+    return -1;
   }
-  const int n = c->b.n_tok;
-  cu_graph_t *g = &c->graphs[n];
-  if (cu_failed(be) || prepare_capture(be)) {
-    cu__flush_eager(be);
-    return;
-  }
-  if (c->comm && !be_sizes_has(&c->comm_warm, n)) {
-    /* a rank's first decode step of each batch size runs eagerly: the communicator's lazy setup
-     * for these all-reduce sizes (connections, buffers) happens outside capture (comm_nccl.h) */
-    be_sizes_add(&c->comm_warm, n);
-    cu__flush_eager(be);
-    return;
-  }
-  if (g->exec && g->buf_gen == c->buf_gen && g->n_rec == c->n_rec && !memcmp(&g->kb, &c->kb, sizeof c->kb) &&
-      !memcmp(g->rec, c->rec, sizeof(op_rec_t) * (size_t)c->n_rec)) {
-    c->recording = 0;
-    c->n_rec = 0;
-    graph_launch(be, g, n);
-    return;
-  }
-  /* capture the recorded ops */
+  *how = agreed;
+  return 0;
+}
+
+/* Captures the recorded ops into the graph of their batch size (a new one or an update);
+ * 0 when g->exec is ready to launch, -1 when capture was refused (the ops can still run eagerly)
+ * or failed (error set). */
+static int capture_step(be_t *be, cu_graph_t *g) {
+  be_cuda_t *c = CU_BE(be);
   cudaGraph_t graph = NULL;
-  if (KC_CUDA(CU_ERR(be), cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) {
-    cu__flush_eager(be);
-    return;
-  }
+  if (KC_CUDA(CU_ERR(be), cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) return -1;
   c->recording = 0;
+  c->ar_captured = c->comm && c->comm->ops->step_gate; /* every rank captures this step: no rendezvous */
   for (int k = 0; k < c->n_rec; k++) run_rec(be, &c->rec[k]);
+  c->ar_captured = 0;
+  c->recording = 1; /* the records stay until they ran (a refused capture runs them eagerly) */
   cudaError_t ce = cudaStreamEndCapture(c->stream, &graph);
   if (ce != cudaSuccess || cu_failed(be)) {
     (void)cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
-    if (!cu_failed(be)) { /* capture refused: run them eagerly */
-      c->recording = 1;
-      cu__flush_eager(be);
-    }
-    return;
+    return -1;
   }
   int ok = 0;
   if (g->exec && g->n_rec == c->n_rec) {
@@ -503,24 +493,84 @@ void cu__finish_step(be_t *be) {
     if (KC_CUDA(CU_ERR(be), cudaGraphInstantiate(&g->exec, graph, 0))) {
       cudaGraphDestroy(graph);
       g->exec = NULL;
-      return;
+      return -1;
     }
   }
   cudaGraphDestroy(graph);
   op_rec_t *copy = realloc(g->rec, sizeof(op_rec_t) * (size_t)(c->n_rec ? c->n_rec : 1));
   if (!copy) {
     cu_fail(be, GT_ENOMEM, "graph", "op records");
-    return;
+    return -1;
   }
   g->rec = copy;
   memcpy(g->rec, c->rec, sizeof(op_rec_t) * (size_t)c->n_rec);
   g->n_rec = c->n_rec;
   g->kb = c->kb;
   g->buf_gen = c->buf_gen;
-  c->n_rec = 0;
   c->captures++;
-  be_sizes_add(&c->captured, n);
+  be_sizes_add(&c->captured, c->b.n_tok);
+  return 0;
+}
+
+/* Ends a recorded decode step: replays, updates or captures the graph of its batch size (or
+ * profiles it: be_cuda_profile_arm).
+ * Ranks that share one device (a communicator with step_gate: comm_local.h) must never let a
+ * stream wait for work a peer has not queued (engine/TP.md "Ranks sharing one GPU"), so there every
+ * rank (1) prepares (scratch, tables: host calls that may synchronise the device) and picks replay /
+ * capture / eager, (2) meets the others and takes the largest choice, so all run the step the same
+ * way: eager runs the records with all_reduce's own per-call rendezvous; capture captures and
+ * instantiates, then (3) meets again, all falling back to eager if any capture failed; (4) launches;
+ * (5) meets once more, so that no rank makes a synchronising call before every graph is queued. */
+void cu__finish_step(be_t *be) {
+  be_cuda_t *c = CU_BE(be);
+  if (!c->recording) return;
+  const int gated = c->comm && c->comm->ops->step_gate;
+  if (c->prof_state == CU_PROF_ARMED && !gated) {
+    profile_step(be);
+    return;
+  }
+  const int n = c->b.n_tok;
+  cu_graph_t *g = &c->graphs[n];
+  if (cu_failed(be)) {
+    if (gated) c->comm->ops->abort(c->comm); /* nobody waits for this rank at the gates */
+    cu__flush_eager(be);
+    return;
+  }
+  int how = STEP_CAPTURE;
+  if (prepare_capture(be)) {
+    how = STEP_EAGER;
+  } else if (c->comm && !be_sizes_has(&c->comm_warm, n)) {
+    /* a rank's first decode step of each batch size runs eagerly: the communicator's lazy setup
+     * for these all-reduce sizes (connections, buffers) happens outside capture (comm_nccl.h) */
+    be_sizes_add(&c->comm_warm, n);
+    how = STEP_EAGER;
+  } else if (g->exec && g->buf_gen == c->buf_gen && g->n_rec == c->n_rec && !memcmp(&g->kb, &c->kb, sizeof c->kb) &&
+             !memcmp(g->rec, c->rec, sizeof(op_rec_t) * (size_t)c->n_rec)) {
+    how = STEP_REPLAY;
+  }
+  if (gated && step_gate(be, &how)) {
+    c->recording = 0;
+    c->n_rec = 0;
+    return;
+  }
+  if (how == STEP_CAPTURE) {
+    int bad = capture_step(be, g) ? 1 : 0;
+    if (gated && step_gate(be, &bad)) { /* every rank launches, or every rank runs eagerly */
+      c->recording = 0;
+      c->n_rec = 0;
+      return;
+    }
+    if (bad || cu_failed(be)) how = STEP_EAGER;
+  }
+  if (how == STEP_EAGER) {
+    cu__flush_eager(be);
+    return;
+  }
+  c->recording = 0;
+  c->n_rec = 0;
   graph_launch(be, g, n);
+  int after = 0;
+  if (gated) (void)step_gate(be, &after);
 }
 
 /* ---- the be_ops_t entries: cu_<name> records the call during a decode step (the arguments into

@@ -42,6 +42,7 @@ typedef struct {
   cudaStream_t stream;
   struct be_comm *comm;    /* the group's communicator (be_cuda_create_rank; not owned), NULL: one rank */
   be_sizes_t comm_warm;    /* batch sizes whose decode step ran its collectives eagerly once */
+  int ar_captured;         /* capturing a step every rank agreed on (comm step_gate): all_reduce_captured */
   cublasHandle_t blas;
   int *d_eflag;            /* device error flags (KC_EFLAG_*) */
   /* batch: host copies (validated) and one device buffer of int32 arrays */

@@ -65,7 +65,10 @@ float *cu__scratch(be_t *be, size_t n) {
 void cu__all_reduce(be_t *be, float *x, size_t n) {
   be_cuda_t *c = CU_BE(be);
   if (cu_failed(be) || !c->comm) return; /* a failed rank aborts the communicator: nobody waits */
-  const int rc = c->comm->ops->all_reduce(c->comm, be->rank, x, n);
+  /* inside a capture that every rank agreed on (cu__finish_step), no per-call rendezvous */
+  const int rc = c->ar_captured && c->comm->ops->all_reduce_captured
+                     ? c->comm->ops->all_reduce_captured(c->comm, be->rank, x, n)
+                     : c->comm->ops->all_reduce(c->comm, be->rank, x, n);
   if (!rc) return;
   const char *why = c->comm->ops->error ? c->comm->ops->error(c->comm, be->rank) : "";
   cu_fail(be, rc, "all_reduce",

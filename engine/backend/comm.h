@@ -19,7 +19,15 @@
  *   (be_cuda_create_rank); device is the rank's CUDA ordinal, checked against the
  *   communicator's. all_reduce then only queues (the result is ready when the stream reaches
  *   it) and may be captured into a CUDA graph of that stream.
- * - error (NULL: none kept): the message of rank's last failed call, "" if none. */
+ * - error (NULL: none kept): the message of rank's last failed call, "" if none.
+ * - step_gate, all_reduce_captured, check (NULL except in the device-local communicator, whose
+ *   ranks share one GPU: engine/backend/comm_local.h, engine/TP.md "Ranks sharing one GPU"):
+ *   step_gate(c, rank, want, &agreed) is a rendezvous of every rank's host thread that also agrees
+ *   on a value (each rank brings `want`, all leave with the largest): the CUDA backend agrees there
+ *   on how a recorded decode step runs, so that every rank runs it the same way.
+ *   all_reduce_captured queues the same sum without the host rendezvous that all_reduce makes per
+ *   call: only while capturing a decode graph after such an agreement. check(c, rank), after the
+ *   rank's stream drained: GT_OK, or the failure the device reported (message in error). */
 #ifndef GANTRY_ENGINE_COMM_H
 #define GANTRY_ENGINE_COMM_H
 
@@ -30,12 +38,15 @@
 typedef struct be_comm be_comm_t;
 
 typedef struct be_comm_ops {
-  const char *name; /* "cpu", "nccl" */
+  const char *name; /* "cpu", "nccl", "local", "solo" */
   int (*all_reduce)(be_comm_t *c, int rank, float *x, size_t n);
   void (*abort)(be_comm_t *c);
   void (*destroy)(be_comm_t *c);
   int (*bind_stream)(be_comm_t *c, int rank, int device, void *stream, gt_err_t *err);
   const char *(*error)(be_comm_t *c, int rank);
+  int (*step_gate)(be_comm_t *c, int rank, int want, int *agreed);
+  int (*all_reduce_captured)(be_comm_t *c, int rank, float *x, size_t n);
+  int (*check)(be_comm_t *c, int rank);
 } be_comm_ops_t;
 
 struct be_comm {
@@ -48,6 +59,13 @@ struct be_comm {
  * order, each rank computing 1/n of the elements, then every rank copies the whole result. */
 #define BE_COMM_MAX_RANKS 64
 int be_comm_cpu_create(int n_ranks, be_comm_t **out, gt_err_t *err);
+
+/* Timing only: rank `rank` of an n_ranks-way group run alone (gantry's TP prediction, bench_decode
+ * --solo N): all_reduce leaves x as it is (no sum: the results are wrong) and counts the calls,
+ * bind_stream accepts any stream, so one CUDA backend runs exactly one rank's share of the work.
+ * be_comm_solo_calls: the all_reduce calls so far. */
+int be_comm_solo_create(int n_ranks, be_comm_t **out, gt_err_t *err);
+long be_comm_solo_calls(be_comm_t *c);
 
 static inline void be_comm_destroy(be_comm_t *c) {
   if (c) c->ops->destroy(c);

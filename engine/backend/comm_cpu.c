@@ -12,14 +12,12 @@
 #include <string.h>
 
 #include "engine/backend/comm.h"
+#include "engine/backend/comm_barrier.h"
 
 typedef struct {
   be_comm_t base;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int waiting;          /* ranks inside the current barrier */
-  unsigned long gen;    /* barrier generation */
-  int aborted;
+  pthread_mutex_t mu;   /* guards bufs, n, cap between the barriers */
+  comm_barrier_t bar;
   float *bufs[BE_COMM_MAX_RANKS]; /* phase 1: each rank's buffer */
   size_t n;             /* elements of the current call (rank 0's; all must agree) */
   float *result;        /* [cap] shared sums */
@@ -27,24 +25,7 @@ typedef struct {
 } comm_cpu_t;
 
 /* Waits until all ranks arrived; GT_ECANCELLED once aborted. */
-static int barrier(comm_cpu_t *c) {
-  pthread_mutex_lock(&c->mu);
-  if (c->aborted) {
-    pthread_mutex_unlock(&c->mu);
-    return GT_ECANCELLED;
-  }
-  unsigned long g = c->gen;
-  if (++c->waiting == c->base.n_ranks) {
-    c->waiting = 0;
-    c->gen++;
-    pthread_cond_broadcast(&c->cv);
-  } else {
-    while (g == c->gen && !c->aborted) pthread_cond_wait(&c->cv, &c->mu);
-  }
-  int rc = g == c->gen ? GT_ECANCELLED : GT_OK; /* woken by abort, not by the last rank */
-  pthread_mutex_unlock(&c->mu);
-  return rc;
-}
+static int barrier(comm_cpu_t *c) { return comm_barrier_wait(&c->bar, 0, NULL) ? GT_ECANCELLED : GT_OK; }
 
 static int cpu_all_reduce(be_comm_t *base, int rank, float *x, size_t n) {
   comm_cpu_t *c = (comm_cpu_t *)base;
@@ -87,18 +68,12 @@ static int cpu_all_reduce(be_comm_t *base, int rank, float *x, size_t n) {
   return GT_OK;
 }
 
-static void cpu_abort(be_comm_t *base) {
-  comm_cpu_t *c = (comm_cpu_t *)base;
-  pthread_mutex_lock(&c->mu);
-  c->aborted = 1;
-  pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
-}
+static void cpu_abort(be_comm_t *base) { comm_barrier_abort(&((comm_cpu_t *)base)->bar); }
 
 static void cpu_destroy(be_comm_t *base) {
   comm_cpu_t *c = (comm_cpu_t *)base;
   pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
+  comm_barrier_destroy(&c->bar);
   free(c->result);
   free(c);
 }
@@ -114,7 +89,7 @@ int be_comm_cpu_create(int n_ranks, be_comm_t **out, gt_err_t *err) {
   c->base.ops = &comm_cpu_ops;
   c->base.n_ranks = n_ranks;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
+  comm_barrier_init(&c->bar, n_ranks);
   *out = &c->base;
   return GT_OK;
 }

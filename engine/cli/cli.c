@@ -8,6 +8,9 @@
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/backend/backend_cuda.h"
 #include "engine/backend/comm_nccl.h"
+#ifdef GANTRY_HAVE_CUDA
+#include "engine/backend/comm_local.h"
+#endif
 #endif
 
 #include <errno.h>
@@ -164,7 +167,18 @@ static int cuda_rank_backend(void *ud, int rank, be_comm_t *comm, be_t **out, gt
 }
 #endif
 
-/* A group of n CUDA ranks, rank r on device dev[r], over the NCCL communicator. */
+int cli_tp_device_mode(const int *dev, int n) {
+  int same = 1, distinct = 1;
+  for (int r = 1; r < n; r++) {
+    if (dev[r] != dev[0]) same = 0;
+    for (int q = 0; q < r; q++)
+      if (dev[q] == dev[r]) distinct = 0;
+  }
+  return n > 1 && same ? 1 : distinct ? 0 : -1;
+}
+
+/* A group of n CUDA ranks, rank r on device dev[r]: over the NCCL communicator, or with every rank
+ * on one GPU (--devices 0,0,...) over the device-local one (engine/backend/comm_local.h). */
 static int load_cuda_ranks(const gguf_t *g, const char *path, int n, const int *dev, int max_tokens,
                            uint64_t check_bytes, be_t **be, model_t **m) {
 #ifndef GANTRY_HAVE_CUDA
@@ -172,6 +186,16 @@ static int load_cuda_ranks(const gguf_t *g, const char *path, int n, const int *
   return cli_fail("tensor parallelism on CUDA (--tp %d): this build has no CUDA backend (build where nvcc is installed)", n);
 #else
   gt_err_t err = {0};
+  if (cli_tp_device_mode(dev, n) == 1) {
+    be_comm_t *comm;
+    if (be_comm_local_create(dev[0], n, &comm, &err)) return cli_fail("tensor parallelism on CUDA: %s", err.msg);
+    char what[256];
+    GT_LOG_INFO("tp: %s", be_comm_local_describe(comm, what, sizeof what));
+    /* every rank's share of the weights on the one GPU */
+    cuda_ranks_t cr = {.check_bytes = check_bytes};
+    memcpy(cr.dev, dev, sizeof(int) * (size_t)n);
+    return load_group(g, path, comm, cuda_rank_backend, &cr, max_tokens, be, m);
+  }
   if (nccl_comm_load(&err)) return cli_fail("tensor parallelism on CUDA (--tp %d) needs NCCL: %s", n, err.msg);
   const int visible = be_cuda_device_count();
   for (int r = 0; r < n; r++)
@@ -205,6 +229,12 @@ int cli_load_model(const gguf_t *g, const char *path, const char *device, int th
   if (tp && tp->devices) {
     if (cpu) return cli_fail("--devices names CUDA devices; the CPU ranks need none");
     if (parse_devices(tp->devices, n, dev)) return 1;
+    const int mode = cli_tp_device_mode(dev, n);
+    if (mode < 0)
+      return cli_fail("--devices %s mixes shared and distinct GPUs: give every rank its own GPU (NCCL) or put all of "
+                      "them on one (the device-local communicator, for tests and measurement)", tp->devices);
+    /* ranks sharing a GPU: their streams on hardware queues of their own (read before CUDA starts) */
+    if (mode == 1) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     if (n == 1) { /* one rank: the plain CUDA backend on that device */
       snprintf(one_dev, sizeof one_dev, "cuda:%d", dev[0]);
       device = one_dev;

@@ -32,6 +32,9 @@ enum { CLI_OPT_TP = 1000, CLI_OPT_DEVICES };
 /* Handles a getopt result c of CLI_TP_OPTS into t; 1 when c was one of them, -1 bad value
  * (printed), 0 otherwise. */
 int cli_tp_opt(int c, const char *arg, cli_tp_t *t);
+/* The CUDA ordinals of n ranks: 1 when n > 1 and all are one GPU (the device-local communicator),
+ * 0 when all differ (NCCL), -1 when some repeat and some differ (refused). */
+int cli_tp_device_mode(const int *dev, int n);
 
 /* Loads g on device with threads CPU threads in all: with tp->tp <= 1 one backend and
  * model_load (the same path as without the option; --devices D then means device cuda:D); with

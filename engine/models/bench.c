@@ -58,6 +58,8 @@ typedef struct {
   int32_t *ids;           /* [max batch] greedy ids of a decode step sampled on the backend */
   be_sample_row_t *rows;  /* [max batch] greedy rows */
   int host_logits;        /* 1: decode steps download the logits (the backend cannot sample) */
+  int solo;               /* a rank of a larger group run alone (be_comm_solo_create): its greedy pick */
+  float *hmax;            /* [max batch] solo: the logit of each pick */
   int mb, V;
   unsigned seed;
 } eb_buf_t;
@@ -92,6 +94,16 @@ static int eb_decode(model_t *m, eb_buf_t *x, int B, int pos, gt_err_t *err) {
   }
   be_batch_t b = {.n_tok = B, .n_seq = B, .tok = x->tok, .pos = x->pos, .seq_first = x->first, .seq_ntok = x->ntok,
                   .block_table = x->table, .max_blocks = x->mb, .state_slot = x->slot, .n_out = B, .out_tok = x->outt};
+  if (x->solo) { /* what the rank does in its group's sampling step (tp.c job_forward): argmax of its slice */
+    m->head_rows = x->rows;
+    m->head_ids = x->ids;
+    m->head_max = x->hmax;
+    const int rc = model_forward(m, &b, NULL, err);
+    m->head_rows = NULL;
+    m->head_ids = NULL;
+    m->head_max = NULL;
+    return rc;
+  }
   /* as the scheduler's greedy rows: ids sampled on the backend, logits never leave it */
   return x->host_logits ? model_forward(m, &b, x->logits, err) : model_forward_sample(m, &b, x->rows, x->ids, err);
 }
@@ -202,6 +214,8 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   x.ids = malloc(sizeof(int32_t) * (size_t)maxb);
   x.rows = calloc((size_t)maxb, sizeof *x.rows); /* temperature 0: greedy */
   x.host_logits = !be->ops->sample;
+  x.solo = m->sh.n_ranks > 1 && !m->tp && be->ops->sample;
+  x.hmax = malloc(sizeof(float) * (size_t)maxb);
   double *steps = malloc(sizeof(double) * (size_t)o->gen);
   eb_prof_t *prof = o->prof_arm && o->prof_get ? calloc((size_t)o->n_batches, sizeof *prof) : NULL;
   eb_prof_t *pprof = o->prof_arm && o->prof_get && o->n_prefill > 0 ? calloc((size_t)o->n_prefill, sizeof *pprof) : NULL;
@@ -210,9 +224,14 @@ int eb_run(model_t *m, const gguf_t *g, const eb_opts_t *o, FILE *out, gt_err_t 
   const int R = m->tp ? tp_n_ranks(m->tp) : 0;
   double *ar = R ? calloc((size_t)o->n_batches * (R + 2), sizeof *ar) : NULL;
   uint64_t ar_calls0[TP_MAX_RANKS], ar_ns0[TP_MAX_RANKS], ar_calls1[TP_MAX_RANKS], ar_ns1[TP_MAX_RANKS];
-  fprintf(out, "decode steps: %s\n", x.host_logits ? "logits downloaded (the backend cannot sample)"
-                                                   : "greedy ids sampled on the backend, as the scheduler does");
-  if (!x.tok || !x.pos || !x.first || !x.ntok || !x.slot || !x.outt || !x.table || !x.logits || !x.ids || !x.rows || !steps ||
+  if (x.solo)
+    fprintf(out, "decode steps: rank %d of %d alone (all-reduce a no-op: timing only), greedy pick of its vocabulary "
+                 "slice [%d, %d) per row as in its group\n",
+            m->sh.rank, m->sh.n_ranks, m->sh.vocab0, m->sh.vocab0 + m->sh.n_vocab);
+  else
+    fprintf(out, "decode steps: %s\n", x.host_logits ? "logits downloaded (the backend cannot sample)"
+                                                     : "greedy ids sampled on the backend, as the scheduler does");
+  if (!x.tok || !x.pos || !x.first || !x.ntok || !x.slot || !x.outt || !x.table || !x.logits || !x.ids || !x.rows || !x.hmax || !steps ||
       (o->prof_arm && o->prof_get && (!prof || (o->n_prefill > 0 && !pprof))) || (R && !ar)) {
     rc = gt_err_set(err, GT_ENOMEM, "bench buffers");
     goto done;
@@ -332,6 +351,7 @@ done:
   free(x.logits);
   free(x.ids);
   free(x.rows);
+  free(x.hmax);
   free(steps);
   free(prof);
   free(pprof);

@@ -373,3 +373,11 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
   }
   return model_backend_err(be, err);
 }
+
+void model_hp_layer_cap(model_hparams_t *hp) {
+  const char *v = getenv("GANTRY_MODEL_LAYERS");
+  const int k = v ? atoi(v) : 0;
+  if (k < 1 || k >= hp->n_layer) return;
+  hp->n_layer = k;
+  hp->n_nextn = 0;
+}

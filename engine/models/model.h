@@ -121,6 +121,10 @@ int model_weight_opt(model_t *m, const gguf_t *g, const char *name, int64_t rows
  * (a view into full's memory when sliced: never freed on its own). */
 be_weight_t model_head_weight(const model_t *m, const be_weight_t *full_or_slice);
 /* Reads "{arch}.{suffix}" as an int / float; missing -> GT_EFORMAT unless a default is used. */
+/* Measurement knob ($GANTRY_MODEL_LAYERS=K, 1 <= K < n_layer): the loader keeps only the first K
+ * decoder layers (and no MTP layers), so a bench can time one file at two depths (the per-layer
+ * slope: scripts/gpu/tp_local.sh). Unset or out of range: nothing changes. */
+void model_hp_layer_cap(struct model_hparams *hp);
 int model_hp_int(const gguf_t *g, const char *arch, const char *suffix, int def, int required,
                  int *out, gt_err_t *err);
 int model_hp_float(const gguf_t *g, const char *arch, const char *suffix, float def, int required,

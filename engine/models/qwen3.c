@@ -90,6 +90,7 @@ static int q3_hparams(model_hparams_t *hp, const gguf_t *g, gt_err_t *err) {
   if (!te || te->n_dims != 2) return gt_err_set(err, GT_EFORMAT, "missing or malformed tensor token_embd.weight");
   hp->n_vocab = (int)te->ne[1];
   hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
+  model_hp_layer_cap(hp);
   hp->n_attn_layers = hp->n_layer;
   return GT_OK;
 }

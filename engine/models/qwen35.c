@@ -183,6 +183,7 @@ static int read_hparams(model_t *m, const gguf_t *g, gt_err_t *err) {
       hp->n_layer -= hp->n_nextn;
     }
   }
+  model_hp_layer_cap(hp);
   char last[64];
   snprintf(last, sizeof last, "blk.%d.attn_norm.weight", hp->n_layer - 1);
   if (!gguf_find_tensor(g, last))

@@ -276,7 +276,8 @@ static int job_mem(tp_group_t *g, int r, void *p, gt_err_t *err) {
 /* CPU ranks share the host: rank 0's memory. Device ranks (one device each; the shards, and so
  * the per-rank KV bytes, are even): the smallest free and total memory among the ranks' devices,
  * times the ranks, so that the group's KV bytes (the sum over ranks, tp_kv_bytes_per_token)
- * planned against it give each rank its share of the smallest device. */
+ * planned against it give each rank its share of the smallest device. Ranks that all report the
+ * same device (the device-local communicator) share it: its memory once. */
 static int tpb_mem_info(be_t *be, be_mem_info_t *out) {
   tp_group_t *g = TPB(be)->g;
   if (!g) return gone(be);
@@ -302,10 +303,16 @@ static int tpb_mem_info(be_t *be, be_mem_info_t *out) {
     uint64_t tot = a->mi[0].total_bytes;
     for (int r = 1; r < g->n; r++)
       if (a->mi[r].total_bytes < tot) tot = a->mi[r].total_bytes;
+    int shared = 1; /* every rank on one device (the device-local communicator): its memory once */
+    for (int r = 1; r < g->n; r++) shared &= !strcmp(a->mi[r].what, a->mi[0].what);
     *out = a->mi[lo];
-    out->free_bytes *= (uint64_t)g->n;
-    out->total_bytes = tot * (uint64_t)g->n;
-    if (g->n > 1) snprintf(out->what, sizeof out->what, "%d x %s (smallest free)", g->n, a->mi[lo].what);
+    if (shared && g->n > 1) {
+      snprintf(out->what, sizeof out->what, "%s (shared by %d ranks)", a->mi[lo].what, g->n);
+    } else {
+      out->free_bytes *= (uint64_t)g->n;
+      out->total_bytes = tot * (uint64_t)g->n;
+      if (g->n > 1) snprintf(out->what, sizeof out->what, "%d x %s (smallest free)", g->n, a->mi[lo].what);
+    }
   }
   free(a);
   return rc;

@@ -34,6 +34,12 @@
 # qwen35-9b:Q4_K_M" (the tiny Q4_K_M / Q6_K fixtures are refused at TP 2: their 256-wide rows
 # would be cut inside a 256-element quantization block); MODELS
 # default "qwen3-8b:bf16 qwen35-27b:Q4_K_M".
+# The prediction these runs are set against: scripts/gpu/tp_local.sh (one GPU; engine/TP.md "The TP4
+# prediction"), qwen3-8b / qwen35-9b / qwen35-27b Q4_K_M at batch 1 and 8: run `decode` with
+# MODELS="qwen3-8b:Q4_K_M qwen35-9b:Q4_K_M qwen35-27b:Q4_K_M" BATCH=1,8 GEN=64 for the same numbers
+# (PREDICTION=path/to/prediction.md prints its rows beside the measured fit).
+# LOCAL=1: every rank on GPU 0 (--devices 0,0,...: the device-local communicator), so check /
+# decode run the CLI's TP path on a one-GPU machine (decode times then share one GPU: not TP speed).
 # Env: TP ("1 2 4"), DIST (build-cuda-dist), OUT (/tmp/gpu-tp), MODELDIR (/tmp), DEVICE (cuda; cpu
 # runs check/decode/stack with CPU ranks on a local build: DIST=build DEVICE=cpu), CMD_TIMEOUT (300 s
 # per engine command), TOL, GEN_TOKENS, PROMPT, GEN, BENCH_COMM_ARGS (extra bench_comm options).
@@ -63,7 +69,7 @@ rc=0
 echo "== tp.sh: $(cat "$D/COMMIT" 2>/dev/null || echo "commit unknown"); libnccl: ${GANTRY_NCCL_LIB:-loader path}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 
 # TP sizes that fit the visible GPUs (CPU ranks are threads: every size fits)
-if [ "$DEVICE" = cpu ]; then
+if [ "$DEVICE" = cpu ] || [ "${LOCAL:-0}" = 1 ]; then
   ngpu=64
 elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
   ngpu=$(echo "$CUDA_VISIBLE_DEVICES" | tr , '\n' | grep -c .)
@@ -76,7 +82,10 @@ sizes=${sizes# }
 [ -n "$sizes" ] || { echo "== tp.sh: no TP size of '${TP:-1 2 4}' fits $ngpu visible GPU(s)"; exit 1; }
 largest=${sizes##* }
 echo "== $ngpu GPU(s) visible ($DEVICE): TP sizes $sizes"
-tp_arg() { [ "$1" -gt 1 ] && echo "--tp $1"; }
+tp_arg() { # --tp n (n > 1), and with LOCAL=1 every rank on GPU 0
+  [ "$1" -gt 1 ] || return 0
+  if [ "${LOCAL:-0}" = 1 ]; then echo "--tp $1 --devices $(seq -s, 1 "$1" | sed 's/[0-9]\+/0/g')"; else echo "--tp $1"; fi
+}
 has_part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # preset:type -> a .gguf path in MODELDIR (generated once, same names as suite.sh); a .gguf is kept
@@ -175,31 +184,40 @@ if has_part decode; then
   for spec in ${MODELS:-qwen3-8b:bf16 qwen35-27b:Q4_K_M}; do
     m=$(model_path "$spec") || { echo "== decode $spec: gantry-mkmodel FAILED"; rc=1; continue; }
     tag=$(basename "$m" .gguf)
-    : >"$OUT/fit.$tag.txt"
+    batches=$(echo "${BATCH:-1}" | tr , ' ')
+    for b in $batches; do : >"$OUT/fit.$tag.b$b.txt"; done
     for n in $sizes; do
       log=$OUT/bench.$tag.tp$n.txt
       # shellcheck disable=SC2046
-      timeout "$CT" "$D/gantry-engine" bench --model "$m" --device "$DEVICE" $(tp_arg "$n") --batch 1 \
+      timeout "$CT" "$D/gantry-engine" bench --model "$m" --device "$DEVICE" $(tp_arg "$n") --batch "${BATCH:-1}" \
         --prompt "${PROMPT:-512}" --gen "${GEN:-128}" >"$log" 2>&1
       r=$?
-      # the batch-1 row of engine/models/bench.h's table: | batch | prefill tok/s | decode ms/step | ...
-      ms=$(awk -F'|' '$2 ~ /[0-9]/ && $2 + 0 == 1 && $4 ~ /[0-9]/ {gsub(/ /, "", $4); print $4; exit}' "$log")
-      echo "== decode $tag TP $n: rc=$r, batch-1 decode ${ms:-?} ms/step (log $log)"
       # the engine's all-reduce time per decode step (gantry-engine bench with --tp > 1)
       awk '/^all-reduce per decode step/ {on = 1} on && /^$/ {exit} on {print}' "$log"
-      if [ $r -ne 0 ] || [ -z "$ms" ]; then
-        tail -n 5 "$log"
-        rc=1
-        continue
-      fi
-      echo "$n $ms" >>"$OUT/fit.$tag.txt"
+      for b in $batches; do
+        # the batch-b row of engine/models/bench.h's table: | batch | prefill tok/s | decode ms/step | ...
+        ms=$(awk -F'|' -v b="$b" 'NF == 12 && $2 ~ /[0-9]/ && $2 + 0 == b && $4 ~ /[0-9]/ {gsub(/ /, "", $4); print $4; exit}' "$log")
+        echo "== decode $tag TP $n: rc=$r, batch-$b decode ${ms:-?} ms/step (log $log)"
+        if [ $r -ne 0 ] || [ -z "$ms" ]; then
+          tail -n 5 "$log"
+          rc=1
+          continue
+        fi
+        echo "$n $ms" >>"$OUT/fit.$tag.b$b.txt"
+      done
     done
-    echo "== decode $tag: T(n) per TP size"
-    awk -f scripts/gpu/tp_fit.awk "$OUT/fit.$tag.txt" >"$OUT/fit.$tag.out" || rc=1
-    cat "$OUT/fit.$tag.out"
-    a=$(sed -n 's/^fit T(n) = a + w\/n: a = \([-0-9.]*\) ms.*/\1/p' "$OUT/fit.$tag.out")
-    [ -n "$a" ] && echo "== decode $tag: fixed per-token cost a = $a ms (target <= 0.3 ms: $(awk -v a="$a" \
-      'BEGIN {print (a < 0 ? "not meaningful: negative, noisy times" : a <= 0.3 ? "met" : "NOT met")}'))"
+    for b in $batches; do
+      echo "== decode $tag batch $b: T(n) per TP size"
+      awk -f scripts/gpu/tp_fit.awk "$OUT/fit.$tag.b$b.txt" >"$OUT/fit.$tag.b$b.out" || rc=1
+      cat "$OUT/fit.$tag.b$b.out"
+      a=$(sed -n 's/^fit T(n) = a + w\/n: a = \([-0-9.]*\) ms.*/\1/p' "$OUT/fit.$tag.b$b.out")
+      [ -n "$a" ] && echo "== decode $tag batch $b: fixed per-step cost a = $a ms (target <= 0.3 ms: $(awk -v a="$a" \
+        'BEGIN {print (a < 0 ? "not meaningful: negative, noisy times" : a <= 0.3 ? "met" : "NOT met")}'))"
+      if [ -n "${PREDICTION:-}" ] && [ -f "$PREDICTION" ]; then # the one-GPU prediction of this model and batch
+        echo "   predicted (tp_local.sh):"
+        grep -E "^\| ${tag%%.*} \| $b \|" "$PREDICTION" | sed 's/^/   /'
+      fi
+    done
   done
 fi
 

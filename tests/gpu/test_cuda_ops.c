@@ -3,7 +3,8 @@
  * by normalized error ||gpu - cpu|| / ||cpu||, printed per op. Bounds: 1e-5 for everything
  * computed in fp32 (reassociation only), 0 for pure copies. Batches mix prefill chunks and
  * decode tokens over several sequences, long contexts (split attention), shuffled KV blocks and
- * recurrent-state slots. Skips (with a message) when no CUDA device is visible. */
+ * recurrent-state slots; test_tp_shapes runs the products and head-count ops of one rank of the
+ * production models at TP 2 and 4 (issue 28). Skips (with a message) when no CUDA device is visible. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,9 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/backend_cuda.h"
+#include "engine/models/model.h"
+#include "engine/models/shard.h"
+#include "tools/mkmodel.h"
 #include "tools/quantize.h"
 #include "kernels/attn_decode.cuh"
 #include "kernels/attn_flash.cuh"
@@ -102,6 +106,31 @@ static wpair_t weight(gt_type_t t, int64_t rows, int64_t cols, float scale) {
   uint8_t *q = malloc(rb * (size_t)rows);
   float *src = rnd((size_t)cols, scale);
   for (int64_t r = 0; r < rows; r++) {
+    for (int64_t i = 0; i < cols; i++) src[i] = frand() * scale;
+    assert_int_equal(qz_quantize_row(t, src, q + rb * (size_t)r, cols), 0);
+  }
+  wpair_t w;
+  gt_err_t err = {0};
+  assert_int_equal(be_weight_upload(CPU_BE, &w.c, t, rows, cols, q, &err), 0);
+  assert_int_equal(be_weight_upload(GPU_BE, &w.g, t, rows, cols, q, &err), 0);
+  free(q);
+  free(src);
+  return w;
+}
+/* weight() with only the first `distinct` rows drawn and quantized, the rest copies of them (the
+ * production-shape products of test_tp_shapes: host quantization time stays small). */
+static wpair_t weight_rep(gt_type_t t, int64_t rows, int64_t cols, float scale, int64_t distinct) {
+  size_t rb = dt_row_bytes(t, cols);
+  assert_true(rb > 0);
+  uint8_t *q = malloc(rb * (size_t)rows);
+  float *src = malloc(sizeof(float) * (size_t)cols);
+  assert_non_null(q);
+  assert_non_null(src);
+  for (int64_t r = 0; r < rows; r++) {
+    if (r >= distinct) {
+      memcpy(q + rb * (size_t)r, q + rb * (size_t)(r % distinct), rb);
+      continue;
+    }
     for (int64_t i = 0; i < cols; i++) src[i] = frand() * scale;
     assert_int_equal(qz_quantize_row(t, src, q + rb * (size_t)r, cols), 0);
   }
@@ -1394,6 +1423,171 @@ static void test_gdn_conv_qkv(void **st) {
   gdn_conv_qkv_case(1, 1040, 2, 32, 4);   /* d_k > 1024: the op's fallback */
 }
 
+/* ---- sharded production shapes (issue 28): every product of one rank of qwen3-8b, qwen35-9b and
+ * qwen35-27b Q4_K_M at TP 2 and 4 (the tensors and types of gantry-mkmodel's plan, sliced as the
+ * loader slices them: model_shard_plan), at decode (1, 8 rows) and prefill (70 rows) counts, and
+ * the attention, q/k prep and GDN ops at the rank's head counts, each against the CPU within the
+ * op bounds above (weight rows past the first 509 repeat them: quantizing whole 8-27B layers on
+ * the host would take minutes; every output row is still its own product). A row-parallel slice that would cut a quantization block fails, naming the
+ * tensor (the loader refuses such a shape). ---- */
+
+/* The hyperparameters of a mkmodel preset, as the loaders read them. */
+static model_hparams_t preset_hp(const mk_preset_t *p) {
+  model_hparams_t hp = {.n_layer = p->n_layer, .n_embd = p->n_embd, .n_head = p->n_head, .n_head_kv = p->n_head_kv,
+                        .head_dim = p->head_dim, .n_ff = p->n_ff, .n_vocab = p->n_vocab,
+                        .n_rot = p->rope_dim ? p->rope_dim : p->head_dim};
+  snprintf(hp.arch, sizeof hp.arch, "%s", p->arch);
+  if (!strcmp(p->arch, "qwen35")) {
+    hp.full_attn_interval = p->full_attn_interval;
+    hp.n_gdn_layers = p->n_layer - p->n_layer / p->full_attn_interval;
+    hp.n_attn_layers = p->n_layer / p->full_attn_interval;
+    hp.conv_kernel = p->ssm_conv;
+    hp.gdn_n_k = p->ssm_k_heads;
+    hp.gdn_n_v = p->ssm_v_heads;
+    hp.gdn_d_k = hp.gdn_d_v = p->ssm_head_dim;
+  } else {
+    hp.n_attn_layers = p->n_layer;
+  }
+  return hp;
+}
+
+/* A rank's shape of tensor `name` (full ne0 = cols, ne1 = rows): its rows (column-parallel) or
+ * columns (row-parallel) per model_shard_t; *row_parallel set for the latter. 0: not a product. */
+static int shard_shape(const model_hparams_t *hp, const model_shard_t *sh, const char *name, int64_t *rows,
+                       int64_t *cols, int *row_parallel) {
+  const char *t = strchr(name, '.') && !strncmp(name, "blk.", 4) ? strchr(name + 4, '.') + 1 : name;
+  const int64_t hd = hp->head_dim, q35 = !strcmp(hp->arch, "qwen35");
+  *row_parallel = 0;
+  if (!strcmp(t, "attn_q.weight")) *rows = (q35 ? 2 : 1) * sh->n_head * hd;
+  else if (!strcmp(t, "attn_k.weight") || !strcmp(t, "attn_v.weight")) *rows = sh->n_head_kv * hd;
+  else if (!strcmp(t, "attn_output.weight")) *cols = sh->n_head * hd, *row_parallel = 1;
+  else if (!strcmp(t, "ffn_gate.weight") || !strcmp(t, "ffn_up.weight")) *rows = sh->n_ff;
+  else if (!strcmp(t, "ffn_down.weight")) *cols = sh->n_ff, *row_parallel = 1;
+  else if (!strcmp(t, "attn_qkv.weight")) *rows = 2 * (int64_t)sh->gdn_n_k * hp->gdn_d_k + (int64_t)sh->gdn_n_v * hp->gdn_d_v;
+  else if (!strcmp(t, "attn_gate.weight")) *rows = (int64_t)sh->gdn_n_v * hp->gdn_d_v;
+  else if (!strcmp(t, "ssm_alpha.weight") || !strcmp(t, "ssm_beta.weight")) *rows = sh->gdn_n_v;
+  else if (!strcmp(t, "ssm_out.weight")) *cols = (int64_t)sh->gdn_n_v * hp->gdn_d_v, *row_parallel = 1;
+  else if (!strcmp(t, "output.weight")) *rows = sh->n_vocab;
+  else return 0;
+  return 1;
+}
+
+/* attention over one rank's heads: a prefill of two sequences, then a decode step of both */
+static void tp_attn_case(int n_head, int n_kv, int hd, const char *who) {
+  const int bt = 16, max_blocks = 64, n_blocks = 2 * max_blocks;
+  assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 2, n_blocks, bt, n_kv * hd), 0);
+  assert_int_equal(CPU32->ops->kv_init(CPU32, 2, n_blocks, bt, n_kv * hd), 0);
+  assert_int_equal(GPU_BE->ops->kv_init(GPU_BE, 2, n_blocks, bt, n_kv * hd), 0);
+  int32_t table[2 * 64];
+  for (int i = 0; i < n_blocks; i++) table[i] = (i * 37 + 3) % n_blocks;
+  tbatch_t *tb = malloc(sizeof *tb);
+  char label[128];
+  {
+    int start[2] = {0, 0}, ntok[2] = {300, 15};
+    mk_batch(tb, 2, start, ntok, NULL, table, max_blocks, 100);
+    snprintf(label, sizeof label, "%s attention H %d/%d hd=%d prefill 300+15", who, n_head, n_kv, hd);
+    attn_step(tb, 1, n_head, n_kv, hd, label);
+  }
+  {
+    int start[2] = {300, 15}, ntok[2] = {1, 1};
+    mk_batch(tb, 2, start, ntok, NULL, table, max_blocks, 100);
+    snprintf(label, sizeof label, "%s attention H %d/%d hd=%d decode", who, n_head, n_kv, hd);
+    attn_step(tb, 1, n_head, n_kv, hd, label);
+  }
+  free(tb);
+}
+
+static void tp_shapes_of(const char *preset, int n_ranks) {
+  const mk_preset_t *p = mk_preset(preset);
+  assert_non_null(p);
+  model_hparams_t hp = preset_hp(p);
+  model_shard_t sh;
+  gt_err_t err = {0};
+  if (model_shard_plan(&hp, 0, n_ranks, &sh, &err)) fail_msg("%s TP %d refuses to split: %s", preset, n_ranks, err.msg);
+  print_message("  %s TP %d rank 0: heads %d, KV heads %d, FFN %d, GDN heads %d/%d, vocabulary %d\n", preset, n_ranks,
+                sh.n_head, sh.n_head_kv, sh.n_ff, sh.gdn_n_k, sh.gdn_n_v, sh.n_vocab);
+  mk_plan_t *pl = NULL;
+  assert_int_equal(mk_plan_create(preset, "Q4_K_M", -1, 0, &pl, &err), GT_OK);
+  /* the distinct (type, rows, cols) of the rank's products over every layer */
+  enum { MAXP = 64 };
+  struct { gt_type_t t; int64_t rows, cols; int rp; char name[64]; } prod[MAXP];
+  int np = 0;
+  for (int64_t i = 0; i < pl->n; i++) {
+    const mk_tensor_t *t = &pl->t[i];
+    int64_t rows = t->ne[1], cols = t->ne[0];
+    int rp = 0;
+    if (t->n_dims != 2 || !shard_shape(&hp, &sh, t->name, &rows, &cols, &rp)) continue;
+    if (rp && (cols % dt_block_elems(t->type)))
+      fail_msg("%s TP %d: tensor %s (%s, blocks of %lld) refuses to split: its %lld columns per rank cut a block",
+               preset, n_ranks, t->name, dt_name(t->type), (long long)dt_block_elems(t->type), (long long)cols);
+    int seen = 0;
+    for (int k = 0; k < np && !seen; k++) seen = prod[k].t == t->type && prod[k].rows == rows && prod[k].cols == cols;
+    if (seen) continue;
+    assert_true(np < MAXP);
+    prod[np].t = t->type, prod[np].rows = rows, prod[np].cols = cols, prod[np].rp = rp;
+    snprintf(prod[np].name, sizeof prod[np].name, "%s", t->name);
+    np++;
+  }
+  mk_plan_free(pl);
+  for (int k = 0; k < np; k++) {
+    wpair_t w = weight_rep(prod[k].t, prod[k].rows, prod[k].cols, 0.5f, 509); /* 509: not a tile multiple */
+    const int head = strstr(prod[k].name, "output") != NULL;
+    const int rows_list[3] = {1, 8, 70};
+    for (int ri = 0; ri < (head ? 2 : 3); ri++) { /* the head: decode row counts only */
+      const int rows = rows_list[ri];
+      float *x = rnd((size_t)rows * prod[k].cols, 1.0f);
+      buf_t bx = putf(x, (size_t)rows * prod[k].cols), bo = putf(NULL, (size_t)rows * prod[k].rows);
+      CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
+      GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, bo.g, rows);
+      char what[160];
+      snprintf(what, sizeof what, "%s TP%d %s %s %lldx%lld%s rows %d", preset, n_ranks, prod[k].name,
+               dt_name(prod[k].t), (long long)prod[k].rows, (long long)prod[k].cols, prod[k].rp ? " (row-par.)" : "", rows);
+      cmp(what, bo, (size_t)rows * prod[k].rows, TOL);
+      drop(&bx), drop(&bo);
+      free(x);
+    }
+    wdrop(&w);
+  }
+  char who[64];
+  snprintf(who, sizeof who, "%s TP%d", preset, n_ranks);
+  tp_attn_case(sh.n_head, sh.n_head_kv, hp.head_dim, who);
+  {
+    int32_t table[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    tbatch_t *tb = malloc(sizeof *tb);
+    const int start[2] = {0, 70}, ntok[2] = {40, 1};
+    mk_batch(tb, 2, start, ntok, NULL, table, 8, 100);
+    for (int bf16 = 0; bf16 < 2; bf16++) qk_prep_case(tb, sh.n_head, sh.n_head_kv, hp.head_dim, hp.n_rot, bf16, 8);
+    free(tb);
+  }
+  if (hp.n_gdn_layers > 0) {
+    const int K = hp.conv_kernel, dk = hp.gdn_d_k, dv = hp.gdn_d_v, n_k = sh.gdn_n_k, n_v = sh.gdn_n_v;
+    gdn_conv_qkv_case(n_k, dk, n_v, dv, K);
+    const int C = 2 * n_k * dk + n_v * dv, n_slots = 4;
+    assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+    assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 1, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+    wpair_t cw = weight(GT_TYPE_F32, C, K, 0.5f), a = weight(GT_TYPE_F32, 1, n_v, 1.0f), dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
+    int32_t table[4] = {0, 1, 2, 3};
+    tbatch_t *tb = malloc(sizeof *tb);
+    int start[2] = {0, 0}, ntok[2] = {37, 5}, slots[2] = {1, 3};
+    mk_batch(tb, 2, start, ntok, slots, table, 1, 100);
+    snprintf(who, sizeof who, "%s TP%d prefill", preset, n_ranks);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, who);
+    int start2[2] = {37, 5}, ntok2[2] = {1, 1};
+    mk_batch(tb, 2, start2, ntok2, slots, table, 1, 100);
+    snprintf(who, sizeof who, "%s TP%d decode", preset, n_ranks);
+    gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, who);
+    free(tb);
+    wdrop(&cw), wdrop(&a), wdrop(&dtb);
+  }
+}
+
+static void test_tp_shapes(void **st) {
+  NEED_GPU();
+  static const char *const presets[] = {"qwen3-8b", "qwen35-9b", "qwen35-27b"};
+  for (int i = 0; i < 3; i++)
+    for (int n = 2; n <= 4; n *= 2) tp_shapes_of(presets[i], n);
+}
+
 /* logits_mask (constrained decoding) vs the CPU op, bit for bit: rows with a slot get -inf where
  * their mask bit is clear and keep their value elsewhere; rows mapped to BE_MASK_NONE are
  * untouched. Eager, and recorded in a decode step (graph) as the scheduler runs it. */
@@ -1480,6 +1674,7 @@ int main(void) {
       T(test_gdn_long),      T(test_decode_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
       T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
       T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
+      T(test_tp_shapes),
       T(test_every_op_covered), /* last: counts the calls of the tests above */
   };
 #undef T

@@ -246,6 +246,13 @@ static void test_tp(void **st) {
   expect_error(args, "--devices names CUDA devices");
   snprintf(args, sizeof args, "generate --model %s --prompt hi --device cuda --tp 2 --devices 0", tiny);
   expect_error(args, "--devices lists 1 devices for --tp 2");
+  /* every rank on one GPU: the device-local communicator (no NCCL needed); with the GPUs hidden
+   * it names the missing device. Some ranks sharing a GPU and some not: refused */
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --device cuda --tp 2 --devices 0,0", tiny);
+  expect_cuda_tp_error("CUDA_VISIBLE_DEVICES=", args,
+                       "tensor parallelism on CUDA: device-local communicator: cuda:0 not present (0 visible)");
+  snprintf(args, sizeof args, "generate --model %s --prompt hi --device cuda --tp 4 --devices 0,0,1,1", tiny);
+  expect_error(args, "--devices 0,0,1,1 mixes shared and distinct GPUs");
 }
 
 /* --kv-dtype bf16 on the CPU backend: fp32 pools holding bf16-rounded K/V (the GPU's values).

@@ -256,8 +256,6 @@ static void push(exp_t *e, int *n, const char *name, int64_t ne0, int64_t ne1, g
   (*n)++;
 }
 
-/* --layers: the 27B preset at 8 layers keeps every tensor's shape, has layers 0..7 only, and
- * refuses a count that is not a multiple of its full-attention interval (4) */
 static void test_layers_override(void **state) {
   (void)state;
   mk_plan_t *full = NULL, *pl = NULL;
@@ -380,13 +378,52 @@ static void test_qwen35_9b_header(void **state) {
   free(e);
 }
 
+/* mk_plan_create_sized: a production-width stack of a few layers with a small vocabulary (the TP
+ * shape checks of scripts/gpu/tp_local.sh): the layers and the vocabulary asked for, the widths of
+ * the preset; bad sizes refused. */
+static void test_sized(void **st) {
+  (void)st;
+  mk_plan_t *pl = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(mk_plan_create_sized("qwen35-27b", "Q4_K_M", -1, 0, 4, 8192, &pl, &err), GT_OK);
+  assert_int_equal(pl->p->n_layer, 4);
+  assert_int_equal(pl->p->n_vocab, 8192);
+  assert_int_equal(pl->p->n_embd, 5120);
+  assert_int_equal(pl->p->n_ff, 17408);
+  assert_int_equal(mk_preset("qwen35-27b")->n_layer, 64); /* the preset itself is unchanged */
+  int blk3 = 0, blk4 = 0;
+  for (int64_t j = 0; j < pl->n; j++) {
+    const mk_tensor_t *t = &pl->t[j];
+    blk3 += !strncmp(t->name, "blk.3.", 6);
+    blk4 += !strncmp(t->name, "blk.4.", 6);
+    if (!strcmp(t->name, "token_embd.weight") || !strcmp(t->name, "output.weight")) {
+      assert_int_equal(t->ne[0], 5120);
+      assert_int_equal(t->ne[1], 8192);
+    }
+    if (!strcmp(t->name, "blk.0.ffn_down.weight")) assert_int_equal(t->ne[0], 17408);
+  }
+  assert_true(blk3 > 0);
+  assert_int_equal(blk4, 0);
+  mk_plan_free(pl);
+  pl = NULL;
+  assert_int_equal(mk_plan_create_sized("qwen3-8b", "bf16", -1, 0, 0, 0, &pl, &err), GT_OK);
+  assert_int_equal(pl->p->n_layer, 36); /* 0: the preset's */
+  mk_plan_free(pl);
+  pl = NULL;
+  assert_int_not_equal(mk_plan_create_sized("qwen3-8b", "bf16", -1, 0, -1, 0, &pl, &err), GT_OK);
+  assert_int_not_equal(mk_plan_create_sized("qwen3-8b", "bf16", -1, 0, 2, 100, &pl, &err), GT_OK);
+  assert_non_null(strstr(err.msg, "vocabulary of 100"));
+  assert_int_not_equal(mk_plan_create_sized("qwen35-9b", "Q4_K_M", -1, 1, 1, 0, &pl, &err), GT_OK);
+  assert_null(pl);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_qwen3_tiny),
       cmocka_unit_test(test_qwen35_tiny),
       cmocka_unit_test(test_deterministic_and_cli),
       cmocka_unit_test(test_qwen35_9b_header),
-      cmocka_unit_test(test_layers_override),
+      cmocka_unit_test(test_sized),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,10 @@
 # tests/unit/test_tp_scripts.sh — the helpers of scripts/gpu/tp.sh on known data (no GPU):
 # tp_fit.awk recovers a and w of T(n) = a + w/n, refuses a single size and malformed lines;
 # logits_cmp.py (when python3 is there) passes equal-within-tolerance logits and fails on an
-# error above TOL, a flipped top-1 with a clear margin, and mismatched files.
+# error above TOL, a flipped top-1 with a clear margin, and mismatched files; tp_predict.py
+# (scripts/gpu/tp_local.sh's table) recovers a and w from runs at two depths and three TP sizes,
+# adds the all-reduces at both latencies, names the op kinds that do not shrink, and fails on a
+# missing log.
 # Usage: test_tp_scripts.sh REPO_ROOT
 set -u
 cd "${1:?repo root}" || exit 1
@@ -55,6 +58,35 @@ PY
   check "cmp flip" 1 python3 scripts/gpu/logits_cmp.py "$T/ref.f32" "$T/flip.f32" 4 1.0
   has "cmp flip line" "top-1 agree 3/4 rows with margin >= 0.05 (3/4 all rows); disagree at rows [2]: FAILED"
   check "cmp shape" 2 python3 scripts/gpu/logits_cmp.py "$T/ref.f32" "$T/ref.f32" 3
+  # tp_predict.py: per layer t_n = 0.4/n + 0.05 ms, the rest f_n = 0.5/n + 0.3 ms, 10 layers:
+  # T_n = 4.5/n + 0.8 exactly (a = 0.8, w = 4.5), 20 all-reduces per step
+  mkdir -p "$T/pred"
+  for n in 1 2 4; do
+    for k in 2 4; do
+      t=$(awk -v n=$n -v k=$k 'BEGIN {printf "%.4f", 0.5 / n + 0.3 + k * (0.4 / n + 0.05)}')
+      {
+        echo "| batch | prefill tok/s | decode ms/step | tok/s/seq | tok/s total | GB/step | GB/token | roofline ms | % of roofline | graph/eager steps |"
+        echo "|---|---|---|---|---|---|---|---|---|---|"
+        echo "| 1 | 100 | $t | 1 | 1 | 0.1 | 0.1 | 0.1 | 10.0 % | 60/4 |"
+        echo
+        echo "batch 1, one decode step per op (9 ops, eager with an event pair per op); % of the GPU time of its graph replay 900.0 us:"
+        echo "| op | calls | us | % of step |"
+        echo "|---|---|---|---|"
+        echo "| matmul Q4_K 1024x$((1024 / n)) x1 mmq | 8 | $((400 / n)).0 | 40.0 % |"
+        echo "| rmsnorm | 9 | 20.0 | 2.0 % |"
+        echo "| launch / idle gap (step - sum of ops) | | 30.0 | 3.0 % |"
+        echo "sum of ops 420.0 us vs graph replay 450.0 us GPU (mean of 4): gap $((30 - n)).0 us (launch / idle inside the graph); decode step wall 500.0 us (median): $((50 + n)).0 us more = host (batch upload, ids or logits copy, sync)"
+      } >"$T/pred/bench.m.L$k.n$n.txt"
+    done
+  done
+  echo "| 1 | plain | f32 | 4096 | 9.0 | 9.5 | 8.0 | 8.5 | 7.00 | 7.50 | ok |" >"$T/pred/bench_comm.txt"
+  check "predict" 0 python3 scripts/gpu/tp_predict.py "$T/pred" "m:10:1024:2,4" --batches 1 --target m:1:1.0
+  has "predict custom row" "| m | 1 | 5.300 | 3.050 | 1.925 | 2.250 / 1.125 | 0.800 | 20 | custom 5.0 | 3.150 (317) | 2.025 (494) | 0.900 (15 % of 6.02) | +68 % / +56 % |"
+  has "predict nccl row" "| NCCL 1-rank 7.0 (4 KB) | 3.190 (313) | 2.065 (484) | 0.940 (16 % of 6.02)"
+  has "predict target" "target: m batch 1 TP4 fixed cost 0.900 ms/step (a 0.800 + 20 x 5.0 us) <= 1.0 ms: met"
+  has "predict flat ops" "op kinds that do not halve: rmsnorm 20 -> 20 us; launch / idle gap 29.0 -> 26.0 us, host 51.0 -> 54.0 us"
+  rm "$T/pred/bench.m.L4.n2.txt"
+  check "predict missing log" 1 python3 scripts/gpu/tp_predict.py "$T/pred" "m:10:1024:2,4" --batches 1
 else
   echo "note: no python3, logits_cmp.py not checked"
 fi
