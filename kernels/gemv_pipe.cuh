@@ -18,7 +18,7 @@
 
 #define KC_GPIPE_MAX_ROWS 8
 
-/* 1 if the path takes this weight [n_out, cols] of type for n rows of x: Q4_K or Q6_K, w 16-byte
+/* 1 if the path takes this weight [n_out, cols] of type for n rows of x: Q4_K, Q5_K or Q6_K, w 16-byte
  * aligned, row_bytes the type's packed row, cols % 256 == 0, 1 <= n <= KC_GPIPE_MAX_ROWS. */
 KC_API int kc_gpipe_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n);
 

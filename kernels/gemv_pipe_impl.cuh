@@ -2,7 +2,7 @@
  * included by kernels/gemv_pipe.cu (the default variant) and tools/bench/bench_gemv.cu (the sweep).
  * Device-side, not a public header.
  *
- * Variant <D, NR, R, W, ST, MINB>: decoder D (gp_q4k / gp_q6k), NR x rows at most (2, 4, 8), R
+ * Variant <D, NR, R, W, ST, MINB>: decoder D (gp_q4k / gp_q5k / gp_q6k), NR x rows at most (2, 4, 8), R
  * weight rows per block (32, 64, 128), W warps, ST pipeline stages, MINB blocks per SM for the
  * register bound; ks (runtime) = the cluster size = K parts.
  *
@@ -26,7 +26,7 @@
  * ("P8", NT = 3 tiles): tile p column r = x row r, part p. B buffer [c][s / 2][t][lane] uint4 =
  * (b0, b1) of k-step 2(s/2), then of 2(s/2) + 1; Σx (Q4_K) [c][sub-block][x row]. Rows >= n and the
  * zero column are zeroed once and never written.
- * Q4_K: qs word 8j + 4h + tig of a row holds elements 64j + 32nib + 16h + 4tig + 0..3 (nibble nib),
+ * Q4_K / Q5_K: qs word 8j + 4h + tig of a row holds elements 64j + 32nib + 16h + 4tig + 0..3 (nibble nib),
  * k-step s = 4j + 2nib + h, sub-block s / 2. Q6_K: element 128h + 32k + l, s = 8h + 2k + l/16 (one
  * sub-block per k-step): ql word 16h + 8(k & 1) + 4(l / 16) + tig (nibble k / 2), qh word
  * 32 + 8h + 4(l / 16) + tig (bits 2k).
@@ -91,9 +91,11 @@ template <int NT, bool P8> struct gp_lay {
 };
 
 /* ---------------------------------------------------------------- decoders (smem -> mma) */
-/* Q4_K: {f16 d, dmin; u8 scales[12]; u8 qs[128]} */
-struct gp_q4k {
-  static constexpr int BB = 144, SROW = 144, NSEG = 9;
+/* Q4_K: {f16 d, dmin; u8 scales[12]; u8 qs[128]}; Q5_K (Q5): {f16 d, dmin; u8 scales[12]; u8 qh[32];
+ * u8 qs[128]}, the fifth bit of element 64j + 32nib + l in qh[l] bit 2j + nib (lane tig: qh word
+ * 4h + tig, one per h and row) */
+template <bool Q5> struct gp_qk {
+  static constexpr int BB = Q5 ? 176 : 144, SROW = BB, NSEG = BB / 16, QS = Q5 ? 48 : 16;
   static constexpr bool ALIGNED = true, HAS_MIN = true;
   /* acc[i][rr][xr] += the chunk's products of rows 16 grp[i] + g + 8rr of slot ws (row stride
    * SROW); bq: the chunk's B [8][NT][32]; sxc: Σx [8][NR] */
@@ -106,11 +108,15 @@ struct gp_q4k {
     const uint8_t *row[G][2];
     uint32_t scw[G][2][2], mw[G][2][2];
     float dd[G][2], dm[G][2], t1[G][2][XR], t2[G][2][XR];
+    [[maybe_unused]] uint32_t qhw[G][2][2];
 #pragma unroll
     for (int i = 0; i < G; i++)
 #pragma unroll
       for (int rr = 0; rr < 2; rr++) {
         row[i][rr] = ws + (16 * grp[i] + g + 8 * rr) * SROW;
+        if constexpr (Q5)
+#pragma unroll
+          for (int h = 0; h < 2; h++) qhw[i][rr][h] = *(const uint32_t *)(row[i][rr] + 16 + 4 * (4 * h + tig));
         const uint4 h = *(const uint4 *)row[i][rr];
         scw[i][rr][0] = h.y & 0x3f3f3f3fu;
         scw[i][rr][1] = (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
@@ -129,7 +135,7 @@ struct gp_q4k {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++)
 #pragma unroll
-          for (int h = 0; h < 2; h++) wq[i][rr][h] = *(const uint32_t *)(row[i][rr] + 16 + 4 * (8 * j + 4 * h + tig));
+          for (int h = 0; h < 2; h++) wq[i][rr][h] = *(const uint32_t *)(row[i][rr] + QS + 4 * (8 * j + 4 * h + tig));
 #pragma unroll
       for (int nib = 0; nib < 2; nib++) {
         const int sb = 2 * j + nib;
@@ -151,7 +157,11 @@ struct gp_q4k {
           for (int t = 0; t < NT; t++) c[t][0] = c[t][1] = c[t][2] = c[t][3] = 0.0f;
 #pragma unroll
           for (int h = 0; h < 2; h++) {
-            const uint32_t qa = (wq[i][0][h] >> (4 * nib)) & 0x0f0f0f0fu, qb = (wq[i][1][h] >> (4 * nib)) & 0x0f0f0f0fu;
+            uint32_t qa = (wq[i][0][h] >> (4 * nib)) & 0x0f0f0f0fu, qb = (wq[i][1][h] >> (4 * nib)) & 0x0f0f0f0fu;
+            if constexpr (Q5) {
+              qa |= ((qhw[i][0][h] >> (2 * j + nib)) & 0x01010101u) << 4;
+              qb |= ((qhw[i][1][h] >> (2 * j + nib)) & 0x01010101u) << 4;
+            }
             const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, 0x43004300u), mvm_qpair(qb, 0x4140u, 0x43004300u),
                                     mvm_qpair(qa, 0x4342u, 0x43004300u), mvm_qpair(qb, 0x4342u, 0x43004300u)};
 #pragma unroll
@@ -177,6 +187,9 @@ struct gp_q4k {
           acc[i][rr][x] = fmaf(dd[i][rr], t1[i][rr][x], fmaf(-dm[i][rr], t2[i][rr][x], acc[i][rr][x]));
   }
 };
+
+typedef gp_qk<false> gp_q4k;
+typedef gp_qk<true> gp_q5k;
 
 /* Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} (210 B, 2-byte aligned in a row) */
 struct gp_q6k {

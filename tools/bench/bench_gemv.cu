@@ -1,8 +1,8 @@
 /* tools/bench/bench_gemv.cu — sweep of the pipelined decode product (kernels/gemv_pipe*.cuh)
  * against the current paths, at 1..8 rows of x (llm.c dev/cuda style: check, then time).
  *
- *   bench_gemv [--reps N] [--types Q4_K,Q6_K] [--rows 1,2,4,8] [--shape SUBSTR] [--only VARIANT[/kK]]
- *              [--check 0|1|2] [--base 0|1]
+ *   bench_gemv [--reps N] [--types Q4_K,Q6_K (Q5_K too)] [--rows 1,2,4,8] [--shape SUBSTR] [--only VARIANT[/kK]]
+ *              [--check 0|1|2] [--base 0|1] [--graph 0|1]
  *
  * Variants: rRwWsSbB/kK = R weight rows per block, W warps, S cp.async stages, B blocks per SM (the
  * register bound), K = the K split (cluster size). Baselines: "matvec" (kc_matvec / _multi / _swiglu:
@@ -16,6 +16,8 @@
  * 2. Timing: model shapes (qwen3-8b, qwen35-9b, qwen35-27b) x types x rows; each weight replicated to
  *    >= 256 MiB (up to 64 copies) and the copies cycled so every rep streams from HBM (H200 L2: 50 MB);
  *    every timed configuration is checked first (error printed in the row, FAIL lines on excess).
+ *    Time per call: one CUDA graph of --reps calls (--graph 1, default: launch gaps as in the decode
+ *    graphs) or --reps plain launches (--graph 0), after one warm-up.
  *    One table: shape | type | variant | rows | us | GB/s | % of copy BW | err, GB = weights + x + out,
  *    copy BW = 2 * bytes / time of a 1 GiB D2D cudaMemcpy in the same run. Then a summary: per shape,
  *    type and rows the best baseline and the best variant; per variant the sum of its times over the
@@ -56,9 +58,11 @@ extern "C" { /* plain C headers */
 typedef int (*gb_fn)(cudaStream_t, const gp_args_t &, int64_t, const float *, int, int);
 typedef struct {
   const char *name;
-  gb_fn q4, q6;
+  gb_fn q4, q5, q6;
 } gb_var_t;
-#define GB_V(R, W, S, B) {"r" #R "w" #W "s" #S "b" #B, gp_go_n<gp_q4k, R, W, S, B>, gp_go_n<gp_q6k, R, W, S, B>}
+#define GB_V(R, W, S, B)                                                                                  \
+  {"r" #R "w" #W "s" #S "b" #B, gp_go_n<gp_q4k, R, W, S, B>, gp_go_n<gp_q5k, R, W, S, B>,               \
+   gp_go_n<gp_q6k, R, W, S, B>}
 /* B: blocks per SM for the register bound (W * B = 16 warps: 128 registers; 8 warps: 255) */
 static const gb_var_t k_vars[] = {
     GB_V(32, 4, 4, 4),  GB_V(64, 4, 4, 4),  GB_V(64, 4, 6, 3),  GB_V(64, 4, 4, 2),  GB_V(64, 8, 2, 2),
@@ -145,6 +149,7 @@ typedef struct {
 static const float *g_hx; /* [GB_MAXN, max cols] */
 static float *g_dx, *g_dout;
 static void *g_scratch;
+static cudaStream_t g_st; /* non-blocking: timed calls are captured into a CUDA graph */
 static double g_copy_bw;
 static int g_fail;
 
@@ -211,20 +216,20 @@ static int gb_run(const gb_path_t *ph, gb_prod_t *p, int n, int copy) {
   const int64_t cols = p->s->cols;
   if (ph->base == 0) {
     if (p->s->kind == GB_PLAIN)
-      return kc_matvec(0, p->t, seg[0].w, seg[0].n_out, cols, seg[0].row_bytes, g_dx, seg[0].out, n);
-    if (p->s->kind == GB_MULTI) return kc_matvec_multi(0, p->t, p->nout_seg, seg, cols, g_dx, n);
-    return kc_matvec_swiglu(0, p->t, seg[0].w, wup, seg[0].n_out, cols, seg[0].row_bytes, g_dx, seg[0].out, n);
+      return kc_matvec(g_st, p->t, seg[0].w, seg[0].n_out, cols, seg[0].row_bytes, g_dx, seg[0].out, n);
+    if (p->s->kind == GB_MULTI) return kc_matvec_multi(g_st, p->t, p->nout_seg, seg, cols, g_dx, n);
+    return kc_matvec_swiglu(g_st, p->t, seg[0].w, wup, seg[0].n_out, cols, seg[0].row_bytes, g_dx, seg[0].out, n);
   }
   if (ph->base == 1 || ph->base == 2) {
     const int parts = ph->base == 1 ? 3 : 1;
-    int e = kc_mmq_prep(0, p->t, g_dx, cols, n, parts, g_scratch);
-    return e ? e : kc_mmq_launch(0, p->t, p->nout_seg, seg, wup, cols, g_scratch, n, parts);
+    int e = kc_mmq_prep(g_st, p->t, g_dx, cols, n, parts, g_scratch);
+    return e ? e : kc_mmq_launch(g_st, p->t, p->nout_seg, seg, wup, cols, g_scratch, n, parts);
   }
   gp_args_t a;
   const int e = gp_args(a, p->t, p->nout_seg, seg, wup, cols, g_dx, n);
   if (e) return e;
   const gb_var_t *v = &k_vars[ph->v];
-  return (p->t == GT_TYPE_Q4_K ? v->q4 : v->q6)(0, a, cols, g_dx, n, ph->ks);
+  return (p->t == GT_TYPE_Q4_K ? v->q4 : p->t == GT_TYPE_Q5_K ? v->q5 : v->q6)(g_st, a, cols, g_dx, n, ph->ks);
 }
 static void gb_pname(const gb_path_t *ph, char *buf, size_t len) {
   if (ph->base < 3) snprintf(buf, len, "%s", ph->base == 0 ? "matvec" : ph->base == 1 ? "mmq3" : "mmq1");
@@ -251,7 +256,7 @@ static double gb_err(gb_prod_t *p, int n) {
 /* runs the path once on copy 0 with NaN-filled outputs; returns the error (-1: the path refused) */
 static double gb_check(const gb_path_t *ph, gb_prod_t *p, int n) {
   gb_outs(p, n);
-  GB_CHECK(cudaMemset(g_dout, 0xff, sizeof(float) * (size_t)p->out_total));
+  GB_CHECK(cudaMemsetAsync(g_dout, 0xff, sizeof(float) * (size_t)p->out_total, g_st));
   const int e = gb_run(ph, p, n, 0);
   if (e) { /* refused at launch (shared memory, K split, a cluster that cannot be placed) */
     cudaGetLastError();
@@ -262,7 +267,7 @@ static double gb_check(const gb_path_t *ph, gb_prod_t *p, int n) {
     }
     return -1;
   }
-  GB_CHECK(cudaDeviceSynchronize());
+  GB_CHECK(cudaStreamSynchronize(g_st));
   return gb_err(p, n);
 }
 
@@ -311,7 +316,7 @@ static int gb_shape_types(int i, gt_type_t t) {
   const char *l = k_time[i].label;
   if (strstr(l, "head")) return t == GT_TYPE_Q6_K;
   if (strstr(l, "down") || strstr(l, "k/v")) return 1;
-  return t == GT_TYPE_Q4_K;
+  return t != GT_TYPE_Q6_K; /* Q4_K (and Q5_K when asked for) */
 }
 static const gb_shape_t k_chk[] = {
     {"chk 300x1024", GB_PLAIN, 1, {300}, 1024},
@@ -400,7 +405,7 @@ static void gb_summary(void) {
 }
 
 int main(int argc, char **argv) {
-  int reps = 20, check = 1, base = 1;
+  int reps = 20, check = 1, base = 1, graph = 1;
   const char *types_arg = "Q4_K,Q6_K", *shape_arg = NULL, *only = NULL, *rows_arg = "1,2,4,8";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
@@ -410,10 +415,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--rows")) rows_arg = argv[i + 1];
     else if (!strcmp(argv[i], "--check")) check = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--base")) base = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--graph")) graph = atoi(argv[i + 1]);
     else {
       fprintf(stderr,
-              "usage: %s [--reps N] [--types Q4_K,Q6_K] [--rows 1,2,4,8] [--shape SUBSTR] [--only rRwWsSbB[/kK]] "
-              "[--check 0|1|2] [--base 0|1]\n",
+              "usage: %s [--reps N] [--types Q4_K,Q5_K,Q6_K] [--rows 1,2,4,8] [--shape SUBSTR] [--only rRwWsSbB[/kK]] "
+              "[--check 0|1|2] [--base 0|1] [--graph 0|1]\n",
               argv[0]);
       return 2;
     }
@@ -435,8 +441,8 @@ int main(int argc, char **argv) {
     snprintf(list, sizeof list, "%s", types_arg);
     for (char *tok = strtok(list, ","); tok && ntypes < 4; tok = strtok(NULL, ",")) {
       const int ti = dt_from_name(tok);
-      if (ti != GT_TYPE_Q4_K && ti != GT_TYPE_Q6_K) {
-        fprintf(stderr, "--types: Q4_K, Q6_K\n");
+      if (ti != GT_TYPE_Q4_K && ti != GT_TYPE_Q5_K && ti != GT_TYPE_Q6_K) {
+        fprintf(stderr, "--types: Q4_K, Q5_K, Q6_K\n");
         return 2;
       }
       types[ntypes++] = (gt_type_t)ti;
@@ -479,6 +485,7 @@ int main(int argc, char **argv) {
   cudaEvent_t e0, e1;
   GB_CHECK(cudaEventCreate(&e0));
   GB_CHECK(cudaEventCreate(&e1));
+  GB_CHECK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
 
   /* 1. check on the small shapes: every variant x K split x rows 1..8 */
   if (check) {
@@ -540,14 +547,31 @@ int main(int argc, char **argv) {
                      GB_TOL);
               g_fail = 1;
             }
-            GB_CHECK(gb_run(&ph, &p, n, 1)); /* warm-up */
-            GB_CHECK(cudaEventRecord(e0));
-            for (int k = 0; k < reps; k++) gb_run(&ph, &p, n, k);
-            GB_CHECK(cudaEventRecord(e1));
-            GB_CHECK(cudaEventSynchronize(e1));
-            GB_CHECK(cudaGetLastError());
             float ms;
-            GB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            if (graph) { /* reps calls (weight copies cycled) in one CUDA graph, as decode steps run */
+              cudaGraph_t gr;
+              cudaGraphExec_t ge;
+              GB_CHECK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeRelaxed));
+              for (int k = 0; k < reps; k++) GB_CHECK(gb_run(&ph, &p, n, k));
+              GB_CHECK(cudaStreamEndCapture(g_st, &gr));
+              GB_CHECK(cudaGraphInstantiate(&ge, gr, 0));
+              GB_CHECK(cudaGraphLaunch(ge, g_st)); /* warm-up */
+              GB_CHECK(cudaEventRecord(e0, g_st));
+              GB_CHECK(cudaGraphLaunch(ge, g_st));
+              GB_CHECK(cudaEventRecord(e1, g_st));
+              GB_CHECK(cudaEventSynchronize(e1));
+              GB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+              GB_CHECK(cudaGraphExecDestroy(ge));
+              GB_CHECK(cudaGraphDestroy(gr));
+            } else {
+              GB_CHECK(gb_run(&ph, &p, n, 1)); /* warm-up */
+              GB_CHECK(cudaEventRecord(e0, g_st));
+              for (int k = 0; k < reps; k++) gb_run(&ph, &p, n, k);
+              GB_CHECK(cudaEventRecord(e1, g_st));
+              GB_CHECK(cudaEventSynchronize(e1));
+              GB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            }
+            GB_CHECK(cudaGetLastError());
             const double sec = ms * 1e-3 / reps;
             int64_t outs = 0;
             for (int i = 0; i < p.nout_seg; i++) outs += p.w[i].n_out;
@@ -567,5 +591,6 @@ int main(int argc, char **argv) {
   cudaFree(g_dx);
   cudaFree(g_dout);
   cudaFree(g_scratch);
+  cudaStreamDestroy(g_st);
   return g_fail ? 1 : 0;
 }
