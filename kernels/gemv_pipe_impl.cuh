@@ -300,6 +300,7 @@ template <class D, int NR, int R, int W, int ST> struct gp_cfg {
   static_assert(NR == 2 || NR == 4 || NR == 8, "NR");
   static_assert((NG % W) == 0 || (W % NG) == 0, "R / W");
   static_assert(R <= NTH, "one thread per block row fills rowtab");
+  static_assert((R & (R - 1)) == 0, "R a power of two");
   static_assert((size_t)(KQ + 1) * R * NR * 4 <= OFF_B, "reduction aliases the stages");
 };
 
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(W * 32, MINB)
     if (i < nstep) {
       uint8_t *buf = smem + (size_t)(i % ST) * C::WST;
       for (int t = tid; t < KQ * R * D::NSEG; t += NTH) {
-        const int c = t / (R * D::NSEG), rem = t % (R * D::NSEG), lr = rem / D::NSEG, sgi = rem % D::NSEG;
+        const int rc = t / D::NSEG, sgi = t - rc * D::NSEG, c = rc / R, lr = rc % R; /* R: a power of two */
         const int64_t kb = kb_lo + i * KQ + c;
         if (kb >= kb_hi) continue;
         const uint8_t *src = rowtab[lr] + kb * D::BB;
