@@ -85,6 +85,12 @@ if(CMAKE_CUDA_COMPILER)
   set_property(TARGET bench_matvec PROPERTY COMPILE_OPTIONS "") # gcc warning flags are not nvcc options
   target_compile_options(bench_matvec PRIVATE -O3 -Xcompiler=-Wall,-Wno-unused-parameter)
   target_link_libraries(bench_matvec PRIVATE gantry_cuda gantry_quant m)
+  # pipelined decode product (kernels/gemv_pipe*.cuh): variants x model shapes x 1..8 rows vs kc_matvec / mmq
+  add_executable(bench_gemv tools/bench/bench_gemv.cu)
+  set_target_properties(bench_gemv PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+  set_property(TARGET bench_gemv PROPERTY COMPILE_OPTIONS "")
+  target_compile_options(bench_gemv PRIVATE -O3 -Xcompiler=-Wall,-Wno-unused-parameter)
+  target_link_libraries(bench_gemv PRIVATE gantry_cuda gantry_quant m)
   # attention kernels: bf16 split decode vs fp32, flash prefill vs fp32 (GB/s, TFLOP/s)
   add_executable(bench_attn tools/bench/bench_attn.cu)
   set_target_properties(bench_attn PROPERTIES CUDA_RUNTIME_LIBRARY Static)
