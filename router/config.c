@@ -10,6 +10,8 @@ const char *rt_usage(void) {
          "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
          "                     [--protect-info] [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
+         "                     [--http-head-timeout-s S] [--http-body-timeout-s S] [--max-header-bytes N]\n"
+         "                     [--max-headers N] [--http-max-conns N] [--http-max-conns-per-addr N]\n"
          "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S] [--drain-timeout-s S]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
@@ -26,6 +28,11 @@ const char *rt_usage(void) {
          "  without one they are closed with --auth keys and open with --auth none. --protect-info:\n"
          "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
          "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n"
+         "  --http-head-timeout-s / --http-body-timeout-s: total deadlines for a request's head (from its\n"
+         "  first byte) and body (from the end of the head), whatever the byte rate (408); --http-timeout-s\n"
+         "  is the idle timeout. --max-header-bytes / --max-headers: 431 above. --http-max-conns: open\n"
+         "  connections (default: RLIMIT_NOFILE less a reserve, at most 16384); --http-max-conns-per-addr\n"
+         "  (default 256): more from one client address get 429.\n"
          "  --stream-buffer-bytes bounds the unsent output of each stream (SSE and gRPC); a stream kept\n"
          "  full for --stream-write-timeout-s is cancelled.\n";
 }
@@ -41,6 +48,12 @@ void rt_config_defaults(rt_config_t *c) {
   c->stream_buffer_bytes = 1L << 20;
   c->stream_write_timeout_s = 30;
   c->http_timeout_s = 30;
+  c->http_head_timeout_s = 10;
+  c->http_body_timeout_s = 60;
+  c->max_header_bytes = 32L << 10;
+  c->max_headers = 100;
+  c->http_max_conns = 0;
+  c->http_max_conns_per_addr = 256;
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
   c->drain_timeout_s = 30;
@@ -127,6 +140,12 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
           {"--stream-buffer-bytes", 4096, 1L << 30, &c->stream_buffer_bytes, 1},
           {"--stream-write-timeout-s", 1, 3600, &c->stream_write_timeout_s, 0},
           {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},
+          {"--http-head-timeout-s", 1, 3600, &c->http_head_timeout_s, 0},
+          {"--http-body-timeout-s", 1, 3600, &c->http_body_timeout_s, 0},
+          {"--max-header-bytes", 1024, 1L << 24, &c->max_header_bytes, 1},
+          {"--max-headers", 8, 100000, &c->max_headers, 0},
+          {"--http-max-conns", 1, 1000000, &c->http_max_conns, 0},
+          {"--http-max-conns-per-addr", 1, 1000000, &c->http_max_conns_per_addr, 0},
           {"--drain-timeout-s", 0, 3600, &c->drain_timeout_s, 0},
           {"--health-ms", 50, 600000, &c->health_ms, 0},
           {"--request-timeout-s", 1, 86400, &c->request_timeout_ms, 0},

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -401,7 +402,9 @@ int free_tcp_port(void) {
   return port;
 }
 
-int rp_start(rp_t *r, const char *const *args) {
+int rp_start(rp_t *r, const char *const *args) { return rp_start_nofile(r, args, 0); }
+
+int rp_start_nofile(rp_t *r, const char *const *args, long nofile) {
   memset(r, 0, sizeof *r);
   int pfd[2];
   if (pipe(pfd)) return -1;
@@ -427,6 +430,10 @@ int rp_start(rp_t *r, const char *const *args) {
   if (pid < 0) return -1;
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (nofile > 0) {
+      struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
+      if (setrlimit(RLIMIT_NOFILE, &rl)) _exit(126);
+    }
     dup2(pfd[1], 1);
     close(pfd[0]);
     close(pfd[1]);

@@ -55,6 +55,9 @@ typedef struct rp {
 /* Starts $GANTRY_BIN/gantry-router with the arguments (NULL-terminated array) plus
  * --http 127.0.0.1:0 (and --auth none unless the arguments name --auth); waits for its "listening" line. 0 or -1. */
 int rp_start(rp_t *r, const char *const *args);
+/* The same with RLIMIT_NOFILE (soft and hard) set to nofile in the router's process (0: as the
+ * test's). */
+int rp_start_nofile(rp_t *r, const char *const *args, long nofile);
 /* Waits until GET /ready is 200 (up to ms). 1 if ready. */
 int rp_wait_ready(rp_t *r, int ms);
 /* Value of the unlabelled metric `name` in the router's /metrics (sent with the optional
