@@ -56,6 +56,11 @@ typedef struct gt_rpc_server_opts {
   int max_message_bytes;  /* receive limit; 0 -> 64 MiB */
   int recv_timeout_ms;    /* a call whose request message is not complete this long after its
                              headers is ended with DEADLINE_EXCEEDED; 0 -> 30000 */
+  const char *auth_token; /* not NULL: every call must carry "authorization: Bearer <token>",
+                             else it ends with UNAUTHENTICATED before its handler runs (copied) */
+  /* TLS (PEM text, copied): a certificate and its key make the port TLS; a client CA as well
+   * makes it mutual TLS (a client without a certificate signed by that CA cannot connect) */
+  const char *tls_cert_pem, *tls_key_pem, *tls_client_ca_pem;
 } gt_rpc_server_opts_t;
 
 /* Creates a server (not yet listening). opts may be NULL. Returns GT_OK or GT_E*. */

@@ -16,6 +16,8 @@ const char *rt_usage(void) {
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
+         "                     [--engine-token-file F] [--engine-tls-ca F [--engine-tls-cert F --engine-tls-key F]\n"
+         "                     [--engine-tls-name NAME]]\n"
          "       gantry-router --version\n"
          "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
          "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
@@ -33,6 +35,9 @@ const char *rt_usage(void) {
          "  is the idle timeout. --max-header-bytes / --max-headers: 431 above. --http-max-conns: open\n"
          "  connections (default: RLIMIT_NOFILE less a reserve, at most 16384); --http-max-conns-per-addr\n"
          "  (default 256): more from one client address get 429.\n"
+         "  Engines: --engine-token-file (or $GANTRY_ENGINE_TOKEN) is sent to every engine (its\n"
+         "  --auth-token-file); --engine-tls-ca makes the engine links TLS, --engine-tls-cert/-key adds\n"
+         "  this router's certificate (mutual TLS). An engine that refuses them is never ready.\n"
          "  --stream-buffer-bytes bounds the unsent output of each stream (SSE and gRPC); a stream kept\n"
          "  full for --stream-write-timeout-s is cancelled.\n";
 }
@@ -128,7 +133,12 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
       if (!strcmp(v, "keys")) c->auth_required = true;
       else if (!strcmp(v, "none")) c->auth_required = false;
       else return gt_err_set(err, GT_EINVAL, "--auth %s: expected keys or none", v);
-    } else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
+    } else if (!strcmp(a, "--engine-token-file")) snprintf(c->engine_token_file, sizeof c->engine_token_file, "%s", v);
+    else if (!strcmp(a, "--engine-tls-ca")) snprintf(c->engine_tls_ca, sizeof c->engine_tls_ca, "%s", v);
+    else if (!strcmp(a, "--engine-tls-cert")) snprintf(c->engine_tls_cert, sizeof c->engine_tls_cert, "%s", v);
+    else if (!strcmp(a, "--engine-tls-key")) snprintf(c->engine_tls_key, sizeof c->engine_tls_key, "%s", v);
+    else if (!strcmp(a, "--engine-tls-name")) snprintf(c->engine_tls_name, sizeof c->engine_tls_name, "%s", v);
+    else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
     else if (!strcmp(a, "--reasoning-field")) {
       if (!strcmp(v, "both")) c->reasoning_field = OA_REASONING_BOTH;
       else if (!strcmp(v, "reasoning")) c->reasoning_field = OA_REASONING_ONLY;

@@ -34,6 +34,10 @@ typedef struct rt_config {
   int request_timeout_ms;/* engine stream deadline; default 600000 */
   int drain_timeout_s;   /* SIGTERM: live streams get this long to finish; default 30 */
   int engine_stale_ms;   /* registered engine without heartbeat for this long: not routable */
+  /* router -> engine authentication (files; "" = not used): a shared token (also
+   * $GANTRY_ENGINE_TOKEN) and TLS: the CA that signed the engines' certificates, and this
+   * router's certificate and key for mutual TLS; tls_name: the name engines' certificates carry */
+  char engine_token_file[256], engine_tls_ca[256], engine_tls_cert[256], engine_tls_key[256], engine_tls_name[128];
   int lease_ttl_ms, queue_timeout_ms, hold_ms, default_max_inflight, default_max_queued;
 } rt_config_t;
 

@@ -183,6 +183,13 @@ char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_q
     pool_engine_t *e = pool_at(p, i);
     OUT("gantry_router_engine_inflight{model_name=\"%s\",engine=\"%s\"} %d\n", e->model, e->target, e->inflight);
   }
+  OUT("# HELP gantry_router_engine_checks_failed_total Health checks of an engine that failed (down, TLS, token).\n");
+  OUT("# TYPE gantry_router_engine_checks_failed_total counter\n");
+  for (int i = 0; i < pool_count(p); i++) {
+    pool_engine_t *e = pool_at(p, i);
+    OUT("gantry_router_engine_checks_failed_total{model_name=\"%s\",engine=\"%s\"} %llu\n", e->model, e->target,
+        (unsigned long long)e->checks_failed);
+  }
 #undef OUT
   if (!b.p) oa_sb_append(&b, "", 0);
   return b.p;
