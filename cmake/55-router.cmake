@@ -90,5 +90,9 @@ add_dependencies(test_router_guard gantry-router)
 # the closed engine port: loopback defaults, the shared token and mutual TLS between router and
 # `gantry-engine serve` (accept and refuse paths)
 gt_add_test(test_engine_auth SOURCES tests/integration/test_engine_auth.c
-  LIBS gantry_router_harness gantry_test_redis gantry_testutil TIMEOUT 240)
+  LIBS gantry_router_harness gantry_test_redis TIMEOUT 240)
 add_dependencies(test_engine_auth gantry-router gantry-engine)
+# router RSS under streamed logprobs with n > 1 (real engine): no whole-response copies
+gt_add_test(test_router_memory SOURCES tests/integration/test_router_memory.c
+  LIBS gantry_router_harness gantry_test_redis TIMEOUT 240)
+add_dependencies(test_router_memory gantry-router gantry-engine)

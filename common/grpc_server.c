@@ -775,8 +775,8 @@ int gt_rpc_call_send(gt_rpc_call_t *c, ProtobufCMessage *msg, unsigned flags) {
   c->n_msgs++;
   const size_t bytes = protobuf_c_message_get_packed_size(msg) + 5; /* + the gRPC frame prefix */
   qitem_t *tail = c->tail;
-  if (tail && c->rm->m.merge && !(tail->flags & GT_RPC_SEND_NO_MERGE) &&
-      !(flags & GT_RPC_SEND_NO_MERGE) && c->rm->m.merge(c->rm->m.user, tail->msg, msg)) {
+  if (tail && c->rm->m.merge && !(tail->flags & GT_RPC_SEND_NO_MERGE) && !(flags & GT_RPC_SEND_NO_MERGE) &&
+      tail->bytes + bytes <= GT_RPC_MERGE_MAX_BYTES && c->rm->m.merge(c->rm->m.user, tail->msg, msg)) {
     c->stats.merged_msgs++;
     tail->bytes += bytes;
     c->queued_bytes += bytes;

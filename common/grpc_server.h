@@ -4,7 +4,9 @@
  * gt_rpc_call_* functions below are thread-safe: the engine's scheduler thread sends and
  * finishes calls directly. A send while another send of the same call is in flight is queued
  * and merged with the queued tail (method->merge), so each call has at most one outstanding
- * send and a slow client receives fewer, larger messages instead of an unbounded backlog.
+ * send and a slow client receives fewer, larger messages instead of an unbounded backlog; a
+ * merged message stops growing at GT_RPC_MERGE_MAX_BYTES (the next one starts a new message), so
+ * a client converts at most that much of one message at a time.
  *
  * Call ownership: the application receives each call in its handler holding one reference
  * and must give it back exactly once with gt_rpc_call_finish() or gt_rpc_call_reply() —
@@ -19,6 +21,8 @@
 
 #include "common/err.h"
 #include "common/grpc_util.h"
+
+#define GT_RPC_MERGE_MAX_BYTES (64u << 10) /* packed bytes of one merged message */
 
 typedef struct gt_rpc_server gt_rpc_server_t;
 typedef struct gt_rpc_call gt_rpc_call_t;

@@ -463,6 +463,54 @@ int rp_start_nofile(rp_t *r, const char *const *args, long nofile) {
   return -1;
 }
 
+int ep_start(ep_t *e, const char *log_path, const char *const *extra) {
+  memset(e, 0, sizeof *e);
+  const char *binenv = getenv("GANTRY_BIN"), *golden = getenv("GANTRY_GOLDEN");
+  char bin[512], model[1024];
+  snprintf(bin, sizeof bin, "%s/gantry-engine", binenv ? binenv : ".");
+  snprintf(model, sizeof model, "%s/qwen3-tiny.bf16.gguf", golden ? golden : "tests/golden");
+  const char *argv[48] = {bin, "serve", "--model", model, "--served-model-name", "tiny", "--threads", "1"};
+  int n = 8;
+  for (int i = 0; extra[i] && n < 46; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  int pfd[2];
+  if (pipe(pfd)) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int lfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (lfd >= 0) dup2(lfd, 2);
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(pfd[1]);
+  e->pid = pid;
+  e->out_fd = pfd[0];
+  char line[512];
+  size_t len = 0;
+  struct pollfd pf = {.fd = e->out_fd, .events = POLLIN};
+  while (len < sizeof line - 1 && poll(&pf, 1, 60000) > 0) {
+    if (read(e->out_fd, line + len, 1) <= 0) break;
+    if (line[len++] == '\n') break;
+  }
+  line[len] = 0;
+  if (sscanf(line, "ready grpc_port=%d metrics_port=%d", &e->grpc_port, &e->metrics_port) == 2) return 0;
+  ep_stop(e);
+  return -1;
+}
+
+void ep_stop(ep_t *e) {
+  if (e->pid <= 0) return;
+  kill(e->pid, SIGTERM);
+  waitpid(e->pid, NULL, 0);
+  close(e->out_fd);
+  e->pid = 0;
+}
+
 int rp_wait_ready(rp_t *r, int ms) {
   double end = gt_now_ms() + ms;
   while (gt_now_ms() < end) {

@@ -70,6 +70,19 @@ int rp_stop(rp_t *r);
 /* SIGKILL and reap. */
 void rp_kill9(rp_t *r);
 
+/* The real `gantry-engine serve` ($GANTRY_BIN) on $GANTRY_GOLDEN/qwen3-tiny.bf16.gguf as model
+ * "tiny" with --threads 1 plus extra (NULL-terminated: --listen etc.); its stderr is appended to
+ * log_path. Waits (60 s) for its "ready grpc_port=N metrics_port=M" line; the process gets
+ * SIGKILL when the test process dies. 0 or -1. */
+typedef struct ep {
+  pid_t pid;
+  int out_fd;
+  int grpc_port, metrics_port;
+} ep_t;
+int ep_start(ep_t *e, const char *log_path, const char *const *extra);
+/* SIGTERM and reap. */
+void ep_stop(ep_t *e);
+
 /* The usual stack of a router test: a redis-server, one fake engine for model "tiny" and the
  * router (--redis, --engine tiny=..., then extra, NULL-terminated). rstack_start aborts the
  * test process when something does not start; rstack_stop returns rp_stop's status. */

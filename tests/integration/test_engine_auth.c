@@ -14,7 +14,6 @@
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,21 +29,10 @@
 #include "common/engine_client.h"
 #include "common/grpc_creds.h"
 #include "tests/common/redis_server.h"
-#include "tests/common/testutil.h"
 #include "tests/integration/router_harness.h"
-
-extern char **environ;
 
 static char g_dir[] = "/tmp/gantry-auth-XXXXXX";
 static rs_t *g_rs;
-
-typedef struct {
-  pid_t pid;
-  int out_fd;
-  int grpc_port, metrics_port;
-} eng_t;
-
-static pid_t g_live[8]; /* engines started and not yet stopped (a failed test leaves them) */
 
 static const char *path_of(const char *name) {
   static char bufs[8][512];
@@ -54,50 +42,8 @@ static const char *path_of(const char *name) {
   return b;
 }
 
-/* Spawns `gantry-engine serve` on the tiny model with extra args; waits for its ready line. */
-static void eng_start(eng_t *e, const char *const *extra) {
-  const char *bin = tu_bin("gantry-engine");
-  char model[1024];
-  snprintf(model, sizeof model, "%s", tu_golden("qwen3-tiny.bf16.gguf"));
-  const char *argv[40] = {bin, "serve", "--model", model, "--served-model-name", "tiny", "--threads", "1"};
-  int n = 8;
-  for (int i = 0; extra[i]; i++) argv[n++] = extra[i];
-  argv[n] = NULL;
-  int out[2];
-  assert_int_equal(pipe(out), 0);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, path_of("engine.log"), O_WRONLY | O_CREAT | O_APPEND, 0600);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  assert_int_equal(posix_spawn(&e->pid, bin, &fa, NULL, (char *const *)argv, environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  for (int i = 0; i < 8; i++)
-    if (!g_live[i]) {
-      g_live[i] = e->pid;
-      break;
-    }
-  close(out[1]);
-  e->out_fd = out[0];
-  char line[512];
-  size_t len = 0;
-  struct pollfd pf = {.fd = e->out_fd, .events = POLLIN};
-  while (len < sizeof line - 1 && poll(&pf, 1, 60000) > 0) {
-    if (read(e->out_fd, line + len, 1) <= 0) break;
-    if (line[len++] == '\n') break;
-  }
-  line[len] = 0;
-  if (sscanf(line, "ready grpc_port=%d metrics_port=%d", &e->grpc_port, &e->metrics_port) != 2)
-    fail_msg("engine did not start: '%s' (see %s)", line, path_of("engine.log"));
-}
-
-static void eng_stop(eng_t *e) {
-  for (int i = 0; i < 8; i++)
-    if (g_live[i] == e->pid) g_live[i] = 0;
-  kill(e->pid, SIGTERM);
-  int st;
-  waitpid(e->pid, &st, 0);
-  close(e->out_fd);
+static void eng_start(ep_t *e, const char *const *extra) {
+  if (ep_start(e, path_of("engine.log"), extra)) fail_msg("engine did not start (see %s)", path_of("engine.log"));
 }
 
 /* The local address of the listening TCP socket on port as /proc/net/tcp{,6} write it (hex;
@@ -215,11 +161,6 @@ static int setup(void **st) {
 
 static int teardown(void **st) {
   (void)st;
-  for (int i = 0; i < 8; i++)
-    if (g_live[i]) {
-      kill(g_live[i], SIGKILL);
-      waitpid(g_live[i], NULL, 0);
-    }
   rs_stop(g_rs);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
@@ -228,13 +169,13 @@ static int teardown(void **st) {
 
 static void test_listen_defaults_loopback(void **st) {
   (void)st;
-  eng_t e;
+  ep_t e;
   /* no --metrics-host: metrics on 127.0.0.1 */
   eng_start(&e, (const char *const[]){"--listen", "127.0.0.1:0", "--metrics-port", "0", NULL});
   char a[40];
   listen_addr(e.metrics_port, a);
   assert_string_equal(a, "0100007F");
-  eng_stop(&e);
+  ep_stop(&e);
   /* no --listen: the default port 50051 on 127.0.0.1 (checked only when the port is free) */
   listen_addr(50051, a);
   if (a[0]) {
@@ -245,14 +186,14 @@ static void test_listen_defaults_loopback(void **st) {
   assert_int_equal(e.grpc_port, 50051);
   listen_addr(50051, a);
   assert_string_equal(a, "0100007F");
-  eng_stop(&e);
+  ep_stop(&e);
 }
 
 static void test_shared_token(void **st) {
   (void)st;
   write_file("token", "s3cret-engine-token\n");
   write_file("wrong", "not-the-token\n");
-  eng_t e;
+  ep_t e;
   eng_start(&e, (const char *const[]){"--listen", "127.0.0.1:0", "--metrics-port", "-1", "--auth-token-file",
                                       path_of("token"), NULL});
   /* direct calls (a client that bypasses the router): no token, a wrong one, the right one */
@@ -272,7 +213,7 @@ static void test_shared_token(void **st) {
   start_router(&rp, e.grpc_port, (const char *const[]){NULL});
   assert_refused(&rp, "no token");
   assert_int_equal(rp_stop(&rp), 0);
-  eng_stop(&e);
+  ep_stop(&e);
 }
 
 /* A CA, a server certificate for 127.0.0.1, a client certificate, and a client certificate of
@@ -301,7 +242,7 @@ static void test_mutual_tls(void **st) {
   int rc = make_certs();
   if (rc == 77) skip();
   assert_int_equal(rc, 0);
-  eng_t e;
+  ep_t e;
   eng_start(&e, (const char *const[]){"--listen", "127.0.0.1:0", "--metrics-port", "-1", "--tls-cert", path_of("srv.pem"),
                                       "--tls-key", path_of("srv.key"), "--tls-client-ca", path_of("ca.pem"), NULL});
   /* direct: plaintext, TLS without a client certificate, with one of another CA, the right one */
@@ -335,7 +276,7 @@ static void test_mutual_tls(void **st) {
   start_router(&rp, e.grpc_port, (const char *const[]){NULL});
   assert_refused(&rp, "plaintext router");
   assert_int_equal(rp_stop(&rp), 0);
-  eng_stop(&e);
+  ep_stop(&e);
 }
 
 int main(void) {
