@@ -16,7 +16,7 @@ target_link_libraries(gantry_router_proto PUBLIC gantry_proto)
 target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
 
 add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router.c router/dataguard.c router/rq.c router/auth.c
-  router/metrics.c router/config.c router/http.c router/http_errpage.c router/http_guard.c router/grpc_front.c router/registry.c
+  router/metrics.c router/config.c router/http.c router/http_errpage.c router/http_guard.c router/req_limits.c router/grpc_front.c router/registry.c
   router/register_cmd.c)
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
   gantry_grpc gantry_sha256 PkgConfig::LIBEVENT)

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "router/http.h"
 #include "router/http_guard.h"
+#include "router/req_limits.h"
 #include "router/router.h"
 
 struct hreq;
@@ -356,6 +357,11 @@ static void gen_after_auth(hreq_t *h) {
     reply_error(h, &e, 0);
     return;
   }
+  if (rql_check(h->oa.gen, &e)) { /* the limits both fronts share (stop string length) */
+    metrics_reject(h->rt->metrics, "bad_request");
+    reply_error(h, &e, 0);
+    return;
+  }
   h->resp = oa_resp_new(&h->oa, h->id, (int64_t)time(NULL), h->rt->cfg.reasoning_field);
   if (!h->resp) {
     reply_errf(h, 500, "server_error", NULL, "out of memory");
@@ -426,8 +432,11 @@ static void tok_loop(void *a, void *b, intptr_t code) {
     oa_error_t e;
     oa_err(&e, 400, "invalid_request_error", t->detok ? "tokens" : NULL, NULL, "%s", st->message);
     reply_error(h, &e, 0);
-  } else {
-    reply_errf(h, 503, "server_error", "engine_unavailable", st->message);
+  } else { /* the code only: the transport's message names the engine's address */
+    GT_LOG_WARN("rid=%s %s call failed: %s", h->id, t->detok ? "Detokenize" : "Tokenize", st->message);
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s call failed (%s)", t->detok ? "detokenize" : "tokenize", gt_rpc_code_name(st->code));
+    reply_errf(h, 503, "server_error", "engine_unavailable", msg);
   }
   if (t->resp) protobuf_c_message_free_unpacked(t->resp, NULL);
   free(st);

@@ -152,7 +152,16 @@ static void test_kill9_engine_mid_stream(void **st) {
   close(fd);
   assert_non_null(strstr(s, "\"error\""));
   assert_non_null(strstr(s, "data: [DONE]"));
+  if (strstr(s, "127.0.0.1") || strstr(s, "ipv4:")) fail_msg("the error names the engine's address: %s", s);
   free(s);
+  /* a request to the dead engine (still up until two checks fail, or already down): 503 that
+   * names no internal address (gRPC's own message does: "ipv4:127.0.0.1:N: Connection refused") */
+  const char *h[] = {"Content-Type: application/json", NULL};
+  const char *req = "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  char *eb = NULL;
+  assert_int_equal(http_req(r.http_port, "POST", "/v1/chat/completions", h, req, strlen(req), &eb, NULL), 503);
+  if (strstr(eb, "127.0.0.1") || strstr(eb, "ipv4:")) fail_msg("the 503 names the engine's address: %s", eb);
+  free(eb);
   double t0 = gt_now_ms();
   while (pool_inflight(r.http_port) != 0 && gt_now_ms() - t0 < 5000) usleep(20000);
   assert_int_equal(pool_inflight(r.http_port), 0);
