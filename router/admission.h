@@ -112,7 +112,7 @@ int adm_cancel(adm_t *adm, uint64_t ticket);
  * GT_EINVAL for a malformed id. */
 int adm_release(adm_t *adm, const char *lease_id);
 
-/* Marks the lease alive (call per token batch): cheap, sends at most one renewal per TTL/3.
+/* Marks the lease alive (call per token batch): cheap, sends at most one renewal per TTL/4.
  * GT_ENOTFOUND if this router holds no such lease. */
 int adm_touch(adm_t *adm, const char *lease_id);
 

@@ -64,7 +64,7 @@ struct adm {
   uint64_t next_ticket;
   adm__ent_t **buckets;
   size_t nbuckets, nents;
-  struct event *tick_ev;  /* heartbeat + reap, every ttl/3 */
+  struct event *tick_ev;  /* heartbeat + reap, every ttl/4 */
   struct event *kick_ev;  /* reap when a hold ends */
   struct event *blpop_retry_ev;
   adm_stats_t st;

@@ -261,7 +261,7 @@ int adm_touch(adm_t *adm, const char *lease_id) {
   adm__ent_t *e = adm__find(adm, adm__parse_id(adm, lease_id));
   if (!e || e->state != ADM__S_ADMITTED) return GT_ENOTFOUND;
   int64_t now = gt_now_ns();
-  if (now - e->last_renew_ns < (int64_t)adm->ttl_ms * 1000000 / 3) return GT_OK;
+  if (now - e->last_renew_ns < (int64_t)adm->ttl_ms * 1000000 / 4) return GT_OK;
   if (!rc_connected(adm->rc)) return GT_OK;
   adm__heartbeat(adm, &e, 1);
   return GT_OK;

@@ -5,6 +5,10 @@
 -- per call. Step-specific arguments start at ARGV[7]. Key layout: see router/ADMISSION.md.
 local P = ARGV[1]
 local TTL = tonumber(ARGV[2])
+-- Deadlines of leases, waiting entries and router liveness: 3/4 of the TTL after the last renewal.
+-- Routers renew every TTL/4 and reap every TTL/4, so a dead router's entries are reclaimed within
+-- one TTL of its death (3/4 TTL to the deadline, at most 1/4 TTL to the next reap).
+local DEADLINE = math.floor(TTL * 3 / 4)
 local HOLD = math.abs(tonumber(ARGV[3]))
 local EVIDENCE = tonumber(ARGV[3]) > 0
 local DEF_INF = tonumber(ARGV[4])
@@ -86,7 +90,7 @@ end
 local function queue_entry(id, m, tn, p)
   local seq = redis.call('INCR', P .. 'seq')
   redis.call('ZADD', qkey(m, tn, p), seq, id)
-  redis.call('ZADD', P .. 'wq:' .. m, NOW + TTL, id)
+  redis.call('ZADD', P .. 'wq:' .. m, NOW + DEADLINE, id)
   redis.call('SADD', P .. 'pools', m)
   redis.call('SADD', P .. 'tenants:' .. m, tn)
   activate(m, tn, p)
@@ -100,7 +104,7 @@ local function drop_waiting(id, m, tn, p)
 end
 
 local function add_lease(id, m, tn)
-  redis.call('ZADD', P .. 'ls:' .. m, NOW + TTL, id)
+  redis.call('ZADD', P .. 'ls:' .. m, NOW + DEADLINE, id)
   redis.call('SADD', P .. 'lt:' .. m .. ':' .. tn, id)
   redis.call('HSET', P .. 'e:' .. id, 'st', 'L', 'at', NOW)
 end

@@ -18,12 +18,16 @@ local st = redis.call('HGET', P .. 'e:' .. id, 'st')
 if st == 'L' then return {'L', 0} end
 if pool_waiting >= pq or ten_waiting >= tq then
   drop_waiting(id, m, tn, p)
-  -- Retry-After: when the queue ahead will have drained at the measured admission rate (without
-  -- a measure yet: one second per pool-cap's worth of waiting requests)
+  -- Retry-After: when the full queue will have room again, i.e. when the entries beyond its cap
+  -- (one, usually) have been admitted at the measured admission rate; without a measure yet, one
+  -- second per pool-cap's worth of them. (Not when the whole queue has drained: that told clients
+  -- to wait 17 s for a queue that had room after 1.3 s.)
+  local over
+  if pool_waiting >= pq then over = pool_waiting - pq + 1 else over = ten_waiting - tq + 1 end
   local rate = admission_rate(m)
   local ra
-  if rate > 0.01 then ra = math.ceil((pool_waiting + 1) / rate)
-  else ra = math.ceil((pool_waiting + 1) / math.max(pinf, 1)) end
+  if rate > 0.01 then ra = math.ceil(over / rate)
+  else ra = math.ceil(over / math.max(pinf, 1)) end
   if ra < 1 then ra = 1 end
   if ra > 60 then ra = 60 end
   return {'F', ra}
