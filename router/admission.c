@@ -183,6 +183,7 @@ void adm_destroy(adm_t *adm) {
   if (adm->blpop_retry_ev) event_free(adm->blpop_retry_ev);
   free(adm->host);
   free(adm->prefix);
+  adm__free_peers(adm);
   free(adm);
 }
 

@@ -160,4 +160,9 @@ typedef void (*adm_queues_cb)(void *arg, int status, const char *msg, const adm_
                               int nrows);
 int adm_queues_list(adm_t *adm, const char *model, adm_queues_cb cb, void *arg, gt_err_t *err);
 
+/* Re-registers now every lease and waiting entry this router holds (one heartbeat): the
+ * router calls it when it detects a Redis data loss (dataguard), so a hold after the loss ends
+ * as soon as the live routers are back, not after a heartbeat period. */
+void adm_reregister(adm_t *adm);
+
 #endif

@@ -106,7 +106,7 @@ static void on_enqueue_reply(void *arg, redisReply *r, const char *err) {
     if (e->state == ADM__S_ENQUEUING) e->state = ADM__S_WAITING;
     return;
   }
-  if (r->type == REDIS_REPLY_ERROR || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+  if (r->type == REDIS_REPLY_ERROR || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
       r->element[0]->type != REDIS_REPLY_STRING) {
     char msg[256];
     snprintf(msg, sizeof msg, "admission enqueue failed: %s",
@@ -132,6 +132,8 @@ static void on_enqueue_reply(void *arg, redisReply *r, const char *err) {
     finish_local(e, ADM_REJECTED_FULL, (int)n, "queue full");
   } else {
     if (e->state == ADM__S_ENQUEUING) e->state = ADM__S_WAITING;
+    if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_STRING)
+      snprintf(e->order, sizeof e->order, "%s", r->element[2]->str);
     adm__schedule_kick(adm, n);
   }
 }

@@ -42,6 +42,7 @@ struct fe {
   char tenants[8][32];
   int t_active[8], t_max[8], ntenants;
   char arrivals[1024][32];
+  char labels[1024][32]; /* the prompt (or the last chat message) of each arrival, truncated */
   int narrivals;
 };
 
@@ -227,7 +228,14 @@ static void on_gen(void *user, gt_rpc_call_t *call) {
     snprintf(f->tenants[f->ntenants], 32, "%.31s", req->tenant);
     j->tenant_idx = f->ntenants++;
   }
-  if (f->narrivals < 1024) snprintf(f->arrivals[f->narrivals++], 32, "%.31s", req->tenant);
+  if (f->narrivals < 1024) {
+    const char *lab = req->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT ? req->prompt
+                      : req->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT && req->chat->n_messages
+                          ? req->chat->messages[req->chat->n_messages - 1]->content
+                          : "";
+    snprintf(f->labels[f->narrivals], 32, "%.31s", lab ? lab : "");
+    snprintf(f->arrivals[f->narrivals++], 32, "%.31s", req->tenant);
+  }
   pthread_mutex_unlock(&f->mu);
   note_t(f, 1, 0, 1, j->tenant_idx);
   pthread_t t;
@@ -337,6 +345,14 @@ void fe_reset_max(fe_t *f) {
   f->narrivals = 0;
   pthread_mutex_unlock(&f->mu);
 }
+int fe_arrival_labels(fe_t *f, char (*out)[32], int max) {
+  pthread_mutex_lock(&f->mu);
+  int n = f->narrivals < max ? f->narrivals : max;
+  for (int i = 0; i < n; i++) memcpy(out[i], f->labels[i], 32);
+  pthread_mutex_unlock(&f->mu);
+  return n;
+}
+
 int fe_arrivals(fe_t *f, char (*out)[32], int max) {
   pthread_mutex_lock(&f->mu);
   int n = f->narrivals < max ? f->narrivals : max;

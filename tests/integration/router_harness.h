@@ -40,6 +40,8 @@ int fe_tenant_max_active(fe_t *f, const char *tenant);
 void fe_reset_max(fe_t *f);
 /* Tenants of the Generate calls in arrival order (up to max; returns the count). */
 int fe_arrivals(fe_t *f, char (*out)[32], int max);
+/* The same arrivals' prompts (or last chat message), truncated to 31 bytes. */
+int fe_arrival_labels(fe_t *f, char (*out)[32], int max);
 /* Waits (up to ms) until pred(f) holds; returns 1 if it did. */
 int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms);
 /* Copy of the last GenerateRequest any fake engine of this process received (free with
