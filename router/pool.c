@@ -112,7 +112,11 @@ static void start_check(pool_t *p, int i) {
       .method = c->info ? EC_METHOD_INFO : EC_METHOD_HEALTH,
       .request = c->info ? &ireq.base : &hreq.base,
       .response = c->info ? &gantry__v1__info_response__descriptor : &gantry__v1__health_response__descriptor,
-      .timeout_ms = p->health_ms > 500 ? p->health_ms : 500,
+      /* a slow answer is not a dead engine: under CPU contention (a loaded CI machine, an engine
+       * busy with a large prefill) checks of a live engine took over 500 ms, two in a row marked
+       * it down and requests moved to another engine (test_router_http lost its prefix-cache
+       * hit that way); a dead or unreachable engine still fails at once (connection refused) */
+      .timeout_ms = p->health_ms * 5 > 3000 ? p->health_ms * 5 : 3000,
       .on_msg = on_check_msg,
       .on_done = on_check_done,
       .user = c,
