@@ -49,13 +49,14 @@ void adm__free_peers(adm_t *adm) {
 static void on_heartbeat_reply(void *arg, redisReply *r, const char *err) {
   adm_t *adm = arg;
   if (adm->destroying || !r) return;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 || r->element[4]->type != REDIS_REPLY_ARRAY ||
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 || r->element[4]->type != REDIS_REPLY_ARRAY ||
       r->element[5]->type != REDIS_REPLY_ARRAY) {
     GT_LOG_ERROR("admission heartbeat failed err=%s", r->type == REDIS_REPLY_ERROR ? r->str : "reply");
     return;
   }
   adm->evidence = true;
   save_peers(adm, r->element[5]);
+  adm__schedule_kick(adm, adm__reply_int(r->element[6])); /* a hold shortened to its floor */
   long long rl = adm__reply_int(r->element[1]), rw = adm__reply_int(r->element[2]);
   adm->st.restored_leases += (uint64_t)rl;
   adm->st.restored_waiting += (uint64_t)rw;

@@ -4,10 +4,11 @@
 -- re-creates the ones it lost (Redis restarted without data, or reaped while this router
 -- stalled): a lease is re-registered as a lease (it is really running), a waiting entry is
 -- queued again in its old place (its order key). During a hold after a data loss, the hold ends
--- as soon as every router any re-registering router saw alive has re-registered.
+-- as soon as every router any re-registering router saw alive has re-registered (but not before
+-- 2 s after the loss).
 -- Returns {renewed, restored_leases, restored_waiting, admitted,
 -- {ids the router thinks waiting that Redis has admitted (their ticket is late or was lost)},
--- {routers alive now}}.
+-- {routers alive now}, hold_left_ms}.
 local r = ARGV[7]
 redis.call('ZADD', P .. 'routers', NOW + DEADLINE, r)
 local renewed, rl, rw, admitted = 0, 0, 0, 0
@@ -56,9 +57,17 @@ if hold_left() > 0 then
   for j = 9, 8 + np do redis.call('SADD', P .. 'hold_peers', ARGV[j]) end
   redis.call('SADD', P .. 'hold_done', r)
   if #redis.call('SDIFF', P .. 'hold_peers', P .. 'hold_done') == 0 then
-    redis.call('DEL', P .. 'hold')
-    for _, m in ipairs(redis.call('SMEMBERS', P .. 'pools')) do pools[m] = true end
+    -- not before 2 s after the loss: a router that joined within the last heartbeat period is
+    -- missing from the others' lists, and its data-loss watch (1 s) re-registers it by then
+    local ep = tonumber(redis.call('GET', P .. 'epoch')) or NOW
+    local floor = ep + math.min(HOLD, 2000)
+    if floor <= NOW then
+      redis.call('DEL', P .. 'hold')
+      for _, m in ipairs(redis.call('SMEMBERS', P .. 'pools')) do pools[m] = true end
+    else
+      redis.call('SET', P .. 'hold', tostring(floor))
+    end
   end
 end
 for m in pairs(pools) do admitted = admitted + admit(m, nil) end
-return {renewed, rl, rw, admitted, admitted_ids, redis.call('ZRANGEBYSCORE', P .. 'routers', NOW, '+inf')}
+return {renewed, rl, rw, admitted, admitted_ids, redis.call('ZRANGEBYSCORE', P .. 'routers', NOW, '+inf'), hold_left()}
