@@ -268,7 +268,7 @@ static void test_per_address_cap(void **st) {
  * answered as soon as one of the 12 closes. */
 static void test_global_cap(void **st) {
   (void)st;
-  char src[16];
+  char src[32];
   int held[12];
   for (int i = 0; i < 12; i++) {
     snprintf(src, sizeof src, "127.0.1.%d", 1 + i / 3); /* 3 per address: under the per-address cap */
