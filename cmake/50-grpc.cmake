@@ -38,6 +38,7 @@ add_library(gantry_grpc STATIC
   common/grpc_util.c
   common/grpc_server.c
   common/grpc_client.c
+  common/grpc_creds.c
   common/grpc_delta.c
   common/engine_client.c)
 target_link_libraries(gantry_grpc PUBLIC gantry_proto gantry_common PkgConfig::GRPC

@@ -19,7 +19,7 @@ target_link_libraries(gantry_router_proto PUBLIC gantry_proto)
 target_compile_options(gantry_router_proto PRIVATE -Wno-error -w)
 
 add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router.c router/dataguard.c router/rq.c router/auth.c
-  router/metrics.c router/config.c router/http.c router/http_errpage.c router/grpc_front.c router/registry.c
+  router/metrics.c router/config.c router/http.c router/http_errpage.c router/http_guard.c router/req_limits.c router/grpc_front.c router/registry.c
   router/register_cmd.c router/responses_store.c)
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
   gantry_grpc gantry_sha256 PkgConfig::LIBEVENT)
@@ -91,3 +91,16 @@ add_dependencies(test_router_limits gantry-router gantry)
 # build too
 gt_add_test(test_router_stop SOURCES tests/integration/test_router_stop.c
   LIBS gantry_router_rt gantry_router_harness gantry_test_redis PkgConfig::HIREDIS TIMEOUT 120)
+# slow and hostile HTTP clients: deadlines, header limits, framing, connection caps, EMFILE
+gt_add_test(test_router_guard SOURCES tests/integration/test_router_guard.c
+  LIBS gantry_router_harness gantry_test_redis TIMEOUT 180)
+add_dependencies(test_router_guard gantry-router)
+# the closed engine port: loopback defaults, the shared token and mutual TLS between router and
+# `gantry-engine serve` (accept and refuse paths)
+gt_add_test(test_engine_auth SOURCES tests/integration/test_engine_auth.c
+  LIBS gantry_router_harness gantry_test_redis TIMEOUT 240)
+add_dependencies(test_engine_auth gantry-router gantry-engine)
+# router RSS under streamed logprobs with n > 1 (real engine): no whole-response copies
+gt_add_test(test_router_memory SOURCES tests/integration/test_router_memory.c
+  LIBS gantry_router_harness gantry_test_redis TIMEOUT 240)
+add_dependencies(test_router_memory gantry-router gantry-engine)

@@ -3,6 +3,7 @@
 #include "common/grpc_client.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,7 @@ struct gt_rpc_client {
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  char *auth;               /* "Bearer <token>" sent with every call, or NULL */
   gt_rpc_stream_t *streams; /* every stream not yet freed (under mu) */
   int active;               /* streams whose on_done has not run yet (under mu) */
   int live;                 /* streams not yet freed (under mu) */
@@ -208,8 +210,23 @@ int gt_rpc_client_create(const char *target, const gt_rpc_client_opts_t *opts,
   if (!c) return gt_err_set(err, GT_ENOMEM, "grpc client: out of memory");
   gt_rpc_global_init();
   c->own_thread = opts ? opts->own_thread : 1;
-  grpc_arg args[4];
+  grpc_arg args[5];
   int n = 0;
+  if (opts && opts->auth_token && opts->auth_token[0]) {
+    size_t an = strlen(opts->auth_token) + 8;
+    if (!(c->auth = malloc(an))) {
+      free(c);
+      gt_rpc_global_shutdown();
+      return gt_err_set(err, GT_ENOMEM, "grpc client: out of memory");
+    }
+    snprintf(c->auth, an, "Bearer %s", opts->auth_token);
+  }
+  if (opts && opts->tls_ca_pem && opts->tls_server_name) {
+    args[n].type = GRPC_ARG_STRING;
+    args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    args[n].value.string = (char *)opts->tls_server_name;
+    n++;
+  }
   args[n].type = GRPC_ARG_INTEGER;
   args[n].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[n].value.integer = opts && opts->max_message_bytes > 0 ? opts->max_message_bytes : 64 << 20;
@@ -230,7 +247,13 @@ int gt_rpc_client_create(const char *target, const gt_rpc_client_opts_t *opts,
   args[n].value.integer = 1;
   n++;
   grpc_channel_args ca = {(size_t)n, args};
-  grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+  grpc_channel_credentials *cr;
+  if (opts && opts->tls_ca_pem) {
+    grpc_ssl_pem_key_cert_pair kp = {opts->tls_key_pem, opts->tls_cert_pem};
+    cr = grpc_ssl_credentials_create(opts->tls_ca_pem, opts->tls_cert_pem && opts->tls_key_pem ? &kp : NULL, NULL, NULL);
+  } else {
+    cr = grpc_insecure_credentials_create();
+  }
   c->ch = grpc_channel_create(target, cr, &ca);
   grpc_channel_credentials_release(cr);
   c->cq = grpc_completion_queue_create_for_next(NULL);
@@ -240,6 +263,7 @@ int gt_rpc_client_create(const char *target, const gt_rpc_client_opts_t *opts,
     grpc_completion_queue_shutdown(c->cq);
     grpc_completion_queue_destroy(c->cq);
     grpc_channel_destroy(c->ch);
+    free(c->auth);
     free(c);
     gt_rpc_global_shutdown();
     return gt_err_set(err, GT_EINTERNAL, "grpc client: cannot start the cq thread");
@@ -298,6 +322,7 @@ void gt_rpc_client_destroy(gt_rpc_client_t *c) {
   grpc_channel_destroy(c->ch);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
+  free(c->auth);
   free(c);
   gt_rpc_global_shutdown();
 }
@@ -309,14 +334,23 @@ int gt_rpc_client_live_streams(gt_rpc_client_t *c) {
   return n;
 }
 
-static grpc_metadata *copy_md(const gt_rpc_md_t *md, size_t n) {
-  if (n == 0) return NULL;
-  grpc_metadata *out = calloc(n, sizeof *out);
+/* The call's metadata: md[n] plus the client's authorization token; *n_out entries (NULL, 0
+ * when there are none or out of memory). */
+static grpc_metadata *copy_md(const gt_rpc_client_t *c, const gt_rpc_md_t *md, size_t n, size_t *n_out) {
+  *n_out = 0;
+  const size_t total = n + (c->auth ? 1 : 0);
+  if (total == 0) return NULL;
+  grpc_metadata *out = calloc(total, sizeof *out);
   if (!out) return NULL;
   for (size_t i = 0; i < n; i++) {
     out[i].key = grpc_slice_from_copied_string(md[i].key);
     out[i].value = grpc_slice_from_copied_string(md[i].value ? md[i].value : "");
   }
+  if (c->auth) {
+    out[n].key = grpc_slice_from_static_string("authorization");
+    out[n].value = grpc_slice_from_copied_string(c->auth);
+  }
+  *n_out = total;
   return out;
 }
 
@@ -331,7 +365,8 @@ gt_rpc_code_t gt_rpc_client_unary(gt_rpc_client_t *c, const char *method,
   grpc_call *call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, msl, NULL,
                                              gt_rpc_deadline_in(timeout_ms), NULL);
   grpc_slice_unref(msl);
-  grpc_metadata *gmd = copy_md(md, n_md);
+  size_t n_gmd;
+  grpc_metadata *gmd = copy_md(c, md, n_md, &n_gmd);
   grpc_byte_buffer *send_bb = gt_rpc_pack(req), *recv_bb = NULL;
   grpc_metadata_array init_md, trail_md;
   grpc_metadata_array_init(&init_md);
@@ -341,7 +376,7 @@ gt_rpc_code_t gt_rpc_client_unary(gt_rpc_client_t *c, const char *method,
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].data.send_initial_metadata.count = gmd ? n_md : 0;
+  ops[0].data.send_initial_metadata.count = n_gmd;
   ops[0].data.send_initial_metadata.metadata = gmd;
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = send_bb;
@@ -375,7 +410,7 @@ gt_rpc_code_t gt_rpc_client_unary(gt_rpc_client_t *c, const char *method,
   grpc_metadata_array_destroy(&init_md);
   grpc_metadata_array_destroy(&trail_md);
   grpc_slice_unref(details);
-  for (size_t i = 0; gmd && i < n_md; i++) {
+  for (size_t i = 0; gmd && i < n_gmd; i++) {
     grpc_slice_unref(gmd[i].key);
     grpc_slice_unref(gmd[i].value);
   }
@@ -409,8 +444,7 @@ int gt_rpc_client_stream(gt_rpc_client_t *c, const gt_rpc_stream_args_t *a, gt_r
   grpc_metadata_array_init(&s->init_md);
   grpc_metadata_array_init(&s->trail_md);
   s->status = GRPC_STATUS_UNKNOWN;
-  s->md = copy_md(a->md, a->n_md);
-  s->n_md = s->md ? a->n_md : 0;
+  s->md = copy_md(c, a->md, a->n_md, &s->n_md);
   s->send_bb = gt_rpc_pack(a->request);
   grpc_slice msl = grpc_slice_from_copied_string(a->method);
   s->call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, msl, NULL,

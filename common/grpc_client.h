@@ -24,10 +24,15 @@ typedef struct gt_rpc_client_opts {
   int own_thread;          /* 1: start a thread that drives the queue; 0: call _poll yourself */
   int max_message_bytes;   /* receive limit; 0 -> 64 MiB */
   int flow_window_bytes;   /* >0: fixed HTTP/2 stream window, BDP probing off; 0 default */
+  const char *auth_token;  /* not NULL: sent as "authorization: Bearer <token>" on every call */
+  /* TLS (PEM text): a CA makes the channel TLS, checking the server's certificate against it;
+   * a certificate and key as well are presented to the server (mutual TLS) */
+  const char *tls_ca_pem, *tls_cert_pem, *tls_key_pem;
+  const char *tls_server_name; /* name the server's certificate must carry (default: the target's host) */
 } gt_rpc_client_opts_t;
 
-/* Creates a client for target ("127.0.0.1:50051", "dns:///engine:50051"); insecure channel,
- * connects lazily. opts may be NULL (own_thread = 1). */
+/* Creates a client for target ("127.0.0.1:50051", "dns:///engine:50051"); an insecure channel
+ * unless opts name a TLS CA; connects lazily. opts may be NULL (own_thread = 1). */
 int gt_rpc_client_create(const char *target, const gt_rpc_client_opts_t *opts,
                          gt_rpc_client_t **out, gt_err_t *err);
 

@@ -68,6 +68,8 @@ struct gt_rpc_server {
   int shutting_down;      /* under mu */
   int stopped;            /* shutdown completed */
   int recv_timeout_ms;
+  char *auth_token;       /* "Bearer <token>" every call must carry, or NULL */
+  char *tls_cert, *tls_key, *tls_ca; /* PEM, or NULL: insecure port */
   atomic_size_t unsent_bytes; /* sum of every call's queued_bytes + in_flight_bytes */
   /* cq thread only: calls accepted whose request message is still arriving */
   struct gt_rpc_call *recv_wait;
@@ -334,9 +336,31 @@ static char *slice_dup(grpc_slice s) {
   return p;
 }
 
+/* The call's "authorization" metadata is the server's token (compared in constant time). */
+static int call_authorized(const gt_rpc_server_t *s, const grpc_metadata_array *md) {
+  if (!s->auth_token) return 1;
+  const size_t want = strlen(s->auth_token);
+  for (size_t i = 0; i < md->count; i++) {
+    const grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
+    if (GRPC_SLICE_LENGTH(k) != 13 || memcmp(GRPC_SLICE_START_PTR(k), "authorization", 13)) continue;
+    if (GRPC_SLICE_LENGTH(v) != want) return 0;
+    unsigned char diff = 0;
+    for (size_t j = 0; j < want; j++) diff |= GRPC_SLICE_START_PTR(v)[j] ^ (unsigned char)s->auth_token[j];
+    return diff == 0;
+  }
+  return 0;
+}
+
 /* Turns an accepted call into a gt_rpc_call_t and runs the handler (cq thread). */
 static void start_call(acceptor_t *a) {
   gt_rpc_server_t *s = a->srv;
+  if (!call_authorized(s, &a->md)) {
+    GT_LOG_WARN("grpc server: call to %s refused: missing or wrong token (UNAUTHENTICATED)", a->rm->m.name);
+    grpc_call_cancel_with_status(a->call, GRPC_STATUS_UNAUTHENTICATED, "missing or wrong authorization token", NULL);
+    grpc_call_unref(a->call);
+    grpc_metadata_array_destroy(&a->md);
+    return;
+  }
   gt_rpc_call_t *c = calloc(1, sizeof *c);
   if (!c) {
     grpc_call_cancel_with_status(a->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory", NULL);
@@ -532,6 +556,21 @@ int gt_rpc_server_create(const gt_rpc_server_opts_t *opts, gt_rpc_server_t **out
   gt_rpc_global_init();
   int max_msg = opts && opts->max_message_bytes > 0 ? opts->max_message_bytes : 64 << 20;
   s->recv_timeout_ms = opts && opts->recv_timeout_ms > 0 ? opts->recv_timeout_ms : 30000;
+  if (opts && opts->auth_token && opts->auth_token[0]) {
+    size_t n = strlen(opts->auth_token) + 8;
+    if ((s->auth_token = malloc(n))) snprintf(s->auth_token, n, "Bearer %s", opts->auth_token);
+  }
+  if (opts && opts->tls_cert_pem && opts->tls_key_pem) {
+    s->tls_cert = strdup(opts->tls_cert_pem);
+    s->tls_key = strdup(opts->tls_key_pem);
+    if (opts->tls_client_ca_pem) s->tls_ca = strdup(opts->tls_client_ca_pem);
+  }
+  if ((opts && opts->auth_token && opts->auth_token[0] && !s->auth_token) ||
+      (opts && opts->tls_cert_pem && opts->tls_key_pem && (!s->tls_cert || !s->tls_key || (opts->tls_client_ca_pem && !s->tls_ca)))) {
+    free(s->auth_token), free(s->tls_cert), free(s->tls_key), free(s->tls_ca), free(s);
+    gt_rpc_global_shutdown();
+    return gt_err_set(err, GT_ENOMEM, "grpc server: out of memory");
+  }
   grpc_arg args[2];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -569,7 +608,17 @@ int gt_rpc_server_add_method(gt_rpc_server_t *s, const gt_rpc_method_t *m, gt_er
 
 int gt_rpc_server_start(gt_rpc_server_t *s, const char *addr, int *port, gt_err_t *err) {
   if (s->thread_started) return gt_err_set(err, GT_EINVAL, "grpc server: already started");
-  grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
+  grpc_server_credentials *cr;
+  if (s->tls_cert) {
+    grpc_ssl_pem_key_cert_pair kp = {s->tls_key, s->tls_cert};
+    cr = grpc_ssl_server_credentials_create_ex(
+        s->tls_ca, &kp, 1,
+        s->tls_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+  } else {
+    cr = grpc_insecure_server_credentials_create();
+  }
+  if (!cr) return gt_err_set(err, GT_EINVAL, "grpc server: bad TLS certificate or key");
   int p = grpc_server_add_http2_port(s->server, addr, cr);
   grpc_server_credentials_release(cr);
   if (p == 0) return gt_err_set(err, GT_EIO, "grpc server: cannot listen on %s", addr);
@@ -593,7 +642,8 @@ int gt_rpc_server_start(gt_rpc_server_t *s, const char *addr, int *port, gt_err_
     return gt_err_set(err, GT_EINTERNAL, "grpc server: cannot start the cq thread");
   s->thread_started = 1;
   if (port) *port = p;
-  GT_LOG_INFO("grpc server listening addr=%s port=%d methods=%d", addr, p, s->n_methods);
+  GT_LOG_INFO("grpc server listening addr=%s port=%d methods=%d tls=%s token=%s", addr, p, s->n_methods,
+              s->tls_ca ? "mutual" : s->tls_cert ? "server" : "off", s->auth_token ? "required" : "off");
   return GT_OK;
 }
 
@@ -673,6 +723,10 @@ void gt_rpc_server_destroy(gt_rpc_server_t *s) {
   gt_rpc_server_shutdown(s, 0);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
+  free(s->auth_token);
+  free(s->tls_cert);
+  free(s->tls_key);
+  free(s->tls_ca);
   free(s);
   gt_rpc_global_shutdown();
 }
@@ -721,8 +775,8 @@ int gt_rpc_call_send(gt_rpc_call_t *c, ProtobufCMessage *msg, unsigned flags) {
   c->n_msgs++;
   const size_t bytes = protobuf_c_message_get_packed_size(msg) + 5; /* + the gRPC frame prefix */
   qitem_t *tail = c->tail;
-  if (tail && c->rm->m.merge && !(tail->flags & GT_RPC_SEND_NO_MERGE) &&
-      !(flags & GT_RPC_SEND_NO_MERGE) && c->rm->m.merge(c->rm->m.user, tail->msg, msg)) {
+  if (tail && c->rm->m.merge && !(tail->flags & GT_RPC_SEND_NO_MERGE) && !(flags & GT_RPC_SEND_NO_MERGE) &&
+      tail->bytes + bytes <= GT_RPC_MERGE_MAX_BYTES && c->rm->m.merge(c->rm->m.user, tail->msg, msg)) {
     c->stats.merged_msgs++;
     tail->bytes += bytes;
     c->queued_bytes += bytes;

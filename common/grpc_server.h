@@ -4,7 +4,9 @@
  * gt_rpc_call_* functions below are thread-safe: the engine's scheduler thread sends and
  * finishes calls directly. A send while another send of the same call is in flight is queued
  * and merged with the queued tail (method->merge), so each call has at most one outstanding
- * send and a slow client receives fewer, larger messages instead of an unbounded backlog.
+ * send and a slow client receives fewer, larger messages instead of an unbounded backlog; a
+ * merged message stops growing at GT_RPC_MERGE_MAX_BYTES (the next one starts a new message), so
+ * a client converts at most that much of one message at a time.
  *
  * Call ownership: the application receives each call in its handler holding one reference
  * and must give it back exactly once with gt_rpc_call_finish() or gt_rpc_call_reply() —
@@ -19,6 +21,8 @@
 
 #include "common/err.h"
 #include "common/grpc_util.h"
+
+#define GT_RPC_MERGE_MAX_BYTES (64u << 10) /* packed bytes of one merged message */
 
 typedef struct gt_rpc_server gt_rpc_server_t;
 typedef struct gt_rpc_call gt_rpc_call_t;
@@ -56,6 +60,11 @@ typedef struct gt_rpc_server_opts {
   int max_message_bytes;  /* receive limit; 0 -> 64 MiB */
   int recv_timeout_ms;    /* a call whose request message is not complete this long after its
                              headers is ended with DEADLINE_EXCEEDED; 0 -> 30000 */
+  const char *auth_token; /* not NULL: every call must carry "authorization: Bearer <token>",
+                             else it ends with UNAUTHENTICATED before its handler runs (copied) */
+  /* TLS (PEM text, copied): a certificate and its key make the port TLS; a client CA as well
+   * makes it mutual TLS (a client without a certificate signed by that CA cannot connect) */
+  const char *tls_cert_pem, *tls_key_pem, *tls_client_ca_pem;
 } gt_rpc_server_opts_t;
 
 /* Creates a server (not yet listening). opts may be NULL. Returns GT_OK or GT_E*. */

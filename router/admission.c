@@ -153,7 +153,8 @@ adm_t *adm_create(struct event_base *base, const adm_config_t *cfg, gt_err_t *er
   rcfg.name = name;
   adm->rcb = rc_create(base, &rcfg, adm__on_rcb_state, adm, err);
   if (!adm->rcb) goto fail;
-  struct timeval tv = {(ttl / 3) / 1000, ((ttl / 3) % 1000) * 1000};
+  /* heartbeat + reap every TTL/4: deadlines are 3/4 TTL after a renewal (common.lua DEADLINE) */
+  struct timeval tv = {(ttl / 4) / 1000, ((ttl / 4) % 1000) * 1000};
   event_add(adm->tick_ev, &tv);
   GT_LOG_INFO("admission created router=%s redis=%s:%d lease_ttl_ms=%d queue_timeout_ms=%d", adm->inst,
               adm->host, adm->port, ttl, timeout);
@@ -182,6 +183,7 @@ void adm_destroy(adm_t *adm) {
   if (adm->blpop_retry_ev) event_free(adm->blpop_retry_ev);
   free(adm->host);
   free(adm->prefix);
+  adm__free_peers(adm);
   free(adm);
 }
 

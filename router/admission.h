@@ -112,7 +112,7 @@ int adm_cancel(adm_t *adm, uint64_t ticket);
  * GT_EINVAL for a malformed id. */
 int adm_release(adm_t *adm, const char *lease_id);
 
-/* Marks the lease alive (call per token batch): cheap, sends at most one renewal per TTL/3.
+/* Marks the lease alive (call per token batch): cheap, sends at most one renewal per TTL/4.
  * GT_ENOTFOUND if this router holds no such lease. */
 int adm_touch(adm_t *adm, const char *lease_id);
 
@@ -159,5 +159,10 @@ typedef struct adm_queue_row {
 typedef void (*adm_queues_cb)(void *arg, int status, const char *msg, const adm_queue_row_t *rows,
                               int nrows);
 int adm_queues_list(adm_t *adm, const char *model, adm_queues_cb cb, void *arg, gt_err_t *err);
+
+/* Re-registers now every lease and waiting entry this router holds (one heartbeat): the
+ * router calls it when it detects a Redis data loss (dataguard), so a hold after the loss ends
+ * as soon as the live routers are back, not after a heartbeat period. */
+void adm_reregister(adm_t *adm);
 
 #endif

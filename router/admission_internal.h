@@ -46,6 +46,7 @@ typedef struct adm__ent {
   void *arg;
   struct event *timer; /* queue timeout */
   int64_t t0_ns, last_renew_ns;
+  char order[24]; /* FIFO order key Redis gave the waiting entry ("": not yet); sent in heartbeats */
 } adm__ent_t;
 
 struct adm {
@@ -61,10 +62,14 @@ struct adm {
   bool destroying;
   bool evidence;  /* a heartbeat succeeded: this router has used this Redis (a later empty one
                      lost data -> hold) */
+  char **peers;   /* routers alive at the last heartbeat reply (this one too); a hold after a
+                     data loss ends once they all re-registered */
+  size_t n_peers;
+  int64_t peers_ns; /* when peers was read (0: never) */
   uint64_t next_ticket;
   adm__ent_t **buckets;
   size_t nbuckets, nents;
-  struct event *tick_ev;  /* heartbeat + reap, every ttl/3 */
+  struct event *tick_ev;  /* heartbeat + reap, every ttl/4 */
   struct event *kick_ev;  /* reap when a hold ends */
   struct event *blpop_retry_ev;
   adm_stats_t st;
@@ -127,6 +132,8 @@ void adm__on_rcb_state(void *arg, bool up);
 void adm__schedule_kick(adm_t *adm, long long hold_ms);
 /* Renews (or re-creates) the given entries in Redis, HB_CHUNK per call. */
 void adm__heartbeat(adm_t *adm, adm__ent_t **v, size_t n);
+/* Frees the cached list of live routers. */
+void adm__free_peers(adm_t *adm);
 /* Runs the reap script (reclaims dead routers' entries, admits, ends a hold). */
 void adm__reap(adm_t *adm);
 /* Timer / connection callbacks registered by adm_create. */

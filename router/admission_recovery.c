@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <event2/event.h>
@@ -25,14 +26,37 @@ void adm__schedule_kick(adm_t *adm, long long hold_ms) {
   evtimer_add(adm->kick_ev, &tv);
 }
 
+/* Remembers the routers alive in Redis (the heartbeat reply's last element). */
+static void save_peers(adm_t *adm, const redisReply *list) {
+  char **v = calloc(list->elements ? list->elements : 1, sizeof *v);
+  if (!v) return;
+  size_t n = 0;
+  for (size_t i = 0; i < list->elements; i++)
+    if (list->element[i]->type == REDIS_REPLY_STRING && (v[n] = strdup(list->element[i]->str))) n++;
+  adm__free_peers(adm);
+  adm->peers = v;
+  adm->n_peers = n;
+  adm->peers_ns = gt_now_ns();
+}
+
+void adm__free_peers(adm_t *adm) {
+  for (size_t i = 0; i < adm->n_peers; i++) free(adm->peers[i]);
+  free(adm->peers);
+  adm->peers = NULL;
+  adm->n_peers = 0;
+}
+
 static void on_heartbeat_reply(void *arg, redisReply *r, const char *err) {
   adm_t *adm = arg;
   if (adm->destroying || !r) return;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || r->element[4]->type != REDIS_REPLY_ARRAY) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 || r->element[4]->type != REDIS_REPLY_ARRAY ||
+      r->element[5]->type != REDIS_REPLY_ARRAY) {
     GT_LOG_ERROR("admission heartbeat failed err=%s", r->type == REDIS_REPLY_ERROR ? r->str : "reply");
     return;
   }
   adm->evidence = true;
+  save_peers(adm, r->element[5]);
+  adm__schedule_kick(adm, adm__reply_int(r->element[6])); /* a hold shortened to its floor */
   long long rl = adm__reply_int(r->element[1]), rw = adm__reply_int(r->element[2]);
   adm->st.restored_leases += (uint64_t)rl;
   adm->st.restored_waiting += (uint64_t)rw;
@@ -51,14 +75,22 @@ static void on_heartbeat_reply(void *arg, redisReply *r, const char *err) {
   }
 }
 
-/* Renews (or re-creates) the given entries in Redis, HB_CHUNK per call. */
+/* Renews (or re-creates) the given entries in Redis, HB_CHUNK per call, each call with the
+ * routers this one last saw alive (heartbeat.lua: they end a hold after a data loss once they
+ * all re-registered; '?' when the list is unknown or older than two TTLs). */
 void adm__heartbeat(adm_t *adm, adm__ent_t **v, size_t n) {
-  const char **av = malloc((1 + 6 * HB_CHUNK) * sizeof *av);
-  if (!av) return;
   int64_t now = gt_now_ns();
+  const bool fresh = adm->peers_ns && now - adm->peers_ns < (int64_t)adm->ttl_ms * 2 * 1000000;
+  const size_t np = fresh ? adm->n_peers : 1;
+  const char **av = malloc((2 + np + 7 * HB_CHUNK) * sizeof *av);
+  if (!av) return;
+  char npbuf[24];
+  snprintf(npbuf, sizeof npbuf, "%zu", np);
   for (size_t i = 0; i == 0 || i < n; i += HB_CHUNK) { /* one call even with no entries: liveness */
     int k = 0;
     av[k++] = adm->inst;
+    av[k++] = npbuf;
+    for (size_t j = 0; j < np; j++) av[k++] = fresh ? adm->peers[j] : "?";
     for (size_t j = i; j < n && j < i + HB_CHUNK; j++) {
       adm__ent_t *e = v[j];
       av[k++] = e->id;
@@ -67,6 +99,7 @@ void adm__heartbeat(adm_t *adm, adm__ent_t **v, size_t n) {
       av[k++] = e->tenant;
       av[k++] = e->prio ? "1" : "0";
       av[k++] = e->rid;
+      av[k++] = e->order[0] ? e->order : "0";
       if (e->state == ADM__S_ADMITTED) e->last_renew_ns = now;
     }
     if (adm__eval(adm, ADM__SCR_HEARTBEAT, av, k, on_heartbeat_reply, adm) != GT_OK) break;
@@ -109,6 +142,14 @@ void adm__on_tick(evutil_socket_t fd, short what, void *arg) {
   if (v) adm__heartbeat(adm, v, n);
   free(v);
   adm__reap(adm);
+}
+
+void adm_reregister(adm_t *adm) {
+  if (!adm || !rc_connected(adm->rc)) return;
+  size_t n;
+  adm__ent_t **v = adm__collect(adm, (1u << ADM__S_WAITING) | (1u << ADM__S_ADMITTED), &n);
+  if (v) adm__heartbeat(adm, v, n);
+  free(v);
 }
 
 void adm__on_kick(evutil_socket_t fd, short what, void *arg) {

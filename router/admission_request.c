@@ -106,7 +106,7 @@ static void on_enqueue_reply(void *arg, redisReply *r, const char *err) {
     if (e->state == ADM__S_ENQUEUING) e->state = ADM__S_WAITING;
     return;
   }
-  if (r->type == REDIS_REPLY_ERROR || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+  if (r->type == REDIS_REPLY_ERROR || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
       r->element[0]->type != REDIS_REPLY_STRING) {
     char msg[256];
     snprintf(msg, sizeof msg, "admission enqueue failed: %s",
@@ -132,6 +132,8 @@ static void on_enqueue_reply(void *arg, redisReply *r, const char *err) {
     finish_local(e, ADM_REJECTED_FULL, (int)n, "queue full");
   } else {
     if (e->state == ADM__S_ENQUEUING) e->state = ADM__S_WAITING;
+    if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_STRING)
+      snprintf(e->order, sizeof e->order, "%s", r->element[2]->str);
     adm__schedule_kick(adm, n);
   }
 }
@@ -261,7 +263,7 @@ int adm_touch(adm_t *adm, const char *lease_id) {
   adm__ent_t *e = adm__find(adm, adm__parse_id(adm, lease_id));
   if (!e || e->state != ADM__S_ADMITTED) return GT_ENOTFOUND;
   int64_t now = gt_now_ns();
-  if (now - e->last_renew_ns < (int64_t)adm->ttl_ms * 1000000 / 3) return GT_OK;
+  if (now - e->last_renew_ns < (int64_t)adm->ttl_ms * 1000000 / 4) return GT_OK;
   if (!rc_connected(adm->rc)) return GT_OK;
   adm__heartbeat(adm, &e, 1);
   return GT_OK;

@@ -10,11 +10,15 @@ const char *rt_usage(void) {
          "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
          "                     [--protect-info] [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
+         "                     [--http-head-timeout-s S] [--http-body-timeout-s S] [--max-header-bytes N]\n"
+         "                     [--max-headers N] [--http-max-conns N] [--http-max-conns-per-addr N]\n"
          "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S] [--drain-timeout-s S]\n"
          "                     [--request-timeout-s S] [--lease-ttl-ms MS] [--queue-timeout-ms MS]\n"
          "                     [--admission-hold-ms MS] [--engine-stale-ms MS]\n"
          "                     [--default-max-inflight N] [--default-max-queued N] [--key-prefix P]\n"
          "                     [--responses-ttl-s S] [--cors-origins LIST]\n"
+         "                     [--engine-token-file F] [--engine-tls-ca F [--engine-tls-cert F --engine-tls-key F]\n"
+         "                     [--engine-tls-name NAME]]\n"
          "       gantry-router --version\n"
          "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
          "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
@@ -27,6 +31,14 @@ const char *rt_usage(void) {
          "  without one they are closed with --auth keys and open with --auth none. --protect-info:\n"
          "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
          "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n"
+         "  --http-head-timeout-s / --http-body-timeout-s: total deadlines for a request's head (from its\n"
+         "  first byte) and body (from the end of the head), whatever the byte rate (408); --http-timeout-s\n"
+         "  is the idle timeout. --max-header-bytes / --max-headers: 431 above. --http-max-conns: open\n"
+         "  connections (default: RLIMIT_NOFILE less a reserve, at most 16384); --http-max-conns-per-addr\n"
+         "  (default 256): more from one client address get 429.\n"
+         "  Engines: --engine-token-file (or $GANTRY_ENGINE_TOKEN) is sent to every engine (its\n"
+         "  --auth-token-file); --engine-tls-ca makes the engine links TLS, --engine-tls-cert/-key adds\n"
+         "  this router's certificate (mutual TLS). An engine that refuses them is never ready.\n"
          "  --stream-buffer-bytes bounds the unsent output of each stream (SSE and gRPC); a stream kept\n"
          "  full for --stream-write-timeout-s is cancelled.\n"
          "  --responses-ttl-s: how long stored /v1/responses stay in Redis. --cors-origins: origins\n"
@@ -44,6 +56,12 @@ void rt_config_defaults(rt_config_t *c) {
   c->stream_buffer_bytes = 1L << 20;
   c->stream_write_timeout_s = 30;
   c->http_timeout_s = 30;
+  c->http_head_timeout_s = 10;
+  c->http_body_timeout_s = 60;
+  c->max_header_bytes = 32L << 10;
+  c->max_headers = 100;
+  c->http_max_conns = 0;
+  c->http_max_conns_per_addr = 256;
   c->health_ms = 1000;
   c->request_timeout_ms = 600000;
   c->drain_timeout_s = 30;
@@ -119,7 +137,12 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
       if (!strcmp(v, "keys")) c->auth_required = true;
       else if (!strcmp(v, "none")) c->auth_required = false;
       else return gt_err_set(err, GT_EINVAL, "--auth %s: expected keys or none", v);
-    } else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
+    } else if (!strcmp(a, "--engine-token-file")) snprintf(c->engine_token_file, sizeof c->engine_token_file, "%s", v);
+    else if (!strcmp(a, "--engine-tls-ca")) snprintf(c->engine_tls_ca, sizeof c->engine_tls_ca, "%s", v);
+    else if (!strcmp(a, "--engine-tls-cert")) snprintf(c->engine_tls_cert, sizeof c->engine_tls_cert, "%s", v);
+    else if (!strcmp(a, "--engine-tls-key")) snprintf(c->engine_tls_key, sizeof c->engine_tls_key, "%s", v);
+    else if (!strcmp(a, "--engine-tls-name")) snprintf(c->engine_tls_name, sizeof c->engine_tls_name, "%s", v);
+    else if (!strcmp(a, "--key-prefix")) snprintf(c->key_prefix, sizeof c->key_prefix, "%s", v);
     else if (!strcmp(a, "--cors-origins")) {
       if (strlen(v) >= sizeof c->cors_origins) return gt_err_set(err, GT_EINVAL, "--cors-origins: list too long");
       snprintf(c->cors_origins, sizeof c->cors_origins, "%s", v);
@@ -135,6 +158,12 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
           {"--stream-buffer-bytes", 4096, 1L << 30, &c->stream_buffer_bytes, 1},
           {"--stream-write-timeout-s", 1, 3600, &c->stream_write_timeout_s, 0},
           {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},
+          {"--http-head-timeout-s", 1, 3600, &c->http_head_timeout_s, 0},
+          {"--http-body-timeout-s", 1, 3600, &c->http_body_timeout_s, 0},
+          {"--max-header-bytes", 1024, 1L << 24, &c->max_header_bytes, 1},
+          {"--max-headers", 8, 100000, &c->max_headers, 0},
+          {"--http-max-conns", 1, 1000000, &c->http_max_conns, 0},
+          {"--http-max-conns-per-addr", 1, 1000000, &c->http_max_conns_per_addr, 0},
           {"--drain-timeout-s", 0, 3600, &c->drain_timeout_s, 0},
           {"--responses-ttl-s", 1, 365L * 86400, &c->responses_ttl_s, 0},
           {"--health-ms", 50, 600000, &c->health_ms, 0},

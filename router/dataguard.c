@@ -56,7 +56,14 @@ struct dg {
   bool busy;        /* a script is in flight */
   uint64_t losses;
   bool seen;
+  void (*on_loss)(void *arg); /* optional: told of each loss */
+  void *loss_arg;
 };
+
+void dg_on_loss(dg_t *g, void (*fn)(void *arg), void *arg) {
+  g->on_loss = fn;
+  g->loss_arg = arg;
+}
 
 dg_t *dg_create(rc_t *rc, const char *key_prefix, gt_err_t *err) {
   dg_t *g = calloc(1, sizeof *g);
@@ -130,6 +137,7 @@ static void on_snap(void *arg, redisReply *r, const char *err) {
     GT_LOG_ERROR("redis data loss detected: epoch %s is %s (Redis restarted empty or was flushed); enforcing the "
                  "API keys and limits this router last saw until they are re-applied", g->epoch, ep[0] ? ep : "gone");
     if (g->rc) restore(g);
+    if (g->on_loss) g->on_loss(g->loss_arg);
     return;
   }
   if (!ep[0] || (r->elements - 1) % 4) return; /* no epoch yet: nothing to compare against */

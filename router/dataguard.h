@@ -21,6 +21,9 @@ typedef struct dg dg_t;
 /* rc: the router's own connection (borrowed; dg_detach before it is destroyed). */
 dg_t *dg_create(rc_t *rc, const char *key_prefix, gt_err_t *err);
 void dg_tick(dg_t *g);
+/* fn(arg) runs on each data loss detected, after the restore was sent (the router re-registers
+ * its admission entries at once). */
+void dg_on_loss(dg_t *g, void (*fn)(void *arg), void *arg);
 void dg_detach(dg_t *g);
 void dg_destroy(dg_t *g);
 /* Data losses detected so far. */

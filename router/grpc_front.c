@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "gantry/v1/router.pb-c.h"
 #include "router/grpc_front.h"
+#include "router/req_limits.h"
 #include "router/router.h"
 
 #define M_GENERATE "/gantry.v1.Router/Generate"
@@ -329,6 +330,13 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
     return;
   }
   gen->parse_special_tokens = false; /* user content is text, never control tokens */
+  oa_error_t le;
+  if (rql_check(gen, &le)) { /* the HTTP front's limits (its parser applies the same ones) */
+    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    metrics_reject(rt->metrics, "bad_request");
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, le.message);
+    return;
+  }
   const char *rid = gt_rpc_call_metadata(c->call, "x-request-id");
   if (rid && rid[0] && strlen(rid) < sizeof c->id && !strpbrk(rid, " :*")) snprintf(c->id, sizeof c->id, "%s", rid);
   else rt_request_id(rt, c->id);

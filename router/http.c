@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <event2/listener.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "common/clock.h"
@@ -20,6 +22,8 @@
 #include "router/http.h"
 #include "router/http_errpage.h"
 #include "router/responses_store.h"
+#include "router/http_guard.h"
+#include "router/req_limits.h"
 #include "router/router.h"
 
 struct hreq;
@@ -28,6 +32,7 @@ struct tok_op;
 struct http_front {
   router_t *rt;
   struct evhttp *http;     /* NULL once http_front_stop closed every connection */
+  http_guard_t *guard;     /* deadlines, header limits, connection caps (below evhttp) */
   struct hreq *adm_wait;   /* requests waiting on an admission (Redis) callback or an engine's
                               (De)Tokenize answer (loop thread) */
   atomic_int n_adm_wait;   /* of them, not yet ended by http_front_stop (any thread reads) */
@@ -362,6 +367,11 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
 static void gen_parsed(hreq_t *h) {
   oa_error_t e;
   if (h->oa.request_id[0]) snprintf(h->id, sizeof h->id, "%s", h->oa.request_id); /* the body's request_id */
+  if (rql_check(h->oa.gen, &e)) { /* the limits both fronts share (stop string length) */
+    metrics_reject(h->rt->metrics, "bad_request");
+    reply_error(h, &e, 0);
+    return;
+  }
   h->resp = oa_resp_new(&h->oa, h->id, (int64_t)time(NULL), h->rt->cfg.reasoning_field);
   if (!h->resp) {
     reply_errf(h, 500, "server_error", NULL, "out of memory");
@@ -537,8 +547,11 @@ static void tok_loop(void *a, void *b, intptr_t code) {
     oa_error_t e;
     oa_err(&e, 400, "invalid_request_error", t->detok ? "tokens" : NULL, NULL, "%s", st->message);
     reply_error(h, &e, 0);
-  } else {
-    reply_errf(h, 503, "server_error", "engine_unavailable", st->message);
+  } else { /* the code only: the transport's message names the engine's address */
+    GT_LOG_WARN("rid=%s %s call failed: %s", h->id, t->detok ? "Detokenize" : "Tokenize", st->message);
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s call failed (%s)", t->detok ? "detokenize" : "tokenize", gt_rpc_code_name(st->code));
+    reply_errf(h, 503, "server_error", "engine_unavailable", msg);
   }
   if (t->resp) protobuf_c_message_free_unpacked(t->resp, NULL);
   free(st);
@@ -970,6 +983,13 @@ static void on_request(struct evhttp_request *req, void *arg) {
   h->route = route;
   enum evhttp_cmd_type m = evhttp_request_get_command(req);
   h->conn = evhttp_request_get_connection(req);
+  oa_error_t ge;
+  if (h->conn && http_guard_request(hf->guard, evhttp_connection_get_bufferevent(h->conn), &ge)) {
+    /* a framing error in the head (431, 400) that evhttp read whole before the guard ended it */
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    reply_error(h, &ge, 0);
+    return;
+  }
   if (cors(h, m)) return;
 
   switch (h->route) {
@@ -1023,6 +1043,16 @@ static void on_request(struct evhttp_request *req, void *arg) {
   auth_check(hf->rt->auth, key, admin ? AUTH_FOR_ADMIN : info ? AUTH_FOR_ANY : AUTH_FOR_API, on_auth, h);
 }
 
+/* Without --http-max-conns: what the open-file limit leaves after a reserve for Redis, engines,
+ * the gRPC front and logs (main raised the soft limit), at most 16384. */
+static int http_default_max_conns(void) {
+  struct rlimit rl;
+  long lim = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (long)rl.rlim_cur : 16384 + 512;
+  long n = lim - (lim / 4 > 512 ? 512 : lim / 4);
+  if (n > 16384) n = 16384;
+  return n < 16 ? 16 : (int)n;
+}
+
 struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
   struct http_front *hf = calloc(1, sizeof *hf);
   if (!hf) {
@@ -1046,7 +1076,21 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
    * client gets the 413 instead of a reset; http_errpage turns libevent's page into JSON */
   evhttp_set_max_body_size(hf->http, rt->cfg.max_body_bytes);
   evhttp_set_flags(hf->http, EVHTTP_SERVER_LINGERING_CLOSE);
-  evhttp_set_bevcb(hf->http, http_errpage_bev, NULL);
+  /* the guard refuses a head over --max-header-bytes with 431 as the bytes arrive; evhttp's own
+   * (400) cap is a backstop for what one read may add before the guard ends the connection */
+  evhttp_set_max_headers_size(hf->http, rt->cfg.max_header_bytes + 128 * 1024);
+  http_guard_cfg_t gc = {.head_timeout_ms = rt->cfg.http_head_timeout_s * 1000,
+                         .body_timeout_ms = rt->cfg.http_body_timeout_s * 1000,
+                         .max_header_bytes = rt->cfg.max_header_bytes,
+                         .max_headers = rt->cfg.max_headers,
+                         .max_conns = rt->cfg.http_max_conns > 0 ? rt->cfg.http_max_conns : http_default_max_conns(),
+                         .max_conns_per_addr = rt->cfg.http_max_conns_per_addr};
+  if (!(hf->guard = http_guard_new(rt->base, &gc, rt->metrics))) {
+    http_front_free(hf);
+    gt_err_set(err, GT_ENOMEM, "http: out of memory");
+    return NULL;
+  }
+  evhttp_set_bevcb(hf->http, http_guard_bev, hf->guard);
   evhttp_set_timeout(hf->http, rt->cfg.http_timeout_s);
   evhttp_set_allowed_methods(hf->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS);
@@ -1060,6 +1104,11 @@ struct http_front *http_front_start(router_t *rt, gt_err_t *err) {
                e ? strerror(e) : "bad address");
     return NULL;
   }
+  http_guard_listen(hf->guard, evhttp_bound_socket_get_listener(s));
+  GT_LOG_INFO("http: at most %d connections (%d per client address); request head within %d s, body within %d s; "
+              "head at most %ld bytes, %d fields",
+              gc.max_conns, gc.max_conns_per_addr, rt->cfg.http_head_timeout_s, rt->cfg.http_body_timeout_s,
+              rt->cfg.max_header_bytes, rt->cfg.max_headers);
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
   if (getsockname(evhttp_bound_socket_get_fd(s), (struct sockaddr *)&ss, &sl) == 0) {
@@ -1114,6 +1163,7 @@ void http_front_stop(struct http_front *hf) {
 void http_front_free(struct http_front *hf) {
   if (!hf) return;
   http_front_stop(hf);
+  http_guard_free(hf->guard); /* after evhttp_free: every connection closed */
   while (hf->adm_wait) {
     hreq_t *h = hf->adm_wait;
     hf->adm_wait = h->anext;

@@ -5,14 +5,16 @@
  * malformed request line or header (400), a method it does not allow (501). It writes a fixed
  * HTML page, and 2.1 has no hook to replace it (evhttp_set_errorcb and evhttp_set_newreqcb are
  * 2.2). So the router makes each connection's bufferevent itself (evhttp_set_bevcb) and watches
- * its output buffer: a 4xx/5xx status line written into an empty buffer makes an event active at
- * once; it runs in the same loop iteration, after libevent finished writing the page and before
- * the socket's write event can fire. If the buffer then holds exactly one complete text/html
- * response (the router itself never sends text/html), it is replaced by the same status with a
- * JSON body. Anything else is left as it is. */
+ * its output buffer (http_guard.c): a 4xx/5xx status line written into an empty buffer makes an
+ * event active at once; it runs in the same loop iteration, after libevent finished writing the
+ * page and before the socket's write event can fire. If the buffer then holds exactly one
+ * complete text/html response (the router itself never sends text/html), it is replaced by the
+ * same status with a JSON body, or by the guard's own verdict for the connection (431, 408,
+ * ...: the guard makes libevent fail the request, which writes a 400 page). Anything else is
+ * left as it is. */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/event.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,20 @@ static const char *ep_header(const char *head, const char *name, size_t *len) {
   return NULL;
 }
 
+static const char *ep_reason(int status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 503: return "Service Unavailable";
+    default: return status >= 500 ? "Server Error" : "Client Error";
+  }
+}
+
 static void ep_error_of(int status, oa_error_t *e) {
   switch (status) {
     case 413:
@@ -58,61 +74,54 @@ static void ep_error_of(int status, oa_error_t *e) {
   }
 }
 
-/* Runs once per candidate response; holds a reference on bev (taken by ep_on_output). */
-static void ep_rewrite(evutil_socket_t fd, short what, void *arg) {
-  (void)fd, (void)what;
-  struct bufferevent *bev = arg;
+/* A socket bufferevent keeps the front of its output frozen after its first write (it thaws it
+ * only around its own writes), which makes evbuffer_copyout and evbuffer_drain fail: thaw it
+ * around these reads and the rewrite, and freeze it again (the socket's writer thaws it first). */
+static int ep_rewrite_thawed(struct evbuffer *out, const oa_error_t *verdict);
+
+int http_errpage_rewrite(struct bufferevent *bev, const oa_error_t *verdict) {
   struct evbuffer *out = bufferevent_get_output(bev);
+  evbuffer_unfreeze(out, 1);
+  const int r = ep_rewrite_thawed(out, verdict);
+  evbuffer_freeze(out, 1);
+  return r;
+}
+
+static int ep_rewrite_thawed(struct evbuffer *out, const oa_error_t *verdict) {
   size_t len = evbuffer_get_length(out);
   struct evbuffer_ptr end = evbuffer_search(out, "\r\n\r\n", 4, NULL);
   char head[EP_HEAD_MAX + 1];
-  if (end.pos < 0 || (size_t)end.pos + 4 > EP_HEAD_MAX) goto done;
+  if (end.pos < 0 || (size_t)end.pos + 4 > EP_HEAD_MAX) return 0;
   size_t hlen = (size_t)end.pos + 4;
   evbuffer_copyout(out, head, hlen);
   head[hlen] = '\0';
   size_t vl = 0;
   const char *ct = ep_header(head, "Content-Type", &vl);
-  if (!ct || vl < 9 || strncasecmp(ct, "text/html", 9)) goto done;
+  if (!ct || vl < 9 || strncasecmp(ct, "text/html", 9)) return 0;
   const char *cl = ep_header(head, "Content-Length", &vl);
-  if (!cl || hlen + strtoul(cl, NULL, 10) != len) goto done; /* not exactly one whole page */
-  int status = atoi(head + 9);
+  if (!cl || hlen + strtoul(cl, NULL, 10) != len) return 0; /* not exactly one whole page */
   oa_error_t e;
-  ep_error_of(status, &e);
+  if (verdict) e = *verdict;
+  else ep_error_of(atoi(head + 9), &e);
   char *js = oa_error_json(&e);
-  if (!js) goto done;
-  const char *eol = strstr(head, "\r\n");
+  if (!js) return 0;
   size_t jl = strlen(js);
   /* add the new response behind the page, then drop the page: the buffer is never empty in
-   * between, so this does not look like a new response to ep_on_output */
-  evbuffer_add(out, head, (size_t)(eol - head) + 2);
+   * between, so this does not look like a new response to the output watcher */
+  evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", e.status, ep_reason(e.status));
   evbuffer_add_printf(out, "Content-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n", jl);
   evbuffer_add(out, js, jl);
   evbuffer_drain(out, len);
   free(js);
-done:
-  bufferevent_decref(bev);
+  return 1;
 }
 
-static void ep_on_output(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg) {
-  if (info->orig_size != 0 || info->n_added < 12) return;
+bool http_errpage_candidate(struct evbuffer *b, const struct evbuffer_cb_info *info) {
+  if (info->orig_size != 0 || info->n_added < 12) return false;
   char p[12];
-  if (evbuffer_copyout(b, p, sizeof p) != (ev_ssize_t)sizeof p) return;
-  if (memcmp(p, "HTTP/1.", 7) || (p[9] != '4' && p[9] != '5')) return;
-  struct bufferevent *bev = arg;
-  static const struct timeval now = {0, 0};
-  bufferevent_incref(bev); /* the connection may be freed before the event runs */
-  if (event_base_once(bufferevent_get_base(bev), -1, EV_TIMEOUT, ep_rewrite, bev, &now) != 0)
-    bufferevent_decref(bev);
-}
-
-struct bufferevent *http_errpage_bev(struct event_base *base, void *arg) {
-  (void)arg;
-  /* options 0, like libevent's own: evhttp closes the socket itself */
-  struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
-  if (!bev) return NULL; /* libevent makes its own (pages stay HTML) */
-  if (!evbuffer_add_cb(bufferevent_get_output(bev), ep_on_output, bev)) {
-    bufferevent_free(bev);
-    return NULL;
-  }
-  return bev;
+  evbuffer_unfreeze(b, 1); /* see http_errpage_rewrite */
+  const ev_ssize_t got = evbuffer_copyout(b, p, sizeof p);
+  evbuffer_freeze(b, 1);
+  if (got != (ev_ssize_t)sizeof p) return false;
+  return !memcmp(p, "HTTP/1.", 7) && (p[9] == '4' || p[9] == '5');
 }

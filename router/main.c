@@ -4,12 +4,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/fdlimit.h"
 #include "common/log.h"
 #include "router/router.h"
 
 int main(int argc, char **argv) {
   gt_log_init_from_env();
   signal(SIGPIPE, SIG_IGN);
+  gt_raise_nofile(); /* every HTTP/gRPC client holds a descriptor */
   if (argc > 1 && !strcmp(argv[1], "register")) return registry_sidecar(argc, argv);
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--version")) {

@@ -147,6 +147,9 @@ char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_q
   OUT("# HELP gantry_router_leases_reaped_total Leases of dead routers this router reclaimed.\n");
   OUT("# TYPE gantry_router_leases_reaped_total counter\ngantry_router_leases_reaped_total %llu\n",
       (unsigned long long)as->reaped_leases);
+  OUT("# HELP gantry_router_leases_restored_total Leases this router re-registered after Redis lost them.\n");
+  OUT("# TYPE gantry_router_leases_restored_total counter\ngantry_router_leases_restored_total %llu\n",
+      (unsigned long long)as->restored_leases);
   OUT("# HELP gantry_router_waiting Requests of this router waiting for admission.\n");
   OUT("# TYPE gantry_router_waiting gauge\ngantry_router_waiting %u\n", as->waiting_now);
   OUT("# HELP gantry_router_leases_held Admission leases this router holds.\n");
@@ -182,6 +185,13 @@ char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_q
   for (int i = 0; i < pool_count(p); i++) {
     pool_engine_t *e = pool_at(p, i);
     OUT("gantry_router_engine_inflight{model_name=\"%s\",engine=\"%s\"} %d\n", e->model, e->target, e->inflight);
+  }
+  OUT("# HELP gantry_router_engine_checks_failed_total Health checks of an engine that failed (down, TLS, token).\n");
+  OUT("# TYPE gantry_router_engine_checks_failed_total counter\n");
+  for (int i = 0; i < pool_count(p); i++) {
+    pool_engine_t *e = pool_at(p, i);
+    OUT("gantry_router_engine_checks_failed_total{model_name=\"%s\",engine=\"%s\"} %llu\n", e->model, e->target,
+        (unsigned long long)e->checks_failed);
   }
 #undef OUT
   if (!b.p) oa_sb_append(&b, "", 0);

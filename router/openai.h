@@ -120,8 +120,8 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created,
                        oa_reasoning_field_t rf);
 void oa_resp_free(oa_resp_t *r);
 
-/* Streaming: appends the SSE events ("data: {...}\n\n") for one Delta to out. Also
- * accumulates for the non-streaming body. Returns 0 or -1 on OOM. */
+/* Streaming: appends the SSE events ("data: {...}\n\n") for one Delta to out. Without
+ * streaming: accumulates for the body (a stream keeps no copy of what it sent). Returns 0 or -1 on OOM. */
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out);
 /* Streaming end of one choice (Final.index; n > 1: one Final per choice): its chunk with
  * finish_reason; after the last choice's, the usage chunk (include_usage, completion tokens

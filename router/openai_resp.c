@@ -193,13 +193,15 @@ static json_t *completion_lp(oa_resp_t *r, const Gantry__V1__Delta *d) {
       json_decref(tt);
     }
     json_array_append(toks, tok);
-    json_array_append(r->c->lp_tokens, tok);
     json_array_append_new(lps, json_real(t->logprob));
-    json_array_append_new(r->c->lp_token_lps, json_real(t->logprob));
     json_array_append(tops, top);
-    json_array_append(r->c->lp_tops, top);
     json_array_append_new(offs, json_integer((json_int_t)r->c->text_offset));
-    json_array_append_new(r->c->lp_offsets, json_integer((json_int_t)r->c->text_offset));
+    if (!r->stream) { /* the body at the end; a stream sends each chunk's and keeps none */
+      json_array_append(r->c->lp_tokens, tok);
+      json_array_append_new(r->c->lp_token_lps, json_real(t->logprob));
+      json_array_append(r->c->lp_tops, top);
+      json_array_append_new(r->c->lp_offsets, json_integer((json_int_t)r->c->text_offset));
+    }
     r->c->text_offset += t->token.len;
     json_decref(tok);
     json_decref(top);
@@ -274,8 +276,10 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   r->tokens += (uint32_t)d->n_token_ids;
   if (r->rs) return rs_delta(r->rs, d, r->stream ? out : NULL);
   size_t tl = d->text ? strlen(d->text) : 0, rl = d->reasoning_text ? strlen(d->reasoning_text) : 0;
-  if (tl && oa_sb_append(&r->c->content, d->text, tl)) return -1;
-  if (rl && oa_sb_append(&r->c->reasoning, d->reasoning_text, rl)) return -1;
+  /* the whole-response text is for the non-streaming body only: a stream keeps no copy of what it
+   * sent (router/README.md "Memory per request") */
+  if (!r->stream && tl && oa_sb_append(&r->c->content, d->text, tl)) return -1;
+  if (!r->stream && rl && oa_sb_append(&r->c->reasoning, d->reasoning_text, rl)) return -1;
 
   if (r->kind == OA_COMPLETION) {
     json_t *lp = r->logprobs ? completion_lp(r, d) : NULL;
@@ -306,7 +310,7 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
     lpc = json_array();
     for (size_t i = 0; i < d->n_logprobs; i++) {
       json_t *x = lp_entry(d->logprobs[i]);
-      json_array_append(r->c->lp_content, x);
+      if (!r->stream) json_array_append(r->c->lp_content, x);
       json_array_append_new(lpc, x);
     }
   }
@@ -326,7 +330,7 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
       a->id = strdup(buf);
     }
     size_t al = t->arguments ? strlen(t->arguments) : 0;
-    if (al && oa_sb_append(&a->args, t->arguments, al)) {
+    if (!r->stream && al && oa_sb_append(&a->args, t->arguments, al)) {
       json_decref(lpc);
       json_decref(tc_header);
       json_decref(tc_args);

@@ -56,6 +56,12 @@ static void check_done_loop(void *a, void *b, intptr_t code) {
   }
   if (c->resp) protobuf_c_message_free_unpacked(c->resp, NULL);
   e->checking = false;
+  const bool refused = code == GT_RPC_UNAUTHENTICATED;
+  if (refused && !e->auth_refused)
+    GT_LOG_ERROR("engine refused this router's credentials (UNAUTHENTICATED) model=%s target=%s: check "
+                 "--engine-token-file / $GANTRY_ENGINE_TOKEN against the engine's --auth-token-file; not routable",
+                 e->model, e->target);
+  e->auth_refused = refused;
   if (ok) {
     e->checks_ok++;
     e->fails = 0;
@@ -106,7 +112,11 @@ static void start_check(pool_t *p, int i) {
       .method = c->info ? EC_METHOD_INFO : EC_METHOD_HEALTH,
       .request = c->info ? &ireq.base : &hreq.base,
       .response = c->info ? &gantry__v1__info_response__descriptor : &gantry__v1__health_response__descriptor,
-      .timeout_ms = p->health_ms > 500 ? p->health_ms : 500,
+      /* a slow answer is not a dead engine: under CPU contention (a loaded CI machine, an engine
+       * busy with a large prefill) checks of a live engine took over 500 ms, two in a row marked
+       * it down and requests moved to another engine (test_router_http lost its prefix-cache
+       * hit that way); a dead or unreachable engine still fails at once (connection refused) */
+      .timeout_ms = p->health_ms * 5 > 3000 ? p->health_ms * 5 : 3000,
       .on_msg = on_check_msg,
       .on_done = on_check_done,
       .user = c,
@@ -146,6 +156,14 @@ pool_t *pool_create(router_t *rt, struct event_base *base, mbox_t *mb, int healt
   return p;
 }
 
+void pool_engine_opts(const gt_rpc_creds_t *cr, const char *tls_name, gt_rpc_client_opts_t *o) {
+  o->auth_token = cr->token;
+  o->tls_ca_pem = cr->ca;
+  o->tls_cert_pem = cr->cert;
+  o->tls_key_pem = cr->key;
+  o->tls_server_name = tls_name && tls_name[0] ? tls_name : NULL;
+}
+
 int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err) {
   if (p->n >= RT_MAX_ENGINES) return gt_err_set(err, GT_EINVAL, "too many engines (max %d)", RT_MAX_ENGINES);
   pool_engine_t *e = calloc(1, sizeof *e);
@@ -155,6 +173,7 @@ int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err) {
   /* a fixed 1 MiB stream window: a stream paused for a slow client holds at most that much unread
    * engine output in gRPC (BDP probing grows the window to many MB on a fast link) */
   gt_rpc_client_opts_t o = {.own_thread = 1, .flow_window_bytes = 1 << 20};
+  pool_engine_opts(&p->rt->engine_creds, p->rt->cfg.engine_tls_name, &o);
   int rc = ec_open(target, &o, &e->ec, err);
   if (rc) {
     free(e);
@@ -247,7 +266,8 @@ bool pool_all_ready(const pool_t *p, char *why, size_t n) {
   }
   for (int i = 0; i < p->n; i++)
     if (!p->e[i]->registered && !pool_model_ready(p, p->e[i]->model)) {
-      snprintf(why, n, "no ready engine for model %s", p->e[i]->model);
+      snprintf(why, n, "no ready engine for model %s%s", p->e[i]->model,
+               p->e[i]->auth_refused ? " (an engine refused the router's credentials)" : "");
       return false;
     }
   return true;

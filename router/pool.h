@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/engine_client.h"
+#include "common/grpc_creds.h"
 #include "common/err.h"
 #include "router/admission.h"
 #include "router/mailbox.h"
@@ -27,9 +28,13 @@ typedef struct pool_engine {
   bool registered;    /* came from the Redis registry (needs heartbeats) */
   bool stale;         /* registered and its heartbeat is too old: not routable */
   bool draining;      /* its last Health said DRAINING (it finishes its streams, takes no new) */
+  bool auth_refused;  /* its last check ended UNAUTHENTICATED: the router's engine token is wrong */
 } pool_engine_t;
 
 typedef struct pool pool_t;
+/* Fills the security part of an engine link's client options from the router's engine
+ * credentials (token, TLS CA / certificate / key) and --engine-tls-name. */
+void pool_engine_opts(const gt_rpc_creds_t *cr, const char *tls_name, gt_rpc_client_opts_t *o);
 pool_t *pool_create(router_t *rt, struct event_base *base, mbox_t *mb, int health_ms, gt_err_t *err);
 int pool_add(pool_t *p, const char *model, const char *target, gt_err_t *err);
 void pool_destroy(pool_t *p);

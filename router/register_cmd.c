@@ -47,7 +47,17 @@ int registry_sidecar(int argc, char **argv) {
   snprintf(key, sizeof key, "%sengines", c.key_prefix);
   snprintf(field, sizeof field, "%s=%s", c.engines[0].model, c.engines[0].target);
   ec_client_t *ec;
-  if (ec_open(c.engines[0].target, NULL, &ec, &err)) {
+  gt_rpc_creds_t cr;
+  if (gt_rpc_creds_load(&cr, c.engine_token_file, getenv("GANTRY_ENGINE_TOKEN"), c.engine_tls_ca, c.engine_tls_cert,
+                        c.engine_tls_key, &err)) {
+    fprintf(stderr, "gantry-router register: %s\n", err.msg);
+    return 1;
+  }
+  gt_rpc_client_opts_t eo = {.own_thread = 1};
+  pool_engine_opts(&cr, c.engine_tls_name, &eo);
+  int orc = ec_open(c.engines[0].target, &eo, &ec, &err);
+  gt_rpc_creds_free(&cr); /* the channel holds its own copies */
+  if (orc) {
     fprintf(stderr, "gantry-router register: %s\n", err.msg);
     return 1;
   }

@@ -77,6 +77,13 @@ static void guard_timer(evutil_socket_t fd, short what, void *arg) {
   dg_tick(rt->dg);
 }
 
+/* Redis lost its data: re-register this router's leases and waiting entries now, so the
+ * admission hold that follows ends as soon as every live router is back (heartbeat.lua). */
+static void on_data_loss(void *arg) {
+  router_t *rt = arg;
+  adm_reregister(rt->adm);
+}
+
 router_t *rt_create(const rt_config_t *cfg, gt_err_t *err) {
   router_t *rt = calloc(1, sizeof *rt);
   if (!rt) {
@@ -104,6 +111,14 @@ router_t *rt_create(const rt_config_t *cfg, gt_err_t *err) {
   if (!(rt->rc = rc_create(rt->base, &rcc, on_rc_state, rt, err))) goto fail;
   if (!(rt->auth = auth_create(rt->rc, rt->cfg.key_prefix, rt->cfg.admin_key, rt->cfg.auth_required, err))) goto fail;
   if (!(rt->dg = dg_create(rt->rc, rt->cfg.key_prefix, err))) goto fail;
+  dg_on_loss(rt->dg, on_data_loss, rt);
+  if (gt_rpc_creds_load(&rt->engine_creds, rt->cfg.engine_token_file, getenv("GANTRY_ENGINE_TOKEN"), rt->cfg.engine_tls_ca,
+                        rt->cfg.engine_tls_cert, rt->cfg.engine_tls_key, err))
+    goto fail;
+  if ((rt->cfg.engine_tls_cert[0] || rt->cfg.engine_tls_name[0]) && !rt->cfg.engine_tls_ca[0]) {
+    gt_err_set(err, GT_EINVAL, "--engine-tls-cert / --engine-tls-name need --engine-tls-ca");
+    goto fail;
+  }
   if (!(rt->pool = pool_create(rt, rt->base, rt->mb, rt->cfg.health_ms, err))) goto fail;
   for (int i = 0; i < rt->cfg.n_engines; i++)
     if (pool_add(rt->pool, rt->cfg.engines[i].model, rt->cfg.engines[i].target, err)) goto fail;
@@ -178,6 +193,7 @@ void rt_destroy(router_t *rt) {
   pool_destroy(rt->pool);
   auth_destroy(rt->auth);
   dg_destroy(rt->dg);
+  gt_rpc_creds_free(&rt->engine_creds);
   mbox_destroy(rt->mb);
   metrics_destroy(rt->metrics);
   if (rt->base) event_base_free(rt->base);

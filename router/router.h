@@ -16,6 +16,7 @@
 #include "router/config.h"
 #include "router/dataguard.h"
 #include "router/grpc_front.h"
+#include "common/grpc_creds.h"
 #include "router/http.h"
 #include "router/mailbox.h"
 #include "router/metrics.h"
@@ -29,6 +30,7 @@ typedef struct router router_t;
 
 struct router {
   rt_config_t cfg;
+  gt_rpc_creds_t engine_creds; /* token / TLS for the engine links (from cfg's files) */
   struct event_base *base;
   mbox_t *mb;
   adm_t *adm;

@@ -161,13 +161,19 @@ static void done_loop(void *a, void *b, intptr_t c) {
       q->retried = true;
       GT_LOG_WARN("rid=%s engine failed before first token target=%s code=%s: %s; retrying", q->id,
                   e ? e->target : "?", gt_rpc_code_name(st->code), st->message);
+      /* the client gets the gRPC code only: the transport's message names the engine's address
+       * ("ipv4:10.0.0.5:50051: Connection refused"); the log above keeps it */
       if (start_stream(q, e) != 0)
-        fail(q, 503, "server_error", "engine_unavailable", 0, "engine failed and no other engine is ready: %s",
-             st->message);
+        fail(q, 503, "server_error", "engine_unavailable", 0, "engine failed and no other engine is ready (%s)",
+             gt_rpc_code_name(st->code));
     } else {
       GT_LOG_WARN("rid=%s engine failed target=%s code=%s started=%d: %s", q->id, e ? e->target : "?",
                   gt_rpc_code_name(st->code), q->started, st->message);
-      fail(q, 503, "server_error", "engine_failure", 0, "engine failed: %s", st->message);
+      /* the engine's own errors (RESOURCE_EXHAUSTED: out of KV blocks, ...) keep their message */
+      const bool transport = st->code == GT_RPC_UNAVAILABLE || st->code == GT_RPC_UNKNOWN ||
+                             st->code == GT_RPC_UNAUTHENTICATED || st->code == GT_RPC_CANCELLED;
+      fail(q, 503, "server_error", "engine_failure", 0, transport ? "engine failed (%s)" : "engine failed: %s",
+           transport ? gt_rpc_code_name(st->code) : st->message);
     }
   }
   free(st);

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/grpc_creds.h"
 #include "common/metrics.h"
 #include "engine/cli/cli.h"
 
@@ -52,9 +53,13 @@ static void on_signal(int sig) {
 
 static void usage(void) {
   fputs("usage: gantry-engine serve --model M.gguf [options]\n"
-        "  --listen HOST:PORT      gRPC address (default 0.0.0.0:50051)\n"
+        "  --listen HOST:PORT      gRPC address (default 127.0.0.1:50051: name 0.0.0.0 to open it to others)\n"
         "  --metrics-port N        Prometheus /metrics port (default 9090; 0 = any free port, -1 = off)\n"
-        "  --metrics-host H        metrics bind address (default 0.0.0.0)\n"
+        "  --metrics-host H        metrics bind address (default 127.0.0.1)\n"
+        "  --auth-token-file F     every call must carry this token (the router's --engine-token-file);\n"
+        "                          $GANTRY_ENGINE_TOKEN when no file is named. Else UNAUTHENTICATED\n"
+        "  --tls-cert F --tls-key F  serve gRPC over TLS with this certificate (PEM)\n"
+        "  --tls-client-ca F       mutual TLS: clients need a certificate signed by this CA\n"
         "  --served-model-name N   the model's name in Info and the metrics' model_name label; use the\n"
         "                          router's model id (default: the GGUF's general.name)\n"
         "  --max-num-seqs N        sequences running at once (default 32)\n"
@@ -114,8 +119,10 @@ int cmd_serve(int argc, char **argv) {
       {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"prefill-precision", 1, 0, 'P'},
       {"activations", 1, 0, 'A'}, {"help", 0, 0, 'h'},        {"speculative", 1, 0, 'S'},
       {"num-speculative-tokens", 1, 0, 'N'}, {"spec-max-seqs", 1, 0, 'M'}, CLI_TP_OPTS,
+      {"auth-token-file", 1, 0, 'T'}, {"tls-cert", 1, 0, 'C'}, {"tls-key", 1, 0, 'Y'}, {"tls-client-ca", 1, 0, 'Z'},
       {0, 0, 0, 0}};
-  const char *model = NULL, *listen = "0.0.0.0:50051", *mhost = "0.0.0.0", *kvmem = NULL, *device = "cpu";
+  const char *model = NULL, *listen = "127.0.0.1:50051", *mhost = "127.0.0.1", *kvmem = NULL, *device = "cpu";
+  const char *token_file = NULL, *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
   const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
   long spec_k = 3, spec_seqs = 8;
@@ -134,6 +141,10 @@ int cmd_serve(int argc, char **argv) {
       case 'k': kvmem = optarg; break;
       case 'D': device = optarg; break;
       case 'n': served_name = optarg; break;
+      case 'T': token_file = optarg; break;
+      case 'C': tls_cert = optarg; break;
+      case 'Y': tls_key = optarg; break;
+      case 'Z': tls_ca = optarg; break;
       case 'K': if (cli_kv_dtype(NULL, optarg)) return 2; kv_dtype = optarg; break;
       case 'P': if (cli_prefill_precision(optarg)) return 2; break;
       case 'A': if (cli_activations(optarg)) return 2; break;
@@ -178,7 +189,21 @@ int cmd_serve(int argc, char **argv) {
   tok_t *tok = NULL;
   int rc = 1, port = 0, mport = 0, idle = 0;
   if (!reg) return cli_fail("out of memory"), 1;
-  if (srv_create(&(srv_opts_t){.listen = listen, .metrics = reg, .on_fatal = on_fatal}, &srv, &port, &err)) {
+  gt_rpc_creds_t cr;
+  if (gt_rpc_creds_load(&cr, token_file, getenv("GANTRY_ENGINE_TOKEN"), tls_ca, tls_cert, tls_key, &err)) {
+    gt_metrics_free(reg);
+    return cli_fail("%s", err.msg), 2;
+  }
+  if (cr.ca && !cr.cert) {
+    gt_rpc_creds_free(&cr);
+    gt_metrics_free(reg);
+    return cli_fail("--tls-client-ca needs --tls-cert and --tls-key"), 2;
+  }
+  const int srv_rc = srv_create(&(srv_opts_t){.listen = listen, .metrics = reg, .on_fatal = on_fatal, .auth_token = cr.token,
+                                              .tls_cert = cr.cert, .tls_key = cr.key, .tls_client_ca = cr.ca},
+                                &srv, &port, &err);
+  gt_rpc_creds_free(&cr); /* the server keeps its own copies */
+  if (srv_rc) {
     cli_fail("listen %s: %s", listen, err.msg);
     goto out;
   }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/fdlimit.h"
 #include "common/log.h"
 #include "engine/cli/cli.h"
 
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
    * another process wants the cores; sleeping waits cost little. Set before any parallel region. */
   setenv("OMP_WAIT_POLICY", "passive", 0);
   gt_log_init_from_env();
+  gt_raise_nofile(); /* serve: one descriptor per gRPC / metrics client */
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -671,7 +671,9 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
   s->prep_started = 1;
   srv_metrics_init(&s->met, o->metrics);
   if (o->metrics) gt_metrics_on_probe(o->metrics, http_probe, s);
-  int rc = gt_rpc_server_create(NULL, &s->rpc, err);
+  const gt_rpc_server_opts_t so = {.auth_token = o->auth_token, .tls_cert_pem = o->tls_cert, .tls_key_pem = o->tls_key,
+                                   .tls_client_ca_pem = o->tls_client_ca};
+  int rc = gt_rpc_server_create(&so, &s->rpc, err);
   const gt_rpc_method_t methods[] = {
       {EC_METHOD_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__generate_request__descriptor, on_generate, on_cancel,
        gt_delta_merge, s},

@@ -35,6 +35,9 @@ typedef enum { SRV_LOADING = 1, SRV_READY = 2, SRV_DRAINING = 3, SRV_FAILED = 4 
 
 typedef struct {
   const char *listen;       /* "HOST:PORT" ("127.0.0.1:0": a free port) */
+  /* optional (borrowed): a token every call must carry, and TLS material (PEM) for the port;
+   * tls_client_ca makes it mutual TLS (common/grpc_creds.h) */
+  const char *auth_token, *tls_cert, *tls_key, *tls_client_ca;
   gt_metrics_t *metrics;    /* registry for gantry_engine_* (borrowed; may be NULL) */
   /* optional: called once, on the scheduler thread, when the engine turns SRV_FAILED */
   void (*on_fatal)(void *ud, const char *why);

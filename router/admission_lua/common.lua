@@ -5,6 +5,10 @@
 -- per call. Step-specific arguments start at ARGV[7]. Key layout: see router/ADMISSION.md.
 local P = ARGV[1]
 local TTL = tonumber(ARGV[2])
+-- Deadlines of leases, waiting entries and router liveness: 3/4 of the TTL after the last renewal.
+-- Routers renew every TTL/4 and reap every TTL/4, so a dead router's entries are reclaimed within
+-- one TTL of its death (3/4 TTL to the deadline, at most 1/4 TTL to the next reap).
+local DEADLINE = math.floor(TTL * 3 / 4)
 local HOLD = math.abs(tonumber(ARGV[3]))
 local EVIDENCE = tonumber(ARGV[3]) > 0
 local DEF_INF = tonumber(ARGV[4])
@@ -83,13 +87,24 @@ local function deactivate_if_empty(m, tn, p)
 end
 
 -- Adds waiting entry id (metadata already in e:id) to its tenant queue and the pool's waiting set.
-local function queue_entry(id, m, tn, p)
-  local seq = redis.call('INCR', P .. 'seq')
+-- FIFO order key of a new waiting entry: the Redis clock in ms x 1024, kept strictly increasing
+-- through P seq. Being time-based, it survives a data loss: an entry re-created afterwards with
+-- its old key (heartbeat) stays ahead of the requests that arrived since (a counter restarts at 1).
+local function next_score()
+  local s = math.max(NOW * 1024, (tonumber(redis.call('GET', P .. 'seq')) or 0) + 1)
+  redis.call('SET', P .. 'seq', string.format('%.0f', s))
+  return s
+end
+
+-- Queues a waiting entry (score: its order key, or nil for a new one); returns the order key.
+local function queue_entry(id, m, tn, p, score)
+  local seq = score or next_score()
   redis.call('ZADD', qkey(m, tn, p), seq, id)
-  redis.call('ZADD', P .. 'wq:' .. m, NOW + TTL, id)
+  redis.call('ZADD', P .. 'wq:' .. m, NOW + DEADLINE, id)
   redis.call('SADD', P .. 'pools', m)
   redis.call('SADD', P .. 'tenants:' .. m, tn)
   activate(m, tn, p)
+  return seq
 end
 
 local function drop_waiting(id, m, tn, p)
@@ -100,7 +115,7 @@ local function drop_waiting(id, m, tn, p)
 end
 
 local function add_lease(id, m, tn)
-  redis.call('ZADD', P .. 'ls:' .. m, NOW + TTL, id)
+  redis.call('ZADD', P .. 'ls:' .. m, NOW + DEADLINE, id)
   redis.call('SADD', P .. 'lt:' .. m .. ':' .. tn, id)
   redis.call('HSET', P .. 'e:' .. id, 'st', 'L', 'at', NOW)
 end

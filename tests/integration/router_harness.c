@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -41,6 +42,7 @@ struct fe {
   char tenants[8][32];
   int t_active[8], t_max[8], ntenants;
   char arrivals[1024][32];
+  char labels[1024][32]; /* the prompt (or the last chat message) of each arrival, truncated */
   int narrivals;
 };
 
@@ -227,7 +229,14 @@ static void on_gen(void *user, gt_rpc_call_t *call) {
     snprintf(f->tenants[f->ntenants], 32, "%.31s", req->tenant);
     j->tenant_idx = f->ntenants++;
   }
-  if (f->narrivals < 1024) snprintf(f->arrivals[f->narrivals++], 32, "%.31s", req->tenant);
+  if (f->narrivals < 1024) {
+    const char *lab = req->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT ? req->prompt
+                      : req->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT_CHAT && req->chat->n_messages
+                          ? req->chat->messages[req->chat->n_messages - 1]->content
+                          : "";
+    snprintf(f->labels[f->narrivals], 32, "%.31s", lab ? lab : "");
+    snprintf(f->arrivals[f->narrivals++], 32, "%.31s", req->tenant);
+  }
   pthread_mutex_unlock(&f->mu);
   note_t(f, 1, 0, 1, j->tenant_idx);
   pthread_t t;
@@ -337,6 +346,14 @@ void fe_reset_max(fe_t *f) {
   f->narrivals = 0;
   pthread_mutex_unlock(&f->mu);
 }
+int fe_arrival_labels(fe_t *f, char (*out)[32], int max) {
+  pthread_mutex_lock(&f->mu);
+  int n = f->narrivals < max ? f->narrivals : max;
+  for (int i = 0; i < n; i++) memcpy(out[i], f->labels[i], 32);
+  pthread_mutex_unlock(&f->mu);
+  return n;
+}
+
 int fe_arrivals(fe_t *f, char (*out)[32], int max) {
   pthread_mutex_lock(&f->mu);
   int n = f->narrivals < max ? f->narrivals : max;
@@ -402,7 +419,9 @@ int free_tcp_port(void) {
   return port;
 }
 
-int rp_start(rp_t *r, const char *const *args) {
+int rp_start(rp_t *r, const char *const *args) { return rp_start_nofile(r, args, 0); }
+
+int rp_start_nofile(rp_t *r, const char *const *args, long nofile) {
   memset(r, 0, sizeof *r);
   int pfd[2];
   if (pipe(pfd)) return -1;
@@ -428,6 +447,10 @@ int rp_start(rp_t *r, const char *const *args) {
   if (pid < 0) return -1;
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (nofile > 0) {
+      struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
+      if (setrlimit(RLIMIT_NOFILE, &rl)) _exit(126);
+    }
     dup2(pfd[1], 1);
     close(pfd[0]);
     close(pfd[1]);
@@ -455,6 +478,54 @@ int rp_start(rp_t *r, const char *const *args) {
   }
   rp_kill9(r);
   return -1;
+}
+
+int ep_start(ep_t *e, const char *log_path, const char *const *extra) {
+  memset(e, 0, sizeof *e);
+  const char *binenv = getenv("GANTRY_BIN"), *golden = getenv("GANTRY_GOLDEN");
+  char bin[512], model[1024];
+  snprintf(bin, sizeof bin, "%s/gantry-engine", binenv ? binenv : ".");
+  snprintf(model, sizeof model, "%s/qwen3-tiny.bf16.gguf", golden ? golden : "tests/golden");
+  const char *argv[48] = {bin, "serve", "--model", model, "--served-model-name", "tiny", "--threads", "1"};
+  int n = 8;
+  for (int i = 0; extra[i] && n < 46; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  int pfd[2];
+  if (pipe(pfd)) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int lfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (lfd >= 0) dup2(lfd, 2);
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  close(pfd[1]);
+  e->pid = pid;
+  e->out_fd = pfd[0];
+  char line[512];
+  size_t len = 0;
+  struct pollfd pf = {.fd = e->out_fd, .events = POLLIN};
+  while (len < sizeof line - 1 && poll(&pf, 1, 60000) > 0) {
+    if (read(e->out_fd, line + len, 1) <= 0) break;
+    if (line[len++] == '\n') break;
+  }
+  line[len] = 0;
+  if (sscanf(line, "ready grpc_port=%d metrics_port=%d", &e->grpc_port, &e->metrics_port) == 2) return 0;
+  ep_stop(e);
+  return -1;
+}
+
+void ep_stop(ep_t *e) {
+  if (e->pid <= 0) return;
+  kill(e->pid, SIGTERM);
+  waitpid(e->pid, NULL, 0);
+  close(e->out_fd);
+  e->pid = 0;
 }
 
 int rp_wait_ready(rp_t *r, int ms) {

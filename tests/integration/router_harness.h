@@ -40,6 +40,8 @@ int fe_tenant_max_active(fe_t *f, const char *tenant);
 void fe_reset_max(fe_t *f);
 /* Tenants of the Generate calls in arrival order (up to max; returns the count). */
 int fe_arrivals(fe_t *f, char (*out)[32], int max);
+/* The same arrivals' prompts (or last chat message), truncated to 31 bytes. */
+int fe_arrival_labels(fe_t *f, char (*out)[32], int max);
 /* Waits (up to ms) until pred(f) holds; returns 1 if it did. */
 int fe_wait(fe_t *f, int (*pred)(fe_t *), int ms);
 /* Copy of the last GenerateRequest any fake engine of this process received (free with
@@ -55,6 +57,9 @@ typedef struct rp {
 /* Starts $GANTRY_BIN/gantry-router with the arguments (NULL-terminated array) plus
  * --http 127.0.0.1:0 (and --auth none unless the arguments name --auth); waits for its "listening" line. 0 or -1. */
 int rp_start(rp_t *r, const char *const *args);
+/* The same with RLIMIT_NOFILE (soft and hard) set to nofile in the router's process (0: as the
+ * test's). */
+int rp_start_nofile(rp_t *r, const char *const *args, long nofile);
 /* Waits until GET /ready is 200 (up to ms). 1 if ready. */
 int rp_wait_ready(rp_t *r, int ms);
 /* Value of the unlabelled metric `name` in the router's /metrics (sent with the optional
@@ -66,6 +71,19 @@ long rp_peak_rss_kib(const rp_t *r);
 int rp_stop(rp_t *r);
 /* SIGKILL and reap. */
 void rp_kill9(rp_t *r);
+
+/* The real `gantry-engine serve` ($GANTRY_BIN) on $GANTRY_GOLDEN/qwen3-tiny.bf16.gguf as model
+ * "tiny" with --threads 1 plus extra (NULL-terminated: --listen etc.); its stderr is appended to
+ * log_path. Waits (60 s) for its "ready grpc_port=N metrics_port=M" line; the process gets
+ * SIGKILL when the test process dies. 0 or -1. */
+typedef struct ep {
+  pid_t pid;
+  int out_fd;
+  int grpc_port, metrics_port;
+} ep_t;
+int ep_start(ep_t *e, const char *log_path, const char *const *extra);
+/* SIGTERM and reap. */
+void ep_stop(ep_t *e);
 
 /* The usual stack of a router test: a redis-server, one fake engine for model "tiny" and the
  * router (--redis, --engine tiny=..., then extra, NULL-terminated). rstack_start aborts the

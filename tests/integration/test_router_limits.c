@@ -1,12 +1,13 @@
 /* tests/integration/test_router_limits.c — request caps and small protocol defects of issue 15
  * (items 4 and 6), with a real redis-server, the real router (--auth keys --protect-info
  * --max-body-bytes 65536, HTTP and gRPC fronts) and a scripted fake engine (context 4096):
- *   - the gRPC front caps request messages like HTTP bodies (it accepted 64 MiB);
+ *   - the gRPC front caps request messages like HTTP bodies (it accepted 64 MiB), and enforces
+ *     the HTTP front's limits (logit_bias, stop strings, priority, n, sampling ranges);
  *   - max_tokens beyond the context: 400 context_length_exceeded (HTTP) / INVALID_ARGUMENT;
  *   - Content-Type text/plain: 415;
  *   - --protect-info: /metrics, /v1/models and ListModels need an API key or the admin key;
- *   - a 429's Retry-After comes from the measured admission rate (it said 26 s for a queue that
- *     drained in 7 s);
+ *   - a 429's Retry-After comes from the measured admission rate and says when the full queue
+ *     has room again (it said 26 s for a queue that drained in 7 s, then the time to drain it all);
  *   - gRPC admin calls are counted in gantry_router_requests_total with their outcome. */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -91,6 +92,106 @@ static void test_grpc_front_message_cap(void **st) {
   /* 1 KB passes the cap (and is refused for max_tokens, below) */
   assert_int_equal(grpc_generate(1000, 1000000), GT_RPC_INVALID_ARGUMENT);
   assert_int_equal(fe_generates(g_k.fe), 0);
+}
+
+/* Router/Generate of a small prompt after mut(g) changed the request: the status, with its
+ * message in msg. */
+static gt_rpc_code_t grpc_mutated(void (*mut)(Gantry__V1__GenerateRequest *g), char *msg, size_t msz) {
+  Gantry__V1__GenerateRequest g = GANTRY__V1__GENERATE_REQUEST__INIT;
+  g.input_case = GANTRY__V1__GENERATE_REQUEST__INPUT_PROMPT;
+  g.prompt = "hi";
+  g.max_tokens_opt_case = GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
+  g.max_tokens = 2;
+  mut(&g);
+  Gantry__V1__RouterGenerateRequest r = GANTRY__V1__ROUTER_GENERATE_REQUEST__INIT;
+  r.model = "tiny";
+  r.request = &g;
+  gt_rpc_md_t md[] = {{"authorization", "Bearer k1"}};
+  ProtobufCMessage *resp = NULL;
+  gt_rpc_status_t s;
+  gt_rpc_code_t code = gt_rpc_client_unary(g_rpc, "/gantry.v1.Router/Generate", &r.base,
+                                           &gantry__v1__generate_response__descriptor, 10000, md, 1, &resp, &s);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(msg, msz, "%s", code == GT_RPC_OK ? "" : s.message);
+  return code;
+}
+
+static Gantry__V1__TokenBias g_bias[2000], *g_biasp[2000];
+static char *g_stops[17];
+static char g_long_stop[2001];
+static Gantry__V1__SamplingParams g_sp;
+static void mut_logit_bias(Gantry__V1__GenerateRequest *g) {
+  for (int i = 0; i < 2000; i++) {
+    gantry__v1__token_bias__init(&g_bias[i]);
+    g_bias[i].id = i;
+    g_bias[i].bias = 1;
+    g_biasp[i] = &g_bias[i];
+  }
+  g->n_logit_bias = 2000;
+  g->logit_bias = g_biasp;
+}
+static void mut_bias_value(Gantry__V1__GenerateRequest *g) {
+  mut_logit_bias(g);
+  g->n_logit_bias = 1;
+  g_bias[0].bias = 1e6f;
+}
+static void mut_stop_count(Gantry__V1__GenerateRequest *g) {
+  for (int i = 0; i < 17; i++) g_stops[i] = "x";
+  g->n_stop = 17;
+  g->stop = g_stops;
+}
+static void mut_stop_len(Gantry__V1__GenerateRequest *g) {
+  memset(g_long_stop, 'y', 2000);
+  g_long_stop[2000] = '\0';
+  g_stops[0] = g_long_stop;
+  g->n_stop = 1;
+  g->stop = g_stops;
+}
+static void mut_priority(Gantry__V1__GenerateRequest *g) { g->priority = 2147483647; }
+static void mut_n(Gantry__V1__GenerateRequest *g) { g->n = 5000; }
+static void mut_temperature(Gantry__V1__GenerateRequest *g) {
+  gantry__v1__sampling_params__init(&g_sp);
+  g_sp.temperature_opt_case = GANTRY__V1__SAMPLING_PARAMS__TEMPERATURE_OPT_TEMPERATURE;
+  g_sp.temperature = 5;
+  g->sampling = &g_sp;
+}
+static void mut_top_logprobs(Gantry__V1__GenerateRequest *g) {
+  g->top_logprobs_opt_case = GANTRY__V1__GENERATE_REQUEST__TOP_LOGPROBS_OPT_TOP_LOGPROBS;
+  g->top_logprobs = 50;
+}
+
+/* The gRPC front refuses what the HTTP front refuses (it passed 2,000 logit_bias entries,
+ * 17 stop strings, priority 2^31-1 and n 5000 to the engine), naming the value sent. */
+static void test_grpc_front_same_limits(void **st) {
+  (void)st;
+  struct {
+    void (*mut)(Gantry__V1__GenerateRequest *);
+    const char *want;
+  } cases[] = {
+      {mut_logit_bias, "'logit_bias' has 2000 entries"}, {mut_bias_value, "must be a number in [-100, 100]"},
+      {mut_stop_count, "'stop' has 17 entries"},         {mut_stop_len, "'stop[0]' has 2000 bytes"},
+      {mut_priority, "got 2147483647"},                  {mut_n, "(got 5000)"},
+      {mut_temperature, "'temperature' must be between 0 and 2, got 5"},
+      {mut_top_logprobs, "'top_logprobs' must be at most 20, got 50"},
+  };
+  const int before = fe_generates(g_k.fe);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char msg[512];
+    gt_rpc_code_t code = grpc_mutated(cases[i].mut, msg, sizeof msg);
+    if (code != GT_RPC_INVALID_ARGUMENT || !strstr(msg, cases[i].want))
+      fail_msg("case %zu: %s %s (want INVALID_ARGUMENT '%s')", i, gt_rpc_code_name(code), msg, cases[i].want);
+  }
+  assert_int_equal(fe_generates(g_k.fe), before); /* none reached the engine */
+  /* the stop-string length holds on the HTTP front too */
+  char req[2300];
+  memset(g_long_stop, 'y', 2000);
+  g_long_stop[2000] = '\0';
+  snprintf(req, sizeof req, "{\"model\":\"tiny\",\"prompt\":\"hi\",\"stop\":[\"%s\"]}", g_long_stop);
+  const char *h[] = {"Content-Type: application/json", "Authorization: Bearer k1", NULL};
+  char *b = NULL;
+  assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/completions", h, req, strlen(req), &b, NULL), 400);
+  assert_non_null(strstr(b, "'stop[0]' has 2000 bytes"));
+  free(b);
 }
 
 static void test_max_tokens_beyond_context(void **st) {
@@ -193,7 +294,7 @@ static void test_retry_after_from_admission_rate(void **st) {
   (void)st;
   /* limits for a model no engine serves: 404 (a typo used to create a new pool silently) */
   assert_int_equal(put_limits("{\"model\":\"tinny\",\"max_inflight\":1}"), 404);
-  assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":1,\"max_queued\":5}"), 200);
+  assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":1,\"max_queued\":30}"), 200);
   /* about 10 admissions a second: 20 requests of 5 tokens at 20 ms */
   const char *h[] = {"Content-Type: application/json", "Authorization: Bearer k1", NULL};
   const char *slow = "{\"model\":\"tiny\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"SLOW\"}]}";
@@ -202,20 +303,22 @@ static void test_retry_after_from_admission_rate(void **st) {
     assert_int_equal(http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, NULL), 200);
     free(b);
   }
-  int fds[6];
-  for (int i = 0; i < 6; i++) fds[i] = start_slow(5); /* one runs, five wait */
+  int fds[31];
+  for (int i = 0; i < 31; i++) fds[i] = start_slow(5); /* one runs, thirty wait */
   double end = gt_now_ms() + 5000;
-  while (pool_queued() < 5 && gt_now_ms() < end) usleep(2000);
+  while (pool_queued() < 30 && gt_now_ms() < end) usleep(2000);
   char *b = NULL, *hd = NULL;
   long s = http_req(g_k.rp.http_port, "POST", "/v1/chat/completions", h, slow, strlen(slow), &b, &hd);
   const char *ra = hd ? strcasestr(hd, "Retry-After:") : NULL;
-  printf("queue of 5 at ~10 admissions/s: status %ld, %.20s\n", s, ra ? ra : "no Retry-After");
+  printf("full queue of 30 at ~10 admissions/s: status %ld, %.20s\n", s, ra ? ra : "no Retry-After");
   assert_int_equal(s, 429);
   assert_non_null(ra);
-  assert_true(atoi(ra + 12) <= 2); /* the pool-cap guess said 6 s */
+  /* the queue has room after one admission (~0.1 s): 1 s; the time to drain it all said 4 s,
+   * and the pool-cap guess 31 s */
+  assert_int_equal(atoi(ra + 12), 1);
   free(b);
   free(hd);
-  for (int i = 0; i < 6; i++) close(fds[i]);
+  for (int i = 0; i < 31; i++) close(fds[i]);
   assert_int_equal(put_limits("{\"model\":\"tiny\",\"max_inflight\":64,\"max_queued\":1024}"), 200);
 }
 
@@ -315,6 +418,7 @@ static void test_grpc_admin_counted_by_outcome(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_grpc_front_message_cap),
+      cmocka_unit_test(test_grpc_front_same_limits),
       cmocka_unit_test(test_max_tokens_beyond_context),
       cmocka_unit_test(test_content_type_415),
       cmocka_unit_test(test_protect_info),

@@ -256,34 +256,6 @@ static void push(exp_t *e, int *n, const char *name, int64_t ne0, int64_t ne1, g
   (*n)++;
 }
 
-static void test_layers_override(void **state) {
-  (void)state;
-  mk_plan_t *full = NULL, *pl = NULL;
-  gt_err_t err = {0};
-  assert_int_equal(mk_plan_create("qwen35-27b", "Q4_K_M", -1, 0, &full, &err), GT_OK);
-  assert_int_equal(mk_plan_create_layers("qwen35-27b", "Q4_K_M", -1, 0, 8, &pl, &err), GT_OK);
-  assert_int_equal(pl->p->n_layer, 8);
-  assert_int_equal(full->p->n_layer, 64);
-  int seen7 = 0;
-  for (int64_t i = 0; i < pl->n; i++) {
-    assert_null(strstr(pl->t[i].name, "blk.8."));
-    seen7 |= strncmp(pl->t[i].name, "blk.7.", 6) == 0;
-    for (int64_t j = 0; j < full->n; j++)
-      if (!strcmp(full->t[j].name, pl->t[i].name)) {
-        assert_int_equal(full->t[j].ne[0], pl->t[i].ne[0]);
-        assert_int_equal(full->t[j].ne[1], pl->t[i].ne[1]);
-      }
-  }
-  assert_true(seen7);
-  assert_true(pl->data_bytes < full->data_bytes / 2); /* the head and embeddings stay whole */
-  mk_plan_free(pl);
-  mk_plan_free(full);
-  pl = NULL;
-  assert_int_not_equal(mk_plan_create_layers("qwen35-27b", "Q4_K_M", -1, 0, 6, &pl, &err), GT_OK);
-  assert_null(pl);
-  assert_non_null(strstr(err.msg, "full-attention interval"));
-}
-
 static void test_qwen35_9b_header(void **state) {
   (void)state;
   /* Qwen3.5-9B: hidden 4096, 32 layers (every 4th full attention), 16 heads, 4 KV heads,
