@@ -64,4 +64,84 @@ __device__ __forceinline__ float mmq_prep_quad(const float4 v, int parts, uint2 
   p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
   return p;
 }
+/* One 256-element chunk kb of a warp's two groups of 16 weight rows (wa / wb: the rows g and
+ * g + 8 of each group, ws: row lane / 2 for the scales) against NT x tiles of 8 columns in NP
+ * bf16 parts: the quant words and scales loaded, the scales decoded into the warp's slots scs
+ * (2 x 256 floats), then per sub-block one mma per k-step, tile and part from zero and acc +=
+ * d·sc·c (- dmin·m·Σx, sums sx [cols / 32][npad] at x row xr0 + 8 j + 2 tig). bload(s, j, p):
+ * the lane's B fragment (b0, b1) of k-step s, tile j, part p. Shared by mmq.cu and
+ * mmq_prefill.cu, which differ only in the layout bload reads. */
+template <class D, int NT, int NP, class BLoad>
+__device__ __forceinline__ void mmq_chunk(float (&acc)[2][NT][4], const uint8_t *const (&wa)[2],
+                                          const uint8_t *const (&wb)[2], const uint8_t *const (&ws)[2], int64_t kb,
+                                          int lane, float *scs, const float *__restrict__ sx, int64_t npad, int64_t xr0,
+                                          BLoad bload) {
+  const int g = lane >> 2, tig = lane & 3;
+  typename D::raw ra[2], rb[2];
+  typename D::sraw sr[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    D::load(ra[i], wa[i], kb, tig);
+    D::load(rb[i], wb[i], kb, tig);
+    D::sload(sr[i], ws[i], kb, lane & 1);
+  }
+  __syncwarp(); /* previous chunk's scales read by every lane */
+#pragma unroll
+  for (int i = 0; i < 2; i++) D::sdecode(sr[i], lane & 1, (float4 *)(scs + i * 256 + (lane >> 1) * 16 + 8 * (lane & 1)));
+  __syncwarp();
+#pragma unroll
+  for (int sb = 0; sb < D::NSUB; sb++) {
+    float c[2][NT][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < NT; j++) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < D::SPS; h++) {
+      const int s = D::SPS * sb + h;
+      uint2 bq[NT][NP];
+#pragma unroll
+      for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int p = 0; p < NP; p++) bq[j][p] = bload(s, j, p);
+#pragma unroll
+      for (int i = 0; i < 2; i++) {
+        const uint32_t af[4] = {D::apair(ra[i], s, 0), D::apair(rb[i], s, 0), D::apair(ra[i], s, 1),
+                                D::apair(rb[i], s, 1)};
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+          for (int p = 0; p < NP; p++) mvm_mma(c[i][j], af, bq[j][p].x, bq[j][p].y);
+      }
+    }
+    [[maybe_unused]] float2 sv[NT];
+    if constexpr (D::HAS_MIN) {
+#pragma unroll
+      for (int j = 0; j < NT; j++) sv[j] = __ldg((const float2 *)(sx + (kb * 8 + sb) * npad + xr0 + 8 * j + 2 * tig));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const float *s0 = scs + i * 256 + g * 16, *s8 = s0 + 8 * 16;
+      if constexpr (D::HAS_MIN) {
+        const float d0 = s0[2 * sb], m0 = s0[2 * sb + 1], d8 = s8[2 * sb], m8 = s8[2 * sb + 1];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+          acc[i][j][0] = fmaf(-m0, sv[j].x, fmaf(d0, c[i][j][0], acc[i][j][0]));
+          acc[i][j][1] = fmaf(-m0, sv[j].y, fmaf(d0, c[i][j][1], acc[i][j][1]));
+          acc[i][j][2] = fmaf(-m8, sv[j].x, fmaf(d8, c[i][j][2], acc[i][j][2]));
+          acc[i][j][3] = fmaf(-m8, sv[j].y, fmaf(d8, c[i][j][3], acc[i][j][3]));
+        }
+      } else {
+        const float d0 = s0[sb], d8 = s8[sb];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+          acc[i][j][0] = fmaf(d0, c[i][j][0], acc[i][j][0]);
+          acc[i][j][1] = fmaf(d0, c[i][j][1], acc[i][j][1]);
+          acc[i][j][2] = fmaf(d8, c[i][j][2], acc[i][j][2]);
+          acc[i][j][3] = fmaf(d8, c[i][j][3], acc[i][j][3]);
+        }
+      }
+    }
+  }
+}
 #endif

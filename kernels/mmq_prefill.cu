@@ -95,74 +95,9 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
   for (int64_t kb = part; kb < nkb; kb += S) {
-    typename D::raw ra[2], rb[2];
-    typename D::sraw sr[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      D::load(ra[i], wa[i], kb, tig);
-      D::load(rb[i], wb[i], kb, tig);
-      D::sload(sr[i], ws[i], kb, lane & 1);
-    }
-    __syncwarp(); /* previous chunk's scales read by every lane */
-#pragma unroll
-    for (int i = 0; i < 2; i++) D::sdecode(sr[i], lane & 1, (float4 *)(scs + i * 256 + (lane >> 1) * 16 + 8 * (lane & 1)));
-    __syncwarp();
     const uint2 *xk = xb + kb * 512;
-#pragma unroll
-    for (int sb = 0; sb < D::NSUB; sb++) {
-      float c[2][NT][4];
-#pragma unroll
-      for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++) c[i][j][0] = c[i][j][1] = c[i][j][2] = c[i][j][3] = 0.0f;
-#pragma unroll
-      for (int h = 0; h < D::SPS; h++) {
-        const int s = D::SPS * sb + h;
-        uint2 bq[NT][NP];
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-          for (int p = 0; p < NP; p++) bq[j][p] = __ldg(xk + p * pst + (int64_t)j * nkb * 512 + s * 32);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-          const uint32_t af[4] = {D::apair(ra[i], s, 0), D::apair(rb[i], s, 0), D::apair(ra[i], s, 1),
-                                  D::apair(rb[i], s, 1)};
-#pragma unroll
-          for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int p = 0; p < NP; p++)
-              mvm_mma(c[i][j], af, bq[j][p].x, bq[j][p].y);
-        }
-      }
-      [[maybe_unused]] float2 sv[NT];
-      if constexpr (D::HAS_MIN) {
-#pragma unroll
-        for (int j = 0; j < NT; j++) sv[j] = __ldg((const float2 *)(sx + (kb * 8 + sb) * npad + xr0 + 8 * j + 2 * tig));
-      }
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-        const float *s0 = scs + i * 256 + g * 16, *s8 = s0 + 8 * 16;
-        if constexpr (D::HAS_MIN) {
-          const float d0 = s0[2 * sb], m0 = s0[2 * sb + 1], d8 = s8[2 * sb], m8 = s8[2 * sb + 1];
-#pragma unroll
-          for (int j = 0; j < NT; j++) {
-            acc[i][j][0] = fmaf(-m0, sv[j].x, fmaf(d0, c[i][j][0], acc[i][j][0]));
-            acc[i][j][1] = fmaf(-m0, sv[j].y, fmaf(d0, c[i][j][1], acc[i][j][1]));
-            acc[i][j][2] = fmaf(-m8, sv[j].x, fmaf(d8, c[i][j][2], acc[i][j][2]));
-            acc[i][j][3] = fmaf(-m8, sv[j].y, fmaf(d8, c[i][j][3], acc[i][j][3]));
-          }
-        } else {
-          const float d0 = s0[sb], d8 = s8[sb];
-#pragma unroll
-          for (int j = 0; j < NT; j++) {
-            acc[i][j][0] = fmaf(d0, c[i][j][0], acc[i][j][0]);
-            acc[i][j][1] = fmaf(d0, c[i][j][1], acc[i][j][1]);
-            acc[i][j][2] = fmaf(d8, c[i][j][2], acc[i][j][2]);
-            acc[i][j][3] = fmaf(d8, c[i][j][3], acc[i][j][3]);
-          }
-        }
-      }
-    }
+    mmq_chunk<D, NT, NP>(acc, wa, wb, ws, kb, lane, scs, sx, npad, xr0,
+                         [&](int s, int j, int p) { return __ldg(xk + p * pst + (int64_t)j * nkb * 512 + s * 32); });
   }
 
   /* sums [warp][group][row 16][x col XC] in this block's shared memory, in the warp's own region
