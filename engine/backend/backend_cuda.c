@@ -239,6 +239,7 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   be_cuda_t *c = CU_BE(be);
   cu__flush_eager(be); /* a step that ended without download / sync */
   c->decode_batch = 0;
+  cu__t_decode_batch = 0;
   if (b->n_tok < 0 || b->n_seq < 0 || b->n_out < 0 || b->max_blocks < 0)
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: negative batch sizes");
   const int nt = b->n_tok, ns = b->n_seq, no = b->n_out;
@@ -315,6 +316,7 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   for (int s = 0; s < ns && one_each; s++) one_each = sn[s] == 1;
   const int decode = one_each && nt <= BE_GRAPH_MAX_SEQS;
   c->decode_batch = decode;
+  cu__t_decode_batch = one_each;
   /* an armed profile records any step (a prefill too); only decode steps become graphs */
   if ((decode && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
     c->recording = 1;

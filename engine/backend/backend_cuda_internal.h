@@ -140,6 +140,8 @@ float *cu__scratch(be_t *be, size_t n);
 size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows);
 /* Scratch floats the mmq path needs for w and rows, or 0 when w does not take it. */
 size_t cu__mmq_floats(const be_weight_t *w, int rows);
+/* 1 while the calling thread's backend runs a decode batch (backend_cuda_ops.c x_parts) */
+extern __thread int cu__t_decode_batch;
 /* Scratch floats the fast prefill product (dequantize to bf16 + cuBLAS GEMM, "fast" prefill
  * precision) needs for w and rows, or 0 when w does not take it. */
 size_t cu__deq_gemm_floats(const be_weight_t *w, int rows);

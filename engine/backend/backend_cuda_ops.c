@@ -131,9 +131,17 @@ static int act_bf16(void) {
 
 const char *be_cuda_activations(void) { return act_bf16() ? "bf16" : "fp32"; }
 
-/* x parts of a product of `rows` rows: 1 (bf16 x) with bf16 activations, else kc_mmq_parts (3 for
- * decode batches, the prefill setting above KC_MMQ_EXACT_ROWS) */
-static int x_parts(int rows) { return act_bf16() ? 1 : kc_mmq_parts(rows); }
+/* The calling thread's backend is running a decode batch (one token per sequence): set by
+ * cu_set_batch, read by the products of the same step. Thread-local because each rank of a
+ * group runs its steps (set_batch, ops, their replay) on its own worker thread. */
+__thread int cu__t_decode_batch;
+
+/* x parts of a product of `rows` rows: 1 (bf16 x) with bf16 activations, else 3 for decode
+ * batches of any size up to BE_GRAPH_MAX_SEQS (fp32-exact x: GPU decode keeps CPU greedy past
+ * 64 sequences too), else kc_mmq_parts (3 up to KC_MMQ_EXACT_ROWS, the prefill setting above). */
+static int x_parts(int rows) {
+  return act_bf16() ? 1 : cu__t_decode_batch && rows <= BE_GRAPH_MAX_SEQS ? 3 : kc_mmq_parts(rows);
+}
 
 int be_cuda_set_prefill_precision(const char *name) {
   if (!name) g_prefill_fast = -1;

@@ -196,7 +196,7 @@ if has_part decode; then
       awk '/^all-reduce per decode step/ {on = 1} on && /^$/ {exit} on {print}' "$log"
       for b in $batches; do
         # the batch-b row of engine/models/bench.h's table: | batch | prefill tok/s | decode ms/step | ...
-        ms=$(awk -F'|' -v b="$b" 'NF == 12 && $2 ~ /[0-9]/ && $2 + 0 == b && $4 ~ /[0-9]/ {gsub(/ /, "", $4); print $4; exit}' "$log")
+        ms=$(awk -F'|' -v b="$b" '(NF == 12 || NF == 13) && $2 ~ /[0-9]/ && $2 + 0 == b && $4 ~ /[0-9]/ {gsub(/ /, "", $4); print $4; exit}' "$log")
         echo "== decode $tag TP $n: rc=$r, batch-$b decode ${ms:-?} ms/step (log $log)"
         if [ $r -ne 0 ] || [ -z "$ms" ]; then
           tail -n 5 "$log"

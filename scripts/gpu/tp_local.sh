@@ -145,7 +145,7 @@ if [ "${BENCH:-1}" = 1 ]; then
         GANTRY_MODEL_LAYERS=$k timeout 240 "$D/bench_decode" --model "$f" --batch "$BATCH" --prompt "$PROMPT" --gen "$GEN" \
           $solo >"$log" 2>&1
         r=$?
-        ms=$(awk -F'|' 'NF == 12 && $2 ~ /[0-9]/ {gsub(/ /, "", $2); gsub(/ /, "", $4); printf "b%s %s ms  ", $2, $4}' "$log")
+        ms=$(awk -F'|' '(NF == 12 || NF == 13) && $2 ~ /[0-9]/ {gsub(/ /, "", $2); gsub(/ /, "", $4); printf "b%s %s ms  ", $2, $4}' "$log")
         echo "== bench $p first $k layers, rank 0 of $n: rc=$r $ms"
         [ $r -eq 0 ] || { tail -3 "$log"; rc=1; }
       done

@@ -35,7 +35,7 @@ def decode_ms(path, batch):
     with open(path) as f:
         for line in f:
             c = [x.strip() for x in line.split("|")]
-            if len(c) == 12 and c[1].isdigit() and int(c[1]) == batch:
+            if len(c) in (12, 13) and c[1].isdigit() and int(c[1]) == batch:
                 return float(c[3])
     raise ValueError(f"{path}: no decode row for batch {batch}")
 
