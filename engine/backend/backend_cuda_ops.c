@@ -189,19 +189,8 @@ static int deq_parts(int rows) { return x_parts(rows) == 1 ? 1 : 2; }
  * precision "fast", a K-quant or Q8_0 weight, more than KC_MMQ_EXACT_ROWS rows (prefill; decode
  * batches keep the exact paths). Layout: xs [2][rows][cols] bf16 (hi, lo), then one weight tile
  * [deq_tile_rows][cols] bf16. */
-/* Fewest rows the fast prefill product takes (below: mmq). GANTRY_DEQ_MIN_ROWS, a measurement
- * knob for the 65..256-row decode batches graphs now serve; default KC_MMQ_EXACT_ROWS + 1. */
-static int deq_min_rows(void) {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("GANTRY_DEQ_MIN_ROWS");
-    v = e && atoi(e) > KC_MMQ_EXACT_ROWS ? atoi(e) : KC_MMQ_EXACT_ROWS + 1;
-  }
-  return v;
-}
-
 size_t cu__deq_gemm_floats(const be_weight_t *w, int rows) {
-  if (!prefill_fast() || rows < deq_min_rows() || !w || !w->data || w->cols % 8 || w->cols > (1 << 30) ||
+  if (!prefill_fast() || rows <= KC_MMQ_EXACT_ROWS || !w || !w->data || w->cols % 8 || w->cols > (1 << 30) ||
       w->rows > (1 << 30))
     return 0;
   if (w->type != GT_TYPE_Q4_K && w->type != GT_TYPE_Q5_K && w->type != GT_TYPE_Q6_K && w->type != GT_TYPE_Q8_0) return 0;

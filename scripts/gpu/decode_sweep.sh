@@ -9,8 +9,7 @@
 #      GANTRY_LOG_SLOW_STEP_MS, one greedy stream of $STUTTER_TOKENS tokens through gRPC
 #      (engine-bench --target: itl p50 / p99 / max), the slow-step log lines and the graph
 #      capture / eager counters from /metrics; the same on qwen3-8b as the control;
-#   4. bench_decode qwen3-8b --batch $BATCH (default 1,8,32,64,128,256): graphs past 32, with the
-#      default product rules and with GANTRY_DEQ_MIN_ROWS=$DEQ_ALT (mmq up to that many rows);
+#   4. bench_decode qwen3-8b --batch $BATCH (default 1,8,32,64,128,256): graphs past 32;
 #   5. bench_decode on the shortened qwen35-27b: prefill 512 / 2048 and the per-op profile.
 # Logs in $OUT (default /tmp/decode-sweep); stdout carries the tables.
 set -u
@@ -23,7 +22,7 @@ MD=${MODELDIR:-/tmp}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export GANTRY_GOLDEN="$SRC/tests/golden"
-L27=${L27:-16} BATCH=${BATCH:-1,8,32,64,128,256} DEQ_ALT=${DEQ_ALT:-257} STUTTER_TOKENS=${STUTTER_TOKENS:-1500}
+L27=${L27:-16} BATCH=${BATCH:-1,8,32,64,128,256} STUTTER_TOKENS=${STUTTER_TOKENS:-1500}
 cat "$D/COMMIT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 
@@ -84,10 +83,6 @@ if [ "${BENCH:-1}" = 1 ]; then
   echo "== bench_decode qwen3-8b Q4_K_M --batch $BATCH (default products)"
   timeout 280 "$D/bench_decode" --model "$MD/q8b.gguf" --batch "$BATCH" --prompt 512 --gen 32 >"$OUT/b8.txt" 2>&1
   grep -E '^\| [0-9]|^\| batch|captured|warm-up' "$OUT/b8.txt"
-  echo "== bench_decode qwen3-8b GANTRY_DEQ_MIN_ROWS=$DEQ_ALT --batch 64,128,256"
-  GANTRY_DEQ_MIN_ROWS=$DEQ_ALT timeout 200 "$D/bench_decode" --model "$MD/q8b.gguf" --batch 64,128,256 --prompt 512 \
-    --gen 32 >"$OUT/b8mmq.txt" 2>&1
-  grep -E '^\| [0-9]|^\| batch' "$OUT/b8mmq.txt"
   wait $p3
   echo "== bench_decode qwen35-27b Q4_K_M ($L27 layers) --batch 1,8 --prompt 512,2048"
   timeout 200 "$D/bench_decode" --model "$MD/q27b.gguf" --batch 1,8 --prompt 512,2048 --gen 16 >"$OUT/b27.txt" 2>&1
