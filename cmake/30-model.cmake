@@ -13,6 +13,7 @@ add_library(gantry_model STATIC
   engine/models/model.c
   engine/models/qwen3.c
   engine/models/qwen35.c
+  engine/models/qwen35_mtp.c
   engine/models/shard.c
   engine/models/tp.c
   engine/backend/sampler.c
@@ -24,6 +25,7 @@ target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
   engine/sched/spec_ngram.c
+  engine/sched/spec_mtp.c
   engine/sched/constraint.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok gantry_chat gantry_common Threads::Threads)
 

@@ -13,3 +13,5 @@ gt_add_test(test_qwen35
   SOURCES tests/unit/test_qwen35.c
   LIBS gantry_model gantry_quant gantry_testutil
   TIMEOUT 300)
+# the MTP drafter: its forward against a plain reference, speculative identity (tests/unit/test_qwen35_mtp.c)
+gt_add_test(test_qwen35_mtp SOURCES tests/unit/test_qwen35_mtp.c LIBS gantry_sched gantry_model_fx gantry_quant TIMEOUT 600)

@@ -76,8 +76,9 @@ static void usage(void) {
         CLI_KV_DTYPE_HELP
         CLI_ACTIVATIONS_HELP
         CLI_PREFILL_PRECISION_HELP
-        "  --speculative M         speculative decoding: ngram (prompt lookup over the request's prompt and\n"
-        "                          output) or off (default); output is unchanged (engine/SERVE.md\n"
+        "  --speculative M         speculative decoding: mtp (the model's MTP block, Qwen3.5), ngram (prompt\n"
+        "                          lookup over the request's prompt and output) or off (default); output\n"
+        "                          is unchanged (engine/SERVE.md\n"
         "                          \"Speculative decoding\")\n"
         "  --num-speculative-tokens K  drafts per step, 1..8 (default 3)\n"
         "  --spec-max-seqs N       no drafts in a step with more decoding sequences (default 8)\n"
@@ -157,8 +158,9 @@ int cmd_serve(int argc, char **argv) {
       case 'd': if (cli_float("--drain-timeout", optarg, 0, 86400, &drain_s)) return 2; break;
       case 'S':
         if (strcmp(optarg, "ngram") == 0) spec_mode = SCHED_SPEC_NGRAM;
+        else if (strcmp(optarg, "mtp") == 0) spec_mode = SCHED_SPEC_MTP;
         else if (strcmp(optarg, "off") == 0) spec_mode = SCHED_SPEC_OFF;
-        else return cli_fail("--speculative expects ngram or off, got '%s'", optarg), 2;
+        else return cli_fail("--speculative expects mtp, ngram or off, got '%s'", optarg), 2;
         break;
       case 'N': if (cli_int("--num-speculative-tokens", optarg, 1, SCHED_SPEC_MAX_K, &spec_k)) return 2; break;
       case 'M': if (cli_int("--spec-max-seqs", optarg, 1, 4096, &spec_seqs)) return 2; break;
@@ -266,7 +268,7 @@ int cmd_serve(int argc, char **argv) {
   }
   GT_LOG_INFO("max_num_seqs=%ld max_batch_tokens=%ld max_waiting=%ld speculative=%s num_speculative_tokens=%ld "
               "spec_max_seqs=%ld",
-              max_seqs, max_batch, max_waiting, spec_mode == SCHED_SPEC_NGRAM ? "ngram" : "off",
+              max_seqs, max_batch, max_waiting, spec_mode == SCHED_SPEC_NGRAM ? "ngram" : spec_mode == SCHED_SPEC_MTP ? "mtp" : "off",
               spec_mode ? spec_k : 0, spec_mode ? spec_seqs : 0);
   GT_LOG_INFO("listening grpc=%s port=%d metrics=%s:%d load_ms=%.0f", listen, port, metrics_port >= 0 ? mhost : "off", mport,
               gt_now_ms() - t0);

@@ -211,7 +211,7 @@ static size_t ssm_dim(const model_t *m) { return (size_t)m->sh.gdn_n_v * m->hp.g
 
 size_t model_kv_bytes_per_token(const model_t *m) {
   if (m->tp) return tp_kv_bytes_per_token(m->tp);
-  return (size_t)m->hp.n_attn_layers * be_kv_token_bytes(m->be, m->sh.n_head_kv * m->hp.head_dim);
+  return (size_t)(m->hp.n_attn_layers + m->mtp_kv_layers) * be_kv_token_bytes(m->be, m->sh.n_head_kv * m->hp.head_dim);
 }
 
 size_t model_state_bytes_per_slot(const model_t *m) {
@@ -230,7 +230,7 @@ int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt
     return rc;
   }
   be_t *be = m->be;
-  int rc = be->ops->kv_init(be, m->hp.n_attn_layers, n_blocks, block_tokens, m->sh.n_head_kv * m->hp.head_dim);
+  int rc = be->ops->kv_init(be, m->hp.n_attn_layers + m->mtp_kv_layers, n_blocks, block_tokens, m->sh.n_head_kv * m->hp.head_dim);
   if (!rc && m->hp.n_gdn_layers > 0)
     rc = be->ops->state_init(be, m->hp.n_gdn_layers, n_slots, conv_dim(m), ssm_dim(m));
   if (rc) {
@@ -240,6 +240,18 @@ int model_cache_init(model_t *m, int n_blocks, int block_tokens, int n_slots, gt
   m->cache_bytes = (size_t)n_blocks * block_tokens * model_kv_bytes_per_token(m) +
                    (m->hp.n_gdn_layers > 0 ? (size_t)n_slots * model_state_bytes_per_slot(m) : 0);
   return GT_OK;
+}
+
+int model_mtp_enable(model_t *m, gt_err_t *err) {
+  if (m->tp) return gt_err_set(err, GT_EUNSUPPORTED, "the MTP drafter runs on one backend (no tensor parallelism)");
+  if (!m->arch->mtp_enable || m->hp.n_nextn <= 0)
+    return gt_err_set(err, GT_EUNSUPPORTED, "model %s has no MTP (nextn) block", m->hp.name);
+  return m->arch->mtp_enable(m, err);
+}
+
+int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err) {
+  if (!m->mtp_kv_layers) return gt_err_set(err, GT_EINVAL, "model_mtp_forward before model_mtp_enable");
+  return m->arch->mtp_forward(m, b, src, logits, err);
 }
 
 int model_backend_err(be_t *be, gt_err_t *err) {

@@ -31,7 +31,7 @@ typedef struct model_hparams {
   int full_attn_interval;
   int conv_kernel;      /* {arch}.ssm.conv_kernel */
   int gdn_n_k, gdn_n_v, gdn_d_k, gdn_d_v;
-  int n_nextn;          /* MTP layers present in the file (loaded, not yet used) */
+  int n_nextn;          /* MTP layers present in the file (the drafter runs the first: model_mtp_forward) */
 } model_hparams_t;
 
 typedef struct model model_t;
@@ -47,6 +47,9 @@ typedef struct model_arch {
   /* Optional: reads hyperparameters only (hp->arch and hp->name already set), without loading
    * weights; NULL means model_read_hparams falls back to a full load on the CPU. */
   int (*hparams)(model_hparams_t *hp, const gguf_t *g, gt_err_t *err);
+  /* Optional (NULL: no MTP drafter): model_mtp_enable / model_mtp_forward below. */
+  int (*mtp_enable)(model_t *m, gt_err_t *err);
+  int (*mtp_forward)(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err);
 } model_arch_t;
 
 struct model {
@@ -63,6 +66,7 @@ struct model {
   int64_t n_params;      /* parameters (all ranks) */
   int max_tokens;        /* largest n_tok a forward may get (scratch sizing) */
   int max_out;           /* largest n_out */
+  int mtp_kv_layers;     /* KV layers the MTP drafter adds after the model's own (model_mtp_enable) */
   /* set only during model_forward_sample: model_head samples into head_ids instead of
    * downloading logits */
   const be_sample_row_t *head_rows;
@@ -108,6 +112,20 @@ int model_forward_sample(model_t *m, const be_batch_t *b, const be_sample_row_t 
  * (= model_forward_sample). */
 int model_forward_sample_mask(model_t *m, const be_batch_t *b, const be_sample_row_t *rows, int32_t *ids,
                               const uint32_t *mask, const uint32_t *rmap, gt_err_t *err);
+
+/* ---- MTP drafter (multi-token prediction: Qwen3.5's nextn block, engine/models/qwen35_mtp.c) ----
+ * model_mtp_enable: before model_cache_init; gives the MTP block its own KV layer in the paged
+ * pool (after the model's attention layers: model_kv_bytes_per_token counts it) and makes every
+ * later forward keep its final-normed hidden state of every row. GT_EUNSUPPORTED when the file
+ * has no MTP block, the architecture has no drafter, or m is a tensor-parallel group.
+ * model_mtp_forward: one MTP step over batch b, row t predicting the token at position pos[t] + 2:
+ * tok[t] is the token at position pos[t] + 1 and its hidden input is src[t] >= 0: row src[t] of
+ * the last model forward's batch, or src[t] < 0: out row -1 - src[t] of the previous
+ * model_mtp_forward (chaining: the MTP block's own normed output hidden state). The MTP block's
+ * K/V at pos[t] are written into its KV layer through b's block table (b.state_slot is ignored:
+ * the block has no recurrent state). Logits of b's out_tok rows go to host logits[n_out, n_vocab]. */
+int model_mtp_enable(model_t *m, gt_err_t *err);
+int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err);
 
 /* ---- helpers for architecture code (engine/models/model.c) ---- */
 /* Uploads tensor `name` as a weight; checks it exists, is computable and has shape

@@ -24,70 +24,17 @@
  * the mixer and FFN outputs sum the ranks' parts. Shapes below are the rank's.
  *
  * MTP (nextn) blocks, when the file has them ({arch}.nextn_predict_layers > 0, blocks right after
- * the main stack, counted in block_count or not), are loaded and counted (hp.n_nextn), not run. */
+ * the main stack, counted in block_count or not), are loaded and counted (hp.n_nextn); the first
+ * is the speculative drafter of engine/models/qwen35_mtp.c (model_mtp_forward). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/models/model.h"
+#include "engine/models/qwen35_internal.h"
 
 #define Q35_MAX_KERNEL 16  /* limits of the CPU GDN ops (engine/backend/backend_cpu_gdn.c) */
 #define Q35_MAX_DV 1024
-
-typedef struct {
-  int is_attn;
-  int idx;                    /* index among attention layers (KV) or among GDN layers (state) */
-  be_weight_t attn_norm;      /* [d] */
-  be_weight_t post_norm;      /* [d] post_attention_norm */
-  be_weight_t w_gate, w_up;   /* [ff, d] */
-  be_weight_t w_down;         /* [d, ff] */
-  /* gated attention */
-  be_weight_t wq;             /* [H*2*hd, d]: per head [q | gate] */
-  be_weight_t wk, wv;         /* [Hk*hd, d] */
-  be_weight_t q_norm, k_norm; /* [hd] */
-  be_weight_t wo;             /* [d, H*hd] */
-  /* Gated DeltaNet */
-  be_weight_t wqkv;           /* [C, d], C = 2*n_k*d_k + n_v*d_v */
-  be_weight_t wz;             /* [n_v*d_v, d] attn_gate */
-  be_weight_t w_alpha, w_beta;/* [n_v, d] */
-  be_weight_t ssm_a;          /* [n_v] = -exp(A_log) */
-  be_weight_t dt_bias;        /* [n_v] */
-  be_weight_t conv;           /* [C, K] */
-  be_weight_t ssm_norm;       /* [d_v] */
-  be_weight_t ssm_out;        /* [d, n_v*d_v] */
-} q35_layer_t;
-
-/* One MTP (nextn) block: loaded for completeness, unused by forward. */
-typedef struct {
-  be_weight_t eh_proj;                        /* [d, 2d] */
-  be_weight_t enorm, hnorm, shared_head_norm; /* [d] */
-  be_weight_t shared_head_head;               /* [vocab, d], optional */
-  be_weight_t embed_tokens;                   /* [vocab, d], optional */
-  q35_layer_t blk;                            /* a full-attention layer */
-} q35_mtp_t;
-
-typedef struct {
-  be_weight_t tok_embd;    /* [vocab, d] */
-  be_weight_t output_norm; /* [d] */
-  be_weight_t output;      /* [Vl, d] this rank's vocabulary rows; data NULL when tied */
-  be_weight_t head;        /* the head as used: output, or rows of tok_embd when tied (a view) */
-  q35_layer_t *layers;     /* [n_layer] */
-  q35_mtp_t *mtp;          /* [n_nextn] */
-  /* scratch, backend memory; T = max_tokens */
-  float *x, *h, *o;        /* [T, d] residual stream, normed input, mixer / ffn output */
-  float *gate, *up;        /* [T, ff] */
-  float *qg;               /* [T, H*2*hd] attention q|gate projection */
-  float *q, *ag;           /* [T, H*hd] query, attention gate */
-  float *k, *v;            /* [T, Hk*hd] */
-  float *att;              /* [T, H*hd] */
-  float *mixed, *conv;     /* [T, C] GDN qkv projection, after conv + SiLU */
-  float *gq, *gk;          /* [T, n_k*d_k] */
-  float *gv, *gz, *go;     /* [T, n_v*d_v] value, z gate, scan output */
-  float *galpha, *gbeta;   /* [T, n_v] -> g, beta (in place) */
-  float *xo;               /* [n_out, d] rows whose logits are wanted */
-  float *logits;           /* [MODEL_HEAD_CHUNK, vocab] */
-} q35_t;
 
 static void free_layer(be_t *be, q35_layer_t *L) {
   be_weight_t *ws[] = {&L->attn_norm, &L->post_norm, &L->w_gate, &L->w_up,   &L->w_down,  &L->wq,
@@ -115,7 +62,8 @@ static void q35_free(model_t *m) {
   free(s->layers);
   free(s->mtp);
   float *bufs[] = {s->x,  s->h,  s->o,  s->gate, s->up, s->qg, s->q,      s->ag,    s->k,  s->v,     s->att,
-                   s->mixed, s->conv, s->gq, s->gk, s->gv, s->gz, s->go, s->galpha, s->gbeta, s->xo, s->logits};
+                   s->mixed, s->conv, s->gq, s->gk, s->gv, s->gz, s->go, s->galpha, s->gbeta, s->xo, s->logits,
+                   s->hid, s->mcat, s->mprev, s->mtmp};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) be->ops->free(be, bufs[i]);
   free(s);
@@ -299,7 +247,7 @@ static int load_mtp(model_t *m, const gguf_t *g, q35_t *s, gt_err_t *err) {
     rc = lw(m, g, b, "nextn.eh_proj", d, 2 * d, &M->eh_proj, 0, err);
     rc = rc ? rc : lw(m, g, b, "nextn.enorm", 1, d, &M->enorm, 0, err);
     rc = rc ? rc : lw(m, g, b, "nextn.hnorm", 1, d, &M->hnorm, 0, err);
-    rc = rc ? rc : lw(m, g, b, "nextn.shared_head_norm", 1, d, &M->shared_head_norm, 0, err);
+    rc = rc ? rc : lw(m, g, b, "nextn.shared_head_norm", 1, d, &M->shared_head_norm, 1, err); /* else output_norm */
     rc = rc ? rc : lw(m, g, b, "nextn.shared_head_head", hp->n_vocab, d, &M->shared_head_head, 1, err);
     rc = rc ? rc : lw(m, g, b, "nextn.embed_tokens", hp->n_vocab, d, &M->embed_tokens, 1, err);
     rc = rc ? rc : load_common(m, g, b, &M->blk, err);
@@ -365,7 +313,7 @@ static int q35_load(model_t *m, const gguf_t *g, gt_err_t *err) {
 
 
 /* h [T, d] -> s->o [T, d]: gated attention of layer L (before the all-reduce). */
-static void attn_mixer(model_t *m, const q35_layer_t *L, int T) {
+void q35_attn_mixer(model_t *m, const q35_layer_t *L, int T) {
   q35_t *s = m->arch_data;
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
@@ -425,14 +373,21 @@ static int q35_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t 
     else
       o->add_rmsnorm(be, s->x, s->o, &L->attn_norm, s->h, T, d, eps); /* x += previous ffn output */
     if (L->is_attn)
-      attn_mixer(m, L, T);
+      q35_attn_mixer(m, L, T);
     else
       gdn_mixer(m, L, T);
     o->all_reduce(be, s->o, (size_t)T * d);
     o->add_rmsnorm(be, s->x, s->o, &L->post_norm, s->h, T, d, eps); /* x += mixer output */
     model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   }
-  return model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, &s->head, logits, err);
+  int rc = model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, &s->head, logits, err);
+  /* the MTP drafter's input: the head's input, every row (x already holds the last delta) */
+  if (!rc && s->hid) {
+    o->rmsnorm(be, s->x, &s->output_norm, s->hid, T, d, eps);
+    s->hid_rows = T;
+  }
+  return rc;
 }
 
-const model_arch_t model_arch_qwen35 = {"qwen35", q35_load, q35_free, q35_forward};
+const model_arch_t model_arch_qwen35 = {.name = "qwen35", .load = q35_load, .free = q35_free, .forward = q35_forward,
+                                        .mtp_enable = q35_mtp_enable, .mtp_forward = q35_mtp_forward};

@@ -62,6 +62,8 @@ typedef struct req {
   int slot2;         /* hybrid: the state slot the pre-step state is copied to, -1 when none */
   int redo;          /* hybrid: kept tokens a rollback left to feed again before the new one */
   int spec_skip, spec_pause; /* steps left without drafts; the pause after the next full rejection */
+  int32_t mtp_draft[SCHED_SPEC_MAX_K]; /* SCHED_SPEC_MTP: drafts for when n_tokens == mtp_at */
+  int n_mtp_draft, mtp_at;
   uint64_t rng0[4];  /* the sampler's RNG before this step's device draws (device_rows) */
 } req_t;
 
@@ -79,6 +81,11 @@ struct sched {
   /* hybrid speculation: slots for the pre-step state copies (req_t.slot2), after the snapshot slots */
   int *spec_free, n_spec_free;
   int max_rows;            /* output rows per step: max_num_seqs, plus the draft rows speculation allows */
+  /* SCHED_SPEC_MTP: the drafter's buffers; per batch sequence its pass (mseq) and whether it is
+   * still running after the step's tokens were taken (b_alive) */
+  spec_mtp_t *mtp;
+  spec_mtp_seq_t *mseq;
+  uint8_t *b_alive;
   /* per snapshot slot (index id - max_num_seqs): the committed block carrying it (-1: free) and
    * when it was last taken or reused (snap_tick), so that a new snapshot takes the least recently
    * used slot when none is free (snap_take) */
@@ -317,7 +324,8 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   }
   const int n_spec_slots = s->hybrid ? c.spec_max_seqs : 0;
   s->max_rows = c.max_num_seqs + c.spec_k * c.spec_max_seqs;
-  int rc = plan_pool(m, &c, s->hybrid, n_spec_slots, err);
+  int rc = c.spec_mode == SCHED_SPEC_MTP ? model_mtp_enable(m, err) : GT_OK; /* before the pool: its KV layer */
+  if (!rc) rc = plan_pool(m, &c, s->hybrid, n_spec_slots, err);
   if (rc) {
     free(s);
     return rc;
@@ -356,6 +364,15 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)R);
   s->b_ids = malloc(sizeof(int32_t) * (size_t)R);
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
+  if (c.spec_mode == SCHED_SPEC_MTP) {
+    s->mtp = spec_mtp_create(T, S, s->max_blocks, s->V);
+    s->mseq = calloc((size_t)S, sizeof *s->mseq);
+    s->b_alive = calloc((size_t)S, 1);
+    if (!s->mtp || !s->mseq || !s->b_alive) {
+      rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers (MTP drafter)");
+      goto fail;
+    }
+  }
   s->mask_words = (s->V + 31) / 32;
   s->h_mask = malloc(sizeof(uint32_t) * (size_t)S * s->mask_words);
   s->h_rmap = malloc(sizeof(uint32_t) * (size_t)R);
@@ -413,6 +430,9 @@ void sched_free(sched_t *s) {
   free(s->slot_free);
   free(s->snap_free);
   free(s->spec_free);
+  spec_mtp_free(s->mtp);
+  free(s->mseq);
+  free(s->b_alive);
   free(s->snap_block);
   free(s->snap_used);
   free(s->waiting);
@@ -1055,9 +1075,15 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
   if (k > room_ctx) k = room_ctx;
   if (k > room_out) k = room_out;
   if (k <= 0) return 0;
-  int nd = s->cfg.spec_draft
-               ? s->cfg.spec_draft(s->cfg.spec_draft_ud, q->id, q->index, q->tokens, q->n_tokens, k, q->draft)
-               : spec_ngram_draft(q->tokens, q->n_tokens, k, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, q->draft);
+  int nd = 0;
+  if (s->cfg.spec_draft) {
+    nd = s->cfg.spec_draft(s->cfg.spec_draft_ud, q->id, q->index, q->tokens, q->n_tokens, k, q->draft);
+  } else if (s->cfg.spec_mode == SCHED_SPEC_MTP) { /* drafted after the last step (mtp_pass) */
+    nd = q->mtp_at == q->n_tokens ? (q->n_mtp_draft < k ? q->n_mtp_draft : k) : 0;
+    memcpy(q->draft, q->mtp_draft, sizeof(int32_t) * (size_t)(nd > 0 ? nd : 0));
+  } else {
+    nd = spec_ngram_draft(q->tokens, q->n_tokens, k, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, q->draft);
+  }
   if (nd > k) nd = k;
   for (int j = 0; j < nd; j++)
     if (q->draft[j] < 0 || q->draft[j] >= s->V) nd = j; /* a hook's bad id ends the drafts */
@@ -1128,6 +1154,40 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   while (q->n_blocks > keep && q->n_blocks > q->n_committed) kv_release(s->kv, q->blocks[--q->n_blocks]);
   commit_blocks(s, q);
   return 0;
+}
+
+/* SCHED_SPEC_MTP, after the step's tokens were taken: the MTP pass over each still running
+ * sequence's rows of the step whose next token is known now (spec.h "MTP drafting"), and the
+ * drafts of those that decode (q->mtp_draft, for the step that finds n_tokens == mtp_at). The
+ * rows a rejected draft left are not passed; a hybrid rollback's kept rows are (their hidden
+ * states are exact), and passed again when they are fed again. */
+static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
+  int n = 0;
+  for (int i = 0; i < n_seq; i++) {
+    if (!s->b_alive[i]) continue;
+    req_t *q = s->b_req[i];
+    if (q->r.no_spec) continue;
+    const int p0 = s->b_pos[s->b_first[i]];
+    int rows = q->n_tokens - 1 - p0; /* rows whose next token is known */
+    if (rows > s->b_ntok[i]) rows = s->b_ntok[i];
+    if (rows <= 0) continue;
+    const int last = p0 + rows - 1 == q->n_tokens - 2; /* the pass reaches the newest token */
+    q->mtp_at = -1;
+    s->mseq[n] = (spec_mtp_seq_t){.src_row = s->b_first[i], .n_rows = rows, .pos0 = p0, .next = q->tokens + p0 + 1,
+                                  .blocks = q->blocks, .n_blocks = q->n_blocks,
+                                  .k = last && q->n_generated > 0 && q->n_fork == 0 ? s->cfg.spec_k : 0};
+    s->b_req[n] = q; /* b_req is not read again this step */
+    n++;
+  }
+  if (n == 0) return GT_OK;
+  const int rc = spec_mtp_run(s->mtp, s->m, s->mseq, n, s->cfg.block_tokens, err);
+  for (int i = 0; i < n && !rc; i++) {
+    req_t *q = s->b_req[i];
+    q->n_mtp_draft = s->mseq[i].n_draft;
+    memcpy(q->mtp_draft, s->mseq[i].draft, sizeof(int32_t) * (size_t)q->n_mtp_draft);
+    if (q->n_mtp_draft > 0) q->mtp_at = q->n_tokens;
+  }
+  return rc;
 }
 
 int sched_step(sched_t *s, gt_err_t *err) {
@@ -1234,10 +1294,12 @@ static int step(sched_t *s, gt_err_t *err) {
   for (int i = 0; i < n_seq; i++) {
     req_t *q = s->b_req[i];
     q->n_computed += q->chunk;
+    if (s->b_alive) s->b_alive[i] = 1;
     if (q->n_draft > 0) { /* its rows are verified together; blocks committed after the rollback */
       const int rows = 1 + q->n_draft, done = verify(s, q, o, on_dev);
       o += rows;
       if (done) {
+        if (s->b_alive) s->b_alive[i] = 0;
         for (int k = 0; k < s->n_running; k++)
           if (s->running[k] == q) remove_at(s->running, &s->n_running, k);
         finish(s, q, (sched_finish_t)(done - 1), fail_msg(q, done));
@@ -1273,12 +1335,20 @@ static int step(sched_t *s, gt_err_t *err) {
     o++;
     if (!done && q->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
     if (done) {
+      if (s->b_alive) s->b_alive[i] = 0;
       for (int k = 0; k < s->n_running; k++)
         if (s->running[k] == q) remove_at(s->running, &s->n_running, k);
       finish(s, q, (sched_finish_t)(done - 1), fail_msg(q, done));
     } else {
       emit_delta(q);
     }
+  }
+  if (s->mtp && (rc = mtp_pass(s, n_seq, err)) != GT_OK) {
+    while (s->n_running) {
+      req_t *q = s->running[--s->n_running];
+      finish(s, q, SCHED_FINISH_ERROR, err->msg);
+    }
+    return rc;
   }
   const double slow = slow_step_ms(), t_end = now_ms();
   if (slow > 0 && t_end - t_step > slow) {

@@ -44,7 +44,7 @@ typedef struct sched sched_t;
  * the last kept token is dropped and a hybrid model's recurrent state is restored from a copy
  * taken before the step (the kept tokens are then fed again). Output is therefore the same as
  * without speculation, token for token, for greedy and for seeded sampling alike. */
-enum { SCHED_SPEC_OFF = 0, SCHED_SPEC_NGRAM = 1 };
+enum { SCHED_SPEC_OFF = 0, SCHED_SPEC_NGRAM = 1, SCHED_SPEC_MTP = 2 };
 #define SCHED_SPEC_MAX_K 8
 /* Test hook: proposes up to k drafts (returns how many, 0..k) into out[k] for choice `index` of
  * request `id`, whose tokens[n] are its prompt followed by its output so far. */
@@ -65,8 +65,10 @@ typedef struct {
   /* constrained decoding: states per grammar cache (engine/sched/constraint.h; 0: 65,536, the
    * most; each costs about 1 KiB). An output whose own walk needs more ends with ERROR. */
   int cons_max_states;
-  /* speculative decoding: spec_mode SCHED_SPEC_OFF (default) or SCHED_SPEC_NGRAM (prompt lookup,
-   * engine/sched/spec.h, over n-grams of spec_ngram_min..spec_ngram_max tokens, default 2..4);
+  /* speculative decoding: spec_mode SCHED_SPEC_OFF (default), SCHED_SPEC_NGRAM (prompt lookup,
+   * engine/sched/spec.h, over n-grams of spec_ngram_min..spec_ngram_max tokens, default 2..4) or
+   * SCHED_SPEC_MTP (the model's MTP block, engine/sched/spec.h "MTP drafting": sched_create fails
+   * with GT_EUNSUPPORTED when the model has none; its KV layer is part of the pool);
    * spec_k drafts per step (1..SCHED_SPEC_MAX_K, default 3). Adaptive: no drafts in a step with
    * more than spec_max_seqs decoding sequences (default 8: past that the step is compute-bound),
    * and a sequence whose drafts were all rejected pauses 1, 2, 4 .. 16 steps before drafting

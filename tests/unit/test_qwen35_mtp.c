@@ -1,0 +1,413 @@
+/* The Qwen3.5 MTP drafter (engine/models/qwen35_mtp.c, engine/sched/spec_mtp.c) on the CPU
+ * backend, on a tiny random qwen35 with an MTP block that gantry-mkmodel's library writes in f32
+ * (qwen35-tiny --mtp, llama.cpp's blk.<n_layer>.nextn.* layout):
+ *   - model_mtp_forward against a plain C reference computed here from the file's weights (the
+ *     graph of spec.h / qwen35_mtp.c: enorm / hnorm, eh_proj over concat(embedding, hidden), one
+ *     gated-attention block with its own causal KV, the FFN, shared_head_norm and the head),
+ *     over a prompt pass and a chained draft row;
+ *   - the scheduler with --speculative mtp: greedy output equals output without speculation,
+ *     token for token: batched, prefix-cached, preempted; with drafts that are all right (test
+ *     drafter) and a forced rejection at each draft position while the MTP pass runs alongside;
+ *   - a model without an MTP block is refused.
+ * Random weights: the MTP block's own drafts are (almost) never accepted, so the identity runs
+ * check that verifying them costs nothing in output, and the reference test checks what they
+ * are. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/models/qwen35_internal.h"
+#include "engine/sched/sched.h"
+#include "tests/common/model_fx.h"
+#include "tests/common/testutil.h"
+#include "tools/mkmodel.h"
+
+static char g_path[256];
+
+static int make_model(void **state) {
+  (void)state;
+  snprintf(g_path, sizeof g_path, "/tmp/gantry-test-mtp-%d.gguf", (int)getpid());
+  mk_plan_t *pl = NULL;
+  gt_err_t err = {0};
+  if (mk_plan_create("qwen35-tiny", "f32", 0, 1, &pl, &err) || mk_write(pl, g_path, 7, 2, &err)) {
+    fprintf(stderr, "mkmodel: %s\n", err.msg);
+    mk_plan_free(pl);
+    return -1;
+  }
+  mk_plan_free(pl);
+  return 0;
+}
+
+static int drop_model(void **state) {
+  (void)state;
+  unlink(g_path);
+  return 0;
+}
+
+typedef struct {
+  gguf_t *g;
+  be_t *be;
+  model_t *m;
+  tok_t *tok;
+} fx_t;
+
+static void fx_open(fx_t *f, const char *path) {
+  gt_err_t err = {0};
+  memset(f, 0, sizeof *f);
+  if (gguf_open(path, &f->g, &err) || be_cpu_create(2, &f->be, &err) || model_load(f->g, f->be, 64, &f->m, &err) ||
+      tok_load(f->g, &f->tok, &err))
+    fail_msg("%s: %s", path, err.msg);
+}
+
+static void fx_close(fx_t *f) {
+  tok_free(f->tok);
+  model_free(f->m);
+  be_destroy(f->be);
+  gguf_close(f->g);
+}
+
+/* ---- the plain reference ---- */
+
+static const float *W(const gguf_t *g, const char *name, int64_t rows, int64_t cols) {
+  const gguf_tensor_t *t = gguf_find_tensor(g, name);
+  if (!t) fail_msg("missing %s", name);
+  assert_int_equal(t->type, GT_TYPE_F32);
+  assert_int_equal(t->ne[0], cols);
+  assert_int_equal(t->ne[1], rows);
+  return t->data;
+}
+
+/* y[r] = sum_c w[r, c] x[c] */
+static void mv(const float *w, const float *x, float *y, int rows, int cols) {
+  for (int r = 0; r < rows; r++) {
+    double a = 0;
+    for (int c = 0; c < cols; c++) a += (double)w[(size_t)r * cols + c] * x[c];
+    y[r] = (float)a;
+  }
+}
+
+static void rms(const float *x, const float *w, float *y, int d, float eps) {
+  double ss = 0;
+  for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
+  const float r = (float)(1.0 / sqrt(ss / d + eps));
+  for (int i = 0; i < d; i++) y[i] = x[i] * r * w[i];
+}
+
+static void rope(float *x, int n_rot, float theta, int pos) {
+  const int h = n_rot / 2;
+  for (int i = 0; i < h; i++) {
+    const double a = pos * pow(theta, -2.0 * i / n_rot);
+    const float c = (float)cos(a), s = (float)sin(a), x0 = x[i], x1 = x[i + h];
+    x[i] = x0 * c - x1 * s;
+    x[i + h] = x0 * s + x1 * c;
+  }
+}
+
+static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+#define RMAX 64
+typedef struct {
+  const model_hparams_t *hp;
+  const gguf_t *g;
+  int b; /* the MTP block's blk index */
+  float kc[RMAX][1024], vc[RMAX][1024]; /* its K / V by position */
+} ref_t;
+
+static void nm(char *n, size_t cap, int b, const char *s) { snprintf(n, cap, "blk.%d.%s.weight", b, s); }
+
+/* One MTP row: token tok at position pos + 1, hidden h [d] -> logits [V], hout [d] (normed). */
+static void ref_row(ref_t *R, int32_t tok, const float *h, int pos, float *logits, float *hout) {
+  const model_hparams_t *hp = R->hp;
+  const gguf_t *g = R->g;
+  const int d = hp->n_embd, H = hp->n_head, Hk = hp->n_head_kv, hd = hp->head_dim, ff = hp->n_ff, V = hp->n_vocab;
+  const float eps = hp->rms_eps;
+  char n[128];
+  float *cat = calloc((size_t)2 * d, sizeof(float)), *x = calloc((size_t)d, sizeof(float)),
+        *a = calloc((size_t)d, sizeof(float)), *qg = calloc((size_t)2 * H * hd, sizeof(float)),
+        *att = calloc((size_t)H * hd, sizeof(float)), *o = calloc((size_t)d, sizeof(float)),
+        *g1 = calloc((size_t)ff, sizeof(float)), *u1 = calloc((size_t)ff, sizeof(float));
+  const float *E = W(g, "token_embd.weight", V, d);
+  nm(n, sizeof n, R->b, "nextn.enorm");
+  rms(E + (size_t)tok * d, W(g, n, 1, d), cat, d, eps);
+  nm(n, sizeof n, R->b, "nextn.hnorm");
+  rms(h, W(g, n, 1, d), cat + d, d, eps);
+  nm(n, sizeof n, R->b, "nextn.eh_proj");
+  mv(W(g, n, d, 2 * d), cat, x, d, 2 * d);
+  nm(n, sizeof n, R->b, "attn_norm");
+  rms(x, W(g, n, 1, d), a, d, eps);
+  nm(n, sizeof n, R->b, "attn_q");
+  mv(W(g, n, 2 * H * hd, d), a, qg, 2 * H * hd, d);
+  nm(n, sizeof n, R->b, "attn_k");
+  mv(W(g, n, Hk * hd, d), a, R->kc[pos], Hk * hd, d);
+  nm(n, sizeof n, R->b, "attn_v");
+  mv(W(g, n, Hk * hd, d), a, R->vc[pos], Hk * hd, d);
+  nm(n, sizeof n, R->b, "attn_q_norm");
+  const float *qn = W(g, n, 1, hd);
+  nm(n, sizeof n, R->b, "attn_k_norm");
+  const float *kn = W(g, n, 1, hd);
+  for (int j = 0; j < Hk; j++) {
+    rms(R->kc[pos] + j * hd, kn, R->kc[pos] + j * hd, hd, eps);
+    rope(R->kc[pos] + j * hd, hp->n_rot, hp->rope_theta, pos);
+  }
+  for (int hh = 0; hh < H; hh++) {
+    float q[512], sc[RMAX];
+    rms(qg + (size_t)hh * 2 * hd, qn, q, hd, eps);
+    rope(q, hp->n_rot, hp->rope_theta, pos);
+    const int kvh = hh / (H / Hk);
+    double mx = -1e30, sum = 0;
+    for (int p = 0; p <= pos; p++) {
+      double s = 0;
+      for (int i = 0; i < hd; i++) s += (double)q[i] * R->kc[p][kvh * hd + i];
+      sc[p] = (float)(s / sqrt((double)hd));
+      if (sc[p] > mx) mx = sc[p];
+    }
+    for (int p = 0; p <= pos; p++) sum += exp(sc[p] - mx);
+    for (int i = 0; i < hd; i++) {
+      double acc = 0;
+      for (int p = 0; p <= pos; p++) acc += exp(sc[p] - mx) / sum * R->vc[p][kvh * hd + i];
+      att[hh * hd + i] = (float)acc * sigm(qg[(size_t)hh * 2 * hd + hd + i]);
+    }
+  }
+  nm(n, sizeof n, R->b, "attn_output");
+  mv(W(g, n, d, H * hd), att, o, d, H * hd);
+  for (int i = 0; i < d; i++) x[i] += o[i];
+  nm(n, sizeof n, R->b, "post_attention_norm");
+  rms(x, W(g, n, 1, d), a, d, eps);
+  nm(n, sizeof n, R->b, "ffn_gate");
+  mv(W(g, n, ff, d), a, g1, ff, d);
+  nm(n, sizeof n, R->b, "ffn_up");
+  mv(W(g, n, ff, d), a, u1, ff, d);
+  for (int i = 0; i < ff; i++) g1[i] = g1[i] / (1.0f + expf(-g1[i])) * u1[i];
+  nm(n, sizeof n, R->b, "ffn_down");
+  mv(W(g, n, d, ff), g1, o, d, ff);
+  for (int i = 0; i < d; i++) x[i] += o[i];
+  nm(n, sizeof n, R->b, "nextn.shared_head_norm");
+  rms(x, W(g, n, 1, d), hout, d, eps);
+  const float *head = gguf_find_tensor(g, "output.weight") ? W(g, "output.weight", V, d) : E;
+  mv(head, hout, logits, V, d);
+  free(cat), free(x), free(a), free(qg), free(att), free(o), free(g1), free(u1);
+}
+
+static double max_rel(const float *a, const float *b, int n) {
+  double e = 0, m = 0;
+  for (int i = 0; i < n; i++) {
+    e = fmax(e, fabs((double)a[i] - b[i]));
+    m = fmax(m, fabs((double)b[i]));
+  }
+  return e / m;
+}
+
+static void test_forward_reference(void **state) {
+  (void)state;
+  fx_t f;
+  fx_open(&f, g_path);
+  const model_hparams_t *hp = &f.m->hp;
+  assert_int_equal(hp->n_nextn, 1);
+  gt_err_t err = {0};
+  assert_int_equal(model_mtp_enable(f.m, &err), GT_OK);
+  assert_int_equal(model_cache_init(f.m, 8, 16, 1, &err), GT_OK);
+  const int L = 20, d = hp->n_embd, V = hp->n_vocab;
+  int32_t tok[RMAX], pos[RMAX], src[RMAX], out[RMAX], first = 0, ntok = L, bt[8] = {0, 1, 2, 3, 4, 5, 6, 7}, slot = 0;
+  for (int i = 0; i < L; i++) tok[i] = (i * 37 + 11) % V, pos[i] = i;
+  int32_t last = L - 1;
+  float *lg = malloc(sizeof(float) * (size_t)RMAX * V);
+  be_batch_t b = {.n_tok = L, .n_seq = 1, .tok = tok, .pos = pos, .seq_first = &first, .seq_ntok = &ntok,
+                  .block_table = bt, .max_blocks = 8, .state_slot = &slot, .n_out = 1, .out_tok = &last};
+  assert_int_equal(model_forward(f.m, &b, lg, &err), GT_OK);
+  /* the main hidden states the drafter reads (q35 internals: the forward's own output) */
+  q35_t *s = f.m->arch_data;
+  float *hid = malloc(sizeof(float) * (size_t)L * d);
+  assert_int_equal(f.be->ops->download(f.be, hid, s->hid, sizeof(float) * (size_t)L * d), 0);
+  /* the pass: rows p = 0..L-2, token p + 1, every row out */
+  int32_t mtok[RMAX];
+  for (int p = 0; p < L - 1; p++) mtok[p] = tok[p + 1], src[p] = p, out[p] = p;
+  int n1 = L - 1;
+  be_batch_t mb = {.n_tok = n1, .n_seq = 1, .tok = mtok, .pos = pos, .seq_first = &first, .seq_ntok = &n1,
+                   .block_table = bt, .max_blocks = 8, .n_out = n1, .out_tok = out};
+  assert_int_equal(model_mtp_forward(f.m, &mb, src, lg, &err), GT_OK);
+  static ref_t R;
+  R.hp = hp, R.g = f.g, R.b = hp->n_layer;
+  float *rl = malloc(sizeof(float) * (size_t)V), *hout = malloc(sizeof(float) * (size_t)d);
+  double worst = 0;
+  for (int p = 0; p < L - 1; p++) {
+    ref_row(&R, mtok[p], hid + (size_t)p * d, p, rl, hout);
+    worst = fmax(worst, max_rel(lg + (size_t)p * V, rl, V));
+  }
+  /* a chained row at position L - 1: token 5, hidden = the pass's last out row */
+  int32_t ctok = 5, cpos = L - 1, csrc = -1 - (L - 2), cone = 1, c0 = 0;
+  be_batch_t cb = {.n_tok = 1, .n_seq = 1, .tok = &ctok, .pos = &cpos, .seq_first = &c0, .seq_ntok = &cone,
+                   .block_table = bt, .max_blocks = 8, .n_out = 1, .out_tok = &c0};
+  assert_int_equal(model_mtp_forward(f.m, &cb, &csrc, lg, &err), GT_OK);
+  ref_row(&R, ctok, hout, cpos, rl, hout);
+  const double chain = max_rel(lg, rl, V);
+  printf("MTP forward vs reference: max |diff| / max |ref| %.3g over %d pass rows, %.3g chained\n", worst, L - 1, chain);
+  /* fp32 weights and activations on both sides: only summation order differs */
+  assert_true(worst < 1e-4);
+  assert_true(chain < 1e-4);
+  /* a bad hidden source is refused */
+  int32_t bad = 40;
+  assert_int_equal(model_mtp_forward(f.m, &cb, &bad, lg, &err), GT_EINVAL);
+  free(lg), free(hid), free(rl), free(hout);
+  fx_close(&f);
+}
+
+/* ---- the scheduler ---- */
+
+#define MAXT 48
+#define NREQ 4
+typedef struct {
+  int32_t ids[MAXT];
+  int n, finals;
+  sched_finish_t finish;
+} out_t;
+
+static void on_event(void *ud, const sched_event_t *ev) {
+  out_t *o = ud;
+  if (ev->is_final) {
+    o->finals++;
+    o->finish = ev->finish;
+    return;
+  }
+  for (int i = 0; i < ev->delta->n_ids && o->n < MAXT; i++) o->ids[o->n++] = ev->delta->ids[i];
+}
+
+static sched_req_t make_req(int k, int T, out_t *o) {
+  sched_req_t r = {0};
+  r.n_prompt = 40;
+  r.prompt = malloc(sizeof(int32_t) * (size_t)r.n_prompt);
+  for (int i = 0; i < r.n_prompt; i++) r.prompt[i] = (int32_t)((k * 131 + i * 17 + 7) % 1000);
+  r.sampling = sampler_defaults();
+  r.max_tokens = T;
+  r.ignore_eos = 1;
+  r.logprobs = -1;
+  r.on_event = on_event;
+  r.ud = o;
+  return r;
+}
+
+typedef struct {
+  const out_t *ref;
+} drafter_t;
+
+/* the true continuation (every draft right) */
+static int draft_true(void *ud, int64_t id, int index, const int32_t *tokens, int n, int k, int32_t *out) {
+  (void)index, (void)tokens;
+  const out_t *ref = &((drafter_t *)ud)->ref[(id - 1) % NREQ];
+  int m = 0;
+  for (const int at = n - 40; m < k && at + m < ref->n; m++) out[m] = ref->ids[at + m];
+  return m;
+}
+
+static sched_t *mk(const fx_t *f, int mode, int n_blocks, drafter_t *d, int force_reject) {
+  sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
+                      .spec_mode = mode, .spec_k = 3, .spec_draft = d ? draft_true : NULL, .spec_draft_ud = d,
+                      .spec_force_reject = force_reject};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  if (sched_create(f->m, f->tok, &c, &s, &err)) fail_msg("sched_create: %s", err.msg);
+  return s;
+}
+
+static void run_reqs(sched_t *s, int n, int T, out_t *o) {
+  gt_err_t err = {0};
+  memset(o, 0, sizeof(out_t) * (size_t)n);
+  for (int k = 0; k < n; k++) {
+    sched_req_t r = make_req(k, T, &o[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+  }
+  tu_sched_run_all(s, NULL);
+}
+
+static void assert_same(const out_t *a, const out_t *b, const char *what) {
+  for (int k = 0; k < NREQ; k++) {
+    int at = 0;
+    while (at < a[k].n && at < b[k].n && a[k].ids[at] == b[k].ids[at]) at++;
+    if (at != a[k].n || a[k].n != b[k].n) fail_msg("%s: request %d differs at token %d", what, k, at);
+    assert_int_equal(b[k].finals, 1);
+    assert_int_equal(a[k].finish, b[k].finish);
+  }
+}
+
+static void check_stats(sched_t *s, const char *what, int want_preempt) {
+  sched_stats_t st;
+  sched_stats(s, &st);
+  printf("%s: %llu verify steps, %llu drafts, %llu accepted, %llu preemptions\n", what,
+         (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_draft_tokens,
+         (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.preemptions);
+  assert_true(st.spec_draft_tokens > 0);
+  if (want_preempt) assert_true(st.preemptions > 0);
+  assert_int_equal(st.kv_used, 0);
+  assert_int_equal(st.running + st.waiting, 0);
+}
+
+static void test_sched_identity(void **state) {
+  (void)state;
+  enum { T = 40 };
+  fx_t f;
+  fx_open(&f, g_path);
+  static out_t ref[NREQ], got[NREQ];
+  for (int k = 0; k < NREQ; k++) { /* each alone, no speculation */
+    sched_t *s = mk(&f, SCHED_SPEC_OFF, 0, NULL, 0);
+    gt_err_t err = {0};
+    memset(&ref[k], 0, sizeof ref[k]);
+    sched_req_t r = make_req(k, T, &ref[k]);
+    assert_true(sched_submit(s, &r, &err) > 0);
+    tu_sched_run_all(s, NULL);
+    sched_free(s);
+    assert_int_equal(ref[k].n, T);
+  }
+  /* the MTP block's drafts: batched, then from the prefix cache */
+  sched_t *s = mk(&f, SCHED_SPEC_MTP, 0, NULL, 0);
+  run_reqs(s, NREQ, T, got);
+  assert_same(ref, got, "mtp, batched");
+  run_reqs(s, NREQ, T, got);
+  assert_same(ref, got, "mtp, prefix-cached");
+  check_stats(s, "mtp", 0);
+  sched_free(s);
+  /* preempted: 4 requests of 40 + 40 tokens = 5 blocks each in a pool of 12 blocks */
+  s = mk(&f, SCHED_SPEC_MTP, 12, NULL, 0);
+  run_reqs(s, NREQ, T, got);
+  assert_same(ref, got, "mtp, preempted");
+  check_stats(s, "mtp, preempted", 1);
+  sched_free(s);
+  /* right drafts with the MTP pass running alongside, rejected at no position / position j */
+  drafter_t d = {.ref = ref};
+  for (int fr = 0; fr <= 3; fr++) {
+    s = mk(&f, SCHED_SPEC_MTP, fr == 2 ? 12 : 0, &d, fr);
+    run_reqs(s, NREQ, T, got);
+    char what[64];
+    snprintf(what, sizeof what, "mtp pass + true drafts, forced rejection %d", fr - 1);
+    assert_same(ref, got, what);
+    check_stats(s, what, fr == 2);
+    sched_free(s);
+  }
+  fx_close(&f);
+}
+
+static void test_refused_without_mtp(void **state) {
+  (void)state;
+  fx_t f;
+  fx_open(&f, tu_golden("qwen35-tiny.bf16.gguf"));
+  sched_config_t c = {.max_num_seqs = 2, .spec_mode = SCHED_SPEC_MTP};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(sched_create(f.m, f.tok, &c, &s, &err), GT_EUNSUPPORTED);
+  assert_non_null(strstr(err.msg, "MTP"));
+  fx_close(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_forward_reference),
+      cmocka_unit_test(test_sched_identity),
+      cmocka_unit_test(test_refused_without_mtp),
+  };
+  return cmocka_run_group_tests(tests, make_model, drop_model);
+}
