@@ -107,6 +107,9 @@ if(TARGET gantry_cuda)
   # bench_spec --device cuda
   target_link_libraries(bench_spec PRIVATE gantry_cuda)
   set_target_properties(bench_spec PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_RUNTIME_LIBRARY Static)
+  # bench_verify --device cuda (scripts/gpu/spec.sh)
+  target_link_libraries(bench_verify PRIVATE gantry_cuda)
+  set_target_properties(bench_verify PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CUDA_RUNTIME_LIBRARY Static)
   # gantry-engine --device cuda (GANTRY_HAVE_CUDA comes with the library)
   target_link_libraries(gantry-engine PRIVATE gantry_cuda)
   set_target_properties(gantry-engine PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}"

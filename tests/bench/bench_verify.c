@@ -1,0 +1,177 @@
+/* tests/bench/bench_verify.c — the cost of a speculative verify step against a plain decode step,
+ * and of the MTP drafter, at the model level (no scheduler), each as serving runs it:
+ *   decode  B sequences x 1 token, B greedy rows sampled on the backend (CUDA: its decode graph
+ *           once captured)
+ *   verify  B sequences x (1 + k) tokens (the pending token and k drafts), 1 + k rows each
+ *   mtp     the MTP pass over r = round(accept) rows per sequence (the kept tokens) plus the k - 1
+ *           chained one-row MTP steps that draft the next k tokens (model_mtp_forward); 0 when
+ *           the file has no MTP block or --no-mtp
+ * at context --ctx (a prefill fills the sequences' KV and state first), timed over --iters
+ * repetitions at the same positions after --warm untimed ones. One line per batch size: the step
+ * times in ms, verify / decode, and the decode rate speculation would give with acceptance length
+ * --accept (tokens per verify step = 1 + accepted drafts), from the measured costs:
+ *   speedup = accept * t_decode / (t_verify + t_mtp)
+ *   bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 3] [--ctx 512]
+ *                [--accept 2.5] [--iters 20] [--warm 3] [--threads N] [--no-mtp] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "engine/models/model.h"
+#ifdef GANTRY_HAVE_CUDA
+#include "engine/backend/backend_cuda.h"
+#endif
+
+#define MAXB 64
+#define BT 16
+#define MAXTOK 1024
+
+typedef struct {
+  model_t *m;
+  int B, maxb;
+  int32_t tok[MAXTOK], pos[MAXTOK], out[MAXTOK], src[MAXTOK], first[MAXB], ntok[MAXB], slot[MAXB];
+  int32_t *bt;
+  be_sample_row_t rows[MAXTOK];
+  int32_t ids[MAXTOK];
+  float *logits; /* [B, V] host: the MTP rows */
+} bv_t;
+
+/* B sequences of n tokens from position p0; out rows: every row (all) or each sequence's last */
+static be_batch_t batch(bv_t *v, int n, int p0, int all) {
+  int no = 0;
+  for (int s = 0; s < v->B; s++) {
+    v->first[s] = s * n;
+    v->ntok[s] = n;
+    v->slot[s] = s;
+    for (int j = 0; j < n; j++) {
+      v->tok[s * n + j] = (s * 131 + (p0 + j) * 17 + 7) % 1000;
+      v->pos[s * n + j] = p0 + j;
+      if (all || j == n - 1) v->out[no++] = s * n + j;
+    }
+  }
+  return (be_batch_t){.n_tok = v->B * n, .n_seq = v->B, .tok = v->tok, .pos = v->pos, .seq_first = v->first,
+                      .seq_ntok = v->ntok, .block_table = v->bt, .max_blocks = v->maxb,
+                      .state_slot = v->m->hp.n_gdn_layers > 0 ? v->slot : NULL, .n_out = no, .out_tok = v->out};
+}
+
+/* the serving path: greedy rows sampled on the backend when it can, else host logits */
+static int fwd(bv_t *v, const be_batch_t *b, float *host, gt_err_t *err) {
+  if (!v->m->be->ops->sample) return model_forward(v->m, b, host, err);
+  for (int i = 0; i < b->n_out; i++) v->rows[i] = (be_sample_row_t){.temperature = 0, .top_p = 1, .u = 0.5};
+  return model_forward_sample(v->m, b, v->rows, v->ids, err);
+}
+
+/* the drafter after a verify step of 1 + k rows per sequence: r kept rows, then k - 1 chained rows */
+static int mtp(bv_t *v, int k, int r, int p0, gt_err_t *err) {
+  be_batch_t b = batch(v, r, p0, 0);
+  for (int s = 0; s < v->B; s++)
+    for (int j = 0; j < r; j++) v->src[s * r + j] = s * (1 + k) + j;
+  int rc = model_mtp_forward(v->m, &b, v->src, v->logits, err);
+  for (int c = 1; c < k && !rc; c++) {
+    b = batch(v, 1, p0 + r - 1 + c, 1);
+    for (int s = 0; s < v->B; s++) v->src[s] = -1 - s;
+    rc = model_mtp_forward(v->m, &b, v->src, v->logits, err);
+  }
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  const char *path = NULL, *device = "cpu", *batches = "1,8";
+  int k = 3, ctx = 512, iters = 20, warm = 3, threads = 0, use_mtp = 1;
+  double accept = 2.5;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *n = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--no-mtp")) { use_mtp = 0; continue; }
+    if (!n) break;
+    if (!strcmp(a, "--model")) path = n;
+    else if (!strcmp(a, "--device")) device = n;
+    else if (!strcmp(a, "--batches")) batches = n;
+    else if (!strcmp(a, "--k")) k = atoi(n);
+    else if (!strcmp(a, "--ctx")) ctx = atoi(n);
+    else if (!strcmp(a, "--accept")) accept = atof(n);
+    else if (!strcmp(a, "--iters")) iters = atoi(n);
+    else if (!strcmp(a, "--warm")) warm = atoi(n);
+    else if (!strcmp(a, "--threads")) threads = atoi(n);
+    else { fprintf(stderr, "unknown option %s\n", a); return 2; }
+    i++;
+  }
+  if (!path || k < 1 || k > 8 || ctx < 1 || iters < 1 || accept < 1 || accept > k + 1) {
+    fprintf(stderr, "usage: bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 1..8] [--ctx N] "
+                    "[--accept 1..k+1] [--iters N] [--warm N] [--threads N] [--no-mtp]\n");
+    return 2;
+  }
+  int Bs[16], nB = 0, Bmax = 0;
+  for (const char *p = batches; *p && nB < 16;) {
+    Bs[nB] = atoi(p);
+    if (Bs[nB] < 1 || Bs[nB] > MAXB || Bs[nB] * (1 + k) > MAXTOK) { fprintf(stderr, "bad batch in %s\n", batches); return 2; }
+    if (Bs[nB] > Bmax) Bmax = Bs[nB];
+    nB++;
+    while (*p && *p != ',') p++;
+    if (*p) p++;
+  }
+  gt_err_t err = {0};
+  gguf_t *g = NULL;
+  be_t *be = NULL;
+  model_t *m = NULL;
+  int rc = gguf_open(path, &g, &err);
+#ifdef GANTRY_HAVE_CUDA
+  if (!rc && !strcmp(device, "cuda")) rc = be_cuda_create(0, &be, &err);
+#endif
+  if (!rc && !strcmp(device, "cpu")) rc = be_cpu_create(threads, &be, &err);
+  if (!rc && !be) rc = gt_err_set(&err, GT_EINVAL, "device %s not available", device);
+  if (!rc) rc = model_load(g, be, MAXTOK, &m, &err);
+  if (!rc && use_mtp && m->hp.n_nextn == 0) use_mtp = 0;
+  if (!rc && use_mtp) rc = model_mtp_enable(m, &err);
+  static bv_t v;
+  v.m = m;
+  v.maxb = (ctx + k + 2 + BT - 1) / BT;
+  if (!rc) rc = model_cache_init(m, Bmax * v.maxb, BT, Bmax, &err);
+  v.bt = malloc(sizeof(int32_t) * (size_t)Bmax * v.maxb);
+  v.logits = m ? malloc(sizeof(float) * (size_t)Bmax * m->hp.n_vocab) : NULL;
+  if (rc || !v.bt || !v.logits) {
+    fprintf(stderr, "bench_verify: %s\n", rc ? err.msg : "out of memory");
+    return 1;
+  }
+  const int r = (int)lround(accept);
+  printf("model %s  device %s  k %d  ctx %d  accept %.2f  mtp %s  iters %d\n", m->hp.name, device, k, ctx, accept,
+         use_mtp ? "yes" : "no", iters);
+  printf("%5s | %10s | %10s | %8s | %10s | %8s\n", "batch", "decode ms", "verify ms", "ver/dec", "mtp ms", "speedup");
+  for (int bi = 0; bi < nB; bi++) {
+    v.B = Bs[bi];
+    for (int s = 0; s < v.B; s++)
+      for (int j = 0; j < v.maxb; j++) v.bt[s * v.maxb + j] = s * v.maxb + j;
+    /* prefill ctx tokens per sequence, in chunks that fit a step */
+    for (int p = 0; p < ctx && !rc;) {
+      int n = MAXTOK / v.B < ctx - p ? MAXTOK / v.B : ctx - p;
+      be_batch_t b = batch(&v, n, p, 0);
+      rc = fwd(&v, &b, v.logits, &err);
+      p += n;
+    }
+    double t[3] = {0, 0, 0};
+    for (int it = 0; it < warm + iters && !rc; it++) {
+      be_batch_t b = batch(&v, 1, ctx, 1);
+      double t0 = gt_now_ms();
+      rc = fwd(&v, &b, v.logits, &err);
+      double t1 = gt_now_ms();
+      b = batch(&v, 1 + k, ctx, 1);
+      if (!rc) rc = fwd(&v, &b, NULL, &err);
+      double t2 = gt_now_ms();
+      if (!rc && use_mtp) rc = mtp(&v, k, r, ctx, &err);
+      double t3 = gt_now_ms();
+      if (it >= warm) t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
+    }
+    if (rc) break;
+    for (int i = 0; i < 3; i++) t[i] /= iters;
+    printf("%5d | %10.3f | %10.3f | %8.3f | %10.3f | %7.2fx\n", v.B, t[0], t[1], t[1] / t[0], t[2],
+           accept * t[0] / (t[1] + t[2]));
+  }
+  if (rc) fprintf(stderr, "bench_verify: %s\n", err.msg);
+  model_free(m);
+  be_destroy(be);
+  gguf_close(g);
+  free(v.bt);
+  free(v.logits);
+  return rc ? 1 : 0;
+}
