@@ -70,6 +70,8 @@ typedef struct {
   const int32_t *state_slot;  /* [n_seq] recurrent-state slot, or NULL for non-hybrid models */
   int n_out;
   const int32_t *out_tok;     /* [n_out] batch token indices whose logits are wanted */
+  int eager;                  /* 1: never a decode graph, whatever its shape (a drafter's steps between
+                                 the model's own: they would displace the graph of their size) */
 } be_batch_t;
 
 /* Sampling parameters of one logits row for the optional `sample` op (no penalties: those need

@@ -314,14 +314,14 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
    * BE_GRAPH_MAX_SEQS); a decode step that is not recorded runs eagerly and counts as such */
   int one_each = nt > 0 && nt == ns && no <= nt;
   for (int s = 0; s < ns && one_each; s++) one_each = sn[s] == 1;
-  const int decode = one_each && nt <= BE_GRAPH_MAX_SEQS;
+  const int decode = one_each && nt <= BE_GRAPH_MAX_SEQS && !b->eager;
   c->decode_batch = decode;
   cu__t_decode_batch = one_each;
   /* an armed profile records any step (a prefill too); only decode steps become graphs */
   if ((decode && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
     c->recording = 1;
     c->n_rec = 0;
-  } else if (one_each) {
+  } else if (one_each && !b->eager) {
     c->eager_steps++;
   }
   return GT_OK;
