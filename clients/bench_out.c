@@ -5,12 +5,12 @@
 
 static const char *mode_name(const gc_cell_t *c) { return c->dataset ? "data" : c->warm ? "warm" : "cold"; }
 
-#define ROW_FMT "%-14.14s %7s %5s %-4s %5s %4s %9s %9s %9s %10s %8s %8s %8s %9s %6s %7s %6s %8s %6s %s\n"
+#define ROW_FMT "%-14.14s %7s %5s %-4s %5s %4s %9s %9s %9s %10s %8s %8s %8s %9s %6s %7s %6s %8s %6s %7s %s\n"
 
 void gc_table_header(FILE *f) {
   fprintf(f, ROW_FMT, "target", "ctx", "conc", "mode", "reqs", "err", "ttft_p50", "ttft_p90", "ttft_p99",
           "dec_tok/s", "itl_p99", "tpot_p50", "tpot_p99", "tot_tok/s", "chk", "prefix%", "think%", "prompt",
-          "good%", "note");
+          "good%", "acc_len", "note");
 }
 
 static void num(char *b, size_t n, double v, int prec) {
@@ -22,7 +22,7 @@ static void num(char *b, size_t n, double v, int prec) {
 
 void gc_table_row(FILE *f, const gc_cell_t *c) {
   char t50[32], t90[32], t99[32], dec[32], i99[32], p50[32], p99[32], tot[32], chk[32], hit[32], th[32], pr[32];
-  char gd[32], ctx[32], conc[32], reqs[32], err[32], note[64] = "";
+  char gd[32], acc[32], ctx[32], conc[32], reqs[32], err[32], note[64] = "";
   num(t50, sizeof t50, c->ttft_p50, 1);
   num(t90, sizeof t90, c->ttft_p90, 1);
   num(t99, sizeof t99, c->ttft_p99, 1);
@@ -36,6 +36,7 @@ void gc_table_row(FILE *f, const gc_cell_t *c) {
   num(th, sizeof th, c->think_pct, 1);
   num(pr, sizeof pr, c->prompt_tokens_mean, 0);
   num(gd, sizeof gd, c->good_pct, 1);
+  num(acc, sizeof acc, c->spec_accept_len, 2);
   if (c->implausible && c->decode_tps < 0 && c->itl_p50 >= 0) snprintf(dec, sizeof dec, "inf"); /* itl 0 */
   if (c->implausible) snprintf(dec + strlen(dec), sizeof dec - strlen(dec), "!");
   if (c->context > 0) snprintf(ctx, sizeof ctx, "%d", c->context);
@@ -49,7 +50,7 @@ void gc_table_row(FILE *f, const gc_cell_t *c) {
   if (c->implausible) snprintf(note, sizeof note, "IMPLAUSIBLE");
   if (c->cap_limited) snprintf(note + strlen(note), sizeof note - strlen(note), "%sQUEUED", note[0] ? "," : "");
   fprintf(f, ROW_FMT, c->target, ctx, conc, mode_name(c), reqs, err, t50, t90, t99, dec, i99, p50, p99, tot, chk,
-          hit, th, pr, gd, note[0] ? note : "-");
+          hit, th, pr, gd, acc, note[0] ? note : "-");
   if (c->implausible) fprintf(f, "  ! %s\n", c->note_implausible);
   if (c->cap_limited) fprintf(f, "  ! %s\n", c->note_cap);
 }
@@ -75,7 +76,7 @@ void gc_csv_write(FILE *f, const gc_cell_t *cells, int n) {
           "decode_tps_per_user,total_tps,chk,prefix_hit_pct,think_pct,prompt_tokens,cached_tokens,out_tokens,"
           "reasoning_tokens,prompt_tokens_mean,wall_s,good_requests,goodput_pct,goodput_rps,burst_pct,"
           "itl_min_ms,implausible,srv_queue_ms,srv_queue_source,client_inflight,server_inflight,cap_limited,"
-          "note,first_error\n");
+          "spec_accept_len,note,first_error\n");
   for (int i = 0; i < n; i++) {
     const gc_cell_t *c = &cells[i];
     csv_str(f, c->target);
@@ -113,6 +114,7 @@ void gc_csv_write(FILE *f, const gc_cell_t *cells, int n) {
     csv_num(f, c->cli_inflight, 2);
     csv_num(f, c->srv_inflight, 2);
     fprintf(f, "%d,", c->cap_limited);
+    csv_num(f, c->spec_accept_len, 3);
     char note[768];
     snprintf(note, sizeof note, "%s%s%s", c->note_implausible, c->note_implausible[0] && c->note_cap[0] ? "; " : "",
              c->note_cap);
@@ -172,6 +174,7 @@ json_t *gc_cell_json(const gc_cell_t *c) {
   json_object_set_new(o, "client_inflight", jnum(c->cli_inflight));
   json_object_set_new(o, "server_inflight", jnum(c->srv_inflight));
   json_object_set_new(o, "cap_limited", json_boolean(c->cap_limited));
+  json_object_set_new(o, "spec_accept_len", jnum(c->spec_accept_len));
   json_object_set_new(o, "cap_note", c->cap_limited ? json_string(c->note_cap) : json_null());
   return o;
 }

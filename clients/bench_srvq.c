@@ -14,32 +14,56 @@ static const struct {
     {"gantry_engine_request_queue_time_seconds", 1e3}, {"vllm:request_prefill_time_seconds", 1e3},
     {"gantry_engine_request_prefill_time_seconds", 1e3}};
 
+static const char *spec_series[GC_SPEC_SOURCES][2] = {
+    {"gantry_engine_spec_decode_num_drafts_total", "gantry_engine_spec_decode_num_accepted_tokens_total"},
+    {"vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_total"}};
+
+/* The value of a sample line p[0..len) after its name (nl chars) and labels; 0 if none. */
+static int sample_value(const char *p, size_t len, size_t nl, double *x) {
+  const char *v = p + nl;
+  if (*v == '{') { /* skip the labels (values may hold '}' only when quoted) */
+    int q = 0;
+    for (v++; v < p + len && (q || *v != '}'); v++) {
+      if (*v == '\\' && q) v++;
+      else if (*v == '"') q = !q;
+    }
+    v++;
+  }
+  if (v >= p + len) return 0;
+  char *end;
+  *x = strtod(v, &end);
+  return end != v;
+}
+
+/* A spec counter line: summed into snap over its label sets. */
+static void parse_spec(const char *p, size_t len, size_t nl, gc_srvq_snap_t *snap) {
+  for (int i = 0; i < GC_SPEC_SOURCES; i++)
+    for (int w = 0; w < 2; w++) {
+      const char *name = spec_series[i][w];
+      double x;
+      if (nl != strlen(name) || strncmp(p, name, nl) || !sample_value(p, len, nl, &x)) continue;
+      double *d = w ? &snap->spec_accepted[i] : &snap->spec_drafts[i];
+      *d = (*d < 0 ? 0 : *d) + x;
+    }
+}
+
 void gc_srvq_parse(const char *text, gc_srvq_snap_t *snap) {
   for (int i = 0; i < GC_SRVQ_SOURCES; i++) snap->sum[i] = 0, snap->count[i] = -1;
+  for (int i = 0; i < GC_SPEC_SOURCES; i++) snap->spec_drafts[i] = snap->spec_accepted[i] = -1;
   for (const char *p = text; p && *p;) {
     const char *eol = strchr(p, '\n');
     size_t len = eol ? (size_t)(eol - p) : strlen(p);
     if (len && *p != '#') {
       size_t nl = strcspn(p, "{ \t");
       if (nl > len) nl = len;
+      parse_spec(p, len, nl, snap);
       for (int i = 0; i < GC_SRVQ_SOURCES; i++) {
         size_t bl = strlen(series[i].name);
         int is_sum = nl == bl + 4 && !strncmp(p, series[i].name, bl) && !strncmp(p + bl, "_sum", 4);
         int is_count = nl == bl + 6 && !strncmp(p, series[i].name, bl) && !strncmp(p + bl, "_count", 6);
         if (!is_sum && !is_count) continue;
-        const char *v = p + nl;
-        if (*v == '{') { /* skip the labels (values may hold '}' only when quoted) */
-          int q = 0;
-          for (v++; v < p + len && (q || *v != '}'); v++) {
-            if (*v == '\\' && q) v++;
-            else if (*v == '"') q = !q;
-          }
-          v++;
-        }
-        if (v >= p + len) break;
-        char *end;
-        double x = strtod(v, &end);
-        if (end == v) break;
+        double x;
+        if (!sample_value(p, len, nl, &x)) break;
         if (is_sum) snap->sum[i] += x * series[i].to_ms;
         else snap->count[i] = (snap->count[i] < 0 ? 0 : snap->count[i]) + x;
         break;
@@ -60,6 +84,16 @@ void gc_srvq_scrape(const gc_http_t *h, gc_srvq_snap_t *snap) {
     snap->ok = 1;
   }
   free(resp);
+}
+
+void gc_cell_spec(gc_cell_t *c, const gc_srvq_snap_t *a, const gc_srvq_snap_t *b) {
+  if (!a->ok || !b->ok) return;
+  for (int i = 0; i < GC_SPEC_SOURCES; i++) {
+    if (a->spec_drafts[i] < 0 || b->spec_drafts[i] < 0 || a->spec_accepted[i] < 0 || b->spec_accepted[i] < 0) continue;
+    const double dd = b->spec_drafts[i] - a->spec_drafts[i], da = b->spec_accepted[i] - a->spec_accepted[i];
+    if (dd > 0 && da >= 0) c->spec_accept_len = 1 + da / dd;
+    return;
+  }
 }
 
 /* The series i moved between the snapshots: mean ms per observation, else -1. */

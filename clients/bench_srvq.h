@@ -23,8 +23,15 @@
 #define GC_SRVQ_LIMIT_SHARE 0.8
 #define GC_SRVQ_MIN_INFLIGHT 1.5
 
+/* Speculative decoding counters, first found wins (gantry engine, then vLLM's names); the mean
+ * accepted length of a cell is 1 + accepted / drafts of their differences (tokens per verify
+ * step of a sequence that drafted: what vLLM reports as mean acceptance length). */
+#define GC_SPEC_SOURCES 2
+
 typedef struct gc_srvq_snap {
   int ok;                              /* /metrics answered 200 */
+  double spec_drafts[GC_SPEC_SOURCES];   /* *_spec_decode_num_drafts_total; -1 = absent */
+  double spec_accepted[GC_SPEC_SOURCES]; /* *_spec_decode_num_accepted_tokens_total; -1 = absent */
   double sum[GC_SRVQ_SOURCES];         /* histogram _sum, converted to ms */
   double count[GC_SRVQ_SOURCES];       /* histogram _count; -1 = series absent */
 } gc_srvq_snap_t;
@@ -39,5 +46,9 @@ void gc_srvq_scrape(const gc_http_t *h, gc_srvq_snap_t *snap);
  * series that moved. */
 void gc_cell_queue(gc_cell_t *c, const gc_req_t *r, int n, const gc_srvq_snap_t *before,
                    const gc_srvq_snap_t *after);
+
+/* Fills c->spec_accept_len (above) when a drafts counter moved between the snapshots; -1 stays
+ * otherwise (no speculation, or no counters where they were scraped). */
+void gc_cell_spec(gc_cell_t *c, const gc_srvq_snap_t *before, const gc_srvq_snap_t *after);
 
 #endif

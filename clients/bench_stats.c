@@ -110,7 +110,7 @@ int gc_cell_compute(gc_cell_t *c, const gc_req_t *r, int n, double wall_s) {
   c->cli_inflight = wall_s > 0 && ne ? e2e_sum / 1000.0 / wall_s : -1;
   c->n_good = 0;
   c->good_pct = c->good_rps = -1;
-  c->srv_queue_ms = c->srv_inflight = -1;
+  c->srv_queue_ms = c->srv_inflight = c->spec_accept_len = -1;
   c->srv_queue_src[0] = 0;
   c->cap_limited = 0;
   c->note_cap[0] = 0;

@@ -56,6 +56,7 @@ typedef struct gc_cell {
   double cli_inflight;     /* sum of e2e / wall: streams the client kept open on average */
   double srv_inflight;     /* sum of (e2e - queue) / wall: streams the server worked on */
   int cap_limited;         /* the reason is in note_cap */
+  double spec_accept_len;  /* speculative decoding: mean tokens per verify step (gc_cell_spec); -1 = none */
   char note_cap[320];
 } gc_cell_t;
 

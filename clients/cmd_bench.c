@@ -44,6 +44,7 @@ typedef struct opts {
   long timeout_ms;
   gc_slo_t slo;
   const char *dataset; /* --dataset path */
+  const char *spec_metrics; /* --spec-metrics URL: where the speculative decoding counters are (default: the target) */
   gc_dataset_t ds;
   int requests_given, contexts_given;
 } opts_t;
@@ -55,14 +56,16 @@ static void usage(FILE *f) {
           "         [--max-tokens M] [--cold] [--warm] [--model NAME] [--api-key K] [--seed S]\n"
           "         [--out DIR] [--natural-length] [--no-continuous-usage] [--temperature T]\n"
           "         [--completions] [--timeout-s S] [--slo ttft_ms=MS,itl_ms=MS,tpot_ms=MS,e2e_ms=MS]\n"
-          "         [--dataset F.jsonl [--requests N]]"
+          "         [--dataset F.jsonl [--requests N]] [--spec-metrics URL]"
 #ifdef GANTRY_HAVE_TOK
           " [--tokenizer M.gguf]"
 #endif
           "\n"
           "Without --target the global --url is the one target. Without --cold/--warm both run.\n"
           "--dataset replays a JSONL file (one {\"prompt\": S | \"input_len\": N, \"output_len\": M} per line)\n"
-          "instead of --contexts x cold/warm; each cell sends every entry once, or --requests N of them.\n");
+          "instead of --contexts x cold/warm; each cell sends every entry once, or --requests N of them.\n"
+          "acc_len: speculative decoding's mean accepted length (1 + accepted / drafts over the cell) from the\n"
+          "/metrics counters of the target (vLLM) or of --spec-metrics URL (a gantry engine's --metrics-port).\n");
 }
 
 static int parse_ints(const char *s, int *out, int max) {
@@ -171,13 +174,20 @@ static int run_cell(const opts_t *o, const gc_http_t *h, body_ctx_t *b, gc_cell_
                       .seed = o->seed + (uint64_t)res->n_cells, .n_total = n_total, .body = make_body,
                       .body_ud = b, .progress = on_progress, .progress_ud = pg};
   double wall = 0;
-  gc_srvq_snap_t q0, q1;
+  gc_srvq_snap_t q0, q1, s0, s1;
+  /* the speculative decoding counters: the target's /metrics, or the engine's (--spec-metrics:
+   * gantry's router does not pass on the engine's series) */
+  gc_http_t hs = *h;
+  if (o->spec_metrics) hs.base_url = o->spec_metrics;
   gc_srvq_scrape(h, &q0); /* the server's queue time: /metrics before and after the cell */
+  if (o->spec_metrics) gc_srvq_scrape(&hs, &s0);
   int rc = gc_run(&ro, reqs, &wall, err);
   gc_srvq_scrape(h, &q1);
+  if (o->spec_metrics) gc_srvq_scrape(&hs, &s1);
   if (rc == GT_OK) rc = gc_cell_compute(cell, reqs, n_total, wall);
   if (rc == GT_OK) gc_cell_goodput(cell, reqs, n_total, &o->slo);
   if (rc == GT_OK) gc_cell_queue(cell, reqs, n_total, &q0, &q1);
+  if (rc == GT_OK) gc_cell_spec(cell, o->spec_metrics ? &s0 : &q0, o->spec_metrics ? &s1 : &q1);
   if (rc == GT_OK)
     for (int i = 0; i < n_total; i++) {
       json_t *j = gc_req_json(&reqs[i], res->n_cells, i);
@@ -384,6 +394,9 @@ static int parse_args(opts_t *o, gc_cli_t *cli, int argc, char **argv) {
     } else if (!strcmp(a, "--timeout-s")) {
       NEEDV();
       o->timeout_ms = (long)(atof(v) * 1000);
+    } else if (!strcmp(a, "--spec-metrics")) {
+      NEEDV();
+      o->spec_metrics = v;
     } else if (!strcmp(a, "--slo")) {
       NEEDV();
       gt_err_t e = {0};

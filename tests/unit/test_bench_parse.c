@@ -480,6 +480,39 @@ static void queue_between(gc_cell_t *c, const gc_req_t *r, const char *before, c
   gc_cell_queue(c, r, 4, &a, &b);
 }
 
+/* The mean accepted length of a cell from the speculative decoding counters: gantry's engine
+ * names first (summed over label sets), vLLM's otherwise; none moved: not reported. */
+static void test_spec_accept_len(void **st) {
+  (void)st;
+  gc_srvq_snap_t a, b;
+  gc_cell_t c = {.spec_accept_len = -1};
+  gc_srvq_parse("# TYPE gantry_engine_spec_decode_num_drafts_total counter\n"
+                "gantry_engine_spec_decode_num_drafts_total{model=\"m\"} 10\n"
+                "gantry_engine_spec_decode_num_accepted_tokens_total{model=\"m\"} 4\n"
+                "gantry_engine_spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 99\n",
+                &a);
+  gc_srvq_parse("gantry_engine_spec_decode_num_drafts_total{model=\"m\"} 30\n"
+                "gantry_engine_spec_decode_num_accepted_tokens_total{model=\"m\"} 34\n"
+                "vllm:spec_decode_num_drafts_total 1000\nvllm:spec_decode_num_accepted_tokens_total 0\n",
+                &b);
+  a.ok = b.ok = 1;
+  gc_cell_spec(&c, &a, &b);
+  assert_true(fabs(c.spec_accept_len - 2.5) < 1e-12); /* 1 + 30 / 20 */
+  /* vLLM's series, two label sets */
+  gc_srvq_parse("vllm:spec_decode_num_drafts_total{a=\"1\"} 5\nvllm:spec_decode_num_drafts_total{a=\"2\"} 5\n"
+                "vllm:spec_decode_num_accepted_tokens_total 2\n", &a);
+  gc_srvq_parse("vllm:spec_decode_num_drafts_total{a=\"1\"} 10\nvllm:spec_decode_num_drafts_total{a=\"2\"} 10\n"
+                "vllm:spec_decode_num_accepted_tokens_total 12\n", &b);
+  a.ok = b.ok = 1;
+  c.spec_accept_len = -1;
+  gc_cell_spec(&c, &a, &b);
+  assert_true(fabs(c.spec_accept_len - 2.0) < 1e-12); /* 1 + 10 / 10 */
+  /* no drafts in the cell (speculation off or turned down): not reported */
+  c.spec_accept_len = -1;
+  gc_cell_spec(&c, &b, &b);
+  assert_true(c.spec_accept_len < 0);
+}
+
 static void test_srvq_parse_and_note(void **st) {
   (void)st;
   gc_srvq_snap_t a, b;
@@ -602,7 +635,8 @@ int main(void) {
       cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
       cmocka_unit_test(test_tpot_p99_goodput),          cmocka_unit_test(test_implausible_bursts),
       cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_svg_robust_axis),
-      cmocka_unit_test(test_dataset_load),              cmocka_unit_test(test_srvq_parse_and_note),               cmocka_unit_test(test_prompt_words),
+      cmocka_unit_test(test_dataset_load),              cmocka_unit_test(test_srvq_parse_and_note),
+      cmocka_unit_test(test_spec_accept_len),               cmocka_unit_test(test_prompt_words),
       cmocka_unit_test(test_prompt_calibrate),          cmocka_unit_test(test_prompt_calibrate_local_tokenizer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
