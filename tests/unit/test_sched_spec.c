@@ -7,12 +7,14 @@
  *     tokens (every draft rejected);
  *   - under preemption (a small pool).
  * On qwen3-tiny also: seeded sampling (device and host sampling paths, logprobs, penalties, stop
- * ids) gives the same tokens with and without speculation, and a two-sample chi-square test of
+ * ids) gives the same tokens with and without speculation (on the GPU: up to a rare draw at a
+ * float boundary, see assert_sampled), and a two-sample chi-square test of
  * the first two sampled tokens over many seeds (the rejection rule keeps the distribution);
  * the opt-out (no_spec), the batch-size cut-off and the pure n-gram lookup.
  * Built twice: on the CPU backend (test_sched_spec) and, with SCHED_SPEC_CUDA, on the CUDA
  * backend with fp32 activations and fp32 KV pools (test_cuda_sched_spec, label gpu; exit 77
  * without a GPU), where verify steps run outside the decode graphs. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -250,9 +252,48 @@ static void adj_sample(sched_req_t *r, int k) {
   }
 }
 
+#ifdef SCHED_SPEC_CUDA
+/* The contract on the GPU. A verify step computes a sequence's 1 + k rows as one prefill-like
+ * piece of the batch: its products take the mmq kernel (3+ rows) where a decode step of 1-2
+ * sequences takes the matvec kernel, its attention the prefill kernel where decode takes the
+ * split-K decode kernel. With fp32 activations both are within ~1e-6 of fp32, but their
+ * reduction orders differ, so a row's logits depend in the last bits on the shape of the step
+ * that carried it (vLLM promises no more). Greedy output is unaffected short of an exact
+ * near-tie (the identity tests above hold token for token), and the rejection rule keeps the
+ * sampled distribution (test_chi_square); but a seeded draw whose uniform falls within those
+ * last bits of a CDF (or top-p) boundary takes the neighbouring token, and from there the two
+ * runs are different random streams. So on the GPU this test claims what holds exactly for
+ * every draw not at such a boundary: both runs agree token for token up to the first
+ * divergence, with logprobs (variant 1) equal there to 1e-4 (a wrong row or RNG rewind gives
+ * O(1) differences at once), and a divergence is rare: at most one request in a run diverges,
+ * and not within its first half (a plumbing bug diverges at the first verify step of every
+ * request). The CPU backend computes every row independently of the step's shape (batch
+ * invariance), so there the claim is the full token-for-token identity. */
+static void assert_sampled(const out_t *a, const out_t *b, int n, const char *what) {
+  int diverged = 0;
+  for (int k = 0; k < n; k++) {
+    assert_int_equal(b[k].finals, 1);
+    int at = 0;
+    while (at < a[k].n && at < b[k].n && a[k].ids[at] == b[k].ids[at]) at++;
+    for (int j = 0; j < at && j < a[k].n_lps && j < b[k].n_lps; j++)
+      if (fabsf(a[k].lps[j] - b[k].lps[j]) > 1e-4f)
+        fail_msg("%s: request %d token %d logprob %.7f vs %.7f", what, k, j, a[k].lps[j], b[k].lps[j]);
+    if (at == a[k].n && a[k].n == b[k].n) continue;
+    printf("%s: request %d diverges at token %d of %d (a draw at a float boundary)\n", what, k, at, a[k].n);
+    if (at < a[k].n / 2) fail_msg("%s: request %d diverges at token %d of %d", what, k, at, a[k].n);
+    diverged++;
+  }
+  if (diverged > 1) fail_msg("%s: %d requests diverge", what, diverged);
+}
+#define SAMPLED_SAME(a, b, n, what) assert_sampled(a, b, n, what)
+#else
+#define SAMPLED_SAME(a, b, n, what) assert_same(a, b, n, what)
+#endif
+
 /* Seeded sampling gives the same tokens (and logprobs) with and without speculation: each kept
  * token is drawn exactly as without it (one uniform per token). The true-continuation drafter
- * makes most drafts accepted, the mixed one rejects at varying positions. */
+ * makes most drafts accepted, the mixed one rejects at varying positions. On the GPU: what
+ * holds of logits computed by shape-dependent kernels (assert_sampled above). */
 static void test_sampled_identity(void **state) {
   tu_model_fx_t *f = *state;
   enum { T = 30 };
@@ -266,16 +307,18 @@ static void test_sampled_identity(void **state) {
       drafter_t d = {.mode = mode, .n_vocab = f->m->hp.n_vocab, .ref = ref, .n_prompt = 40};
       s = mk(f, 1, 0, &d, 0);
       run_reqs(s, NREQ, T, got, adj_sample);
-      assert_same(ref, got, NREQ, "sampled");
+      SAMPLED_SAME(ref, got, NREQ, "sampled");
       sched_stats_t st;
       sched_stats(s, &st);
       assert_true(st.spec_accepted_tokens > 0);
+#ifndef SCHED_SPEC_CUDA /* on the GPU the reference's tokens stop being the right drafts after a divergence */
       if (mode == DRAFT_TRUE) assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
+#endif
       sched_free(s);
     }
     s = mk(f, 1, 0, NULL, 0); /* prompt lookup */
     run_reqs(s, NREQ, T, got, adj_sample);
-    assert_same(ref, got, NREQ, "sampled, ngram");
+    SAMPLED_SAME(ref, got, NREQ, "sampled, ngram");
     sched_free(s);
   }
 }
