@@ -64,6 +64,7 @@ typedef struct req {
   int spec_skip, spec_pause; /* steps left without drafts; the pause after the next full rejection */
   int32_t mtp_draft[SCHED_SPEC_MAX_K]; /* SCHED_SPEC_MTP: drafts for when n_tokens == mtp_at */
   int n_mtp_draft, mtp_at;
+  int n_verify;      /* verify steps so far (spec_force_accept) */
   uint64_t rng0[4];  /* the sampler's RNG before this step's device draws (device_rows) */
 } req_t;
 
@@ -1112,11 +1113,19 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
  * or 0). */
 static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   const int nd = q->n_draft, bt = s->cfg.block_tokens;
-  int a = 0, done = 0, forced = 0;
+  int a = 0, done = 0, forced = 0, force_acc = 0;
+  if (s->cfg.spec_force_accept > 1) { /* benchmark hook (sched.h) */
+    const double f = s->cfg.spec_force_accept - 1;
+    q->n_verify++;
+    force_acc = (int)(floor(q->n_verify * f) - floor((q->n_verify - 1) * f));
+  }
   if (on_dev) sampler_rng_set(q->smp, q->rng0); /* each kept token replays its row's draw */
   for (int j = 0; j <= nd; j++) {
     if (on_dev) sampler_next_u(q->smp);
-    done = on_dev ? take_token(s, q, NULL, s->b_ids[o + j]) : take_token(s, q, s->logits + (size_t)(o + j) * s->V, -1);
+    if (j < nd && j < force_acc)
+      done = take_token(s, q, NULL, q->draft[j]); /* taken as if the row had drawn it */
+    else
+      done = on_dev ? take_token(s, q, NULL, s->b_ids[o + j]) : take_token(s, q, s->logits + (size_t)(o + j) * s->V, -1);
     if (!done && q->n_tokens >= s->cfg.n_ctx) done = 1 + SCHED_FINISH_LENGTH;
     if (done || j == nd || q->tokens[q->n_tokens - 1] != q->draft[j]) break;
     if (s->cfg.spec_force_reject == j + 1) {
@@ -1175,7 +1184,7 @@ static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
     q->mtp_at = -1;
     s->mseq[n] = (spec_mtp_seq_t){.src_row = s->b_first[i], .n_rows = rows, .pos0 = p0, .next = q->tokens + p0 + 1,
                                   .blocks = q->blocks, .n_blocks = q->n_blocks,
-                                  .k = last && q->n_generated > 0 && q->n_fork == 0 ? s->cfg.spec_k : 0};
+                                  .k = last && q->n_generated > 0 && q->n_fork == 0 && q->spec_skip == 0 ? s->cfg.spec_k : 0};
     s->b_req[n] = q; /* b_req is not read again this step */
     n++;
   }

@@ -80,6 +80,12 @@ typedef struct {
   sched_draft_fn spec_draft;
   void *spec_draft_ud;
   int spec_force_reject;
+  /* benchmark hook (changes the output: never for serving): spec_force_accept > 1 accepts drafts
+   * as if they matched, so that verify steps keep spec_force_accept tokens on average (1 + the
+   * accepted drafts: a sequence's v-th verify step accepts floor(v * a) - floor((v - 1) * a) of its
+   * drafts, a = spec_force_accept - 1, at most all of them); the cost path of an acceptance
+   * length that random weights never reach (tests/bench/bench_spec.c --force-accept) */
+  double spec_force_accept;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */

@@ -305,10 +305,12 @@ static int draft_true(void *ud, int64_t id, int index, const int32_t *tokens, in
   return m;
 }
 
+static double g_force_accept; /* sched_config_t.spec_force_accept of the next mk */
+
 static sched_t *mk(const fx_t *f, int mode, int n_blocks, drafter_t *d, int force_reject) {
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
                       .spec_mode = mode, .spec_k = 3, .spec_draft = d ? draft_true : NULL, .spec_draft_ud = d,
-                      .spec_force_reject = force_reject};
+                      .spec_force_reject = force_reject, .spec_force_accept = g_force_accept};
   sched_t *s = NULL;
   gt_err_t err = {0};
   if (sched_create(f->m, f->tok, &c, &s, &err)) fail_msg("sched_create: %s", err.msg);
@@ -391,6 +393,30 @@ static void test_sched_identity(void **state) {
   fx_close(&f);
 }
 
+/* The benchmark hook: verify steps keep 2.5 tokens on average (1 + 1, 2, 1, 2 .. forced drafts of
+ * the MTP block's own), the run completes and leaves the pool whole. Its output is not the
+ * model's (by design), so only the counters are checked. */
+static void test_force_accept(void **state) {
+  (void)state;
+  fx_t f;
+  fx_open(&f, g_path);
+  static out_t got[NREQ];
+  g_force_accept = 2.5;
+  sched_t *s = mk(&f, SCHED_SPEC_MTP, 0, NULL, 0);
+  g_force_accept = 0;
+  run_reqs(s, NREQ, 40, got);
+  sched_stats_t st;
+  sched_stats(s, &st);
+  const double len = 1.0 + (double)st.spec_accepted_tokens / (double)st.spec_drafts;
+  printf("forced acceptance 2.5: %llu verify steps, acceptance length %.3f\n", (unsigned long long)st.spec_drafts, len);
+  for (int k = 0; k < NREQ; k++) assert_int_equal(got[k].n, 40);
+  /* every verify step but a sequence's last (cut by max_tokens) keeps 2 or 3 */
+  assert_true(st.spec_drafts > 0 && len > 2.3 && len <= 2.5 + 1e-9);
+  assert_int_equal(st.kv_used, 0);
+  sched_free(s);
+  fx_close(&f);
+}
+
 static void test_refused_without_mtp(void **state) {
   (void)state;
   fx_t f;
@@ -407,6 +433,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forward_reference),
       cmocka_unit_test(test_sched_identity),
+      cmocka_unit_test(test_force_accept),
       cmocka_unit_test(test_refused_without_mtp),
   };
   return cmocka_run_group_tests(tests, make_model, drop_model);
