@@ -67,6 +67,11 @@ if(CMAKE_CUDA_COMPILER)
     LIBS gantry_cuda gantry_sched gantry_model_fx TIMEOUT 900)
   target_compile_definitions(test_cuda_sched_spec PRIVATE SCHED_SPEC_CUDA)
   set_tests_properties(test_cuda_sched_spec PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  # the MTP drafter on the GPU: its forward against the plain reference, greedy identity (fp32 activations and KV)
+  gt_add_test(test_cuda_qwen35_mtp SOURCES tests/unit/test_qwen35_mtp.c
+    LIBS gantry_cuda gantry_sched gantry_model_fx gantry_quant TIMEOUT 600)
+  target_compile_definitions(test_cuda_qwen35_mtp PRIVATE MTP_CUDA)
+  set_tests_properties(test_cuda_qwen35_mtp PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
 endif()
 
 if(CMAKE_CUDA_COMPILER)
