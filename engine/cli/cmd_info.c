@@ -60,7 +60,7 @@ int cmd_info(int argc, char **argv) {
   printf("rope            NeoX, theta %g, %d of %d dims\n", hp.rope_theta, hp.n_rot, hp.head_dim);
   printf("rms_eps         %g\n", hp.rms_eps);
   printf("mtp layers      %d", hp.n_nextn);
-  if (mtp) printf(" (%.2f MiB, not used for decoding yet)", mtp / 1048576.0);
+  if (mtp) printf(" (%.2f MiB, the drafter of serve --speculative mtp)", mtp / 1048576.0);
   printf("\nparameters      %lld (%.3f B)\n", (long long)params, params / 1e9);
   printf("tensor bytes    %zu\n", bytes);
   printf("bytes/token     %zu (weights streamed per decoded token)\n", streamed);
