@@ -74,7 +74,8 @@ static inline int kc_check_cublas(int status, const char *expr, const char *file
  * PDL attribute to a kernel of `ctas` blocks launched next on the calling host thread (it also
  * notes the grid as that thread's previous one). Mode (GANTRY_PDL, kc_pdl_set_mode; -1 = back to
  * the variable): 0 off; 1 every kc_launch; 2 (default) only after a grid of at most
- * KC_PDL_SMALL_CTAS blocks. Why 2: a kernel may start early only into the SMs its predecessor
+ * KC_PDL_SMALL_CTAS blocks; 3 also for grids of at most KC_PDL_SMALL_CTAS blocks themselves
+ * (a measurement mode: only big grids after big grids start late). Why 2: a kernel may start early only into the SMs its predecessor
  * leaves free; after a grid that fills the GPU its blocks would be packed onto the first SMs to
  * free up (measured: qwen3-8b batch 8 4.783 -> 5.074 ms with mode 1). */
 #define KC_PDL_SMALL_CTAS 66
