@@ -30,7 +30,8 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 export CUDA_DEVICE_MAX_CONNECTIONS=32 # each rank's stream its own hardware queue
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 rc=0
-row() { printf '| %-44s | %-6s | %s |\n' "$1" "$2" "$3"; }
+row() { printf '| %-56s | %-6s | %s |\n' "$1" "$2" "$3"; }
+verdict() { case $1 in 0) echo PASS ;; 77) echo SKIP ;; *) echo FAIL ;; esac; } # 77: no GPU visible
 summary=$OUT/summary.txt
 : >"$summary"
 
@@ -64,9 +65,9 @@ fi
   echo "== tp_memcheck.sh: $(cat "$D/COMMIT" 2>/dev/null)"
   row "step" "result" "detail (logs in $OUT)"
   row "---" "---" "---"
-  row "test_cuda_ops test_tp_shapes_* (op bounds)" "$([ $r -eq 0 ] && echo PASS || echo FAIL)" "$shapes"
-  row "memcheck test_cuda_tp $pat (TP 2 + 4)" "$([ $m -eq 0 ] && echo PASS || echo FAIL)" "$mem"
-  [ -n "$mem_s" ] && row "memcheck test_tp_shapes_qwen3_8b" "$([ $s -eq 0 ] && echo PASS || echo FAIL)" "$mem_s"
+  row "test_cuda_ops test_tp_shapes_* (op bounds)" "$(verdict $r)" "$shapes"
+  row "memcheck test_cuda_tp $pat (TP 2 + 4)" "$(verdict $m)" "$mem"
+  [ -n "$mem_s" ] && row "memcheck test_tp_shapes_qwen3_8b" "$(verdict $s)" "$mem_s"
   echo "-- ranks and failures (test_tp_shapes):"
   grep -E 'rank 0: heads|  FAIL$|\[  ERROR   \]|not run|left by this test|poisoned|\[  (PASSED|FAILED)  \]' "$OUT/tp_shapes.txt"
   echo "-- test_cuda_tp under memcheck:"
