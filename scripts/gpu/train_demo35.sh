@@ -1,7 +1,8 @@
 #!/bin/bash
 # Trains the second demo model (Qwen3.5 hybrid + MTP, tools/demo35/) on the GPU machine in ONE call:
 # train (TRAIN_S seconds, default 270) -> bf16 GGUF (llama.cpp's converter + the nextn tensors) ->
-# Q4_K_M (gantry-quantize) -> fp32 reference logits on the dequantized Q4_K_M weights.
+# Q4_K_M (gantry-quantize) -> fp32 reference logits on the dequantized Q4_K_M weights. Training ends by
+# END_S (default 390) seconds after the training script starts, so the call fits ~9 minutes.
 # Needs the kit carried in (ignored by git): KIT=.demo35-kit with convert_hf_to_gguf.py, gguf-py/ and a
 # CPU build of gantry-quantize (tools/demo35/README.md says how to make it).
 # $OUT gets (at most 8 files): train.log, gantry-demo35-code.Q4_K_M.gguf (split into .partN when over
@@ -25,7 +26,7 @@ python3 -c 'import torch, transformers, tokenizers, safetensors, yaml; print("py
 t0=$(date +%s)
 stage() { echo "=== $1 ($(( $(date +%s) - t0 ))s)"; }
 stage train
-python3 tools/demo35/train_demo35.py "$W" tests/golden/demo35/hf "$TRAIN_S" || { echo "FATAL: training failed"; exit 3; }
+END_S=${END_S:-390} python3 tools/demo35/train_demo35.py "$W" tests/golden/demo35/hf "$TRAIN_S" || { echo "FATAL: training failed"; exit 3; }
 stage export
 python3 tools/demo35/export_demo35.py "$W/hf" "$KIT" "$W/$NAME.bf16.gguf" "$W/gguf_map.json" 2>&1 | tail -n 25
 [ -s "$W/$NAME.bf16.gguf" ] || { echo "FATAL: conversion failed"; exit 4; }

@@ -126,6 +126,8 @@ def losses(x, y1, y2):
         lm, lt = D.forward_both(model, x, y1)
     return (F.cross_entropy(lm.float().view(-1, D.VOCAB), y1.reshape(-1)),
             F.cross_entropy(lt.float().view(-1, D.VOCAB), y2.reshape(-1)))
+# the whole call has a wall-clock limit: training ends by END_S seconds after this script started
+SECS = max(60.0, min(SECS, float(os.environ.get("END_S", "1e9")) - (time.time() - T0)))
 print(f"setup done at {time.time()-T0:.0f}s; training for {SECS:.0f}s", flush=True)
 start = time.time(); step = 0; warm = 100
 while True:
