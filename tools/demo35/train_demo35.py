@@ -63,7 +63,7 @@ for t in docs:
     for body, cand in functions(t):
         if rng.random() < 0.5:
             h, a = edit_pair(body, cand, rng); pairs.append(h + a + "\n")
-    if len(pairs) >= 4000 or time.time() - t1 > 25: break
+    if len(pairs) >= 2500 or time.time() - t1 > 25: break
 docs += pairs
 print(f"edit pairs added to training: {len(pairs)} ({sum(map(len, pairs))/1e6:.1f} MB) in {time.time()-t1:.0f}s", flush=True)
 
