@@ -17,13 +17,23 @@ T0 = time.time()
 torch.backends.cuda.matmul.allow_tf32 = False; torch.backends.cudnn.allow_tf32 = False
 torch.set_float32_matmul_precision("highest")
 hf = os.path.join(OUT, "hf")
-Cls, _, mod = D.hf_classes()
-model = Cls.from_pretrained(hf).float()
-model.config.use_cache = False
-D.attach(model)
+Cls, Cfg, mod = D.hf_classes()
+# built in float32 from the config (not from_pretrained, whose dtype handling would round the RoPE
+# frequencies to bf16 with a bf16 checkpoint), then loaded with the checkpoint's tensors
+torch.set_default_dtype(torch.float32)
+cfg = Cfg.from_pretrained(hf); cfg.use_cache = False
+model = D.attach(Cls(cfg)).float()
 from safetensors.torch import load_file
 sd = load_file(glob.glob(os.path.join(hf, "model*.safetensors"))[0])
-missing, unexpected = model.mtp.load_state_dict({k[4:]: v for k, v in sd.items() if k.startswith("mtp.")}, strict=True)
+missing, unexpected = model.load_state_dict(sd, strict=False)
+assert set(missing) <= {"lm_head.weight"} and not unexpected, f"checkpoint mismatch: missing {missing}, unexpected {unexpected}"
+re_ = getattr(model.model, "rotary_emb", None)
+dim = int(cfg.head_dim * D.PARTIAL_ROTARY)
+inv = 1.0 / (D.ROPE_THETA ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+if re_ is not None and getattr(re_, "inv_freq", None) is not None and re_.inv_freq.shape == inv.shape:
+    print(f"rotary inv_freq max rel diff from the fp32 formula: {((re_.inv_freq.float() - inv).abs() / inv).max().item():.1e}", flush=True)
+else:
+    print("note: could not check the rotary frequencies", flush=True)
 model = model.float().cuda().eval()
 # the torch GDN path (fp32 throughout) where the module lets us choose; print what runs
 for m in model.modules():
@@ -90,6 +100,7 @@ PROMPTS = ["def fibonacci(n):\n",
 GEN, KEEP = 48, 32
 cases, blobs, row0 = [], [], 0
 sd32 = {k: v.detach().clone() for k, v in model.state_dict().items()}  # to undo the reduced-precision runs
+bf32 = {k: v.detach().clone() for k, v in model.named_buffers()}     # (RoPE frequencies are buffers)
 for i, p in enumerate(PROMPTS):
     ids = enc(p)
     g = greedy(ids, GEN)
@@ -114,6 +125,8 @@ for i, p in enumerate(PROMPTS):
         c[f"noise_floor_{nm}"] = rel(a, main); c[f"top1_agree_{nm}"] = f"{int((a.argmax(-1) == am).sum())}/{L}"
         c[f"mtp_noise_floor_{nm}"] = rel(b, mt); c[f"mtp_top1_agree_{nm}"] = f"{int((b.argmax(-1) == at).sum())}/{L - 1}"
         model.float(); model.load_state_dict(sd32)
+        with torch.no_grad():
+            for k, v in model.named_buffers(): v.copy_(bf32[k])
     cases.append(c)
     print(json.dumps({k: v for k, v in c.items() if k not in ("prompt_ids", "all_ids", "generated_ids")}, ensure_ascii=False), flush=True)
 np.concatenate(blobs).astype("<f4").tofile(os.path.join(OUT, "demo35.logits.f32"))
