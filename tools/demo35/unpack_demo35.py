@@ -3,7 +3,7 @@ the Q4_K_M GGUF (joined from .partNN when it was split), manifest.json with per-
 (demo35.caseN.logits.f32: main head, last 32 rows; demo35.caseN.mtp.logits.f32: MTP head, last 32
 rows), heldout.json and the held-out prompts as text files (prompts/edit_NN.txt, completion_NN.txt),
 hf/config.json and train.log's training lines.
-usage: python3 unpack_demo35.py SRC_DIR DEST_DIR"""
+SRC_DIR holds train.log, the GGUF (or its parts), demo35.tar and, from scripts/gpu/ref_demo35.sh,\ndemo35ref.tar (its manifest.json and demo35.logits.f32 replace demo35.tar's).\nusage: python3 unpack_demo35.py SRC_DIR DEST_DIR"""
 import glob, io, json, os, shutil, sys, tarfile
 
 SRC, DEST = sys.argv[1], sys.argv[2]
@@ -12,8 +12,11 @@ os.makedirs(os.path.join(DEST, "prompts"), exist_ok=True)
 os.makedirs(os.path.join(DEST, "hf"), exist_ok=True)
 tf = tarfile.open(os.path.join(SRC, "demo35.tar"))
 get = lambda n: tf.extractfile("./" + n).read()
-man = json.loads(get("manifest.json"))
-blob = get("demo35.logits.f32")
+# the reference: from the rerun (scripts/gpu/ref_demo35.sh: demo35ref.tar) when there is one
+rp = os.path.join(SRC, "demo35ref.tar")
+rt = tarfile.open(rp) if os.path.exists(rp) else tf
+man = json.loads(rt.extractfile("./manifest.json").read())
+blob = rt.extractfile("./demo35.logits.f32").read()
 stats = man["train"]
 params = stats["params_main"] + stats["params_mtp"]
 model = f"{NAME}-{round(params / 1e6)}m.Q4_K_M.gguf"
