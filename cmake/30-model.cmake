@@ -72,3 +72,8 @@ target_link_libraries(bench_verify PRIVATE gantry_model)
 # the GPU-less parts of ranks sharing one GPU and of the TP prediction: the ranks' barrier, the solo
 # communicator, a solo rank through the decode bench, GANTRY_MODEL_LAYERS (tests/unit/test_tp_parts.c)
 gt_add_test(test_tp_parts SOURCES tests/unit/test_tp_parts.c LIBS gantry_model gantry_testutil TIMEOUT 120)
+# one rank's production shapes (qwen3-8b, qwen35-9b, qwen35-27b at TP 2 / 4): plans, products, and
+# the rank's attention = the unsharded layer's heads on the CPU (the GPU-less part of test_cuda_ops
+# test_tp_shapes_*; tests/unit/test_tp_rank_shapes.c)
+gt_add_test(test_tp_rank_shapes SOURCES tests/unit/test_tp_rank_shapes.c tests/common/tp_rank.c
+  LIBS gantry_model gantry_quant gantry_testutil TIMEOUT 300)

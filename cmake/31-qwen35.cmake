@@ -15,3 +15,10 @@ gt_add_test(test_qwen35
   TIMEOUT 300)
 # the MTP drafter: its forward against a plain reference, speculative identity (tests/unit/test_qwen35_mtp.c)
 gt_add_test(test_qwen35_mtp SOURCES tests/unit/test_qwen35_mtp.c LIBS gantry_sched gantry_model_fx gantry_quant TIMEOUT 600)
+
+# the trained hybrid demo model with its MTP block (tests/golden/demo35/) against its reference; only
+# where its golden files are in the tree (tools/demo35/unpack_demo35.py puts them there: the model is
+# ~15 MB, which the 64 MiB a device call carries cannot also hold)
+if(EXISTS ${CMAKE_SOURCE_DIR}/tests/golden/demo35/manifest.json)
+  gt_add_test(test_demo35 SOURCES tests/unit/test_demo35.c LIBS gantry_golden TIMEOUT 600)
+endif()

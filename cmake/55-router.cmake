@@ -24,6 +24,8 @@ add_library(gantry_router_rt STATIC router/mailbox.c router/pool.c router/router
 target_link_libraries(gantry_router_rt PUBLIC gantry_router_core gantry_router_proto gantry_admission
   gantry_grpc gantry_sha256 PkgConfig::LIBEVENT)
 
+gt_add_test(test_router_nodelay SOURCES tests/unit/test_router_nodelay.c LIBS gantry_router_rt TIMEOUT 60)
+
 add_executable(gantry-router router/main.c)
 target_link_libraries(gantry-router PRIVATE gantry_router_rt)
 target_compile_definitions(gantry-router PRIVATE GANTRY_VERSION="${PROJECT_VERSION}")

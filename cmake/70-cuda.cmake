@@ -32,7 +32,7 @@ if(CMAKE_CUDA_COMPILER)
   target_link_libraries(gantry_cuda PUBLIC gantry_common gantry_comm_barrier CUDA::cudart_static CUDA::cublas)
 
   # GPU tests: skip (cmocka skip with a message) when no device is visible
-  gt_add_test(test_cuda_ops SOURCES tests/gpu/test_cuda_ops.c
+  gt_add_test(test_cuda_ops SOURCES tests/gpu/test_cuda_ops.c tests/common/tp_rank.c
     LIBS gantry_cuda gantry_model gantry_quant gantry_testutil TIMEOUT 300)
   gt_add_test(test_cuda_golden SOURCES tests/gpu/test_cuda_golden.c
     LIBS gantry_cuda gantry_golden TIMEOUT 600)

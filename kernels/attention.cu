@@ -41,6 +41,8 @@ template <int PPT, int G>
 __global__ void __launch_bounds__(AT_THREADS, 2)
     attn_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
                         int group, int head_dim, float scale, int n_split) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   constexpr int MAXD = PPT / 2;
   const int sp = blockIdx.x, t = blockIdx.z;
   const int kvh = G > 1 ? (int)blockIdx.y : (int)blockIdx.y / group, h0 = G > 1 ? kvh * G : (int)blockIdx.y;
@@ -160,6 +162,8 @@ __global__ void __launch_bounds__(AT_THREADS, 2)
  * thread j merges dim j over the splits with all loads of a row issued together. */
 __global__ void attn_combine_kernel(const float *__restrict__ part, float *__restrict__ out, int n_head, int head_dim,
                                     int n_split) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const int h = blockIdx.x, t = blockIdx.y;
   const float *src = part + ((size_t)t * n_head + h) * n_split * (size_t)(head_dim + 2);
   __shared__ float sm[AT_MAX_SPLIT], sw[AT_MAX_SPLIT];
@@ -213,12 +217,12 @@ KC_API int kc_attention(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float *
   const dim3 grid(n_split, G > 1 ? n_kv_head : n_head, b.n_tok);
 #define AT_GO(PP, GG)                                                                                             \
   if (P == PP && G == GG)                                                                                         \
-  attn_partial_kernel<PP, GG><<<grid, AT_THREADS, 0, st>>>(b, kv, q, part, n_head, group, head_dim, scale, n_split)
+  kc_launch(attn_partial_kernel<PP, GG>, grid, AT_THREADS, 0, st, b, kv, q, part, n_head, group, head_dim, scale, n_split)
   AT_GO(2, 1); AT_GO(4, 1); AT_GO(8, 1); AT_GO(16, 1);
   AT_GO(2, 2); AT_GO(4, 2); AT_GO(8, 2); AT_GO(16, 2);
   AT_GO(2, 4); AT_GO(4, 4); AT_GO(8, 4); AT_GO(16, 4);
   AT_GO(2, 8); AT_GO(4, 8); AT_GO(8, 8); AT_GO(16, 8);
 #undef AT_GO
-  attn_combine_kernel<<<dim3(n_head, b.n_tok), 128, 0, st>>>(part, out, n_head, head_dim, n_split);
+  kc_launch(attn_combine_kernel, dim3(n_head, b.n_tok), 128, 0, st, part, out, n_head, head_dim, n_split);
   return (int)cudaGetLastError();
 }

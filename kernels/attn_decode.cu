@@ -21,6 +21,8 @@ template <int TPR, int G, int PPT>
 __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
     ad_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
                       int group, int head_dim, float scale, int n_split, int split_len, int fa_min) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   constexpr int NG = AD_THREADS / TPR;
   const int sp = blockIdx.x, t = blockIdx.z, s = b.seq_of_tok[t];
   if (b.seq_ntok[s] >= fa_min) return;
@@ -150,6 +152,8 @@ __global__ void __launch_bounds__(AD_THREADS, G >= 8 ? 2 : 4)
 __global__ void __launch_bounds__(AD_CT)
     ad_combine_kernel(kc_batch_t b, const float *__restrict__ part, float *__restrict__ out, int n_head, int head_dim,
                       int n_split, int split_len, int fa_min) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   constexpr int NW = AD_CT / 32;
   const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, lane = tid & 31, wi = tid >> 5;
   if (b.seq_ntok[b.seq_of_tok[t]] >= fa_min) return;
@@ -268,19 +272,19 @@ KC_API int kc_attn_decode(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float
     len = len > KC_AD_WARP_MIN_LEN ? len : KC_AD_WARP_MIN_LEN;
     const int rc = kc__attn_decode_warp(st, b, kv, q, part, n_head, n_kv_head, head_dim, scale, n_split, len, fa_min);
     if (rc) return rc;
-    ad_combine_kernel<<<dim3(n_head, b.n_tok), AD_CT, 0, st>>>(b, part, out, n_head, head_dim, n_split, len, fa_min);
+    kc_launch(ad_combine_kernel, dim3(n_head, b.n_tok), AD_CT, 0, st, b, part, out, n_head, head_dim, n_split, len, fa_min);
     return (int)cudaGetLastError();
   }
   const dim3 grid(n_split, G > 1 ? n_kv_head : n_head, b.n_tok);
 #define AD_GO(TT, GG, PP)                                                                                          \
   if (TPR == TT && G == GG)                                                                                        \
-  ad_partial_kernel<TT, GG, PP>                                                                                    \
-      <<<grid, AD_THREADS, 0, st>>>(b, kv, q, part, n_head, group, head_dim, scale, n_split, len, fa_min)
+  kc_launch(ad_partial_kernel<TT, GG, PP>, grid, AD_THREADS, 0, st, b, kv, q, part, n_head, group, head_dim, scale,  \
+            n_split, len, fa_min)
   AD_GO(4, 1, 4); AD_GO(8, 1, 4); AD_GO(16, 1, 4); AD_GO(32, 1, 4);
   AD_GO(4, 2, 4); AD_GO(8, 2, 4); AD_GO(16, 2, 4); AD_GO(32, 2, 4);
   AD_GO(4, 4, 2); AD_GO(8, 4, 2); AD_GO(16, 4, 2); AD_GO(32, 4, 2);
   AD_GO(4, 8, 2); AD_GO(8, 8, 2); AD_GO(16, 8, 2); AD_GO(32, 8, 2);
 #undef AD_GO
-  ad_combine_kernel<<<dim3(n_head, b.n_tok), AD_CT, 0, st>>>(b, part, out, n_head, head_dim, n_split, len, fa_min);
+  kc_launch(ad_combine_kernel, dim3(n_head, b.n_tok), AD_CT, 0, st, b, part, out, n_head, head_dim, n_split, len, fa_min);
   return (int)cudaGetLastError();
 }

@@ -52,6 +52,8 @@ template <int HD, int G>
 __global__ void __launch_bounds__(32)
     adw_partial_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ part, int n_head,
                        float scale, int n_split, int split_len, int fa_min) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   using C = adw_cfg<HD, G>;
   constexpr int SP = C::SP, CH = C::CH, DS = C::DS, RP = C::RP, NP = C::NP, CPL = C::CPL, PHN = C::PHN, FS = C::FS;
   const int sp = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z, lane = threadIdx.x;
@@ -211,7 +213,7 @@ int kc__attn_decode_warp(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float 
   const dim3 grid(n_split, n_kv_head, b.n_tok);
 #define ADW_GO(HH, GG)                                                                                              \
   if (head_dim == HH && group == GG) {                                                                             \
-    adw_partial_kernel<HH, GG><<<grid, 32, 0, st>>>(b, kv, q, part, n_head, scale, n_split, split_len, fa_min);     \
+    kc_launch(adw_partial_kernel<HH, GG>, grid, 32, 0, st, b, kv, q, part, n_head, scale, n_split, split_len, fa_min);     \
     return (int)cudaSuccess;                                                                                       \
   }
   ADW_GO(64, 1) ADW_GO(64, 2) ADW_GO(64, 4) ADW_GO(64, 8);

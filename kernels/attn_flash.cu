@@ -49,6 +49,8 @@ template <int D, int MT>
 __global__ void __launch_bounds__(FA_THREADS)
     fa_kernel(kc_batch_t b, kc_kv_t kv, const float *__restrict__ q, float *__restrict__ out, int n_head, int group,
               float scale_log2, int fa_min, int n_tiles) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   constexpr int BN = fa_cfg<D, MT>::BN, LD = fa_cfg<D, MT>::LD, CH = D / 8, BM = fa_cfg<D, MT>::BM;
   extern __shared__ __align__(16) unsigned char fa_smem[];
   __nv_bfloat16 *sq = (__nv_bfloat16 *)fa_smem; /* [BM][LD] */
@@ -287,7 +289,7 @@ static int fa_launch(cudaStream_t st, kc_batch_t b, kc_kv_t kv, const float *q, 
     if (e != cudaSuccess) return (int)e;
     attr_set = 1;
   }
-  fa_kernel<D, MT><<<dim3(n_tiles, n_head), FA_THREADS, fa_cfg<D, MT>::SMEM, st>>>(
+  kc_launch(fa_kernel<D, MT>, dim3(n_tiles, n_head), FA_THREADS, fa_cfg<D, MT>::SMEM, st, 
       b, kv, q, out, n_head, group, scale * 1.4426950408889634f, fa_min, n_tiles);
   return (int)cudaGetLastError();
 }

@@ -17,6 +17,8 @@ __global__ void attn_prep_kernel(kc_batch_t b, kc_kv_t kv, float *q, float *k, c
                                  const float *__restrict__ qw, const float *__restrict__ kw, int n_head, int n_kv_head,
                                  int hd, int n_rot, const double *__restrict__ inv_freq, int freq_bf16, float eps,
                                  int head0) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   extern __shared__ float4 ap_smem[];
   float *row = (float *)ap_smem; /* [hd] normalised head row */
   const int t = blockIdx.x, hh = head0 + (int)blockIdx.y;
@@ -111,18 +113,18 @@ static int launch(cudaStream_t st, bool v4, int head0, int n, kc_batch_t b, kc_k
     if (threads > 1024) threads = 1024;
     if (threads < 32) threads = 32;
     if (kv.bf16)
-      attn_prep_kernel<true, __nv_bfloat16><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd,
+      kc_launch(attn_prep_kernel<true, __nv_bfloat16>, grid, threads, smem, st, b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd,
                                                                          n_rot, inv_freq, freq_bf16, eps, head0);
     else
-      attn_prep_kernel<true, float><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot,
+      kc_launch(attn_prep_kernel<true, float>, grid, threads, smem, st, b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot,
                                                                  inv_freq, freq_bf16, eps, head0);
   } else {
     const int threads = hd >= 1024 ? 512 : hd >= 256 ? 256 : 64;
     if (kv.bf16)
-      attn_prep_kernel<false, __nv_bfloat16><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd,
+      kc_launch(attn_prep_kernel<false, __nv_bfloat16>, grid, threads, smem, st, b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd,
                                                                           n_rot, inv_freq, freq_bf16, eps, head0);
     else
-      attn_prep_kernel<false, float><<<grid, threads, smem, st>>>(b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot,
+      kc_launch(attn_prep_kernel<false, float>, grid, threads, smem, st, b, kv, q, k, v, qw, kw, n_head, n_kv_head, hd, n_rot,
                                                                   inv_freq, freq_bf16, eps, head0);
   }
   return (int)cudaGetLastError();

@@ -3,6 +3,8 @@
 
 __global__ void conv1d_kernel(kc_batch_t b, float *conv, int n_slots, const float *x, float *out,
                               const float *__restrict__ w, int C, int K) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (it >= (int64_t)b.n_seq * C) return;
   const int s = (int)(it / C), ch = (int)(it % C);
@@ -34,6 +36,6 @@ KC_API int kc_conv1d_silu(cudaStream_t st, kc_batch_t b, float *conv, int n_slot
   if (K < 2 || K > KC_CONV_MAX_K || C <= 0) return (int)cudaErrorInvalidValue;
   const int64_t n = (int64_t)b.n_seq * C;
   if (n == 0) return 0;
-  conv1d_kernel<<<KC_GRID(n, 128), 128, 0, st>>>(b, conv, n_slots, x, out, w, C, K);
+  kc_launch(conv1d_kernel, KC_GRID(n, 128), 128, 0, st, b, conv, n_slots, x, out, w, C, K);
   return (int)cudaGetLastError();
 }

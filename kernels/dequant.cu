@@ -16,6 +16,8 @@ static __device__ __forceinline__ void dq_store8(__nv_bfloat16 *d, const float *
 template <int T, class O>
 __global__ void dequant_kernel(const uint8_t *__restrict__ w, size_t row_bytes, int64_t row0, int64_t nrows,
                                int64_t cols, O *__restrict__ dst) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const int64_t nch = cols >> 3;
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= nrows * nch) return;
@@ -32,7 +34,7 @@ static int dequant_go(cudaStream_t st, int type, const void *w, size_t row_bytes
   const int64_t n = nrows * (cols >> 3);
   if (n == 0) return 0;
 #define DQ_CASE(T) \
-  dequant_kernel<T, O><<<KC_GRID(n, 256), 256, 0, st>>>((const uint8_t *)w, row_bytes, row0, nrows, cols, dst)
+  kc_launch(dequant_kernel<T, O>, KC_GRID(n, 256), 256, 0, st, (const uint8_t *)w, row_bytes, row0, nrows, cols, dst)
   KC_TYPE_SWITCH(type, DQ_CASE)
 #undef DQ_CASE
   return (int)cudaGetLastError();

@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(GC_THREADS, 1)
     gdn_chunked_kernel(kc_batch_t b, float *ssm, int n_slots, const float *__restrict__ q, const float *__restrict__ k,
                        const float *__restrict__ v, const float *__restrict__ g, const float *__restrict__ beta,
                        float *__restrict__ out, int n_k, int n_v, int d_k, int d_v, int min_tok) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   extern __shared__ float4 gc_sm4[];
   double *cum = (double *)gc_sm4;
   float *gs = (float *)(cum + GC_L), *bet = gs + GC_L, *ex = bet + GC_L, *wj = ex + GC_L;
@@ -259,7 +261,7 @@ KC_API int kc_gdn_chunked(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots
   cudaError_t e = cudaFuncSetAttribute(gdn_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return (int)e;
   const dim3 grid((unsigned)((d_v + GC_TJ - 1) / GC_TJ), (unsigned)n_v, (unsigned)b.n_seq);
-  gdn_chunked_kernel<<<grid, GC_THREADS, smem, st>>>(b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
+  kc_launch(gdn_chunked_kernel, grid, GC_THREADS, smem, st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
                                                       min_tok);
   return (int)cudaGetLastError();
 }

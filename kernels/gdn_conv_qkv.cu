@@ -20,6 +20,8 @@ __global__ void __launch_bounds__(KC_GDN_CONV_QKV_MAX_HD)
     gdn_conv_qkv_kernel(kc_batch_t b, float *conv, int n_slots, const float *__restrict__ x,
                         const float *__restrict__ w, int K, float *q, float *k, float *v, int n_k, int d_k, int n_v,
                         int d_v, float eps, float q_scale) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   __shared__ float row[KC_GDN_CONV_QKV_MAX_HD]; /* the token's conv output of a q / k head */
   const int s = blockIdx.y, hh = blockIdx.x, kd = n_k * d_k, C = 2 * kd + n_v * d_v;
   const int slot = b.state_slot[s];
@@ -105,6 +107,6 @@ KC_API int kc_gdn_conv_qkv(cudaStream_t st, kc_batch_t b, float *conv, int n_slo
   const int chunks = (b.n_tok + KC_GDN_CONV_QKV_CHUNK - 1) / KC_GDN_CONV_QKV_CHUNK;
   if (chunks > 65535) return (int)cudaErrorInvalidValue;
   const dim3 grid((unsigned)(2 * n_k + n_v), (unsigned)b.n_seq, (unsigned)(chunks > 0 ? chunks : 1));
-  gdn_conv_qkv_kernel<<<grid, threads, 0, st>>>(b, conv, n_slots, x, w, K, q, k, v, n_k, d_k, n_v, d_v, eps, q_scale);
+  kc_launch(gdn_conv_qkv_kernel, grid, threads, 0, st, b, conv, n_slots, x, w, K, q, k, v, n_k, d_k, n_v, d_v, eps, q_scale);
   return (int)cudaGetLastError();
 }

@@ -3,6 +3,8 @@
 
 __global__ void gdn_gates_kernel(const float *alpha, const float *beta_in, const float *__restrict__ a,
                                  const float *__restrict__ dt_bias, float *g, float *beta, size_t n, int n_v) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int h = (int)(i % (size_t)n_v);
@@ -15,6 +17,6 @@ KC_API int kc_gdn_gates(cudaStream_t st, const float *alpha, const float *beta_i
                         const float *dt_bias, float *g, float *beta, int n_tok, int n_v) {
   const size_t n = (size_t)n_tok * n_v;
   if (n == 0) return 0;
-  gdn_gates_kernel<<<KC_GRID(n, 256), 256, 0, st>>>(alpha, beta_in, a, dt_bias, g, beta, n, n_v);
+  kc_launch(gdn_gates_kernel, KC_GRID(n, 256), 256, 0, st, alpha, beta_in, a, dt_bias, g, beta, n, n_v);
   return (int)cudaGetLastError();
 }

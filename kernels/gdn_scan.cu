@@ -19,6 +19,8 @@ __global__ void __launch_bounds__(GDN_WARPS * 32)
     gdn_step_kernel(kc_batch_t b, float *ssm, int n_slots, const float *__restrict__ q, const float *__restrict__ k,
                     const float *__restrict__ v, const float *__restrict__ g, const float *__restrict__ beta,
                     float *__restrict__ out, int n_k, int n_v, int d_k, int d_v, int skip_from) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   __shared__ float red_kv[GDN_WARPS][GDN_TILE], red_o[GDN_WARPS][GDN_TILE];
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int h = blockIdx.y, s = blockIdx.z, kh = h % n_k;
@@ -93,6 +95,8 @@ __global__ void gdn_scan_global_kernel(kc_batch_t b, float *ssm, int n_slots, co
                                        const float *__restrict__ k, const float *__restrict__ v,
                                        const float *__restrict__ g, const float *__restrict__ beta,
                                        float *__restrict__ out, int n_k, int n_v, int d_k, int d_v, int skip_from) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   extern __shared__ float sm[]; /* q [d_k], k [d_k] */
   float *sq = sm, *sk = sm + d_k;
   const int h = blockIdx.x, s = blockIdx.y, kh = h % n_k, j = threadIdx.x;
@@ -140,7 +144,7 @@ static int gdn_scan_short(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots
     const dim3 grid((unsigned)((d_v + GDN_TILE - 1) / GDN_TILE), (unsigned)n_v, (unsigned)b.n_seq);
     const int rpt = (d_k + GDN_WARPS - 1) / GDN_WARPS;
 #define GDN_LAUNCH(R)                                                                                          \
-  gdn_step_kernel<R><<<grid, GDN_WARPS * 32, 0, st>>>(b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v, \
+  kc_launch(gdn_step_kernel<R>, grid, GDN_WARPS * 32, 0, st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v, \
                                                       skip_from)
     if (rpt <= 4) GDN_LAUNCH(4);
     else if (rpt <= 8) GDN_LAUNCH(8);
@@ -152,7 +156,7 @@ static int gdn_scan_short(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots
   const int threads = (d_v + 31) / 32 * 32;
   const size_t smem = sizeof(float) * 2 * (size_t)d_k;
   if (smem > 48 * 1024) return (int)cudaErrorInvalidValue;
-  gdn_scan_global_kernel<<<dim3(n_v, b.n_seq), threads, smem, st>>>(b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v,
+  kc_launch(gdn_scan_global_kernel, dim3(n_v, b.n_seq), threads, smem, st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v,
                                                                      d_k, d_v, skip_from);
   return (int)cudaGetLastError();
 }

@@ -82,6 +82,8 @@ __global__ void __launch_bounds__(LPC * 32)
     gdn_long_kernel(kc_batch_t b, float *ssm, int n_slots, const float *__restrict__ q, const float *__restrict__ k,
                     const float *__restrict__ v, const float *__restrict__ g, const float *__restrict__ beta,
                     float *__restrict__ out, int n_k, int n_v, int d_k, int d_v, int min_tok, int skip_from) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   constexpr int CPW = 32 / LPC, CB = GL_CB, DKP = 4 * LPC * NU;
   typedef gl_layout<DKP, CB> L;
   extern __shared__ float4 gl_smem4[];
@@ -190,7 +192,7 @@ static int gl_launch(cudaStream_t st, kc_batch_t b, float *ssm, int n_slots, con
   constexpr int CB = GL_CB, DKP = 4 * LPC * NU;
   const size_t smem = sizeof(float) * 2 * (size_t)gl_layout<DKP, CB>::BUF;
   const dim3 grid((unsigned)((d_v + CB - 1) / CB), (unsigned)n_v, (unsigned)b.n_seq);
-  gdn_long_kernel<LPC, NU><<<grid, LPC * 32, smem, st>>>(b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k,
+  kc_launch(gdn_long_kernel<LPC, NU>, grid, LPC * 32, smem, st, b, ssm, n_slots, q, k, v, g, beta, out, n_k, n_v, d_k,
                                                                d_v, min_tok, skip_from);
   return (int)cudaGetLastError();
 }

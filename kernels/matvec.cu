@@ -108,6 +108,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         if constexpr (D::COOP) hd[u] = D::hdr(whdr, kb);
       }
     }
+    /* PDL: the first chunks' weight loads are in flight before the previous kernel's x is read */
+    if (kb0 == part) kc_pdl_wait(), kc_pdl_trigger();
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int64_t kb = kb0 + (int64_t)u * S;
@@ -157,6 +159,8 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
   }
 
+  kc_pdl_wait(); /* warps without a chunk (part >= nkb) wait here; a no-op for the others */
+  kc_pdl_trigger();
   /* warp sums of value f * NR + r, then the S parts in order */
   float v[V];
 #pragma unroll
@@ -213,7 +217,7 @@ static int mv_go(cudaStream_t st, mv_args_t a, int64_t cols, const float *x, int
     a.blk_end[s] = (unsigned)blocks;
   }
   if (blocks == 0) return 0;
-  mv_kernel<D, NR><<<(unsigned)blocks, MV_WARPS * 32, 0, st>>>(a, x, cols, n);
+  kc_launch(mv_kernel<D, NR>, (unsigned)blocks, MV_WARPS * 32, 0, st, a, x, cols, n);
   return (int)cudaGetLastError();
 }
 

@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     const bool have = kb < nkb;
     mvm_wbuf<D, RG> wb;
     if (have) wb.load(p, kb, lane); /* weight loads first: in flight while the block builds the window's B */
+    if (t == 0) kc_pdl_wait(), kc_pdl_trigger(); /* PDL: x (the previous kernel's output) only from here */
     __syncthreads(); /* previous window's B read by every warp */
     mvm_fill<D>(bs, sxs, x, cols, t * S, nkb, S, n);
     __syncthreads();
@@ -112,7 +113,7 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
   const int64_t blocks = mvm_plan(a, cols >> 8, a.swiglu ? 8 * RG : 16 * RG);
   if (blocks < 0) return (int)cudaErrorInvalidValue;
   if (blocks == 0) return 0;
-  mvm_kernel<D, RG><<<(unsigned)blocks, MVM_WARPS * 32, 0, st>>>(a, x, cols, n);
+  kc_launch(mvm_kernel<D, RG>, (unsigned)blocks, MVM_WARPS * 32, 0, st, a, x, cols, n);
   return (int)cudaGetLastError();
 }
 

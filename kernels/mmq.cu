@@ -30,6 +30,8 @@ KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts) {
 /* thread per quad (4 elements) of a padded row; 8 consecutive lanes = one 32-element sub-block */
 __global__ void mmq_prep_kernel(const float *__restrict__ x, int64_t cols, int n, int64_t npad, int parts,
                                 uint2 *__restrict__ xp, float *__restrict__ sx) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const int64_t qpr = cols / 4, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= npad * qpr) return; /* whole warps: qpr % 64 == 0 */
   const int64_t r = t / qpr, q = t % qpr;
@@ -50,7 +52,7 @@ KC_API int kc_mmq_prep(cudaStream_t st, int type, const float *x, int64_t cols, 
   float *sx = (float *)((uint8_t *)scratch + ((size_t)parts * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
   const int64_t blocks = (total + 255) / 256;
   if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
-  mmq_prep_kernel<<<(unsigned)blocks, 256, 0, st>>>(x, cols, n, npad, parts, xp, sx);
+  kc_launch(mmq_prep_kernel, (unsigned)blocks, 256, 0, st, x, cols, n, npad, parts, xp, sx);
   return (int)cudaGetLastError();
 }
 
@@ -78,6 +80,8 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
   const uint8_t *wa[2], *wb[2], *ws[2];
 #pragma unroll
   for (int i = 0; i < 2; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
+  kc_pdl_wait(); /* x (mmq_prep's output) only from here */
+  kc_pdl_trigger();
   const int64_t xr0 = (int64_t)yb * KC_MMQ_TILE_ROWS;
   const int64_t pstride = npad * cols; /* elements between parts */
   const uint16_t *xb = xp + (xr0 + g) * cols;
@@ -163,7 +167,7 @@ static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scrat
   }
   const uint16_t *xp = (const uint16_t *)scratch;
   const float *sx = (const float *)((const uint8_t *)scratch + ((size_t)NP * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
-  mmq_kernel<D, NT, NP, OCC><<<(unsigned)(wblocks * a.ny), MMQ_WARPS * 32, 0, st>>>(a, xp, sx, cols, n, npad);
+  kc_launch(mmq_kernel<D, NT, NP, OCC>, (unsigned)(wblocks * a.ny), MMQ_WARPS * 32, 0, st, a, xp, sx, cols, n, npad);
   return (int)cudaGetLastError();
 }
 

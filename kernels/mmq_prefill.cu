@@ -28,6 +28,8 @@
 template <class D>
 __global__ void mmq_pf_prep_kernel(const float *__restrict__ x, int64_t cols, int n, int64_t npad, int parts,
                                 uint2 *__restrict__ xf, float *__restrict__ sx) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const int64_t qpr = cols / 4, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= npad * qpr) return; /* whole warps: qpr % 64 == 0 */
   const int64_t r = t / qpr, qq = t % qpr, kb = qq >> 6;
@@ -45,7 +47,7 @@ static int mmq_prep_go(cudaStream_t st, const float *x, int64_t cols, int n, int
   float *sx = (float *)((uint8_t *)scratch + ((size_t)parts * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
   const int64_t blocks = (total + 255) / 256;
   if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
-  mmq_pf_prep_kernel<D><<<(unsigned)blocks, 256, 0, st>>>(x, cols, n, npad, parts, (uint2 *)scratch, sx);
+  kc_launch(mmq_pf_prep_kernel<D>, (unsigned)blocks, 256, 0, st, x, cols, n, npad, parts, (uint2 *)scratch, sx);
   return (int)cudaGetLastError();
 }
 
@@ -64,6 +66,8 @@ template <class D, int NT, int NP, int OCC>
 __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
     mmq_pf_kernel(const mmq_args_t a, const uint2 *__restrict__ xf, const float *__restrict__ sx, int64_t cols, int n,
                int64_t npad) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   /* per warp: scale slots [group][row][16] while the chunks run, then [group][row][x col] sums */
   constexpr int XC = NT * 8, WS = 2 * 16 * (XC > 16 ? XC : 16);
   __shared__ __align__(16) float sm[MMQ_WARPS * WS];

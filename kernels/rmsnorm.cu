@@ -4,6 +4,8 @@
 
 __global__ void rmsnorm_kernel(float *x, const float *__restrict__ delta, const float *__restrict__ w, float *out,
                                int d, float eps) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   float *xr = x + (size_t)blockIdx.x * d;
   float *orow = out + (size_t)blockIdx.x * d;
   double ss = 0.0;
@@ -25,6 +27,8 @@ __global__ void rmsnorm_kernel(float *x, const float *__restrict__ delta, const 
 #define RN_V 4
 __global__ void rmsnorm_v4_kernel(float *x, const float *__restrict__ delta, const float *__restrict__ w, float *out,
                                   int d, float eps) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const int nv = d >> 2;
   float4 *xr = (float4 *)(x + (size_t)blockIdx.x * d);
   const float4 *dr = delta ? (const float4 *)(delta + (size_t)blockIdx.x * d) : NULL;
@@ -74,11 +78,11 @@ static int launch(cudaStream_t st, float *x, const float *delta, const float *w,
     threads = (threads + 31) / 32 * 32;
     if (threads > 1024) threads = 1024;
     if (threads < 32) threads = 32;
-    rmsnorm_v4_kernel<<<rows, threads, 0, st>>>(x, delta, w, out, d, eps);
+    kc_launch(rmsnorm_v4_kernel, rows, threads, 0, st, x, delta, w, out, d, eps);
     return (int)cudaGetLastError();
   }
   const int threads = d >= 1024 ? 512 : d >= 256 ? 256 : 64;
-  rmsnorm_kernel<<<rows, threads, 0, st>>>(x, delta, w, out, d, eps);
+  kc_launch(rmsnorm_kernel, rows, threads, 0, st, x, delta, w, out, d, eps);
   return (int)cudaGetLastError();
 }
 

@@ -3,6 +3,8 @@
 
 __global__ void rope_kernel(kc_batch_t b, float *x, int n_head, int head_dim, int half,
                             const double *__restrict__ inv_freq, int freq_bf16) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const int t = blockIdx.x, h = blockIdx.y;
   const double p = b.pos[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -22,6 +24,6 @@ KC_API int kc_rope(cudaStream_t st, kc_batch_t b, float *x, int n_head, int head
   if (b.n_tok <= 0 || half <= 0 || n_head <= 0) return 0;
   if (b.n_tok > 2147483647 || n_head > 65535) return (int)cudaErrorInvalidValue;
   const int threads = half >= 128 ? 128 : (half + 31) / 32 * 32;
-  rope_kernel<<<dim3(b.n_tok, n_head), threads, 0, st>>>(b, x, n_head, head_dim, half, inv_freq, freq_bf16);
+  kc_launch(rope_kernel, dim3(b.n_tok, n_head), threads, 0, st, b, x, n_head, head_dim, half, inv_freq, freq_bf16);
   return (int)cudaGetLastError();
 }

@@ -221,6 +221,8 @@ __device__ smp_sel_t smp_select(const float *prob, int V, int kind, u64 target, 
 __global__ void __launch_bounds__(SMP_THREADS) sample_kernel(const float *__restrict__ logits, int V,
                                                              const kc_sample_row_t *__restrict__ rows,
                                                              float *__restrict__ probs, int32_t *__restrict__ ids) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   __shared__ smp_shared_t sh;
   const int row = blockIdx.x, tid = threadIdx.x;
   const kc_sample_row_t p = rows[row];
@@ -316,6 +318,6 @@ KC_API size_t kc_sample_scratch_floats(int n_rows, int n_vocab) { return (size_t
 KC_API int kc_sample(cudaStream_t st, const float *logits, int n_rows, int n_vocab, const kc_sample_row_t *rows,
                      float *scratch, int32_t *ids) {
   if (n_rows <= 0 || n_vocab <= 0) return 0;
-  sample_kernel<<<n_rows, SMP_THREADS, 0, st>>>(logits, n_vocab, rows, scratch, ids);
+  kc_launch(sample_kernel, n_rows, SMP_THREADS, 0, st, logits, n_vocab, rows, scratch, ids);
   return (int)cudaGetLastError();
 }

@@ -2,6 +2,8 @@
 #include "kernels/swiglu.cuh"
 
 __global__ void swiglu_kernel(const float *gate, const float *up, float *out, size_t n) {
+  kc_pdl_wait();
+  kc_pdl_trigger();
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) {
     const float g = gate[i];
@@ -10,6 +12,6 @@ __global__ void swiglu_kernel(const float *gate, const float *up, float *out, si
 }
 KC_API int kc_swiglu(cudaStream_t st, const float *gate, const float *up, float *out, size_t n) {
   if (n == 0) return 0;
-  swiglu_kernel<<<KC_GRID(n, 256), 256, 0, st>>>(gate, up, out, n);
+  kc_launch(swiglu_kernel, KC_GRID(n, 256), 256, 0, st, gate, up, out, n);
   return (int)cudaGetLastError();
 }

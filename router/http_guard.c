@@ -19,6 +19,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,7 @@ typedef struct hconn {
   int verdict;
   oa_error_t err;
   bool killed;             /* evhttp was told to fail the request */
+  bool nodelay;            /* TCP_NODELAY set on the socket */
   long served_bytes;       /* read while the router answered (PH_SERVE) */
 } hconn_t;
 
@@ -351,6 +353,21 @@ static void conn_free(hconn_t *c) {
   g->n_conns--;
 }
 
+/* A stream is many small writes (one SSE event per token). With Nagle on, a write waits while
+ * the previous one is unacknowledged, and a Linux client delays that ACK by its 40 ms timer
+ * whenever it takes the last segment for a full-sized one (two segments in a row of one length
+ * of 536 bytes or more): issue 24's 40 ms p99 inter-token interval. Set once per connection, as
+ * soon as its socket is known (no-op before; a failure is logged and not retried; a unix socket
+ * has no such option). */
+static void conn_nodelay(hconn_t *c) {
+  const evutil_socket_t fd = bufferevent_getfd(c->bev);
+  if (c->nodelay || fd < 0) return;
+  c->nodelay = true;
+  const int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0 && errno != EOPNOTSUPP && errno != ENOPROTOOPT)
+    GT_LOG_WARN("http: TCP_NODELAY on an accepted connection: %s", strerror(errno));
+}
+
 /* Counts c against its client address; false when that is over the cap. */
 static bool adopt(hconn_t *c) {
   http_guard_t *g = c->g;
@@ -359,6 +376,7 @@ static bool adopt(hconn_t *c) {
   memset(&ss, 0, sizeof ss);
   const evutil_socket_t fd = bufferevent_getfd(c->bev);
   if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return true; /* not yet known */
+  conn_nodelay(c);
   if (ss.ss_family == AF_INET) ((struct sockaddr_in *)&ss)->sin_port = 0;
   else if (ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
   else ss.ss_family = AF_UNSPEC; /* a unix socket: one bucket */
@@ -488,6 +506,7 @@ struct bufferevent *http_guard_bev(struct event_base *base, void *arg) {
 int http_guard_request(http_guard_t *g, struct bufferevent *bev, oa_error_t *e) {
   hconn_t *c = bev ? find_conn(g, bev) : NULL;
   if (!c) return 0;
+  conn_nodelay(c); /* before the first byte of the answer, whether or not the tick adopted c yet */
   const int v = c->verdict;
   if (v) *e = c->err;
   c->verdict = 0;

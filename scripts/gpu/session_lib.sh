@@ -29,7 +29,7 @@ session_mkmodel() {
   _mk_out=$1 _mk_log=$2
   shift 2
   rm -f "$_mk_out.done"
-  ( timeout 200 "$D/gantry-mkmodel" "$@" --out "$_mk_out.tmp" >"$_mk_log" 2>&1 && mv "$_mk_out.tmp" "$_mk_out"
+  ( timeout ${MK_TIMEOUT:-400} "$D/gantry-mkmodel" "$@" --out "$_mk_out.tmp" >"$_mk_log" 2>&1 && mv "$_mk_out.tmp" "$_mk_out"
     touch "$_mk_out.done" ) &
 }
 

@@ -9,7 +9,8 @@
 # Usage: scripts/gpu/stack.sh MODEL.gguf [NAME]   (NAME: the served model name, default "model")
 # Env: DIST (programs, default build-cuda-dist), OUT (logs, default /tmp/gpu-stack), SEQS (32),
 # DEVICE (cuda; cpu runs the same stack on a local build), MAX_LEN (4096), MAX_TOKENS (128), CONTEXTS, CONC, ENGINE_ARGS (extra `serve` options),
-# BENCH_ARGS (extra `gantry bench` options), BENCH_TIMEOUT (420 s).
+# BENCH_ARGS (extra `gantry bench` options), BENCH_TIMEOUT (420 s), SSE_SAMPLE (0: tokens of one more
+# streamed request whose event sizes are printed).
 # Exit 1 when a part failed to start or the bench failed.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -91,6 +92,18 @@ timeout "${BENCH_TIMEOUT:-420}" "$D/gantry" --url "http://127.0.0.1:$HPORT" benc
 r=${PIPESTATUS[0]}
 echo "== stack bench rc=$r (logs $OUT)"
 [ "$r" = 0 ] || rc=1
+# SSE_SAMPLE=N: one more streamed chat request of N tokens, its raw SSE kept in $OUT/sse_sample.txt,
+# and the sizes of its events (issue 24: without TCP_NODELAY, the client's 40 ms delayed ACK
+# followed writes of one size, 524 bytes or more)
+if [ "${SSE_SAMPLE:-0}" -gt 0 ] && command -v curl >/dev/null; then
+  sys_curl -sN "http://127.0.0.1:$HPORT/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$NAME\",\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}],\"max_tokens\":$SSE_SAMPLE,\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true,\"continuous_usage_stats\":true}}" \
+    >"$OUT/sse_sample.txt"
+  awk '/^data: /{n++; l=length($0)+2; s+=l; if(l>=524)big++; if(l==p)eq++; p=l}
+       END{if(n) printf "== sse sample: %d events, mean %.0f bytes, %d of 524+ bytes, %d the size of the one before\n", n, s/n, big, eq}' \
+    "$OUT/sse_sample.txt"
+  sed -n '3p' "$OUT/sse_sample.txt" | cut -c1-400
+fi
 echo "== engine metrics"
 if command -v curl >/dev/null; then
   sys_curl -s "http://127.0.0.1:$MPORT/metrics" | grep -E "^gantry_engine_(eager_steps_total|steps_total|generation_tokens_total|prompt_tokens_total|prefix_cache)" | head -12

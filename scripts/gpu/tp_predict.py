@@ -17,8 +17,12 @@ Per model (name:layers:n_embd:K1,K2) and batch B:
            one-rank run at the step's size (B * n_embd * 4 bytes, next power of two);
   TP n     T_n + R * L ms per step, B * 1000 / that tok/s; fixed cost per step a + R * L, set
            against the 6.02 ms measured on four V100s and the +38 % / +28 % per doubling.
-Then, per model at batch 1, the op kinds whose time does not shrink (TP4 / TP1 > 0.5 in the per-op
-profile of the K2-layer runs), with the launch gap and host time of the step.
+Then, per model and batch, the parts of a: each op kind's profiled time (scaled by graph replay /
+sum of ops, so the eager event pairs drop out), taken to the whole model and fitted a_k + w_k / n
+like the step; what is left of a is host + graph launch; a per op of the TP4 rank step; and the
+fixed cost with the all-reduce fused into the residual add + RMSNorm after it (add_rmsnorm's a_k
+removed). Then, per model at batch 1, the op kinds whose time does not shrink (TP4 / TP1 > 0.5 in
+the per-op profile of the K2-layer runs), with the launch gap and host time of the step.
 Prints markdown; exit 1 when a needed log or value is missing.
 Usage: tp_predict.py LOGDIR "qwen3-8b:36:4096:2,4 qwen35-9b:32:4096:4,8" [--batches 1,8] [--custom-us 5]
        [--target qwen35-9b:1:0.5] [--title TEXT]"""
@@ -40,14 +44,18 @@ def decode_ms(path, batch):
     raise ValueError(f"{path}: no decode row for batch {batch}")
 
 
-def profile(path, batch):
-    """Per op kind (the label's first word) the us of the profiled step, and (gap, host) us."""
-    kinds, gap, host, on = {}, None, None, False
+def profile(path, batch, full=False):
+    """Per op kind (the label's first word) the us of the profiled step, and (gap, host) us; with full,
+    also the op count of the step and the scale graph replay / sum of ops (the eager per-op times
+    carry an event pair each: scaled, they add up to the graph's GPU time)."""
+    kinds, gap, host, on, n_ops, scale = {}, None, None, False, None, None
     with open(path) as f:
         for line in f:
-            m = re.match(r"^batch (\d+), one decode step per op", line)
+            m = re.match(r"^batch (\d+), one decode step per op(?: \((\d+) ops)?", line)
             if m:
                 on = int(m.group(1)) == batch
+                if on and m.group(2):
+                    n_ops = int(m.group(2))
                 continue
             if not on:
                 continue
@@ -58,8 +66,38 @@ def profile(path, batch):
             m = re.match(r"^sum of ops ([-0-9.]+) us vs graph replay ([-0-9.]+) us GPU .*gap ([-0-9.]+) us.*: ([-0-9.]+) us more = host", line)
             if m:
                 gap, host = float(m.group(3)), float(m.group(4))
+                if float(m.group(1)) > 0:
+                    scale = float(m.group(2)) / float(m.group(1))
                 on = False
+    if full:
+        return kinds, gap, host, n_ops, scale
     return kinds, gap, host
+
+
+def parts_of_a(logdir, name, layers, k1, k2, batch, a, ns=(1, 2, 4)):
+    """The parts of a (ms, whole model): per op kind, its profiled us scaled to the graph's GPU time,
+    taken to the whole model from the K1 / K2 runs as the step is, and fitted u = a_k + w_k / n; the
+    rest of a is host + graph launch. Also the ops per rank step at the largest n. None when a
+    profile lacks the counts."""
+    u, ops = {}, {}
+    for n in ns:
+        for k in (k1, k2):
+            kinds, _, _, n_ops, scale = profile(os.path.join(logdir, f"bench.{name}.L{k}.n{n}.txt"), batch, full=True)
+            if n_ops is None or scale is None:
+                return None
+            ops[(n, k)] = n_ops
+            for kind, us in kinds.items():
+                u.setdefault(kind, {})[(n, k)] = us * scale
+    whole = lambda v1, v2: v1 + (layers - k1) * (v2 - v1) / (k2 - k1)  # f + layers * per-layer
+    parts = {}
+    for kind, v in u.items():
+        if kind == "all_reduce":  # the solo rank's no-op: its latency is R x L in the table
+            continue
+        ts = [whole(v.get((n, k1), 0.0), v.get((n, k2), 0.0)) / 1e3 for n in ns]
+        a_k, _ = fit(ns, ts)
+        parts[kind] = a_k
+    n_big = max(ns)
+    return parts, a - sum(parts.values()), whole(ops[(n_big, k1)], ops[(n_big, k2)])
 
 
 def nccl_us(path, nbytes):
@@ -143,6 +181,24 @@ def main(argv):
                     ok = fixed <= float(t_ms)
                     notes.append(f"target: {name} batch {b} TP4 fixed cost {fixed:.3f} ms/step (a {a:.3f} + {n_ar} x "
                                  f"{us:.1f} us) <= {t_ms} ms: {'met' if ok else 'NOT met'}")
+            try:
+                pa = parts_of_a(logdir, name, layers, k1, k2, b, a)
+            except (OSError, ValueError) as e:
+                print(f"tp_predict: {name} batch {b} parts of a: {e}", file=sys.stderr)
+                pa = None
+            if pa:
+                parts, rest, n_ops = pa
+                top = sorted(parts.items(), key=lambda kv: -kv[1])
+                listed = ", ".join(f"{k} {v:.3f}" for k, v in top[:8] if abs(v) >= 0.0005)
+                others = sum(v for k, v in top[8:])
+                ar_norm = parts.get("add_rmsnorm", 0.0)
+                notes.append(f"parts of a, {name} batch {b} (ms per step, whole model; per-op profile scaled to the "
+                             f"graph's GPU time): {listed}" + (f", other ops {others:.3f}" if top[8:] else "")
+                             + f"; host + graph launch {rest:.3f} (a {a:.3f}); {n_ops:.0f} ops per rank step at TP4 "
+                             f"= {1e3 * a / n_ops:.2f} us of a per op; with the all-reduce fused into the residual "
+                             f"add + RMSNorm that follows it (add_rmsnorm's {ar_norm:.3f} gone, the fused kernel "
+                             f"costing one all-reduce): fixed TP4 {a - ar_norm + n_ar * custom / 1e3:.3f} ms "
+                             f"at {custom:.1f} us")
         # what does not shrink: op kinds of the K2-layer profile at batch 1, TP1 against TP4
         try:
             k_1, g1, h1 = profile(os.path.join(logdir, f"bench.{name}.L{k2}.n1.txt"), 1)

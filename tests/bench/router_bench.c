@@ -3,9 +3,14 @@
  *   (gRPC Generate) versus through gantry-router (HTTP + SSE), same prompt, same engine;
  *   requests per second through the router with max_tokens 1 (each one admission + release in
  *   Redis), at a few concurrency levels.
- * usage: router-bench [--engine HOST:PORT] [--requests N] [--tokens N]
- * Without --engine a scripted fake engine (20 ms per token) runs in-process. Starts its own
- * redis-server and $GANTRY_BIN/gantry-router (default: the directory of this program). */
+ *   Per path, the inter-token intervals of all requests pooled: p50, p99, max and how many
+ *   exceed 30 ms (a 40 ms delayed-ACK stall under Nagle shows there, issue 24).
+ * usage: router-bench [--engine HOST:PORT] [--requests N] [--tokens N] [--pace-us U] [--text-bytes B]
+ *        [--prompt P]
+ * Without --engine a scripted fake engine runs in-process: 20 ms per token, or with --pace-us one
+ * token per U us of B bytes of text each (default 11). --prompt: the prompt for --engine (default
+ * "def quicksort(arr):"). Starts its own redis-server and $GANTRY_BIN/gantry-router (default: the
+ * directory of this program). */
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include <libgen.h>
@@ -52,6 +57,13 @@ static double median(double *v, int n) {
   if (n == 0) return 0;
   qsort(v, (size_t)n, sizeof *v, cmpd);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* p-th percentile (nearest rank) of v[0..n) sorted ascending. */
+static double pct_sorted(const double *v, int n, double p) {
+  if (n == 0) return 0;
+  int i = (int)(p / 100.0 * n + 0.999999) - 1;
+  return v[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
 /* ---- direct: gRPC Generate ---- */
@@ -182,11 +194,23 @@ static double admissions_per_s(int port, int conc, int total) {
 
 int main(int argc, char **argv) {
   const char *engine = NULL;
-  int requests = 10, tokens = 32;
+  const char *user_prompt = NULL;
+  int requests = 10, tokens = 32, pace_us = 0, text_bytes = 11;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--engine")) engine = argv[i + 1];
     else if (!strcmp(argv[i], "--requests")) requests = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--tokens")) tokens = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--pace-us")) pace_us = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--text-bytes")) text_bytes = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--prompt")) user_prompt = argv[i + 1];
+    else {
+      fprintf(stderr, "router-bench: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (tokens < 2 || tokens > MAXT || requests < 1) {
+    fprintf(stderr, "router-bench: --tokens 2..%d, --requests >= 1\n", MAXT);
+    return 2;
   }
   if (!getenv("GANTRY_BIN")) {
     char *d = strdup(argv[0]);
@@ -221,13 +245,21 @@ int main(int argc, char **argv) {
     fprintf(stderr, "engine: %s\n", err.msg);
     return 1;
   }
-  const char *prompt = fe ? "SLOW bench" : "def quicksort(arr):";
-  printf("engine %s (%s), %d requests x %d tokens, streamed, one at a time\n", target, fe ? "fake, 20 ms/token" : "real",
-         requests, tokens);
-  printf("%-8s %10s %10s %12s\n", "path", "ttft_p50", "ttft_max", "itl_p50_ms");
+  char prompt[64], how[96];
+  if (!fe) snprintf(prompt, sizeof prompt, "%s", user_prompt ? user_prompt : "def quicksort(arr):");
+  else if (pace_us > 0) snprintf(prompt, sizeof prompt, "PACE %d %d", pace_us, text_bytes);
+  else snprintf(prompt, sizeof prompt, "SLOW bench");
+  if (!fe) snprintf(how, sizeof how, "real");
+  else if (pace_us > 0) snprintf(how, sizeof how, "fake, %d us/token, %d bytes of text each", pace_us, text_bytes);
+  else snprintf(how, sizeof how, "fake, 20 ms/token");
+  printf("engine %s (%s), %d requests x %d tokens, streamed, one at a time\n", target, how, requests, tokens);
+  printf("%-8s %10s %10s %12s %10s %10s %10s %7s\n", "path", "ttft_p50", "ttft_max", "itl_p50_ms", "pool_p50", "pool_p99",
+         "pool_max", "n>30ms");
   for (int path = 0; path < 2; path++) {
     double ttft[256], itl[256];
-    int n = requests < 256 ? requests : 256;
+    int n = requests < 256 ? requests : 256, npool = 0;
+    double *pool = malloc((size_t)n * MAXT * sizeof *pool); /* every interval of the counted requests */
+    if (!pool) return 1;
     for (int i = 0; i <= n; i++) { /* i == 0: warm-up, not counted */
       run_t *x = calloc(1, sizeof *x);
       pthread_mutex_init(&x->mu, NULL);
@@ -236,13 +268,20 @@ int main(int argc, char **argv) {
       else router_once(rp.http_port, prompt, tokens, x);
       if (i > 0) {
         ttft[i - 1] = x->first - x->t0;
+        memcpy(pool + npool, x->iv, (size_t)x->niv * sizeof *pool);
+        npool += x->niv;
         itl[i - 1] = median(x->iv, x->niv);
       }
       free(x);
     }
     double tmax = 0;
     for (int i = 0; i < n; i++) tmax = ttft[i] > tmax ? ttft[i] : tmax;
-    printf("%-8s %10.2f %10.2f %12.3f\n", path == 0 ? "direct" : "router", median(ttft, n), tmax, median(itl, n));
+    qsort(pool, (size_t)npool, sizeof *pool, cmpd);
+    int slow = 0;
+    for (int i = 0; i < npool; i++) slow += pool[i] > 30.0;
+    printf("%-8s %10.2f %10.2f %12.3f %10.3f %10.3f %10.3f %7d\n", path == 0 ? "direct" : "router", median(ttft, n), tmax,
+           median(itl, n), pct_sorted(pool, npool, 50), pct_sorted(pool, npool, 99), npool ? pool[npool - 1] : 0.0, slow);
+    free(pool);
   }
   if (fe) {
     printf("\nrequests/s through the router (max_tokens 1: one admission + release in Redis each)\n");

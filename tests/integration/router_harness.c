@@ -171,6 +171,21 @@ static void *run_job(void *arg) {
     }
     if (cancelled(j)) goto out;
     final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, pt, (uint32_t)n, 0, 0);
+  } else if (strstr(j->text, "PACE")) { /* "PACE <us> <bytes>": one token per <us>, <bytes> of text each */
+    int us = 4600, len = 11;
+    sscanf(strstr(j->text, "PACE") + 4, "%d %d", &us, &len);
+    len = len < 1 ? 1 : len > 4096 ? 4096 : len;
+    char txt[4097];
+    memset(txt, 'x', (size_t)len);
+    txt[len] = 0;
+    int n = j->max_tokens > 0 ? j->max_tokens : 50;
+    for (int i = 0; i < n; i++) {
+      if (cancelled(j)) goto out;
+      send_tok(c, 100 + i, txt, NULL);
+      if (us > 0) usleep((useconds_t)us);
+    }
+    if (cancelled(j)) goto out;
+    final(j, c, GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH, pt, (uint32_t)n, 0, 0);
   } else if (strstr(j->text, "SLOW")) {
     int n = j->max_tokens > 0 ? j->max_tokens : 50;
     for (int i = 0; i < n; i++) {

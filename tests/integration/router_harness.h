@@ -4,6 +4,7 @@
  *   TOOL      one tool call get_weather({"city":"Paris"}) in two argument fragments
  *   THINK     reasoning "let me think" (2 tokens) then content "42"
  *   SLOW      max_tokens (default 50) tokens, one per 20 ms
+ *   PACE U B  max_tokens (default 50) tokens, one per U us (4600), each B bytes of text (11)
  *   FLOOD     max_tokens (default 50) tokens of 16 KiB each, one message each, as fast as it can
  *   DIE       one delta, then the stream fails (UNAVAILABLE) as if the engine crashed
  *   FAILFINAL one delta, then a Final with finish_reason ERROR ("sampling failed"), status OK

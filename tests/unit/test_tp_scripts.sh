@@ -4,8 +4,8 @@
 # logits_cmp.py (when python3 is there) passes equal-within-tolerance logits and fails on an
 # error above TOL, a flipped top-1 with a clear margin, and mismatched files; tp_predict.py
 # (scripts/gpu/tp_local.sh's table) recovers a and w from runs at two depths and three TP sizes,
-# adds the all-reduces at both latencies, names the op kinds that do not shrink, and fails on a
-# missing log.
+# adds the all-reduces at both latencies, splits a into its op kinds and host, projects the
+# all-reduce + add_rmsnorm fusion, names the op kinds that do not shrink, and fails on a missing log.
 # Usage: test_tp_scripts.sh REPO_ROOT
 set -u
 cd "${1:?repo root}" || exit 1
@@ -69,11 +69,12 @@ PY
         echo "|---|---|---|---|---|---|---|---|---|---|"
         echo "| 1 | 100 | $t | 1 | 1 | 0.1 | 0.1 | 0.1 | 10.0 % | 60/4 |"
         echo
-        echo "batch 1, one decode step per op (9 ops, eager with an event pair per op); % of the GPU time of its graph replay 900.0 us:"
+        echo "batch 1, one decode step per op ($((5 + 2 * k)) ops, eager with an event pair per op); % of the GPU time of its graph replay 900.0 us:"
         echo "| op | calls | us | % of step |"
         echo "|---|---|---|---|"
         echo "| matmul Q4_K 1024x$((1024 / n)) x1 mmq | 8 | $((400 / n)).0 | 40.0 % |"
         echo "| rmsnorm | 9 | 20.0 | 2.0 % |"
+        echo "| add_rmsnorm | $((2 * k)) | $((10 * k)).0 | 2.0 % |"
         echo "| launch / idle gap (step - sum of ops) | | 30.0 | 3.0 % |"
         echo "sum of ops 420.0 us vs graph replay 450.0 us GPU (mean of 4): gap $((30 - n)).0 us (launch / idle inside the graph); decode step wall 500.0 us (median): $((50 + n)).0 us more = host (batch upload, ids or logits copy, sync)"
       } >"$T/pred/bench.m.L$k.n$n.txt"
@@ -84,7 +85,11 @@ PY
   has "predict custom row" "| m | 1 | 5.300 | 3.050 | 1.925 | 2.250 / 1.125 | 0.800 | 20 | custom 5.0 | 3.150 (317) | 2.025 (494) | 0.900 (15 % of 6.02) | +68 % / +56 % |"
   has "predict nccl row" "| NCCL 1-rank 7.0 (4 KB) | 3.190 (313) | 2.065 (484) | 0.940 (16 % of 6.02)"
   has "predict target" "target: m batch 1 TP4 fixed cost 0.900 ms/step (a 0.800 + 20 x 5.0 us) <= 1.0 ms: met"
-  has "predict flat ops" "op kinds that do not halve: rmsnorm 20 -> 20 us; launch / idle gap 29.0 -> 26.0 us, host 51.0 -> 54.0 us"
+  has "predict flat ops" "op kinds that do not halve: add_rmsnorm 40 -> 40 us, rmsnorm 20 -> 20 us; launch / idle gap 29.0 -> 26.0 us, host 51.0 -> 54.0 us"
+  # the parts of a: add_rmsnorm 10 us per layer (x 450 / 420, the profile's graph / sum of ops) over
+  # 10 layers, rmsnorm 20 us, the rest host; 5 + 2 x 10 ops; fused: 0.800 - 0.107 + 20 x 5 us
+  has "predict parts of a" "add_rmsnorm 0.107, rmsnorm 0.021; host + graph launch 0.671 (a 0.800); 25 ops per rank step at TP4 = 32.00 us of a per op"
+  has "predict fused" "(add_rmsnorm's 0.107 gone, the fused kernel costing one all-reduce): fixed TP4 0.793 ms at 5.0 us"
   rm "$T/pred/bench.m.L4.n2.txt"
   check "predict missing log" 1 python3 scripts/gpu/tp_predict.py "$T/pred" "m:10:1024:2,4" --batches 1
 else
