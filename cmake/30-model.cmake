@@ -17,6 +17,7 @@ add_library(gantry_model STATIC
   engine/models/tp.c
   engine/backend/sampler.c
   engine/models/gen.c
+  engine/models/embed.c
   engine/models/bench.c
 )
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_barrier OpenMP::OpenMP_C m)
@@ -72,3 +73,5 @@ gt_add_test(test_tp_parts SOURCES tests/unit/test_tp_parts.c LIBS gantry_model g
 # test_tp_shapes_*; tests/unit/test_tp_rank_shapes.c)
 gt_add_test(test_tp_rank_shapes SOURCES tests/unit/test_tp_rank_shapes.c tests/common/tp_rank.c
   LIBS gantry_model gantry_quant gantry_testutil TIMEOUT 300)
+# embedding pooling: normalization, {arch}.pooling_type, last-token hidden state == the head's input
+gt_add_test(test_embed SOURCES tests/unit/test_embed.c LIBS gantry_model gantry_testutil TIMEOUT 120)
