@@ -46,6 +46,8 @@ gt_add_test(test_kv_type SOURCES tests/unit/test_kv_type.c LIBS gantry_model TIM
 add_library(gantry_model_fx STATIC tests/common/model_fx.c)
 target_link_libraries(gantry_model_fx PUBLIC gantry_sched gantry_model gantry_tok gantry_testutil)
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
+# the scheduler as an embedding engine: batched prefill-only steps, pooled hidden state per request
+gt_add_test(test_sched_embed SOURCES tests/unit/test_sched_embed.c LIBS gantry_sched gantry_model_fx TIMEOUT 120)
 gt_add_test(test_sched_params SOURCES tests/unit/test_sched_params.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 # benchmark (prints numbers; not a test): decode ms/step with and without a constraint, per batch size
 add_executable(bench_constraint tests/bench/bench_constraint.c)

@@ -78,6 +78,12 @@ typedef struct {
   sched_draft_fn spec_draft;
   void *spec_draft_ud;
   int spec_force_reject;
+  /* 1: an embedding engine (serve --task embed, engine/models/embed.h). Every request is only
+   * prefilled (max_tokens must be 1; nothing is sampled): each step runs model_forward_hidden,
+   * several prompts' chunks in one batch as for generation, and when a request's last prompt
+   * token is computed its final event (finish STOP, completion_tokens 0) carries that token's
+   * final-norm hidden state in sched_event_t.embedding (unnormalized). No speculation. */
+  int embed;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */
@@ -101,6 +107,10 @@ typedef struct {
   sched_finish_t finish;         /* is_final */
   const char *error;             /* is_final && finish == ERROR */
   const sched_usage_t *usage;    /* is_final */
+  /* is_final of an embedding engine's request (sched_config_t.embed) that finished STOP:
+   * [n_embd] the last prompt token's final-norm hidden state, valid during the call; else NULL */
+  const float *embedding;
+  int n_embd;
 } sched_event_t;
 
 /* Called on the scheduler thread; each choice ends with one final event; after the n-th the
