@@ -11,6 +11,8 @@ gt_add_test(test_router_openai SOURCES tests/unit/test_router_openai.c
   LIBS gantry_router_core gantry_grpc TIMEOUT 60)
 gt_add_test(test_router_responses SOURCES tests/unit/test_router_responses.c
   LIBS gantry_router_core gantry_grpc TIMEOUT 60)
+gt_add_test(test_router_embed SOURCES tests/unit/test_router_embed.c
+  LIBS gantry_router_core gantry_grpc TIMEOUT 60)
 
 gt_protoc_c(GANTRY_ROUTER_PROTO_SRCS protos/gantry/v1/router.proto)
 add_library(gantry_router_proto STATIC ${GANTRY_ROUTER_PROTO_SRCS})
