@@ -8,7 +8,10 @@
  *   for the last token (max row relative error <= 1e-3, the CPU golden tolerance). This is a
  *   consistency test against gantry's forward, not against HF: scripts/gpu/embed_ref.py makes
  *   the HF reference.
- * - Chunked prefill gives the same hidden state as one pass. */
+ * - Chunked prefill gives the same hidden state as one pass.
+ * - With $GANTRY_EMBED_REF (the OUT_DIR of scripts/gpu/embed_ref.py, HF's Qwen3Model on the bf16
+ *   fixture's weights): gantry's normalized last-token embedding of each case on qwen3-tiny.bf16
+ *   is within 1e-3 (max relative error) of HF's. Skipped without it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -130,11 +133,59 @@ static void test_hidden_is_head_input(void **st) {
   json_decref(man);
 }
 
+static void test_hf_reference(void **st) {
+  (void)st;
+  const char *dir = getenv("GANTRY_EMBED_REF");
+  if (!dir || !*dir) skip();
+  char path[4096];
+  snprintf(path, sizeof path, "%s/embed_ref.json", dir);
+  json_error_t je;
+  json_t *man = json_load_file(path, 0, &je);
+  assert_non_null(man);
+  gguf_t *g = NULL;
+  be_t *be = NULL;
+  model_t *m = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(gguf_open(tu_golden("qwen3-tiny.bf16.gguf"), &g, &err), 0);
+  assert_int_equal(be_cpu_create(0, &be, &err), 0);
+  assert_int_equal(model_load(g, be, 256, &m, &err), 0);
+  be->rope_freq_bf16 = 0; /* the reference ran in float32: exact rotary frequencies */
+  json_t *cases = json_object_get(man, "cases");
+  assert_true(json_array_size(cases) > 0);
+  for (size_t k = 0; k < json_array_size(cases); k++) {
+    json_t *c = json_array_get(cases, k), *jids = json_object_get(c, "ids");
+    const int n = (int)json_array_size(jids), d = m->hp.n_embd;
+    int32_t ids[256];
+    assert_true(n > 0 && n <= 256);
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+    gen_t *gen = NULL;
+    assert_int_equal(gen_create(m, n, &gen, &err), 0);
+    float h[4096];
+    assert_int_equal(gen_feed_hidden(gen, ids, n, 0, h, &err), 0);
+    gen_free(gen);
+    embed_normalize(h, d, 0);
+    snprintf(path, sizeof path, "%s/%s", dir, json_string_value(json_object_get(c, "file")));
+    size_t len = 0;
+    float *ref = tu_read_file(path, &len);
+    assert_non_null(ref);
+    assert_int_equal(len, sizeof(float) * (size_t)d);
+    const double e = tu_max_row_rel_err(h, ref, 1, d);
+    printf("HF reference case %zu (%d tokens): rel err %.3g\n", k, n, e);
+    assert_true(e <= 1e-3);
+    free(ref);
+  }
+  model_free(m);
+  be_destroy(be);
+  gguf_close(g);
+  json_decref(man);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_normalize),
       cmocka_unit_test(test_pooling_type),
       cmocka_unit_test(test_hidden_is_head_input),
+      cmocka_unit_test(test_hf_reference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
