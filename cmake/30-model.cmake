@@ -25,7 +25,7 @@ target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
   engine/sched/spec_ngram.c
-  engine/sched/constraint.c)
+  engine/sched/constraint.c engine/sched/bad_words.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok gantry_chat gantry_common Threads::Threads)
 
 add_library(gantry_golden STATIC tests/common/golden_model.c)
@@ -77,3 +77,4 @@ gt_add_test(test_tp_rank_shapes SOURCES tests/unit/test_tp_rank_shapes.c tests/c
   LIBS gantry_model gantry_quant gantry_testutil TIMEOUT 300)
 # embedding pooling: normalization, {arch}.pooling_type, last-token hidden state == the head's input
 gt_add_test(test_embed SOURCES tests/unit/test_embed.c LIBS gantry_model gantry_testutil TIMEOUT 120)
+gt_add_test(test_bad_words SOURCES tests/unit/test_bad_words.c LIBS gantry_sched TIMEOUT 60)

@@ -7,6 +7,7 @@
  * speculating sequence also feeds n_draft drafts after its pending tokens, with an output row
  * each (verify). Preemption resets n_computed to 0 (recompute). */
 #include "engine/sched/sched.h"
+#include "engine/sched/bad_words.h"
 
 #include <pthread.h>
 #include <math.h>
@@ -29,6 +30,7 @@ typedef struct req {
   int32_t *allowed;  /* copy of r.allowed_ids [r.n_allowed] */
   float *allowed_lg; /* [r.n_allowed] scratch */
   int n_stop_ids;
+  badw_t bad;        /* copy of r.bad_ids / r.bad_lens */
   int32_t *bias_ids; /* copy of r.bias_ids / r.bias_vals */
   float *bias_vals;
   int n_tokens, cap, n_prompt;
@@ -150,6 +152,7 @@ static void free_req(req_t *q) {
   free(q->allowed);
   free(q->allowed_lg);
   free(q->bias_ids);
+  badw_free(&q->bad);
   free(q->bias_vals);
   free(q->blocks);
   free(q->r.prompt);
@@ -486,7 +489,9 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
       (q->allowed_lg = malloc(sizeof(float) * (size_t)r->n_allowed)))
     memcpy(q->allowed, r->allowed_ids, sizeof(int32_t) * (size_t)r->n_allowed);
   q->r.allowed_ids = NULL;
-  if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals)) ||
+  const int bad_rc = badw_copy(&q->bad, r->bad_ids, r->bad_lens, r->n_bad);
+  q->r.bad_ids = q->r.bad_lens = NULL;
+  if (!q->tokens || !q->blocks || bad_rc || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals)) ||
       (r->n_allowed > 0 && (!q->allowed || !q->allowed_lg)))
     rc = gt_err_set(err, GT_ENOMEM, "out of memory");
   if (!rc) {
@@ -834,12 +839,13 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
    * lg before the draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
   const int masked = q->cs && cons_seq_active(q->cs);
   const float *raw = lg;
-  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->r.n_allowed > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
+  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->r.n_allowed > 0 || q->bad.n > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
     memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
     raw = s->raw;
   }
   if (lg)
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
+  if (lg && q->bad.n > 0) badw_apply(&q->bad, q->tokens + q->n_prompt, q->n_tokens - q->n_prompt, lg, s->V);
   /* min_tokens holds against any logit_bias (a constraint's mask decides where it applies) */
   if (lg && !masked && q->n_generated < q->r.min_tokens && !q->r.ignore_eos)
     for (int i = 0; i < 4; i++)
@@ -906,6 +912,7 @@ static int device_rows(sched_t *s, int n_seq, int n_out) {
     if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
     if (q->n_generated < q->r.min_tokens) return 0; /* EOS is masked on the host until min_tokens */
     if (q->r.n_allowed > 0) return 0;              /* allowed_token_ids: masked on the host */
+    if (q->bad.n > 0) return 0;                    /* bad_words: masked on the host */
     if (q->cs && !s->d_mask) return 0; /* no logits_mask op: masked on the host */
     if (q->cs && q->n_draft > 0) return 0; /* a draft row's mask follows the drafts before it: take_token */
   }

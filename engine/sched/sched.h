@@ -133,6 +133,10 @@ typedef struct {
   int n_bias;
   const int32_t *allowed_ids; /* [n_allowed] > 0: only these ids are sampled (copied at submit) */
   int n_allowed;
+  /* bad_words (engine/sched/bad_words.h): n_bad token sequences, bad_lens[k] > 0 tokens each,
+   * back to back in bad_ids; no output completes one of them (copied at submit) */
+  const int32_t *bad_ids, *bad_lens;
+  int n_bad;
   seqout_config_t out;      /* stop strings / ids, reasoning and tool-call parsing */
   /* choices (0 or 1: one; at most SCHED_MAX_N and max_num_seqs). The prompt is prefilled once;
    * when its last token is computed the sequence forks: each choice shares the prompt's full KV

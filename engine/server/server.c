@@ -369,6 +369,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
     pthread_mutex_unlock(&s->mu);
     if (!rc) rc = srv_conv_request(&sub, s->n_ctx, opens, seed, &q[k], &bufs[k], &err);
+    if (!rc && (rc = srv_conv_bad_words(&sub, s->tok, &q[k], &bufs[k], &err))) srv_conv_bufs_free(&bufs[k]);
     if (!rc && (rc = srv_conv_constraint(&sub, s->sched, &q[k], &err))) srv_conv_bufs_free(&bufs[k]);
     if (rc) {
       free(ids);
