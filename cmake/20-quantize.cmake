@@ -16,3 +16,7 @@ add_dependencies(test_quantize gantry-quantize)
 gt_add_test(test_gguf_write SOURCES tests/unit/test_gguf_write.c LIBS gantry_quant gantry_testutil TIMEOUT 120)
 gt_add_test(test_mkmodel SOURCES tests/unit/test_mkmodel.c LIBS gantry_quant gantry_testutil TIMEOUT 300)
 add_dependencies(test_mkmodel gantry-mkmodel)
+
+# gantry-gguf-set: a copy of a GGUF with metadata keys set (e.g. {arch}.pooling_type for --task embed)
+add_executable(gantry-gguf-set tools/gguf_set_main.c)
+target_link_libraries(gantry-gguf-set PRIVATE gantry_gguf gantry_common)

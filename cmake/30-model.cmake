@@ -18,6 +18,7 @@ add_library(gantry_model STATIC
   engine/models/tp.c
   engine/backend/sampler.c
   engine/models/gen.c
+  engine/models/embed.c
   engine/models/bench.c
 )
 target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_barrier OpenMP::OpenMP_C m)
@@ -26,7 +27,7 @@ target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
   engine/sched/spec_ngram.c
   engine/sched/spec_mtp.c
-  engine/sched/constraint.c)
+  engine/sched/constraint.c engine/sched/bad_words.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok gantry_chat gantry_common Threads::Threads)
 
 add_library(gantry_golden STATIC tests/common/golden_model.c)
@@ -47,6 +48,8 @@ gt_add_test(test_kv_type SOURCES tests/unit/test_kv_type.c LIBS gantry_model TIM
 add_library(gantry_model_fx STATIC tests/common/model_fx.c)
 target_link_libraries(gantry_model_fx PUBLIC gantry_sched gantry_model gantry_tok gantry_testutil)
 gt_add_test(test_sched SOURCES tests/unit/test_sched.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
+# the scheduler as an embedding engine: batched prefill-only steps, pooled hidden state per request
+gt_add_test(test_sched_embed SOURCES tests/unit/test_sched_embed.c LIBS gantry_sched gantry_model_fx TIMEOUT 120)
 gt_add_test(test_sched_params SOURCES tests/unit/test_sched_params.c LIBS gantry_sched gantry_model_fx TIMEOUT 300)
 # benchmark (prints numbers; not a test): decode ms/step with and without a constraint, per batch size
 add_executable(bench_constraint tests/bench/bench_constraint.c)
@@ -77,3 +80,6 @@ gt_add_test(test_tp_parts SOURCES tests/unit/test_tp_parts.c LIBS gantry_model g
 # test_tp_shapes_*; tests/unit/test_tp_rank_shapes.c)
 gt_add_test(test_tp_rank_shapes SOURCES tests/unit/test_tp_rank_shapes.c tests/common/tp_rank.c
   LIBS gantry_model gantry_quant gantry_testutil TIMEOUT 300)
+# embedding pooling: normalization, {arch}.pooling_type, last-token hidden state == the head's input
+gt_add_test(test_embed SOURCES tests/unit/test_embed.c LIBS gantry_model gantry_testutil TIMEOUT 120)
+gt_add_test(test_bad_words SOURCES tests/unit/test_bad_words.c LIBS gantry_sched TIMEOUT 60)

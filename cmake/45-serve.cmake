@@ -9,7 +9,7 @@ add_library(gantry_metrics STATIC common/metrics.c)
 target_link_libraries(gantry_metrics PUBLIC gantry_common Threads::Threads)
 
 # the gantry.v1.Engine service over the scheduler
-add_library(gantry_server STATIC engine/server/server.c engine/server/server_convert.c engine/server/server_metrics.c)
+add_library(gantry_server STATIC engine/server/server.c engine/server/server_convert.c engine/server/server_embed.c engine/server/server_metrics.c)
 target_link_libraries(gantry_server PUBLIC gantry_sched gantry_prompt gantry_grpc gantry_metrics gantry_common)
 
 

@@ -4,12 +4,14 @@
 add_library(gantry_sha256 STATIC common/sha256.c)
 gt_add_test(test_router_sha256 SOURCES tests/unit/test_router_sha256.c LIBS gantry_sha256 TIMEOUT 60)
 
-add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c router/openai_responses_req.c
+add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c router/openai_embed.c router/openai_responses_req.c
   router/openai_responses_resp.c)
 target_link_libraries(gantry_router_core PUBLIC gantry_proto gantry_common PkgConfig::JANSSON)
 gt_add_test(test_router_openai SOURCES tests/unit/test_router_openai.c
   LIBS gantry_router_core gantry_grpc TIMEOUT 60)
 gt_add_test(test_router_responses SOURCES tests/unit/test_router_responses.c
+  LIBS gantry_router_core gantry_grpc TIMEOUT 60)
+gt_add_test(test_router_embed SOURCES tests/unit/test_router_embed.c
   LIBS gantry_router_core gantry_grpc TIMEOUT 60)
 
 gt_protoc_c(GANTRY_ROUTER_PROTO_SRCS protos/gantry/v1/router.proto)
@@ -60,6 +62,11 @@ endforeach()
 add_test(NAME test_router_e2e_tp2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real tp.test.mjs)
 set_tests_properties(test_router_e2e_tp2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TP=2")
+# router + `gantry-engine serve --task embed` on an embedding copy of qwen3-tiny: /v1/embeddings through the
+# `openai` client (plain, batched, dimensions, base64, token ids, errors) and LangChain's OpenAIEmbeddings
+add_test(NAME test_router_e2e_embed COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real embeddings.test.mjs)
+set_tests_properties(test_router_e2e_embed PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
+  ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TASK=embed")
 # the structured-output tests of openai.test.mjs, responses.test.mjs and clients.test.mjs on the demo model
 # (it only writes Python)
 add_test(NAME test_router_e2e_demo COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real ${CMAKE_SOURCE_DIR}/tests/e2e/openai.test.mjs

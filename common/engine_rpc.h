@@ -9,5 +9,6 @@
 #define EC_METHOD_DETOKENIZE "/gantry.v1.Engine/Detokenize"
 #define EC_METHOD_INFO "/gantry.v1.Engine/Info"
 #define EC_METHOD_HEALTH "/gantry.v1.Engine/Health"
+#define EC_METHOD_EMBED "/gantry.v1.Engine/Embed"
 
 #endif

@@ -23,6 +23,7 @@
 #include "router/http_errpage.h"
 #include "router/responses_store.h"
 #include "router/http_guard.h"
+#include "router/openai_embed.h"
 #include "router/req_limits.h"
 #include "router/router.h"
 
@@ -45,11 +46,11 @@ struct http_front {
 /* R_MODEL is /v1/models/{id} and R_RESPONSE /v1/responses/{id} (prefix matches); the others
  * are exact paths. */
 enum { R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_READY, R_VERSION, R_METRICS,
-       R_LIMITS, R_QUEUES, R_RESPONSES, R_RESPONSE, R_OTHER };
+       R_LIMITS, R_QUEUES, R_RESPONSES, R_RESPONSE, R_EMBED, R_OTHER };
 static const char *route_names[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{id}",
                                     "/tokenize", "/detokenize", "/health", "/ready", "/version", "/metrics",
                                     "/admin/limits", "/admin/queues", "/v1/responses", "/v1/responses/{id}",
-                                    "other"};
+                                    "/v1/embeddings", "other"};
 
 typedef struct hreq {
   router_t *rt;
@@ -76,6 +77,7 @@ typedef struct hreq {
   struct evbuffer_cb_entry *drain_cb; /* set while paused */
   struct event *wtimer;               /* write timeout while paused */
   struct tok_op *tok; /* a (De)Tokenize call in flight for h (then h is in adm_wait too) */
+  bool emb_b64;       /* /v1/embeddings: encoding_format base64 (the model name is in model) */
   /* set while an admission callback or a tokenize answer is due (in the front's adm_wait list) */
   bool adm_waiting;
   bool orphan; /* http_front_stop freed its connection: the callback only frees h */
@@ -324,6 +326,14 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
     }
     return;
   }
+  if (ev->emb) { /* /v1/embeddings: the one answer */
+    h->rq = NULL;
+    char *body = oa_embed_body(ev->emb, h->model, h->emb_b64);
+    if (body) reply_json(h, 200, body);
+    else reply_errf(h, 500, "server_error", NULL, "out of memory");
+    free(body);
+    return;
+  }
   Gantry__V1__GenerateResponse *r = ev->msg;
   if (h->oa.stream) {
     if (!h->streaming) start_stream_reply(h);
@@ -432,6 +442,23 @@ static void on_prev_response(void *arg, rstore_status_t st, const char *rec, siz
   if (!items) reply_errf(h, 500, "server_error", NULL, "out of memory");
   else gen_parse(h, kind == 2 ? NULL : items, kind == 2 ? items : NULL);
   free(items);
+}
+
+/* POST /v1/embeddings: parsed, then the same admission / engine path as generation (rq) */
+static void embed_after_auth(hreq_t *h) {
+  oa_error_t e;
+  oa_embed_req_t er;
+  if (oa_embed_parse(h->body, h->body_len, &er, &e)) {
+    metrics_reject(h->rt->metrics, "bad_request");
+    reply_error(h, &e, 0);
+    return;
+  }
+  snprintf(h->model, sizeof h->model, "%.128s", er.model);
+  h->emb_b64 = er.base64;
+  Gantry__V1__EmbedRequest *req = er.req;
+  er.req = NULL;
+  h->rq = rq_start_embed(h->rt, er.model, h->tenant, h->id, req, on_rq_event, h, &e);
+  if (!h->rq) reply_error(h, &e, 0);
 }
 
 static void gen_after_auth(hreq_t *h) {
@@ -819,6 +846,7 @@ static void on_auth(void *arg, auth_status_t st, const char *tenant) {
     case R_COMPL:
     case R_RESPONSES: gen_after_auth(h); break;
     case R_RESPONSE: response_after_auth(h); break;
+    case R_EMBED: embed_after_auth(h); break;
     case R_TOKENIZE: tokenize_after_auth(h); break;
     case R_DETOKENIZE: detokenize_after_auth(h); break;
     case R_MODELS:

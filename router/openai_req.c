@@ -16,6 +16,7 @@
 #define MAX_LOGIT_BIAS 1024
 #define MAX_STOP_IDS 64
 #define MAX_ALLOWED_IDS 16384
+#define MAX_BAD_WORDS 256 /* bad_words entries (each up to 256 bytes; two token sequences each) */
 
 int oa_err(oa_error_t *e, int status, const char *type, const char *param, const char *code,
            const char *fmt, ...) {
@@ -443,6 +444,22 @@ static int parse_token_params(json_t *b, Gantry__V1__GenerateRequest *g, oa_erro
       return oa_err(e, 400, NULL, "stop_token_ids", "invalid_value", "'stop_token_ids' has %zu entries (at most %d)", n, MAX_STOP_IDS);
     if (oa_token_ids(st, "stop_token_ids", "stop_token_ids", &g->stop_token_ids, &g->n_stop_token_ids, e)) return -1;
   }
+  json_t *bw = json_object_get(b, "bad_words");
+  if (bw && !json_is_null(bw)) {
+    const size_t n = json_is_array(bw) ? json_array_size(bw) : 0;
+    if (!json_is_array(bw)) return oa_err(e, 400, NULL, "bad_words", "invalid_type", "'bad_words' must be an array of strings");
+    if (n > MAX_BAD_WORDS)
+      return oa_err(e, 400, NULL, "bad_words", "invalid_value", "'bad_words' has %zu entries (at most %d)", n, MAX_BAD_WORDS);
+    if (n && !(g->bad_words = calloc(n, sizeof *g->bad_words))) return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+      json_t *w = json_array_get(bw, i);
+      if (!json_is_string(w) || !json_string_length(w) || json_string_length(w) > 256)
+        return oa_err(e, 400, NULL, "bad_words", "invalid_value", "'bad_words[%zu]' must be a string of 1 to 256 bytes", i);
+      if (!(g->bad_words[g->n_bad_words] = strdup(json_string_value(w))))
+        return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
+      g->n_bad_words++;
+    }
+  }
   json_t *al = json_object_get(b, "allowed_token_ids");
   if (al && !json_is_null(al)) {
     if (!json_is_array(al)) return oa_err(e, 400, NULL, "allowed_token_ids", "invalid_type", "'allowed_token_ids' must be an array of token ids");
@@ -621,7 +638,6 @@ static int refuse_non_default(json_t *b, oa_kind_t kind, oa_error_t *e) {
       {"structural_tag", "null", "use tools with tool_choice", 3},
       {"guided_grammar", "null", "use guided_regex or a JSON schema", 3},
       {"guided_decoding_backend", "null", "there is one grammar engine", 3},
-      {"bad_words", "[]", "not implemented", 3},
       {"use_beam_search", "false", "beam search is not implemented", 3},
       {"length_penalty", "1", "it only applies to beam search", 3},
       {"return_token_ids", "false", "not implemented", 3},

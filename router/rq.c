@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/engine_rpc.h"
 #include "common/log.h"
 #include "router/rq.h"
 #include "router/router.h"
@@ -17,6 +18,7 @@ struct rq {
   router_t *rt;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1], id[64];
   Gantry__V1__GenerateRequest *gen;
+  Gantry__V1__EmbedRequest *emb; /* instead of gen: an embedding request (rq_start_embed) */
   rq_cb cb;
   void *sink;
   uint64_t ticket;
@@ -43,6 +45,7 @@ static void maybe_free(rq_t *q) {
   if ((q->terminal || q->cancelled) && !q->stream && !q->waiting) {
     release_lease(q);
     if (q->gen) protobuf_c_message_free_unpacked(&q->gen->base, NULL);
+    if (q->emb) protobuf_c_message_free_unpacked(&q->emb->base, NULL);
     if (q->prev) q->prev->next = q->next;
     else q->rt->rqs = q->next;
     if (q->next) q->next->prev = q->prev;
@@ -70,8 +73,9 @@ static void fail(rq_t *q, int status, const char *type, const char *code, int re
 static void on_resp(void *user, ec_stream_t *s, Gantry__V1__GenerateResponse *r);
 static void on_done(void *user, ec_stream_t *s, const gt_rpc_status_t *st);
 
+static void on_emb_msg(void *user, gt_rpc_stream_t *s, ProtobufCMessage *m);
 static int start_stream(rq_t *q, const pool_engine_t *avoid) {
-  pool_engine_t *e = pool_pick(q->rt->pool, q->model, avoid, pool_affinity(q->gen));
+  pool_engine_t *e = pool_pick(q->rt->pool, q->model, avoid, q->gen ? pool_affinity(q->gen) : 0);
   if (!e) return -1;
   /* a retry runs against what is left of the first attempt's deadline, not a fresh one */
   const double now = gt_now_ms();
@@ -84,7 +88,13 @@ static int start_stream(rq_t *q, const pool_engine_t *avoid) {
                       .manual_read = true};
   gt_err_t err;
   q->attempt++;
-  if (ec_generate(e->ec, q->gen, &o, on_resp, on_done, q, &q->stream, &err)) {
+  const gt_rpc_md_t md = {.key = "x-request-id", .value = q->id};
+  const gt_rpc_stream_args_t ea = {.method = EC_METHOD_EMBED, .request = q->emb ? &q->emb->base : NULL,
+                                   .response = &gantry__v1__embed_response__descriptor, .timeout_ms = o.timeout_ms,
+                                   .md = &md, .n_md = 1, .on_msg = on_emb_msg, .on_done = on_done, .user = q,
+                                   .manual_read = 1};
+  if (q->emb ? gt_rpc_client_stream(ec_rpc(e->ec), &ea, &q->stream, &err)
+             : ec_generate(e->ec, q->gen, &o, on_resp, on_done, q, &q->stream, &err)) {
     GT_LOG_WARN("rid=%s generate start failed target=%s: %s", q->id, e->target, err.msg);
     q->stream = NULL;
     return -1;
@@ -96,17 +106,19 @@ static int start_stream(rq_t *q, const pool_engine_t *avoid) {
 }
 
 /* ---- engine callbacks -> loop ---- */
+/* b: a GenerateResponse, or with c = 1 an EmbedResponse (the one, final, message) */
 static void resp_loop(void *a, void *b, intptr_t c) {
   rq_t *q = a;
-  Gantry__V1__GenerateResponse *r = b;
-  (void)c;
+  Gantry__V1__GenerateResponse *r = c ? NULL : b;
+  Gantry__V1__EmbedResponse *em = c ? b : NULL;
+  ProtobufCMessage *base = b;
   if (q->cancelled || q->terminal) {
-    protobuf_c_message_free_unpacked(&r->base, NULL);
+    protobuf_c_message_free_unpacked(base, NULL);
     if (q->stream) ec_stream_read_next(q->stream); /* read on to the end so on_done comes */
     return;
   }
   /* n > 1: one Final per choice; the last one ends the request */
-  bool final = r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL && ++q->n_finals >= q->n_choices;
+  bool final = em || (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL && ++q->n_finals >= q->n_choices);
   const double age_s = (gt_now_ms() - q->t_arrival_ms) / 1000;
   if (!final) {
     if (!q->started) metrics_observe(q->rt->metrics, METRICS_TTFT, q->model, age_s);
@@ -118,11 +130,11 @@ static void resp_loop(void *a, void *b, intptr_t c) {
     release_lease(q); /* the slot frees as soon as the answer is complete */
   }
   bool taken = false, pause = false;
-  rq_event_t ev = {.kind = RQ_EV_MSG, .msg = r, .taken = &taken, .final = final, .started = q->started,
+  rq_event_t ev = {.kind = RQ_EV_MSG, .msg = r, .emb = em, .taken = &taken, .final = final, .started = q->started,
                    .pause = &pause};
   ec_stream_t *s = q->stream; /* the callback may cancel q (then q->stream is cancelled, not freed) */
   q->cb(q->sink, &ev);
-  if (!taken) protobuf_c_message_free_unpacked(&r->base, NULL);
+  if (!taken) protobuf_c_message_free_unpacked(base, NULL);
   if (q->cancelled || !s) return;
   if (pause) q->paused = true;
   else ec_stream_read_next(s);
@@ -155,6 +167,12 @@ static void done_loop(void *a, void *b, intptr_t c) {
       if (pp && !strcmp(pp, "constraint") && k && k->param[0]) pp = k->param;
       fail_param(q, pp, 400, "invalid_request_error",
                  st->code == GT_RPC_OUT_OF_RANGE ? "context_length_exceeded" : "invalid_request", 0, "%s", st->message);
+    } else if (st->code == GT_RPC_FAILED_PRECONDITION) {
+      /* the engine serves another task (an embedding model asked to generate, or the reverse):
+       * its message names the model */
+      char why[700];
+      snprintf(why, sizeof why, "model '%.128s': %.500s", q->model, st->message);
+      fail_param(q, "model", 400, "invalid_request_error", "model_not_supported", 0, "%s", why);
     } else if (st->code == GT_RPC_DEADLINE_EXCEEDED) {
       fail(q, 504, "server_error", "timeout", 0, "request timed out: %s", st->message);
     } else if (!q->started && !q->retried) {
@@ -186,6 +204,11 @@ static void on_resp(void *user, ec_stream_t *s, Gantry__V1__GenerateResponse *r)
   if (mbox_post(q->rt->mb, resp_loop, q, r, 0)) protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
+static void on_emb_msg(void *user, gt_rpc_stream_t *s, ProtobufCMessage *m) {
+  (void)s;
+  rq_t *q = user;
+  if (mbox_post(q->rt->mb, resp_loop, q, m, 1)) protobuf_c_message_free_unpacked(m, NULL);
+}
 static void on_done(void *user, ec_stream_t *s, const gt_rpc_status_t *st) {
   (void)s;
   rq_t *q = user;
@@ -230,20 +253,82 @@ static void on_admit(void *arg, const adm_result_t *res) {
   maybe_free(q);
 }
 
-rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *request_id,
-               Gantry__V1__GenerateRequest *gen, rq_cb cb, void *sink, oa_error_t *e) {
+/* The checks every request passes first (draining, known model); on failure frees msg. */
+static int pre_check(router_t *rt, const char *model, ProtobufCMessage *msg, oa_error_t *e) {
   if (rt->draining) {
-    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    protobuf_c_message_free_unpacked(msg, NULL);
     metrics_reject(rt->metrics, "draining");
     oa_err(e, 503, "server_error", NULL, "router_draining", "the router is shutting down; retry on another router");
-    return NULL;
+    return -1;
   }
   if (!pool_has_model(rt->pool, model)) {
-    protobuf_c_message_free_unpacked(&gen->base, NULL);
+    protobuf_c_message_free_unpacked(msg, NULL);
     metrics_reject(rt->metrics, "unknown_model");
     oa_err(e, 404, "invalid_request_error", "model", "model_not_found", "The model '%s' does not exist", model);
+    return -1;
+  }
+  return 0;
+}
+
+/* A new live request of rt (in its list); NULL when out of memory (*e set). */
+static rq_t *rq_new(router_t *rt, const char *model, const char *tenant, const char *request_id, rq_cb cb, void *sink,
+                    oa_error_t *e) {
+  rq_t *q = calloc(1, sizeof *q);
+  if (!q) {
+    oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
     return NULL;
   }
+  q->rt = rt;
+  q->t_arrival_ms = gt_now_ms();
+  snprintf(q->model, sizeof q->model, "%s", model);
+  snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
+  snprintf(q->id, sizeof q->id, "%s", request_id);
+  q->next = rt->rqs;
+  if (rt->rqs) rt->rqs->prev = q;
+  rt->rqs = q;
+  rt->n_rqs++;
+  q->cb = cb;
+  q->sink = sink;
+  return q;
+}
+
+/* Queues q for admission (priority < 0: batch); NULL (q freed, *e set) when refused at once. */
+static rq_t *rq_admit(rq_t *q, int priority, oa_error_t *e) {
+  gt_err_t err;
+  q->waiting = true;
+  q->ticket = adm_request(q->rt->adm, q->model, q->tenant, priority < 0 ? ADM_PRIO_BATCH : ADM_PRIO_INTERACTIVE, q->id,
+                          on_admit, q, &err);
+  if (!q->ticket) {
+    q->waiting = false;
+    q->cancelled = true;
+    maybe_free(q);
+    oa_err(e, 400, "invalid_request_error", "model", "invalid_name", "%s", err.msg);
+    return NULL;
+  }
+  return q;
+}
+
+rq_t *rq_start_embed(router_t *rt, const char *model, const char *tenant, const char *request_id,
+                     Gantry__V1__EmbedRequest *emb, rq_cb cb, void *sink, oa_error_t *e) {
+  if (pre_check(rt, model, &emb->base, e)) return NULL;
+  rq_t *q = rq_new(rt, model, tenant, request_id, cb, sink, e);
+  if (!q) {
+    protobuf_c_message_free_unpacked(&emb->base, NULL);
+    return NULL;
+  }
+  q->emb = emb;
+  q->n_choices = 1;
+  char *t = strdup(tenant), *rid = strdup(request_id);
+  if (emb->tenant != protobuf_c_empty_string) free(emb->tenant);
+  if (emb->request_id != protobuf_c_empty_string) free(emb->request_id);
+  emb->tenant = t ? t : (char *)protobuf_c_empty_string;
+  emb->request_id = rid ? rid : (char *)protobuf_c_empty_string;
+  return rq_admit(q, emb->priority, e);
+}
+
+rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *request_id,
+               Gantry__V1__GenerateRequest *gen, rq_cb cb, void *sink, oa_error_t *e) {
+  if (pre_check(rt, model, &gen->base, e)) return NULL;
   const uint32_t ctx = pool_context(rt->pool, model);
   if (ctx && gen->max_tokens_opt_case == GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS &&
       gen->max_tokens > ctx) {
@@ -254,26 +339,14 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
            "max_tokens is %u, but this model's maximum context length is %u tokens", mt, ctx);
     return NULL;
   }
-  rq_t *q = calloc(1, sizeof *q);
+  rq_t *q = rq_new(rt, model, tenant, request_id, cb, sink, e);
   if (!q) {
     protobuf_c_message_free_unpacked(&gen->base, NULL);
-    oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
     return NULL;
   }
-  q->rt = rt;
-  q->t_arrival_ms = gt_now_ms();
-  snprintf(q->model, sizeof q->model, "%s", model);
-  snprintf(q->tenant, sizeof q->tenant, "%s", tenant);
-  snprintf(q->id, sizeof q->id, "%s", request_id);
   q->gen = gen;
   /* one Final per choice: n per prompt, for each prompt of a list */
   q->n_choices = (gen->n > 1 ? gen->n : 1) * (uint32_t)(1 + gen->n_more_prompts + gen->n_more_tokens);
-  q->next = rt->rqs;
-  if (rt->rqs) rt->rqs->prev = q;
-  rt->rqs = q;
-  rt->n_rqs++;
-  q->cb = cb;
-  q->sink = sink;
   /* the engine sees the tenant and request id (logs, metrics) */
   free(gen->tenant == protobuf_c_empty_string ? NULL : gen->tenant);
   gen->tenant = strdup(tenant);
@@ -293,18 +366,7 @@ rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *
     if (!gen->tenant) gen->tenant = (char *)protobuf_c_empty_string;
     if (!gen->request_id) gen->request_id = (char *)protobuf_c_empty_string;
   }
-  gt_err_t err;
-  q->waiting = true;
-  q->ticket = adm_request(rt->adm, model, tenant,
-                          gen->priority < 0 ? ADM_PRIO_BATCH : ADM_PRIO_INTERACTIVE, request_id, on_admit, q, &err);
-  if (!q->ticket) {
-    q->waiting = false;
-    q->cancelled = true;
-    maybe_free(q);
-    oa_err(e, 400, "invalid_request_error", "model", "invalid_name", "%s", err.msg);
-    return NULL;
-  }
-  return q;
+  return rq_admit(q, gen->priority, e);
 }
 
 void rq_cancel(rq_t *q) {

@@ -12,7 +12,8 @@ typedef struct rq rq_t;
 typedef enum { RQ_EV_MSG, RQ_EV_ERROR } rq_ev_kind_t;
 typedef struct rq_event {
   rq_ev_kind_t kind;
-  Gantry__V1__GenerateResponse *msg; /* MSG: borrowed during the callback... */
+  Gantry__V1__GenerateResponse *msg; /* MSG: borrowed during the callback (NULL for an embedding)... */
+  Gantry__V1__EmbedResponse *emb;    /* MSG of rq_start_embed (always final): borrowed likewise */
   bool *taken;                       /* ...unless the sink sets *taken = true (then it owns msg) */
   bool final;                        /* MSG: this is the Final (terminal) */
   oa_error_t err;                    /* ERROR (terminal) */
@@ -28,6 +29,11 @@ typedef void (*rq_cb)(void *sink, const rq_event_t *ev);
  * (unknown model 404, bad names 400); then gen was freed. */
 rq_t *rq_start(router_t *rt, const char *model, const char *tenant, const char *request_id,
                Gantry__V1__GenerateRequest *gen, rq_cb cb, void *sink, oa_error_t *e);
+/* Starts an embedding request (/v1/embeddings): the same admission, engine choice, retry and
+ * release as rq_start, over the engine's unary Embed call; one MSG (final, ev.emb) or ERROR.
+ * Takes ownership of emb; NULL with *e filled as for rq_start. */
+rq_t *rq_start_embed(router_t *rt, const char *model, const char *tenant, const char *request_id,
+                     Gantry__V1__EmbedRequest *emb, rq_cb cb, void *sink, oa_error_t *e);
 /* Client gone: stops everything (admission wait, engine stream), releases the lease; no more
  * callbacks. */
 void rq_cancel(rq_t *q);

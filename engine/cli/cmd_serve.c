@@ -18,6 +18,7 @@
 
 #include "format/dtype.h"
 #include "engine/sched/sched_mem.h"
+#include "engine/models/embed.h"
 #include "engine/server/server.h"
 #include "format/tokenizer.h"
 #ifdef GANTRY_HAVE_CUDA
@@ -76,6 +77,8 @@ static void usage(void) {
         CLI_KV_DTYPE_HELP
         CLI_ACTIVATIONS_HELP
         CLI_PREFILL_PRECISION_HELP
+        "  --task T                generate (default) or embed: an embedding model (last-token pooling,\n"
+        "                          {arch}.pooling_type = 3) served through Embed / the router's /v1/embeddings\n"
         "  --speculative M         speculative decoding: mtp (the model's MTP block, Qwen3.5), ngram (prompt\n"
         "                          lookup over the request's prompt and output) or off (default); output\n"
         "                          is unchanged (engine/SERVE.md\n"
@@ -121,13 +124,13 @@ int cmd_serve(int argc, char **argv) {
       {"activations", 1, 0, 'A'}, {"help", 0, 0, 'h'},        {"speculative", 1, 0, 'S'},
       {"num-speculative-tokens", 1, 0, 'N'}, {"spec-max-seqs", 1, 0, 'M'}, CLI_TP_OPTS,
       {"auth-token-file", 1, 0, 'T'}, {"tls-cert", 1, 0, 'C'}, {"tls-key", 1, 0, 'Y'}, {"tls-client-ca", 1, 0, 'Z'},
-      {0, 0, 0, 0}};
+      {"task", 1, 0, 't'}, {0, 0, 0, 0}};
   const char *model = NULL, *listen = "127.0.0.1:50051", *mhost = "127.0.0.1", *kvmem = NULL, *device = "cpu";
   const char *token_file = NULL, *tls_cert = NULL, *tls_key = NULL, *tls_ca = NULL;
   const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
   long spec_k = 3, spec_seqs = 8;
-  int spec_mode = SCHED_SPEC_OFF;
+  int spec_mode = SCHED_SPEC_OFF, embed = 0;
   double drain_s = 30;
   cli_tp_t tp = {.tp = 1};
   optind = 1;
@@ -161,6 +164,11 @@ int cmd_serve(int argc, char **argv) {
         else if (strcmp(optarg, "mtp") == 0) spec_mode = SCHED_SPEC_MTP;
         else if (strcmp(optarg, "off") == 0) spec_mode = SCHED_SPEC_OFF;
         else return cli_fail("--speculative expects mtp, ngram or off, got '%s'", optarg), 2;
+        break;
+      case 't':
+        if (strcmp(optarg, "embed") == 0) embed = 1;
+        else if (strcmp(optarg, "generate") == 0) embed = 0;
+        else return cli_fail("--task expects generate or embed, got '%s'", optarg), 2;
         break;
       case 'N': if (cli_int("--num-speculative-tokens", optarg, 1, SCHED_SPEC_MAX_K, &spec_k)) return 2; break;
       case 'M': if (cli_int("--spec-max-seqs", optarg, 1, 4096, &spec_seqs)) return 2; break;
@@ -258,7 +266,17 @@ int cmd_serve(int argc, char **argv) {
   /* the scheduler plans the KV pool from the device's memory and logs the plan (sched_mem.h) */
   sched_config_t cfg = {.max_num_seqs = (int)max_seqs, .max_batch_tokens = (int)max_batch, .max_waiting = (int)max_waiting,
                         .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac,
-                        .spec_mode = spec_mode, .spec_k = (int)spec_k, .spec_max_seqs = (int)spec_seqs};
+                        .spec_mode = spec_mode, .spec_k = (int)spec_k, .spec_max_seqs = (int)spec_seqs, .embed = embed};
+  if (embed) {
+    const embed_pool_t pool = embed_pooling_type(g);
+    if (pool != EMBED_POOL_LAST) {
+      cli_fail("%s: --task embed needs last-token pooling ({arch}.pooling_type = 3); this file has %s", model,
+               embed_pool_name(pool));
+      goto out;
+    }
+    if (spec_mode != SCHED_SPEC_OFF) GT_LOG_INFO("--speculative is ignored with --task embed");
+    GT_LOG_INFO("task=embed pooling=last dims=%d", m->hp.n_embd);
+  }
   srv_model_info_t info = {.model_name = served_name ? served_name : m->hp.name, .architecture = m->hp.arch, .version = GANTRY_VERSION,
                            .weight_types = wt, .n_weight_types = n_wt};
   if (srv_attach(srv, g, m, tok, &cfg, &info, &err)) {

@@ -51,7 +51,7 @@ void gen_reset(gen_t *g) { g->pos = 0; }
 
 /* gen_feed and gen_feed_sample: with row, the last token's next id is sampled into *out_id. */
 static int feed(gen_t *g, const int32_t *ids, int n, int chunk, float *all_logits, float *last_logits,
-                const be_sample_row_t *row, int32_t *out_id, gt_err_t *err) {
+                const be_sample_row_t *row, int32_t *out_id, float *last_hidden, gt_err_t *err) {
   model_t *m = g->m;
   if (n <= 0) return gt_err_set(err, GT_EINVAL, "nothing to feed");
   if (g->pos + n > g->n_ctx)
@@ -66,7 +66,7 @@ static int feed(gen_t *g, const int32_t *ids, int n, int chunk, float *all_logit
       g->tpos[i] = g->pos + i;
       if (all_logits) g->out_tok[n_out++] = i;
     }
-    if (!all_logits && last_chunk && (last_logits || row)) g->out_tok[n_out++] = nt - 1;
+    if (!all_logits && last_chunk && (last_logits || row || last_hidden)) g->out_tok[n_out++] = nt - 1;
     int32_t first = 0, slot = 0;
     be_batch_t b = {
         .n_tok = nt, .n_seq = 1, .tok = ids + done, .pos = g->tpos, .seq_first = &first, .seq_ntok = &nt,
@@ -74,8 +74,10 @@ static int feed(gen_t *g, const int32_t *ids, int n, int chunk, float *all_logit
         .state_slot = m->hp.n_gdn_layers > 0 ? &slot : NULL, .n_out = n_out, .out_tok = g->out_tok,
     };
     float *dst = all_logits ? all_logits + (size_t)done * V : last_logits;
-    int rc = row && last_chunk ? model_forward_sample(m, &b, row, out_id, err)
-                               : model_forward(m, &b, n_out ? dst : NULL, err);
+    int rc = row && last_chunk           ? model_forward_sample(m, &b, row, out_id, err)
+             : last_hidden && last_chunk ? model_forward_hidden(m, &b, last_hidden, err)
+             : last_hidden               ? model_forward_hidden(m, &b, NULL, err)
+                                         : model_forward(m, &b, n_out ? dst : NULL, err);
     if (rc) return rc;
     if (all_logits && last_chunk && last_logits) memcpy(last_logits, all_logits + (size_t)(n - 1) * V, V * sizeof(float));
     g->pos += nt;
@@ -85,11 +87,16 @@ static int feed(gen_t *g, const int32_t *ids, int n, int chunk, float *all_logit
 }
 
 int gen_feed(gen_t *g, const int32_t *ids, int n, int chunk, float *all_logits, float *last_logits, gt_err_t *err) {
-  return feed(g, ids, n, chunk, all_logits, last_logits, NULL, NULL, err);
+  return feed(g, ids, n, chunk, all_logits, last_logits, NULL, NULL, NULL, err);
 }
 
 int gen_feed_sample(gen_t *g, const int32_t *ids, int n, int chunk, const be_sample_row_t *row, int32_t *out_id,
                     gt_err_t *err) {
   if (!g->m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", g->m->be->ops->name);
-  return feed(g, ids, n, chunk, NULL, NULL, row, out_id, err);
+  return feed(g, ids, n, chunk, NULL, NULL, row, out_id, NULL, err);
+}
+
+int gen_feed_hidden(gen_t *g, const int32_t *ids, int n, int chunk, float *last_hidden, gt_err_t *err) {
+  if (!last_hidden) return gt_err_set(err, GT_EINVAL, "no buffer for the hidden state");
+  return feed(g, ids, n, chunk, NULL, NULL, NULL, NULL, last_hidden, err);
 }

@@ -30,4 +30,7 @@ int gen_feed(gen_t *g, const int32_t *ids, int n, int chunk, float *all_logits, 
 int gen_feed_sample(gen_t *g, const int32_t *ids, int n, int chunk, const be_sample_row_t *row, int32_t *out_id,
                     gt_err_t *err);
 
+/* Feeds ids[n] as gen_feed; last_hidden [n_embd] gets the final-norm hidden state of the last
+ * token (model_forward_hidden): last-token pooling, before normalization (engine/models/embed.h). */
+int gen_feed_hidden(gen_t *g, const int32_t *ids, int n, int chunk, float *last_hidden, gt_err_t *err);
 #endif

@@ -365,6 +365,11 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
   if (b->n_out == 0) return model_backend_err(be, err);
   o->gather_out(be, x, xo, d);
   o->rmsnorm(be, xo, norm, xo, b->n_out, d, m->hp.rms_eps);
+  if (m->head_hidden) {
+    if (o->download(be, m->head_hidden, xo, sizeof(float) * (size_t)b->n_out * d))
+      return gt_err_set(err, GT_EINTERNAL, "%s", be->err.msg);
+    return model_backend_err(be, err);
+  }
   for (int r0 = 0; r0 < b->n_out; r0 += MODEL_HEAD_CHUNK) {
     int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
     o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
@@ -392,4 +397,14 @@ void model_hp_layer_cap(model_hparams_t *hp) {
   if (k < 1 || k >= hp->n_layer) return;
   hp->n_layer = k;
   hp->n_nextn = 0;
+}
+
+int model_forward_hidden(model_t *m, const be_batch_t *b, float *hidden, gt_err_t *err) {
+  if (m->tp || m->sh.n_ranks > 1)
+    return gt_err_set(err, GT_EUNSUPPORTED, "hidden states of a tensor-parallel model (%d ranks)", model_n_ranks(m));
+  if (b->n_out > 0 && !hidden) return gt_err_set(err, GT_EINVAL, "no buffer for %d hidden rows", b->n_out);
+  m->head_hidden = hidden;
+  int rc = m->arch->forward(m, b, NULL, err);
+  m->head_hidden = NULL;
+  return rc;
 }

@@ -79,6 +79,9 @@ struct model {
   float *head_gather;
   /* set only during model_forward_sample_mask with masks: logits_mask runs before sampling */
   const uint32_t *head_mask, *head_rmap;
+  /* set only during model_forward_hidden: model_head downloads the final-normed out_tok rows to
+   * host head_hidden[n_out, n_embd] and computes no logits */
+  float *head_hidden;
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -127,6 +130,10 @@ int model_forward_sample_mask(model_t *m, const be_batch_t *b, const be_sample_r
 int model_mtp_enable(model_t *m, gt_err_t *err);
 int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err);
 
+/* model_forward, but for each out_tok row i the final-norm hidden state (rmsnorm(x)·norm, the
+ * head's input) goes to host hidden[i, n_embd] instead of logits: what embedding pooling reads
+ * (engine/models/embed.h). One rank only (GT_EUNSUPPORTED for a tensor-parallel group). */
+int model_forward_hidden(model_t *m, const be_batch_t *b, float *hidden, gt_err_t *err);
 /* ---- helpers for architecture code (engine/models/model.c) ---- */
 /* Uploads tensor `name` as a weight; checks it exists, is computable and has shape
  * [rows, cols] (GGUF ne = {cols, rows}); rows = 1 for vectors. Adds to m->weight_bytes. */

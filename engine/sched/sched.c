@@ -7,6 +7,7 @@
  * speculating sequence also feeds n_draft drafts after its pending tokens, with an output row
  * each (verify). Preemption resets n_computed to 0 (recompute). */
 #include "engine/sched/sched.h"
+#include "engine/sched/bad_words.h"
 
 #include <pthread.h>
 #include <math.h>
@@ -29,6 +30,7 @@ typedef struct req {
   int32_t *allowed;  /* copy of r.allowed_ids [r.n_allowed] */
   float *allowed_lg; /* [r.n_allowed] scratch */
   int n_stop_ids;
+  badw_t bad;        /* copy of r.bad_ids / r.bad_lens */
   int32_t *bias_ids; /* copy of r.bias_ids / r.bias_vals */
   float *bias_vals;
   int n_tokens, cap, n_prompt;
@@ -66,6 +68,7 @@ typedef struct req {
   int n_mtp_draft, mtp_at;
   int n_verify;      /* verify steps so far (spec_force_accept) */
   uint64_t rng0[4];  /* the sampler's RNG before this step's device draws (device_rows) */
+  const float *embedding; /* embedding engine: the pooled row finish() delivers (in sched.hidden) */
 } req_t;
 
 struct sched {
@@ -113,6 +116,7 @@ struct sched {
   be_sample_row_t *b_rows; /* [max_rows] device sampling: one row per output */
   int32_t *b_ids;          /* [max_rows] its sampled ids */
   float *logits;           /* [max_rows, V] host logits of the output rows */
+  float *hidden;           /* embedding engine: [max_rows, n_embd] hidden states of the output rows */
   float *raw;              /* [V] */
   float *fork_tmp; /* [V] a copy of the forked prompt's logits row for each choice to sample from */
   /* constrained decoding */
@@ -156,6 +160,7 @@ static void free_req(req_t *q) {
   free(q->allowed);
   free(q->allowed_lg);
   free(q->bias_ids);
+  badw_free(&q->bad);
   free(q->bias_vals);
   free(q->blocks);
   free(q->r.prompt);
@@ -210,7 +215,8 @@ static void finish(sched_t *s, req_t *q, sched_finish_t why, const char *error) 
       .ttft_ms = q->t_first > 0 ? q->t_first - q->t_submit : 0,
       .decode_ms = q->t_first > 0 ? t - q->t_first : 0,
   };
-  sched_event_t ev = {.index = q->index, .is_final = 1, .finish = why, .error = error, .usage = &u};
+  sched_event_t ev = {.index = q->index, .is_final = 1, .finish = why, .error = error, .usage = &u,
+                      .embedding = why == SCHED_FINISH_STOP ? q->embedding : NULL, .n_embd = s->m->hp.n_embd};
   release_resources(s, q);
   pthread_mutex_lock(&s->mu);
   live_unlink(s, q);
@@ -313,6 +319,11 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->hybrid = m->hp.n_gdn_layers > 0;
   if (c.n_snapshots <= 0) c.n_snapshots = s->hybrid ? 2 * c.max_num_seqs : 0;
   s->max_blocks = (c.n_ctx + c.block_tokens - 1) / c.block_tokens;
+  if (c.embed) c.spec_mode = SCHED_SPEC_OFF; /* nothing is decoded */
+  if (c.embed && model_n_ranks(m) > 1) {
+    free(s);
+    return gt_err_set(err, GT_EUNSUPPORTED, "an embedding engine runs on one rank (model_forward_hidden), not %d", model_n_ranks(m));
+  }
   if (c.spec_mode != SCHED_SPEC_OFF) {
     if (c.spec_k <= 0) c.spec_k = 3;
     if (c.spec_k > SCHED_SPEC_MAX_K) c.spec_k = SCHED_SPEC_MAX_K;
@@ -360,6 +371,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_req = malloc(sizeof(req_t *) * (size_t)S);
   s->b_bt = malloc(sizeof(int32_t) * (size_t)S * s->max_blocks);
   s->logits = malloc(sizeof(float) * (size_t)R * s->V);
+  if (c.embed) s->hidden = malloc(sizeof(float) * (size_t)R * m->hp.n_embd);
   s->spec_free = malloc(sizeof(int) * (size_t)(n_spec_slots + 1));
   s->raw = malloc(sizeof(float) * (size_t)s->V);
   s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)R);
@@ -385,7 +397,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)R) : NULL;
   if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, s->cfg.cons_max_states, &s->cons, err))) goto fail;
   if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->snap_block || !s->snap_used || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
-      !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw ||
+      !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw || (c.embed && !s->hidden) ||
       !s->b_rows || !s->b_ids || !s->fork_tmp || !s->spec_free) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
     goto fail;
@@ -447,6 +459,7 @@ void sched_free(sched_t *s) {
   free(s->b_req);
   free(s->b_bt);
   free(s->logits);
+  free(s->hidden);
   free(s->raw);
   free(s->b_rows);
   free(s->b_ids);
@@ -497,7 +510,9 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
       (q->allowed_lg = malloc(sizeof(float) * (size_t)r->n_allowed)))
     memcpy(q->allowed, r->allowed_ids, sizeof(int32_t) * (size_t)r->n_allowed);
   q->r.allowed_ids = NULL;
-  if (!q->tokens || !q->blocks || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals)) ||
+  const int bad_rc = badw_copy(&q->bad, r->bad_ids, r->bad_lens, r->n_bad);
+  q->r.bad_ids = q->r.bad_lens = NULL;
+  if (!q->tokens || !q->blocks || bad_rc || (r->n_bias > 0 && (!q->bias_ids || !q->bias_vals)) ||
       (r->n_allowed > 0 && (!q->allowed || !q->allowed_lg)))
     rc = gt_err_set(err, GT_ENOMEM, "out of memory");
   if (!rc) {
@@ -531,6 +546,8 @@ int64_t sched_submit(sched_t *s, sched_req_t *r, gt_err_t *err) {
                     r->n_prompt, s->cfg.n_ctx);
   } else if (r->max_tokens <= 0) {
     rc = gt_err_set(err, GT_EINVAL, "max_tokens must be at least 1, got %d", r->max_tokens);
+  } else if (s->cfg.embed && (r->max_tokens != 1 || r->n > 1 || r->constraint)) {
+    rc = gt_err_set(err, GT_EINVAL, "an embedding engine takes max_tokens 1, n 1 and no constraint");
   } else if (r->min_tokens < 0 || r->min_tokens > r->max_tokens) {
     rc = gt_err_set(err, GT_EINVAL, "min_tokens must be in [0, max_tokens], got %d", r->min_tokens);
   } else if (r->logprobs > SEQOUT_MAX_TOP) {
@@ -843,12 +860,13 @@ static int take_token(sched_t *s, req_t *q, float *lg, int32_t sampled) {
    * lg before the draw, so a copy is taken only then (one O(vocab) pass per token saved otherwise) */
   const int masked = q->cs && cons_seq_active(q->cs);
   const float *raw = lg;
-  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->r.n_allowed > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
+  if (lg && q->r.logprobs >= 0 && (q->r.n_bias > 0 || q->r.n_allowed > 0 || q->bad.n > 0 || masked || sampler_has_penalties(&q->r.sampling))) {
     memcpy(s->raw, lg, sizeof(float) * (size_t)s->V);
     raw = s->raw;
   }
   if (lg)
     for (int i = 0; i < q->r.n_bias; i++) lg[q->bias_ids[i]] += q->bias_vals[i];
+  if (lg && q->bad.n > 0) badw_apply(&q->bad, q->tokens + q->n_prompt, q->n_tokens - q->n_prompt, lg, s->V);
   /* min_tokens holds against any logit_bias (a constraint's mask decides where it applies) */
   if (lg && !masked && q->n_generated < q->r.min_tokens && !q->r.ignore_eos)
     for (int i = 0; i < 4; i++)
@@ -908,13 +926,14 @@ static const char *fail_msg(const req_t *q, int done) {
  * no output row's request needs penalties, logit_bias or logprobs (those need the host sampler). Then fills b_rows (drawing each request's
  * uniform now: its RNG advances once per token on either path) and returns 1; else 0. */
 static int device_rows(sched_t *s, int n_seq, int n_out) {
-  if (!s->m->be->ops->sample || n_out == 0) return 0;
+  if (!s->m->be->ops->sample || n_out == 0 || s->cfg.embed) return 0;
   for (int i = 0; i < n_seq; i++) {
     const req_t *q = s->b_req[i];
     if (q->n_computed + q->chunk < q->n_tokens) continue; /* no output row */
     if (q->r.logprobs >= 0 || q->r.n_bias > 0 || sampler_has_penalties(&q->r.sampling) || q->n_fork > 0) return 0;
     if (q->n_generated < q->r.min_tokens) return 0; /* EOS is masked on the host until min_tokens */
     if (q->r.n_allowed > 0) return 0;              /* allowed_token_ids: masked on the host */
+    if (q->bad.n > 0) return 0;                    /* bad_words: masked on the host */
     if (q->cs && !s->d_mask) return 0; /* no logits_mask op: masked on the host */
     if (q->cs && q->n_draft > 0) return 0; /* a draft row's mask follows the drafts before it: take_token */
   }
@@ -1286,6 +1305,7 @@ static int step(sched_t *s, gt_err_t *err) {
   if (n_masked) s->mask_ms += now_ms() - t_mask;
   int rc = n_masked < 0 ? GT_EINTERNAL
            : on_dev  ? model_forward_sample_mask(s->m, &b, s->b_rows, s->b_ids, n_masked ? s->d_mask : NULL, s->d_rmap, err)
+           : s->cfg.embed ? model_forward_hidden(s->m, &b, s->hidden, err)
                      : model_forward(s->m, &b, s->logits, err);
   const double t_fwd = now_ms();
   pthread_mutex_lock(&s->mu);
@@ -1339,6 +1359,13 @@ static int step(sched_t *s, gt_err_t *err) {
     }
     if (q->n_computed < q->n_tokens) continue; /* mid-prompt chunk: no token yet */
     if (q->t_prefill_done == 0) q->t_prefill_done = now_ms();
+    if (s->cfg.embed) { /* the pooled row: last prompt token */
+      q->embedding = s->hidden + (size_t)o++ * s->m->hp.n_embd;
+      for (int k = 0; k < s->n_running; k++)
+        if (s->running[k] == q) remove_at(s->running, &s->n_running, k);
+      finish(s, q, SCHED_FINISH_STOP, NULL);
+      continue;
+    }
     if (q->n_fork > 0) fork_choices(s, q, s->logits + (size_t)o * s->V); /* host row: device_rows */
     int done = on_dev ? take_token(s, q, NULL, s->b_ids[o]) : take_token(s, q, s->logits + (size_t)o * s->V, -1);
     o++;

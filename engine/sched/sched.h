@@ -86,6 +86,12 @@ typedef struct {
    * drafts, a = spec_force_accept - 1, at most all of them); the cost path of an acceptance
    * length that random weights never reach (tests/bench/bench_spec.c --force-accept) */
   double spec_force_accept;
+  /* 1: an embedding engine (serve --task embed, engine/models/embed.h). Every request is only
+   * prefilled (max_tokens must be 1; nothing is sampled): each step runs model_forward_hidden,
+   * several prompts' chunks in one batch as for generation, and when a request's last prompt
+   * token is computed its final event (finish STOP, completion_tokens 0) carries that token's
+   * final-norm hidden state in sched_event_t.embedding (unnormalized). No speculation. */
+  int embed;
 } sched_config_t;
 
 /* Timings and usage of a finished request, delivered with the final event. */
@@ -109,6 +115,10 @@ typedef struct {
   sched_finish_t finish;         /* is_final */
   const char *error;             /* is_final && finish == ERROR */
   const sched_usage_t *usage;    /* is_final */
+  /* is_final of an embedding engine's request (sched_config_t.embed) that finished STOP:
+   * [n_embd] the last prompt token's final-norm hidden state, valid during the call; else NULL */
+  const float *embedding;
+  int n_embd;
 } sched_event_t;
 
 /* Called on the scheduler thread; each choice ends with one final event; after the n-th the
@@ -131,6 +141,10 @@ typedef struct {
   int n_bias;
   const int32_t *allowed_ids; /* [n_allowed] > 0: only these ids are sampled (copied at submit) */
   int n_allowed;
+  /* bad_words (engine/sched/bad_words.h): n_bad token sequences, bad_lens[k] > 0 tokens each,
+   * back to back in bad_ids; no output completes one of them (copied at submit) */
+  const int32_t *bad_ids, *bad_lens;
+  int n_bad;
   seqout_config_t out;      /* stop strings / ids, reasoning and tool-call parsing */
   /* choices (0 or 1: one; at most SCHED_MAX_N and max_num_seqs). The prompt is prefilled once;
    * when its last token is computed the sequence forks: each choice shares the prompt's full KV

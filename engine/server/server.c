@@ -15,7 +15,9 @@
 #include "common/strbuf.h"
 #include "engine/chat/prompt.h"
 #include "engine/models/tp.h"
+#include "engine/models/embed.h"
 #include "engine/server/server_convert.h"
+#include "engine/server/server_embed.h"
 #include "engine/server/server_metrics.h"
 #include "grpc/health/v1/health.pb-c.h"
 
@@ -89,6 +91,7 @@ struct srv {
   int prep_started;
   /* scheduler thread only */
   int iter_tokens;
+  srv_embed_ctx_t emb;    /* the Embed RPC's view (set by srv_attach; is_embed: sched cfg.embed) */
 };
 
 typedef struct prep {
@@ -254,6 +257,13 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
                                                                     : "the engine is draining");
     return;
   }
+  if (s->emb.is_embed) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "model '%s' is an embedding model (serve --task embed): it serves Embed, not Generate",
+             s->model_name);
+    gt_rpc_call_finish(call, GT_RPC_FAILED_PRECONDITION, msg);
+    return;
+  }
   prep_t *p = malloc(sizeof *p);
   if (!p) {
     gt_rpc_call_finish(call, GT_RPC_INTERNAL, "out of memory");
@@ -359,6 +369,7 @@ static void prepare(srv_t *s, gt_rpc_call_t *call, double t_arrival) {
     uint64_t seed = 0x9e3779b97f4a7c15ull * ++s->seed_counter ^ (uint64_t)gt_now_ns();
     pthread_mutex_unlock(&s->mu);
     if (!rc) rc = srv_conv_request(&sub, s->n_ctx, opens, seed, &q[k], &bufs[k], &err);
+    if (!rc && (rc = srv_conv_bad_words(&sub, s->tok, &q[k], &bufs[k], &err))) srv_conv_bufs_free(&bufs[k]);
     if (!rc && (rc = srv_conv_constraint(&sub, s->sched, &q[k], &err))) srv_conv_bufs_free(&bufs[k]);
     if (rc) {
       free(ids);
@@ -510,6 +521,8 @@ static void on_info(void *user, gt_rpc_call_t *call) {
   r->max_num_seqs = (uint32_t)st.max_num_seqs;
   r->kv_capacity_tokens = (uint64_t)st.kv_blocks * (uint64_t)st.block_tokens;
   r->tensor_parallel = 1;
+  r->task = s->emb.is_embed ? GANTRY__V1__INFO_RESPONSE__TASK__TASK_EMBED : GANTRY__V1__INFO_RESPONSE__TASK__TASK_GENERATE;
+  r->embedding_dims = s->emb.is_embed ? (uint32_t)s->emb.n_embd : 0;
   for (int i = 0; i < s->n_wtypes; i++) wt[i] = dup_or_empty(s->wtypes[i]);
   r->weight_types = wt;
   r->n_weight_types = (size_t)s->n_wtypes;
@@ -655,6 +668,19 @@ static void on_detokenize(void *user, gt_rpc_call_t *call) {
 
 /* ---- lifecycle ---- */
 
+/* Embed: refused while loading / draining, else server_embed.c */
+static void on_embed(void *user, gt_rpc_call_t *call) {
+  srv_t *s = user;
+  srv_state_t st = get_state(s);
+  if (st != SRV_READY) {
+    gt_rpc_call_finish(call, GT_RPC_UNAVAILABLE, st == SRV_LOADING ? "the engine is loading its model"
+                                                 : st == SRV_FAILED ? SRV_FAILED_WHY
+                                                                    : "the engine is draining");
+    return;
+  }
+  srv_embed_call(&s->emb, call);
+}
+
 int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
   srv_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
@@ -681,6 +707,7 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
       {EC_METHOD_DETOKENIZE, GT_RPC_UNARY, &gantry__v1__detokenize_request__descriptor, on_detokenize, NULL, NULL, s},
       {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, on_info, NULL, NULL, s},
       {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, on_health, NULL, NULL, s},
+      {EC_METHOD_EMBED, GT_RPC_UNARY, &gantry__v1__embed_request__descriptor, on_embed, NULL, NULL, s},
       {"/grpc.health.v1.Health/Check", GT_RPC_UNARY, &grpc__health__v1__health_check_request__descriptor,
        on_grpc_health, NULL, NULL, s},
   };
@@ -717,6 +744,10 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
   s->n_ctx = st.n_ctx;
   s->max_tok_bytes = srv_conv_max_token_bytes(tok);
   s->model_name = strdup(info && info->model_name ? info->model_name : m->hp.name);
+  int add_eos = 0;
+  if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos)) add_eos = 0;
+  s->emb = (srv_embed_ctx_t){.is_embed = cfg && cfg->embed, .sched = s->sched, .tok = tok, .model_name = s->model_name,
+                             .n_embd = m->hp.n_embd, .n_ctx = st.n_ctx, .eos = tok_eos(tok), .add_eos = add_eos};
   /* every gantry_engine_* series names the model, like the router's (model_name="...") */
   if (s->met.reg && s->model_name) gt_metrics_set_label(s->met.reg, "model_name", s->model_name);
   s->arch = strdup(info && info->architecture ? info->architecture : m->hp.arch);

@@ -181,7 +181,53 @@ void srv_conv_bufs_free(srv_conv_bufs_t *b) {
   free(b->stop);
   free(b->bias_ids);
   free(b->bias_vals);
+  free(b->bad_ids);
+  free(b->bad_lens);
   *b = (srv_conv_bufs_t){0};
+}
+
+int srv_conv_bad_words(const Gantry__V1__GenerateRequest *r, const tok_t *tok, sched_req_t *q, srv_conv_bufs_t *bufs,
+                       gt_err_t *err) {
+  q->n_bad = 0;
+  if (r->n_bad_words == 0) return GT_OK;
+  size_t cap = 0, used = 0;
+  int n = 0;
+  if (!(bufs->bad_lens = malloc(sizeof(int32_t) * r->n_bad_words * 2))) return gt_err_set(err, GT_ENOMEM, "out of memory");
+  for (size_t i = 0; i < r->n_bad_words; i++)
+    for (int sp = 0; sp < 2; sp++) {
+      const char *w = r->bad_words[i];
+      const size_t wl = strlen(w);
+      char *text = malloc(wl + 2);
+      if (!text) return gt_err_set(err, GT_ENOMEM, "out of memory");
+      snprintf(text, wl + 2, "%s%s", sp ? " " : "", w);
+      int32_t *ids = NULL;
+      size_t k = 0;
+      int rc = prompt_encode_text(tok, text, strlen(text), 0, &ids, &k, err);
+      free(text);
+      if (rc) return rc;
+      int dup = 0; /* " x" may tokenize as "x" does (a word that starts with a space) */
+      for (int j = 0, o = 0; j < n && !dup; o += bufs->bad_lens[j++])
+        dup = (size_t)bufs->bad_lens[j] == k && !memcmp(bufs->bad_ids + o, ids, sizeof(int32_t) * k);
+      if (k > 0 && !dup) {
+        if (used + k > cap) {
+          cap = (used + k) * 2;
+          int32_t *g = realloc(bufs->bad_ids, sizeof(int32_t) * cap);
+          if (!g) {
+            free(ids);
+            return gt_err_set(err, GT_ENOMEM, "out of memory");
+          }
+          bufs->bad_ids = g;
+        }
+        memcpy(bufs->bad_ids + used, ids, sizeof(int32_t) * k);
+        used += k;
+        bufs->bad_lens[n++] = (int32_t)k;
+      }
+      free(ids);
+    }
+  q->bad_ids = bufs->bad_ids;
+  q->bad_lens = bufs->bad_lens;
+  q->n_bad = n;
+  return GT_OK;
 }
 
 int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_reasoning, uint64_t seed,

@@ -46,6 +46,7 @@ typedef struct {
   const char **stop;  /* [n_stop] pointers into the request's strings */
   int32_t *bias_ids;  /* [n_logit_bias] */
   float *bias_vals;   /* [n_logit_bias] */
+  int32_t *bad_ids, *bad_lens; /* bad_words' token sequences (srv_conv_bad_words) */
 } srv_conv_bufs_t;
 void srv_conv_bufs_free(srv_conv_bufs_t *b);
 
@@ -54,6 +55,11 @@ void srv_conv_bufs_free(srv_conv_bufs_t *b);
  * on error *bufs is already freed). */
 int srv_conv_request(const Gantry__V1__GenerateRequest *r, int n_ctx, int opens_reasoning, uint64_t seed,
                      sched_req_t *q, srv_conv_bufs_t *bufs, gt_err_t *err);
+
+/* r's bad_words into q->bad_ids / bad_lens / n_bad (arrays in bufs): each word tokenized as plain
+ * text as is and with a leading space (vLLM), an empty or repeated sequence dropped. */
+int srv_conv_bad_words(const Gantry__V1__GenerateRequest *r, const tok_t *tok, sched_req_t *q, srv_conv_bufs_t *bufs,
+                       gt_err_t *err);
 
 /* The request parameter a constraint came from (Constraint.param, or "constraint"). */
 const char *srv_conv_cons_param(const Gantry__V1__GenerateRequest *r);

@@ -617,3 +617,23 @@ test('structured: bad schemas and a second constraint are 400s naming the param'
   });
 });
 
+
+test('bad_words: never in the output, even under a logit_bias that forces its tokens', { skip: FAKE }, async () => {
+  const word = 'hello';
+  const tk = await (await fetch(`${URL}/tokenize`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: word }),
+  })).json();
+  const bias = Object.fromEntries(tk.tokens.map((id) => [String(id), 100]));
+  const ask = (extra) => client.completions.create({
+    model: MODEL, prompt: 'Say it:', max_tokens: 24, temperature: 0, logit_bias: bias, ...extra,
+  });
+  // the tiny model under this bias repeats the word's first token ("hehehe..."): ban two of them in
+  // a row (a two-token sequence: its last token is masked after the first)
+  const forced = (await ask({})).choices[0].text;
+  const bad = forced.slice(0, 4);
+  assert.ok(bad.length === 4 && forced.split(bad).length > 3, `control: the bias alone repeats ${JSON.stringify(forced)}`);
+  const banned = (await ask({ bad_words: [bad] })).choices[0].text;
+  assert.ok(!banned.includes(bad), `bad_words ${JSON.stringify(bad)}: ${JSON.stringify(banned)}`);
+  assert.ok(banned.length > 0);
+  await assert.rejects(ask({ bad_words: 'hello' }), (e) => e.status === 400 && e.param === 'bad_words' || assert.fail(String(e)));
+});

@@ -7,6 +7,8 @@
 # `--tp N` (CPU ranks) and exports GANTRY_TP_EXPECT, the greedy text of tp.test.mjs's prompt from
 # `gantry-engine generate` with one rank, for tp.test.mjs to compare. Exit 77 = skipped (no node, no
 # node_modules and no network, no `serve` command), which ctest reports as "Skipped".
+# $GANTRY_ENGINE_TASK=embed serves an embedding copy of the model (gantry-gguf-set: qwen3.pooling_type
+# = 3, add_eos_token) with `--task embed` (embeddings.test.mjs), and exports GANTRY_EMBED_GGUF.
 set -u
 KIND=${1:-fake}; shift || true
 SRC=${GANTRY_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -65,6 +67,13 @@ if [ "$KIND" = real ]; then
   if [ -n "${GANTRY_ENGINE_SERVE:-}" ]; then SERVE=("$GANTRY_ENGINE_SERVE")
   else SERVE=("$BIN/gantry-engine" serve); fi
   GGUF=${GANTRY_E2E_MODEL:-$SRC/tests/golden/qwen3-tiny.bf16.gguf}
+  if [ "${GANTRY_ENGINE_TASK:-}" = embed ]; then
+    "$BIN/gantry-gguf-set" "$GGUF" "$TMP/embed.gguf" qwen3.pooling_type=u32:3 tokenizer.ggml.add_eos_token=bool:1 ||
+      { echo "gantry-gguf-set failed"; exit 1; }
+    GGUF=$TMP/embed.gguf
+    SERVE+=(--task embed)
+    export GANTRY_EMBED_GGUF=$GGUF
+  fi
   if [ -n "${GANTRY_ENGINE_TP:-}" ]; then
     SERVE+=(--tp "$GANTRY_ENGINE_TP")
     GANTRY_TP_EXPECT=$("$BIN/gantry-engine" generate --model "$GGUF" --prompt "The quick brown fox" --max-tokens 8 \

@@ -566,6 +566,12 @@ static void test_params_supported_or_refused(void **st) {
   assert_int_equal(r.gen->allowed_token_ids[1], 9);
   oa_req_free(&r);
   expect_err(OA_CHAT, CHAT("\"allowed_token_ids\":[-1]"), 400, "invalid_value", "allowed_token_ids");
+  assert_int_equal(parse(OA_CHAT, CHAT("\"bad_words\":[\"x\",\"yz\"]"), &r, &e), 0);
+  assert_int_equal(r.gen->n_bad_words, 2);
+  assert_string_equal(r.gen->bad_words[1], "yz");
+  oa_req_free(&r);
+  expect_err(OA_CHAT, CHAT("\"bad_words\":\"x\""), 400, "invalid_type", "bad_words");
+  expect_err(OA_CHAT, CHAT("\"bad_words\":[\"\"]"), 400, "invalid_value", "bad_words");
   assert_int_equal(parse(OA_CHAT, CHAT("\"continue_final_message\":true"), &r, &e), 0);
   assert_true(r.gen->chat->continue_final_message);
   oa_req_free(&r);
@@ -578,7 +584,6 @@ static void test_params_supported_or_refused(void **st) {
   expect_err(OA_CHAT, CHAT("\"stream_options\":{\"include_usage\":true}"), 400, "invalid_value", "stream_options");
   /* refused unless at their default (the default passes) */
   static const char *const refused[][3] = {
-      {"\"bad_words\":[\"x\"]", "bad_words", "\"bad_words\":[]"},
       {"\"use_beam_search\":true", "use_beam_search", "\"use_beam_search\":false"},
       {"\"length_penalty\":0.5", "length_penalty", "\"length_penalty\":1"},
       {"\"return_token_ids\":true", "return_token_ids", "\"return_token_ids\":false"},
