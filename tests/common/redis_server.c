@@ -23,6 +23,9 @@ struct rs {
   char dir[256];
   int port;
   pid_t pid;
+  int replicaof;     /* > 0: a replica of 127.0.0.1:replicaof */
+  int sentinel_of;   /* > 0: a redis-sentinel monitoring 127.0.0.1:sentinel_of */
+  char master_name[64];
 };
 
 static int free_port(void) {
@@ -43,6 +46,21 @@ static int spawn(rs_t *rs) {
   char port[16], log[300];
   snprintf(port, sizeof port, "%d", rs->port);
   snprintf(log, sizeof log, "%s/redis.log", rs->dir);
+  char conf[300], rep[16];
+  snprintf(conf, sizeof conf, "%s/sentinel.conf", rs->dir);
+  snprintf(rep, sizeof rep, "%d", rs->replicaof);
+  if (rs->sentinel_of > 0) { /* fast timeouts: a test sees a failover in ~1-2 s */
+    FILE *f = fopen(conf, "w");
+    if (!f) return -1;
+    fprintf(f, "port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile %s\n"
+               "sentinel monitor %s 127.0.0.1 %d 2\n"
+               "sentinel down-after-milliseconds %s 500\n"
+               "sentinel failover-timeout %s 2000\n"
+               "sentinel parallel-syncs %s 1\n",
+            rs->port, rs->dir, log, rs->master_name, rs->sentinel_of, rs->master_name,
+            rs->master_name, rs->master_name);
+    fclose(f);
+  }
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
@@ -54,9 +72,19 @@ static int spawn(rs_t *rs) {
       dup2(nul, 1);
       dup2(nul, 2);
     }
-    execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
-           "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
-           (char *)NULL);
+    if (rs->sentinel_of > 0) {
+      const char *sb = getenv("GANTRY_REDIS_SENTINEL");
+      if (!sb) sb = "redis-sentinel";
+      execlp(sb, sb, conf, (char *)NULL);
+    } else if (rs->replicaof > 0) {
+      execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
+             "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
+             "--replicaof", "127.0.0.1", rep, (char *)NULL);
+    } else { /* no 5 s wait before a replica's first full sync */
+      execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
+             "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
+             "--repl-diskless-sync-delay", "0", (char *)NULL);
+    }
     _exit(127);
   }
   rs->pid = pid;
@@ -104,12 +132,15 @@ static void reap_child(rs_t *rs, int sig) {
   rs->pid = 0;
 }
 
-rs_t *rs_start(gt_err_t *err) {
+static rs_t *start_kind(int replicaof, int sentinel_of, const char *name, gt_err_t *err) {
   rs_t *rs = calloc(1, sizeof *rs);
   if (!rs) {
     gt_err_set(err, GT_ENOMEM, "redis_server: out of memory");
     return NULL;
   }
+  rs->replicaof = replicaof;
+  rs->sentinel_of = sentinel_of;
+  snprintf(rs->master_name, sizeof rs->master_name, "%s", name ? name : "");
   const char *tmp = getenv("TMPDIR");
   snprintf(rs->dir, sizeof rs->dir, "%s/gantry-redis-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
   if (!mkdtemp(rs->dir)) {
@@ -125,6 +156,16 @@ rs_t *rs_start(gt_err_t *err) {
   gt_err_set(err, GT_EIO, "redis_server: could not start redis-server (see %s/redis.log)", rs->dir);
   rs_stop(rs);
   return NULL;
+}
+
+rs_t *rs_start(gt_err_t *err) { return start_kind(0, 0, NULL, err); }
+
+rs_t *rs_start_replica(const rs_t *master, gt_err_t *err) {
+  return start_kind(master->port, 0, NULL, err);
+}
+
+rs_t *rs_start_sentinel(const rs_t *master, const char *name, gt_err_t *err) {
+  return start_kind(0, master->port, name, err);
 }
 
 int rs_port(const rs_t *rs) { return rs->port; }
