@@ -22,7 +22,7 @@ const char *rt_usage(void) {
          "                     [--engine-token-file F] [--engine-tls-ca F [--engine-tls-cert F --engine-tls-key F]\n"
          "                     [--engine-tls-name NAME]]\n"
          "       gantry-router --version\n"
-         "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
+         "       gantry-router register (--redis redis://HOST:PORT | --redis-sentinel H:P,...) --engine MODEL=HOST:PORT [--interval-ms MS]\n"
          "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
          "  --http 127.0.0.1:8080 (OpenAI API, /health, /ready, /metrics, /admin/*), --grpc off unless given.\n"
          "  Engines come from --engine and/or the Redis hash <prefix>engines (MODEL=HOST:PORT -> unix ms of\n"
