@@ -170,6 +170,53 @@ rs_t *rs_start_sentinel(const rs_t *master, const char *name, gt_err_t *err) {
 
 int rs_port(const rs_t *rs) { return rs->port; }
 
+/* One command on 127.0.0.1:port (200 ms bounds); the reply (caller frees) or NULL. */
+static redisReply *cmd_once(int port, const char *cmd) {
+  struct timeval tv = {0, 200000};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  redisReply *r = NULL;
+  if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK) r = redisCommand(c, cmd);
+  if (c) redisFree(c);
+  return r;
+}
+
+bool rs_is_master(const rs_t *rs) {
+  redisReply *r = cmd_once(rs->port, "ROLE");
+  bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+            r->element[0]->type == REDIS_REPLY_STRING && !strcmp(r->element[0]->str, "master");
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+static bool failover_ready(rs_t *const *sent, int n, const rs_t *replica, const char *name) {
+  char cmd[100];
+  snprintf(cmd, sizeof cmd, "SENTINEL master %s", name);
+  for (int i = 0; i < n; i++) {
+    redisReply *r = cmd_once(sent[i]->port, cmd);
+    int slaves = -1, others = -1;
+    for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k + 1 < r->elements; k += 2) {
+      if (!strcmp(r->element[k]->str, "num-slaves")) slaves = atoi(r->element[k + 1]->str);
+      if (!strcmp(r->element[k]->str, "num-other-sentinels")) others = atoi(r->element[k + 1]->str);
+    }
+    if (r) freeReplyObject(r);
+    if (slaves < 1 || others < n - 1) return false;
+  }
+  redisReply *r = cmd_once(replica->port, "INFO replication"); /* string or verbatim reply */
+  bool up = r && r->str && strstr(r->str, "master_link_status:up");
+  if (r) freeReplyObject(r);
+  return up;
+}
+
+int rs_wait_failover_ready(rs_t *const *sentinels, int n, const rs_t *replica, const char *name,
+                           int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 50) { /* separate processes: poll */
+    if (failover_ready(sentinels, n, replica, name)) return GT_OK;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return GT_EIO;
+}
+
 int rs_kill(rs_t *rs) {
   if (!rs || rs->pid <= 0) return GT_EIO;
   reap_child(rs, SIGKILL);

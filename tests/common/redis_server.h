@@ -5,6 +5,8 @@
 #ifndef GANTRY_TESTS_REDIS_SERVER_H
 #define GANTRY_TESTS_REDIS_SERVER_H
 
+#include <stdbool.h>
+
 #include "common/err.h"
 
 typedef struct rs rs_t;
@@ -18,6 +20,13 @@ rs_t *rs_start_replica(const rs_t *master, gt_err_t *err);
  * answers PING when ready; discovering the replica and the peers takes it ~1-2 s more. */
 rs_t *rs_start_sentinel(const rs_t *master, const char *name, gt_err_t *err);
 int rs_port(const rs_t *rs);
+/* True when the server answers ROLE with "master" (a promoted replica does). */
+bool rs_is_master(const rs_t *rs);
+/* Waits (up to timeout_ms) until each of the n sentinels monitoring `name` sees the replica
+ * and n-1 peers, and the replica's first sync is done (so a kill of the master can be failed
+ * over). GT_OK or GT_EIO (timed out). */
+int rs_wait_failover_ready(rs_t *const *sentinels, int n, const rs_t *replica, const char *name,
+                           int timeout_ms);
 /* kill -9 the server (connections drop, data is lost). GT_OK or GT_EIO. */
 int rs_kill(rs_t *rs);
 /* Starts it again on the same port (after rs_kill, or kills it first) and waits for PING. */

@@ -117,59 +117,6 @@ static void *run_batch(void *arg) {
   return NULL;
 }
 
-static bool role_is_master(int port) {
-  struct timeval tv = {0, 200000};
-  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-  bool ok = false;
-  if (c && !c->err) {
-    redisReply *r = redisCommand(c, "ROLE");
-    ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && !strcmp(r->element[0]->str, "master");
-    if (r) freeReplyObject(r);
-  }
-  if (c) redisFree(c);
-  return ok;
-}
-
-/* Reply of one command (printf-style) on 127.0.0.1:port as a malloc'd string, or NULL. */
-static char *cmd_str(int port, const char *fmt, ...) {
-  struct timeval tv = {0, 300000};
-  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-  char *out = NULL;
-  if (c && !c->err) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    if (r && r->str) out = strdup(r->str);
-    if (r) freeReplyObject(r);
-  }
-  if (c) redisFree(c);
-  return out;
-}
-
-/* Every sentinel sees the replica and 2 peers, and the replica's first sync is done. */
-static bool topology_ready(rs_t *const *sent, int replica_port) {
-  for (int i = 0; i < 3; i++) {
-    struct timeval tv = {0, 200000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", rs_port(sent[i]), tv);
-    int slaves = -1, others = -1;
-    if (c && !c->err) {
-      redisReply *r = redisCommand(c, "SENTINEL master gantry");
-      for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k + 1 < r->elements; k += 2) {
-        if (!strcmp(r->element[k]->str, "num-slaves")) slaves = atoi(r->element[k + 1]->str);
-        if (!strcmp(r->element[k]->str, "num-other-sentinels")) others = atoi(r->element[k + 1]->str);
-      }
-      if (r) freeReplyObject(r);
-    }
-    if (c) redisFree(c);
-    if (slaves < 1 || others < 2) return false;
-  }
-  char *info = cmd_str(replica_port, "INFO replication");
-  bool up = info && strstr(info, "master_link_status:up");
-  free(info);
-  return up;
-}
-
 static void put_limits(int port, const char *body) {
   const char *h[] = {"Content-Type: application/json", "Authorization: Bearer adm", NULL};
   char *b;
@@ -206,10 +153,7 @@ static void test_failover_under_load(void **st) {
   rs_t *sent[3];
   for (int i = 0; i < 3; i++) assert_non_null(sent[i] = rs_start_sentinel(master, "gantry", &err));
   double t0 = gt_now_ms();
-  while (!topology_ready(sent, rs_port(replica))) {
-    assert_true(gt_now_ms() - t0 < 60000);
-    usleep(50000);
-  }
+  assert_int_equal(rs_wait_failover_ready(sent, 3, replica, "gantry", 60000), GT_OK);
   printf("topology ready after %.0f ms\n", gt_now_ms() - t0);
   redisContext *rc = redisConnect("127.0.0.1", rs_port(master));
   assert_false(rc->err);
@@ -254,7 +198,7 @@ static void test_failover_under_load(void **st) {
   double t_prom = 0, t_admit = 0;
   int g_prom = 0;
   while (gt_now_ms() - t_kill < 30000 && (!t_prom || !t_admit)) {
-    if (!t_prom && role_is_master(rs_port(replica))) {
+    if (!t_prom && rs_is_master(replica)) {
       t_prom = gt_now_ms();
       g_prom = fe_generates(e);
     }

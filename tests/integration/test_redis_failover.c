@@ -15,7 +15,6 @@
 
 #include <cmocka.h>
 #include <event2/event.h>
-#include <hiredis/hiredis.h>
 
 #include "common/clock.h"
 #include "router/redis_conn.h"
@@ -36,52 +35,6 @@ typedef struct fo {
 } fo_t;
 
 static double now_ms(void) { return gt_now_ms(); }
-
-/* First field of ROLE on 127.0.0.1:port ("master", "slave", "sentinel"); "" when unreachable. */
-static void role_of(int port, char *out, size_t n) {
-  struct timeval tv = {0, 200000};
-  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-  out[0] = 0;
-  if (c && !c->err) {
-    redisReply *r = redisCommand(c, "ROLE");
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1) snprintf(out, n, "%s", r->element[0]->str);
-    if (r) freeReplyObject(r);
-  }
-  if (c) redisFree(c);
-}
-
-/* True once the replica's link to the master is up (its first sync is done). */
-static bool replica_synced(const fo_t *f) {
-  struct timeval tv = {0, 200000};
-  redisContext *c = redisConnectWithTimeout("127.0.0.1", rs_port(f->replica), tv);
-  bool ok = false;
-  if (c && !c->err) {
-    redisReply *r = redisCommand(c, "INFO replication");
-    ok = r && r->str && strstr(r->str, "master_link_status:up") != NULL; /* string or verbatim */
-    if (r) freeReplyObject(r);
-  }
-  if (c) redisFree(c);
-  return ok;
-}
-
-/* True once sentinel i sees the replica and two other sentinels (a failover can be agreed). */
-static bool sentinel_ready(const fo_t *f, int i) {
-  struct timeval tv = {0, 200000};
-  redisContext *c = redisConnectWithTimeout("127.0.0.1", rs_port(f->sent[i]), tv);
-  bool ok = false;
-  if (c && !c->err) {
-    redisReply *r = redisCommand(c, "SENTINEL master gantry");
-    int slaves = -1, others = -1;
-    for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k + 1 < r->elements; k += 2) {
-      if (!strcmp(r->element[k]->str, "num-slaves")) slaves = atoi(r->element[k + 1]->str);
-      if (!strcmp(r->element[k]->str, "num-other-sentinels")) others = atoi(r->element[k + 1]->str);
-    }
-    if (r) freeReplyObject(r);
-    ok = slaves >= 1 && others >= 2;
-  }
-  if (c) redisFree(c);
-  return ok;
-}
 
 static void on_incr(void *arg, redisReply *r, const char *err) {
   fo_t *f = arg;
@@ -106,11 +59,8 @@ static void on_incr(void *arg, redisReply *r, const char *err) {
 static void on_tick(evutil_socket_t fd, short what, void *arg) {
   (void)fd, (void)what;
   fo_t *f = arg;
-  if (f->killed && f->t_promoted == 0) { /* promotion = the replica says it is the master */
-    char role[32];
-    role_of(rs_port(f->replica), role, sizeof role);
-    if (!strcmp(role, "master")) f->t_promoted = now_ms();
-  }
+  if (f->killed && f->t_promoted == 0 && rs_is_master(f->replica)) /* promotion: the replica says so */
+    f->t_promoted = now_ms();
   if (f->killed && f->ok_after >= 50) {
     event_base_loopbreak(f->base);
     return;
@@ -146,12 +96,7 @@ static void test_failover(void **state) {
            rs_port(f.sent[1]), rs_port(f.sent[2]));
   /* wait (bounded) until every sentinel knows the replica and its peers */
   double t0 = now_ms();
-  for (int i = 0; i < 4; i++)
-    while (i < 3 ? !sentinel_ready(&f, i) : !replica_synced(&f)) {
-      assert_true(now_ms() - t0 < 60000);
-      struct timespec ts = {0, 50 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
+  assert_int_equal(rs_wait_failover_ready(f.sent, 3, f.replica, "gantry", 60000), GT_OK);
   printf("sentinels ready after %.0f ms; master :%d replica :%d\n", now_ms() - t0, rs_port(f.master),
          rs_port(f.replica));
 
