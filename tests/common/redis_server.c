@@ -153,7 +153,7 @@ static rs_t *start_kind(int replicaof, int sentinel_of, const char *name, gt_err
     if (rs->port > 0 && spawn(rs) == 0 && wait_ready(rs) == 0) return rs;
     reap_child(rs, SIGKILL);
   }
-  gt_err_set(err, GT_EIO, "redis_server: could not start redis-server (see %s/redis.log)", rs->dir);
+  gt_err_set(err, GT_EIO, "redis_server: could not start %s on a free port", sentinel_of > 0 ? "redis-sentinel" : "redis-server");
   rs_stop(rs);
   return NULL;
 }
