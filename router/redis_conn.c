@@ -244,8 +244,8 @@ static bool resolve_master(rc_t *rc) {
   char host[128];
   int port = 0;
   gt_err_t e = {0};
-  if (rsent_resolve(rc->sentinels, rc->master_name, rc->sentinel_timeout_ms, host, sizeof host,
-                    &port, &e) != GT_OK) {
+  if (rsent_resolve(rc->sentinels, rc->master_name, rc->sentinel_timeout_ms,
+                    rc->port > 0 ? rc->host : NULL, rc->port, host, sizeof host, &port, &e) != GT_OK) {
     if (!rc->sentinel_warned)
       GT_LOG_WARN("redis sentinel conn=%s: %s (retrying)", rc->name, e.msg);
     rc->sentinel_warned = true;

@@ -1,6 +1,7 @@
 /* router/redis_sentinel.c — see redis_sentinel.h. */
 #include "router/redis_sentinel.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,14 +74,16 @@ static int is_master(const char *host, int port, int timeout_ms) {
   return ok;
 }
 
-int rsent_resolve(const char *sentinels, const char *master_name, int timeout_ms, char *host,
-                  size_t hostsz, int *port, gt_err_t *err) {
+int rsent_resolve(const char *sentinels, const char *master_name, int timeout_ms,
+                  const char *prev_host, int prev_port, char *host, size_t hostsz, int *port,
+                  gt_err_t *err) {
   rsent_addr_t addrs[RSENT_MAX];
   int n = parse_list(sentinels, addrs, err);
   if (n < 0) return n;
   if (!master_name || !master_name[0]) return gt_err_set(err, GT_EINVAL, "redis sentinel: no master name");
   if (timeout_ms <= 0) timeout_ms = 200;
   int answered = 0;
+  bool named_prev = false;
   char last[160] = "";
   for (int i = 0; i < n; i++) {
     redisContext *c = connect_bounded(addrs[i].host, addrs[i].port, timeout_ms);
@@ -95,6 +98,10 @@ int rsent_resolve(const char *sentinels, const char *master_name, int timeout_ms
       snprintf(last, sizeof last, "%s:%d", h, p);
       freeReplyObject(r);
       redisFree(c);
+      if (prev_host && p == prev_port && !strcmp(h, prev_host)) {
+        named_prev = true; /* not dialled: it may be the dead one */
+        continue;
+      }
       if (p > 0 && p <= 65535 && is_master(h, p, timeout_ms)) {
         snprintf(host, hostsz, "%s", h);
         *port = p;
@@ -104,6 +111,11 @@ int rsent_resolve(const char *sentinels, const char *master_name, int timeout_ms
     }
     if (r) freeReplyObject(r);
     redisFree(c);
+  }
+  if (named_prev) { /* nobody names another master: let the caller retry the same one */
+    snprintf(host, hostsz, "%s", prev_host);
+    *port = prev_port;
+    return GT_OK;
   }
   if (!answered)
     return gt_err_set(err, GT_EIO, "redis sentinel: none of %d sentinels knows master '%s'", n,

@@ -71,8 +71,8 @@ int registry_sidecar(int argc, char **argv) {
       r = NULL;
       struct timeval tv = {1, 0};
       gt_err_t se = {0};
-      if (!c.redis_sentinels[0] || rsent_resolve(c.redis_sentinels, c.redis_master_name, 200, c.redis_host,
-                                                 sizeof c.redis_host, &c.redis_port, &se) == GT_OK)
+      if (!c.redis_sentinels[0] || rsent_resolve(c.redis_sentinels, c.redis_master_name, 200, NULL, 0,
+                                                 c.redis_host, sizeof c.redis_host, &c.redis_port, &se) == GT_OK)
         r = redisConnectWithTimeout(c.redis_host, c.redis_port, tv);
       else
         GT_LOG_WARN("register: %s", se.msg);
