@@ -118,7 +118,7 @@ int rsent_resolve(const char *sentinels, const char *master_name, int timeout_ms
     return GT_OK;
   }
   if (!answered)
-    return gt_err_set(err, GT_EIO, "redis sentinel: none of %d sentinels knows master '%s'", n,
+    return gt_err_set(err, GT_EIO, "redis sentinel: none of %d sentinels reachable or knowing master '%s'", n,
                       master_name);
   return gt_err_set(err, GT_EIO, "redis sentinel: master '%s' named %s is not a master (yet)",
                     master_name, last);
