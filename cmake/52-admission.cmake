@@ -29,7 +29,7 @@ add_custom_command(OUTPUT ${ADM_LUA_C}
 
 add_library(gantry_admission STATIC router/admission.c router/admission_table.c
   router/admission_request.c router/admission_tickets.c router/admission_recovery.c
-  router/admission_ops.c router/redis_conn.c ${ADM_LUA_C})
+  router/admission_ops.c router/redis_conn.c router/redis_sentinel.c ${ADM_LUA_C})
 target_link_libraries(gantry_admission PUBLIC gantry_common PkgConfig::HIREDIS PkgConfig::LIBEVENT PkgConfig::JANSSON)
 
 # Test helper: a real redis-server on a free loopback port.
@@ -43,3 +43,6 @@ gt_add_test(test_admission_fault SOURCES tests/unit/test_admission_fault.c
 
 add_executable(adm-bench router/admission_bench.c)
 target_link_libraries(adm-bench PRIVATE gantry_admission gantry_test_redis)
+
+gt_add_test(test_redis_failover SOURCES tests/integration/test_redis_failover.c
+  LIBS gantry_admission gantry_test_redis gantry_testutil TIMEOUT 180)

@@ -79,6 +79,9 @@ add_dependencies(test_router_caps gantry-router)
 gt_add_test(test_router_fault SOURCES tests/fault/test_router_fault.c
   LIBS gantry_router_harness gantry_test_redis PkgConfig::HIREDIS TIMEOUT 180)
 add_dependencies(test_router_fault gantry-router gantry-fake-engine)
+gt_add_test(test_router_failover SOURCES tests/fault/test_router_failover.c
+  LIBS gantry_router_harness gantry_test_redis gantry_sha256 PkgConfig::HIREDIS TIMEOUT 180)
+add_dependencies(test_router_failover gantry-router)
 
 # Benchmark (prints numbers; not a test): router-bench [--engine HOST:PORT]
 add_executable(router-bench tests/bench/router_bench.c)

@@ -132,7 +132,8 @@ adm_t *adm_create(struct event_base *base, const adm_config_t *cfg, gt_err_t *er
   char name[ADM_NAME_MAX + 40];
   snprintf(name, sizeof name, "adm-cmd %s", adm->inst);
   rc_config_t rcfg = {.host = adm->host, .port = adm->port, .name = name, .backoff_min_ms = 10,
-                      .backoff_max_ms = bmax, .connect_timeout_ms = bmax};
+                      .backoff_max_ms = bmax, .connect_timeout_ms = bmax,
+                      .sentinels = cfg->redis_sentinels, .master_name = cfg->redis_master_name};
   adm->rc = rc_create(base, &rcfg, adm__on_rc_state, adm, err);
   if (!adm->rc) goto fail;
   const char *steps[ADM__SCR_N] = {adm_lua_enqueue, adm_lua_release, adm_lua_heartbeat, adm_lua_reap,

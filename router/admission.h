@@ -54,6 +54,8 @@ typedef void (*adm_cb)(void *arg, const adm_result_t *res);
 typedef struct adm_config {
   const char *redis_host;   /* default "127.0.0.1" */
   int redis_port;           /* default 6379 */
+  const char *redis_sentinels;   /* "host:port,..." : find the master through Sentinel; NULL = off */
+  const char *redis_master_name; /* the Sentinel master name (needed with redis_sentinels) */
   const char *router_id;    /* prefix of this instance's id (a random suffix is added) */
   const char *key_prefix;   /* Redis key prefix, default "gantry:adm:" */
   int lease_ttl_ms;         /* lease / waiting-entry TTL, default 15000 (>= 300) */

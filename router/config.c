@@ -4,9 +4,11 @@
 #include <string.h>
 
 #include "router/config.h"
+#include "router/redis_sentinel.h"
 
 const char *rt_usage(void) {
   return "usage: gantry-router [--http HOST:PORT] [--grpc HOST:PORT] [--redis redis://HOST:PORT]\n"
+         "                     [--redis-sentinel HOST:PORT,... [--redis-master-name NAME]]\n"
          "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
          "                     [--protect-info] [--reasoning-field both|reasoning|reasoning_content]\n"
          "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
@@ -20,7 +22,7 @@ const char *rt_usage(void) {
          "                     [--engine-token-file F] [--engine-tls-ca F [--engine-tls-cert F --engine-tls-key F]\n"
          "                     [--engine-tls-name NAME]]\n"
          "       gantry-router --version\n"
-         "       gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS]\n"
+         "       gantry-router register (--redis redis://HOST:PORT | --redis-sentinel H:P,...) --engine MODEL=HOST:PORT [--interval-ms MS]\n"
          "                     [--key-prefix P]   (heartbeat sidecar: registers an engine in Redis)\n"
          "  --http 127.0.0.1:8080 (OpenAI API, /health, /ready, /metrics, /admin/*), --grpc off unless given.\n"
          "  Engines come from --engine and/or the Redis hash <prefix>engines (MODEL=HOST:PORT -> unix ms of\n"
@@ -41,6 +43,8 @@ const char *rt_usage(void) {
          "  this router's certificate (mutual TLS). An engine that refuses them is never ready.\n"
          "  --stream-buffer-bytes bounds the unsent output of each stream (SSE and gRPC); a stream kept\n"
          "  full for --stream-write-timeout-s is cancelled.\n"
+         "  --redis-sentinel: find the Redis master through these sentinels (instead of --redis) and\n"
+         "  follow a promotion; --redis-master-name is the monitored name (default gantry).\n"
          "  --responses-ttl-s: how long stored /v1/responses stay in Redis. --cors-origins: origins\n"
          "  (comma-separated, * = any) whose browser requests get CORS headers.\n";
 }
@@ -50,6 +54,7 @@ void rt_config_defaults(rt_config_t *c) {
   snprintf(c->http_addr, sizeof c->http_addr, "127.0.0.1:8080");
   snprintf(c->redis_host, sizeof c->redis_host, "127.0.0.1");
   c->redis_port = 6379;
+  snprintf(c->redis_master_name, sizeof c->redis_master_name, "gantry");
   snprintf(c->key_prefix, sizeof c->key_prefix, "gantry:");
   c->reasoning_field = OA_REASONING_BOTH;
   c->max_body_bytes = 8L << 20;
@@ -121,6 +126,14 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
     else if (!strcmp(a, "--grpc")) snprintf(c->grpc_addr, sizeof c->grpc_addr, "%s", v);
     else if (!strcmp(a, "--redis")) {
       if (parse_redis(c, v, err)) return GT_EINVAL;
+    } else if (!strcmp(a, "--redis-sentinel")) {
+      if (strlen(v) >= sizeof c->redis_sentinels || rsent_check(v, err))
+        return gt_err_set(err, GT_EINVAL, "--redis-sentinel %s: expected HOST:PORT[,HOST:PORT...]", v);
+      snprintf(c->redis_sentinels, sizeof c->redis_sentinels, "%s", v);
+    } else if (!strcmp(a, "--redis-master-name")) {
+      if (!v[0] || strlen(v) >= sizeof c->redis_master_name || strpbrk(v, " \r\n"))
+        return gt_err_set(err, GT_EINVAL, "--redis-master-name %s: bad name", v);
+      snprintf(c->redis_master_name, sizeof c->redis_master_name, "%s", v);
     } else if (!strcmp(a, "--engine")) {
       const char *eq = strchr(v, '=');
       const char *pc = eq ? strrchr(eq, ':') : NULL;

@@ -13,6 +13,8 @@ typedef struct rt_config {
   char grpc_addr[128];   /* "" = no gRPC front */
   char redis_host[128];
   int redis_port;
+  char redis_sentinels[1024]; /* --redis-sentinel host:port,...: master found via Sentinel; "" = off */
+  char redis_master_name[128]; /* --redis-master-name (default "gantry" with --redis-sentinel) */
   char key_prefix[64];   /* Redis key prefix, default "gantry:" */
   struct { char model[ADM_NAME_MAX + 1]; char target[256]; } engines[RT_MAX_ENGINES];
   int n_engines;

@@ -11,6 +11,7 @@
 #include <hiredis/async.h>
 
 #include "common/log.h"
+#include "router/redis_sentinel.h"
 
 enum { RC_DOWN, RC_CONNECTING, RC_UP };
 
@@ -23,6 +24,9 @@ struct rc {
   struct event_base *base;
   char *host, *name;
   int port;
+  char *sentinels, *master_name; /* NULL unless Sentinel is used */
+  int sentinel_timeout_ms;
+  bool sentinel_warned;          /* one warning per outage, not one per retry */
   int backoff_min_ms, backoff_max_ms, connect_timeout_ms;
   int backoff_ms;       /* next reconnect delay */
   redisAsyncContext *ac; /* NULL while down */
@@ -125,8 +129,16 @@ static void on_reply(redisAsyncContext *ac, void *r, void *priv) {
     return;
   }
   (void)ac;
+  bool demoted = reply && reply->type == REDIS_REPLY_ERROR && rc->sentinels &&
+                 strncmp(reply->str, "READONLY", 8) == 0;
   c->cb(c->arg, reply, reply ? NULL : "connection to redis lost");
   call_free(c);
+  if (demoted && rc->ac && rc->state == RC_UP) {
+    /* this node is a replica now: drop it; the reconnect asks the sentinels again */
+    GT_LOG_WARN("redis READONLY conn=%s addr=%s:%d: master demoted, re-resolving", rc->name,
+                rc->host, rc->port);
+    redisAsyncDisconnect(rc->ac);
+  }
 }
 
 /* Sends c on the current connection (EVALSHA when the SHA is known and this is no retry). */
@@ -226,8 +238,38 @@ static void on_retry(evutil_socket_t fd, short what, void *arg) {
   rc_connect(arg);
 }
 
+/* Sentinel mode: points host/port at the master the sentinels name. False (retry later) when
+ * none is known yet. */
+static bool resolve_master(rc_t *rc) {
+  char host[128];
+  int port = 0;
+  gt_err_t e = {0};
+  if (rsent_resolve(rc->sentinels, rc->master_name, rc->sentinel_timeout_ms,
+                    rc->port > 0 ? rc->host : NULL, rc->port, host, sizeof host, &port, &e) != GT_OK) {
+    if (!rc->sentinel_warned)
+      GT_LOG_WARN("redis sentinel conn=%s: %s (retrying)", rc->name, e.msg);
+    rc->sentinel_warned = true;
+    return false;
+  }
+  rc->sentinel_warned = false;
+  if (port != rc->port || strcmp(host, rc->host)) {
+    char *h = strdup(host);
+    if (!h) return false;
+    GT_LOG_INFO("redis sentinel conn=%s master=%s addr=%s:%d (was %s:%d)", rc->name,
+                rc->master_name, host, port, rc->host, rc->port);
+    free(rc->host);
+    rc->host = h;
+    rc->port = port;
+  }
+  return true;
+}
+
 static void rc_connect(rc_t *rc) {
   if (rc->destroying || rc->ac) return;
+  if (rc->sentinels && !resolve_master(rc)) {
+    schedule_reconnect(rc);
+    return;
+  }
   redisAsyncContext *ac = redisAsyncConnect(rc->host, rc->port);
   if (!ac || ac->err) {
     GT_LOG_DEBUG("redis connect failed conn=%s err=%s", rc->name, ac ? ac->errstr : "alloc");
@@ -251,16 +293,28 @@ static void rc_connect(rc_t *rc) {
 
 rc_t *rc_create(struct event_base *base, const rc_config_t *cfg, rc_state_cb on_state, void *arg,
                 gt_err_t *err) {
-  if (!base || !cfg || !cfg->host || !cfg->host[0] || cfg->port <= 0 || cfg->port > 65535) {
+  bool sent = cfg && cfg->sentinels && cfg->sentinels[0];
+  if (sent && (rsent_check(cfg->sentinels, err) != GT_OK || !cfg->master_name || !cfg->master_name[0])) {
+    if (cfg->master_name && cfg->master_name[0]) return NULL;
+    gt_err_set(err, GT_EINVAL, "redis_conn: sentinels need a master name");
+    return NULL;
+  }
+  if (!base || !cfg || (!sent && (!cfg->host || !cfg->host[0] || cfg->port <= 0 || cfg->port > 65535))) {
     gt_err_set(err, GT_EINVAL, "redis_conn: need an event base, a host and a port in 1..65535");
     return NULL;
   }
   rc_t *rc = calloc(1, sizeof *rc);
   if (!rc) goto oom;
   rc->base = base;
-  rc->host = strdup(cfg->host);
+  rc->host = strdup(cfg->host && cfg->host[0] ? cfg->host : "sentinel");
   rc->name = strdup(cfg->name ? cfg->name : "redis");
   rc->port = cfg->port;
+  if (sent) {
+    rc->sentinels = strdup(cfg->sentinels);
+    rc->master_name = strdup(cfg->master_name);
+    if (!rc->sentinels || !rc->master_name) goto oom;
+  }
+  rc->sentinel_timeout_ms = cfg->sentinel_timeout_ms > 0 ? cfg->sentinel_timeout_ms : 200;
   rc->backoff_min_ms = cfg->backoff_min_ms > 0 ? cfg->backoff_min_ms : 20;
   rc->backoff_max_ms = cfg->backoff_max_ms > 0 ? cfg->backoff_max_ms : 1000;
   if (rc->backoff_max_ms < rc->backoff_min_ms) rc->backoff_max_ms = rc->backoff_min_ms;
@@ -343,5 +397,7 @@ void rc_destroy(rc_t *rc) {
   free(rc->scripts);
   free(rc->host);
   free(rc->name);
+  free(rc->sentinels);
+  free(rc->master_name);
   free(rc);
 }

@@ -11,6 +11,9 @@
  * - Commands are only accepted while connected: otherwise they fail at once with GT_EIO and
  *   their callback is not called. A command's callback is called exactly once, with the reply
  *   or with reply NULL and a message when the connection dropped before the reply came.
+ * - With sentinels configured (rc_config_t.sentinels) each connect attempt resolves the current
+ *   master first, so a promotion is followed by the ordinary reconnect path: the state callback
+ *   reports down then up (re-register there), scripts are re-loaded on the new master.
  * Single-threaded: every function must be called on the loop thread. */
 #ifndef GANTRY_ROUTER_REDIS_CONN_H
 #define GANTRY_ROUTER_REDIS_CONN_H
@@ -39,6 +42,13 @@ typedef struct rc_config {
   int backoff_min_ms; /* first reconnect delay (default 20) */
   int backoff_max_ms; /* longest reconnect delay (default 1000) */
   int connect_timeout_ms; /* give up one connect attempt after this (default 1000) */
+  /* Redis Sentinel (optional): "host:port,host:port" and the master's name. When set, host/port
+   * are ignored and every connect attempt first asks the sentinels for the master
+   * (redis_sentinel.h, blocking, sentinel_timeout_ms per step, default 200). A READONLY reply
+   * (the master was demoted) drops the connection so the next attempt asks again. */
+  const char *sentinels;
+  const char *master_name;
+  int sentinel_timeout_ms;
 } rc_config_t;
 
 /* Creates the connection and starts connecting. cfg strings are copied. Returns NULL and fills

@@ -13,6 +13,7 @@
 
 #include "common/engine_client.h"
 #include "common/log.h"
+#include "router/redis_sentinel.h"
 #include "router/registry.h"
 #include "router/router.h"
 
@@ -37,7 +38,7 @@ int registry_sidecar(int argc, char **argv) {
   bool help;
   gt_err_t err;
   if (rt_config_parse(&c, n, args, &help, &err) || help || c.n_engines != 1 || interval < 100) {
-    fprintf(stderr, "usage: gantry-router register --redis redis://HOST:PORT --engine MODEL=HOST:PORT [--interval-ms MS >= 100] [--key-prefix P]\n%s%s\n",
+    fprintf(stderr, "usage: gantry-router register (--redis redis://HOST:PORT | --redis-sentinel H:P,... [--redis-master-name N]) --engine MODEL=HOST:PORT [--interval-ms MS >= 100] [--key-prefix P]\n%s%s\n",
             help ? "" : "gantry-router register: ", help ? "" : (c.n_engines != 1 ? "exactly one --engine" : err.msg));
     return 2;
   }
@@ -62,12 +63,19 @@ int registry_sidecar(int argc, char **argv) {
     return 1;
   }
   redisContext *r = NULL;
-  GT_LOG_INFO("register engine %s in redis %s:%d key=%s every %ld ms", field, c.redis_host, c.redis_port, key, interval);
+  GT_LOG_INFO("register engine %s in redis %s:%d sentinels=%s key=%s every %ld ms", field, c.redis_host, c.redis_port,
+              c.redis_sentinels[0] ? c.redis_sentinels : "-", key, interval);
   while (!g_stop) {
     if (!r || r->err) {
       if (r) redisFree(r);
+      r = NULL;
       struct timeval tv = {1, 0};
-      r = redisConnectWithTimeout(c.redis_host, c.redis_port, tv);
+      gt_err_t se = {0};
+      if (!c.redis_sentinels[0] || rsent_resolve(c.redis_sentinels, c.redis_master_name, 200, NULL, 0,
+                                                 c.redis_host, sizeof c.redis_host, &c.redis_port, &se) == GT_OK)
+        r = redisConnectWithTimeout(c.redis_host, c.redis_port, tv);
+      else
+        GT_LOG_WARN("register: %s", se.msg);
     }
     Gantry__V1__HealthResponse *h = NULL;
     ec_call_opts_t o = {.timeout_ms = interval};
@@ -77,7 +85,12 @@ int registry_sidecar(int argc, char **argv) {
       struct timeval now;
       gettimeofday(&now, NULL);
       redisReply *rep = redisCommand(r, "HSET %s %s %lld", key, field, (long long)now.tv_sec * 1000 + now.tv_usec / 1000);
+      bool demoted = rep && rep->type == REDIS_REPLY_ERROR && !strncmp(rep->str, "READONLY", 8);
       if (rep) freeReplyObject(rep);
+      if (demoted) { /* a replica now (Sentinel failover): reconnect to the new master */
+        redisFree(r);
+        r = NULL;
+      }
     }
     for (long t = 0; t < interval && !g_stop; t += 50) usleep(50000);
   }

@@ -66,7 +66,10 @@ static void on_rc_state(void *arg, bool up) {
     GT_LOG_WARN("redis connection lost (auth)");
     return;
   }
-  GT_LOG_INFO("redis connected host=%s port=%d", rt->cfg.redis_host, rt->cfg.redis_port);
+  if (rt->cfg.redis_sentinels[0])
+    GT_LOG_INFO("redis connected via sentinels=%s master=%s", rt->cfg.redis_sentinels, rt->cfg.redis_master_name);
+  else
+    GT_LOG_INFO("redis connected host=%s port=%d", rt->cfg.redis_host, rt->cfg.redis_port);
 }
 
 /* Once a second: Redis data-loss watch. */
@@ -98,7 +101,10 @@ router_t *rt_create(const rt_config_t *cfg, gt_err_t *err) {
     goto fail;
   }
   if (!(rt->mb = mbox_create(rt->base, err))) goto fail;
-  adm_config_t ac = {.redis_host = rt->cfg.redis_host, .redis_port = rt->cfg.redis_port, .router_id = "router",
+  const char *sent = rt->cfg.redis_sentinels[0] ? rt->cfg.redis_sentinels : NULL;
+  adm_config_t ac = {.redis_host = rt->cfg.redis_host, .redis_port = rt->cfg.redis_port,
+                     .redis_sentinels = sent, .redis_master_name = rt->cfg.redis_master_name,
+                     .router_id = "router",
                      .lease_ttl_ms = rt->cfg.lease_ttl_ms, .queue_timeout_ms = rt->cfg.queue_timeout_ms,
                      .hold_ms = rt->cfg.hold_ms,
                      .default_max_inflight = rt->cfg.default_max_inflight,
@@ -107,7 +113,8 @@ router_t *rt_create(const rt_config_t *cfg, gt_err_t *err) {
   snprintf(prefix, sizeof prefix, "%sadm:", rt->cfg.key_prefix);
   ac.key_prefix = prefix;
   if (!(rt->adm = adm_create(rt->base, &ac, err))) goto fail;
-  rc_config_t rcc = {.host = rt->cfg.redis_host, .port = rt->cfg.redis_port, .name = "router-auth"};
+  rc_config_t rcc = {.host = rt->cfg.redis_host, .port = rt->cfg.redis_port, .name = "router-auth",
+                     .sentinels = sent, .master_name = rt->cfg.redis_master_name};
   if (!(rt->rc = rc_create(rt->base, &rcc, on_rc_state, rt, err))) goto fail;
   if (!(rt->auth = auth_create(rt->rc, rt->cfg.key_prefix, rt->cfg.admin_key, rt->cfg.auth_required, err))) goto fail;
   if (!(rt->dg = dg_create(rt->rc, rt->cfg.key_prefix, err))) goto fail;
@@ -143,9 +150,10 @@ fail:
 }
 
 void rt_run(router_t *rt) {
-  GT_LOG_INFO("gantry-router listening http=%s http_port=%d grpc=%s grpc_port=%d redis=%s:%d engines=%d",
+  GT_LOG_INFO("gantry-router listening http=%s http_port=%d grpc=%s grpc_port=%d redis=%s:%d sentinels=%s engines=%d",
               rt->cfg.http_addr, rt->http_port, rt->cfg.grpc_addr[0] ? rt->cfg.grpc_addr : "-", rt->grpc_port,
-              rt->cfg.redis_host, rt->cfg.redis_port, rt->cfg.n_engines);
+              rt->cfg.redis_host, rt->cfg.redis_port, rt->cfg.redis_sentinels[0] ? rt->cfg.redis_sentinels : "-",
+              rt->cfg.n_engines);
   /* machine-readable line for tests and scripts (ports may be 0 = chosen by the OS) */
   printf("listening http_port=%d grpc_port=%d\n", rt->http_port, rt->grpc_port);
   fflush(stdout);

@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
-      libhiredis-dev redis-server libevent-dev libjansson-dev libpcre2-dev libutf8proc-dev
+      libhiredis-dev redis-server redis-sentinel libevent-dev libjansson-dev libpcre2-dev libutf8proc-dev
       libcurl4-openssl-dev libcmocka-dev curl
       openssl # test_engine_auth makes its TLS certificates with the openssl command
       systemd) # systemd-analyze for test_systemd_units (works offline, without systemd as PID 1)

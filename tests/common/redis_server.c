@@ -23,6 +23,9 @@ struct rs {
   char dir[256];
   int port;
   pid_t pid;
+  int replicaof;     /* > 0: a replica of 127.0.0.1:replicaof */
+  int sentinel_of;   /* > 0: a redis-sentinel monitoring 127.0.0.1:sentinel_of */
+  char master_name[64];
 };
 
 static int free_port(void) {
@@ -43,6 +46,21 @@ static int spawn(rs_t *rs) {
   char port[16], log[300];
   snprintf(port, sizeof port, "%d", rs->port);
   snprintf(log, sizeof log, "%s/redis.log", rs->dir);
+  char conf[300], rep[16];
+  snprintf(conf, sizeof conf, "%s/sentinel.conf", rs->dir);
+  snprintf(rep, sizeof rep, "%d", rs->replicaof);
+  if (rs->sentinel_of > 0) { /* fast timeouts: a test sees a failover in ~1-2 s */
+    FILE *f = fopen(conf, "w");
+    if (!f) return -1;
+    fprintf(f, "port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\nlogfile %s\n"
+               "sentinel monitor %s 127.0.0.1 %d 2\n"
+               "sentinel down-after-milliseconds %s 500\n"
+               "sentinel failover-timeout %s 2000\n"
+               "sentinel parallel-syncs %s 1\n",
+            rs->port, rs->dir, log, rs->master_name, rs->sentinel_of, rs->master_name,
+            rs->master_name, rs->master_name);
+    fclose(f);
+  }
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
@@ -54,9 +72,19 @@ static int spawn(rs_t *rs) {
       dup2(nul, 1);
       dup2(nul, 2);
     }
-    execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
-           "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
-           (char *)NULL);
+    if (rs->sentinel_of > 0) {
+      const char *sb = getenv("GANTRY_REDIS_SENTINEL");
+      if (!sb) sb = "redis-sentinel";
+      execlp(sb, sb, conf, (char *)NULL);
+    } else if (rs->replicaof > 0) {
+      execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
+             "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
+             "--replicaof", "127.0.0.1", rep, (char *)NULL);
+    } else { /* no 5 s wait before a replica's first full sync */
+      execlp(bin, bin, "--port", port, "--bind", "127.0.0.1", "--dir", rs->dir, "--save", "",
+             "--appendonly", "no", "--daemonize", "no", "--logfile", log, "--protected-mode", "no",
+             "--repl-diskless-sync-delay", "0", (char *)NULL);
+    }
     _exit(127);
   }
   rs->pid = pid;
@@ -104,12 +132,15 @@ static void reap_child(rs_t *rs, int sig) {
   rs->pid = 0;
 }
 
-rs_t *rs_start(gt_err_t *err) {
+static rs_t *start_kind(int replicaof, int sentinel_of, const char *name, gt_err_t *err) {
   rs_t *rs = calloc(1, sizeof *rs);
   if (!rs) {
     gt_err_set(err, GT_ENOMEM, "redis_server: out of memory");
     return NULL;
   }
+  rs->replicaof = replicaof;
+  rs->sentinel_of = sentinel_of;
+  snprintf(rs->master_name, sizeof rs->master_name, "%s", name ? name : "");
   const char *tmp = getenv("TMPDIR");
   snprintf(rs->dir, sizeof rs->dir, "%s/gantry-redis-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
   if (!mkdtemp(rs->dir)) {
@@ -122,12 +153,69 @@ rs_t *rs_start(gt_err_t *err) {
     if (rs->port > 0 && spawn(rs) == 0 && wait_ready(rs) == 0) return rs;
     reap_child(rs, SIGKILL);
   }
-  gt_err_set(err, GT_EIO, "redis_server: could not start redis-server (see %s/redis.log)", rs->dir);
+  gt_err_set(err, GT_EIO, "redis_server: could not start %s on a free port", sentinel_of > 0 ? "redis-sentinel" : "redis-server");
   rs_stop(rs);
   return NULL;
 }
 
+rs_t *rs_start(gt_err_t *err) { return start_kind(0, 0, NULL, err); }
+
+rs_t *rs_start_replica(const rs_t *master, gt_err_t *err) {
+  return start_kind(master->port, 0, NULL, err);
+}
+
+rs_t *rs_start_sentinel(const rs_t *master, const char *name, gt_err_t *err) {
+  return start_kind(0, master->port, name, err);
+}
+
 int rs_port(const rs_t *rs) { return rs->port; }
+
+/* One command on 127.0.0.1:port (200 ms bounds); the reply (caller frees) or NULL. */
+static redisReply *cmd_once(int port, const char *cmd) {
+  struct timeval tv = {0, 200000};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  redisReply *r = NULL;
+  if (c && !c->err && redisSetTimeout(c, tv) == REDIS_OK) r = redisCommand(c, cmd);
+  if (c) redisFree(c);
+  return r;
+}
+
+bool rs_is_master(const rs_t *rs) {
+  redisReply *r = cmd_once(rs->port, "ROLE");
+  bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+            r->element[0]->type == REDIS_REPLY_STRING && !strcmp(r->element[0]->str, "master");
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+static bool failover_ready(rs_t *const *sent, int n, const rs_t *replica, const char *name) {
+  char cmd[100];
+  snprintf(cmd, sizeof cmd, "SENTINEL master %s", name);
+  for (int i = 0; i < n; i++) {
+    redisReply *r = cmd_once(sent[i]->port, cmd);
+    int slaves = -1, others = -1;
+    for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k + 1 < r->elements; k += 2) {
+      if (!strcmp(r->element[k]->str, "num-slaves")) slaves = atoi(r->element[k + 1]->str);
+      if (!strcmp(r->element[k]->str, "num-other-sentinels")) others = atoi(r->element[k + 1]->str);
+    }
+    if (r) freeReplyObject(r);
+    if (slaves < 1 || others < n - 1) return false;
+  }
+  redisReply *r = cmd_once(replica->port, "INFO replication"); /* string or verbatim reply */
+  bool up = r && r->str && strstr(r->str, "master_link_status:up");
+  if (r) freeReplyObject(r);
+  return up;
+}
+
+int rs_wait_failover_ready(rs_t *const *sentinels, int n, const rs_t *replica, const char *name,
+                           int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 50) { /* separate processes: poll */
+    if (failover_ready(sentinels, n, replica, name)) return GT_OK;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return GT_EIO;
+}
 
 int rs_kill(rs_t *rs) {
   if (!rs || rs->pid <= 0) return GT_EIO;
