@@ -90,8 +90,13 @@ end
 -- FIFO order key of a new waiting entry: the Redis clock in ms x 1024, kept strictly increasing
 -- through P seq. Being time-based, it survives a data loss: an entry re-created afterwards with
 -- its old key (heartbeat) stays ahead of the requests that arrived since (a counter restarts at 1).
+-- Without a counter (a new Redis, or one that lost its data while entries were queued, whose
+-- routers re-create them with their old keys) a new key goes after every key an entry of the
+-- same millisecond can have had (1024 per ms), so a request that arrives after a data loss never
+-- sorts before one that was waiting (test_router_fault: W3 and N1 in the same millisecond).
 local function next_score()
-  local s = math.max(NOW * 1024, (tonumber(redis.call('GET', P .. 'seq')) or 0) + 1)
+  local cur = tonumber(redis.call('GET', P .. 'seq'))
+  local s = cur and math.max(NOW * 1024, cur + 1) or NOW * 1024 + 1023
   redis.call('SET', P .. 'seq', string.format('%.0f', s))
   return s
 end
