@@ -110,7 +110,7 @@ void sampler_accept(sampler_t *s, int32_t tok, int is_output) {
   if (is_output) s->count[tok]++;
 }
 
-static int32_t argmax(const float *x, int n) {
+int32_t sampler_argmax(const float *x, int n) {
   int32_t best = 0;
   for (int i = 1; i < n; i++)
     if (x[i] > x[best]) best = i;
@@ -182,7 +182,7 @@ static int32_t pick_filtered(const sampler_pick_t *p, const float *prob, int n_v
 }
 
 int32_t sampler_pick(const sampler_pick_t *p, float *logits, int n_vocab, double u) {
-  const int32_t best = argmax(logits, n_vocab);
+  const int32_t best = sampler_argmax(logits, n_vocab);
   if (p->temperature <= 0 || p->top_k == 1) return best;
 
   /* softmax at temperature, in place */
@@ -232,7 +232,7 @@ int32_t sampler_sample(sampler_t *s, float *logits) {
 }
 
 float sampler_logprob(const float *logits, int n, int32_t id) {
-  float mx = logits[argmax(logits, n)];
+  float mx = logits[sampler_argmax(logits, n)];
   double sum = 0;
   for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
   return (float)((double)logits[id] - mx - log(sum));

@@ -56,6 +56,9 @@ typedef struct {
   float min_p;       /* <= 0: off */
   int32_t *idx;      /* scratch [n_vocab] ids owned by the caller, or NULL (allocated per call) */
 } sampler_pick_t;
+/* The index of the largest of x[0..n) (n >= 1), the lowest on ties: greedy decoding's pick. */
+int32_t sampler_argmax(const float *x, int n);
+
 /* Picks a token from logits[n_vocab] with the uniform draw u in [0, 1): greedy (argmax, lowest id
  * on ties) when temperature <= 0 or top_k == 1, else softmax at temperature -> top-k -> min-p ->
  * top-p -> the draw. Non-greedy picks overwrite logits with the probabilities. Returns -1 only

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/sampler.h"
 #include "engine/models/model.h"
 #include "engine/sched/spec.h"
 
@@ -52,12 +53,6 @@ void spec_mtp_free(spec_mtp_t *w) {
   free(w);
 }
 
-static int32_t argmax(const float *x, int n) {
-  int32_t b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
 
 static void put_bt(spec_mtp_t *w, int i, const spec_mtp_seq_t *q) {
   int32_t *row = w->bt + (size_t)i * w->max_blocks;
@@ -97,7 +92,7 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
   for (int a = 0; a < ns && !rc; a++) {
     spec_mtp_seq_t *q = &seqs[w->seq[a]];
     if (q->k <= 0) continue;
-    q->draft[q->n_draft++] = argmax(w->logits + (size_t)n_prev * w->V, w->V);
+    q->draft[q->n_draft++] = sampler_argmax(w->logits + (size_t)n_prev * w->V, w->V);
     prev[n_prev++] = w->seq[a];
   }
   for (int step = 1; !rc && n_prev > 0; step++) {
@@ -123,7 +118,7 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
     rc = model_mtp_forward(m, &b, w->src, w->logits, err);
     for (int r = 0; r < nc && !rc; r++) {
       spec_mtp_seq_t *q = &seqs[cur[r]];
-      q->draft[q->n_draft++] = argmax(w->logits + (size_t)r * w->V, w->V);
+      q->draft[q->n_draft++] = sampler_argmax(w->logits + (size_t)r * w->V, w->V);
     }
     int *t = prev;
     prev = cur;
