@@ -1,5 +1,6 @@
 /* Golden fixtures on the CUDA backend (tests/golden/README.md, GPU tolerances): qwen3-tiny in
- * every weight type, qwen35-tiny, and the trained demo model, each twice:
+ * every weight type, qwen35-tiny, the trained demo model and the trained hybrid demo35 (fp32 and bf16
+ * activations, a trained model's bars), each twice:
  * - fp32 KV pools (`--kv-dtype fp32`): the backend keeps fp32 activations, so the bar is 10x
  *   the CPU tolerance (1e-2 max row relative error; the demo's tighter fp16/fp32 bar is the same
  *   1e-2), top-1 agreement on >= 99 % of all rows and greedy generation up to the first small
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -162,6 +164,32 @@ static void demo(gmode_t mode) {
   gm_check_demo(l, mode == ACT_BF16 ? BF16_TOL_DEMO : GPU_TOL, 100);
   assert_int_equal(be_cuda_set_activations(NULL), 0);
 }
+/* the trained hybrid demo (tests/golden/demo35/): its three cases on the GPU, a trained model's bars
+ * (top-1 on every row). Skipped when its files are not in the tree (a GPU call that left them out
+ * to stay under the device tool's size limit: scripts/gpu/slim.sh). */
+static void demo35(gmode_t mode) {
+  need("demo35 Q4_K_M");
+  char man_path[4096];
+  snprintf(man_path, sizeof man_path, "%s", tu_golden("demo35/manifest.json"));
+  if (access(man_path, R_OK)) {
+    print_message("demo35: %s absent, skipped\n", man_path);
+    skip();
+  }
+  set_mode(mode, 1);
+  if (mode == ACT_BF16) gm_greedy_assert = 1;
+  gm_backend_factory = cuda_factory;
+  gm_rope_freq_bf16 = 0; /* its reference built the model in fp32 */
+  json_t *man = tu_json("demo35/manifest.json");
+  char rel[512], path[4096], l[64];
+  snprintf(rel, sizeof rel, "demo35/%s", json_string_value(json_object_get(man, "model")));
+  snprintf(path, sizeof path, "%s", tu_golden(rel));
+  snprintf(l, sizeof l, "cuda demo35 %s", mode_label(mode));
+  gm_check_cases(path, json_object_get(man, "cases"), "demo35", 0, l, mode == ACT_BF16 ? BF16_TOL_DEMO : GPU_TOL, 100);
+  json_decref(man);
+  assert_int_equal(be_cuda_set_activations(NULL), 0);
+}
+static void test_demo35(void **st) { demo35(KV_FP32); }
+static void test_demo35_act(void **st) { demo35(ACT_BF16); }
 static void test_demo(void **st) { demo(KV_FP32); }
 static void test_demo_kvbf16(void **st) { demo(KV_BF16); }
 static void test_demo_act(void **st) { demo(ACT_BF16); }
@@ -184,6 +212,7 @@ int main(void) {
       cmocka_unit_test(test_qwen3_q8_0_act),      cmocka_unit_test(test_qwen3_q4_k_m_act),
       cmocka_unit_test(test_qwen3_q6_k_act),      cmocka_unit_test(test_qwen35_bf16_act),
       cmocka_unit_test(test_qwen35_bf16_chunked_act), cmocka_unit_test(test_demo_act),
+      cmocka_unit_test(test_demo35),              cmocka_unit_test(test_demo35_act),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,8 +4,12 @@
  *   the CPU tolerance 1e-3 max row relative error of the reference (fp32 forward of the training
  *   code on the exact dequantized Q4_K_M weights), greedy continuation equal to generated_ids up to
  *   the first small reference margin, whole prompts and prompts fed in chunks of 7;
+ * - its MTP head: the MTP block's teacher-forced logits (model_mtp_forward over every position, row p
+ *   drafting token p + 2 from the main model's hidden at p and token p + 1) against the reference's
+ *   MTP rows at the same CPU tolerance, top-1 equal on every row whose reference margin is >= 0.05;
  * - the file's layout: 8 main layers and one MTP (nextn) block counted by the loader;
  * - its tokenizer is today's demo's (tests/golden/demo/): same tokens, types and merges. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,6 +50,93 @@ static void cases(int chunk) {
 
 static void test_cases(void **st) { (void)st; cases(0); }
 static void test_cases_chunked(void **st) { (void)st; cases(7); }
+
+/* max |a - b| / max |b| over n */
+static double row_rel(const float *a, const float *b, int n) {
+  double e = 0, m = 0;
+  for (int i = 0; i < n; i++) {
+    e = fmax(e, fabs((double)a[i] - b[i]));
+    m = fmax(m, fabs((double)b[i]));
+  }
+  return e / m;
+}
+
+/* index of the largest of x[n], and its margin over the second largest */
+static int top1(const float *x, int n, double *margin) {
+  int a = 0;
+  for (int i = 1; i < n; i++) a = x[i] > x[a] ? i : a;
+  double b = -INFINITY;
+  for (int i = 0; i < n; i++) b = i != a && x[i] > b ? x[i] : b;
+  *margin = x[a] - b;
+  return a;
+}
+
+/* One case's MTP rows: the main forward over all_ids keeps every row's final-normed hidden state
+ * (model_mtp_enable), then one MTP pass over positions 0 .. L-2 (its KV layer filled causally, as
+ * the reference's MTP attention sees them), compared on the stored rows. */
+static void mtp_case(model_t *m, json_t *c) {
+  gt_err_t err = {0};
+  const int V = m->hp.n_vocab;
+  json_t *ja = json_object_get(c, "all_ids");
+  const int L = (int)json_array_size(ja), r0 = (int)json_integer_value(json_object_get(c, "mtp_logits_first_row"));
+  const int keep = (int)json_integer_value(json_array_get(json_object_get(c, "mtp_logits_shape"), 0));
+  assert_true(L > 1 && L <= 256 && r0 >= 0 && keep > 0 && r0 + keep <= L - 1);
+  int32_t *ids = malloc(sizeof(int32_t) * 6 * (size_t)L), *pos = ids + L, *tok = pos + L, *src = tok + L, *out = src + L;
+  int32_t bt[16], first = 0, slot = 0, ntok = L, last = L - 1, n1 = L - 1;
+  for (int i = 0; i < 16; i++) bt[i] = i;
+  for (int i = 0; i < L; i++) ids[i] = (int32_t)json_integer_value(json_array_get(ja, i)), pos[i] = i;
+  for (int p = 0; p < L - 1; p++) tok[p] = ids[p + 1], src[p] = p, out[p] = p;
+  float *lg = malloc(sizeof(float) * (size_t)L * V);
+  be_batch_t b = {.n_tok = L, .n_seq = 1, .tok = ids, .pos = pos, .seq_first = &first, .seq_ntok = &ntok,
+                  .block_table = bt, .max_blocks = 16, .state_slot = &slot, .n_out = 1, .out_tok = &last};
+  if (model_forward(m, &b, lg, &err)) fail_msg("model_forward: %s", err.msg);
+  be_batch_t mb = {.n_tok = n1, .n_seq = 1, .tok = tok, .pos = pos, .seq_first = &first, .seq_ntok = &n1,
+                   .block_table = bt, .max_blocks = 16, .n_out = n1, .out_tok = out};
+  if (model_mtp_forward(m, &mb, src, lg, &err)) fail_msg("model_mtp_forward: %s", err.msg);
+  char rel[512];
+  snprintf(rel, sizeof rel, "demo35/%s", json_string_value(json_object_get(c, "mtp_logits_file")));
+  size_t len = 0;
+  float *ref = tu_read_file(tu_golden(rel), &len);
+  assert_non_null(ref);
+  assert_int_equal(len, sizeof(float) * (size_t)keep * V);
+  double worst = 0;
+  int agree = 0, strong = 0;
+  for (int r = 0; r < keep; r++) {
+    const float *a = lg + (size_t)(r0 + r) * V, *e = ref + (size_t)r * V;
+    worst = fmax(worst, row_rel(a, e, V));
+    double ma, me;
+    const int ta = top1(a, V, &ma), te = top1(e, V, &me);
+    if (me >= 0.05) {
+      strong++;
+      if (ta != te) fail_msg("MTP row %d: top-1 %d, reference %d (margin %.3f)", r0 + r, ta, te, me);
+    }
+    agree += ta == te;
+  }
+  printf("demo35 MTP head, rows %d..%d: max_rel_err %.3e  top1 %d/%d (margin >= 0.05: %d)\n", r0, r0 + keep - 1, worst,
+         agree, keep, strong);
+  assert_true(worst <= CPU_TOL);
+  free(ref), free(lg), free(ids);
+}
+
+static void test_mtp_cases(void **st) {
+  (void)st;
+  char path[4096];
+  gt_err_t err = {0};
+  gguf_t *g = NULL;
+  be_t *be = NULL;
+  model_t *m = NULL;
+  if (gguf_open(model_path("demo35", path, sizeof path), &g, &err)) fail_msg("gguf_open: %s", err.msg);
+  if (be_cpu_create(1, &be, &err)) fail_msg("be_cpu_create: %s", err.msg);
+  if (model_load(g, be, 256, &m, &err)) fail_msg("model_load: %s", err.msg);
+  if (model_mtp_enable(m, &err) || model_cache_init(m, 16, 16, 1, &err)) fail_msg("MTP setup: %s", err.msg);
+  json_t *man = tu_json("demo35/manifest.json");
+  json_t *cs = json_object_get(man, "cases");
+  for (size_t i = 0; i < json_array_size(cs); i++) mtp_case(m, json_array_get(cs, i));
+  json_decref(man);
+  model_free(m);
+  be_destroy(be);
+  gguf_close(g);
+}
 
 static void test_layout(void **st) {
   (void)st;
@@ -124,6 +215,7 @@ int main(void) {
       cmocka_unit_test(test_same_tokenizer_as_demo),
       cmocka_unit_test(test_cases),
       cmocka_unit_test(test_cases_chunked),
+      cmocka_unit_test(test_mtp_cases),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

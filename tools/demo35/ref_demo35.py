@@ -95,7 +95,7 @@ PROMPTS = ["def fibonacci(n):\n",
            "import json\nimport os\n\n\ndef load_config(path):\n    \"\"\"Load a JSON config file.\"\"\"\n",
            "# Original version:\ndef area(width, height):\n    total = width * height\n    if total < 0:\n"
            "        raise ValueError(total)\n    return total\n\n# Refactored version (total renamed to new_total):\n"]
-GEN, KEEP = 48, 32
+GEN, KEEP = 48, int(os.environ.get("DEMO35_KEEP", "16"))  # rows kept per case: 16 x 3 cases x 2 heads x 8192 x 4 B = 3.1 MB
 cases, blobs, row0 = [], [], 0
 sd32 = {k: v.detach().clone() for k, v in model.state_dict().items()}  # to undo the reduced-precision runs
 bf32 = {k: v.detach().clone() for k, v in model.named_buffers()}     # (RoPE frequencies are buffers)

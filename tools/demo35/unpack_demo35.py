@@ -1,6 +1,6 @@
 """Unpacks what scripts/gpu/train_demo35.sh returned into tests/golden/demo35/ (python3 stdlib only):
 the Q4_K_M GGUF (joined from .partNN when it was split), manifest.json with per-case logits files
-(demo35.caseN.logits.f32: main head, last 32 rows; demo35.caseN.mtp.logits.f32: MTP head, last 32
+(demo35.caseN.logits.f32: main head, last KEEP (16) rows; demo35.caseN.mtp.logits.f32: MTP head, last KEEP
 rows), heldout.json and the held-out prompts as text files (prompts/edit_NN.txt, completion_NN.txt),
 hf/config.json and train.log's training lines.
 SRC_DIR holds train.log, the GGUF (or its parts), demo35.tar and, from scripts/gpu/ref_demo35.sh,\ndemo35ref.tar (its manifest.json and demo35.logits.f32 replace demo35.tar's).\nusage: python3 unpack_demo35.py SRC_DIR DEST_DIR"""
