@@ -9,7 +9,8 @@
 # Usage: scripts/gpu/stack.sh MODEL.gguf [NAME]   (NAME: the served model name, default "model")
 # Env: DIST (programs, default build-cuda-dist), OUT (logs, default /tmp/gpu-stack), SEQS (32),
 # DEVICE (cuda; cpu runs the same stack on a local build), MAX_LEN (4096), MAX_TOKENS (128), CONTEXTS, CONC, ENGINE_ARGS (extra `serve` options),
-# BENCH_ARGS (extra `gantry bench` options), BENCH_TIMEOUT (420 s), SSE_SAMPLE (0: tokens of one more
+# BENCH_ARGS (extra `gantry bench` options), SPEC_METRICS (1: the bench reads speculative decoding's
+# counters from the engine's /metrics: acc_len), BENCH_TIMEOUT (420 s), SSE_SAMPLE (0: tokens of one more
 # streamed request whose event sizes are printed).
 # Exit 1 when a part failed to start or the bench failed.
 set -u
@@ -85,10 +86,13 @@ if [ "$(http_code "http://127.0.0.1:$HPORT/ready")" != 200 ]; then
 fi
 echo "== stack: redis :$RPORT, engine :$EPORT ($M), router :$HPORT; gantry bench"
 rc=0
+SM= CTXA="--contexts ${CONTEXTS:-512,2048}"
+case " ${BENCH_ARGS:-} " in *" --dataset "*) CTXA= ;; esac # a dataset replays its own prompts
+[ "${SPEC_METRICS:-0}" = 1 ] && SM="--spec-metrics http://127.0.0.1:$MPORT"
 # shellcheck disable=SC2086
 timeout "${BENCH_TIMEOUT:-420}" "$D/gantry" --url "http://127.0.0.1:$HPORT" bench --model "$NAME" \
-  --contexts "${CONTEXTS:-512,2048}" --concurrency "${CONC:-1,8,32}" --max-tokens "${MAX_TOKENS:-128}" \
-  --tokenizer "$M" --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+  $CTXA --concurrency "${CONC:-1,8,32}" --max-tokens "${MAX_TOKENS:-128}" \
+  --tokenizer "$M" --out "$OUT/bench" $SM ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
 r=${PIPESTATUS[0]}
 echo "== stack bench rc=$r (logs $OUT)"
 [ "$r" = 0 ] || rc=1

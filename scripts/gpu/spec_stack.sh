@@ -1,0 +1,32 @@
+#!/bin/bash
+# scripts/gpu/spec_stack.sh — issue 25's speed targets on the trained hybrid demo (tests/golden/demo35):
+# the whole stack (redis + gantry-engine serve --device cuda + gantry-router, scripts/gpu/stack.sh), raw
+# completions of its held-out prompts (scripts/gpu/demo35_dataset.py: edit and completion workloads,
+# greedy, OUTPUT_LEN tokens each), at concurrency $CONC, for speculation off / mtp / ngram with K drafts;
+# prints per run the bench table (per-user tok/s from the median inter-token interval, tpot, acc_len from
+# the engine's /metrics) and a summary of decode tok/s relative to off.
+# Here:   STACK=1 TARGETS="gantry-engine" scripts/gpu/pack.sh; sh scripts/gpu/slim.sh hide stack
+# Device: bash scripts/gpu/spec_stack.sh   (carry build-cuda-stack; ~3-4 min)
+# Env: OUT (default /tmp/gpu-spec-stack), K (3), CONC (1,8,32), OUTPUT_LEN (128), MODES ("off mtp ngram"),
+# WORKLOADS ("edit completion"), ENGINE_ARGS (extra serve options for every run).
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$SRC" || exit 1
+OUT=${OUT:-/tmp/gpu-spec-stack} K=${K:-3}
+M=$(ls "$SRC"/tests/golden/demo35/gantry-demo35-code-*.gguf 2>/dev/null | head -1)
+[ -s "$M" ] || { echo "== spec_stack: no demo35 model in tests/golden/demo35 (slim.sh hid it?)"; exit 1; }
+mkdir -p "$OUT"
+DATA=$OUT/data
+python3 scripts/gpu/demo35_dataset.py "$DATA" "${OUTPUT_LEN:-128}" 2 || exit 1
+for w in ${WORKLOADS:-edit completion}; do
+  for mode in ${MODES:-off mtp ngram}; do
+    a="--speculative $mode"
+    [ "$mode" = off ] || a="$a --num-speculative-tokens $K"
+    echo "=== $w, speculative $mode"
+    OUT="$OUT/$w-$mode" CONTEXTS=512 CONC=${CONC:-1,8,32} SPEC_METRICS=1 ENGINE_ARGS="$a ${ENGINE_ARGS:-}" \
+      BENCH_ARGS="--dataset $DATA/$w.jsonl --completions" bash scripts/gpu/stack.sh "$M" demo35 \
+      >"$OUT/$w-$mode.txt" 2>&1
+    echo "rc=$?"
+    grep -E "^(target|default) |graphs|eager_steps" "$OUT/$w-$mode.txt" | head -16
+  done
+done
