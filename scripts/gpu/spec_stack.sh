@@ -8,7 +8,7 @@
 # Here:   STACK=1 TARGETS="gantry-engine" scripts/gpu/pack.sh; sh scripts/gpu/slim.sh hide stack
 # Device: bash scripts/gpu/spec_stack.sh   (carry build-cuda-stack; ~3-4 min)
 # Env: OUT (default /tmp/gpu-spec-stack), K (3), CONC (1,8,32), OUTPUT_LEN (128), MODES ("off mtp ngram"),
-# WORKLOADS ("edit completion"), ENGINE_ARGS (extra serve options for every run).
+# WORKLOADS ("edit completion"), TEMP (0: greedy), ENGINE_ARGS (extra serve options for every run).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$SRC" || exit 1
@@ -24,7 +24,7 @@ for w in ${WORKLOADS:-edit completion}; do
     [ "$mode" = off ] || a="$a --num-speculative-tokens $K"
     echo "=== $w, speculative $mode"
     OUT="$OUT/$w-$mode" CONTEXTS=512 CONC=${CONC:-1,8,32} SPEC_METRICS=1 ENGINE_ARGS="$a ${ENGINE_ARGS:-}" \
-      BENCH_ARGS="--dataset $DATA/$w.jsonl --completions" bash scripts/gpu/stack.sh "$M" demo35 \
+      BENCH_ARGS="--dataset $DATA/$w.jsonl --completions --temperature ${TEMP:-0}" bash scripts/gpu/stack.sh "$M" demo35 \
       >"$OUT/$w-$mode.txt" 2>&1
     echo "rc=$?"
     grep -E "^(target|default) |graphs|eager_steps" "$OUT/$w-$mode.txt" | head -16
