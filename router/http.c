@@ -237,10 +237,14 @@ static void reply_jobj(hreq_t *h, int status, json_t *o) {
 }
 
 /* ---- generation ---- */
-static void send_sse(hreq_t *h, const oa_sb_t *sb) {
+/* Sends sb's events; the reply takes its buffer over (sb is left empty): a /v1/responses end
+ * carrying the whole output four times is not copied again. */
+static void send_sse(hreq_t *h, oa_sb_t *sb) {
   if (!sb->len) return;
   struct evbuffer *b = evbuffer_new();
-  evbuffer_add(b, sb->p, sb->len);
+  if (b && !evbuffer_add_reference(b, sb->p, sb->len, free_body, NULL)) *sb = (oa_sb_t){0};
+  else if (b) evbuffer_add(b, sb->p, sb->len);
+  if (!b) return; /* out of memory: the chunk is lost, as a write that failed */
   evhttp_send_reply_chunk(h->req, b);
   evbuffer_free(b);
 }

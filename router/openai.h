@@ -177,10 +177,11 @@ uint32_t oa_resp_tokens(const oa_resp_t *r);
 #define OA_EST_LP_TOKEN_BYTES 32
 #define OA_EST_LP_ENTRY_BYTES 96
 #define OA_EST_CHOICE_BYTES 512
-/* How many times the output text is rendered at once, the count of oa_resp_set_max_bytes and of
- * the estimate: 1 for chat / completions (the body); /v1/responses renders it with jansson into
- * the body (1) or, streamed, into the four events built at its end (output_text.done,
- * content_part.done, output_item.done, response.completed: 4), plus the stored record (store: 1). */
+/* How many copies of the output text the router holds at once, the factor of the count of
+ * oa_resp_set_max_bytes and of the estimate: 1 for chat / completions (the body); /v1/responses:
+ * the body (1) or, streamed, the four events of its end (output_text.done, content_part.done,
+ * output_item.done, response.completed: 4), plus with store the record on its way to Redis (8:
+ * measured, openai_size.c). */
 int oa_resp_copies(const oa_req_t *req);
 /* Upper estimate (bytes) of what req accumulates: max_tokens (unset or larger: ctx, the model's
  * context length; 0 = not known, then an unset max_tokens counts no tokens) x choices (n x

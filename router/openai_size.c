@@ -16,7 +16,10 @@ const char *oa_size_advice(oa_kind_t kind) {
 
 int oa_resp_copies(const oa_req_t *req) {
   if (req->kind != OA_RESPONSES) return 1;
-  return (req->stream ? 4 : 1) + (req->rs_store ? 1 : 0);
+  /* the body, or the four events of a stream's end; the stored record has the text twice (in the
+   * response and in the items) and each goes to Redis through ~4 copies (the record, the
+   * command redis_conn keeps for a resend, hiredis' formatted command and its output buffer) */
+  return (req->stream ? 4 : 1) + (req->rs_store ? 8 : 0);
 }
 
 uint64_t oa_resp_estimate(const oa_req_t *req, uint32_t ctx, oa_reasoning_field_t rf) {

@@ -201,8 +201,8 @@ static void test_response_over_limit_refused(void **st) {
  * the estimate's 16 B, so the request is admitted; its body would be 4,000 x 4 KiB = 16 MB. Once
  * what it accumulated passes 1 MiB the router ends it with the same 400, cancels the engine
  * stream and frees the slot (one per pool: the next request would time out in the queue
- * otherwise); its RSS grows by about 1 MiB. The same for /v1/responses, whose response object
- * keeps its text even when streamed. */
+ * otherwise); its RSS grows by about 1 MiB. The same for a streamed /v1/responses, whose
+ * response object keeps its text (counted 12 times: the four events of its end, the record). */
 static void test_response_passing_limit_cancelled(void **st) {
   (void)st;
   char *b = NULL, code[64];

@@ -746,18 +746,18 @@ static void test_response_size(void **st) {
   assert_int_equal(parse(OA_CHAT, body, &q, &e), 0); /* a stream keeps nothing */
   assert_int_equal(oa_resp_estimate(&q, 1000, OA_REASONING_BOTH), 0);
   oa_req_free(&q);
-  /* /v1/responses: its text rendered into the body and the stored record, or streamed into the
-   * four events of its end and the record */
+  /* /v1/responses: its text in the body or the four events of a stream's end, and in the stored
+   * record on its way to Redis (8 copies) */
   const char *rsp = "{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":10}";
   assert_int_equal(oa_parse_responses(rsp, strlen(rsp), NULL, NULL, &q, &e), 0);
-  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 10 * OA_EST_TEXT_BYTES * 2 + OA_EST_CHOICE_BYTES);
-  assert_int_equal(oa_resp_check_size(&q, 4096, OA_REASONING_BOTH, 600, &e), -1);
+  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 10 * OA_EST_TEXT_BYTES * 9 + OA_EST_CHOICE_BYTES);
+  assert_int_equal(oa_resp_check_size(&q, 4096, OA_REASONING_BOTH, 1000, &e), -1);
   assert_string_equal(e.param, "max_output_tokens");
   assert_null(strstr(e.message, "stream: true")); /* a streamed response object holds its text too */
   oa_req_free(&q);
   rsp = "{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":10,\"stream\":true}";
   assert_int_equal(oa_parse_responses(rsp, strlen(rsp), NULL, NULL, &q, &e), 0);
-  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 10 * OA_EST_TEXT_BYTES * 5 + OA_EST_CHOICE_BYTES);
+  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 10 * OA_EST_TEXT_BYTES * 12 + OA_EST_CHOICE_BYTES);
   oa_req_free(&q);
   /* completions: echo counted once per choice */
   assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\\\"b\",\"echo\":true,\"n\":3,\"max_tokens\":10}", &q, &e), 0);
