@@ -1,5 +1,5 @@
 # common/: shared by engine, router and clients.
-add_library(gantry_common STATIC common/err.c common/fdlimit.c common/log.c common/strbuf.c common/utf8.c)
+add_library(gantry_common STATIC common/err.c common/fdlimit.c common/log.c common/strbuf.c common/utf8.c common/json_str.c)
 target_link_libraries(gantry_common PUBLIC Threads::Threads m)
 
 # the include arrows between module folders point down only (scripts/check_layout.sh)

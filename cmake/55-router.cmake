@@ -4,7 +4,7 @@
 add_library(gantry_sha256 STATIC common/sha256.c)
 gt_add_test(test_router_sha256 SOURCES tests/unit/test_router_sha256.c LIBS gantry_sha256 TIMEOUT 60)
 
-add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c router/openai_embed.c router/openai_responses_req.c
+add_library(gantry_router_core STATIC router/openai_req.c router/openai_resp.c router/openai_size.c router/openai_embed.c router/openai_responses_req.c
   router/openai_responses_resp.c)
 target_link_libraries(gantry_router_core PUBLIC gantry_proto gantry_common PkgConfig::JANSSON)
 gt_add_test(test_router_openai SOURCES tests/unit/test_router_openai.c
@@ -112,7 +112,8 @@ add_dependencies(test_router_guard gantry-router)
 gt_add_test(test_engine_auth SOURCES tests/integration/test_engine_auth.c
   LIBS gantry_router_harness gantry_test_redis TIMEOUT 240)
 add_dependencies(test_engine_auth gantry-router gantry-engine)
-# router RSS under streamed logprobs with n > 1 (real engine): no whole-response copies
+# router RSS per request (real engine + the fake one): no whole-response copies in a stream, non-streaming
+# bodies kept as text, --max-response-bytes (refused at admission, cancelled past it)
 gt_add_test(test_router_memory SOURCES tests/integration/test_router_memory.c
   LIBS gantry_router_harness gantry_test_redis TIMEOUT 240)
 add_dependencies(test_router_memory gantry-router gantry-engine)

@@ -25,6 +25,23 @@ static int reserve(gt_sb_t *b, size_t n) {
   return 0;
 }
 
+int gt_sb_reserve(gt_sb_t *b, size_t n) {
+  if (n > (size_t)-1 / 2 - b->len) {
+    b->oom = true;
+    return -1;
+  }
+  if (b->len + n + 1 <= b->cap) return 0;
+  char *p = realloc(b->p, b->len + n + 1);
+  if (!p) {
+    b->oom = true;
+    return -1;
+  }
+  if (!b->p) p[0] = 0;
+  b->p = p;
+  b->cap = b->len + n + 1;
+  return 0;
+}
+
 int gt_sb_add(gt_sb_t *b, const char *s, size_t n) {
   if (reserve(b, n)) return -1;
   if (n) memcpy(b->p + b->len, s, n);

@@ -25,6 +25,9 @@ int gt_sb_addc(gt_sb_t *b, char c);
 /* Appends printf(fmt, ...); 0, or -1 (buffer unchanged, oom set) when memory runs out or the
  * format fails. */
 int gt_sb_printf(gt_sb_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Room for n more bytes without another allocation (one realloc to exactly len + n + 1 when
+ * needed, where appends grow by doubling); 0, or -1 (buffer unchanged, oom set). */
+int gt_sb_reserve(gt_sb_t *b, size_t n);
 /* Frees p and zeroes the buffer (reusable after). */
 void gt_sb_free(gt_sb_t *b);
 

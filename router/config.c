@@ -11,7 +11,7 @@ const char *rt_usage(void) {
          "                     [--redis-sentinel HOST:PORT,... [--redis-master-name NAME]]\n"
          "                     --engine MODEL=HOST:PORT [--engine ...] [--auth keys|none] [--admin-key K]\n"
          "                     [--protect-info] [--reasoning-field both|reasoning|reasoning_content]\n"
-         "                     [--max-body-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
+         "                     [--max-body-bytes N] [--max-response-bytes N] [--http-timeout-s S] [--health-ms MS]\n"
          "                     [--http-head-timeout-s S] [--http-body-timeout-s S] [--max-header-bytes N]\n"
          "                     [--max-headers N] [--http-max-conns N] [--http-max-conns-per-addr N]\n"
          "                     [--stream-buffer-bytes N] [--stream-write-timeout-s S] [--drain-timeout-s S]\n"
@@ -33,6 +33,9 @@ const char *rt_usage(void) {
          "  without one they are closed with --auth keys and open with --auth none. --protect-info:\n"
          "  /metrics, /v1/models and gRPC ListModels need an API key or the admin key too.\n"
          "  --max-body-bytes caps HTTP bodies (413) and gRPC request messages (RESOURCE_EXHAUSTED).\n"
+         "  --max-response-bytes caps a response built in memory (a non-streaming body, a /v1/responses\n"
+         "  object): a request that could pass it is refused (400 response_too_large), one that passes\n"
+         "  it anyway is cancelled with the same error.\n"
          "  --http-head-timeout-s / --http-body-timeout-s: total deadlines for a request's head (from its\n"
          "  first byte) and body (from the end of the head), whatever the byte rate (408); --http-timeout-s\n"
          "  is the idle timeout. --max-header-bytes / --max-headers: 431 above. --http-max-conns: open\n"
@@ -58,6 +61,7 @@ void rt_config_defaults(rt_config_t *c) {
   snprintf(c->key_prefix, sizeof c->key_prefix, "gantry:");
   c->reasoning_field = OA_REASONING_BOTH;
   c->max_body_bytes = 8L << 20;
+  c->max_response_bytes = 64L << 20;
   c->stream_buffer_bytes = 1L << 20;
   c->stream_write_timeout_s = 30;
   c->http_timeout_s = 30;
@@ -168,6 +172,7 @@ int rt_config_parse(rt_config_t *c, int argc, char **argv, bool *help, gt_err_t 
     } else {
       struct { const char *name; long lo, hi; void *dst; int is_long; } nums[] = {
           {"--max-body-bytes", 1024, 1L << 30, &c->max_body_bytes, 1},
+          {"--max-response-bytes", 4096, 1L << 40, &c->max_response_bytes, 1},
           {"--stream-buffer-bytes", 4096, 1L << 30, &c->stream_buffer_bytes, 1},
           {"--stream-write-timeout-s", 1, 3600, &c->stream_write_timeout_s, 0},
           {"--http-timeout-s", 1, 3600, &c->http_timeout_s, 0},

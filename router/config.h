@@ -23,6 +23,7 @@ typedef struct rt_config {
   bool auth_required;    /* --auth keys (default) | none: never inferred from Redis data */
   oa_reasoning_field_t reasoning_field;
   long max_body_bytes;   /* 413 above this; default 8 MiB */
+  long max_response_bytes; /* what a response built in memory may hold (non-streaming bodies, /v1/responses); 64 MiB */
   long stream_buffer_bytes; /* output buffered per stream (SSE or gRPC) before the engine is paused; 1 MiB */
   int stream_write_timeout_s; /* a paused stream that does not drain for this long is cancelled; 30 */
   int http_timeout_s;    /* idle keep-alive / read timeout (reset by each byte); default 30 */

@@ -178,6 +178,29 @@ static void reply_json(hreq_t *h, int status, const char *json) {
   finish(h, status);
 }
 
+static void free_body(const void *data, size_t len, void *arg) {
+  (void)len;
+  (void)arg;
+  free((void *)data);
+}
+
+/* reply_json of a body the reply takes over (freed once sent): no second copy of a large body. */
+static void reply_json_take(hreq_t *h, int status, char *json) {
+  struct evbuffer *b = evbuffer_new();
+  if (!b || evbuffer_add_reference(b, json, strlen(json), free_body, NULL)) {
+    free(json);
+    if (b) evbuffer_free(b);
+    reply_json(h, 500, "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
+    return;
+  }
+  struct evkeyvalq *hd = evhttp_request_get_output_headers(h->req);
+  evhttp_add_header(hd, "Content-Type", "application/json");
+  evhttp_add_header(hd, "X-Request-Id", h->id);
+  evhttp_send_reply(h->req, status, NULL, b);
+  evbuffer_free(b);
+  finish(h, status);
+}
+
 static void reply_text(hreq_t *h, int status, const char *ctype, const char *text) {
   struct evbuffer *b = evbuffer_new();
   evbuffer_add(b, text, strlen(text));
@@ -214,10 +237,14 @@ static void reply_jobj(hreq_t *h, int status, json_t *o) {
 }
 
 /* ---- generation ---- */
-static void send_sse(hreq_t *h, const oa_sb_t *sb) {
+/* Sends sb's events; the reply takes its buffer over (sb is left empty): a /v1/responses end
+ * carrying the whole output four times is not copied again. */
+static void send_sse(hreq_t *h, oa_sb_t *sb) {
   if (!sb->len) return;
   struct evbuffer *b = evbuffer_new();
-  evbuffer_add(b, sb->p, sb->len);
+  if (b && !evbuffer_add_reference(b, sb->p, sb->len, free_body, NULL)) *sb = (oa_sb_t){0};
+  else if (b) evbuffer_add(b, sb->p, sb->len);
+  if (!b) return; /* out of memory: the chunk is lost, as a write that failed */
   evhttp_send_reply_chunk(h->req, b);
   evbuffer_free(b);
 }
@@ -300,6 +327,27 @@ static void store_response(hreq_t *h) {
   free(rec);
 }
 
+static void on_rq_event(void *sink, const rq_event_t *ev);
+
+/* oa_resp_delta failed (rc: OA_RESP_TOO_LARGE, or -1 out of memory) while h's request runs:
+ * cancels it (engine stream, lease) and ends h with the error, as a failure after the start. */
+static void fail_output(hreq_t *h, int rc) {
+  rq_event_t ev = {.kind = RQ_EV_ERROR, .started = true};
+  if (rc == OA_RESP_TOO_LARGE) {
+    metrics_reject(h->rt->metrics, "response_too_large");
+    oa_resp_size_error(h->resp, (size_t)h->rt->cfg.max_response_bytes, &ev.err);
+  } else {
+    oa_err(&ev.err, 500, "server_error", NULL, NULL, "out of memory building the response");
+  }
+  if (h->streaming) /* reply_error logs the others */
+    GT_LOG_INFO("rid=%s status=%d after %zu bytes (limit %ld): %s", h->id, ev.err.status, oa_resp_bytes(h->resp),
+                h->rt->cfg.max_response_bytes, ev.err.message);
+  rq_t *q = h->rq;
+  h->rq = NULL;
+  rq_cancel(q); /* no more callbacks; the engine frees the sequence */
+  on_rq_event(h, &ev);
+}
+
 static void on_rq_event(void *sink, const rq_event_t *ev) {
   hreq_t *h = sink;
   if (ev->kind == RQ_EV_ERROR) {
@@ -338,8 +386,14 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
   if (h->oa.stream) {
     if (!h->streaming) start_stream_reply(h);
     oa_sb_t sb = {0};
-    if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) oa_resp_delta(h->resp, r->delta, &sb);
-    else if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL) oa_resp_final_sse(h->resp, r->final, &sb);
+    if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) {
+      const int rc = oa_resp_delta(h->resp, r->delta, &sb);
+      if (rc) { /* /v1/responses over --max-response-bytes, or out of memory */
+        oa_sb_free(&sb);
+        fail_output(h, rc);
+        return;
+      }
+    } else if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_FINAL) oa_resp_final_sse(h->resp, r->final, &sb);
     if (ev->final) store_response(h); /* before the client can ask for it */
     send_sse(h, &sb);
     oa_sb_free(&sb);
@@ -355,7 +409,8 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
     return;
   }
   if (r->kind_case == GANTRY__V1__GENERATE_RESPONSE__KIND_DELTA) {
-    oa_resp_delta(h->resp, r->delta, NULL);
+    const int rc = oa_resp_delta(h->resp, r->delta, NULL);
+    if (rc) fail_output(h, rc); /* over --max-response-bytes (the estimate was short), or out of memory */
   } else if (!ev->final) { /* n > 1: a choice ended, others run on */
     oa_resp_final(h->resp, r->final);
   } else {
@@ -367,9 +422,12 @@ static void on_rq_event(void *sink, const rq_event_t *ev) {
       return;
     }
     char *s = oa_resp_body(h->resp, r->final);
+    if (!s) {
+      reply_errf(h, 500, "server_error", NULL, "out of memory building the response");
+      return;
+    }
     store_response(h);
-    reply_json(h, 200, s ? s : "{}");
-    free(s);
+    reply_json_take(h, 200, s);
   }
 }
 
@@ -382,11 +440,21 @@ static void gen_parsed(hreq_t *h) {
     reply_error(h, &e, 0);
     return;
   }
+  /* a response built in memory (not streamed, or /v1/responses) is bounded before admission by
+   * what the request could return, and while it runs by what it holds (oa_resp_set_max_bytes) */
+  const size_t max_resp = (size_t)h->rt->cfg.max_response_bytes;
+  if (pool_has_model(h->rt->pool, h->oa.model) &&
+      oa_resp_check_size(&h->oa, pool_context(h->rt->pool, h->oa.model), h->rt->cfg.reasoning_field, max_resp, &e)) {
+    metrics_reject(h->rt->metrics, "response_too_large");
+    reply_error(h, &e, 0);
+    return;
+  }
   h->resp = oa_resp_new(&h->oa, h->id, (int64_t)time(NULL), h->rt->cfg.reasoning_field);
   if (!h->resp) {
     reply_errf(h, 500, "server_error", NULL, "out of memory");
     return;
   }
+  oa_resp_set_max_bytes(h->resp, max_resp);
   Gantry__V1__GenerateRequest *gen = h->oa.gen;
   h->oa.gen = NULL;
   h->rq = rq_start(h->rt, h->oa.model, h->tenant, h->id, gen, on_rq_event, h, &e);

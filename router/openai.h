@@ -110,6 +110,7 @@ static inline int oa_utf8_valid(const char *s, size_t n) { return gt_utf8_valid(
 /* A growable byte buffer: the shared one (common/strbuf.h: 0 or -1, p NUL-terminated). */
 typedef gt_sb_t oa_sb_t;
 static inline int oa_sb_append(oa_sb_t *b, const char *s, size_t n) { return gt_sb_add(b, s, n); }
+static inline int oa_sb_adds(oa_sb_t *b, const char *s) { return gt_sb_adds(b, s); }
 static inline void oa_sb_free(oa_sb_t *b) { gt_sb_free(b); }
 
 /* Response state of one request: turns the engine's messages into OpenAI objects. */
@@ -120,9 +121,24 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created,
                        oa_reasoning_field_t rf);
 void oa_resp_free(oa_resp_t *r);
 
+/* oa_resp_delta's answer when the accumulated output passed oa_resp_set_max_bytes. */
+#define OA_RESP_TOO_LARGE (-2)
 /* Streaming: appends the SSE events ("data: {...}\n\n") for one Delta to out. Without
- * streaming: accumulates for the body (a stream keeps no copy of what it sent). Returns 0 or -1 on OOM. */
+ * streaming: accumulates for the body (a stream keeps no copy of what it sent; /v1/responses
+ * keeps its items' text either way). Returns 0, -1 on OOM, or OA_RESP_TOO_LARGE once the
+ * accumulated output is over the bound (then, and for every later delta, nothing is taken: the
+ * caller ends the request with oa_resp_size_error). */
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out);
+/* The bound (bytes, 0: none) of r's accumulated output: its text, reasoning (once per
+ * --reasoning-field name), tool calls, logprobs and echoed prompts over every choice, counted as
+ * the body writes them (/v1/responses: x oa_resp_copies); the body adds at most a few hundred
+ * bytes per choice and tool call. */
+void oa_resp_set_max_bytes(oa_resp_t *r, size_t max);
+/* The accumulated output counted so far (bytes). */
+size_t oa_resp_bytes(const oa_resp_t *r);
+/* The error of a request whose accumulated output passed max (oa_resp_delta answered
+ * OA_RESP_TOO_LARGE): 400 "response_too_large" as oa_resp_check_size's, with the tokens reached. */
+void oa_resp_size_error(const oa_resp_t *r, size_t max, oa_error_t *e);
 /* Streaming end of one choice (Final.index; n > 1: one Final per choice): its chunk with
  * finish_reason; after the last choice's, the usage chunk (include_usage, completion tokens
  * summed over the choices, the prompt counted once) and "data: [DONE]". A Final with
@@ -134,8 +150,9 @@ int oa_resp_error_sse(oa_resp_t *r, const oa_error_t *e, oa_sb_t *out);
  * choice has its Final, else 0. oa_resp_error: the first failed choice's message, or NULL. */
 int oa_resp_final(oa_resp_t *r, const Gantry__V1__Final *f);
 const char *oa_resp_error(const oa_resp_t *r);
-/* Non-streaming: the whole chat.completion / text_completion JSON (malloc'd), with f (the last
- * Final) recorded first; choices in index order, usage summed as in oa_resp_final_sse. */
+/* Non-streaming: the whole chat.completion / text_completion JSON (malloc'd; NULL on OOM), with f
+ * (the last Final) recorded first; choices in index order, usage summed as in oa_resp_final_sse.
+ * Consumes the accumulated output (each piece is freed once copied): call it once. */
 char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f);
 /* OA_RESPONSES: the record to store after the body / the last event was made (JSON text,
  * malloc'd: {"tenant", "response", "items"}, items = the request's rs_items followed by the
@@ -145,5 +162,37 @@ char *oa_resp_record(const oa_resp_t *r, const char *tenant);
 const char *oa_resp_id(const oa_resp_t *r);
 /* Tokens seen so far (sum of token_ids over deltas). */
 uint32_t oa_resp_tokens(const oa_resp_t *r);
+
+/* ---- the size of what a request accumulates (router/openai_size.c) ------------------------
+ * A non-streaming body (and a /v1/responses object, streamed or not) is built in memory, so it
+ * costs what it returns. At admission its size is bounded from the request: per token, text of
+ * OA_EST_TEXT_BYTES (twice for chat, whose reasoning may be written under two names), plus
+ * with logprobs OA_EST_LP_TOKEN_BYTES and OA_EST_LP_ENTRY_BYTES per entry (the token and its
+ * top_logprobs alternatives); per choice OA_EST_CHOICE_BYTES; echoed prompts as they are.
+ * Measured on qwen3-tiny (its Qwen3 vocabulary; top_logprobs 20 over random alternatives): a
+ * chat logprobs entry is 67 B on average, 144 B at most, a token's 21 entries 1,435 B on average
+ * and 1,595 B at most; text 3-5 B per token (English, code). Output denser than the estimate
+ * (long tokens, many escapes) is caught by oa_resp_set_max_bytes' count. */
+#define OA_EST_TEXT_BYTES 8
+#define OA_EST_LP_TOKEN_BYTES 32
+#define OA_EST_LP_ENTRY_BYTES 96
+#define OA_EST_CHOICE_BYTES 512
+/* How many copies of the output text the router holds at once, the factor of the count of
+ * oa_resp_set_max_bytes and of the estimate: 1 for chat / completions (the body); /v1/responses:
+ * the body (1) or, streamed, the four events of its end (output_text.done, content_part.done,
+ * output_item.done, response.completed: 4), plus with store the record on its way to Redis (8:
+ * measured, openai_size.c). */
+int oa_resp_copies(const oa_req_t *req);
+/* Upper estimate (bytes) of what req accumulates: max_tokens (unset or larger: ctx, the model's
+ * context length; 0 = not known, then an unset max_tokens counts no tokens) x choices (n x
+ * prompts) x the bytes per token above x oa_resp_copies, plus echoed prompts; 0 for a chat /
+ * completions stream, which keeps nothing. */
+uint64_t oa_resp_estimate(const oa_req_t *req, uint32_t ctx, oa_reasoning_field_t rf);
+/* 0, or -1 with e filled when oa_resp_estimate(req) is over max (0: no bound): 400
+ * invalid_request_error "response_too_large" naming max_tokens (max_output_tokens), the
+ * estimate and the limit, and the ways out (stream: true, smaller max_tokens, n, top_logprobs). */
+int oa_resp_check_size(const oa_req_t *req, uint32_t ctx, oa_reasoning_field_t rf, size_t max, oa_error_t *e);
+/* The way out those errors suggest for a request of this kind (a static string). */
+const char *oa_size_advice(oa_kind_t kind);
 
 #endif

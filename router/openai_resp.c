@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json_str.h"
 #include "router/openai.h"
 #include "router/openai_responses.h"
 
@@ -22,8 +23,10 @@ typedef struct oa_choice {
   oa_sb_t content, reasoning;
   tool_acc_t tools[MAX_TOOLS];
   int ntools;
-  json_t *lp_content; /* chat: logprobs.content entries; completions: built at the end */
-  json_t *lp_tokens, *lp_token_lps, *lp_tops, *lp_offsets;
+  /* non-streaming logprobs as JSON text, each the elements of one array joined by ',' (a jansson
+   * tree would take ~10x the bytes): chat [0] logprobs.content; completions [0] tokens,
+   * [1] token_logprobs, [2] top_logprobs, [3] text_offset */
+  oa_sb_t lp[4];
   size_t text_offset;
   char *echo;         /* completions with echo: prompt text not yet streamed (owned; NULL once sent) */
   const char *echo_body; /* its prompt's text for the non-streaming body (oa_resp.echo_texts) */
@@ -52,7 +55,42 @@ struct oa_resp {
   int n_per_prompt;   /* choices per prompt (n); choice i answers prompt i / n_per_prompt */
   char **echo_texts;  /* echo: [n / n_per_prompt] the prompts' texts (owned) */
   rs_state_t *rs;     /* OA_RESPONSES: everything goes there (openai_responses_resp.c) */
+  size_t max_bytes;   /* bound of acc_bytes (oa_resp_set_max_bytes; 0: none) */
+  int rs_copies;      /* OA_RESPONSES: copies of the output text rendered at once (oa_resp_copies) */
+  size_t acc_bytes;   /* accumulated output, as the body (or the Responses object) writes it */
+  bool too_large;     /* acc_bytes passed max_bytes: nothing more is taken */
 };
+
+/* Counts n more bytes of accumulated output: 0, or OA_RESP_TOO_LARGE once past the bound. */
+static int count_bytes(oa_resp_t *r, size_t n) {
+  r->acc_bytes += n;
+  if (r->max_bytes && r->acc_bytes > r->max_bytes) r->too_large = true;
+  return r->too_large ? OA_RESP_TOO_LARGE : 0;
+}
+
+/* Appends s[0..n) to b and counts it as copies JSON string contents (reasoning text is written
+ * once per --reasoning-field name): 0, -1 (out of memory) or OA_RESP_TOO_LARGE. */
+static int acc_text(oa_resp_t *r, oa_sb_t *b, const char *s, size_t n, int copies) {
+  if (oa_sb_append(b, s, n)) return -1;
+  return count_bytes(r, gt_json_chars_len(s, n) * (size_t)copies);
+}
+
+/* Appends v (borrowed) as one more element of the array text b: 0, -1 or OA_RESP_TOO_LARGE. */
+static int acc_json(oa_resp_t *r, oa_sb_t *b, const json_t *v) {
+  char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!t) return -1;
+  const size_t n = strlen(t);
+  const int rc = (b->len && oa_sb_append(b, ",", 1)) || oa_sb_append(b, t, n);
+  free(t);
+  return rc ? -1 : count_bytes(r, n + 1);
+}
+
+void oa_resp_set_max_bytes(oa_resp_t *r, size_t max) {
+  r->max_bytes = max;
+  count_bytes(r, 0);
+}
+
+size_t oa_resp_bytes(const oa_resp_t *r) { return r->acc_bytes; }
 
 oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_reasoning_field_t rf) {
   oa_resp_t *r = calloc(1, sizeof *r);
@@ -69,6 +107,7 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
   snprintf(r->model, sizeof r->model, "%s", req->model);
   r->created = created;
   gantry__v1__usage__init(&r->usage);
+  r->rs_copies = oa_resp_copies(req);
   if (req->kind == OA_RESPONSES && !(r->rs = rs_new(req, created))) {
     free(r);
     return NULL;
@@ -91,13 +130,7 @@ oa_resp_t *oa_resp_new(const oa_req_t *req, const char *id, int64_t created, oa_
     c->index = i;
     if (r->echo_texts) c->echo_body = r->echo_texts[i / r->n_per_prompt];
     if (c->echo_body && !(c->echo = strdup(c->echo_body))) goto oom;
-    if (r->logprobs) {
-      c->lp_content = json_array();
-      c->lp_tokens = json_array();
-      c->lp_token_lps = json_array();
-      c->lp_tops = json_array();
-      c->lp_offsets = json_array();
-    }
+    if (c->echo_body && !r->stream) count_bytes(r, gt_json_chars_len(c->echo_body, strlen(c->echo_body)));
   }
   return r;
 oom:
@@ -117,11 +150,7 @@ void oa_resp_free(oa_resp_t *r) {
       free(c->tools[i].name);
       oa_sb_free(&c->tools[i].args);
     }
-    json_decref(c->lp_content);
-    json_decref(c->lp_tokens);
-    json_decref(c->lp_token_lps);
-    json_decref(c->lp_tops);
-    json_decref(c->lp_offsets);
+    for (int i = 0; i < 4; i++) oa_sb_free(&c->lp[i]);
     free(c->echo);
   }
   for (int k = 0; r->echo_texts && k < r->n / r->n_per_prompt; k++) free(r->echo_texts[k]);
@@ -179,9 +208,9 @@ static json_t *lp_entry(const Gantry__V1__TokenLogprob *t) {
   return o;
 }
 
-/* Completions-style logprobs of one delta's tokens (appended to the accumulators and returned
- * as a fresh object for the chunk). */
-static json_t *completion_lp(oa_resp_t *r, const Gantry__V1__Delta *d) {
+/* Completions-style logprobs of one delta's tokens: appended to the accumulators (not
+ * streaming; *rc: 0, -1 or OA_RESP_TOO_LARGE) and returned as a fresh object for the chunk. */
+static json_t *completion_lp(oa_resp_t *r, const Gantry__V1__Delta *d, int *rc) {
   json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
   for (size_t i = 0; i < d->n_logprobs; i++) {
     const Gantry__V1__TokenLogprob *t = d->logprobs[i];
@@ -196,11 +225,14 @@ static json_t *completion_lp(oa_resp_t *r, const Gantry__V1__Delta *d) {
     json_array_append_new(lps, json_real(t->logprob));
     json_array_append(tops, top);
     json_array_append_new(offs, json_integer((json_int_t)r->c->text_offset));
-    if (!r->stream) { /* the body at the end; a stream sends each chunk's and keeps none */
-      json_array_append(r->c->lp_tokens, tok);
-      json_array_append_new(r->c->lp_token_lps, json_real(t->logprob));
-      json_array_append(r->c->lp_tops, top);
-      json_array_append_new(r->c->lp_offsets, json_integer((json_int_t)r->c->text_offset));
+    if (!r->stream && !*rc) { /* the body at the end; a stream sends each chunk's and keeps none */
+      json_t *lp = json_real(t->logprob), *off = json_integer((json_int_t)r->c->text_offset);
+      *rc = acc_json(r, &r->c->lp[0], tok);
+      if (!*rc) *rc = acc_json(r, &r->c->lp[1], lp);
+      if (!*rc) *rc = acc_json(r, &r->c->lp[2], top);
+      if (!*rc) *rc = acc_json(r, &r->c->lp[3], off);
+      json_decref(lp);
+      json_decref(off);
     }
     r->c->text_offset += t->token.len;
     json_decref(tok);
@@ -272,20 +304,33 @@ static int echo_prefix(oa_resp_t *r, json_t *choice) {
 static void select_choice(oa_resp_t *r, uint32_t index) { r->c = &r->ch[index < (uint32_t)r->n ? index : 0]; }
 
 int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
+  if (r->too_large) return OA_RESP_TOO_LARGE;
   select_choice(r, d->index);
   r->tokens += (uint32_t)d->n_token_ids;
-  if (r->rs) return rs_delta(r->rs, d, r->stream ? out : NULL);
   size_t tl = d->text ? strlen(d->text) : 0, rl = d->reasoning_text ? strlen(d->reasoning_text) : 0;
+  int rc = 0;
+  if (r->rs) { /* the Responses object keeps every item's text, streamed or not, and renders it rs_copies times */
+    size_t n = gt_json_chars_len(d->text, tl) + gt_json_chars_len(d->reasoning_text, rl);
+    for (size_t i = 0; i < d->n_tool_calls; i++) {
+      const Gantry__V1__ToolCallDelta *t = d->tool_calls[i];
+      if (t->arguments) n += gt_json_chars_len(t->arguments, strlen(t->arguments));
+      if (t->name) n += gt_json_chars_len(t->name, strlen(t->name));
+    }
+    if ((rc = count_bytes(r, n * (size_t)r->rs_copies))) return rc;
+    return rs_delta(r->rs, d, r->stream ? out : NULL);
+  }
   /* the whole-response text is for the non-streaming body only: a stream keeps no copy of what it
    * sent (router/README.md "Memory per request") */
-  if (!r->stream && tl && oa_sb_append(&r->c->content, d->text, tl)) return -1;
-  if (!r->stream && rl && oa_sb_append(&r->c->reasoning, d->reasoning_text, rl)) return -1;
+  if (!r->stream && tl && (rc = acc_text(r, &r->c->content, d->text, tl, 1))) return rc;
+  if (!r->stream && rl &&
+      (rc = acc_text(r, &r->c->reasoning, d->reasoning_text, rl, r->rf == OA_REASONING_BOTH ? 2 : 1)))
+    return rc;
 
   if (r->kind == OA_COMPLETION) {
-    json_t *lp = r->logprobs ? completion_lp(r, d) : NULL;
+    json_t *lp = r->logprobs ? completion_lp(r, d, &rc) : NULL;
     if (!r->stream) {
       json_decref(lp);
-      return 0;
+      return rc;
     }
     if (tl == 0 && d->n_token_ids == 0) {
       json_decref(lp);
@@ -308,10 +353,14 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   json_t *lpc = NULL;
   if (r->logprobs && d->n_logprobs) {
     lpc = json_array();
-    for (size_t i = 0; i < d->n_logprobs; i++) {
+    for (size_t i = 0; i < d->n_logprobs && !rc; i++) {
       json_t *x = lp_entry(d->logprobs[i]);
-      if (!r->stream) json_array_append(r->c->lp_content, x);
+      if (!r->stream) rc = acc_json(r, &r->c->lp[0], x);
       json_array_append_new(lpc, x);
+    }
+    if (rc) {
+      json_decref(lpc);
+      return rc;
     }
   }
   /* tool calls: accumulate; stream the header (id, type, name) first, then fragments */
@@ -321,8 +370,9 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
     if (r->one_call && t->index > 0) continue;
     tool_acc_t *a = tool_at(r, t->index);
     if (!a) continue;
-    if (t->id && t->id[0] && !a->id) a->id = strdup(t->id);
-    if (t->name && t->name[0] && !a->name) a->name = strdup(t->name);
+    if (t->id && t->id[0] && !a->id && (a->id = strdup(t->id)) && !r->stream) rc = count_bytes(r, strlen(a->id));
+    if (t->name && t->name[0] && !a->name && (a->name = strdup(t->name)) && !r->stream && !rc)
+      rc = count_bytes(r, gt_json_chars_len(a->name, strlen(a->name)));
     if (!a->id) {
       char buf[200];
       if (r->n > 1) snprintf(buf, sizeof buf, "call_%s_%d_%u", r->id, r->c->index, t->index); /* unique per choice */
@@ -330,11 +380,12 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
       a->id = strdup(buf);
     }
     size_t al = t->arguments ? strlen(t->arguments) : 0;
-    if (!r->stream && al && oa_sb_append(&a->args, t->arguments, al)) {
+    if (!r->stream && al && !rc) rc = acc_text(r, &a->args, t->arguments, al, 1);
+    if (rc) {
       json_decref(lpc);
       json_decref(tc_header);
       json_decref(tc_args);
-      return -1;
+      return rc;
     }
     if (!r->stream) continue;
     if (!a->announced && a->name) {
@@ -354,7 +405,6 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
     json_decref(lpc);
     return 0;
   }
-  int rc = 0;
   if (tl || rl || lpc || (!tc_header && !tc_args && d->n_token_ids && !r->c->role_sent)) {
     json_t *delta = json_object();
     if (!r->c->role_sent) {
@@ -493,75 +543,129 @@ int oa_resp_final_sse(oa_resp_t *r, const Gantry__V1__Final *f, oa_sb_t *out) {
   return oa_sb_append(out, "data: [DONE]\n\n", 14);
 }
 
-/* One choice of the non-streaming body (r->c), or NULL on OOM. */
-static json_t *body_choice(oa_resp_t *r) {
-  json_t *choice = json_pack("{s:i}", "index", r->c->index);
-  const char *text = r->c->content.p ? r->c->content.p : "";
-  if (r->kind == OA_CHAT) {
-    json_t *msg = json_pack("{s:s}", "role", "assistant");
-    json_object_set_new(msg, "content", r->c->ntools && !r->c->content.len ? json_null() : json_string(text));
-    if (r->c->reasoning.len) set_reasoning(r, msg, r->c->reasoning.p, r->c->reasoning.len);
-    if (r->c->ntools) {
-      json_t *tcs = json_array();
-      for (int i = 0; i < r->c->ntools; i++) {
-        tool_acc_t *a = &r->c->tools[i];
-        json_array_append_new(tcs, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", a->id ? a->id : "", "type",
-                                             "function", "function", "name", a->name ? a->name : "",
-                                             "arguments", a->args.p ? a->args.p : ""));
-      }
-      if (r->legacy) {
-        json_object_set(msg, "function_call", json_object_get(json_array_get(tcs, 0), "function"));
-        json_decref(tcs);
-      } else {
-        json_object_set_new(msg, "tool_calls", tcs);
-      }
-    }
-    json_object_set_new(choice, "message", msg);
-    json_object_set_new(choice, "logprobs",
-                        r->logprobs ? json_pack("{s:O}", "content", r->c->lp_content) : json_null());
-  } else {
-    if (r->c->echo_body) {
-      oa_sb_t t = {0};
-      if (oa_sb_append(&t, r->c->echo_body, strlen(r->c->echo_body)) || oa_sb_append(&t, text, strlen(text))) {
-        oa_sb_free(&t);
-        json_decref(choice);
-        return NULL;
-      }
-      json_object_set_new(choice, "text", json_stringn(t.p, t.len));
-      oa_sb_free(&t);
-    } else {
-      json_object_set_new(choice, "text", json_string(text));
-    }
-    json_object_set_new(choice, "logprobs",
-                        r->logprobs ? json_pack("{s:O,s:O,s:O,s:O}", "tokens", r->c->lp_tokens, "token_logprobs",
-                                                r->c->lp_token_lps, "top_logprobs", r->c->lp_tops, "text_offset",
-                                                r->c->lp_offsets)
-                                    : json_null());
+/* The non-streaming body is written as text into one buffer reserved up front, each piece of
+ * accumulated output freed once it is in: what a body costs is about its size, not the ~10x of a
+ * jansson tree of it (router/README.md "Memory per request"). Appends are checked once at the end
+ * (oa_sb_t's oom flag). */
+
+/* Appends v (consumed) as compact JSON. */
+static void put_json(oa_sb_t *b, json_t *v) {
+  char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  json_decref(v);
+  if (!t) {
+    b->oom = true;
+    return;
   }
-  json_object_set_new(choice, "finish_reason", json_string(finish_str(r, r->c->finish)));
-  return choice;
+  oa_sb_append(b, t, strlen(t));
+  free(t);
+}
+
+static void put_str(oa_sb_t *b, const char *s) { gt_sb_add_json_str(b, s ? s : "", s ? strlen(s) : 0); }
+
+/* Appends `"key":[<a>]` and frees a. */
+static void put_array(oa_sb_t *b, const char *key, oa_sb_t *a) {
+  gt_sb_printf(b, "\"%s\":[", key);
+  oa_sb_append(b, a->p, a->len);
+  oa_sb_append(b, "]", 1);
+  oa_sb_free(a);
+}
+
+/* One choice (r->c) of the non-streaming body; consumes its accumulated output. */
+static void body_choice(oa_resp_t *r, oa_sb_t *b) {
+  oa_choice_t *c = r->c;
+  gt_sb_printf(b, "{\"index\":%d,", c->index);
+  if (r->kind == OA_CHAT) {
+    oa_sb_adds(b, "\"message\":{\"role\":\"assistant\",\"content\":");
+    if (c->ntools && !c->content.len) oa_sb_adds(b, "null");
+    else gt_sb_add_json_str(b, c->content.p, c->content.len);
+    oa_sb_free(&c->content);
+    if (c->reasoning.len && r->rf != OA_REASONING_CONTENT_ONLY) {
+      oa_sb_adds(b, ",\"reasoning\":");
+      gt_sb_add_json_str(b, c->reasoning.p, c->reasoning.len);
+    }
+    if (c->reasoning.len && r->rf != OA_REASONING_ONLY) {
+      oa_sb_adds(b, ",\"reasoning_content\":");
+      gt_sb_add_json_str(b, c->reasoning.p, c->reasoning.len);
+    }
+    oa_sb_free(&c->reasoning);
+    if (c->ntools) oa_sb_adds(b, r->legacy ? ",\"function_call\":" : ",\"tool_calls\":[");
+    for (int i = 0; i < (r->legacy && c->ntools ? 1 : c->ntools); i++) {
+      tool_acc_t *a = &c->tools[i];
+      if (i) oa_sb_adds(b, ",");
+      if (!r->legacy) {
+        oa_sb_adds(b, "{\"id\":");
+        put_str(b, a->id);
+        oa_sb_adds(b, ",\"type\":\"function\",\"function\":");
+      }
+      oa_sb_adds(b, "{\"name\":");
+      put_str(b, a->name);
+      oa_sb_adds(b, ",\"arguments\":");
+      gt_sb_add_json_str(b, a->args.p, a->args.len);
+      oa_sb_adds(b, r->legacy ? "}" : "}}");
+      oa_sb_free(&a->args);
+    }
+    if (c->ntools && !r->legacy) oa_sb_adds(b, "]");
+    oa_sb_adds(b, "},\"logprobs\":");
+    if (r->logprobs) {
+      oa_sb_adds(b, "{");
+      put_array(b, "content", &c->lp[0]);
+      oa_sb_adds(b, "}");
+    } else {
+      oa_sb_adds(b, "null");
+    }
+  } else {
+    oa_sb_adds(b, "\"text\":\"");
+    if (c->echo_body) gt_sb_add_json_chars(b, c->echo_body, strlen(c->echo_body));
+    gt_sb_add_json_chars(b, c->content.p, c->content.len);
+    oa_sb_adds(b, "\",\"logprobs\":");
+    oa_sb_free(&c->content);
+    if (r->logprobs) {
+      static const char *const keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+      for (int k = 0; k < 4; k++) {
+        oa_sb_adds(b, k ? "," : "{");
+        put_array(b, keys[k], &c->lp[k]);
+      }
+      oa_sb_adds(b, "}");
+    } else {
+      oa_sb_adds(b, "null");
+    }
+  }
+  oa_sb_adds(b, ",\"finish_reason\":");
+  put_str(b, finish_str(r, c->finish));
+  oa_sb_adds(b, "}");
 }
 
 char *oa_resp_body(oa_resp_t *r, const Gantry__V1__Final *f) {
   if (r->rs) return rs_body(r->rs, f);
   record_final(r, f);
-  json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", r->id, "object",
-                        r->kind == OA_CHAT ? "chat.completion" : "text_completion", "created",
-                        (json_int_t)r->created, "model", r->model);
-  json_t *choices = json_array();
+  oa_sb_t b = {0};
+  /* the variable parts are acc_bytes; the rest is a few hundred bytes per choice and tool call */
+  gt_sb_reserve(&b, r->acc_bytes + 1024 + (size_t)r->n * 512);
+  oa_sb_adds(&b, "{\"id\":");
+  put_str(&b, r->id);
+  gt_sb_printf(&b, ",\"object\":\"%s\",\"created\":%lld,\"model\":", r->kind == OA_CHAT ? "chat.completion" : "text_completion",
+               (long long)r->created);
+  put_str(&b, r->model);
+  oa_sb_adds(&b, ",\"choices\":[");
   for (int i = 0; i < r->n; i++) {
+    if (i) oa_sb_adds(&b, ",");
     r->c = &r->ch[i];
-    json_t *choice = body_choice(r);
-    if (!choice) {
-      json_decref(choices);
-      json_decref(o);
-      return NULL;
-    }
-    json_array_append_new(choices, choice);
+    body_choice(r, &b);
   }
-  json_object_set_new(o, "choices", choices);
-  json_object_set_new(o, "usage", usage_json(r, r->have_usage ? &r->usage : NULL, r->tokens));
-  char *s = json_dumps(o, JSON_COMPACT);
-  json_decref(o);
-  return s;
+  oa_sb_adds(&b, "],\"usage\":");
+  put_json(&b, usage_json(r, r->have_usage ? &r->usage : NULL, r->tokens));
+  oa_sb_adds(&b, "}");
+  if (b.oom) {
+    oa_sb_free(&b);
+    return NULL;
+  }
+  return b.p;
+}
+
+void oa_resp_size_error(const oa_resp_t *r, size_t max, oa_error_t *e) {
+  const char *mt = r->kind == OA_RESPONSES ? "max_output_tokens" : "max_tokens";
+  oa_err(e, 400, "invalid_request_error", mt, "response_too_large",
+         "the response passed this router's limit of %zu bytes for a response built in memory "
+         "(--max-response-bytes) after %u tokens; %s",
+         max, r->tokens, oa_size_advice(r->kind));
 }

@@ -1,13 +1,18 @@
 /* router/openai_responses_resp.c — engine GenerateResponse messages -> a Responses API response
  * object and its streamed events (see openai_responses.h). Output items follow the order the
  * engine produces: reasoning text (rs_), then message text (msg_), then function calls (fc_);
- * a delta of another kind closes the open item (its .done events) and opens the next. */
+ * a delta of another kind closes the open item (its .done events) and opens the next.
+ * An item's text enters a jansson object only as a placeholder ("\x01<id hex>:<item>\x01", the
+ * response id is random, so no other string of the object can be one); render() dumps the
+ * object and writes each item's text in place of its placeholder, so an object with the whole
+ * output costs about its size, not the several copies a jansson string and json_dumps take. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
+#include "common/json_str.h"
 #include "router/openai_responses.h"
 
 typedef enum { IT_REASONING, IT_MESSAGE, IT_CALL } it_kind_t;
@@ -82,12 +87,50 @@ static const char *item_status(const rs_state_t *s, const rs_item_t *it) {
   return s->finish == GANTRY__V1__FINISH_REASON__FINISH_REASON_LENGTH && it == &s->it[s->n - 1] ? "incomplete" : "completed";
 }
 
-static json_t *text_of(const oa_sb_t *b) { return json_stringn(b->p ? b->p : "", b->len); }
+/* The placeholder of its text (see the top of the file). */
+static json_t *text_of(const rs_state_t *s, const rs_item_t *it) {
+  char ph[OA_RESP_ID_MAX + 24];
+  snprintf(ph, sizeof ph, "\x01%s:%d\x01", s->id + 5, (int)(it - s->it));
+  return json_string(ph);
+}
 
-static json_t *part_json(const rs_item_t *it, bool with_text) {
+/* Appends o (consumed) as compact JSON to out, each text placeholder replaced by its item's text
+ * as a JSON string. 0 or -1 (out of memory). */
+static int render(const rs_state_t *s, json_t *o, oa_sb_t *out) {
+  char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  if (!t) return -1;
+  char pat[OA_RESP_ID_MAX + 16];
+  const int pl = snprintf(pat, sizeof pat, "\"\\u0001%s:", s->id + 5);
+  const char *p = t, *q;
+  while ((q = strstr(p, pat))) {
+    char *end;
+    const long i = strtol(q + pl, &end, 10);
+    oa_sb_append(out, p, (size_t)(q - p));
+    if (end > q + pl && i >= 0 && i < s->n && !strncmp(end, "\\u0001\"", 7)) {
+      gt_sb_add_json_str(out, s->it[i].text.p, s->it[i].text.len);
+      p = end + 7;
+    } else { /* not one of ours (cannot happen: the id is random) */
+      oa_sb_append(out, q, 1);
+      p = q + 1;
+    }
+  }
+  oa_sb_append(out, p, strlen(p));
+  free(t);
+  return out->oom ? -1 : 0;
+}
+
+/* The bytes of every item's text (what render adds per copy of the output). */
+static size_t text_bytes(const rs_state_t *s) {
+  size_t n = 0;
+  for (int i = 0; i < s->n; i++) n += s->it[i].text.len;
+  return n;
+}
+
+static json_t *part_json(const rs_state_t *s, const rs_item_t *it, bool with_text) {
   if (it->kind == IT_REASONING)
-    return json_pack("{s:s,s:o}", "type", "reasoning_text", "text", with_text ? text_of(&it->text) : json_string(""));
-  return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", with_text ? text_of(&it->text) : json_string(""),
+    return json_pack("{s:s,s:o}", "type", "reasoning_text", "text", with_text ? text_of(s, it) : json_string(""));
+  return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", with_text ? text_of(s, it) : json_string(""),
                    "annotations", "logprobs");
 }
 
@@ -96,13 +139,13 @@ static json_t *item_json(const rs_state_t *s, const rs_item_t *it, bool full) {
   switch (it->kind) {
     case IT_REASONING:
       return json_pack("{s:s,s:s,s:[],s:o}", "type", "reasoning", "id", it->id, "summary", "content",
-                       full ? json_pack("[o]", part_json(it, true)) : json_array());
+                       full ? json_pack("[o]", part_json(s, it, true)) : json_array());
     case IT_MESSAGE:
       return json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "message", "id", it->id, "status", item_status(s, it), "role",
-                       "assistant", "content", full ? json_pack("[o]", part_json(it, true)) : json_array());
+                       "assistant", "content", full ? json_pack("[o]", part_json(s, it, true)) : json_array());
     default:
       return json_pack("{s:s,s:s,s:s,s:s,s:o,s:s}", "type", "function_call", "id", it->id, "call_id", it->call_id,
-                       "name", it->name ? it->name : "", "arguments", full ? text_of(&it->text) : json_string(""),
+                       "name", it->name ? it->name : "", "arguments", full ? text_of(s, it) : json_string(""),
                        "status", item_status(s, it));
   }
 }
@@ -148,12 +191,8 @@ static int ev(rs_state_t *s, oa_sb_t *out, const char *type, json_t *obj) {
   json_t *o = json_pack("{s:s,s:i}", "type", type, "sequence_number", s->seq++);
   json_object_update(o, obj);
   json_decref(obj);
-  char *t = json_dumps(o, JSON_COMPACT);
-  json_decref(o);
-  if (!t) return -1;
   int rc = oa_sb_append(out, "event: ", 7) || oa_sb_append(out, type, strlen(type)) || oa_sb_append(out, "\ndata: ", 7) ||
-           oa_sb_append(out, t, strlen(t)) || oa_sb_append(out, "\n\n", 2);
-  free(t);
+           render(s, o, out) || oa_sb_append(out, "\n\n", 2);
   return rc ? -1 : 0;
 }
 
@@ -173,17 +212,17 @@ static int close_item(rs_state_t *s, oa_sb_t *out) {
   int rc = 0;
   if (it->kind == IT_CALL) {
     rc |= ev(s, out, "response.function_call_arguments.done",
-             json_pack("{s:s,s:i,s:o,s:s}", "item_id", it->id, "output_index", oi, "arguments", text_of(&it->text), "name",
+             json_pack("{s:s,s:i,s:o,s:s}", "item_id", it->id, "output_index", oi, "arguments", text_of(s, it), "name",
                        it->name ? it->name : ""));
   } else {
     const char *t = it->kind == IT_REASONING ? "response.reasoning_text.done" : "response.output_text.done";
     json_t *o = json_pack("{s:s,s:i,s:i,s:o}", "item_id", it->id, "output_index", oi, "content_index", 0, "text",
-                          text_of(&it->text));
+                          text_of(s, it));
     if (it->kind == IT_MESSAGE) json_object_set_new(o, "logprobs", json_array());
     rc |= ev(s, out, t, o);
     rc |= ev(s, out, "response.content_part.done",
              json_pack("{s:s,s:i,s:i,s:o}", "item_id", it->id, "output_index", oi, "content_index", 0, "part",
-                       part_json(it, true)));
+                       part_json(s, it, true)));
   }
   rc |= ev(s, out, "response.output_item.done", json_pack("{s:i,s:o}", "output_index", oi, "item", item_json(s, it, true)));
   return rc ? -1 : 0;
@@ -212,7 +251,7 @@ static rs_item_t *open_item(rs_state_t *s, it_kind_t k, oa_sb_t *out, int *rc) {
   if (k != IT_CALL)
     *rc |= ev(s, out, "response.content_part.added",
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", it->id, "output_index", oi, "content_index", 0, "part",
-                        part_json(it, false)));
+                        part_json(s, it, false)));
   return it;
 }
 
@@ -297,10 +336,13 @@ int rs_error_sse(rs_state_t *s, const oa_error_t *e, oa_sb_t *out) {
 
 char *rs_body(rs_state_t *s, const Gantry__V1__Final *f) {
   rs_final(s, f);
-  json_t *o = response_json(s);
-  char *t = json_dumps(o, JSON_COMPACT);
-  json_decref(o);
-  return t;
+  oa_sb_t b = {0};
+  gt_sb_reserve(&b, text_bytes(s) + 4096);
+  if (render(s, response_json(s), &b)) {
+    oa_sb_free(&b);
+    return NULL;
+  }
+  return b.p;
 }
 
 char *rs_record(const rs_state_t *s, const char *tenant) {
@@ -311,7 +353,11 @@ char *rs_record(const rs_state_t *s, const char *tenant) {
   json_t *it;
   json_array_foreach(json_object_get(resp, "output"), i, it) json_array_append(items, it);
   json_t *o = json_pack("{s:s,s:o,s:o}", "tenant", tenant, "response", resp, "items", items);
-  char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-  json_decref(o);
-  return t;
+  oa_sb_t b = {0};
+  gt_sb_reserve(&b, 2 * text_bytes(s) + 4096); /* the output twice: in the response and in the items */
+  if (render(s, o, &b)) {
+    oa_sb_free(&b);
+    return NULL;
+  }
+  return b.p;
 }

@@ -1,5 +1,6 @@
-/* common/strbuf.h and common/utf8.h: the string buffer and UTF-8 helpers the engine, the router
- * and the tokenizer share. UTF-8 validation is checked exhaustively for every sequence of up to
+/* common/strbuf.h, common/utf8.h and common/json_str.h: the string buffer, UTF-8 and JSON string
+ * helpers the engine, the router and the tokenizer share. JSON string literals are checked against
+ * jansson's json_dumps on every byte and on random well-formed text. UTF-8 validation is checked exhaustively for every sequence of up to
  * three bytes, and for four-byte leads over every second byte, against a reference written from
  * the Unicode definition (decode, then reject overlongs, surrogates and > U+10FFFF). */
 #include <setjmp.h>
@@ -10,7 +11,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
+#include "common/json_str.h"
 #include "common/strbuf.h"
 #include "common/utf8.h"
 
@@ -187,12 +190,61 @@ static void test_utf8_put_roundtrip(void **st) {
   }
 }
 
+/* ---- json_str ---- */
+
+/* s[0..n) as gt_sb_add_json_str writes it equals jansson's dump of the same string, and its
+ * length is what gt_json_chars_len says. */
+static void check_json_str(const char *s, size_t n, const char *want) {
+  gt_sb_t b = {0};
+  assert_int_equal(gt_sb_add_json_str(&b, s, n), 0);
+  char *ref = NULL;
+  if (!want) {
+    json_t *j = json_stringn(s, n);
+    assert_non_null(j);
+    ref = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+    json_decref(j);
+    want = ref;
+  }
+  assert_string_equal(b.p, want);
+  assert_int_equal(gt_json_chars_len(s, n) + 2, b.len);
+  free(ref);
+  gt_sb_free(&b);
+}
+
+static void test_json_str(void **st) {
+  (void)st;
+  for (int c = 1; c < 0x80; c++) { /* every ASCII byte, alone and inside text */
+    char one[1] = {(char)c}, mid[5] = {'a', 'b', (char)c, 'c', 'd'};
+    check_json_str(one, 1, NULL);
+    check_json_str(mid, 5, NULL);
+  }
+  check_json_str("", 0, NULL);
+  check_json_str("\0 in the middle", 16, NULL);
+  check_json_str("h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80", 15, NULL);
+  check_json_str("a\0b", 3, "\"a\\u0000b\"");
+  srand(7);
+  for (int k = 0; k < 2000; k++) { /* random well-formed text, escapes included */
+    char buf[256];
+    size_t n = 0;
+    while (n < sizeof buf - 4) {
+      const uint32_t cp = (uint32_t)rand() % 5 == 0 ? (uint32_t)rand() % 0x80 : (uint32_t)rand() % 0x10FFFF;
+      if (cp == 0 || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
+      n += (size_t)gt_utf8_put(cp, buf + n);
+    }
+    check_json_str(buf, n, NULL);
+  }
+  /* ill-formed input: one U+FFFD per maximal ill-formed subpart, a truncated last character too */
+  check_json_str("a\xff" "b", 3, "\"a\xef\xbf\xbd" "b\"");
+  check_json_str("\xe2\x82", 2, "\"\xef\xbf\xbd\"");
+  check_json_str("\xc0\xafx\"", 4, "\"\xef\xbf\xbd\xef\xbf\xbdx\\\"\"");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sb_append),       cmocka_unit_test(test_sb_reuse),
       cmocka_unit_test(test_sb_oom),          cmocka_unit_test(test_sb_printf),          cmocka_unit_test(test_utf8_exhaustive),
       cmocka_unit_test(test_utf8_cases),      cmocka_unit_test(test_utf8_next),
-      cmocka_unit_test(test_utf8_put_roundtrip),
+      cmocka_unit_test(test_utf8_put_roundtrip), cmocka_unit_test(test_json_str),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

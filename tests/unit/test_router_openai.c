@@ -604,6 +604,187 @@ static void test_params_supported_or_refused(void **st) {
 #undef CHAT
 }
 
+/* ---- non-streaming bodies and their size (--max-response-bytes) ---- */
+static Gantry__V1__TokenLogprob *mk_lp(const char *tok, float logprob) {
+  Gantry__V1__TokenLogprob *lp = malloc(sizeof *lp);
+  gantry__v1__token_logprob__init(lp);
+  lp->logprob = logprob;
+  lp->token.len = strlen(tok);
+  lp->token.data = (uint8_t *)strdup(tok);
+  return lp;
+}
+
+static Gantry__V1__TopLogprob *mk_top(const char *tok, float logprob) {
+  Gantry__V1__TopLogprob *lp = malloc(sizeof *lp);
+  gantry__v1__top_logprob__init(lp);
+  lp->logprob = logprob;
+  lp->token.len = strlen(tok);
+  lp->token.data = (uint8_t *)strdup(tok);
+  return lp;
+}
+
+/* A delta of one token, text t, with its logprob and two alternatives. */
+static gt_genresp_t *lp_delta(int id, const char *t) {
+  gt_genresp_t *m = gt_delta_new();
+  gt_delta_add_token(m, id, t, NULL);
+  Gantry__V1__TokenLogprob *lp = mk_lp(t, -0.25f * (float)id);
+  lp->top = malloc(2 * sizeof *lp->top);
+  lp->top[0] = mk_top("a\"", -1.5f);
+  lp->top[1] = mk_top("\\b\xe2\x82", -2.0f); /* a partial character too */
+  lp->n_top = 2;
+  m->delta->logprobs = malloc(sizeof *m->delta->logprobs);
+  m->delta->logprobs[0] = lp;
+  m->delta->n_logprobs = 1;
+  return m;
+}
+
+/* The non-streaming body (written as text) says what the stream (jansson chunks) says: the same
+ * text and the same logprobs, entry for entry, for chat and completions; and the accumulated
+ * bytes the size bound counts are the body less a few hundred bytes. */
+static void test_body_matches_stream(void **st) {
+  (void)st;
+  static const char *const texts[] = {"he said \"hi\"\n", "\xc3\xa9\t\\", "\x01 end/"};
+  for (int kind = 0; kind < 2; kind++) {
+    const oa_kind_t k = kind ? OA_COMPLETION : OA_CHAT;
+    const char *base = kind ? "{\"model\":\"m\",\"prompt\":\"p\",\"logprobs\":2%s}"
+                            : "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
+                              "\"top_logprobs\":2%s}";
+    char body[512];
+    oa_req_t qs, qb;
+    oa_error_t e;
+    snprintf(body, sizeof body, base, ",\"stream\":true");
+    assert_int_equal(parse(k, body, &qs, &e), 0);
+    snprintf(body, sizeof body, base, "");
+    assert_int_equal(parse(k, body, &qb, &e), 0);
+    oa_resp_t *rs = oa_resp_new(&qs, "1", 1, OA_REASONING_BOTH), *rb = oa_resp_new(&qb, "1", 1, OA_REASONING_BOTH);
+    oa_sb_t sse = {0};
+    for (int i = 0; i < 3; i++) {
+      gt_genresp_t *m = lp_delta(i + 1, texts[i]);
+      assert_int_equal(oa_resp_delta(rs, m->delta, &sse), 0);
+      assert_int_equal(oa_resp_delta(rb, m->delta, NULL), 0);
+      gt_genresp_free(m);
+    }
+    /* the stream's text and logprobs, gathered from its chunks */
+    static const char *const keys[4] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    json_t *want[4] = {json_array(), json_array(), json_array(), json_array()};
+    oa_sb_t text = {0};
+    for (const char *p = sse.p; (p = strstr(p, "data: ")); p++) {
+      const char *end = strstr(p, "\n\n");
+      json_t *j = json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL);
+      assert_non_null(j);
+      json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+      json_t *lp = json_object_get(c, "logprobs");
+      const char *t = json_string_value(kind ? json_object_get(c, "text")
+                                             : json_object_get(json_object_get(c, "delta"), "content"));
+      if (t) oa_sb_append(&text, t, strlen(t));
+      for (int a = 0; a < (kind ? 4 : 1); a++)
+        json_array_extend(want[a], json_object_get(lp, kind ? keys[a] : "content"));
+      json_decref(j);
+    }
+    gt_genresp_t *f = gt_final_new(GANTRY__V1__FINISH_REASON__FINISH_REASON_STOP, NULL);
+    f->final->usage->completion_tokens = 3;
+    const size_t acc = oa_resp_bytes(rb);
+    char *out = oa_resp_body(rb, f->final);
+    gt_genresp_free(f);
+    assert_true(acc > 0 && strlen(out) > acc && strlen(out) - acc < 512);
+    json_t *j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(json_string_value(kind ? json_object_get(c, "text")
+                                               : json_object_get(json_object_get(c, "message"), "content")),
+                        text.p);
+    assert_int_equal(json_array_size(want[0]), 3);
+    for (int a = 0; a < (kind ? 4 : 1); a++)
+      assert_true(json_equal(want[a], json_object_get(json_object_get(c, "logprobs"), kind ? keys[a] : "content")));
+    assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), 3);
+    json_decref(j);
+    free(out);
+    for (int a = 0; a < 4; a++) json_decref(want[a]);
+    oa_sb_free(&text);
+    oa_sb_free(&sse);
+    oa_resp_free(rs);
+    oa_resp_free(rb);
+    oa_req_free(&qs);
+    oa_req_free(&qb);
+  }
+}
+
+/* The admission estimate and its 400, and the count of accumulated bytes once past the bound:
+ * the delta is refused (OA_RESP_TOO_LARGE) and so is every later one. */
+static void test_response_size(void **st) {
+  (void)st;
+  oa_req_t q;
+  oa_error_t e;
+  const char *chat = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2,\"logprobs\":true,"
+                     "\"top_logprobs\":5%s}";
+  char body[512];
+  snprintf(body, sizeof body, chat, ",\"max_tokens\":100");
+  assert_int_equal(parse(OA_CHAT, body, &q, &e), 0);
+  const uint64_t per_token = 2 * OA_EST_TEXT_BYTES + OA_EST_LP_TOKEN_BYTES + 6 * OA_EST_LP_ENTRY_BYTES;
+  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 2 * (100 * per_token + OA_EST_CHOICE_BYTES));
+  assert_int_equal(oa_resp_estimate(&q, 50, OA_REASONING_BOTH), 2 * (50 * per_token + OA_EST_CHOICE_BYTES));
+  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_ONLY),
+                   2 * (100 * (per_token - OA_EST_TEXT_BYTES) + OA_EST_CHOICE_BYTES));
+  const size_t est = (size_t)oa_resp_estimate(&q, 4096, OA_REASONING_BOTH);
+  assert_int_equal(oa_resp_check_size(&q, 4096, OA_REASONING_BOTH, est, &e), 0);
+  assert_int_equal(oa_resp_check_size(&q, 4096, OA_REASONING_BOTH, 0, &e), 0); /* no bound */
+  assert_int_equal(oa_resp_check_size(&q, 4096, OA_REASONING_BOTH, est - 1, &e), -1);
+  assert_int_equal(e.status, 400);
+  assert_string_equal(e.code, "response_too_large");
+  assert_string_equal(e.param, "max_tokens");
+  assert_non_null(strstr(e.message, "max_tokens 100"));
+  assert_non_null(strstr(e.message, "stream: true"));
+  oa_req_free(&q);
+  snprintf(body, sizeof body, chat, "");
+  assert_int_equal(parse(OA_CHAT, body, &q, &e), 0); /* max_tokens unset: the context */
+  assert_int_equal(oa_resp_estimate(&q, 1000, OA_REASONING_BOTH), 2 * (1000 * per_token + OA_EST_CHOICE_BYTES));
+  assert_int_equal(oa_resp_check_size(&q, 1000, OA_REASONING_BOTH, 1000000, &e), -1);
+  assert_non_null(strstr(e.message, "context length"));
+  oa_req_free(&q);
+  snprintf(body, sizeof body, chat, ",\"stream\":true");
+  assert_int_equal(parse(OA_CHAT, body, &q, &e), 0); /* a stream keeps nothing */
+  assert_int_equal(oa_resp_estimate(&q, 1000, OA_REASONING_BOTH), 0);
+  oa_req_free(&q);
+  /* /v1/responses: its text in the body or the four events of a stream's end, and in the stored
+   * record on its way to Redis (8 copies) */
+  const char *rsp = "{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":10}";
+  assert_int_equal(oa_parse_responses(rsp, strlen(rsp), NULL, NULL, &q, &e), 0);
+  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 10 * OA_EST_TEXT_BYTES * 9 + OA_EST_CHOICE_BYTES);
+  assert_int_equal(oa_resp_check_size(&q, 4096, OA_REASONING_BOTH, 1000, &e), -1);
+  assert_string_equal(e.param, "max_output_tokens");
+  assert_null(strstr(e.message, "stream: true")); /* a streamed response object holds its text too */
+  oa_req_free(&q);
+  rsp = "{\"model\":\"m\",\"input\":\"x\",\"max_output_tokens\":10,\"stream\":true}";
+  assert_int_equal(oa_parse_responses(rsp, strlen(rsp), NULL, NULL, &q, &e), 0);
+  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 10 * OA_EST_TEXT_BYTES * 12 + OA_EST_CHOICE_BYTES);
+  oa_req_free(&q);
+  /* completions: echo counted once per choice */
+  assert_int_equal(parse(OA_COMPLETION, "{\"model\":\"m\",\"prompt\":\"a\\\"b\",\"echo\":true,\"n\":3,\"max_tokens\":10}", &q, &e), 0);
+  assert_int_equal(oa_resp_estimate(&q, 4096, OA_REASONING_BOTH), 3 * (10 * OA_EST_TEXT_BYTES + OA_EST_CHOICE_BYTES + 4));
+
+  /* the count: 4 bytes of echo each, then text as JSON ("\"" is 2) */
+  oa_resp_t *r = oa_resp_new(&q, "1", 1, OA_REASONING_BOTH);
+  assert_int_equal(oa_resp_bytes(r), 12);
+  oa_resp_set_max_bytes(r, 19);
+  gt_genresp_t *m = gt_delta_new();
+  gt_delta_add_token(m, 1, "\"xy", NULL);
+  assert_int_equal(oa_resp_delta(r, m->delta, NULL), 0);
+  assert_int_equal(oa_resp_bytes(r), 16);
+  assert_int_equal(oa_resp_delta(r, m->delta, NULL), OA_RESP_TOO_LARGE);
+  gt_genresp_free(m);
+  m = gt_delta_new();
+  gt_delta_add_token(m, 2, "", NULL);
+  assert_int_equal(oa_resp_delta(r, m->delta, NULL), OA_RESP_TOO_LARGE); /* sticky */
+  gt_genresp_free(m);
+  oa_resp_size_error(r, 19, &e);
+  assert_int_equal(e.status, 400);
+  assert_string_equal(e.code, "response_too_large");
+  assert_non_null(strstr(e.message, "after 2 tokens"));
+  oa_resp_free(r);
+  oa_req_free(&q);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chat_full_mapping),       cmocka_unit_test(test_params_supported_or_refused),       cmocka_unit_test(test_completion_prompt_forms),
@@ -611,6 +792,7 @@ int main(void) {
       cmocka_unit_test(test_token_params),            cmocka_unit_test(test_constraints),
       cmocka_unit_test(test_chat_stream_logprobs_and_reasoning_field), cmocka_unit_test(test_final_error_and_body),
       cmocka_unit_test(test_echo),                 cmocka_unit_test(test_choices_by_index),
+      cmocka_unit_test(test_body_matches_stream),  cmocka_unit_test(test_response_size),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,6 +193,20 @@ static void test_stream_events(void **st) {
                       "response.output_item.added,response.function_call_arguments.delta,"
                       "response.function_call_arguments.delta,response.function_call_arguments.done,"
                       "response.output_item.done,response.completed");
+  /* the items' whole text in their .done events (written in place of placeholders) */
+  assert_null(strstr(sb.p, "\\u0001"));
+  static const char *const dones[][3] = {{"response.reasoning_text.done", "text", "think"},
+                                         {"response.output_text.done", "text", "Hi"},
+                                         {"response.function_call_arguments.done", "arguments", "{\"a\":1}"}};
+  for (int k = 0; k < 3; k++) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "event: %s\ndata: ", dones[k][0]);
+    const char *at = strstr(sb.p, pat);
+    assert_non_null(at);
+    json_t *d = json_loads(at + strlen(pat), JSON_DISABLE_EOF_CHECK, NULL);
+    assert_string_equal(json_string_value(json_object_get(d, dones[k][1])), dones[k][2]);
+    json_decref(d);
+  }
   /* sequence numbers count from 0; the completed response has the items and the usage */
   const char *last = strstr(sb.p, "event: response.completed\ndata: ") + strlen("event: response.completed\ndata: ");
   json_t *done = json_loads(last, JSON_DISABLE_EOF_CHECK, NULL);
@@ -216,6 +230,9 @@ static void test_stream_events(void **st) {
   assert_non_null(o);
   assert_string_equal(tenant, "acme");
   assert_int_equal(json_array_size(json_object_get(o, "items")), 4);
+  assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(o, "items"), 3), "arguments")),
+                      "{\"a\":1}");
+  assert_null(strstr(rec, "\\u0001"));
   json_decref(o);
   free(rec);
   gt_genresp_free(f);
