@@ -63,16 +63,23 @@ static int fwd(bv_t *v, const be_batch_t *b, float *host, gt_err_t *err) {
   return model_forward_sample(v->m, b, v->rows, v->ids, err);
 }
 
+/* one MTP step as the drafter runs it (engine/sched/spec_mtp.c): greedy ids taken on the backend
+ * when it can sample, else host logits */
+static int mtp_step(bv_t *v, const be_batch_t *b, gt_err_t *err) {
+  if (v->m->be->ops->sample) return model_mtp_forward_greedy(v->m, b, v->src, v->ids, err);
+  return model_mtp_forward(v->m, b, v->src, v->logits, err);
+}
+
 /* the drafter after a verify step of 1 + k rows per sequence: r kept rows, then k - 1 chained rows */
 static int mtp(bv_t *v, int k, int r, int p0, gt_err_t *err) {
   be_batch_t b = batch(v, r, p0, 0);
   for (int s = 0; s < v->B; s++)
     for (int j = 0; j < r; j++) v->src[s * r + j] = s * (1 + k) + j;
-  int rc = model_mtp_forward(v->m, &b, v->src, v->logits, err);
+  int rc = mtp_step(v, &b, err);
   for (int c = 1; c < k && !rc; c++) {
     b = batch(v, 1, p0 + r - 1 + c, 1);
     for (int s = 0; s < v->B; s++) v->src[s] = -1 - s;
-    rc = model_mtp_forward(v->m, &b, v->src, v->logits, err);
+    rc = mtp_step(v, &b, err);
   }
   return rc;
 }

@@ -4,7 +4,8 @@
  *   - model_mtp_forward against a plain C reference computed here from the file's weights (the
  *     graph of spec.h / qwen35_mtp.c: enorm / hnorm, eh_proj over concat(embedding, hidden), one
  *     gated-attention block with its own causal KV, the FFN, shared_head_norm and the head),
- *     over a prompt pass and a chained draft row;
+ *     over a prompt pass and a chained draft row, and model_mtp_forward_greedy's ids (the
+ *     drafter's path) against argmax of those logits;
  *   - the scheduler with --speculative mtp: greedy output equals output without speculation,
  *     token for token: batched, prefix-cached, preempted; with drafts that are all right (test
  *     drafter) and a forced rejection at each draft position while the MTP pass runs alongside;
@@ -25,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "engine/backend/sampler.h"
 #include "engine/models/qwen35_internal.h"
 #include "engine/sched/sched.h"
 #include "tests/common/model_fx.h"
@@ -245,6 +247,10 @@ static void test_forward_reference(void **state) {
   be_batch_t mb = {.n_tok = n1, .n_seq = 1, .tok = mtok, .pos = pos, .seq_first = &first, .seq_ntok = &n1,
                    .block_table = bt, .max_blocks = 8, .n_out = n1, .out_tok = out};
   assert_int_equal(model_mtp_forward(f.m, &mb, src, lg, &err), GT_OK);
+  /* the drafter's path: the same pass with the greedy ids taken on the backend */
+  int32_t ids[RMAX];
+  assert_int_equal(model_mtp_forward_greedy(f.m, &mb, src, ids, &err), GT_OK);
+  for (int p = 0; p < n1; p++) assert_int_equal(ids[p], sampler_argmax(lg + (size_t)p * V, V));
   static ref_t R;
   R.hp = hp, R.g = f.g, R.b = hp->n_layer;
   float *rl = malloc(sizeof(float) * (size_t)V), *hout = malloc(sizeof(float) * (size_t)d);
@@ -257,7 +263,12 @@ static void test_forward_reference(void **state) {
   int32_t ctok = 5, cpos = L - 1, csrc = -1 - (L - 2), cone = 1, c0 = 0;
   be_batch_t cb = {.n_tok = 1, .n_seq = 1, .tok = &ctok, .pos = &cpos, .seq_first = &c0, .seq_ntok = &cone,
                    .block_table = bt, .max_blocks = 8, .n_out = 1, .out_tok = &c0};
+  int32_t cid = -1;
+  assert_int_equal(model_mtp_forward_greedy(f.m, &cb, &csrc, &cid, &err), GT_OK);
+  /* the pass again (mprev: its out rows), then the chained row through host logits */
+  assert_int_equal(model_mtp_forward_greedy(f.m, &mb, src, ids, &err), GT_OK);
   assert_int_equal(model_mtp_forward(f.m, &cb, &csrc, lg, &err), GT_OK);
+  assert_int_equal(cid, sampler_argmax(lg, V));
   ref_row(&R, ctok, hout, cpos, rl, hout);
   const double chain = max_rel(lg, rl, V);
   printf("MTP forward vs reference: max |diff| / max |ref| %.3g over %d pass rows, %.3g chained\n", worst, L - 1, chain);
