@@ -238,7 +238,8 @@ static int cu_state_zero(be_t *be, int slot) {
 static int cu_set_batch(be_t *be, const be_batch_t *b) {
   be_cuda_t *c = CU_BE(be);
   cu__flush_eager(be); /* a step that ended without download / sync */
-  c->decode_batch = 0;
+  c->graph_batch = 0;
+  c->step_kind = -1;
   cu__t_decode_batch = 0;
   if (b->n_tok < 0 || b->n_seq < 0 || b->n_out < 0 || b->max_blocks < 0)
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: negative batch sizes");
@@ -310,19 +311,25 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
       }
     }
   }
-  /* decode step: one token per sequence -> recorded for a graph of its batch size (up to
-   * BE_GRAPH_MAX_SEQS); a decode step that is not recorded runs eagerly and counts as such */
-  int one_each = nt > 0 && nt == ns && no <= nt;
-  for (int s = 0; s < ns && one_each; s++) one_each = sn[s] == 1;
-  const int decode = one_each && nt <= BE_GRAPH_MAX_SEQS && !b->eager;
-  c->decode_batch = decode;
+  /* the step's kind and shape: q tokens for every sequence (0: they differ). A graph shape is
+   * recorded for the graph of its batch size (decode) or of its shape (verify, drafter: kept
+   * apart by the drafter tag); a step of a counted kind that is not recorded runs eagerly and
+   * counts as such */
+  int q = ns > 0 ? sn[0] : 0;
+  for (int s = 1; s < ns && q; s++)
+    if (sn[s] != q) q = 0;
+  if (nt != ns * q) q = 0; /* tokens outside every sequence */
+  const int one_each = nt > 0 && q == 1 && no <= nt;
+  c->step_kind = b->drafter ? BE_CUDA_STEP_DRAFTER : one_each ? BE_CUDA_STEP_DECODE : no > ns ? BE_CUDA_STEP_VERIFY : -1;
+  c->graph_batch = c->step_kind >= 0 && q >= 1 && q <= BE_GRAPH_MAX_Q && nt <= BE_GRAPH_MAX_SEQS && no <= nt;
+  c->shape = (cu_shape_t){.n_seq = ns, .q = q, .n_out = no, .drafter = b->drafter != 0};
   cu__t_decode_batch = one_each;
-  /* an armed profile records any step (a prefill too); only decode steps become graphs */
-  if ((decode && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
+  /* an armed profile records any step (a prefill too); only graph shapes become graphs */
+  if ((c->graph_batch && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
     c->recording = 1;
     c->n_rec = 0;
-  } else if (one_each && !b->eager) {
-    c->eager_steps++;
+  } else {
+    cu_count_eager(c);
   }
   return GT_OK;
 }
@@ -330,7 +337,12 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st) {
   be_cuda_t *c = CU_BE(be);
   *st = (be_cuda_stats_t){.graph_steps = c->graph_steps, .eager_steps = c->eager_steps, .captures = c->captures,
-                          .captured_sizes = c->captured, .profiled_steps = c->prof_steps};
+                          .captured_sizes = c->captured, .profiled_steps = c->prof_steps, .shape_graphs = c->n_sgraphs};
+  for (int k = 0; k < BE_CUDA_STEP_KINDS; k++) {
+    st->kind_graph[k] = c->kind_graph[k];
+    st->kind_eager[k] = c->kind_eager[k];
+    st->kind_captures[k] = c->kind_captures[k];
+  }
 }
 
 static void cu_graph_sizes(be_t *be, be_sizes_t *out) { *out = CU_BE(be)->captured; }
@@ -351,6 +363,10 @@ static void cu_destroy(be_t *be) {
   for (int i = 0; i <= BE_GRAPH_MAX_SEQS; i++) {
     if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
     free(c->graphs[i].rec);
+  }
+  for (int i = 0; i < c->n_sgraphs; i++) {
+    if (c->sgraphs[i].exec) cudaGraphExecDestroy(c->sgraphs[i].exec);
+    free(c->sgraphs[i].rec);
   }
   free(c->rec);
   free(c->prof_rows);

@@ -71,7 +71,7 @@ int q35_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *
   if (rc) return rc;
   be_batch_t bb = *b;
   bb.state_slot = NULL; /* no recurrent layer runs: nothing may reset the sequences' slots */
-  bb.eager = 1;         /* the decode graph of its size stays the model's (CUDA) */
+  bb.drafter = 1;       /* CUDA: graphs of its own, the model's decode / verify graphs stay */
   if (o->set_batch(be, &bb)) return model_backend_err(be, err);
   gather_hidden(m, src, T, 1, err);
   o->embed(be, M->embed_tokens.data ? &M->embed_tokens : &s->tok_embd, s->x);

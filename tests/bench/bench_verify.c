@@ -9,7 +9,9 @@
  * at context --ctx (a prefill fills the sequences' KV and state first), timed over --iters
  * repetitions at the same positions after --warm untimed ones. One line per batch size: the step
  * times in ms, verify / decode, and the decode rate speculation would give with acceptance length
- * --accept (tokens per verify step = 1 + accepted drafts), from the measured costs:
+ * --accept (tokens per verify step = 1 + accepted drafts), from the measured costs (CUDA: then
+ * the graph steps / eager steps / captures of each kind of step over those repetitions; steady
+ * steps replay graphs, so eager is 0 unless GANTRY_CUDA_GRAPHS=0):
  *   speedup = accept * t_decode / (t_verify + t_mtp)
  *   bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 3] [--ctx 512]
  *                [--accept 2.5] [--iters 20] [--warm 3] [--threads N] [--no-mtp] */
@@ -157,6 +159,10 @@ int main(int argc, char **argv) {
       p += n;
     }
     double t[3] = {0, 0, 0};
+#ifdef GANTRY_HAVE_CUDA
+    be_cuda_stats_t st0, st1;
+    if (!strcmp(device, "cuda")) be_cuda_get_stats(be, &st0);
+#endif
     for (int it = 0; it < warm + iters && !rc; it++) {
       be_batch_t b = batch(&v, 1, ctx, 1);
       double t0 = gt_now_ms();
@@ -173,6 +179,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) t[i] /= iters;
     printf("%5d | %10.3f | %10.3f | %8.3f | %10.3f | %7.2fx\n", v.B, t[0], t[1], t[1] / t[0], t[2],
            accept * t[0] / (t[1] + t[2]));
+#ifdef GANTRY_HAVE_CUDA
+    if (!strcmp(device, "cuda")) { /* the warm and timed steps of this batch size */
+      be_cuda_get_stats(be, &st1);
+      static const char *const kind[] = {"decode", "verify", "drafter"};
+      printf("      | graph steps / eager steps / captures:");
+      for (int k = 0; k < BE_CUDA_STEP_KINDS; k++)
+        printf(" %s %ld / %ld / %ld%s", kind[k], st1.kind_graph[k] - st0.kind_graph[k], st1.kind_eager[k] - st0.kind_eager[k],
+               st1.kind_captures[k] - st0.kind_captures[k], k + 1 < BE_CUDA_STEP_KINDS ? "," : "\n");
+    }
+#endif
   }
   if (rc) fprintf(stderr, "bench_verify: %s\n", err.msg);
   model_free(m);
