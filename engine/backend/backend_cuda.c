@@ -188,18 +188,38 @@ static int cu_state_init(be_t *be, int n_layers, int n_slots, size_t conv_dim, s
   return GT_OK;
 }
 
+/* rows of `width` bytes `pitch` apart from base (row l: layer l): copied to / zeroed at the same
+ * rows from src_base (NULL: memset 0), in one 2-D call when the pitch is within the device's
+ * limit (cudaDevAttrMaxPitch: 2^31 - 1 bytes on current GPUs), else one call per row. */
+static int state_rows(be_t *be, char *base, const char *src_base, size_t width, size_t pitch, int rows) {
+  cudaStream_t st = CU_BE(be)->stream;
+  if (!width || rows <= 0) return GT_OK;
+  if (pitch <= (size_t)INT_MAX) {
+    const cudaError_t e = src_base ? cudaMemcpy2DAsync(base, pitch, src_base, pitch, width, rows, cudaMemcpyDeviceToDevice, st)
+                                   : cudaMemset2DAsync(base, pitch, 0, width, rows, st);
+    return KC_CUDA(CU_ERR(be), e) ? GT_EINTERNAL : GT_OK;
+  }
+  for (int l = 0; l < rows; l++) {
+    const cudaError_t e = src_base ? cudaMemcpyAsync(base + l * pitch, src_base + l * pitch, width, cudaMemcpyDeviceToDevice, st)
+                                   : cudaMemsetAsync(base + l * pitch, 0, width, st);
+    if (KC_CUDA(CU_ERR(be), e)) return GT_EINTERNAL;
+  }
+  return GT_OK;
+}
+
 static int cu_state_copy(be_t *be, int dst, int src) {
   be_cuda_t *c = CU_BE(be);
   if (dst < 0 || src < 0 || dst >= c->st_slots || src >= c->st_slots)
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda state_copy %d <- %d of %d slots", dst, src, c->st_slots);
   cu__flush_eager(be);
-  for (int l = 0; l < c->st_layers; l++) {
-    if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync(conv_state(c, l, dst), conv_state(c, l, src), c->conv_dim * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, c->stream)) ||
-        KC_CUDA(CU_ERR(be), cudaMemcpyAsync(ssm_state(c, l, dst), ssm_state(c, l, src), c->ssm_dim * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, c->stream)))
-      return GT_EINTERNAL;
-  }
+  if (c->st_layers == 0 || dst == src) return GT_OK;
+  /* a slot's state of every layer, st_slots slots apart: one 2-D copy per state (a hybrid
+   * speculating sequence copies its state before every verify step: 2 calls, not 2 per layer) */
+  const size_t cb = c->conv_dim * sizeof(float), sb = c->ssm_dim * sizeof(float);
+  if (state_rows(be, (char *)conv_state(c, 0, dst), (const char *)conv_state(c, 0, src), cb, cb * c->st_slots,
+                 c->st_layers) ||
+      state_rows(be, (char *)ssm_state(c, 0, dst), (const char *)ssm_state(c, 0, src), sb, sb * c->st_slots, c->st_layers))
+    return GT_EINTERNAL;
   return GT_OK;
 }
 
@@ -225,11 +245,12 @@ static int cu_state_zero(be_t *be, int slot) {
   if (slot < 0 || slot >= c->st_slots)
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda state_zero %d of %d slots", slot, c->st_slots);
   cu__flush_eager(be);
-  for (int l = 0; l < c->st_layers; l++) {
-    if (KC_CUDA(CU_ERR(be), cudaMemsetAsync(conv_state(c, l, slot), 0, c->conv_dim * sizeof(float), c->stream)) ||
-        KC_CUDA(CU_ERR(be), cudaMemsetAsync(ssm_state(c, l, slot), 0, c->ssm_dim * sizeof(float), c->stream)))
-      return GT_EINTERNAL;
-  }
+  if (c->st_layers == 0) return GT_OK;
+  /* every layer's rows of the slot in one 2-D memset per state (as cu_state_copy) */
+  const size_t cb = c->conv_dim * sizeof(float), sb = c->ssm_dim * sizeof(float);
+  if (state_rows(be, (char *)conv_state(c, 0, slot), NULL, cb, cb * c->st_slots, c->st_layers) ||
+      state_rows(be, (char *)ssm_state(c, 0, slot), NULL, sb, sb * c->st_slots, c->st_layers))
+    return GT_EINTERNAL;
   return GT_OK;
 }
 
