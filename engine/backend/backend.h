@@ -30,8 +30,12 @@
 typedef struct be be_t;
 
 /* Largest decode batch (sequences of one token each) a backend runs from a captured graph
- * (CUDA: one graph per size 1..BE_GRAPH_MAX_SEQS, captured at start by sched_warmup). */
+ * (CUDA: one graph per size 1..BE_GRAPH_MAX_SEQS, captured at start by sched_warmup). Verify and
+ * drafter steps of q tokens per sequence (every sequence the same q, 1 <= q <= BE_GRAPH_MAX_Q,
+ * at most BE_GRAPH_MAX_SEQS tokens in all) have graphs of their own shape (kernels/README.md
+ * "CUDA graphs"). */
 #define BE_GRAPH_MAX_SEQS 256
+#define BE_GRAPH_MAX_Q 9 /* 1 + SCHED_SPEC_MAX_K drafts */
 /* A set of batch sizes 0..BE_GRAPH_MAX_SEQS (bit n of w[n / 64]). */
 typedef struct {
   uint64_t w[BE_GRAPH_MAX_SEQS / 64 + 1];
@@ -70,8 +74,9 @@ typedef struct {
   const int32_t *state_slot;  /* [n_seq] recurrent-state slot, or NULL for non-hybrid models */
   int n_out;
   const int32_t *out_tok;     /* [n_out] batch token indices whose logits are wanted */
-  int eager;                  /* 1: never a decode graph, whatever its shape (a drafter's steps between
-                                 the model's own: they would displace the graph of their size) */
+  int drafter;                /* 1: a drafter's step (engine/sched/spec_mtp.c) between the model's own: on
+                                 CUDA its graphs are keyed apart, so it never displaces the model's graph
+                                 of the same shape */
 } be_batch_t;
 
 /* Sampling parameters of one logits row for the optional `sample` op (no penalties: those need
@@ -263,9 +268,11 @@ typedef struct be_ops {
   void (*all_reduce)(be_t *be, float *x, size_t n);
 
   /* ---- optional (NULL when not applicable) ---- */
-  /* decode steps (one token per sequence) that ran without a captured graph (CUDA): every such
-   * step counts, whatever its size (graphs off, a size past BE_GRAPH_MAX_SEQS, an op that cannot
-   * be captured); steady decode must keep it at 0 */
+  /* decode, verify and drafter steps that ran without a captured graph (CUDA): every decode step
+   * (one token per sequence) and drafter step, and every verify step (a sequence with more than
+   * one output row) that did not replay or capture a graph counts, whatever the reason (graphs
+   * off, a shape past the graph limits, e.g. sequences bringing different token counts, an op
+   * that cannot be captured); steady decode must keep it at 0 */
   long (*eager_steps)(be_t *be);
   /* graphs captured or updated so far (CUDA): constant in steady decode; a rise mid-stream is a
    * re-capture (tens of ms on a large model) */

@@ -188,18 +188,38 @@ static int cu_state_init(be_t *be, int n_layers, int n_slots, size_t conv_dim, s
   return GT_OK;
 }
 
+/* rows of `width` bytes `pitch` apart from base (row l: layer l): copied to / zeroed at the same
+ * rows from src_base (NULL: memset 0), in one 2-D call when the pitch is within the device's
+ * limit (cudaDevAttrMaxPitch: 2^31 - 1 bytes on current GPUs), else one call per row. */
+static int state_rows(be_t *be, char *base, const char *src_base, size_t width, size_t pitch, int rows) {
+  cudaStream_t st = CU_BE(be)->stream;
+  if (!width || rows <= 0) return GT_OK;
+  if (pitch <= (size_t)INT_MAX) {
+    const cudaError_t e = src_base ? cudaMemcpy2DAsync(base, pitch, src_base, pitch, width, rows, cudaMemcpyDeviceToDevice, st)
+                                   : cudaMemset2DAsync(base, pitch, 0, width, rows, st);
+    return KC_CUDA(CU_ERR(be), e) ? GT_EINTERNAL : GT_OK;
+  }
+  for (int l = 0; l < rows; l++) {
+    const cudaError_t e = src_base ? cudaMemcpyAsync(base + l * pitch, src_base + l * pitch, width, cudaMemcpyDeviceToDevice, st)
+                                   : cudaMemsetAsync(base + l * pitch, 0, width, st);
+    if (KC_CUDA(CU_ERR(be), e)) return GT_EINTERNAL;
+  }
+  return GT_OK;
+}
+
 static int cu_state_copy(be_t *be, int dst, int src) {
   be_cuda_t *c = CU_BE(be);
   if (dst < 0 || src < 0 || dst >= c->st_slots || src >= c->st_slots)
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda state_copy %d <- %d of %d slots", dst, src, c->st_slots);
   cu__flush_eager(be);
-  for (int l = 0; l < c->st_layers; l++) {
-    if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync(conv_state(c, l, dst), conv_state(c, l, src), c->conv_dim * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, c->stream)) ||
-        KC_CUDA(CU_ERR(be), cudaMemcpyAsync(ssm_state(c, l, dst), ssm_state(c, l, src), c->ssm_dim * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, c->stream)))
-      return GT_EINTERNAL;
-  }
+  if (c->st_layers == 0 || dst == src) return GT_OK;
+  /* a slot's state of every layer, st_slots slots apart: one 2-D copy per state (a hybrid
+   * speculating sequence copies its state before every verify step: 2 calls, not 2 per layer) */
+  const size_t cb = c->conv_dim * sizeof(float), sb = c->ssm_dim * sizeof(float);
+  if (state_rows(be, (char *)conv_state(c, 0, dst), (const char *)conv_state(c, 0, src), cb, cb * c->st_slots,
+                 c->st_layers) ||
+      state_rows(be, (char *)ssm_state(c, 0, dst), (const char *)ssm_state(c, 0, src), sb, sb * c->st_slots, c->st_layers))
+    return GT_EINTERNAL;
   return GT_OK;
 }
 
@@ -225,11 +245,12 @@ static int cu_state_zero(be_t *be, int slot) {
   if (slot < 0 || slot >= c->st_slots)
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda state_zero %d of %d slots", slot, c->st_slots);
   cu__flush_eager(be);
-  for (int l = 0; l < c->st_layers; l++) {
-    if (KC_CUDA(CU_ERR(be), cudaMemsetAsync(conv_state(c, l, slot), 0, c->conv_dim * sizeof(float), c->stream)) ||
-        KC_CUDA(CU_ERR(be), cudaMemsetAsync(ssm_state(c, l, slot), 0, c->ssm_dim * sizeof(float), c->stream)))
-      return GT_EINTERNAL;
-  }
+  if (c->st_layers == 0) return GT_OK;
+  /* every layer's rows of the slot in one 2-D memset per state (as cu_state_copy) */
+  const size_t cb = c->conv_dim * sizeof(float), sb = c->ssm_dim * sizeof(float);
+  if (state_rows(be, (char *)conv_state(c, 0, slot), NULL, cb, cb * c->st_slots, c->st_layers) ||
+      state_rows(be, (char *)ssm_state(c, 0, slot), NULL, sb, sb * c->st_slots, c->st_layers))
+    return GT_EINTERNAL;
   return GT_OK;
 }
 
@@ -238,7 +259,8 @@ static int cu_state_zero(be_t *be, int slot) {
 static int cu_set_batch(be_t *be, const be_batch_t *b) {
   be_cuda_t *c = CU_BE(be);
   cu__flush_eager(be); /* a step that ended without download / sync */
-  c->decode_batch = 0;
+  c->graph_batch = 0;
+  c->step_kind = -1;
   cu__t_decode_batch = 0;
   if (b->n_tok < 0 || b->n_seq < 0 || b->n_out < 0 || b->max_blocks < 0)
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: negative batch sizes");
@@ -310,19 +332,25 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
       }
     }
   }
-  /* decode step: one token per sequence -> recorded for a graph of its batch size (up to
-   * BE_GRAPH_MAX_SEQS); a decode step that is not recorded runs eagerly and counts as such */
-  int one_each = nt > 0 && nt == ns && no <= nt;
-  for (int s = 0; s < ns && one_each; s++) one_each = sn[s] == 1;
-  const int decode = one_each && nt <= BE_GRAPH_MAX_SEQS && !b->eager;
-  c->decode_batch = decode;
+  /* the step's kind and shape: q tokens for every sequence (0: they differ). A graph shape is
+   * recorded for the graph of its batch size (decode) or of its shape (verify, drafter: kept
+   * apart by the drafter tag); a step of a counted kind that is not recorded runs eagerly and
+   * counts as such */
+  int q = ns > 0 ? sn[0] : 0;
+  for (int s = 1; s < ns && q; s++)
+    if (sn[s] != q) q = 0;
+  if (nt != ns * q) q = 0; /* tokens outside every sequence */
+  const int one_each = nt > 0 && q == 1 && no <= nt;
+  c->step_kind = b->drafter ? BE_CUDA_STEP_DRAFTER : one_each ? BE_CUDA_STEP_DECODE : no > ns ? BE_CUDA_STEP_VERIFY : -1;
+  c->graph_batch = c->step_kind >= 0 && q >= 1 && q <= BE_GRAPH_MAX_Q && nt <= BE_GRAPH_MAX_SEQS && no <= nt;
+  c->shape = (cu_shape_t){.n_seq = ns, .q = q, .n_out = no, .drafter = b->drafter != 0};
   cu__t_decode_batch = one_each;
-  /* an armed profile records any step (a prefill too); only decode steps become graphs */
-  if ((decode && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
+  /* an armed profile records any step (a prefill too); only graph shapes become graphs */
+  if ((c->graph_batch && c->graphs_on) || c->prof_state == CU_PROF_ARMED) {
     c->recording = 1;
     c->n_rec = 0;
-  } else if (one_each && !b->eager) {
-    c->eager_steps++;
+  } else {
+    cu_count_eager(c);
   }
   return GT_OK;
 }
@@ -330,7 +358,12 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st) {
   be_cuda_t *c = CU_BE(be);
   *st = (be_cuda_stats_t){.graph_steps = c->graph_steps, .eager_steps = c->eager_steps, .captures = c->captures,
-                          .captured_sizes = c->captured, .profiled_steps = c->prof_steps};
+                          .captured_sizes = c->captured, .profiled_steps = c->prof_steps, .shape_graphs = c->n_sgraphs};
+  for (int k = 0; k < BE_CUDA_STEP_KINDS; k++) {
+    st->kind_graph[k] = c->kind_graph[k];
+    st->kind_eager[k] = c->kind_eager[k];
+    st->kind_captures[k] = c->kind_captures[k];
+  }
 }
 
 static void cu_graph_sizes(be_t *be, be_sizes_t *out) { *out = CU_BE(be)->captured; }
@@ -351,6 +384,10 @@ static void cu_destroy(be_t *be) {
   for (int i = 0; i <= BE_GRAPH_MAX_SEQS; i++) {
     if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
     free(c->graphs[i].rec);
+  }
+  for (int i = 0; i < c->n_sgraphs; i++) {
+    if (c->sgraphs[i].exec) cudaGraphExecDestroy(c->sgraphs[i].exec);
+    free(c->sgraphs[i].rec);
   }
   free(c->rec);
   free(c->prof_rows);

@@ -24,15 +24,28 @@ int be_cuda_create_rank(int device, int rank, struct be_comm *comm, be_t **out, 
 /* CUDA devices visible to this process (0 without CUDA or a driver). */
 int be_cuda_device_count(void);
 
-/* Decode-step counters: steps replayed from (or captured into) a CUDA graph, steps run
- * eagerly (a decode step that could not use a graph; 0 in steady decode), graph captures, and a
- * bit mask of the batch sizes that have a graph (bit n = batch of n sequences). Decode steps
- * (one token per sequence, up to 32 sequences) use graphs unless GANTRY_CUDA_GRAPHS=0. */
+/* Step counters: steps replayed from (or captured into) a CUDA graph, steps run eagerly (a step
+ * of a kind below that did not use a graph; 0 in steady decode), graph captures (or updates), and
+ * a bit mask of the decode batch sizes that have a graph (bit n = batch of n sequences). Kinds:
+ *   decode   one token per sequence (the model's own step)
+ *   verify   a model step where a sequence has more than one output row (its drafts)
+ *   drafter  a step tagged be_batch_t.drafter (the MTP drafter's)
+ * Prefill and mixed steps are none of these and are not counted. Decode steps up to
+ * BE_GRAPH_MAX_SEQS sequences, and verify / drafter steps whose sequences all bring the same
+ * q <= BE_GRAPH_MAX_Q tokens (<= BE_GRAPH_MAX_SEQS tokens in all), use graphs unless
+ * GANTRY_CUDA_GRAPHS=0. graph_steps / eager_steps / captures are the sums over the kinds. */
+enum { BE_CUDA_STEP_DECODE, BE_CUDA_STEP_VERIFY, BE_CUDA_STEP_DRAFTER, BE_CUDA_STEP_KINDS };
 typedef struct {
   long graph_steps, eager_steps, captures;
   be_sizes_t captured_sizes;
   long profiled_steps; /* steps run for be_cuda_profile_arm (not in eager_steps) */
+  long kind_graph[BE_CUDA_STEP_KINDS], kind_eager[BE_CUDA_STEP_KINDS], kind_captures[BE_CUDA_STEP_KINDS];
+  int shape_graphs;    /* verify / drafter graphs held (at most BE_CUDA_SHAPE_GRAPHS) */
 } be_cuda_stats_t;
+/* Verify / drafter graphs a backend holds at most, kept by shape (n_seq, q, n_out, drafter), up to
+ * 4 variants of a shape whose op sequence differs (backend_cuda_graph.c step_graph); a step of a
+ * new shape past that runs eagerly (counted). */
+#define BE_CUDA_SHAPE_GRAPHS 128
 void be_cuda_get_stats(be_t *be, be_cuda_stats_t *st);
 
 /* Per-op profile of one step (gantry-engine bench / bench_decode).

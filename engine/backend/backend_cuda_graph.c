@@ -21,7 +21,9 @@
  * with those the graph of that batch size was captured from; if equal (same buffers, shapes and
  * batch view, no internal buffer moved since) the graph is replayed, otherwise the records are
  * captured into a new graph (or an update of the old one) and that is launched. Anything else
- * that touches the stream first runs the recorded ops eagerly (counted as an eager step). */
+ * that touches the stream first runs the recorded ops eagerly (counted as an eager step).
+ * Verify and drafter steps of a graph shape (cu_set_batch: every sequence q <= BE_GRAPH_MAX_Q
+ * tokens) are recorded the same way and kept by shape (step_graph). */
 enum {
 #define OP_ID(name) OP_##name,
   CU_REC_OPS(OP_ID) /* OP_<name>: the op of a record, one per op of CU_REC_OPS */
@@ -191,7 +193,7 @@ void cu__flush_eager(be_t *be) {
   if (!c->recording) return;
   c->recording = 0;
   for (int k = 0; k < c->n_rec; k++) run_rec(be, &c->rec[k]);
-  if (c->n_rec > 0) c->eager_steps++;
+  if (c->n_rec > 0) cu_count_eager(c);
   c->n_rec = 0;
 }
 
@@ -343,7 +345,7 @@ static void profile_step(be_t *be) {
   /* a prefill runs ungated: prepare_capture sizes scratch for decode kernels (the split
    * attention of every token would ask for gigabytes at long prompts), and its ops outlast the
    * host's launches anyway; its own scratch was sized by the unprofiled steps before it */
-  int gated = c->decode_batch && !cu_failed(be) && prepare_capture(be) == 0;
+  int gated = c->graph_batch && !cu_failed(be) && prepare_capture(be) == 0;
   cudaEvent_t *ev = calloc((size_t)2 * n + 1, sizeof *ev);
   int *gate = calloc((size_t)n / CU_PROF_CHUNK + 1, sizeof *gate);
   if (!c->prof_rows) c->prof_rows = malloc(sizeof(be_cuda_prof_t) * CU_PROF_MAX_ROWS);
@@ -393,10 +395,12 @@ static void profile_step(be_t *be) {
   c->prof_state = CU_PROF_GRAPH;
 }
 
-/* Launches g, timed with prof_gev when graph replays of the profiled batch size are timed. */
+/* Launches g, timed with prof_gev when graph replays of the profiled batch size are timed (decode
+ * graphs). */
 static int graph_launch(be_t *be, cu_graph_t *g, int n) {
   be_cuda_t *c = CU_BE(be);
-  int timed = c->prof_state == CU_PROF_GRAPH && n == c->prof_sum.batch && !c->prof_g_pending;
+  int timed = c->prof_state == CU_PROF_GRAPH && c->step_kind == BE_CUDA_STEP_DECODE && n == c->prof_sum.batch &&
+              !c->prof_g_pending;
   if (timed && cudaEventRecord(c->prof_gev[0], c->stream) != cudaSuccess) {
     (void)cudaGetLastError(); /* a profiling failure never fails the step */
     timed = 0;
@@ -405,6 +409,7 @@ static int graph_launch(be_t *be, cu_graph_t *g, int n) {
   if (timed && !(c->prof_g_pending = cudaEventRecord(c->prof_gev[1], c->stream) == cudaSuccess))
     (void)cudaGetLastError();
   c->graph_steps++;
+  c->kind_graph[c->step_kind]++;
   return 0;
 }
 
@@ -508,12 +513,49 @@ static int capture_step(be_t *be, cu_graph_t *g) {
   g->kb = c->kb;
   g->buf_gen = c->buf_gen;
   c->captures++;
-  be_sizes_add(&c->captured, c->b.n_tok);
+  c->kind_captures[c->step_kind]++;
+  if (c->step_kind == BE_CUDA_STEP_DECODE) be_sizes_add(&c->captured, c->b.n_tok);
   return 0;
 }
 
-/* Ends a recorded decode step: replays, updates or captures the graph of its batch size (or
- * profiles it: be_cuda_profile_arm).
+/* g can replay the recorded step: captured from the same records and batch view, no internal
+ * buffer moved since. */
+static int graph_matches(const be_cuda_t *c, const cu_graph_t *g) {
+  return g->exec && g->buf_gen == c->buf_gen && g->n_rec == c->n_rec && !memcmp(&g->kb, &c->kb, sizeof c->kb) &&
+         !memcmp(g->rec, c->rec, sizeof(op_rec_t) * (size_t)c->n_rec);
+}
+
+/* The graph for the current step (after prepare_capture): decode steps the graph of their batch
+ * size; verify / drafter steps one of the up to CU_SHAPE_VARIANTS graphs of their shape: one that
+ * matches the records (replay), else a free slot, else the least recently used of the shape's
+ * (capture). Variants: a drafter step's records also depend on where its hidden rows come from
+ * (the pass after a decode or a verify step, a chained row), so a shape may recur with a few
+ * op sequences that would otherwise take turns re-capturing one graph. NULL: no graph shape (a
+ * profiled prefill), or the shape has no graph and every slot is taken. */
+#define CU_SHAPE_VARIANTS 4
+static cu_graph_t *step_graph(be_cuda_t *c) {
+  if (!c->graph_batch) return NULL;
+  if (c->step_kind == BE_CUDA_STEP_DECODE) return &c->graphs[c->b.n_tok];
+  cu_graph_t *lru = NULL;
+  int n_same = 0;
+  for (int i = 0; i < c->n_sgraphs; i++) {
+    cu_graph_t *g = &c->sgraphs[i];
+    if (memcmp(&g->shape, &c->shape, sizeof c->shape)) continue;
+    if (graph_matches(c, g)) return g;
+    n_same++;
+    if (!lru || g->used < lru->used) lru = g;
+  }
+  if (n_same < CU_SHAPE_VARIANTS && c->n_sgraphs < BE_CUDA_SHAPE_GRAPHS) {
+    cu_graph_t *g = &c->sgraphs[c->n_sgraphs++];
+    memset(g, 0, sizeof *g);
+    g->shape = c->shape;
+    return g;
+  }
+  return lru;
+}
+
+/* Ends a recorded step: replays, updates or captures the graph of its batch size (decode) or
+ * shape (verify, drafter: step_graph), or profiles it (be_cuda_profile_arm).
  * Ranks that share one device (a communicator with step_gate: comm_local.h) must never let a
  * stream wait for work a peer has not queued (engine/TP.md "Ranks sharing one GPU"), so there every
  * rank (1) prepares (scratch, tables: host calls that may synchronise the device) and picks replay /
@@ -530,22 +572,23 @@ void cu__finish_step(be_t *be) {
     return;
   }
   const int n = c->b.n_tok;
-  cu_graph_t *g = &c->graphs[n];
   if (cu_failed(be)) {
     if (gated) c->comm->ops->abort(c->comm); /* nobody waits for this rank at the gates */
     cu__flush_eager(be);
     return;
   }
   int how = STEP_CAPTURE;
-  if (prepare_capture(be)) {
+  cu_graph_t *g = NULL;
+  if (!c->graph_batch || prepare_capture(be)) {
     how = STEP_EAGER;
   } else if (c->comm && !be_sizes_has(&c->comm_warm, n)) {
-    /* a rank's first decode step of each batch size runs eagerly: the communicator's lazy setup
-     * for these all-reduce sizes (connections, buffers) happens outside capture (comm_nccl.h) */
+    /* a rank's first step of each token count runs eagerly: the communicator's lazy setup for
+     * these all-reduce sizes (connections, buffers) happens outside capture (comm_nccl.h) */
     be_sizes_add(&c->comm_warm, n);
     how = STEP_EAGER;
-  } else if (g->exec && g->buf_gen == c->buf_gen && g->n_rec == c->n_rec && !memcmp(&g->kb, &c->kb, sizeof c->kb) &&
-             !memcmp(g->rec, c->rec, sizeof(op_rec_t) * (size_t)c->n_rec)) {
+  } else if (!(g = step_graph(c))) {
+    how = STEP_EAGER;
+  } else if (graph_matches(c, g)) {
     how = STEP_REPLAY;
   }
   if (gated && step_gate(be, &how)) {
@@ -568,12 +611,13 @@ void cu__finish_step(be_t *be) {
   }
   c->recording = 0;
   c->n_rec = 0;
+  g->used = ++c->graph_tick;
   graph_launch(be, g, n);
   int after = 0;
   if (gated) (void)step_gate(be, &after);
 }
 
-/* ---- the be_ops_t entries: cu_<name> records the call during a decode step (the arguments into
+/* ---- the be_ops_t entries: cu_<name> records the call during a recorded step (the arguments into
  * a cu_args_<name>_t), else launches it at once (cu__<name>) ---- */
 #define REC_SET(kind, v) REC_SET_##kind(v)
 #define REC_SET_W(v) rec_w(&ra_->v, v);

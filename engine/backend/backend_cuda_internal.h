@@ -8,7 +8,7 @@
  * stay in their GGUF type. Products with BF16 weights and >= 4 rows run a bf16 tensor-core GEMM
  * on x split into two bf16 halves (~2^-17 relative on x, W read once); other products of <= 32
  * rows run a matvec that reads each weight row once for all rows; larger ones dequantize row
- * tiles of W to fp32 scratch and run a cuBLAS SGEMM (no TF32). Decode steps replay CUDA graphs
+ * tiles of W to fp32 scratch and run a cuBLAS SGEMM (no TF32). Decode, verify and drafter steps replay CUDA graphs
  * (see "decode steps as CUDA graphs" in backend_cuda_graph.c). Errors: shape problems are caught on
  * the host before launch; bad ids / positions / slots are flagged by the kernels in a device
  * word read at sync; CUDA and cuBLAS failures are recorded with KC_CUDA / KC_CUBLAS. The first
@@ -28,12 +28,19 @@
 #define CU_ROPE_TABLES 8
 
 struct op_rec;
+/* The shape a verify / drafter graph is kept for: n_seq sequences of q tokens each, n_out output
+ * rows, the drafter tag (be_batch_t.drafter). Decode graphs are kept by batch size alone. */
+typedef struct {
+  int n_seq, q, n_out, drafter;
+} cu_shape_t;
 typedef struct {
   cudaGraphExec_t exec;
   struct op_rec *rec; /* the records it was captured from */
   int n_rec;
   kc_batch_t kb;
   uint64_t buf_gen;
+  cu_shape_t shape;   /* shape graphs (be_cuda_t.sgraphs) */
+  uint64_t used;      /* graph_tick of its last launch (the least recently used variant is replaced) */
 } cu_graph_t;
 
 typedef struct {
@@ -65,17 +72,26 @@ typedef struct {
   /* fp32 scratch for GEMM tiles and attention partials */
   float *scratch;
   size_t scratch_cap;
-  /* decode graphs (see "decode steps as CUDA graphs") */
+  /* graphs (see "decode steps as CUDA graphs") */
   int graphs_on;           /* GANTRY_CUDA_GRAPHS=0 turns them off */
   int gdn_chunk_min;       /* tokens a sequence must bring for the chunked GDN scan (GANTRY_GDN_CHUNK_MIN) */
   int fa_min;              /* tokens a sequence must bring for the flash prefill attention (GANTRY_ATTN_FLASH_MIN; 0: off) */
-  int recording;           /* the current step is a decode step being recorded */
-  int decode_batch;        /* the current batch is one token per sequence */
+  int recording;           /* the current step is being recorded (a graph shape, or a profile) */
+  /* the current batch has a graph shape (decode, or a uniform verify / drafter step): its kernels'
+   * launch shapes depend only on that shape (attention split counts from max_blocks, not from the
+   * positions), whether or not graphs are on, so a graph of the shape serves every such step */
+  int graph_batch;
+  int step_kind;           /* BE_CUDA_STEP_* of the current batch, -1: none (prefill, mixed) */
+  cu_shape_t shape;        /* the current batch's shape (graph_batch) */
   struct op_rec *rec;      /* [n_rec] recorded ops of the current step */
   int n_rec, cap_rec;
   uint64_t buf_gen;        /* bumped whenever scratch or the batch buffer moves */
-  cu_graph_t graphs[BE_GRAPH_MAX_SEQS + 1]; /* by batch size */
-  long graph_steps, eager_steps, captures;
+  cu_graph_t graphs[BE_GRAPH_MAX_SEQS + 1]; /* decode graphs by batch size */
+  cu_graph_t sgraphs[BE_CUDA_SHAPE_GRAPHS]; /* verify / drafter graphs by shape, n_sgraphs in use */
+  int n_sgraphs;
+  uint64_t graph_tick;     /* graph launches so far (cu_graph_t.used) */
+  long graph_steps, eager_steps, captures; /* sums of the kind_* counters */
+  long kind_graph[BE_CUDA_STEP_KINDS], kind_eager[BE_CUDA_STEP_KINDS], kind_captures[BE_CUDA_STEP_KINDS];
   be_sizes_t captured;     /* batch sizes with a graph */
   /* per-op profile (be_cuda_profile_arm / be_cuda_profile_get) */
   int prof_state;          /* CU_PROF_OFF / ARMED (next decode step) / GRAPH (timing replays) */
@@ -109,6 +125,12 @@ static inline int cu_fail(be_t *be, int code, const char *op, const char *what) 
   return code;
 }
 static inline int cu_failed(be_t *be) { return be->err.code != GT_OK; }
+/* The current step (of a counted kind) ran eagerly. */
+static inline void cu_count_eager(be_cuda_t *c) {
+  if (c->step_kind < 0) return;
+  c->eager_steps++;
+  c->kind_eager[c->step_kind]++;
+}
 enum { CU_PROF_OFF, CU_PROF_ARMED, CU_PROF_GRAPH };
 
 /* Layout of the caches: K and V of one layer in the KV pool; conv / ssm state of (layer, slot). */
@@ -140,7 +162,8 @@ float *cu__scratch(be_t *be, size_t n);
 size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows);
 /* Scratch floats the mmq path needs for w and rows, or 0 when w does not take it. */
 size_t cu__mmq_floats(const be_weight_t *w, int rows);
-/* 1 while the calling thread's backend runs a decode batch (backend_cuda_ops.c x_parts) */
+/* 1 while the calling thread's backend runs a batch of one token per sequence (backend_cuda_ops.c
+ * x_parts) */
 extern __thread int cu__t_decode_batch;
 /* Scratch floats the fast prefill product (dequantize to bf16 + cuBLAS GEMM, "fast" prefill
  * precision) needs for w and rows, or 0 when w does not take it. */
@@ -149,7 +172,7 @@ size_t cu__deq_gemm_floats(const be_weight_t *w, int rows);
  * (error set). Not callable while capturing. */
 const double *cu__rope_table(be_t *be, float theta, int n_rot, int bf16);
 /* bf16 pools: the tokens a sequence must bring to take the flash prefill kernel (INT_MAX: none
- * does), and the split count of the decode kernel for the current batch (decode batches: from
+ * does), and the split count of the decode kernel for the current batch (graph shapes: from
  * max_blocks, so it is the same for every step a graph replays) */
 int cu__attn_fa_min(const be_cuda_t *c, int head_dim);
 int cu__attn_splits(const be_cuda_t *c, int n_head, int n_kv_head, int head_dim);
@@ -190,8 +213,8 @@ CU_REC_OPS(CU_LAUNCH_DECL)
 /* Runs the recorded ops of the current step eagerly and stops recording (no-op when not
  * recording): called before anything else touches the stream. */
 void cu__flush_eager(be_t *be);
-/* Ends a recorded decode step: replays, updates or captures the graph of its batch size (or
- * profiles it); no-op when not recording. */
+/* Ends a recorded step: replays, updates or captures the graph of its batch size (decode) or
+ * shape (verify, drafter), or profiles it; no-op when not recording. */
 void cu__finish_step(be_t *be);
 /* After the stream drained: adds a timed graph launch to the profile mean. */
 void cu__prof_collect_graph(be_t *be);

@@ -542,7 +542,7 @@ void cu__attention(be_t *be, int layer, const float *q, float *out, int n_head, 
   }
   /* fp32 pools (--kv-dtype fp32): a split count independent of the context length for decode,
    * so one graph serves every step */
-  const int n_split = kc_attention_splits(c->b.n_tok, n_head, c->decode_batch ? 1 << 30 : c->max_ctx);
+  const int n_split = kc_attention_splits(c->b.n_tok, n_head, c->graph_batch ? 1 << 30 : c->max_ctx);
   float *part = cu__scratch(be, kc_attention_part_floats(c->b.n_tok, n_head, head_dim, n_split));
   if (!part) return;
   KC_CUDA(CU_ERR(be), kc_attention(c->stream, c->kb, kv_of(c, layer), q, out, n_head, n_kv_head, head_dim, scale, n_split,
@@ -554,8 +554,8 @@ int cu__attn_fa_min(const be_cuda_t *c, int head_dim) {
 }
 
 int cu__attn_splits(const be_cuda_t *c, int n_head, int n_kv_head, int head_dim) {
-  /* decode steps (graphs): the longest context the block table can hold, fixed per graph */
-  const int max_ctx = c->decode_batch ? c->b.max_blocks * c->kv_block_tokens : c->max_ctx;
+  /* graph shapes: the longest context the block table can hold, fixed per graph */
+  const int max_ctx = c->graph_batch ? c->b.max_blocks * c->kv_block_tokens : c->max_ctx;
   return kc_attn_decode_splits(c->b.n_tok, n_head, n_kv_head, head_dim, max_ctx);
 }
 

@@ -198,6 +198,7 @@ int model_load(const gguf_t *g, be_t *be, int max_tokens, model_t **out, gt_err_
 void model_free(model_t *m) {
   if (!m) return;
   m->arch->free(m);
+  free(m->mtp_greedy);
   free(m);
 }
 
@@ -249,9 +250,40 @@ int model_mtp_enable(model_t *m, gt_err_t *err) {
   return m->arch->mtp_enable(m, err);
 }
 
-int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err) {
+/* The drafter's step with the head mode set for it alone (host logits, or greedy rows + ids), the
+ * caller's restored after. */
+static int mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits,
+                       const be_sample_row_t *rows, int32_t *ids, gt_err_t *err) {
   if (!m->mtp_kv_layers) return gt_err_set(err, GT_EINVAL, "model_mtp_forward before model_mtp_enable");
-  return m->arch->mtp_forward(m, b, src, logits, err);
+  const be_sample_row_t *rows0 = m->head_rows;
+  int32_t *ids0 = m->head_ids;
+  const uint32_t *mask0 = m->head_mask, *rmap0 = m->head_rmap;
+  m->head_rows = rows;
+  m->head_ids = ids;
+  m->head_mask = m->head_rmap = NULL;
+  const int rc = m->arch->mtp_forward(m, b, src, logits, err);
+  m->head_rows = rows0;
+  m->head_ids = ids0;
+  m->head_mask = mask0;
+  m->head_rmap = rmap0;
+  return rc;
+}
+
+int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err) {
+  return mtp_forward(m, b, src, logits, NULL, NULL, err);
+}
+
+int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *ids, gt_err_t *err) {
+  if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
+  if (b->n_out < 0 || b->n_out > m->max_out || (b->n_out > 0 && !ids))
+    return gt_err_set(err, GT_EINVAL, "MTP step of %d greedy rows (max %d)", b->n_out, m->max_out);
+  if (!m->mtp_greedy) {
+    m->mtp_greedy = malloc(sizeof(be_sample_row_t) * (size_t)(m->max_out > 0 ? m->max_out : 1));
+    if (!m->mtp_greedy) return gt_err_set(err, GT_ENOMEM, "MTP greedy rows");
+    for (int i = 0; i < m->max_out; i++)
+      m->mtp_greedy[i] = (be_sample_row_t){.temperature = 0, .top_k = 1, .top_p = 1, .min_p = 0, .u = 0};
+  }
+  return mtp_forward(m, b, src, NULL, m->mtp_greedy, ids, err);
 }
 
 int model_backend_err(be_t *be, gt_err_t *err) {
@@ -361,10 +393,11 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
   const int d = m->hp.n_embd, V = m->hp.n_vocab, Vl = m->sh.n_vocab;
-  o->add(be, x, delta, (size_t)b->n_tok * d);
+  if (delta) o->add(be, x, delta, (size_t)b->n_tok * d);
   if (b->n_out == 0) return model_backend_err(be, err);
   o->gather_out(be, x, xo, d);
   o->rmsnorm(be, xo, norm, xo, b->n_out, d, m->hp.rms_eps);
+  if (m->head_keep) o->copy2d(be, m->head_keep, d, xo, d, b->n_out, d);
   if (m->head_hidden) {
     if (o->download(be, m->head_hidden, xo, sizeof(float) * (size_t)b->n_out * d))
       return gt_err_set(err, GT_EINTERNAL, "%s", be->err.msg);

@@ -82,6 +82,11 @@ struct model {
   /* set only during model_forward_hidden: model_head downloads the final-normed out_tok rows to
    * host head_hidden[n_out, n_embd] and computes no logits */
   float *head_hidden;
+  /* set by architecture code around its model_head call: model_head also copies the final-normed
+   * out_tok rows into backend head_keep[n_out, n_embd], in the same step as the head (the MTP
+   * drafter's chained hidden input) */
+  float *head_keep;
+  be_sample_row_t *mtp_greedy; /* [max_out] greedy rows of model_mtp_forward_greedy (host, owned) */
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -126,9 +131,14 @@ int model_forward_sample_mask(model_t *m, const be_batch_t *b, const be_sample_r
  * the last model forward's batch, or src[t] < 0: out row -1 - src[t] of the previous
  * model_mtp_forward (chaining: the MTP block's own normed output hidden state). The MTP block's
  * K/V at pos[t] are written into its KV layer through b's block table (b.state_slot is ignored:
- * the block has no recurrent state). Logits of b's out_tok rows go to host logits[n_out, n_vocab]. */
+ * the block has no recurrent state). Logits of b's out_tok rows go to host logits[n_out, n_vocab].
+ * model_mtp_forward_greedy: the same step, but each out_tok row's greedy token (argmax, lowest id
+ * on ties: sampler_argmax of its logits) is taken on the backend (its `sample` op, as the greedy
+ * rows of model_forward_sample) and only host ids[n_out] come back. GT_EUNSUPPORTED when the
+ * backend cannot sample (use model_mtp_forward then). */
 int model_mtp_enable(model_t *m, gt_err_t *err);
 int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err);
+int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *ids, gt_err_t *err);
 
 /* model_forward, but for each out_tok row i the final-norm hidden state (rmsnorm(x)·norm, the
  * head's input) goes to host hidden[i, n_embd] instead of logits: what embedding pooling reads
@@ -186,7 +196,7 @@ void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *
  * the rank's vocabulary rows (sh.vocab0..): each rank writes its columns of the host rows (the
  * ranks of a group share logits, so together they gather the whole vocabulary). Under
  * model_forward_sample (m->head_rows set) each piece is sampled on the backend into m->head_ids
- * instead and logits is not used. */
+ * instead and logits is not used. delta NULL: x already holds the last layer's output (no add). */
 /* sampler_pick's greedy case: temperature <= 0 or top_k == 1 */
 static inline int model_row_greedy(const be_sample_row_t *r) { return r->temperature <= 0 || r->top_k == 1; }
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,

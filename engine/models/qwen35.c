@@ -380,12 +380,16 @@ static int q35_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t 
     o->add_rmsnorm(be, s->x, s->o, &L->post_norm, s->h, T, d, eps); /* x += mixer output */
     model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   }
-  int rc = model_head(m, b, s->x, s->o, s->xo, s->logits, &s->output_norm, &s->head, logits, err);
-  /* the MTP drafter's input: the head's input, every row (x already holds the last delta) */
-  if (!rc && s->hid) {
+  /* the MTP drafter's input: the head's input, every row, computed in the step (before the head
+   * ends it: on CUDA inside the step's graph) */
+  const float *delta = s->o;
+  if (s->hid) {
+    o->add(be, s->x, s->o, (size_t)T * d);
     o->rmsnorm(be, s->x, &s->output_norm, s->hid, T, d, eps);
-    s->hid_rows = T;
+    delta = NULL;
   }
+  int rc = model_head(m, b, s->x, delta, s->xo, s->logits, &s->output_norm, &s->head, logits, err);
+  if (s->hid) s->hid_rows = rc ? 0 : T;
   return rc;
 }
 

@@ -37,8 +37,9 @@ int q35_mtp_enable(model_t *m, gt_err_t *err) {
   return GT_OK;
 }
 
-/* mtmp[t] = hid[src[t]] or mprev[-1 - src[t]], copied in runs of consecutive rows. */
-static int gather_hidden(model_t *m, const int32_t *src, int T, gt_err_t *err) {
+/* mtmp[t] = hid[src[t]] or mprev[-1 - src[t]], copied in runs of consecutive rows (copy 0: only
+ * checks the rows, before the step starts; copy 1: the copies, ops of the step). */
+static int gather_hidden(model_t *m, const int32_t *src, int T, int copy, gt_err_t *err) {
   q35_t *s = m->arch_data;
   be_t *be = m->be;
   const int d = m->hp.n_embd;
@@ -49,7 +50,7 @@ static int gather_hidden(model_t *m, const int32_t *src, int T, gt_err_t *err) {
     if (r0 < 0 || r0 + n > lim)
       return gt_err_set(err, GT_EINVAL, "MTP hidden rows [%d, %d) of %s out of [0, %d)", r0, r0 + n,
                         own ? "the previous MTP step" : "the last forward", lim);
-    be->ops->copy2d(be, s->mtmp + (size_t)t * d, d, (own ? s->mprev : s->hid) + (size_t)r0 * d, d, n, d);
+    if (copy) be->ops->copy2d(be, s->mtmp + (size_t)t * d, d, (own ? s->mprev : s->hid) + (size_t)r0 * d, d, n, d);
     t += n;
   }
   return GT_OK;
@@ -64,14 +65,15 @@ int q35_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *
   const int T = b->n_tok, d = hp->n_embd;
   const float eps = hp->rms_eps;
   if (!s->hid) return gt_err_set(err, GT_EINVAL, "MTP forward before q35_mtp_enable");
-  if (T <= 0 || T > m->max_tokens || b->n_out < 0 || b->n_out > T || (b->n_out > 0 && !logits))
+  if (T <= 0 || T > m->max_tokens || b->n_out < 0 || b->n_out > T || (b->n_out > 0 && !logits && !m->head_rows))
     return gt_err_set(err, GT_EINVAL, "MTP batch of %d tokens / %d outputs (max %d tokens)", T, b->n_out, m->max_tokens);
-  int rc = gather_hidden(m, src, T, err);
+  int rc = gather_hidden(m, src, T, 0, err);
   if (rc) return rc;
   be_batch_t bb = *b;
   bb.state_slot = NULL; /* no recurrent layer runs: nothing may reset the sequences' slots */
-  bb.eager = 1;         /* the decode graph of its size stays the model's (CUDA) */
+  bb.drafter = 1;       /* CUDA: graphs of its own, the model's decode / verify graphs stay */
   if (o->set_batch(be, &bb)) return model_backend_err(be, err);
+  gather_hidden(m, src, T, 1, err);
   o->embed(be, M->embed_tokens.data ? &M->embed_tokens : &s->tok_embd, s->x);
   o->rmsnorm(be, s->x, &M->enorm, s->h, T, d, eps);
   o->copy2d(be, s->mcat, 2 * (size_t)d, s->h, d, T, d);
@@ -85,13 +87,11 @@ int q35_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *
   model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   const be_weight_t *norm = M->shared_head_norm.data ? &M->shared_head_norm : &s->output_norm;
   const be_weight_t *head = M->shared_head_head.data ? &M->shared_head_head : &s->head;
-  const be_sample_row_t *rows = m->head_rows;
-  m->head_rows = NULL; /* logits to the host, whatever the caller's forward mode */
+  /* logits to the host, or greedy ids (model_mtp_forward_greedy: m->head_rows); the normed out
+   * rows also go to mprev in the same step: the chained draft's hidden input */
+  m->head_keep = s->mprev;
   rc = model_head(m, &bb, s->x, s->o, s->xo, s->logits, norm, head, logits, err);
-  m->head_rows = rows;
-  if (rc) return rc;
-  /* model_head left the normed out rows in xo: the chained draft's hidden input */
-  if (b->n_out > 0) o->copy2d(be, s->mprev, d, s->xo, d, b->n_out, d);
-  s->mprev_rows = b->n_out;
-  return model_backend_err(be, err);
+  m->head_keep = NULL;
+  s->mprev_rows = rc ? 0 : b->n_out;
+  return rc;
 }

@@ -1454,23 +1454,65 @@ int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err) {
     b.n_tok = b.n_seq = b.n_out = n;
     rc = warm_forward(s, &b, err);
   }
+  /* 3. speculation: one verify step per batch size 1..min(spec_max_seqs, decode sizes) (1 + spec_k
+   * tokens per sequence at positions 0..spec_k, an output row each: the step of sequences that all
+   * got spec_k drafts), and with MTP the drafter's steps after each (its pass over r = 1..1 + spec_k
+   * kept rows per sequence, each with the chained draft rows that follow), so that a backend with
+   * graphs captures those shapes here too. Steps of fewer drafts get theirs when they first run. */
+  const int kq = 1 + s->cfg.spec_k;
+  int vsizes = 0;
+  if (s->cfg.spec_mode != SCHED_SPEC_OFF && s->cfg.spec_k > 0) {
+    vsizes = s->cfg.spec_max_seqs < sizes ? s->cfg.spec_max_seqs : sizes;
+    while (vsizes > 0 && ((int64_t)vsizes * kq > T || vsizes * kq > s->max_rows || vsizes * kq > BE_GRAPH_MAX_SEQS))
+      vsizes--;
+  }
+  int vblocks = (kq + bt) / bt; /* positions 0..kq: the pass's rows and the first chained row */
+  if (vblocks > mb) vblocks = mb;
+  int32_t next[SCHED_SPEC_MAX_K + 1];
+  for (int j = 0; j < kq; j++) next[j] = (int32_t)((j * 13 + 5) % s->V);
+  for (int n = 1; n <= vsizes && !rc; n++) {
+    for (int i = 0; i < n; i++) {
+      s->b_first[i] = i * kq;
+      s->b_ntok[i] = kq;
+      s->b_slot[i] = i;
+      for (int j = 0; j < kq; j++) {
+        s->b_tok[i * kq + j] = (int32_t)((i * 7 + j) % s->V);
+        s->b_pos[i * kq + j] = j;
+        s->b_out[i * kq + j] = i * kq + j;
+      }
+      for (int k = 0; k < mb; k++) s->b_bt[(size_t)i * mb + k] = k < vblocks ? (i * vblocks + k) % n_blocks : -1;
+    }
+    b.n_tok = b.n_out = n * kq;
+    b.n_seq = n;
+    rc = warm_forward(s, &b, err);
+    for (int r = 1; s->mtp && r <= kq && !rc; r++) {
+      for (int i = 0; i < n; i++)
+        s->mseq[i] = (spec_mtp_seq_t){.src_row = i * kq, .n_rows = r, .pos0 = 0, .next = next,
+                                      .blocks = s->b_bt + (size_t)i * mb, .n_blocks = vblocks, .k = s->cfg.spec_k};
+      rc = spec_mtp_run(s->mtp, s->m, s->mseq, n, bt, err);
+    }
+  }
   /* the running slots start from zero state again (admit zeroes them too) */
   for (int i = 0; i < S && s->hybrid && !rc; i++) rc = be->ops->state_zero(be, i);
   if (!rc) rc = model_backend_err(be, err);
   if (rc) return rc;
-  sched_warmup_t w = {.prefill_tokens = nt, .decode_sizes = sizes, .ms = now_ms() - t0,
+  sched_warmup_t w = {.prefill_tokens = nt, .decode_sizes = sizes, .verify_sizes = vsizes, .verify_tokens = vsizes ? kq : 0,
+                      .ms = now_ms() - t0,
                       .eager_steps = be->ops->eager_steps ? be->ops->eager_steps(be) - e0 : 0,
                       .graph_sizes = {{0}}};
   if (be->ops->graph_sizes) be->ops->graph_sizes(be, &w.graph_sizes);
   char buf[256];
+  char vbuf[96] = "";
+  if (vsizes)
+    snprintf(vbuf, sizeof vbuf, ", verify sizes 1-%d x %d tokens%s", vsizes, kq, s->mtp ? " and the MTP drafter's steps" : "");
   if (be->ops->graph_sizes)
-    GT_LOG_INFO("%s graphs: captured %d decode sizes (%s) in %.0f ms (warm-up: a step of %d tokens, decode sizes 1-%d, "
-                "eager_steps=%ld)",
+    GT_LOG_INFO("%s graphs: captured %d decode sizes (%s) in %.0f ms (warm-up: a step of %d tokens, decode sizes 1-%d%s, "
+                "eager_steps=%ld, captures=%ld)",
                 be->ops->name, be_sizes_count(&w.graph_sizes), be_fmt_graph_sizes(&w.graph_sizes, buf, sizeof buf), w.ms, nt,
-                sizes, w.eager_steps);
+                sizes, vbuf, w.eager_steps, be->ops->graph_captures ? be->ops->graph_captures(be) : 0L);
   else
-    GT_LOG_INFO("warm-up: a step of %d tokens, decode sizes 1-%d in %.0f ms (the %s backend keeps no graphs)", nt, sizes,
-                w.ms, be->ops->name);
+    GT_LOG_INFO("warm-up: a step of %d tokens, decode sizes 1-%d%s in %.0f ms (the %s backend keeps no graphs)", nt, sizes,
+                vbuf, w.ms, be->ops->name);
   if (out) *out = w;
   return GT_OK;
 }

@@ -200,8 +200,10 @@ void sched_cancel(sched_t *s, int64_t id);
 typedef struct {
   int prefill_tokens;   /* tokens of the warm-up's largest step */
   int decode_sizes;     /* decode steps of 1..decode_sizes sequences were run */
+  int verify_sizes;     /* speculation: verify steps of 1..verify_sizes sequences (0: none) */
+  int verify_tokens;    /* of verify_tokens = 1 + spec_k tokens each */
   double ms;
-  long eager_steps;     /* backend decode steps that ran without a graph during the warm-up */
+  long eager_steps;     /* backend decode / verify / drafter steps that ran without a graph during the warm-up */
   be_sizes_t graph_sizes; /* the backend's captured decode sizes afterwards (empty: no graphs) */
 } sched_warmup_t;
 
@@ -212,6 +214,10 @@ typedef struct {
  * no request holds yet (the KV manager and prefix cache are not involved; recurrent-state
  * slots used are zeroed afterwards). A backend with graphs (CUDA) sizes its buffers and
  * captures one decode graph per size here, so real decode steps replay from the first one.
+ * With speculation on it then runs one verify step of 1 + spec_k tokens per sequence for each
+ * batch size 1..min(spec_max_seqs, those sizes) and, with MTP, the drafter's steps after each
+ * (its pass over 1..1 + spec_k kept rows per sequence and the chained draft rows): the verify and
+ * drafter graphs of those shapes (kernels/README.md "CUDA graphs").
  * Counters, cache and outputs of later requests are unchanged (tests/unit/test_sched.c).
  * Logs one line with the captured sizes. GT_EINVAL once a request was submitted or a step
  * ran; a backend error otherwise. out may be NULL. */
@@ -236,7 +242,7 @@ typedef struct {
   uint64_t preemptions, steps;
   uint64_t snapshot_replaced;   /* hybrid: prefix snapshots dropped for a newer one (all slots held) */
   uint64_t fork_waits;          /* n > 1 choices that found no free KV block at the fork and waited */
-  uint64_t eager_steps;         /* backend decode steps run without a graph (CUDA; 0 on CPU) */
+  uint64_t eager_steps;         /* backend decode / verify / drafter steps run without a graph (CUDA; 0 on CPU) */
   uint64_t graph_captures;      /* backend graphs captured or updated (CUDA; constant in steady decode) */
   uint64_t finished[6];         /* by sched_finish_t */
   uint64_t constrained_tokens;  /* tokens sampled under a constraint mask */

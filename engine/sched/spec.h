@@ -22,7 +22,7 @@ int spec_ngram_draft(const int32_t *toks, int n, int k, int min_n, int max_n, in
  * engine/models/model.h). After each step the scheduler runs, for every sequence of the step,
  * the MTP block over the rows of the step whose next token is now known (its K/V at those
  * positions stay current), and then drafts from the last: draft 1 from that row's logits
- * (argmax), each further draft by feeding the previous one with the block's own output hidden
+ * (argmax, taken on the backend: model_mtp_forward_greedy, so only the ids come back), each further draft by feeding the previous one with the block's own output hidden
  * state (chaining), one position further each. The chained rows' K/V are written at positions
  * the next step's pass writes again before any row reads them. Drafts only choose what is
  * verified: output never depends on them. */

@@ -11,7 +11,8 @@ struct spec_mtp {
   int32_t *tok, *pos, *src, *first, *ntok, *out, *bt; /* one MTP batch */
   int *seq;                                           /* [max_seqs] batch sequence -> seqs[] index */
   int *prev, *cur;                                    /* [max_seqs] seqs[] index of each out row */
-  float *logits;                                      /* [max_seqs, V] */
+  int32_t *ids;                                       /* [max_seqs] the greedy token of each out row */
+  float *logits;                                      /* [max_seqs, V], only for a backend that cannot sample */
 };
 
 spec_mtp_t *spec_mtp_create(int max_tokens, int max_seqs, int max_blocks, int n_vocab) {
@@ -29,8 +30,8 @@ spec_mtp_t *spec_mtp_create(int max_tokens, int max_seqs, int max_blocks, int n_
   w->seq = malloc(sizeof(int) * S);
   w->prev = malloc(sizeof(int) * S);
   w->cur = malloc(sizeof(int) * S);
-  w->logits = malloc(sizeof(float) * S * (size_t)n_vocab);
-  if (!w->tok || !w->pos || !w->src || !w->first || !w->ntok || !w->out || !w->bt || !w->seq || !w->prev || !w->cur || !w->logits) {
+  w->ids = malloc(sizeof(int32_t) * S);
+  if (!w->tok || !w->pos || !w->src || !w->first || !w->ntok || !w->out || !w->bt || !w->seq || !w->prev || !w->cur || !w->ids) {
     spec_mtp_free(w);
     return NULL;
   }
@@ -49,10 +50,22 @@ void spec_mtp_free(spec_mtp_t *w) {
   free(w->seq);
   free(w->prev);
   free(w->cur);
+  free(w->ids);
   free(w->logits);
   free(w);
 }
 
+
+/* One MTP step; the greedy token of each out row into w->ids: taken on the backend when it can
+ * sample (only n_out ids come back), else argmax of the host logits (the same token). */
+static int mtp_step(spec_mtp_t *w, model_t *m, const be_batch_t *b, gt_err_t *err) {
+  if (m->be->ops->sample) return model_mtp_forward_greedy(m, b, w->src, w->ids, err);
+  if (!w->logits && !(w->logits = malloc(sizeof(float) * (size_t)w->max_seqs * (size_t)w->V)))
+    return gt_err_set(err, GT_ENOMEM, "MTP logits of %d rows", w->max_seqs);
+  int rc = model_mtp_forward(m, b, w->src, w->logits, err);
+  for (int r = 0; r < b->n_out && !rc; r++) w->ids[r] = sampler_argmax(w->logits + (size_t)r * w->V, w->V);
+  return rc;
+}
 
 static void put_bt(spec_mtp_t *w, int i, const spec_mtp_seq_t *q) {
   int32_t *row = w->bt + (size_t)i * w->max_blocks;
@@ -85,14 +98,14 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
   if (T == 0) return GT_OK;
   be_batch_t b = {.n_tok = T, .n_seq = ns, .tok = w->tok, .pos = w->pos, .seq_first = w->first, .seq_ntok = w->ntok,
                   .block_table = w->bt, .max_blocks = w->max_blocks, .n_out = no, .out_tok = w->out};
-  int rc = model_mtp_forward(m, &b, w->src, w->logits, err);
+  int rc = mtp_step(w, m, &b, err);
   /* 2. drafts: the pass's out rows give draft 1; then one chained row per sequence still drafting,
    * its hidden input the previous MTP step's out row of that sequence */
   int *prev = w->prev, *cur = w->cur, n_prev = 0;
   for (int a = 0; a < ns && !rc; a++) {
     spec_mtp_seq_t *q = &seqs[w->seq[a]];
     if (q->k <= 0) continue;
-    q->draft[q->n_draft++] = sampler_argmax(w->logits + (size_t)n_prev * w->V, w->V);
+    q->draft[q->n_draft++] = w->ids[n_prev];
     prev[n_prev++] = w->seq[a];
   }
   for (int step = 1; !rc && n_prev > 0; step++) {
@@ -115,10 +128,10 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
     if (nc == 0) break;
     b.n_tok = T;
     b.n_seq = b.n_out = nc;
-    rc = model_mtp_forward(m, &b, w->src, w->logits, err);
+    rc = mtp_step(w, m, &b, err);
     for (int r = 0; r < nc && !rc; r++) {
       spec_mtp_seq_t *q = &seqs[cur[r]];
-      q->draft[q->n_draft++] = sampler_argmax(w->logits + (size_t)r * w->V, w->V);
+      q->draft[q->n_draft++] = w->ids[r];
     }
     int *t = prev;
     prev = cur;

@@ -9,7 +9,9 @@
  * at context --ctx (a prefill fills the sequences' KV and state first), timed over --iters
  * repetitions at the same positions after --warm untimed ones. One line per batch size: the step
  * times in ms, verify / decode, and the decode rate speculation would give with acceptance length
- * --accept (tokens per verify step = 1 + accepted drafts), from the measured costs:
+ * --accept (tokens per verify step = 1 + accepted drafts), from the measured costs (CUDA: then
+ * the graph steps / eager steps / captures of each kind of step over those repetitions; steady
+ * steps replay graphs, so eager is 0 unless GANTRY_CUDA_GRAPHS=0):
  *   speedup = accept * t_decode / (t_verify + t_mtp)
  *   bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 3] [--ctx 512]
  *                [--accept 2.5] [--iters 20] [--warm 3] [--threads N] [--no-mtp] */
@@ -63,16 +65,23 @@ static int fwd(bv_t *v, const be_batch_t *b, float *host, gt_err_t *err) {
   return model_forward_sample(v->m, b, v->rows, v->ids, err);
 }
 
+/* one MTP step as the drafter runs it (engine/sched/spec_mtp.c): greedy ids taken on the backend
+ * when it can sample, else host logits */
+static int mtp_step(bv_t *v, const be_batch_t *b, gt_err_t *err) {
+  if (v->m->be->ops->sample) return model_mtp_forward_greedy(v->m, b, v->src, v->ids, err);
+  return model_mtp_forward(v->m, b, v->src, v->logits, err);
+}
+
 /* the drafter after a verify step of 1 + k rows per sequence: r kept rows, then k - 1 chained rows */
 static int mtp(bv_t *v, int k, int r, int p0, gt_err_t *err) {
   be_batch_t b = batch(v, r, p0, 0);
   for (int s = 0; s < v->B; s++)
     for (int j = 0; j < r; j++) v->src[s * r + j] = s * (1 + k) + j;
-  int rc = model_mtp_forward(v->m, &b, v->src, v->logits, err);
+  int rc = mtp_step(v, &b, err);
   for (int c = 1; c < k && !rc; c++) {
     b = batch(v, 1, p0 + r - 1 + c, 1);
     for (int s = 0; s < v->B; s++) v->src[s] = -1 - s;
-    rc = model_mtp_forward(v->m, &b, v->src, v->logits, err);
+    rc = mtp_step(v, &b, err);
   }
   return rc;
 }
@@ -150,6 +159,10 @@ int main(int argc, char **argv) {
       p += n;
     }
     double t[3] = {0, 0, 0};
+#ifdef GANTRY_HAVE_CUDA
+    be_cuda_stats_t st0, st1;
+    if (!strcmp(device, "cuda")) be_cuda_get_stats(be, &st0);
+#endif
     for (int it = 0; it < warm + iters && !rc; it++) {
       be_batch_t b = batch(&v, 1, ctx, 1);
       double t0 = gt_now_ms();
@@ -166,6 +179,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) t[i] /= iters;
     printf("%5d | %10.3f | %10.3f | %8.3f | %10.3f | %7.2fx\n", v.B, t[0], t[1], t[1] / t[0], t[2],
            accept * t[0] / (t[1] + t[2]));
+#ifdef GANTRY_HAVE_CUDA
+    if (!strcmp(device, "cuda")) { /* the warm and timed steps of this batch size */
+      be_cuda_get_stats(be, &st1);
+      static const char *const kind[] = {"decode", "verify", "drafter"};
+      printf("      | graph steps / eager steps / captures:");
+      for (int k = 0; k < BE_CUDA_STEP_KINDS; k++)
+        printf(" %s %ld / %ld / %ld%s", kind[k], st1.kind_graph[k] - st0.kind_graph[k], st1.kind_eager[k] - st0.kind_eager[k],
+               st1.kind_captures[k] - st0.kind_captures[k], k + 1 < BE_CUDA_STEP_KINDS ? "," : "\n");
+    }
+#endif
   }
   if (rc) fprintf(stderr, "bench_verify: %s\n", err.msg);
   model_free(m);

@@ -835,12 +835,15 @@ static void kv_types(gt_type_t t) {
  * 1e-4 at one step of this test on bf16 pools (H200, 8c592ee), not a reassociation error. The
  * graphs on bf16 pools run in bench_decode (0 eager steps) and the golden tests' greedy
  * decoding. ---- */
-/* n_sizes batch sizes (<= BE_GRAPH_MAX_SEQS), steps_per decode steps of each in turn, each
- * sequence one token further per step (blocks taken from a reversed table) */
-static void decode_graphs(const int *sizes, int n_sizes, int steps_per) {
+/* n_sizes batch sizes (<= BE_GRAPH_MAX_SEQS), steps_per steps of each in turn, each of q tokens
+ * per sequence with an output row each (q = 1: decode steps; q > 1: verify steps of q - 1 drafts)
+ * and tagged drafter when asked (be_batch_t.drafter), each sequence 1..q tokens further per step
+ * (as verify steps keep 1 + accepted drafts: the rest is written again; blocks taken from a
+ * reversed table) */
+static void step_graphs(const int *sizes, int n_sizes, int steps_per, int q, int drafter) {
   kv_types(GT_TYPE_F32);
   int maxb = 1;
-  for (int i = 0; i < n_sizes; i++) maxb = sizes[i] > maxb ? sizes[i] : maxb;
+  for (int i = 0; i < n_sizes; i++) maxb = sizes[i] * q > maxb ? sizes[i] * q : maxb;
   const int n_head = 8, n_kv = 2, hd = 64, bt = 16, max_blocks = 8, d = 256, kvd = n_kv * hd;
   const int n_blocks = maxb * max_blocks;
   assert_int_equal(CPU_BE->ops->kv_init(CPU_BE, 1, n_blocks, bt, kvd), 0);
@@ -863,12 +866,18 @@ static void decode_graphs(const int *sizes, int n_sizes, int steps_per) {
   int *pos = calloc((size_t)maxb, sizeof(int)), *start = calloc((size_t)maxb, sizeof(int)),
       *ntok = calloc((size_t)maxb, sizeof(int));
   const int n_steps = n_sizes * steps_per;
+  const int kind = drafter ? BE_CUDA_STEP_DRAFTER : q == 1 ? BE_CUDA_STEP_DECODE : BE_CUDA_STEP_VERIFY;
   for (int step = 0; step < n_steps; step++) {
-    const int nb = sizes[step / steps_per];
-    for (int s = 0; s < nb; s++) start[s] = pos[s]++, ntok[s] = 1;
-    mk_batch(tb, nb, start, ntok, NULL, table, n_blocks, max_blocks, 100);
+    const int nb_seq = sizes[step / steps_per], nb = nb_seq * q; /* nb: the step's rows */
+    for (int s = 0; s < nb_seq; s++) {
+      start[s] = pos[s], ntok[s] = q;
+      pos[s] += 1 + (step + s) % q;
+      if (pos[s] + q > max_blocks * bt) fail_msg("test bug: context past the block table");
+    }
+    mk_batch(tb, nb_seq, start, ntok, NULL, table, n_blocks, max_blocks, 100);
     /* no recurrent state here: an earlier test's state_init may hold fewer slots than nb */
     tb->b.state_slot = NULL;
+    tb->b.drafter = drafter;
     float *x = rnd((size_t)nb * d, 1.0f);
     assert_int_equal(CPU_BE->ops->upload(CPU_BE, bx.c, x, sizeof(float) * nb * d), 0);
     assert_int_equal(GPU_BE->ops->upload(GPU_BE, bx.g, x, sizeof(float) * nb * d), 0);
@@ -891,22 +900,30 @@ static void decode_graphs(const int *sizes, int n_sizes, int steps_per) {
       o->matmul(be, i ? &wo.g : &wo.c, A, O, nb);
       o->add(be, O, X, (size_t)nb * d);
     }
-    char what[64];
-    snprintf(what, sizeof what, "decode graph step %d batch %d", step, nb);
+    char what[80];
+    snprintf(what, sizeof what, "%s graph step %d batch %d x %d", drafter ? "drafter" : q == 1 ? "decode" : "verify", step,
+             nb_seq, q);
     cmp(what, bo, (size_t)nb * d, TOL);
   }
   be_cuda_get_stats(GPU_BE, &s1);
   char sz[256];
-  print_message("  graphs: %ld graph steps, %ld eager steps, %ld captures, sizes %s\n",
-                s1.graph_steps - s0.graph_steps, s1.eager_steps - s0.eager_steps, s1.captures - s0.captures,
-                be_fmt_graph_sizes(&s1.captured_sizes, sz, sizeof sz));
+  print_message("  graphs (%s steps of %d tokens per sequence): %ld graph steps, %ld eager steps, %ld captures, decode "
+                "sizes %s, %d shape graphs\n",
+                drafter ? "drafter" : q == 1 ? "decode" : "verify", q, s1.kind_graph[kind] - s0.kind_graph[kind],
+                s1.kind_eager[kind] - s0.kind_eager[kind], s1.kind_captures[kind] - s0.kind_captures[kind],
+                be_fmt_graph_sizes(&s1.captured_sizes, sz, sizeof sz), s1.shape_graphs);
+  /* every step of the kind counted (no other kind touched), the totals their sums */
+  assert_int_equal(s1.graph_steps - s0.graph_steps, s1.kind_graph[kind] - s0.kind_graph[kind]);
+  assert_int_equal(s1.eager_steps - s0.eager_steps, s1.kind_eager[kind] - s0.kind_eager[kind]);
   if (!getenv("GANTRY_CUDA_GRAPHS") || strcmp(getenv("GANTRY_CUDA_GRAPHS"), "0")) {
-    assert_int_equal(s1.eager_steps - s0.eager_steps, 0);
-    assert_int_equal(s1.graph_steps - s0.graph_steps, n_steps);
-    assert_true(s1.captures - s0.captures <= 2 * n_sizes); /* first step of each size (+ a recapture) */
-    for (int i = 0; i < n_sizes; i++) assert_true(be_sizes_has(&s1.captured_sizes, sizes[i]));
-  } else { /* graphs off: every decode step counts as eager */
-    assert_int_equal(s1.eager_steps - s0.eager_steps, n_steps);
+    assert_int_equal(s1.kind_eager[kind] - s0.kind_eager[kind], 0);
+    assert_int_equal(s1.kind_graph[kind] - s0.kind_graph[kind], n_steps);
+    /* first step of each size (+ a recapture) */
+    assert_true(s1.kind_captures[kind] - s0.kind_captures[kind] <= 2 * n_sizes);
+    for (int i = 0; i < n_sizes && kind == BE_CUDA_STEP_DECODE; i++) assert_true(be_sizes_has(&s1.captured_sizes, sizes[i]));
+    if (kind != BE_CUDA_STEP_DECODE) assert_true(s1.shape_graphs >= n_sizes);
+  } else { /* graphs off: every step counts as eager */
+    assert_int_equal(s1.kind_eager[kind] - s0.kind_eager[kind], n_steps);
   }
   free(tb), free(pos), free(start), free(ntok), free(table);
   drop(&bx), drop(&bh), drop(&bq), drop(&bk), drop(&bv), drop(&ba), drop(&bo);
@@ -918,7 +935,24 @@ static void decode_graphs(const int *sizes, int n_sizes, int steps_per) {
 static void test_decode_graphs(void **st) {
   NEED_GPU();
   const int sizes[] = {3, 1, 4};
-  decode_graphs(sizes, 3, 8);
+  step_graphs(sizes, 3, 8, 1, 0);
+}
+
+/* verify steps (1 + 3 and 1 + 1 tokens per sequence, every row an output) replay graphs of their
+ * shape at growing context; the drafter's one-token steps get graphs of their own (tagged), and
+ * the decode graphs of those sizes are neither used nor displaced by them */
+static void test_verify_graphs(void **st) {
+  NEED_GPU();
+  const int sizes[] = {2, 1, 3}, sizes2[] = {1, 8};
+  be_cuda_stats_t s0, s1;
+  be_cuda_get_stats(GPU_BE, &s0);
+  step_graphs(sizes, 3, 6, 4, 0);
+  step_graphs(sizes2, 2, 5, 2, 0);
+  step_graphs(sizes, 3, 4, 1, 1);
+  step_graphs(sizes, 3, 4, 4, 1);
+  be_cuda_get_stats(GPU_BE, &s1);
+  assert_int_equal(s1.kind_graph[BE_CUDA_STEP_DECODE], s0.kind_graph[BE_CUDA_STEP_DECODE]);
+  assert_int_equal(s1.kind_captures[BE_CUDA_STEP_DECODE], s0.kind_captures[BE_CUDA_STEP_DECODE]);
 }
 
 /* decode batches past 32 sequences (the mmq and, above 64 rows, the prefill product shapes)
@@ -926,7 +960,7 @@ static void test_decode_graphs(void **st) {
 static void test_decode_graphs_large(void **st) {
   NEED_GPU();
   const int sizes[] = {33, 64, 65, 100, 256};
-  decode_graphs(sizes, 5, 3);
+  step_graphs(sizes, 5, 3, 1, 0);
 }
 
 /* ---- fused ops (matmul_multi, ffn_swiglu, attn_qk_prep) vs the CPU, and vs the unfused CUDA
@@ -1657,7 +1691,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       T(test_matmul),        T(test_embed_gather),  T(test_dense),         T(test_rope),
       T(test_attention),     T(test_attention_decode_b32), T(test_gdn),    T(test_gdn_chunked),
-      T(test_gdn_long),      T(test_decode_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
+      T(test_gdn_long),      T(test_decode_graphs), T(test_verify_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
       T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
       T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
       T(test_tp_shapes_qwen3_8b), T(test_tp_shapes_qwen35_9b), T(test_tp_shapes_qwen35_27b),

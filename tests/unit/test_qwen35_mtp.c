@@ -4,7 +4,8 @@
  *   - model_mtp_forward against a plain C reference computed here from the file's weights (the
  *     graph of spec.h / qwen35_mtp.c: enorm / hnorm, eh_proj over concat(embedding, hidden), one
  *     gated-attention block with its own causal KV, the FFN, shared_head_norm and the head),
- *     over a prompt pass and a chained draft row;
+ *     over a prompt pass and a chained draft row, and model_mtp_forward_greedy's ids (the
+ *     drafter's path) against argmax of those logits;
  *   - the scheduler with --speculative mtp: greedy output equals output without speculation,
  *     token for token: batched, prefix-cached, preempted; with drafts that are all right (test
  *     drafter) and a forced rejection at each draft position while the MTP pass runs alongside;
@@ -25,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "engine/backend/sampler.h"
 #include "engine/models/qwen35_internal.h"
 #include "engine/sched/sched.h"
 #include "tests/common/model_fx.h"
@@ -245,6 +247,10 @@ static void test_forward_reference(void **state) {
   be_batch_t mb = {.n_tok = n1, .n_seq = 1, .tok = mtok, .pos = pos, .seq_first = &first, .seq_ntok = &n1,
                    .block_table = bt, .max_blocks = 8, .n_out = n1, .out_tok = out};
   assert_int_equal(model_mtp_forward(f.m, &mb, src, lg, &err), GT_OK);
+  /* the drafter's path: the same pass with the greedy ids taken on the backend */
+  int32_t ids[RMAX];
+  assert_int_equal(model_mtp_forward_greedy(f.m, &mb, src, ids, &err), GT_OK);
+  for (int p = 0; p < n1; p++) assert_int_equal(ids[p], sampler_argmax(lg + (size_t)p * V, V));
   static ref_t R;
   R.hp = hp, R.g = f.g, R.b = hp->n_layer;
   float *rl = malloc(sizeof(float) * (size_t)V), *hout = malloc(sizeof(float) * (size_t)d);
@@ -257,7 +263,12 @@ static void test_forward_reference(void **state) {
   int32_t ctok = 5, cpos = L - 1, csrc = -1 - (L - 2), cone = 1, c0 = 0;
   be_batch_t cb = {.n_tok = 1, .n_seq = 1, .tok = &ctok, .pos = &cpos, .seq_first = &c0, .seq_ntok = &cone,
                    .block_table = bt, .max_blocks = 8, .n_out = 1, .out_tok = &c0};
+  int32_t cid = -1;
+  assert_int_equal(model_mtp_forward_greedy(f.m, &cb, &csrc, &cid, &err), GT_OK);
+  /* the pass again (mprev: its out rows), then the chained row through host logits */
+  assert_int_equal(model_mtp_forward_greedy(f.m, &mb, src, ids, &err), GT_OK);
   assert_int_equal(model_mtp_forward(f.m, &cb, &csrc, lg, &err), GT_OK);
+  assert_int_equal(cid, sampler_argmax(lg, V));
   ref_row(&R, ctok, hout, cpos, rl, hout);
   const double chain = max_rel(lg, rl, V);
   printf("MTP forward vs reference: max |diff| / max |ref| %.3g over %d pass rows, %.3g chained\n", worst, L - 1, chain);
@@ -270,6 +281,121 @@ static void test_forward_reference(void **state) {
   free(lg), free(hid), free(rl), free(hout);
   fx_close(&f);
 }
+
+#ifdef MTP_CUDA
+/* ---- verify and drafter steps through CUDA graphs: the same steps on a backend with graphs and
+ * one without (GANTRY_CUDA_GRAPHS=0), equal bit for bit (the kernels' launch shapes depend only on
+ * the step's shape), while the first replays graphs ---- */
+static void fx_open_graphs(fx_t *f, int graphs) {
+  const char *was = getenv("GANTRY_CUDA_GRAPHS");
+  char keep[16] = "";
+  if (was) snprintf(keep, sizeof keep, "%s", was);
+  setenv("GANTRY_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+  fx_open(f, g_path);
+  if (was) setenv("GANTRY_CUDA_GRAPHS", keep, 1);
+  else unsetenv("GANTRY_CUDA_GRAPHS");
+}
+
+static void print_kinds(const char *what, const be_cuda_stats_t *a, const be_cuda_stats_t *b) {
+  static const char *const names[] = {"decode", "verify", "drafter"};
+  for (int k = 0; k < BE_CUDA_STEP_KINDS; k++)
+    printf("%s: %s steps: %ld graph, %ld eager, %ld captures\n", what, names[k], b->kind_graph[k] - a->kind_graph[k],
+           b->kind_eager[k] - a->kind_eager[k], b->kind_captures[k] - a->kind_captures[k]);
+}
+
+enum { GB = 2, GQ = 4, GR = 2, GIT = 6 };
+typedef struct {
+  int32_t tok[64], pos[64], out[64], src[64], first[GB], ntok[GB], slot[GB], bt[GB * 8];
+} gbatch_t;
+
+/* GB sequences of n tokens from p[s] (tokens from the position), all rows out or each last */
+static be_batch_t gbatch(gbatch_t *g, int n, const int *p, int all) {
+  int no = 0;
+  for (int s = 0; s < GB; s++) {
+    g->first[s] = s * n, g->ntok[s] = n, g->slot[s] = s;
+    for (int j = 0; j < n; j++) {
+      g->tok[s * n + j] = (int32_t)((s * 131 + (p[s] + j) * 17 + 7) % 500);
+      g->pos[s * n + j] = p[s] + j;
+      if (all || j == n - 1) g->out[no++] = s * n + j;
+    }
+  }
+  return (be_batch_t){.n_tok = GB * n, .n_seq = GB, .tok = g->tok, .pos = g->pos, .seq_first = g->first,
+                      .seq_ntok = g->ntok, .block_table = g->bt, .max_blocks = 8, .state_slot = g->slot, .n_out = no,
+                      .out_tok = g->out};
+}
+
+/* One iteration at context p: a verify step of GQ tokens per sequence (all rows out, host logits),
+ * the MTP pass over GR kept rows and two chained rows (greedy ids), a decode step (greedy ids). */
+static void graph_iter(fx_t *f, const int *p, float *lg, int32_t *ids) {
+  gt_err_t err = {0};
+  static gbatch_t g;
+  for (int i = 0; i < GB * 8; i++) g.bt[i] = i;
+  be_batch_t b = gbatch(&g, GQ, p, 1);
+  assert_int_equal(model_forward(f->m, &b, lg, &err), GT_OK);
+  b = gbatch(&g, GR, p, 0);
+  for (int s = 0; s < GB; s++)
+    for (int j = 0; j < GR; j++) g.src[s * GR + j] = s * GQ + j; /* the verify step's rows */
+  assert_int_equal(model_mtp_forward_greedy(f->m, &b, g.src, ids, &err), GT_OK);
+  for (int c = 1; c <= 2; c++) {
+    int pc[GB];
+    for (int s = 0; s < GB; s++) pc[s] = p[s] + GR - 1 + c, g.src[s] = -1 - s; /* chained */
+    b = gbatch(&g, 1, pc, 1);
+    assert_int_equal(model_mtp_forward_greedy(f->m, &b, g.src, ids + GB * c, &err), GT_OK);
+  }
+  int pd[GB];
+  for (int s = 0; s < GB; s++) pd[s] = p[s] + GQ;
+  b = gbatch(&g, 1, pd, 1);
+  be_sample_row_t rows[GB];
+  for (int s = 0; s < GB; s++) rows[s] = (be_sample_row_t){.temperature = 0, .top_p = 1, .u = 0.5};
+  assert_int_equal(model_forward_sample(f->m, &b, rows, ids + 3 * GB, &err), GT_OK);
+}
+
+static void test_graphs_equal_eager(void **state) {
+  (void)state;
+  fx_t fg, fe;
+  fx_open_graphs(&fg, 1);
+  fx_open_graphs(&fe, 0);
+  fx_t *fx[2] = {&fg, &fe};
+  const int V = fg.m->hp.n_vocab;
+  gt_err_t err = {0};
+  float *lg[2] = {malloc(sizeof(float) * (size_t)GB * GQ * V), malloc(sizeof(float) * (size_t)GB * GQ * V)};
+  int32_t ids[2][4 * GB];
+  be_cuda_stats_t s0[2], s1[2];
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(model_mtp_enable(fx[i]->m, &err), GT_OK);
+    assert_int_equal(model_cache_init(fx[i]->m, GB * 8, 16, GB, &err), GT_OK);
+    static gbatch_t g; /* prefill 20 tokens per sequence */
+    for (int k = 0; k < GB * 8; k++) g.bt[k] = k;
+    const int p0[GB] = {0, 0};
+    be_batch_t b = gbatch(&g, 20, p0, 0);
+    assert_int_equal(model_forward(fx[i]->m, &b, lg[i], &err), GT_OK);
+    be_cuda_get_stats(fx[i]->be, &s0[i]);
+  }
+  int p[GB] = {20, 20};
+  for (int it = 0; it < GIT; it++) {
+    for (int i = 0; i < 2; i++) graph_iter(fx[i], p, lg[i], ids[i]);
+    if (memcmp(lg[0], lg[1], sizeof(float) * (size_t)GB * GQ * V))
+      fail_msg("iteration %d: verify logits with graphs differ from the eager step's", it);
+    if (memcmp(ids[0], ids[1], sizeof ids[0])) fail_msg("iteration %d: drafter / decode ids with graphs differ", it);
+    for (int s = 0; s < GB; s++) p[s] += GQ + 1 + (it + s) % 3; /* growing context, by a varying stride */
+  }
+  for (int i = 0; i < 2; i++) be_cuda_get_stats(fx[i]->be, &s1[i]);
+  print_kinds("graphs on", &s0[0], &s1[0]);
+  print_kinds("graphs off", &s0[1], &s1[1]);
+  const int want[BE_CUDA_STEP_KINDS] = {GIT, GIT, 3 * GIT}; /* decode, verify, drafter steps */
+  for (int k = 0; k < BE_CUDA_STEP_KINDS; k++) {
+    assert_int_equal(s1[0].kind_graph[k] - s0[0].kind_graph[k], want[k]);
+    assert_int_equal(s1[0].kind_eager[k] - s0[0].kind_eager[k], 0);
+    /* one graph per shape (drafter: the pass and the chained row), + a recapture each */
+    assert_true(s1[0].kind_captures[k] - s0[0].kind_captures[k] <= (k == BE_CUDA_STEP_DRAFTER ? 4 : 2));
+    assert_int_equal(s1[1].kind_eager[k] - s0[1].kind_eager[k], want[k]);
+    assert_int_equal(s1[1].kind_graph[k] - s0[1].kind_graph[k], 0);
+  }
+  free(lg[0]), free(lg[1]);
+  fx_close(&fg);
+  fx_close(&fe);
+}
+#endif
 
 /* ---- the scheduler ---- */
 
@@ -378,10 +504,37 @@ static void test_sched_identity(void **state) {
     sched_free(s);
     assert_int_equal(ref[k].n, T);
   }
-  /* the MTP block's drafts: batched, then from the prefix cache */
+  /* the MTP block's drafts: batched (after the serve warm-up: on CUDA the verify and drafter
+   * graphs of k = 3 are captured there), then from the prefix cache */
   sched_t *s = mk(&f, SCHED_SPEC_MTP, 0, NULL, 0);
+  gt_err_t werr = {0};
+#ifdef MTP_CUDA
+  be_cuda_stats_t w0, w1, w2;
+  be_cuda_get_stats(f.be, &w0);
+#endif
+  sched_warmup_t w;
+  assert_int_equal(sched_warmup(s, &w, &werr), GT_OK);
+  assert_int_equal(w.verify_sizes, NREQ); /* spec_max_seqs = max_num_seqs = NREQ */
+  assert_int_equal(w.verify_tokens, 4);
+#ifdef MTP_CUDA
+  be_cuda_get_stats(f.be, &w1);
+  print_kinds("warm-up", &w0, &w1);
+  const int graphs_on = !getenv("GANTRY_CUDA_GRAPHS") || strcmp(getenv("GANTRY_CUDA_GRAPHS"), "0");
+  if (graphs_on) {
+    /* one verify graph per batch size, the drafter's pass (4 row counts) and chained row per size */
+    assert_true(w1.kind_captures[BE_CUDA_STEP_VERIFY] - w0.kind_captures[BE_CUDA_STEP_VERIFY] >= NREQ);
+    assert_true(w1.kind_captures[BE_CUDA_STEP_DRAFTER] - w0.kind_captures[BE_CUDA_STEP_DRAFTER] >= 5 * NREQ);
+    assert_int_equal(w1.kind_eager[BE_CUDA_STEP_VERIFY] - w0.kind_eager[BE_CUDA_STEP_VERIFY], 0);
+    assert_int_equal(w1.kind_eager[BE_CUDA_STEP_DRAFTER] - w0.kind_eager[BE_CUDA_STEP_DRAFTER], 0);
+  }
+#endif
   run_reqs(s, NREQ, T, got);
   assert_same(ref, got, "mtp, batched");
+#ifdef MTP_CUDA
+  be_cuda_get_stats(f.be, &w2);
+  print_kinds("mtp, batched", &w1, &w2); /* verify steps of mixed draft counts run eagerly */
+  if (graphs_on) assert_true(w2.kind_graph[BE_CUDA_STEP_DRAFTER] > w1.kind_graph[BE_CUDA_STEP_DRAFTER]);
+#endif
   run_reqs(s, NREQ, T, got);
   assert_same(ref, got, "mtp, prefix-cached");
   check_stats(s, "mtp", 0);
@@ -451,6 +604,9 @@ int main(void) {
 #endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forward_reference),
+#ifdef MTP_CUDA
+      cmocka_unit_test(test_graphs_equal_eager),
+#endif
       cmocka_unit_test(test_sched_identity),
       cmocka_unit_test(test_force_accept),
       cmocka_unit_test(test_refused_without_mtp),
