@@ -283,7 +283,12 @@ int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src
     for (int i = 0; i < m->max_out; i++)
       m->mtp_greedy[i] = (be_sample_row_t){.temperature = 0, .top_k = 1, .top_p = 1, .min_p = 0, .u = 0};
   }
-  return mtp_forward(m, b, src, NULL, m->mtp_greedy, ids, err);
+  /* a draft vocabulary: the head's first rows only (one rank: a group's head is vocab-parallel) */
+  const int dv = m->mtp_draft_vocab;
+  m->head_vocab = dv > 0 && dv < m->hp.n_vocab && m->sh.n_ranks == 1 ? dv : 0;
+  const int rc = mtp_forward(m, b, src, NULL, m->mtp_greedy, ids, err);
+  m->head_vocab = 0;
+  return rc;
 }
 
 int model_backend_err(be_t *be, gt_err_t *err) {
@@ -403,6 +408,15 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
       return gt_err_set(err, GT_EINTERNAL, "%s", be->err.msg);
     return model_backend_err(be, err);
   }
+  /* a draft vocabulary (model_mtp_forward_greedy): rows [0, head_vocab) of the head, a view of the
+   * same memory (rows are contiguous in every weight type), sampled over those ids alone */
+  be_weight_t hv;
+  if (m->head_vocab > 0 && m->head_rows && !m->head_mask && m->sh.n_ranks == 1) {
+    hv = *head;
+    hv.rows = m->head_vocab;
+    head = &hv;
+  }
+  const int Vs = head == &hv ? m->head_vocab : V;
   for (int r0 = 0; r0 < b->n_out; r0 += MODEL_HEAD_CHUNK) {
     int nr = b->n_out - r0 < MODEL_HEAD_CHUNK ? b->n_out - r0 : MODEL_HEAD_CHUNK;
     o->matmul(be, head, xo + (size_t)r0 * d, dev_logits, nr);
@@ -412,7 +426,7 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
     if (m->head_rows && m->sh.n_ranks > 1)
       rc = head_rank_pick(m, dev_logits, r0, nr);
     else if (m->head_rows)
-      rc = o->sample(be, dev_logits, nr, V, m->head_rows + r0, m->head_ids + r0);
+      rc = o->sample(be, dev_logits, nr, Vs, m->head_rows + r0, m->head_ids + r0);
     else if (Vl == V)
       rc = o->download(be, logits + (size_t)r0 * V, dev_logits, sizeof(float) * (size_t)nr * V);
     else /* vocab-parallel: this rank's columns of each row */

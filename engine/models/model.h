@@ -87,6 +87,12 @@ struct model {
    * drafter's chained hidden input) */
   float *head_keep;
   be_sample_row_t *mtp_greedy; /* [max_out] greedy rows of model_mtp_forward_greedy (host, owned) */
+  /* the MTP drafter's vocabulary: model_mtp_forward_greedy drafts only ids [0, mtp_draft_vocab) (0: the
+   * whole vocabulary). Set by the scheduler (sched_config_t.spec_draft_vocab). */
+  int mtp_draft_vocab;
+  /* set only during model_mtp_forward_greedy with a draft vocabulary: model_head multiplies the first
+   * head_vocab rows of the head (ids 0 .. head_vocab - 1) and samples over those alone */
+  int head_vocab;
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -135,7 +141,10 @@ int model_forward_sample_mask(model_t *m, const be_batch_t *b, const be_sample_r
  * model_mtp_forward_greedy: the same step, but each out_tok row's greedy token (argmax, lowest id
  * on ties: sampler_argmax of its logits) is taken on the backend (its `sample` op, as the greedy
  * rows of model_forward_sample) and only host ids[n_out] come back. GT_EUNSUPPORTED when the
- * backend cannot sample (use model_mtp_forward then). */
+ * backend cannot sample (use model_mtp_forward then). With m->mtp_draft_vocab = N (0 < N < n_vocab,
+ * one rank) the head multiplies only its first N rows and the draft is the argmax over ids [0, N):
+ * a draft vocabulary (FR-Spec, EAGLE-3's 32K draft vocabulary), exact because verification decides;
+ * it cuts the drafter's largest cost, the full head (248,320 x 4096 BF16 on qwen35-9b, ~0.5 ms). */
 int model_mtp_enable(model_t *m, gt_err_t *err);
 int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err);
 int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *ids, gt_err_t *err);

@@ -379,6 +379,8 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
   if (c.spec_mode == SCHED_SPEC_MTP) {
     s->mtp = spec_mtp_create(T, S, s->max_blocks, s->V);
+    const int dv = c.spec_draft_vocab;
+    m->mtp_draft_vocab = dv < 0 ? 0 : dv > 0 ? dv : s->V > 2 * SCHED_SPEC_DRAFT_VOCAB ? SCHED_SPEC_DRAFT_VOCAB : 0;
     s->mseq = calloc((size_t)S, sizeof *s->mseq);
     s->b_alive = calloc((size_t)S, 1);
     if (!s->mtp || !s->mseq || !s->b_alive) {

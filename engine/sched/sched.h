@@ -46,6 +46,7 @@ typedef struct sched sched_t;
  * without speculation, token for token, for greedy and for seeded sampling alike. */
 enum { SCHED_SPEC_OFF = 0, SCHED_SPEC_NGRAM = 1, SCHED_SPEC_MTP = 2 };
 #define SCHED_SPEC_MAX_K 8
+#define SCHED_SPEC_DRAFT_VOCAB 32768 /* the default draft vocabulary of large vocabularies */
 /* Test hook: proposes up to k drafts (returns how many, 0..k) into out[k] for choice `index` of
  * request `id`, whose tokens[n] are its prompt followed by its output so far. */
 typedef int (*sched_draft_fn)(void *ud, int64_t id, int index, const int32_t *tokens, int n, int k, int32_t *out);
@@ -74,6 +75,10 @@ typedef struct {
    * and a sequence whose drafts were all rejected pauses 1, 2, 4 .. 16 steps before drafting
    * again (reset by an accepted draft). */
   int spec_mode, spec_k, spec_max_seqs, spec_ngram_min, spec_ngram_max;
+  /* MTP drafts only among token ids [0, spec_draft_vocab) (model_t.mtp_draft_vocab): 0 = the default,
+   * SCHED_SPEC_DRAFT_VOCAB for a vocabulary larger than twice that, else all; < 0 = all. BPE ids are in
+   * merge order, so the first ids are the most frequent tokens. */
+  int spec_draft_vocab;
   /* test hooks: spec_draft replaces the drafter (any spec_mode but OFF); spec_force_reject = j + 1
    * rejects draft position j whenever verification reaches it, even when it matches (0: off);
    * forced rejections do not pause the sequence */

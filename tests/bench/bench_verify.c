@@ -14,7 +14,9 @@
  * steps replay graphs, so eager is 0 unless GANTRY_CUDA_GRAPHS=0):
  *   speedup = accept * t_decode / (t_verify + t_mtp)
  *   bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 3] [--ctx 512]
- *                [--accept 2.5] [--iters 20] [--warm 3] [--threads N] [--no-mtp] */
+ *                [--accept 2.5] [--iters 20] [--warm 3] [--threads N] [--no-mtp] [--draft-vocab N]
+ * --draft-vocab: the MTP drafts' vocabulary (ids [0, N); default the scheduler's, SCHED_SPEC_DRAFT_VOCAB for a
+ * vocabulary over twice that; 0 = all). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 
 #include "common/clock.h"
 #include "engine/models/model.h"
+#include "engine/sched/sched.h" /* SCHED_SPEC_DRAFT_VOCAB */
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/backend/backend_cuda.h"
 #endif
@@ -88,7 +91,7 @@ static int mtp(bv_t *v, int k, int r, int p0, gt_err_t *err) {
 
 int main(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *batches = "1,8";
-  int k = 3, ctx = 512, iters = 20, warm = 3, threads = 0, use_mtp = 1;
+  int k = 3, ctx = 512, iters = 20, warm = 3, threads = 0, use_mtp = 1, dvocab = -1;
   double accept = 2.5;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *n = i + 1 < argc ? argv[i + 1] : NULL;
@@ -103,12 +106,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--iters")) iters = atoi(n);
     else if (!strcmp(a, "--warm")) warm = atoi(n);
     else if (!strcmp(a, "--threads")) threads = atoi(n);
+    else if (!strcmp(a, "--draft-vocab")) dvocab = atoi(n);
     else { fprintf(stderr, "unknown option %s\n", a); return 2; }
     i++;
   }
   if (!path || k < 1 || k > 8 || ctx < 1 || iters < 1 || accept < 1 || accept > k + 1) {
     fprintf(stderr, "usage: bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 1..8] [--ctx N] "
-                    "[--accept 1..k+1] [--iters N] [--warm N] [--threads N] [--no-mtp]\n");
+                    "[--accept 1..k+1] [--iters N] [--warm N] [--threads N] [--no-mtp] [--draft-vocab N]\n");
     return 2;
   }
   int Bs[16], nB = 0, Bmax = 0;
@@ -133,6 +137,8 @@ int main(int argc, char **argv) {
   if (!rc) rc = model_load(g, be, MAXTOK, &m, &err);
   if (!rc && use_mtp && m->hp.n_nextn == 0) use_mtp = 0;
   if (!rc && use_mtp) rc = model_mtp_enable(m, &err);
+  /* the drafter's vocabulary: the scheduler's default (sched_config_t.spec_draft_vocab) unless given */
+  if (!rc) m->mtp_draft_vocab = dvocab >= 0 ? dvocab : m->hp.n_vocab > 2 * SCHED_SPEC_DRAFT_VOCAB ? SCHED_SPEC_DRAFT_VOCAB : 0;
   static bv_t v;
   v.m = m;
   v.maxb = (ctx + k + 2 + BT - 1) / BT;
@@ -144,8 +150,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int r = (int)lround(accept);
-  printf("model %s  device %s  k %d  ctx %d  accept %.2f  mtp %s  iters %d\n", m->hp.name, device, k, ctx, accept,
-         use_mtp ? "yes" : "no", iters);
+  printf("model %s  device %s  k %d  ctx %d  accept %.2f  mtp %s  draft vocab %d  iters %d\n", m->hp.name, device, k, ctx,
+         accept, use_mtp ? "yes" : "no", m->mtp_draft_vocab ? m->mtp_draft_vocab : m->hp.n_vocab, iters);
   printf("%5s | %10s | %10s | %8s | %10s | %8s\n", "batch", "decode ms", "verify ms", "ver/dec", "mtp ms", "speedup");
   for (int bi = 0; bi < nB; bi++) {
     v.B = Bs[bi];

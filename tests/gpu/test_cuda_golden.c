@@ -169,20 +169,22 @@ static void demo(gmode_t mode) {
  * to stay under the device tool's size limit: scripts/gpu/slim.sh). */
 static void demo35(gmode_t mode) {
   need("demo35 Q4_K_M");
-  char man_path[4096];
+  char man_path[4096], rel[512], path[4096], l[64];
   snprintf(man_path, sizeof man_path, "%s", tu_golden("demo35/manifest.json"));
-  if (access(man_path, R_OK)) {
-    print_message("demo35: %s absent, skipped\n", man_path);
+  json_t *man = access(man_path, R_OK) ? NULL : tu_json("demo35/manifest.json");
+  if (man) {
+    snprintf(rel, sizeof rel, "demo35/%s", json_string_value(json_object_get(man, "model")));
+    snprintf(path, sizeof path, "%s", tu_golden(rel));
+  }
+  if (!man || access(path, R_OK)) {
+    print_message("demo35: its manifest or model is absent, skipped\n");
+    json_decref(man);
     skip();
   }
   set_mode(mode, 1);
   if (mode == ACT_BF16) gm_greedy_assert = 1;
   gm_backend_factory = cuda_factory;
   gm_rope_freq_bf16 = 0; /* its reference built the model in fp32 */
-  json_t *man = tu_json("demo35/manifest.json");
-  char rel[512], path[4096], l[64];
-  snprintf(rel, sizeof rel, "demo35/%s", json_string_value(json_object_get(man, "model")));
-  snprintf(path, sizeof path, "%s", tu_golden(rel));
   snprintf(l, sizeof l, "cuda demo35 %s", mode_label(mode));
   gm_check_cases(path, json_object_get(man, "cases"), "demo35", 0, l, mode == ACT_BF16 ? BF16_TOL_DEMO : GPU_TOL, 100);
   json_decref(man);

@@ -137,7 +137,7 @@ static void test_hf_reference(void **st) {
   (void)st;
   /* the reference in the tree (tests/golden/embed_ref/, made by scripts/gpu/embed_ref.py on the GPU
    * machine), or another one from $GANTRY_EMBED_REF */
-  char golden[4096], path[4096];
+  char golden[2048], path[4096];
   const char *dir = getenv("GANTRY_EMBED_REF");
   if (!dir || !*dir) {
     snprintf(golden, sizeof golden, "%s", tu_golden("embed_ref"));

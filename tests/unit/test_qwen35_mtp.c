@@ -4,7 +4,8 @@
  *   - model_mtp_forward against a plain C reference computed here from the file's weights (the
  *     graph of spec.h / qwen35_mtp.c: enorm / hnorm, eh_proj over concat(embedding, hidden), one
  *     gated-attention block with its own causal KV, the FFN, shared_head_norm and the head),
- *     over a prompt pass and a chained draft row, and model_mtp_forward_greedy's ids (the
+ *     over a prompt pass and a chained draft row, and model_mtp_forward_greedy's ids (with a draft
+ *     vocabulary of a third of the ids: the argmax over those ids of the same logits) (the
  *     drafter's path) against argmax of those logits;
  *   - the scheduler with --speculative mtp: greedy output equals output without speculation,
  *     token for token: batched, prefix-cached, preempted; with drafts that are all right (test
@@ -251,6 +252,21 @@ static void test_forward_reference(void **state) {
   int32_t ids[RMAX];
   assert_int_equal(model_mtp_forward_greedy(f.m, &mb, src, ids, &err), GT_OK);
   for (int p = 0; p < n1; p++) assert_int_equal(ids[p], sampler_argmax(lg + (size_t)p * V, V));
+  /* a draft vocabulary (model_t.mtp_draft_vocab = N): the argmax over ids [0, N) of the same logits */
+  {
+    const int N = V / 3;
+    int differ = 0;
+    f.m->mtp_draft_vocab = N;
+    assert_int_equal(model_mtp_forward_greedy(f.m, &mb, src, ids, &err), GT_OK);
+    f.m->mtp_draft_vocab = 0;
+    for (int p = 0; p < n1; p++) {
+      assert_int_equal(ids[p], sampler_argmax(lg + (size_t)p * V, N));
+      differ += ids[p] != sampler_argmax(lg + (size_t)p * V, V);
+    }
+    printf("draft vocabulary %d of %d: %d of %d pass rows draft another token than the whole vocabulary's\n", N, V,
+           differ, n1);
+    assert_int_equal(f.m->head_vocab, 0);
+  }
   static ref_t R;
   R.hp = hp, R.g = f.g, R.b = hp->n_layer;
   float *rl = malloc(sizeof(float) * (size_t)V), *hout = malloc(sizeof(float) * (size_t)d);
