@@ -1193,6 +1193,10 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
  * states are exact), and passed again when they are fed again. */
 static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
   int n = 0;
+  /* the next step speculates only with at most spec_max_seqs decodes (step()): past that the pass
+   * keeps the block's K/V current and drafts nothing (k chained drafter steps over every sequence
+   * would be spent on drafts no step verifies) */
+  const int may_draft = decode_headroom(s) <= s->cfg.spec_max_seqs;
   for (int i = 0; i < n_seq; i++) {
     if (!s->b_alive[i]) continue;
     req_t *q = s->b_req[i];
@@ -1205,7 +1209,7 @@ static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
     q->mtp_at = -1;
     s->mseq[n] = (spec_mtp_seq_t){.src_row = s->b_first[i], .n_rows = rows, .pos0 = p0, .next = q->tokens + p0 + 1,
                                   .blocks = q->blocks, .n_blocks = q->n_blocks,
-                                  .k = last && q->n_generated > 0 && q->n_fork == 0 && q->spec_skip == 0 ? s->cfg.spec_k : 0};
+                                  .k = may_draft && last && q->n_generated > 0 && q->n_fork == 0 && q->spec_skip == 0 ? s->cfg.spec_k : 0};
     s->b_req[n] = q; /* b_req is not read again this step */
     n++;
   }
@@ -1214,6 +1218,7 @@ static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
   for (int i = 0; i < n && !rc; i++) {
     req_t *q = s->b_req[i];
     q->n_mtp_draft = s->mseq[i].n_draft;
+    s->st.spec_mtp_drafted += (uint64_t)q->n_mtp_draft;
     memcpy(q->mtp_draft, s->mseq[i].draft, sizeof(int32_t) * (size_t)q->n_mtp_draft);
     if (q->n_mtp_draft > 0) q->mtp_at = q->n_tokens;
   }

@@ -257,6 +257,8 @@ typedef struct {
   uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
   uint64_t spec_accepted_pos[SCHED_SPEC_MAX_K];
   uint64_t spec_rollbacks;      /* hybrid: recurrent states restored after a rejected draft */
+  uint64_t spec_mtp_drafted;    /* drafts the MTP block computed (verified or not: a request that ends
+                                   leaves its last ones unverified) */
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);
 

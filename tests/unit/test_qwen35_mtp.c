@@ -462,8 +462,10 @@ static int draft_true(void *ud, int64_t id, int index, const int32_t *tokens, in
 
 static double g_force_accept; /* sched_config_t.spec_force_accept of the next mk */
 
+static int g_spec_max_seqs; /* sched_config_t.spec_max_seqs of mk (0: its default, max_num_seqs here) */
 static sched_t *mk(const fx_t *f, int mode, int n_blocks, drafter_t *d, int force_reject) {
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
+                      .spec_max_seqs = g_spec_max_seqs,
                       .spec_mode = mode, .spec_k = 3, .spec_draft = d ? draft_true : NULL, .spec_draft_ud = d,
                       .spec_force_reject = force_reject, .spec_force_accept = g_force_accept};
   sched_t *s = NULL;
@@ -555,6 +557,22 @@ static void test_sched_identity(void **state) {
   assert_same(ref, got, "mtp, prefix-cached");
   check_stats(s, "mtp", 0);
   sched_free(s);
+  /* adaptive: with spec_max_seqs 1 and all 4 requests decoding together, no step speculates, and the
+   * MTP pass drafts nothing either (only its K/V upkeep): no draft computed that no step verifies,
+   * beyond the last one or two verify rounds of the requests that finish last */
+  g_spec_max_seqs = 1;
+  s = mk(&f, SCHED_SPEC_MTP, 0, NULL, 0);
+  run_reqs(s, NREQ, T, got);
+  assert_same(ref, got, "mtp, spec_max_seqs 1");
+  {
+    sched_stats_t st;
+    sched_stats(s, &st);
+    printf("mtp, spec_max_seqs 1: %llu drafts computed, %llu verified\n", (unsigned long long)st.spec_mtp_drafted,
+           (unsigned long long)st.spec_draft_tokens);
+    assert_true(st.spec_mtp_drafted <= st.spec_draft_tokens + 3u * NREQ);
+  }
+  sched_free(s);
+  g_spec_max_seqs = 0;
   /* preempted: 4 requests of 40 + 40 tokens = 5 blocks each in a pool of 12 blocks */
   s = mk(&f, SCHED_SPEC_MTP, 12, NULL, 0);
   run_reqs(s, NREQ, T, got);
