@@ -7,7 +7,8 @@
 # the engine's /metrics) and a summary of decode tok/s relative to off.
 # Here:   STACK=1 TARGETS="gantry-engine" scripts/gpu/pack.sh; sh scripts/gpu/slim.sh hide stack
 # Device: bash scripts/gpu/spec_stack.sh   (carry build-cuda-stack; ~3-4 min)
-# Env: OUT (default /tmp/gpu-spec-stack), K (3), CONC (1,8,32), OUTPUT_LEN (128), MODES ("off mtp ngram"),
+# Env: OUT (default /tmp/gpu-spec-stack), K (3), CONC (1,8,32), OUTPUT_LEN (128), MODES ("off mtp ngram";
+# MODE:K sets that run's drafts, e.g. "ngram:6"),
 # WORKLOADS ("edit completion"), TEMP (0: greedy), ENGINE_ARGS (extra serve options for every run).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,14 +20,17 @@ mkdir -p "$OUT"
 DATA=$OUT/data
 python3 scripts/gpu/demo35_dataset.py "$DATA" "${OUTPUT_LEN:-128}" 2 || exit 1
 for w in ${WORKLOADS:-edit completion}; do
-  for mode in ${MODES:-off mtp ngram}; do
+  for mk in ${MODES:-off mtp ngram}; do
+    mode=${mk%%:*} k=$K # MODE or MODE:K (e.g. ngram:6)
+    case $mk in *:*) k=${mk#*:} ;; esac
+    [ "$mode" = off ] && k=
     a="--speculative $mode"
-    [ "$mode" = off ] || a="$a --num-speculative-tokens $K"
-    echo "=== $w, speculative $mode"
-    OUT="$OUT/$w-$mode" CONTEXTS=512 CONC=${CONC:-1,8,32} SPEC_METRICS=1 ENGINE_ARGS="$a ${ENGINE_ARGS:-}" \
+    [ "$mode" = off ] || a="$a --num-speculative-tokens $k"
+    echo "=== $w, speculative $mode${k:+ k $k}"
+    OUT="$OUT/$w-$mode$k" CONTEXTS=512 CONC=${CONC:-1,8,32} SPEC_METRICS=1 ENGINE_ARGS="$a ${ENGINE_ARGS:-}" \
       BENCH_ARGS="--dataset $DATA/$w.jsonl --completions --temperature ${TEMP:-0}" bash scripts/gpu/stack.sh "$M" demo35 \
-      >"$OUT/$w-$mode.txt" 2>&1
+      >"$OUT/$w-$mode$k.txt" 2>&1
     echo "rc=$?"
-    grep -E "^(target|default) |graphs|eager_steps" "$OUT/$w-$mode.txt" | head -16
+    grep -E "^(target|default) |graphs|eager_steps" "$OUT/$w-$mode$k.txt" | head -16
   done
 done
