@@ -304,6 +304,7 @@ static int reset_switches(void **state) {
   kc_attn_decode_set_kernel(0);
   kc_mmq_set(-1, 0);
   kc_gpipe_set_mode(-1);
+  kc_pdl_set_mode(-1);
   be_cuda_set_prefill_precision(NULL);
   be_cuda_set_activations("fp32");
   return be_kv_set_type(GPU_BE, GT_TYPE_BF16) || be_kv_set_type(CPU_BE, GT_TYPE_BF16) ? -1 : 0;
@@ -1272,7 +1273,8 @@ static void test_activations_bf16(void **st) {
  * quantization stays small). fp32 activations: x in 3 parts, bound TOL; bf16 activations: rows
  * 1..2 keep 3 parts (TOL, as matvec_mma), rows 3..8 x in 1 part (MMQ_BF16_TOL, as mmq, and the
  * error must exceed FAST_MIN: x was rounded). The CPU computes 8 rows once; the GPU's rows r are
- * the first r of them (row-independent on both backends). */
+ * the first r of them (row-independent on both backends), each with PDL mode 1 (the cluster launch
+ * with the PDL attribute) and 0. */
 typedef struct {
   const char *label;
   int kind; /* 0 matmul, 1 matmul_multi, 2 ffn_swiglu */
@@ -1318,7 +1320,10 @@ static void gp_case(const gp_case_t *k, gt_type_t t, int bf16) {
   if (k->kind == 0) CPU_BE->ops->matmul(CPU_BE, wc[0], bx.c, oc[0], NR);
   else if (k->kind == 1) CPU_BE->ops->matmul_multi(CPU_BE, nw, wc, bx.c, oc, NR);
   else CPU_BE->ops->ffn_swiglu(CPU_BE, wc[0], wc[1], bx.c, oc[0], bu.c, NR);
-  for (int rows = 1; rows <= NR; rows++) {
+  for (int it = 0; it < 2 * NR; it++) {
+    /* PDL mode 1 (every launch: the cluster and the PDL attribute in one cudaLaunchKernelEx), then 0 */
+    const int rows = it % NR + 1, pdl = it < NR;
+    kc_pdl_set_mode(pdl);
     const int rounded = bf16 && rows >= 3;
     const double tol = rounded ? MMQ_BF16_TOL : TOL;
     assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
@@ -1330,11 +1335,13 @@ static void gp_case(const gp_case_t *k, gt_type_t t, int bf16) {
     else GPU_BE->ops->ffn_swiglu(GPU_BE, wg[0], wg[1], bx.g, og[0], bu.g, rows);
     for (int i = 0; i < nseg; i++) {
       char what[112];
-      snprintf(what, sizeof what, "gpipe %s %s%s rows %d [%d]", dt_name(t), k->label, bf16 ? " act bf16" : "", rows, i);
+      snprintf(what, sizeof what, "gpipe %s %s%s pdl %d rows %d [%d]", dt_name(t), k->label, bf16 ? " act bf16" : "", pdl,
+               rows, i);
       const double e = cmp(what, bo[i], (size_t)rows * k->n_out[i], tol);
       if (rounded && e < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e);
     }
   }
+  kc_pdl_set_mode(-1);
   for (int i = 0; i < nseg; i++) drop(&bo[i]);
   drop(&bx), drop(&bu);
   free(x);
