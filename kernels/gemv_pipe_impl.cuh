@@ -2,9 +2,10 @@
  * included by kernels/gemv_pipe.cu (the default variant) and tools/bench/bench_gemv.cu (the sweep).
  * Device-side, not a public header.
  *
- * Variant <D, NR, R, W, ST, MINB>: decoder D (gp_q4k / gp_q5k / gp_q6k), NR x rows at most (2, 4, 8), R
+ * Variant <D, NR, R, W, ST, MINB, XP>: decoder D (gp_q4k / gp_q5k / gp_q6k), NR x rows at most (2, 4, 8), R
  * weight rows per block (32, 64, 128), W warps, ST pipeline stages, MINB blocks per SM for the
- * register bound; ks (runtime) = the cluster size = K parts.
+ * register bound, XP bf16 parts of x (3: hi + mid + lo, fp32-exact; 1: x rounded to bf16, the mmq
+ * path's one part under bf16 activations; only with NR = 8); ks (runtime) = the cluster size = K parts.
  *
  * Work split. NG = R / 16 row groups of 16 rows. NG >= W: warp wi takes the G = NG / W groups wi,
  * wi + W, ... of one chunk per stage (KQ = 1 chunk per stage); NG < W: warp wi takes group wi % NG
@@ -23,7 +24,8 @@
  * lane (g, tig) holds elements 16s + 4tig + 0..3 at k-slots 2tig, 2tig+1 (a0 / a2 low) and 2tig+8,
  * 2tig+9 (a2 / a3) for rows g and g + 8, and the same elements of its B column g. B columns: NR <= 4
  * ("P4", NT = NR / 2 tiles): tile t column 4j + p = x row 2t + j, part p (hi, mid, lo, zero); NR = 8
- * ("P8", NT = 3 tiles): tile p column r = x row r, part p. B buffer [c][s / 2][t][lane] uint4 =
+ * ("P8", NT = XP tiles): tile p column r = x row r, part p (XP = 1: one tile, a third of the mma and
+ * B fragments of XP = 3 at any row count). B buffer [c][s / 2][t][lane] uint4 =
  * (b0, b1) of k-step 2(s/2), then of 2(s/2) + 1; Σx (Q4_K) [c][sub-block][x row]. Rows >= n and the
  * zero column are zeroed once and never written.
  * Q4_K / Q5_K: qs word 8j + 4h + tig of a row holds elements 64j + 32nib + 16h + 4tig + 0..3 (nibble nib),
@@ -32,7 +34,11 @@
  * 32 + 8h + 4(l / 16) + tig (bits 2k).
  * Per chunk and row: T1 += sc · (Σ over parts of the mma sums), T2 += m · Σx, acc += d T1 - dmin T2.
  * The block's sums are added over the KQ chunk slots in slot order, then over the cluster's ranks in
- * rank order: a feature's result depends only on (variant, ks, its weight row, x). */
+ * rank order: a feature's result depends only on (variant, ks, its weight row, x).
+ *
+ * PDL (kernels/common.cuh): the first ST - 1 stages of weight bytes are issued before kc_pdl_wait();
+ * x is read and outputs written only after it. gp_launch sets the cluster and the PDL attribute in
+ * one cudaLaunchKernelEx (scripts/check_pdl.py checks its kernels as kc_launch's). */
 #ifndef GANTRY_KERNELS_GEMV_PIPE_IMPL_CUH
 #define GANTRY_KERNELS_GEMV_PIPE_IMPL_CUH
 #include <cooperative_groups.h>
@@ -74,7 +80,13 @@ template <int NT, bool P8> struct gp_lay {
   static constexpr int XR = P8 ? 2 : NT;
   /* c: the NT tiles' C registers; adds sc * (part sums) of row rr into t1[rr][*] */
   __device__ static __forceinline__ void addc(float (&t1)[2][XR], const float (&c)[NT][4], float sc0, float sc1) {
-    if constexpr (P8) {
+    if constexpr (P8 && NT == 1) { /* one part */
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        t1[0][j] = fmaf(sc0, c[0][j], t1[0][j]);
+        t1[1][j] = fmaf(sc1, c[0][2 + j], t1[1][j]);
+      }
+    } else if constexpr (P8) {
 #pragma unroll
       for (int j = 0; j < 2; j++) {
         t1[0][j] = fmaf(sc0, (c[0][j] + c[1][j]) + c[2][j], t1[0][j]);
@@ -282,9 +294,9 @@ struct gp_q6k {
 };
 
 /* ---------------------------------------------------------------- the kernel */
-template <class D, int NR, int R, int W, int ST> struct gp_cfg {
+template <class D, int NR, int R, int W, int ST, int XP> struct gp_cfg {
   static constexpr bool P8 = NR == 8;
-  static constexpr int NT = P8 ? 3 : NR / 2;
+  static constexpr int NT = P8 ? XP : NR / 2;
   static constexpr int XR = gp_lay<NT, P8>::XR;
   static constexpr int NG = R / 16;
   static constexpr int G = NG >= W ? NG / W : 1;
@@ -298,16 +310,17 @@ template <class D, int NR, int R, int W, int ST> struct gp_cfg {
   static constexpr size_t SBUF = D::HAS_MIN ? (size_t)KQ * 8 * NR : 0; /* floats per Σx buffer */
   static constexpr size_t SMEM = OFF_S + 2 * SBUF * 4;
   static_assert(NR == 2 || NR == 4 || NR == 8, "NR");
+  static_assert(XP == 3 || (XP == 1 && NR == 8), "one x part: the P8 layout");
   static_assert((NG % W) == 0 || (W % NG) == 0, "R / W");
   static_assert(R <= NTH, "one thread per block row fills rowtab");
   static_assert((R & (R - 1)) == 0, "R a power of two");
   static_assert((size_t)(KQ + 1) * R * NR * 4 <= OFF_B, "reduction aliases the stages");
 };
 
-template <class D, int NR, int R, int W, int ST, int MINB>
+template <class D, int NR, int R, int W, int ST, int MINB, int XP>
 __global__ void __launch_bounds__(W * 32, MINB)
     gp_kernel(const gp_args_t a, const float *__restrict__ x, int64_t cols, int n, int ks) {
-  using C = gp_cfg<D, NR, R, W, ST>;
+  using C = gp_cfg<D, NR, R, W, ST, XP>;
   constexpr int NT = C::NT, XR = C::XR, G = C::G, KQ = C::KQ, NTH = C::NTH;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ const uint8_t *rowtab[R]; /* global start of each block row (clamped to n_out - 1) */
@@ -382,16 +395,23 @@ __global__ void __launch_bounds__(W * 32, MINB)
       const int64_t kb = kb_lo + i * KQ + c;
       if (!(r < n && kb < kb_hi)) continue;
       uint2 pt[3];
-      mvm_split_x(xv[u], pt[0], pt[1], pt[2]);
+      float4 xs = xv[u]; /* the x of Σx: as the B parts hold it */
+      if constexpr (XP == 3) {
+        mvm_split_x(xv[u], pt[0], pt[1], pt[2]);
+      } else { /* x = bf16(x) rounded to nearest even, Σx of the rounded values (as mmq's one part) */
+        const __nv_bfloat162 h01 = __floats2bfloat162_rn(xv[u].x, xv[u].y), h23 = __floats2bfloat162_rn(xv[u].z, xv[u].w);
+        pt[0] = make_uint2(mvm_bits(h01), mvm_bits(h23));
+        xs = make_float4(__low2float(h01), __high2float(h01), __low2float(h23), __high2float(h23));
+      }
       const int s = q >> 2, tg = q & 3;
       uint4 *bc = bsm + (size_t)bf * C::BBUF + (size_t)c * 8 * NT * 32;
 #pragma unroll
-      for (int p = 0; p < 3; p++) {
+      for (int p = 0; p < XP; p++) {
         const int tt = C::P8 ? p : r >> 1, ln = C::P8 ? 4 * r + tg : 16 * (r & 1) + 4 * p + tg;
         ((uint2 *)&bc[((s >> 1) * NT + tt) * 32 + ln])[s & 1] = pt[p];
       }
       if constexpr (D::HAS_MIN) { /* sub-block q / 8 */
-        const float ps = mvm_sub_sum(xv[u]);
+        const float ps = mvm_sub_sum(xs);
         if ((q & 7) == 0) sxs[(size_t)bf * C::SBUF + ((size_t)c * 8 + (q >> 3)) * NR + r] = ps;
       }
     }
@@ -411,7 +431,9 @@ __global__ void __launch_bounds__(W * 32, MINB)
       for (int q = 0; q < XR; q++) acc[i][rr][q] = 0.0f;
 
 #pragma unroll
-  for (int i = 0; i < ST - 1; i++) issue(i);
+  for (int i = 0; i < ST - 1; i++) issue(i); /* weights only: in flight while the previous kernel ends */
+  kc_pdl_wait(); /* PDL: x (the previous kernel's output) and the outputs only from here */
+  kc_pdl_trigger();
   xload(0);
   xfill(0, 0);
   for (int64_t it = 0; it < nstep; it++) {
@@ -498,23 +520,46 @@ static inline int64_t gp_plan(gp_args_t &a, int R) {
   return tiles;
 }
 
-/* Launches variant <D, NR, R, W, ST, MINB> with K split over clusters of ks blocks (1..8, <= the
+/* k<<<grid, block, smem, st>>>(args...) as a cluster of cx blocks, with the PDL attribute when
+ * kc_pdl_attr(grid) (kernels/common.cuh kc_launch): both attributes in one cudaLaunchKernelEx.
+ * Returns the launch's error. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t gp_launch(void (*k)(KArgs...), unsigned grid, unsigned block, size_t smem, cudaStream_t st,
+                                    unsigned cx, Args &&...args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid), cfg.blockDim = dim3(block), cfg.dynamicSmemBytes = smem, cfg.stream = st;
+  cudaLaunchAttribute at[2];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = cx, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at, cfg.numAttrs = kc_pdl_attr(grid) ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, k, static_cast<Args &&>(args)...);
+}
+
+#define GP_MAX_DEV 64 /* devices whose function attribute is tracked (more: set on every call) */
+
+/* Launches variant <D, NR, R, W, ST, MINB, XP> with K split over clusters of ks blocks (1..8, <= the
  * chunk count; 0: the smallest power of two giving >= 2 blocks per SM). Returns a cudaError_t value
- * (cudaErrorInvalidConfiguration when the variant's shared memory does not fit). */
-template <class D, int NR, int R, int W, int ST, int MINB>
+ * (cudaErrorInvalidConfiguration when the variant's shared memory does not fit). The dynamic shared
+ * memory attribute is set once per device (a function attribute, not a stream operation). */
+template <class D, int NR, int R, int W, int ST, int MINB, int XP = 3>
 static int gp_go(cudaStream_t st, gp_args_t a, int64_t cols, const float *x, int n, int ks) {
-  using C = gp_cfg<D, NR, R, W, ST>;
-  auto kern = gp_kernel<D, NR, R, W, ST, MINB>;
-  static int attr_done = 0, sms = 0;
-  if (!attr_done) {
-    int dev = 0, maxsm = 0;
-    cudaGetDevice(&dev);
+  using C = gp_cfg<D, NR, R, W, ST, XP>;
+  auto kern = gp_kernel<D, NR, R, W, ST, MINB, XP>;
+  static volatile int attr_done[GP_MAX_DEV], sms_of[GP_MAX_DEV]; /* benign races: idempotent values */
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return (int)cudaErrorInvalidDevice;
+  const int slot = dev >= 0 && dev < GP_MAX_DEV ? dev : -1;
+  int sms = slot >= 0 ? sms_of[slot] : 0;
+  if (slot < 0 || !attr_done[slot]) {
+    int maxsm = 0;
     cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (C::SMEM + 1024 > (size_t)maxsm) return (int)cudaErrorInvalidConfiguration;
     const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
     if (e != cudaSuccess) return (int)e;
-    attr_done = 1;
+    if (slot >= 0) sms_of[slot] = sms, attr_done[slot] = 1;
   }
   const int64_t tiles = gp_plan(a, R), nkb = cols >> 8;
   if (tiles < 0) return (int)cudaErrorInvalidValue;
@@ -523,17 +568,7 @@ static int gp_go(cudaStream_t st, gp_args_t a, int64_t cols, const float *x, int
     while (2 * ks <= 8 && 2 * ks <= nkb && tiles * ks < 2 * (int64_t)sms) ks *= 2;
   }
   if (ks < 1 || ks > 8 || ks > nkb) return (int)cudaErrorInvalidValue;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(tiles * ks));
-  cfg.blockDim = dim3(W * 32);
-  cfg.dynamicSmemBytes = C::SMEM;
-  cfg.stream = st;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = (unsigned)ks, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, a, x, cols, n, ks);
+  const cudaError_t e = gp_launch(gp_kernel<D, NR, R, W, ST, MINB, XP>, (unsigned)(tiles * ks), W * 32, C::SMEM, st, (unsigned)ks, a, x, cols, n, ks);
   return (int)(e != cudaSuccess ? e : cudaGetLastError());
 }
 
@@ -557,11 +592,15 @@ static inline int gp_args(gp_args_t &a, int type, int n_seg, const kc_mv_seg_t *
   return 0;
 }
 
-/* variant <R, W, ST, MINB> for type D at n rows: the NR instance */
-template <class D, int R, int W, int ST, int MINB>
+/* variant <R, W, ST, MINB> for type D at n rows, x in XP parts: the NR instance (one part: NR 8) */
+template <class D, int R, int W, int ST, int MINB, int XP = 3>
 static int gp_go_n(cudaStream_t st, const gp_args_t &a, int64_t cols, const float *x, int n, int ks) {
-  if (n <= 2) return gp_go<D, 2, R, W, ST, MINB>(st, a, cols, x, n, ks);
-  if (n <= 4) return gp_go<D, 4, R, W, ST, MINB>(st, a, cols, x, n, ks);
-  return gp_go<D, 8, R, W, ST, MINB>(st, a, cols, x, n, ks);
+  if constexpr (XP == 1) {
+    return gp_go<D, 8, R, W, ST, MINB, 1>(st, a, cols, x, n, ks);
+  } else {
+    if (n <= 2) return gp_go<D, 2, R, W, ST, MINB>(st, a, cols, x, n, ks);
+    if (n <= 4) return gp_go<D, 4, R, W, ST, MINB>(st, a, cols, x, n, ks);
+    return gp_go<D, 8, R, W, ST, MINB>(st, a, cols, x, n, ks);
+  }
 }
 #endif

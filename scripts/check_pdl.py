@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks the programmatic-dependent-launch contract of kernels/common.cuh (kc_launch):
-every kernel launched through kc_launch calls kc_pdl_wait() in its body before any `return`,
+every kernel launched through kc_launch (or gp_launch, kernels/gemv_pipe_impl.cuh: kc_launch's
+attribute together with a cluster) calls kc_pdl_wait() in its body before any `return`,
 and kernels/ launches nothing with <<<...>>> except in the files listed in PLAIN (their kernels
 must not start early: the device-local all-reduce spins on its peers). Prints each breach and
 exits 1 if there is one. `--self-test` runs the checker on built-in good and bad sources first.
@@ -10,7 +11,8 @@ import os
 import re
 import sys
 
-PLAIN = {"allreduce_local.cu", "gemv_pipe.cu", "gemv_pipe_impl.cuh"}
+PLAIN = {"allreduce_local.cu"}
+LAUNCH = r"\b(?:kc_launch|gp_launch)\(\s*(\w+)"  # the launchers that may give the PDL attribute
 
 
 def bodies(src):
@@ -59,7 +61,7 @@ def check(files):
     bad, defs, launched = [], {}, set()
     for f, s in files.items():
         defs.update(bodies(s))
-        for m in re.finditer(r"kc_launch\(\s*(\w+)", s):
+        for m in re.finditer(LAUNCH, s):
             if m.group(1) != "void":  # the template's own declaration
                 launched.add(m.group(1))
         if "<<<" in s and os.path.basename(f) not in PLAIN:
@@ -85,8 +87,9 @@ def self_test():
                     "int f() { return kc_launch(g, 1, 32, 0, 0, 1); }"}
     none = {"a.cu": "__global__ void g(int a) { a++; }\nint f() { return kc_launch(g, 1, 32, 0, 0, 1); }"}
     plain = {"a.cu": "__global__ void g(int a) { kc_pdl_wait(); }\nint f() { g<<<1, 32>>>(1); return 0; }"}
+    cluster = {"a.cu": "__global__ void g(int a) { a++; }\nint f() { return gp_launch(g, 1, 32, 0, 0, 2, 1); }"}
     assert check(good) == [], check(good)
-    for case in (late, none, plain):
+    for case in (late, none, plain, cluster):
         assert len(check(case)) == 1, (case, check(case))
     print("check_pdl self-test: ok")
 
@@ -103,8 +106,8 @@ def main():
     bad = check(files)
     for b in bad:
         print(b)
-    n = len(set(re.findall(r"kc_launch\(\s*(\w+)", "".join(files.values())))) - 1
-    print(f"check_pdl: {n} kernels launched through kc_launch, {len(bad)} breaches")
+    n = len(set(re.findall(LAUNCH, "".join(files.values()))) - {"void", "k"})
+    print(f"check_pdl: {n} kernels launched through kc_launch / gp_launch, {len(bad)} breaches")
     return 1 if bad else 0
 
 

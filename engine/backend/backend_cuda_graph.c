@@ -271,7 +271,8 @@ static const char *const op_names[] = {
 /* "name[ TYPE colsxrows[+[TYPE ]colsxrows...] xROWS[ PATH]]": weight matrices (not vectors)
  * of the record with the batch rows (a product's own x rows: the output head runs on the rows
  * that want logits); PATH, for products, the one the first weight takes: "gemm" (bf16
- * tensor-core GEMM), "deq-gemm" (fast prefill), "mmq". */
+ * tensor-core GEMM), "deq-gemm" (fast prefill), "gpipe" (the pipelined decode product, judged on
+ * the bytes of the weights of the first one's type), "mmq". */
 static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
   const int op = (int)r->op;
   const int product = op == OP_matmul || op == OP_matmul_multi || op == OP_ffn_swiglu;
@@ -292,13 +293,17 @@ static void op_label(const op_rec_t *r, int rows, char *buf, size_t n) {
     prev_type = t;
     n_mat++;
   }
+  size_t gp_bytes = 0; /* the weights of w[0]'s type (a multi's run, a swiglu's gate + up) */
+  for (int k = 0; k < n_w; k++)
+    if (w[k].data && w[k].type == w[0].type) gp_bytes += w[k].row_bytes * (size_t)w[k].rows;
   if (n_mat && len < n)
     snprintf(buf + len, n - len, " x%d%s", rows,
-             !product                           ? ""
-             : cu__bf16_gemm_floats(&w[0], rows) ? " gemm"
-             : cu__deq_gemm_floats(&w[0], rows)  ? " deq-gemm"
-             : cu__mmq_floats(&w[0], rows)       ? " mmq"
-                                                 : "");
+             !product                                  ? ""
+             : cu__bf16_gemm_floats(&w[0], rows)        ? " gemm"
+             : cu__deq_gemm_floats(&w[0], rows)         ? " deq-gemm"
+             : cu__gpipe_takes(&w[0], gp_bytes, rows)   ? " gpipe"
+             : cu__mmq_floats(&w[0], rows)              ? " mmq"
+                                                        : "");
 }
 
 static void prof_add(be_cuda_t *c, const char *label, double us) {

@@ -162,6 +162,9 @@ float *cu__scratch(be_t *be, size_t n);
 size_t cu__bf16_gemm_floats(const be_weight_t *w, int rows);
 /* Scratch floats the mmq path needs for w and rows, or 0 when w does not take it. */
 size_t cu__mmq_floats(const be_weight_t *w, int rows);
+/* 1 when a product of rows rows over w (and weights of its type, wbytes weight bytes in all) takes
+ * the pipelined decode product (kernels/gemv_pipe.cuh; no scratch). */
+int cu__gpipe_takes(const be_weight_t *w, size_t wbytes, int rows);
 /* 1 while the calling thread's backend runs a batch of one token per sequence (backend_cuda_ops.c
  * x_parts) */
 extern __thread int cu__t_decode_batch;

@@ -25,6 +25,7 @@
 #include "kernels/gdn_conv_qkv.cuh"
 #include "kernels/gdn_gates.cuh"
 #include "kernels/gdn_scan.cuh"
+#include "kernels/gemv_pipe.cuh"
 #include "kernels/kv_store.cuh"
 #include "kernels/l2norm.cuh"
 #include "kernels/logits_mask.cuh"
@@ -250,6 +251,30 @@ static void mmq_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, cons
   KC_CUDA(CU_ERR(be), kc_mmq_launch(c->stream, type, n_seg, segs, wup, w0->cols, sc, rows, parts));
 }
 
+/* ---- the pipelined decode product (kernels/gemv_pipe.cuh) at 1..KC_GPIPE_MAX_ROWS rows ---- */
+
+/* x parts of the pipelined product: those of the path it replaces, so each product keeps its op
+ * bound: matvec_mma's three (fp32-exact) at 1..2 rows in both activation modes, mmq's x_parts at
+ * 3..8 rows (1 = x in bf16 under bf16 activations: a third of the mma work of three parts). */
+static int gpipe_parts(int rows) { return rows >= KC_MMQ_MIN_ROWS && x_parts(rows) == 1 ? 1 : 3; }
+
+/* 1 when w and x fit the path at rows (kc_gpipe_ok, x 16-byte aligned); the choice is
+ * kc_gpipe_want's (GANTRY_GPIPE, its per-type table) */
+static int gpipe_fits(const be_weight_t *w, const float *x, int rows) {
+  return w && w->data && ((uintptr_t)x & 15) == 0 &&
+         kc_gpipe_ok((int)w->type, w->data, w->row_bytes, w->cols, rows);
+}
+
+int cu__gpipe_takes(const be_weight_t *w, size_t wbytes, int rows) {
+  return w && w->data && kc_gpipe_ok((int)w->type, w->data, w->row_bytes, w->cols, rows) &&
+         kc_gpipe_want((int)w->type, w->cols, wbytes, rows);
+}
+
+static void gpipe_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup, int64_t cols,
+                      const float *x, int rows) {
+  KC_CUDA(CU_ERR(be), kc_gpipe_launch(CU_BE(be)->stream, type, n_seg, segs, wup, cols, x, rows, gpipe_parts(rows)));
+}
+
 void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int rows) {
   be_cuda_t *c = CU_BE(be);
   if (cu_failed(be) || rows <= 0) return;
@@ -259,6 +284,11 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
   }
   if (cu__deq_gemm_floats(w, rows)) {
     deq_gemm(be, w, x, out, rows);
+    return;
+  }
+  if (gpipe_fits(w, x, rows) && kc_gpipe_want((int)w->type, w->cols, w->row_bytes * (size_t)w->rows, rows)) {
+    const kc_mv_seg_t seg = {w->data, out, w->rows, w->row_bytes};
+    gpipe_run(be, (int)w->type, 1, &seg, NULL, w->cols, x, rows);
     return;
   }
   if (takes_mmq(w, x, rows)) {
@@ -319,8 +349,10 @@ static int takes_matvec(const be_weight_t *w, const float *x, int rows) {
   return dense_ok(w) && rows > 0 && !takes_mmq(w, x, rows) && rows <= KC_MATVEC_MAX_ROWS && ((uintptr_t)x & 15) == 0 && !cu__bf16_gemm_floats(w, rows);
 }
 
-/* n products of one x: runs of consecutive weights of one type on the matvec path go to one
- * kc_matvec_multi launch (each output equals kc_matvec's); any other weight is cu__matmul. */
+/* n products of one x: runs of consecutive weights of one type on the pipelined product (when
+ * kc_gpipe_want takes the run's weight bytes), on mmq or on the matvec path go to one launch
+ * (kc_gpipe_launch / kc_mmq_launch / kc_matvec_multi; matvec: each output equals kc_matvec's);
+ * any other weight is cu__matmul. */
 void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float *x, float *const out[],
                      int rows) {
   be_cuda_t *c = CU_BE(be);
@@ -335,6 +367,20 @@ void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float
       return;
     }
   for (int i = 0; i < n && !cu_failed(be);) {
+    if (gpipe_fits(w[i], x, rows)) {
+      kc_mv_seg_t segs[BE_MATMUL_MULTI_MAX];
+      size_t bytes = 0;
+      int ns = 0;
+      for (int j = i; j < n && ns < KC_MATVEC_MAX_SEGS && w[j]->type == w[i]->type && gpipe_fits(w[j], x, rows); j++) {
+        segs[ns++] = (kc_mv_seg_t){.w = w[j]->data, .out = out[j], .n_out = w[j]->rows, .row_bytes = w[j]->row_bytes};
+        bytes += w[j]->row_bytes * (size_t)w[j]->rows;
+      }
+      if (kc_gpipe_want((int)w[i]->type, w[i]->cols, bytes, rows)) {
+        gpipe_run(be, (int)w[i]->type, ns, segs, NULL, w[i]->cols, x, rows);
+        i += ns;
+        continue;
+      }
+    }
     if (takes_mmq(w[i], x, rows)) { /* one launch for a run of one type (scratch: the largest cols is the same) */
       kc_mv_seg_t segs[BE_MATMUL_MULTI_MAX];
       int ns = 0;
@@ -362,14 +408,21 @@ void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float
   }
 }
 
-/* gate = silu(x·wgᵀ) * (x·wuᵀ): one kc_matvec_swiglu launch when both weights take the matvec
- * path with one type, else two cu__matmul (gate, up) and kc_swiglu. */
+/* gate = silu(x·wgᵀ) * (x·wuᵀ): one launch when both weights have one type and take the
+ * pipelined product (kc_gpipe_want of both weights' bytes), mmq or the matvec path, else two
+ * cu__matmul (gate, up) and kc_swiglu. */
 void cu__ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, const float *x, float *gate,
                    float *up, int rows) {
   be_cuda_t *c = CU_BE(be);
   if (cu_failed(be) || rows <= 0) return;
   if (!wg || !wu || wg->rows != wu->rows || wg->cols != wu->cols) {
     cu_fail(be, GT_EINVAL, "ffn_swiglu", "gate and up weights differ in shape");
+    return;
+  }
+  if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && gpipe_fits(wg, x, rows) && gpipe_fits(wu, x, rows) &&
+      kc_gpipe_want((int)wg->type, wg->cols, 2 * wg->row_bytes * (size_t)wg->rows, rows)) {
+    const kc_mv_seg_t seg = {wg->data, gate, wg->rows, wg->row_bytes};
+    gpipe_run(be, (int)wg->type, 1, &seg, wu->data, wg->cols, x, rows);
     return;
   }
   if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && takes_mmq(wg, x, rows) && takes_mmq(wu, x, rows)) {

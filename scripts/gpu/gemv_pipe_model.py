@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Lane-level numpy model of one chunk of the pipelined decode product (kernels/gemv_pipe_impl.cuh):
-# the x fill into B fragments (P4 / P8 column layouts, hi / mid / lo parts, Σx per sub-block), the
+# the x fill into B fragments (P4 / P8 column layouts, hi / mid / lo parts or one part, Σx per sub-block), the
 # Q4_K / Q5_K / Q6_K decoders reading the staged shared-memory slot (Q6_K at every 2-byte offset of
 # its 16-byte aligned cover, words through the funnel shift), mma m16n8k16 by its PTX fragment
 # layout, the per-chunk scale / min accumulation and the block's per-lane reduction, against the
@@ -74,8 +74,8 @@ class Slot:  # a Q6_K block staged at byte `off` (even) of its 240-byte slot, re
     def u16(self, o): return f16(self.b, self.off + o)
 def byte(v, i): return (v >> (8*i)) & 0xff
 
-def run(typ, NR, n):
-    P8 = NR == 8; NT = 3 if P8 else NR // 2
+def run(typ, NR, n, XP=3):  # XP: x parts (1 only with NR 8, as the kernel's static_assert)
+    P8 = NR == 8; NT = XP if P8 else NR // 2
     BB = {'q4k': 144, 'q5k': 176, 'q6k': 210}[typ]; QS = 48 if typ == 'q5k' else 16
     rows = []
     for r in range(16):
@@ -86,14 +86,14 @@ def run(typ, NR, n):
             blk[208:210] = np.float16(rng.uniform(0.01, 0.1)).tobytes()
         rows.append(blk)
     x = np.zeros((NR, 256)); x[:n] = rng.uniform(-1, 1, (n, 256))
-    parts = [x*0.5, x*0.25, x*0.25]  # hi, mid, lo stand-ins (sum = x)
+    parts = [x*0.5, x*0.25, x*0.25] if XP == 3 else [x]  # hi, mid, lo stand-ins (sum = x)
     # fill: bsm[pair][t][lane] = [(b0 of s=2p), (b1 of 2p), (b0 of 2p+1), (b1 of 2p+1)] each a pair
     bsm = [[[[(0.0,0.0)]*4 for _ in range(32)] for _ in range(NT)] for _ in range(8)]
     sxs = np.zeros((8, NR))
     for r in range(n):
         for q in range(64):
             s, tg = q >> 2, q & 3
-            for p in range(3):
+            for p in range(XP):
                 tt = p if P8 else r >> 1
                 ln = 4*r + tg if P8 else 16*(r & 1) + 4*p + tg
                 v = parts[p][r, 4*q:4*q+4]
@@ -106,8 +106,8 @@ def run(typ, NR, n):
         for lane in range(32):
             if P8:
                 for j in range(2):
-                    t1[lane][0][j] += sc0[lane] * (c[lane][0][j] + c[lane][1][j] + c[lane][2][j])
-                    t1[lane][1][j] += sc1[lane] * (c[lane][0][2+j] + c[lane][1][2+j] + c[lane][2][2+j])
+                    t1[lane][0][j] += sc0[lane] * sum(c[lane][t][j] for t in range(NT))
+                    t1[lane][1][j] += sc1[lane] * sum(c[lane][t][2+j] for t in range(NT))
             else:
                 for t in range(NT):
                     t1[lane][0][t] += sc0[lane] * (c[lane][t][0] + c[lane][t][1])
@@ -216,10 +216,10 @@ def run(typ, NR, n):
 
 ok = True
 for typ in ('q4k', 'q5k', 'q6k'):
-    for NR, ns in ((2, (1, 2)), (4, (3, 4)), (8, (5, 8))):
+    for NR, XP, ns in ((2, 3, (1, 2)), (4, 3, (3, 4)), (8, 3, (5, 8)), (8, 1, (1, 3, 8))):
         for n in ns:
-            e = run(typ, NR, n)
-            print(typ, 'NR', NR, 'n', n, 'rel err %.2e' % e)
+            e = run(typ, NR, n, XP)
+            print(typ, 'NR', NR, 'parts', XP, 'n', n, 'rel err %.2e' % e)
             ok &= e < 1e-9
 print('OK' if ok else 'MISMATCH')
 sys.exit(0 if ok else 1)

@@ -25,6 +25,7 @@
 #include "kernels/attn_decode.cuh"
 #include "kernels/attn_flash.cuh"
 #include "kernels/gdn_scan.cuh"
+#include "kernels/gemv_pipe.cuh"
 
 #define TOL 1e-5
 /* Attention of sequences with >= 16 tokens in the batch (prefill) on the bf16 pools runs the
@@ -302,6 +303,8 @@ static int reset_switches(void **state) {
   }
   kc_attn_decode_set_kernel(0);
   kc_mmq_set(-1, 0);
+  kc_gpipe_set_mode(-1);
+  kc_pdl_set_mode(-1);
   be_cuda_set_prefill_precision(NULL);
   be_cuda_set_activations("fp32");
   return be_kv_set_type(GPU_BE, GT_TYPE_BF16) || be_kv_set_type(CPU_BE, GT_TYPE_BF16) ? -1 : 0;
@@ -1260,6 +1263,110 @@ static void test_activations_bf16(void **st) {
   assert_int_equal(be_cuda_set_activations("fp32"), 0);
 }
 
+/* ---- the pipelined decode product (kernels/gemv_pipe.cu), forced (kc_gpipe_set_mode(1), as
+ * GANTRY_GPIPE=1) so it runs whatever kc_gpipe_want's table says: Q4_K / Q5_K / Q6_K at rows 1..8
+ * through matmul, matmul_multi and ffn_swiglu against the CPU. Shapes: odd small ones (n_out no
+ * multiple of a block's 64 rows, one chunk, multi segments of 40..200 rows) and the products of
+ * qwen3-8b (q/o 4096x4096, qkv, swiglu 2x12288x4096, down 4096x12288), qwen35-9b (GDN
+ * in-projection (8192+4096+2x32)x4096) and qwen35-27b (swiglu 2x17408x5120, down 5120x17408, GDN
+ * in-projection (10240+6144+2x48)x5120, out 5120x6144; rows repeat every 517 so the host
+ * quantization stays small). fp32 activations: x in 3 parts, bound TOL; bf16 activations: rows
+ * 1..2 keep 3 parts (TOL, as matvec_mma), rows 3..8 x in 1 part (MMQ_BF16_TOL, as mmq, and the
+ * error must exceed FAST_MIN: x was rounded). The CPU computes 8 rows once; the GPU's rows r are
+ * the first r of them (row-independent on both backends), each with PDL mode 1 (the cluster launch
+ * with the PDL attribute) and 0. */
+typedef struct {
+  const char *label;
+  int kind; /* 0 matmul, 1 matmul_multi, 2 ffn_swiglu */
+  int n_w;
+  int64_t n_out[4], cols;
+  const gt_type_t *types;
+  int bf16; /* also under bf16 activations */
+} gp_case_t;
+static const gt_type_t GP_ALL[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, 0},
+                       GP_Q4[] = {GT_TYPE_Q4_K, 0}, GP_Q4Q5[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, 0},
+                       GP_Q4Q6[] = {GT_TYPE_Q4_K, GT_TYPE_Q6_K, 0}, GP_Q6[] = {GT_TYPE_Q6_K, 0};
+static const gp_case_t k_gp_cases[] = {
+    {"300x1024", 0, 1, {300}, 1024, GP_ALL, 1},
+    {"40x256", 0, 1, {40}, 256, GP_ALL, 0},
+    {"multi (200+72+40)x768", 1, 3, {200, 72, 40}, 768, GP_ALL, 1},
+    {"swiglu 2x150x512", 2, 2, {150}, 512, GP_ALL, 1},
+    {"qwen3-8b q/o 4096x4096", 0, 1, {4096}, 4096, GP_Q4Q5, 0},
+    {"qwen3-8b qkv (4096+2x1024)x4096", 1, 3, {4096, 1024, 1024}, 4096, GP_Q4, 0},
+    {"qwen3-8b swiglu 2x12288x4096", 2, 2, {12288}, 4096, GP_Q4, 1},
+    {"qwen3-8b down 4096x12288", 0, 1, {4096}, 12288, GP_Q4Q6, 0},
+    {"qwen35-9b gdn-in (8192+4096+2x32)x4096", 1, 4, {8192, 4096, 32, 32}, 4096, GP_Q4Q5, 0},
+    {"qwen35-27b swiglu 2x17408x5120", 2, 2, {17408}, 5120, GP_Q4, 0},
+    {"qwen35-27b down 5120x17408", 0, 1, {5120}, 17408, GP_Q4Q6, 1},
+    {"qwen35-27b gdn-in (10240+6144+2x48)x5120", 1, 4, {10240, 6144, 48, 48}, 5120, GP_Q4, 0},
+    {"qwen35-27b out 5120x6144", 0, 1, {5120}, 6144, GP_Q6, 0},
+};
+
+static void gp_case(const gp_case_t *k, gt_type_t t, int bf16) {
+  enum { NR = KC_GPIPE_MAX_ROWS };
+  const int nw = k->n_w, nseg = k->kind == 2 ? 1 : nw;
+  wpair_t w[4];
+  for (int i = 0; i < nw; i++) {
+    const int64_t no = k->kind == 2 ? k->n_out[0] : k->n_out[i];
+    w[i] = no * k->cols > ((int64_t)1 << 22) ? weight_rep(t, no, k->cols, 0.5f, 517) : weight(t, no, k->cols, 0.5f);
+  }
+  float *x = rnd((size_t)NR * k->cols, 1.0f);
+  buf_t bx = putf(x, (size_t)NR * k->cols), bo[4], bu = putf(NULL, (size_t)NR * k->n_out[0]);
+  for (int i = 0; i < nseg; i++) bo[i] = putf(NULL, (size_t)NR * k->n_out[i]);
+  const be_weight_t *wc[4], *wg[4];
+  float *oc[4], *og[4];
+  for (int i = 0; i < nw; i++) wc[i] = &w[i].c, wg[i] = &w[i].g;
+  for (int i = 0; i < nseg; i++) oc[i] = bo[i].c, og[i] = bo[i].g;
+  if (k->kind == 0) CPU_BE->ops->matmul(CPU_BE, wc[0], bx.c, oc[0], NR);
+  else if (k->kind == 1) CPU_BE->ops->matmul_multi(CPU_BE, nw, wc, bx.c, oc, NR);
+  else CPU_BE->ops->ffn_swiglu(CPU_BE, wc[0], wc[1], bx.c, oc[0], bu.c, NR);
+  for (int it = 0; it < 2 * NR; it++) {
+    /* PDL mode 1 (every launch: the cluster and the PDL attribute in one cudaLaunchKernelEx), then 0 */
+    const int rows = it % NR + 1, pdl = it < NR;
+    kc_pdl_set_mode(pdl);
+    const int rounded = bf16 && rows >= 3;
+    const double tol = rounded ? MMQ_BF16_TOL : TOL;
+    assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+    for (int i = 0; i < nseg; i++) /* NaN: an output the kernel does not write fails */
+      assert_int_equal(cudaMemset(bo[i].g, 0xff, (size_t)NR * k->n_out[i] * sizeof(float)), 0);
+    assert_int_equal(cudaDeviceSynchronize(), 0); /* the backend's stream does not wait on the legacy one */
+    if (k->kind == 0) GPU_BE->ops->matmul(GPU_BE, wg[0], bx.g, og[0], rows);
+    else if (k->kind == 1) GPU_BE->ops->matmul_multi(GPU_BE, nw, wg, bx.g, og, rows);
+    else GPU_BE->ops->ffn_swiglu(GPU_BE, wg[0], wg[1], bx.g, og[0], bu.g, rows);
+    for (int i = 0; i < nseg; i++) {
+      char what[112];
+      snprintf(what, sizeof what, "gpipe %s %s%s pdl %d rows %d [%d]", dt_name(t), k->label, bf16 ? " act bf16" : "", pdl,
+               rows, i);
+      const double e = cmp(what, bo[i], (size_t)rows * k->n_out[i], tol);
+      if (rounded && e < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e);
+    }
+  }
+  kc_pdl_set_mode(-1);
+  for (int i = 0; i < nseg; i++) drop(&bo[i]);
+  drop(&bx), drop(&bu);
+  free(x);
+  for (int i = 0; i < nw; i++) wdrop(&w[i]);
+}
+
+static void test_gpipe(void **st) {
+  NEED_GPU();
+  kc_gpipe_set_mode(1);
+  assert_int_equal(kc_gpipe_mode(), 1);
+  for (size_t ci = 0; ci < sizeof k_gp_cases / sizeof *k_gp_cases; ci++)
+    for (const gt_type_t *t = k_gp_cases[ci].types; *t; t++)
+      for (int bf16 = 0; bf16 <= k_gp_cases[ci].bf16; bf16++) {
+        assert_int_equal(be_cuda_set_activations(bf16 ? "bf16" : "fp32"), 0);
+        gp_case(&k_gp_cases[ci], *t, bf16);
+      }
+  assert_int_equal(be_cuda_set_activations("fp32"), 0);
+  /* mode 0: never (kc_gpipe_want refuses any shape), 2: auto */
+  kc_gpipe_set_mode(0);
+  assert_int_equal(kc_gpipe_want(GT_TYPE_Q4_K, 4096, (size_t)100 << 20, 1), 0);
+  kc_gpipe_set_mode(2);
+  assert_int_equal(kc_gpipe_want(GT_TYPE_Q8_0, 4096, (size_t)100 << 20, 1), 0);
+  kc_gpipe_set_mode(-1);
+}
+
 /* One attn_qk_prep case on a fresh 2-layer pool: q/k vs the CPU and vs the unfused CUDA ops;
  * the pool through attention (head_dim % 32 == 0) against the CPU's. */
 static void qk_prep_case(tbatch_t *tb, int n_head, int n_kv, int hd, int n_rot, int bf16, int max_blocks) {
@@ -1694,6 +1801,7 @@ int main(void) {
       T(test_gdn_long),      T(test_decode_graphs), T(test_verify_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
       T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
       T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
+      T(test_gpipe),
       T(test_tp_shapes_qwen3_8b), T(test_tp_shapes_qwen35_9b), T(test_tp_shapes_qwen35_27b),
       T(test_every_op_covered), /* last: counts the calls of the tests above */
   };

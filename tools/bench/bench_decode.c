@@ -11,7 +11,9 @@
  * graphs. --solo N (the TP prediction, engine/TP.md): rank 0 of an N-way sharded model alone on the
  * GPU over the solo communicator (all-reduce a no-op, counted): one rank's share of every step, the
  * others' work and the collectives excluded; it prints "all-reduce calls per decode step". With
- * GANTRY_MODEL_LAYERS=K only the first K layers load (the per-layer slope of one file). */
+ * GANTRY_MODEL_LAYERS=K only the first K layers load (the per-layer slope of one file). GANTRY_GPIPE
+ * (0 never, 1 always, unset auto: kernels/gemv_pipe.cuh) picks the 1..8-row K-quant products; the
+ * first line says which. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include "engine/backend/backend_cuda.h"
 #include "engine/backend/comm.h"
 #include "engine/models/bench.h"
+#include "kernels/gemv_pipe.cuh" /* kc_gpipe_mode: GANTRY_GPIPE */
 
 int main(int argc, char **argv) {
   const char *path = NULL, *batches = "1,8,32", *prompts = "512", *kv_dtype = "bf16", *precision = NULL, *act = NULL;
@@ -41,7 +44,9 @@ int main(int argc, char **argv) {
                     "[--kv-dtype bf16|fp32] [--activations bf16|fp32] [--prefill-precision exact|fast] [--solo N]\n");
     return 2;
   }
-  printf("activations: %s, prefill precision: %s\n", be_cuda_activations(), be_cuda_prefill_precision());
+  const int gp = kc_gpipe_mode();
+  printf("activations: %s, prefill precision: %s, gemv_pipe: %s\n", be_cuda_activations(), be_cuda_prefill_precision(),
+         gp == 0 ? "never (GANTRY_GPIPE=0)" : gp == 1 ? "always (GANTRY_GPIPE=1)" : "auto");
   const int prompt = pl[0];
   for (int i = 0; i < nb; i++) maxb = b[i] > maxb ? b[i] : maxb;
   for (int i = 0; i < np; i++) maxb = pl[i] > maxb ? pl[i] : maxb; /* max_tokens */

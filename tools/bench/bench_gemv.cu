@@ -2,7 +2,15 @@
  * against the current paths, at 1..8 rows of x (llm.c dev/cuda style: check, then time).
  *
  *   bench_gemv [--reps N] [--types Q4_K,Q6_K (Q5_K too)] [--rows 1,2,4,8] [--shape SUBSTR] [--only VARIANT[/kK]]
- *              [--check 0|1|2] [--base 0|1] [--graph 0|1]
+ *              [--check 0|1|2] [--base 0|1] [--graph 0|1] [--wired 0|1] [--parts 1|3]
+ *
+ * --wired 1: instead of the sweep, the backend's choice (engine/backend/backend_cuda_ops.c) per
+ * shape, type and rows, one table: "cur" = the path without the pipelined product (kc_matvec* at
+ * 1..2 rows, i.e. matvec_mma for Q4_K / Q6_K; mmq with --parts x parts at 3..8 rows: 1 = bf16
+ * activations, the default, 3 = fp32), "auto" = what kc_gpipe_want's table (mode 2) picks, "force" =
+ * kc_gpipe_launch (GANTRY_GPIPE=1), each us per call and % of copy bandwidth, the pick and the
+ * speedups cur / auto, cur / force. x parts of the pipelined product as the backend gives them (3 at
+ * 1..2 rows, --parts at 3..8). Errors checked as below (bound 6e-3 where x is in one part).
  *
  * Variants: rRwWsSbB/kK = R weight rows per block, W warps, S cp.async stages, B blocks per SM (the
  * register bound), K = the K split (cluster size). Baselines: "matvec" (kc_matvec / _multi / _swiglu:
@@ -35,7 +43,7 @@ extern "C" { /* plain C headers */
 #include "format/dtype.h"
 #include "tools/quantize.h"
 }
-#include "kernels/gemv_pipe_impl.cuh"
+#include "kernels/gemv_pipe_impl.cuh" /* and gemv_pipe.cuh: kc_gpipe_want / kc_gpipe_launch (--wired) */
 #include "kernels/matvec.cuh"
 #include "kernels/mmq.cuh"
 
@@ -205,11 +213,31 @@ static const void *gb_wup(const gb_prod_t *p, int copy) {
   return p->s->kind == GB_SWIGLU ? p->w[1].d + p->w[1].bytes * (size_t)(copy % p->w[1].copies) : NULL;
 }
 
-/* A path: base 0 matvec, 1 mmq3, 2 mmq1, 3 a variant (v, ks). Returns a cudaError_t value. */
+/* A path: base 0 matvec, 1 mmq3, 2 mmq1, 3 a variant (v, ks); --wired: 4 cur, 5 auto, 6 force (v: the
+ * x parts of mmq at >= 3 rows). Returns a cudaError_t value. */
 typedef struct {
   int base, v, ks;
 } gb_path_t;
+static int gb_run(const gb_path_t *ph, gb_prod_t *p, int n, int copy);
+/* the wired paths: the backend's cur / auto / force (see the header) */
+static int gb_wired(const gb_path_t *ph, gb_prod_t *p, int n, int copy) {
+  const int parts = n >= KC_MMQ_MIN_ROWS ? ph->v : 3;
+  int gp = ph->base == 6;
+  if (ph->base == 5) {
+    kc_gpipe_set_mode(2);
+    gp = kc_gpipe_want(p->t, p->s->cols, (size_t)p->bytes_w, n);
+    kc_gpipe_set_mode(-1);
+  }
+  if (gp) {
+    kc_mv_seg_t seg[GB_MAXSEG];
+    gb_segs(p, copy, seg);
+    return kc_gpipe_launch(g_st, p->t, p->nout_seg, seg, gb_wup(p, copy), p->s->cols, g_dx, n, parts);
+  }
+  const gb_path_t cur = {n >= KC_MMQ_MIN_ROWS ? (parts == 3 ? 1 : 2) : 0, 0, 0};
+  return gb_run(&cur, p, n, copy);
+}
 static int gb_run(const gb_path_t *ph, gb_prod_t *p, int n, int copy) {
+  if (ph->base >= 4) return gb_wired(ph, p, n, copy);
   kc_mv_seg_t seg[GB_MAXSEG];
   gb_segs(p, copy, seg);
   const void *wup = gb_wup(p, copy);
@@ -232,7 +260,8 @@ static int gb_run(const gb_path_t *ph, gb_prod_t *p, int n, int copy) {
   return (p->t == GT_TYPE_Q4_K ? v->q4 : p->t == GT_TYPE_Q5_K ? v->q5 : v->q6)(g_st, a, cols, g_dx, n, ph->ks);
 }
 static void gb_pname(const gb_path_t *ph, char *buf, size_t len) {
-  if (ph->base < 3) snprintf(buf, len, "%s", ph->base == 0 ? "matvec" : ph->base == 1 ? "mmq3" : "mmq1");
+  if (ph->base >= 4) snprintf(buf, len, "%s", ph->base == 4 ? "cur" : ph->base == 5 ? "auto" : "force");
+  else if (ph->base < 3) snprintf(buf, len, "%s", ph->base == 0 ? "matvec" : ph->base == 1 ? "mmq3" : "mmq1");
   else snprintf(buf, len, "%s/k%d", k_vars[ph->v].name, ph->ks);
 }
 
@@ -324,6 +353,90 @@ static const gb_shape_t k_chk[] = {
     {"chk swiglu 2x150x512", GB_SWIGLU, 2, {150}, 512},
 };
 
+/* us per call of the path (one warm-up; a CUDA graph of reps calls with --graph 1, else plain
+ * launches), weight copies cycled */
+static double gb_time(const gb_path_t *ph, gb_prod_t *p, int n, int reps, int graph) {
+  cudaEvent_t e0, e1;
+  GB_CHECK(cudaEventCreate(&e0));
+  GB_CHECK(cudaEventCreate(&e1));
+  float ms;
+  if (graph) { /* reps calls (weight copies cycled) in one CUDA graph, as decode steps run */
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    GB_CHECK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeRelaxed));
+    for (int k = 0; k < reps; k++) GB_CHECK(gb_run(ph, p, n, k));
+    GB_CHECK(cudaStreamEndCapture(g_st, &gr));
+    GB_CHECK(cudaGraphInstantiate(&ge, gr, 0));
+    GB_CHECK(cudaGraphLaunch(ge, g_st)); /* warm-up */
+    GB_CHECK(cudaEventRecord(e0, g_st));
+    GB_CHECK(cudaGraphLaunch(ge, g_st));
+    GB_CHECK(cudaEventRecord(e1, g_st));
+    GB_CHECK(cudaEventSynchronize(e1));
+    GB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    GB_CHECK(cudaGraphExecDestroy(ge));
+    GB_CHECK(cudaGraphDestroy(gr));
+  } else {
+    GB_CHECK(gb_run(ph, p, n, 1)); /* warm-up */
+    GB_CHECK(cudaEventRecord(e0, g_st));
+    for (int k = 0; k < reps; k++) gb_run(ph, p, n, k);
+    GB_CHECK(cudaEventRecord(e1, g_st));
+    GB_CHECK(cudaEventSynchronize(e1));
+    GB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  }
+  GB_CHECK(cudaGetLastError());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms * 1e3 / reps;
+}
+
+/* bytes a call moves: weights + x + out */
+static double gb_bytes(const gb_prod_t *p, int n) {
+  int64_t outs = 0;
+  for (int i = 0; i < p->nout_seg; i++) outs += p->w[i].n_out;
+  return p->bytes_w + 4.0 * n * (double)(p->s->cols + outs);
+}
+
+/* --wired 1: the backend's cur / auto / force per timed shape, type and rows (one table) */
+static void gb_wired_table(const gt_type_t *types, int ntypes, const int *rows, int nrows, const char *shape_arg,
+                           int reps, int graph, int parts) {
+  printf("\nwired: cur = matvec (1..2 rows) / mmq%d (3..8 rows), auto = kc_gpipe_want's table, force = GANTRY_GPIPE=1\n",
+         parts);
+  printf("%-40s | %-4s | %2s | %9s %6s | %9s %6s %-5s | %9s %6s | %6s %6s | %s\n", "shape", "type", "n", "cur us",
+         "%copy", "auto us", "%copy", "pick", "force us", "%copy", "x auto", "x frc", "err force");
+  for (int ti = 0; ti < ntypes; ti++)
+    for (int si = 0; si < (int)(sizeof k_time / sizeof *k_time); si++) {
+      if (!gb_shape_types(si, types[ti]) || (shape_arg && !strstr(k_time[si].label, shape_arg))) continue;
+      gb_prod_t p = gb_make(&k_time[si], types[ti], 1);
+      for (int ni = 0; ni < nrows; ni++) {
+        const int n = rows[ni];
+        const double tol = n >= KC_MMQ_MIN_ROWS && parts == 1 ? 6e-3 : GB_TOL;
+        double us[3], err[3];
+        for (int b = 0; b < 3; b++) {
+          const gb_path_t ph = {4 + b, parts, 0};
+          err[b] = gb_check(&ph, &p, n);
+          if (err[b] < 0 || !(err[b] <= tol)) {
+            printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e%s\n", k_time[si].label, dt_name(types[ti]),
+                   b == 0 ? "cur" : b == 1 ? "auto" : "force", n, err[b], tol, err[b] < 0 ? " (refused)" : "");
+            g_fail = 1;
+            us[b] = 0;
+            continue;
+          }
+          us[b] = gb_time(&ph, &p, n, reps, graph);
+        }
+        kc_gpipe_set_mode(2);
+        const int pick = kc_gpipe_want(types[ti], k_time[si].cols, (size_t)p.bytes_w, n);
+        kc_gpipe_set_mode(-1);
+        const double by = gb_bytes(&p, n), pc = 100.0 / g_copy_bw * 1e6 * by;
+        printf("%-40s | %-4s | %2d | %9.2f %5.1f%% | %9.2f %5.1f%% %-5s | %9.2f %5.1f%% | %6.2f %6.2f | %.1e\n",
+               k_time[si].label, dt_name(types[ti]), n, us[0], us[0] > 0 ? pc / us[0] : 0.0, us[1],
+               us[1] > 0 ? pc / us[1] : 0.0, pick ? "gpipe" : "cur", us[2], us[2] > 0 ? pc / us[2] : 0.0,
+               us[1] > 0 ? us[0] / us[1] : 0.0, us[2] > 0 ? us[0] / us[2] : 0.0, err[2]);
+        fflush(stdout);
+      }
+      gb_free(&p);
+    }
+}
+
 #define GB_MAXRES 4096
 typedef struct {
   int shape, n;
@@ -405,7 +518,7 @@ static void gb_summary(void) {
 }
 
 int main(int argc, char **argv) {
-  int reps = 20, check = 1, base = 1, graph = 1;
+  int reps = 20, check = 1, base = 1, graph = 1, wired = 0, parts = 1;
   const char *types_arg = "Q4_K,Q6_K", *shape_arg = NULL, *only = NULL, *rows_arg = "1,2,4,8";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
@@ -416,15 +529,21 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--check")) check = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--base")) base = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--graph")) graph = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--wired")) wired = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--parts")) parts = atoi(argv[i + 1]);
     else {
       fprintf(stderr,
               "usage: %s [--reps N] [--types Q4_K,Q5_K,Q6_K] [--rows 1,2,4,8] [--shape SUBSTR] [--only rRwWsSbB[/kK]] "
-              "[--check 0|1|2] [--base 0|1] [--graph 0|1]\n",
+              "[--check 0|1|2] [--base 0|1] [--graph 0|1] [--wired 0|1] [--parts 1|3]\n",
               argv[0]);
       return 2;
     }
   }
   if (reps < 1) reps = 1;
+  if (parts != 1 && parts != 3) {
+    fprintf(stderr, "--parts: 1 or 3\n");
+    return 2;
+  }
   int rows[GB_MAXN], nrows = 0;
   for (const char *c = rows_arg; *c && nrows < GB_MAXN; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") {
     const int v = atoi(c);
@@ -482,10 +601,12 @@ int main(int argc, char **argv) {
   GB_CHECK(cudaMemcpy(g_dx, hx, sizeof(float) * GB_MAXN * max_cols, cudaMemcpyHostToDevice));
   GB_CHECK(cudaMalloc((void **)&g_dout, sizeof(float) * GB_MAXN * max_out));
   GB_CHECK(cudaMalloc(&g_scratch, kc_mmq_scratch_bytes(max_cols, GB_MAXN, 3)));
-  cudaEvent_t e0, e1;
-  GB_CHECK(cudaEventCreate(&e0));
-  GB_CHECK(cudaEventCreate(&e1));
   GB_CHECK(cudaStreamCreateWithFlags(&g_st, cudaStreamNonBlocking));
+
+  if (wired) { /* the backend's choice instead of the sweep */
+    gb_wired_table(types, ntypes, rows, nrows, shape_arg, reps, graph, parts);
+    check = 0;
+  }
 
   /* 1. check on the small shapes: every variant x K split x rows 1..8 */
   if (check) {
@@ -524,7 +645,7 @@ int main(int argc, char **argv) {
   }
 
   /* 2. timing */
-  if (check != 2) {
+  if (check != 2 && !wired) {
     printf("\n%-40s | %-4s | %-16s | %2s | %9s | %7s | %s | %s\n", "shape", "type", "variant", "n", "us", "GB/s",
            "% copy BW", "err");
     for (int ti = 0; ti < ntypes; ti++)
@@ -547,35 +668,8 @@ int main(int argc, char **argv) {
                      GB_TOL);
               g_fail = 1;
             }
-            float ms;
-            if (graph) { /* reps calls (weight copies cycled) in one CUDA graph, as decode steps run */
-              cudaGraph_t gr;
-              cudaGraphExec_t ge;
-              GB_CHECK(cudaStreamBeginCapture(g_st, cudaStreamCaptureModeRelaxed));
-              for (int k = 0; k < reps; k++) GB_CHECK(gb_run(&ph, &p, n, k));
-              GB_CHECK(cudaStreamEndCapture(g_st, &gr));
-              GB_CHECK(cudaGraphInstantiate(&ge, gr, 0));
-              GB_CHECK(cudaGraphLaunch(ge, g_st)); /* warm-up */
-              GB_CHECK(cudaEventRecord(e0, g_st));
-              GB_CHECK(cudaGraphLaunch(ge, g_st));
-              GB_CHECK(cudaEventRecord(e1, g_st));
-              GB_CHECK(cudaEventSynchronize(e1));
-              GB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-              GB_CHECK(cudaGraphExecDestroy(ge));
-              GB_CHECK(cudaGraphDestroy(gr));
-            } else {
-              GB_CHECK(gb_run(&ph, &p, n, 1)); /* warm-up */
-              GB_CHECK(cudaEventRecord(e0, g_st));
-              for (int k = 0; k < reps; k++) gb_run(&ph, &p, n, k);
-              GB_CHECK(cudaEventRecord(e1, g_st));
-              GB_CHECK(cudaEventSynchronize(e1));
-              GB_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            }
-            GB_CHECK(cudaGetLastError());
-            const double sec = ms * 1e-3 / reps;
-            int64_t outs = 0;
-            for (int i = 0; i < p.nout_seg; i++) outs += p.w[i].n_out;
-            const double bytes = p.bytes_w + 4.0 * n * (double)(p.s->cols + outs), bw = bytes / sec;
+            const double sec = gb_time(&ph, &p, n, reps, graph) * 1e-6;
+            const double bw = gb_bytes(&p, n) / sec;
             printf("%-40s | %-4s | %-16s | %2d | %9.2f | %7.1f | %5.1f %% | %.1e\n", k_time[si].label, dt_name(types[ti]),
                    nm, n, sec * 1e6, bw / 1e9, 100.0 * bw / g_copy_bw, e);
             fflush(stdout);
