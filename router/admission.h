@@ -83,6 +83,9 @@ typedef struct adm_stats {
                                            shutdown releases its leases and runs the loop until
                                            this is 0 before adm_destroy) */
   bool redis_up;                        /* now: command connection established */
+  uint32_t routers_alive;               /* now: routers alive in Redis at this router's last
+                                           answered heartbeat, itself included (0: none yet); the
+                                           ones a hold after a data loss waits for */
 } adm_stats_t;
 
 /* Creates an admission client on base and starts connecting to Redis (a refused connection is

@@ -280,4 +280,5 @@ void adm_stats(const adm_t *adm, adm_stats_t *out) {
     }
   }
   out->redis_up = rc_connected(adm->rc);
+  out->routers_alive = (uint32_t)adm->n_peers;
 }

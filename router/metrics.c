@@ -156,6 +156,8 @@ char *metrics_render(metrics_t *m, const adm_stats_t *as, pool_t *p, const adm_q
   OUT("# TYPE gantry_router_leases_held gauge\ngantry_router_leases_held %u\n", as->held_now);
   OUT("# HELP gantry_router_redis_up Admission's Redis connection is up (1).\n");
   OUT("# TYPE gantry_router_redis_up gauge\ngantry_router_redis_up %d\n", as->redis_up ? 1 : 0);
+  OUT("# HELP gantry_router_routers_alive Routers alive in Redis at this router's last heartbeat, itself included.\n");
+  OUT("# TYPE gantry_router_routers_alive gauge\ngantry_router_routers_alive %u\n", as->routers_alive);
   OUT("# HELP gantry_router_redis_data_loss_total Times this router found Redis had lost its data (epoch changed).\n");
   OUT("# TYPE gantry_router_redis_data_loss_total counter\ngantry_router_redis_data_loss_total %llu\n",
       (unsigned long long)m->data_losses);

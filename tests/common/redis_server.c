@@ -91,7 +91,9 @@ static int spawn(rs_t *rs) {
   return 0;
 }
 
-/* Polls PING until the server answers (it is a separate process we cannot get an event from). */
+/* Polls INFO server until our server answers (it is a separate process we cannot get an event
+ * from). The answer must carry our child's process_id: between free_port() and the bind another
+ * test's redis can take the port, and would answer a plain PING while ours exits. */
 static int wait_ready(rs_t *rs) {
   for (int i = 0; i < 1000; i++) {
     int st;
@@ -102,8 +104,10 @@ static int wait_ready(rs_t *rs) {
     struct timeval tv = {0, 200000};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", rs->port, tv);
     if (c && !c->err) {
-      redisReply *r = redisCommand(c, "PING");
-      bool ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+      char want[40];
+      snprintf(want, sizeof want, "\nprocess_id:%d\r", (int)rs->pid);
+      redisReply *r = redisCommand(c, "INFO server");
+      bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want);
       if (r) freeReplyObject(r);
       redisFree(c);
       if (ok) return 0;

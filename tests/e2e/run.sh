@@ -51,14 +51,15 @@ wait_line() {
   return 1
 }
 
-# redis on a free port (retry on collision)
+# redis on a free port (retry on collision). Ready is this server's own "Ready to accept" line:
+# a PING on the port could be answered by another test's redis that holds it (ours then exits)
 for i in 1 2 3 4 5; do
   RPORT=$((20000 + RANDOM % 40000))
   redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
   RPID=$!
-  for j in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  if redis-cli -p "$RPORT" ping >/dev/null 2>&1; then PIDS+=("$RPID"); break; fi
-  kill "$RPID" 2>/dev/null; RPORT=
+  for j in $(seq 100); do grep -q "Ready to accept" "$TMP/redis.log" && break; kill -0 "$RPID" 2>/dev/null || break; sleep 0.1; done
+  if grep -q "Ready to accept" "$TMP/redis.log" && kill -0 "$RPID" 2>/dev/null; then PIDS+=("$RPID"); break; fi
+  kill "$RPID" 2>/dev/null; wait "$RPID" 2>/dev/null; RPORT=
 done
 [ -n "$RPORT" ] || { echo "cannot start redis-server"; exit 1; }
 
@@ -80,13 +81,17 @@ if [ "$KIND" = real ]; then
       --temperature 0 --ignore-eos --threads 1) || { echo "generate (one rank) failed"; exit 1; }
     export GANTRY_TP_EXPECT
   fi
-  for i in 1 2 3 4 5; do
-    EPORT=$((20000 + RANDOM % 40000)); MPORT=$((20000 + RANDOM % 40000))
-    "${SERVE[@]}" --model "$GGUF" --listen "127.0.0.1:$EPORT" --metrics-port "$MPORT" >"$TMP/engine.log" 2>&1 &
-    EPID=$!
-    sleep 1
-    if kill -0 "$EPID" 2>/dev/null; then PIDS+=("$EPID"); break; fi
-    EPORT=
+  # port 0 for gRPC and metrics: the engine says which ports it got once it is serving (no
+  # collision with parallel tests, and no guess at how long the model takes to load)
+  "${SERVE[@]}" --model "$GGUF" --listen "127.0.0.1:0" --metrics-port 0 >"$TMP/engine.log" 2>&1 &
+  EPID=$!
+  PIDS+=("$EPID")
+  EPORT=
+  for i in $(seq 600); do
+    EPORT=$(sed -n 's/^ready grpc_port=\([0-9]*\).*/\1/p' "$TMP/engine.log" | head -1)
+    [ -n "$EPORT" ] && break
+    kill -0 "$EPID" 2>/dev/null || break
+    sleep 0.1
   done
   [ -n "$EPORT" ] || { echo "engine did not start:"; cat "$TMP/engine.log"; exit 1; }
 else

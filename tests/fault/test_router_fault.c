@@ -470,6 +470,16 @@ static long pool_queued(int port) {
   return v;
 }
 
+/* Waits (up to ms) until router r's last heartbeat saw at least n routers alive. 1 if so. */
+static int wait_routers_alive(rp_t *r, long long n, int ms) {
+  const double end = gt_now_ms() + ms;
+  while (rp_metric(r, "gantry_router_routers_alive", NULL) < n) {
+    if (gt_now_ms() > end) return 0;
+    usleep(20000); /* heartbeats are timer-driven inside the router: nothing to wait on here */
+  }
+  return 1;
+}
+
 /* Redis loses its data (FLUSHALL) while two routers hold a lease and three waiting requests
  * (issue 26 item 5): admission resumes once both routers re-registered, well before the hold
  * (one lease TTL, 6 s here) would end, the cap of 1 holds throughout, and the requests that
@@ -495,8 +505,9 @@ static void test_flushall_no_blackout_keeps_order(void **st) {
   char *b = NULL;
   assert_int_equal(http_req(r1.http_port, "PUT", "/admin/limits", jh, lim, strlen(lim), &b, NULL), 200);
   free(b);
-  /* both routers have heartbeated with each other alive (every TTL/4 = 1.5 s) */
-  usleep(1600000);
+  /* each router's last heartbeat saw the other alive (heartbeats every TTL/4 = 1.5 s), so the
+   * hold after the loss waits for both to re-register */
+  assert_true(wait_routers_alive(&r1, 2, 10000) && wait_routers_alive(&r2, 2, 10000));
   fe_reset_max(e);
   int s = open_stream(r1.http_port, 100); /* holds the one slot for 2 s */
   int w[3];

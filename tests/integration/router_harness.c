@@ -555,6 +555,23 @@ int rp_wait_ready(rp_t *r, int ms) {
   return 0;
 }
 
+int rp_wait_engines_up(rp_t *r, int n, int ms) {
+  double end = gt_now_ms() + ms;
+  while (gt_now_ms() < end) {
+    char *b = NULL;
+    int up = 0;
+    if (http_req(r->http_port, "GET", "/metrics", NULL, NULL, 0, &b, NULL) == 200)
+      for (const char *p = b; (p = strstr(p, "\ngantry_router_engine_up{")) != NULL; p++) {
+        const char *eol = strchr(p + 1, '\n');
+        if (eol && eol - p >= 2 && !strncmp(eol - 2, " 1", 2)) up++;
+      }
+    free(b);
+    if (up >= n) return 1;
+    usleep(20000); /* the router's health checks have no event a test can wait on */
+  }
+  return 0;
+}
+
 long long rp_metric(rp_t *r, const char *name, const char *hdr) {
   char *b = NULL;
   const char *h[] = {hdr, NULL};

@@ -63,6 +63,10 @@ int rp_start(rp_t *r, const char *const *args);
 int rp_start_nofile(rp_t *r, const char *const *args, long nofile);
 /* Waits until GET /ready is 200 (up to ms). 1 if ready. */
 int rp_wait_ready(rp_t *r, int ms);
+/* Waits until at least n engines show gantry_router_engine_up 1 in /metrics (up to ms). 1 if
+ * so. /ready needs one engine per model; a test that counts on which engine a request reaches
+ * (prefix affinity, cached tokens) needs them all up first. */
+int rp_wait_engines_up(rp_t *r, int n, int ms);
 /* Value of the unlabelled metric `name` in the router's /metrics (sent with the optional
  * "Name: value" header hdr), or -1. */
 long long rp_metric(rp_t *r, const char *name, const char *hdr);

@@ -96,6 +96,9 @@ static int setup(void **st) {
                         "--admin-key", "sekrit", NULL};
   assert_int_equal(rp_start(&g_rp, args), 0);
   assert_true(rp_wait_ready(&g_rp, 20000));
+  /* /ready says one engine is up; the prefix-affinity tests need both (else a repeat prompt can
+   * reach the other engine, the one that came up in between, and see no cached tokens) */
+  assert_true(rp_wait_engines_up(&g_rp, 2, 20000));
   return 0;
 }
 

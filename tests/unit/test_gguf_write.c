@@ -93,12 +93,14 @@ static void test_roundtrip(void **state) {
   uint16_t bc[5] = {0x3f80, 0x4000, 0xbf80, 0, 0x7f80};
   /* finishing early reports the incomplete tensor (and consumes the writer) */
   gw_t *w2 = NULL;
-  assert_int_equal(gw_create("/tmp/gantry_test_gguf_write_unfinished.gguf", &w2, &err), GT_OK);
+  char unfinished[256]; /* per process: two test runs at once must not share it */
+  snprintf(unfinished, sizeof unfinished, "/tmp/gantry_test_gguf_write_unfinished_%d.gguf", (int)getpid());
+  assert_int_equal(gw_create(unfinished, &w2, &err), GT_OK);
   assert_int_equal(gw_tensor(w2, "x", 1, ne_c, GT_TYPE_BF16, &err), GT_OK);
   assert_int_equal(gw_begin_data(w2, &err), GT_OK);
   assert_int_equal(gw_finish(w2, &err), GT_EINVAL);
   assert_non_null(strstr(err.msg, "incomplete"));
-  unlink("/tmp/gantry_test_gguf_write_unfinished.gguf");
+  unlink(unfinished);
   assert_int_equal(gw_write(w, bc, 10, &err), GT_OK);
   assert_int_equal(gw_write(w, bc, 1, &err), GT_EINVAL); /* past the last tensor */
   assert_int_equal(gw_finish(w, &err), GT_OK);
