@@ -12,11 +12,15 @@ session_begin build-cuda-pack/dist.tar.xz
 M27=${MODELDIR:-/tmp}/qwen35-27b.Q4_K_M.mtp.gguf
 session_wait "$M27" || { echo "== 27B not made"; tail -3 "${MODELDIR:-/tmp}/mk27.txt"; exit 1; }
 tail -1 "${MODELDIR:-/tmp}/mk27.txt"
-step verify27 120 "$D/bench_verify" --model "$M27" --device cuda --batches 1 --k 3 --ctx 512 --accept 2.5 --iters 20 --warm 3
+GANTRY_GPIPE=0 step verify27 120 "$D/bench_verify" --model "$M27" --device cuda --batches 1 --k 3 --ctx 512 --accept 2.5 --iters 20 --warm 3
 grep -v ' INFO ' /tmp/step.txt | tail -5
-step spec27 150 "$D/bench_spec" --model "$M27" --device cuda --mode mtp --force-accept 2.5 --batch 1 --gen 128 --k 3
+GANTRY_GPIPE=0 step spec27 150 "$D/bench_spec" --model "$M27" --device cuda --mode mtp --force-accept 2.5 --batch 1 --gen 128 --k 3
 grep -E '^\||speed-up|acceptance' /tmp/step.txt | head -8
-step decode27 120 "$D/bench_decode" --model "$M27" --batch 1 --prompt 512 --gen 32
+for g in 0 auto; do
+  if [ "$g" = auto ]; then set -- env -u GANTRY_GPIPE; else set -- env GANTRY_GPIPE=$g; fi
+  step "decode27 gpipe=$g" 120 "$@" "$D/bench_decode" --model "$M27" --batch 1 --prompt 512 --gen 32
+  grep -E "^\\| [0-9]+ \\|" /tmp/step.txt | sed "s/^/gpipe=$g /"
+done
 cp /tmp/step.txt "$OUT/decode27.txt"
 grep -E '^\| [0-9]+ \||prefill' /tmp/step.txt | head -6
 echo "== done in $(($(date +%s) - t0)) s"
