@@ -5,26 +5,28 @@
 
 #include "kernels/gemv_pipe_impl.cuh"
 
-/* ---- when (mode 2, auto): per type, the rows and weight bytes per launch that take the path.
- * From issue 24's bench_gemv sweep on the H200 at 1 row (kernels/README.md "Graphs to 256 ..."),
- * best variant vs the backend's path: q3 swiglu 2x12288x4096 Q4_K (56.6 MB) 35.3 -> 33.4 us,
- * 27B down 5120x17408 (Q6_K 58 MB) 51.7 -> 35.0 us, 27B GDN in-projection (10240+6144+2x48)x5120
- * Q4_K (47 MB) 36.5 -> 27.5 us; lost on q/o 4096x4096 Q4_K (9.4 MB) 9.3 -> 10.4 us and on the 8-row
- * shapes (against mmq). Hence: 1..2 rows (where matvec_mma runs otherwise), launches of at least
- * GP_MIN_BYTES, not the lm head (matvec_mma's best shape: 49 % of copy bandwidth). Q5_K has no
- * tensor-core matvec (the CUDA-core kernel runs at 1..2 rows): any size. Rows 3..8 (mmq otherwise)
- * are not measured with the one-part variant yet: `bench_gemv --wired 1` prints the forced path
- * there; raise max_rows where it wins. */
-#define GP_MIN_BYTES ((size_t)24 << 20)
+/* ---- when (mode 2, auto): per type, the rows, input features and weight bytes per launch that take
+ * the path. Measured at a62426c on the H200 (`bench_gemv --wired 1`, us per call, current path vs
+ * gemv_pipe; kernels/README.md "The wired pipelined product"): it wins only on the long rows of the
+ * 27B's down projection (5120x17408: Q4_K 51.7 -> 40.2 us at 1 row, 67.3 -> 41.6 at 2; Q6_K 66.0 ->
+ * 52.4, 75.6 -> 53.2) and loses at 1 row on every 4096- and 5120-column shape of 24 MiB or more that
+ * the first table took (q3 down Q4_K 20.8 -> 31.3, q3 swiglu 34.6 -> 36.2, qwen35-9b GDN in-projection
+ * 23.1 -> 25.6, 27B swiglu 56.1 -> 67.2): whole decode steps at batch 1 were 6-8 % slower with it
+ * (qwen3-8b 4.091 -> 4.345 ms, qwen35-9b 4.177 -> 4.516). Hence: 1..2 rows of at least GP_MIN_COLS
+ * input features. The 27B GDN in-projection (1.09x at 1 row, 1.38x at 2) and the 2-row wins on
+ * 4096 columns are left to a per-shape rule; Q5_K (no tensor-core matvec otherwise) is unmeasured
+ * and takes the same rule. Rows 3..8 (mmq otherwise) lost everywhere but k/v 1024x4096. */
+#define GP_MIN_COLS 16384
 #define GP_MAX_BYTES ((size_t)256 << 20)
 typedef struct {
   int type, max_rows;
-  size_t min_bytes, max_bytes;
+  int64_t min_cols;
+  size_t max_bytes;
 } gp_auto_t;
 static const gp_auto_t k_auto[] = {
-    {GT_TYPE_Q4_K, 2, GP_MIN_BYTES, GP_MAX_BYTES},
-    {GT_TYPE_Q5_K, 2, 0, GP_MAX_BYTES},
-    {GT_TYPE_Q6_K, 2, GP_MIN_BYTES, GP_MAX_BYTES},
+    {GT_TYPE_Q4_K, 2, GP_MIN_COLS, GP_MAX_BYTES},
+    {GT_TYPE_Q5_K, 2, GP_MIN_COLS, GP_MAX_BYTES},
+    {GT_TYPE_Q6_K, 2, GP_MIN_COLS, GP_MAX_BYTES},
 };
 
 /* ---- which variant per type: <R rows per block, W warps, ST stages, MINB blocks per SM>
@@ -61,10 +63,9 @@ KC_API int kc_gpipe_ok(int type, const void *w, size_t row_bytes, int64_t cols, 
 KC_API int kc_gpipe_want(int type, int64_t cols, size_t wbytes, int n) {
   const int m = kc_gpipe_mode();
   if (m != 2) return m == 1;
-  (void)cols;
   for (size_t i = 0; i < sizeof k_auto / sizeof *k_auto; i++)
     if (k_auto[i].type == type)
-      return n <= k_auto[i].max_rows && wbytes >= k_auto[i].min_bytes && wbytes <= k_auto[i].max_bytes;
+      return n <= k_auto[i].max_rows && cols >= k_auto[i].min_cols && wbytes <= k_auto[i].max_bytes;
   return 0;
 }
 
