@@ -1,5 +1,6 @@
-// tests/e2e/embed_cancel.test.mjs — a cancelled Embed call stops its work on the engine (run.sh real,
-// GANTRY_ENGINE_TASK=embed): a large batch (64 inputs of 1000 token ids, about a minute of CPU
+// tests/e2e/embed_cancel.test.mjs — a cancelled Embed call stops its work on the engine (run.sh real
+// embed_cancel.test.mjs with GANTRY_ENGINE_TASK=embed, alone on its stack: it reads the engine-wide
+// running / waiting gauges): a large batch (64 inputs of 1000 token ids, about a minute of CPU
 // work on qwen3-tiny) whose HTTP client disconnects, and one sent straight to the engine with a
 // short gRPC deadline. Each time the engine must drop the inputs still waiting or running (0
 // running and 0 waiting within a bound far below the batch's compute time, cancelled inputs counted
