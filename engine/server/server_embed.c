@@ -251,6 +251,8 @@ void srv_embed_call(const srv_embed_ctx_t *x, gt_rpc_call_t *call) {
       pthread_mutex_unlock(&c->mu);
       free(sub);
       for (size_t j = i; j < n; j++) free(ids[j]);
+      /* the call has failed: the inputs already submitted are cancelled, not computed for nothing */
+      for (int k = 0; k < c->n_sub; k++) sched_cancel(x->sched, c->sched_ids[k]);
       i = n;
       break;
     }

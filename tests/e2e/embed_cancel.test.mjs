@@ -1,10 +1,11 @@
 // tests/e2e/embed_cancel.test.mjs — a cancelled Embed call stops its work on the engine (run.sh real
 // embed_cancel.test.mjs with GANTRY_ENGINE_TASK=embed, alone on its stack: it reads the engine-wide
-// running / waiting gauges): a large batch (64 inputs of 1000 token ids, about a minute of CPU
-// work on qwen3-tiny) whose HTTP client disconnects, and one sent straight to the engine with a
-// short gRPC deadline. Each time the engine must drop the inputs still waiting or running (0
-// running and 0 waiting within a bound far below the batch's compute time, cancelled inputs counted
-// in gantry_engine_request_success_total{finished_reason="cancelled"}, one log line naming the
+// running / waiting gauges). A large batch (64 inputs of 1000 token ids, about a minute of CPU work
+// on qwen3-tiny) three ways: its HTTP client disconnects; it goes straight to the engine with a
+// short gRPC deadline; it goes to the router's Router.Embed with a short deadline. Each time the
+// engine must drop the inputs still waiting or running (cancelled inputs counted in
+// gantry_engine_request_success_total{finished_reason="cancelled"}, then 0 running and 0 waiting,
+// within a bound far below the batch's compute time; the deadline case logs one line naming its
 // status), and a following request must be served at once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -101,4 +102,20 @@ test('embed cancel: a deadline on the engine\'s Embed call', { skip: SKIP }, asy
     assert.match(log, /request_id=embed-deadline-1 embed cancelled code=DEADLINE_EXCEEDED/);
   }
   engine.close();
+});
+
+test('embed cancel: a deadline on the router\'s Router.Embed', { skip: SKIP }, async () => {
+  const PROTOS = process.env.GANTRY_PROTOS;
+  const def = protoLoader.loadSync(path.join(PROTOS, 'gantry/v1/router.proto'), {
+    includeDirs: [PROTOS], keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
+  });
+  const router = new (grpc.loadPackageDefinition(def).gantry.v1.Router)(process.env.GANTRY_GRPC,
+    grpc.credentials.createInsecure());
+  const before = await metrics();
+  const err = await new Promise((resolve) => router.Embed(
+    { model: MODEL, request: { tokens: bigInput().map((ids) => ({ ids })) } }, new grpc.Metadata(),
+    { deadline: Date.now() + 1500 }, (e) => resolve(e)));
+  assert.equal(err?.code, grpc.status.DEADLINE_EXCEEDED, String(err));
+  await idleAndServing(before, 'router deadline');
+  router.close();
 });
