@@ -63,9 +63,15 @@ add_test(NAME test_router_e2e_tp2 COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run
 set_tests_properties(test_router_e2e_tp2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TP=2")
 # router + `gantry-engine serve --task embed` on an embedding copy of qwen3-tiny: /v1/embeddings through the
-# `openai` client (plain, batched, dimensions, base64, token ids, errors) and LangChain's OpenAIEmbeddings
-add_test(NAME test_router_e2e_embed COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real embeddings.test.mjs)
+# `openai` client (plain, batched, dimensions, base64, token ids, errors) and LangChain's OpenAIEmbeddings;
+# Router.Embed on the gRPC front equals the HTTP route (grpc_embed.test.mjs)
+add_test(NAME test_router_e2e_embed COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real embeddings.test.mjs grpc_embed.test.mjs)
 set_tests_properties(test_router_e2e_embed PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
+  ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TASK=embed")
+# a cancelled Embed (HTTP client gone, gRPC deadline) stops on the engine: a stack of its own, so that no
+# other test's requests show in the engine's running / waiting gauges it reads (embed_cancel.test.mjs)
+add_test(NAME test_router_e2e_embed_cancel COMMAND bash ${CMAKE_SOURCE_DIR}/tests/e2e/run.sh real embed_cancel.test.mjs)
+set_tests_properties(test_router_e2e_embed_cancel PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS "e2e"
   ENVIRONMENT "GANTRY_GOLDEN=${GANTRY_GOLDEN};GANTRY_BIN=${CMAKE_BINARY_DIR};GANTRY_SRC=${CMAKE_SOURCE_DIR};GANTRY_ENGINE_TASK=embed")
 # the structured-output tests of openai.test.mjs, responses.test.mjs and clients.test.mjs on the demo model
 # (it only writes Python)

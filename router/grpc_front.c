@@ -1,4 +1,4 @@
-/* router/grpc_front.c — gantry.v1.Router (Generate, ListModels) and gantry.v1.Admin over the
+/* router/grpc_front.c — gantry.v1.Router (Generate, Embed, ListModels) and gantry.v1.Admin over the
  * gRPC server glue. Handlers run on the server's cq thread and only post the call to the loop;
  * everything else (auth, admission, engine streams) happens on the loop, like HTTP requests.
  * Tenant: metadata "authorization: Bearer K" or "x-api-key: K".
@@ -20,22 +20,25 @@
 #include "common/log.h"
 #include "gantry/v1/router.pb-c.h"
 #include "router/grpc_front.h"
+#include "router/openai_embed.h"
 #include "router/req_limits.h"
 #include "router/router.h"
 
 #define M_GENERATE "/gantry.v1.Router/Generate"
 #define M_MODELS "/gantry.v1.Router/ListModels"
+#define M_EMBED "/gantry.v1.Router/Embed"
 #define M_GETLIM "/gantry.v1.Admin/GetLimits"
 #define M_SETLIM "/gantry.v1.Admin/SetLimits"
 #define M_QUEUES "/gantry.v1.Admin/ListQueues"
 #define M_GENERATE_ROUTE "grpc:Generate" /* route labels of gantry_router_requests_total */
 #define M_MODELS_ROUTE "grpc:ListModels"
+#define M_EMBED_ROUTE "grpc:Embed"
 
 /* Every method with its route label (admin calls: the method itself). */
 static const struct {
   const char *method, *route;
-} methods[] = {{M_GENERATE, M_GENERATE_ROUTE}, {M_MODELS, M_MODELS_ROUTE}, {M_GETLIM, M_GETLIM},
-               {M_SETLIM, M_SETLIM},           {M_QUEUES, M_QUEUES}};
+} methods[] = {{M_GENERATE, M_GENERATE_ROUTE}, {M_MODELS, M_MODELS_ROUTE}, {M_EMBED, M_EMBED_ROUTE},
+               {M_GETLIM, M_GETLIM},           {M_SETLIM, M_SETLIM},           {M_QUEUES, M_QUEUES}};
 #define N_METHODS (int)(sizeof methods / sizeof methods[0])
 
 /* call's row of methods (only the methods registered above reach the front). */
@@ -48,9 +51,11 @@ static int method_index(gt_rpc_call_t *call) {
 
 static const char *route_of(gt_rpc_call_t *call) { return methods[method_index(call)].route; }
 
+/* A Generate or Embed call from arrival to its end (loop thread). */
 typedef struct gctx {
   rgf_t *g;
   gt_rpc_call_t *call;
+  const char *route;    /* its route label (methods[]) */
   uint64_t call_id;
   rq_t *rq;
   char model[ADM_NAME_MAX + 1], tenant[ADM_NAME_MAX + 1];
@@ -65,7 +70,7 @@ typedef struct actx actx_t;
 struct rgf {
   router_t *rt;
   gt_rpc_server_t *srv; /* NULL once rgf_stop shut it down */
-  gctx_t *live;         /* Generate calls in progress (loop thread) */
+  gctx_t *live;         /* Generate and Embed calls in progress (loop thread) */
   actx_t *admin;        /* admin calls waiting on Redis, and those rgf_stop ended (loop thread) */
   pthread_mutex_t mu;   /* guards the three below: cq thread vs loop */
   bool stopping;        /* rgf_stop began: nothing more is posted to the loop (written by the loop) */
@@ -159,7 +164,7 @@ static int status_of_code(gt_rpc_code_t code) {
 /* Ends c (its call already finished or aborted): counts the request once, like the HTTP front
  * (status: 200, the error's HTTP status, 499 when the client cancelled or stopped reading). */
 static void gctx_unlink(gctx_t *c, int status) {
-  metrics_request(c->g->rt->metrics, M_GENERATE_ROUTE, status);
+  metrics_request(c->g->rt->metrics, c->route, status);
   if (c->wtimer) event_free(c->wtimer);
   if (c->prev) c->prev->next = c->next;
   else c->g->live = c->next;
@@ -288,21 +293,48 @@ static const char *md_key(gt_rpc_call_t *call) {
 /* ---- Generate ---- */
 /* A client that cancelled while its key was checked counts 499, whatever the check said (as
  * one that leaves at any later point); cancel_loop leaves such a call (no rq yet) to us. */
-static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
-  gctx_t *c = arg;
-  router_t *rt = c->g->rt;
+/* The key check's answer for a Generate or Embed call: false when c was ended (cancelled, bad
+ * key, Redis down); else c->tenant is set. */
+static bool call_authed(gctx_t *c, auth_status_t st, const char *tenant) {
   if (gt_rpc_call_is_cancelled(c->call)) {
     gctx_done(c, 499, GT_RPC_CANCELLED, NULL);
-    return;
+    return false;
   }
   if (st != AUTH_OK) {
     gctx_done(c, st == AUTH_DENIED ? 401 : 503, st == AUTH_DENIED ? GT_RPC_UNAUTHENTICATED : GT_RPC_UNAVAILABLE,
               st == AUTH_DENIED   ? "invalid or missing API key"
               : st == AUTH_NOKEYS ? AUTH_NOKEYS_MSG
                                   : "cannot check the API key: Redis is unreachable");
-    return;
+    return false;
   }
   snprintf(c->tenant, sizeof c->tenant, "%s", tenant);
+  return true;
+}
+
+/* c->model, and c->id: the client's x-request-id when it is a usable one, else a new id. */
+static void call_names(gctx_t *c, const char *model) {
+  snprintf(c->model, sizeof c->model, "%s", model);
+  const char *rid = gt_rpc_call_metadata(c->call, "x-request-id");
+  if (rid && rid[0] && strlen(rid) < sizeof c->id && !strpbrk(rid, " :*")) snprintf(c->id, sizeof c->id, "%s", rid);
+  else rt_request_id(c->g->rt, c->id);
+}
+
+/* Own copy of an engine request (the rq keeps it for a retry): free with
+ * protobuf_c_message_free_unpacked; NULL when out of memory. */
+static ProtobufCMessage *msg_copy(const ProtobufCMessage *m) {
+  const size_t n = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) return NULL;
+  protobuf_c_message_pack(m, buf);
+  ProtobufCMessage *r = protobuf_c_message_unpack(m->descriptor, NULL, n, buf);
+  free(buf);
+  return r;
+}
+
+static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
+  gctx_t *c = arg;
+  router_t *rt = c->g->rt;
+  if (!call_authed(c, st, tenant)) return;
   const Gantry__V1__RouterGenerateRequest *in = (const Gantry__V1__RouterGenerateRequest *)gt_rpc_call_request(c->call);
   if (!in->model || !in->model[0] || !in->request || in->request->input_case == GANTRY__V1__GENERATE_REQUEST__INPUT__NOT_SET) {
     gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "model and request (with chat, prompt or tokens input) are required");
@@ -316,15 +348,7 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
     gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, "max_tokens must be at least 1");
     return;
   }
-  /* own copy of the engine request (the rq keeps it for a retry) */
-  size_t n = protobuf_c_message_get_packed_size(&in->request->base);
-  uint8_t *buf = malloc(n ? n : 1);
-  Gantry__V1__GenerateRequest *gen = NULL;
-  if (buf) {
-    protobuf_c_message_pack(&in->request->base, buf);
-    gen = gantry__v1__generate_request__unpack(NULL, n, buf);
-    free(buf);
-  }
+  Gantry__V1__GenerateRequest *gen = (Gantry__V1__GenerateRequest *)msg_copy(&in->request->base);
   if (!gen) {
     gctx_done(c, 500, GT_RPC_INTERNAL, "out of memory");
     return;
@@ -337,19 +361,18 @@ static void gen_auth(void *arg, auth_status_t st, const char *tenant) {
     gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, le.message);
     return;
   }
-  const char *rid = gt_rpc_call_metadata(c->call, "x-request-id");
-  if (rid && rid[0] && strlen(rid) < sizeof c->id && !strpbrk(rid, " :*")) snprintf(c->id, sizeof c->id, "%s", rid);
-  else rt_request_id(rt, c->id);
+  call_names(c, in->model);
   oa_error_t e;
-  snprintf(c->model, sizeof c->model, "%s", in->model);
   c->rq = rq_start(rt, c->model, c->tenant, c->id, gen, on_gen_event, c, &e);
   if (!c->rq) gctx_done(c, e.status, code_of_status(e.status), e.message);
 }
 
+/* Loop thread: a new Generate or Embed call (x: 1 for Embed) joins the live list, then its key
+ * is checked (gen_auth / emb_auth). */
+static void emb_auth(void *arg, auth_status_t st, const char *tenant);
 static void gen_loop(void *a, void *b, intptr_t x) {
   rgf_t *g = a;
   gt_rpc_call_t *call = b;
-  (void)x;
   post_ran(g);
   if (refused_stopping(g, call)) return;
   gctx_t *c = calloc(1, sizeof *c);
@@ -359,11 +382,12 @@ static void gen_loop(void *a, void *b, intptr_t x) {
   }
   c->g = g;
   c->call = call;
+  c->route = route_of(call);
   c->call_id = gt_rpc_call_id(call);
   c->next = g->live;
   if (g->live) g->live->prev = c;
   g->live = c;
-  auth_check(g->rt->auth, md_key(call), AUTH_FOR_API, gen_auth, c);
+  auth_check(g->rt->auth, md_key(call), AUTH_FOR_API, x ? emb_auth : gen_auth, c);
 }
 
 static void cancel_loop(void *a, void *b, intptr_t id) {
@@ -383,6 +407,59 @@ static void on_generate(void *user, gt_rpc_call_t *call) {
   if (rc) refuse(g, call, rc);
 }
 
+/* ---- Embed ---- */
+/* The engine's answer (the one message) or the request's error: the call's status. */
+static void on_emb_event(void *sink, const rq_event_t *ev) {
+  gctx_t *c = sink;
+  c->rq = NULL;
+  if (ev->kind == RQ_EV_ERROR) {
+    char msg[600];
+    if (ev->retry_after_s > 0) snprintf(msg, sizeof msg, "%s (retry-after: %d)", ev->err.message, ev->retry_after_s);
+    else snprintf(msg, sizeof msg, "%s", ev->err.message);
+    if (ev->err.status == 400 && ev->err.param[0]) gt_rpc_call_set_trailer(c->call, GT_RPC_MD_PARAM, ev->err.param);
+    gctx_done(c, ev->err.status, code_of_status(ev->err.status), msg);
+    return;
+  }
+  *ev->taken = true;
+  gt_rpc_call_send(c->call, &ev->emb->base, GT_RPC_SEND_NO_MERGE);
+  gctx_done(c, 200, GT_RPC_OK, NULL);
+}
+
+/* The same limits as POST /v1/embeddings (oa_embed_check), then the same admission (rq). */
+static void emb_auth(void *arg, auth_status_t st, const char *tenant) {
+  gctx_t *c = arg;
+  router_t *rt = c->g->rt;
+  if (!call_authed(c, st, tenant)) return;
+  const Gantry__V1__RouterEmbedRequest *in = (const Gantry__V1__RouterEmbedRequest *)gt_rpc_call_request(c->call);
+  oa_error_t le = {0};
+  if (!in->model || !in->model[0] || strlen(in->model) >= sizeof c->model)
+    oa_err(&le, 400, "invalid_request_error", "model", "invalid_value", "'model' must be a non-empty name");
+  else if (!in->request)
+    oa_err(&le, 400, "invalid_request_error", "input", "missing_required_parameter", "request (with texts or tokens) is required");
+  if (le.status || oa_embed_check(in->request, &le)) {
+    metrics_reject(rt->metrics, "bad_request");
+    gt_rpc_call_set_trailer(c->call, GT_RPC_MD_PARAM, le.param);
+    gctx_done(c, 400, GT_RPC_INVALID_ARGUMENT, le.message);
+    return;
+  }
+  Gantry__V1__EmbedRequest *emb = (Gantry__V1__EmbedRequest *)msg_copy(&in->request->base);
+  if (!emb) {
+    gctx_done(c, 500, GT_RPC_INTERNAL, "out of memory");
+    return;
+  }
+  call_names(c, in->model);
+  oa_error_t e;
+  c->rq = rq_start_embed(rt, c->model, c->tenant, c->id, emb, on_emb_event, c, &e);
+  if (!c->rq) gctx_done(c, e.status, code_of_status(e.status), e.message);
+}
+
+static void on_embed(void *user, gt_rpc_call_t *call) {
+  rgf_t *g = user;
+  int rc = front_post(g, gen_loop, call, 1);
+  if (rc) refuse(g, call, rc);
+}
+
+/* Generate's and Embed's: the request (admission wait, engine call, lease) ends, counted 499. */
 static void on_gen_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
   rgf_t *g = user;
   (void)code;
@@ -649,6 +726,7 @@ rgf_t *rgf_start(router_t *rt, gt_err_t *err) {
       {M_GENERATE, GT_RPC_SERVER_STREAMING, &gantry__v1__router_generate_request__descriptor, on_generate, on_gen_cancel,
        gt_delta_merge, g},
       {M_MODELS, GT_RPC_UNARY, &gantry__v1__list_models_request__descriptor, on_models, NULL, NULL, g},
+      {M_EMBED, GT_RPC_UNARY, &gantry__v1__router_embed_request__descriptor, on_embed, on_gen_cancel, NULL, g},
       {M_GETLIM, GT_RPC_UNARY, &gantry__v1__get_limits_request__descriptor, on_admin, NULL, NULL, g},
       {M_SETLIM, GT_RPC_UNARY, &gantry__v1__set_limits_request__descriptor, on_admin, NULL, NULL, g},
       {M_QUEUES, GT_RPC_UNARY, &gantry__v1__list_queues_request__descriptor, on_admin, NULL, NULL, g},

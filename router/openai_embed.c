@@ -23,7 +23,7 @@ static int parse_tokens(json_t *in, Gantry__V1__EmbedRequest *r, oa_error_t *e) 
     json_t *a = nested ? json_array_get(in, i) : in;
     char name[32];
     snprintf(name, sizeof name, nested ? "input[%zu]" : "input", i);
-    if (!json_is_array(a) || json_array_size(a) == 0)
+    if (!json_is_array(a))
       return oa_err(e, 400, "invalid_request_error", "input", "invalid_value", "'%s' must be a non-empty array of token ids",
                     name);
     Gantry__V1__TokenIds *t = malloc(sizeof *t);
@@ -48,9 +48,6 @@ static int parse_texts(json_t *in, Gantry__V1__EmbedRequest *r, oa_error_t *e) {
     if (!json_is_string(s))
       return oa_err(e, 400, "invalid_request_error", "input", "invalid_type",
                     "'input[%zu]' must be a string (an input array holds strings or token ids, not both)", i);
-    if (json_string_length(s) == 0)
-      return oa_err(e, 400, "invalid_request_error", "input", "invalid_value", "'input%s' must not be empty",
-                    one ? "" : "[i]");
     if (!(r->texts[r->n_texts] = strdup(json_string_value(s))))
       return oa_err(e, 500, "server_error", NULL, NULL, "out of memory");
     r->n_texts++;
@@ -80,7 +77,7 @@ static int parse_obj(json_t *b, oa_embed_req_t *out, oa_error_t *e) {
   Gantry__V1__EmbedRequest *r = out->req;
   json_t *d = json_object_get(b, "dimensions");
   if (d && !json_is_null(d)) {
-    if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > 1 << 20)
+    if (!json_is_integer(d) || json_integer_value(d) < 1 || json_integer_value(d) > UINT32_MAX) /* at most 2^20: oa_embed_check */
       return oa_err(e, 400, "invalid_request_error", "dimensions", "invalid_value", "'dimensions' must be an integer >= 1");
     r->dimensions = (uint32_t)json_integer_value(d);
   }
@@ -102,11 +99,10 @@ static int parse_obj(json_t *b, oa_embed_req_t *out, oa_error_t *e) {
     return oa_err(e, 400, "invalid_request_error", "user", "invalid_type", "'user' must be a string");
   json_t *in = json_object_get(b, "input");
   if (!in) return oa_err(e, 400, "invalid_request_error", "input", "missing_required_parameter", "'input' is required");
-  if (json_is_array(in) && json_array_size(in) == 0)
-    return oa_err(e, 400, "invalid_request_error", "input", "invalid_value", "'input' must not be an empty array");
-  if (json_is_array(in) && json_array_size(in) > OA_EMBED_MAX_INPUTS)
-    return oa_err(e, 400, "invalid_request_error", "input", "invalid_value", "'input' holds %zu items; at most %d",
-                  json_array_size(in), OA_EMBED_MAX_INPUTS);
+  /* an empty array: no inputs, which oa_embed_check refuses */
+  if (json_is_array(in) && json_array_size(in) == 0) return 0;
+  if (json_is_array(in) && json_array_size(in) > OA_EMBED_MAX_INPUTS) /* before copying them */
+    return oa_embed_check(&(Gantry__V1__EmbedRequest){.n_texts = json_array_size(in)}, e);
   if (json_is_string(in) || (json_is_array(in) && json_is_string(json_array_get(in, 0)))) return parse_texts(in, r, e);
   if (json_is_array(in) && (json_is_integer(json_array_get(in, 0)) || json_is_array(json_array_get(in, 0))))
     return parse_tokens(in, r, e);
@@ -128,9 +124,37 @@ int oa_embed_parse(const char *body, size_t len, oa_embed_req_t *out, oa_error_t
   }
   gantry__v1__embed_request__init(out->req);
   int rc = parse_obj(b, out, e);
+  if (!rc) rc = oa_embed_check(out->req, e);
   json_decref(b);
   if (rc) oa_embed_req_free(out);
   return rc;
+}
+
+int oa_embed_check(const Gantry__V1__EmbedRequest *r, oa_error_t *e) {
+  const size_t n = r->n_texts ? r->n_texts : r->n_tokens;
+  if (r->n_texts && r->n_tokens)
+    return oa_err(e, 400, "invalid_request_error", "input", "invalid_type",
+                  "'input' holds strings or token ids, not both");
+  if (n == 0) return oa_err(e, 400, "invalid_request_error", "input", "invalid_value", "'input' must not be empty");
+  if (n > OA_EMBED_MAX_INPUTS)
+    return oa_err(e, 400, "invalid_request_error", "input", "invalid_value", "'input' holds %zu items; at most %d", n,
+                  OA_EMBED_MAX_INPUTS);
+  for (size_t i = 0; i < r->n_texts; i++)
+    if (!r->texts[i] || !r->texts[i][0])
+      return oa_err(e, 400, "invalid_request_error", "input", "invalid_value", "'input[%zu]' must not be empty", i);
+  for (size_t i = 0; i < r->n_tokens; i++) {
+    if (!r->tokens[i] || r->tokens[i]->n_ids == 0)
+      return oa_err(e, 400, "invalid_request_error", "input", "invalid_value",
+                    "'input[%zu]' must be a non-empty array of token ids", i);
+    for (size_t k = 0; k < r->tokens[i]->n_ids; k++)
+      if (r->tokens[i]->ids[k] < 0)
+        return oa_err(e, 400, "invalid_request_error", "input", "invalid_value",
+                      "'input[%zu][%zu]' must be a token id (an integer >= 0)", i, k);
+  }
+  if (r->dimensions > 1u << 20)
+    return oa_err(e, 400, "invalid_request_error", "dimensions", "invalid_value", "'dimensions' must be at most %u",
+                  1u << 20);
+  return 0;
 }
 
 char *oa_embed_b64(const float *v, size_t n) {

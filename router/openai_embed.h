@@ -21,6 +21,12 @@ typedef struct {
  * end-user id: logged by OpenAI, accepted and unused), priority (vLLM). Any other key, or a bad
  * value: -1 with a 400 naming the parameter. */
 int oa_embed_parse(const char *body, size_t len, oa_embed_req_t *out, oa_error_t *e);
+
+/* The limits on an EmbedRequest, shared by /v1/embeddings (oa_embed_parse runs it) and the gRPC
+ * front's Router.Embed: texts or tokens (not both), 1..OA_EMBED_MAX_INPUTS inputs, no empty text
+ * or token list, token ids >= 0, dimensions at most 2^20. 0, or -1 with a 400 naming the
+ * parameter ("input", "dimensions"). */
+int oa_embed_check(const Gantry__V1__EmbedRequest *r, oa_error_t *e);
 void oa_embed_req_free(oa_embed_req_t *r);
 
 /* The response body (malloc'd JSON text, NULL when out of memory):

@@ -92,6 +92,7 @@ struct srv {
   /* scheduler thread only */
   int iter_tokens;
   srv_embed_ctx_t emb;    /* the Embed RPC's view (set by srv_attach; is_embed: sched cfg.embed) */
+  srv_embed_live_t emb_live; /* Embed calls in progress (srv_embed_cancel) */
 };
 
 typedef struct prep {
@@ -681,12 +682,19 @@ static void on_embed(void *user, gt_rpc_call_t *call) {
   srv_embed_call(&s->emb, call);
 }
 
+/* Embed's on_cancel: the call's inputs leave the scheduler (server_embed.h) */
+static void on_embed_cancel(void *user, gt_rpc_call_t *call, gt_rpc_code_t code) {
+  srv_t *s = user;
+  if (get_state(s) != SRV_LOADING) srv_embed_cancel(&s->emb, call, code);
+}
+
 int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
   srv_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   pthread_cond_init(&s->prep_cv, NULL);
+  srv_embed_live_init(&s->emb_live);
   s->state = SRV_LOADING;
   s->on_fatal = o->on_fatal;
   s->fatal_ud = o->fatal_ud;
@@ -707,7 +715,7 @@ int srv_create(const srv_opts_t *o, srv_t **out, int *port, gt_err_t *err) {
       {EC_METHOD_DETOKENIZE, GT_RPC_UNARY, &gantry__v1__detokenize_request__descriptor, on_detokenize, NULL, NULL, s},
       {EC_METHOD_INFO, GT_RPC_UNARY, &gantry__v1__info_request__descriptor, on_info, NULL, NULL, s},
       {EC_METHOD_HEALTH, GT_RPC_UNARY, &gantry__v1__health_request__descriptor, on_health, NULL, NULL, s},
-      {EC_METHOD_EMBED, GT_RPC_UNARY, &gantry__v1__embed_request__descriptor, on_embed, NULL, NULL, s},
+      {EC_METHOD_EMBED, GT_RPC_UNARY, &gantry__v1__embed_request__descriptor, on_embed, on_embed_cancel, NULL, s},
       {"/grpc.health.v1.Health/Check", GT_RPC_UNARY, &grpc__health__v1__health_check_request__descriptor,
        on_grpc_health, NULL, NULL, s},
   };
@@ -747,7 +755,8 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
   int add_eos = 0;
   if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos)) add_eos = 0;
   s->emb = (srv_embed_ctx_t){.is_embed = cfg && cfg->embed, .sched = s->sched, .tok = tok, .model_name = s->model_name,
-                             .n_embd = m->hp.n_embd, .n_ctx = st.n_ctx, .eos = tok_eos(tok), .add_eos = add_eos};
+                             .n_embd = m->hp.n_embd, .n_ctx = st.n_ctx, .eos = tok_eos(tok), .add_eos = add_eos,
+                             .live = &s->emb_live, .met = &s->met};
   /* every gantry_engine_* series names the model, like the router's (model_name="...") */
   if (s->met.reg && s->model_name) gt_metrics_set_label(s->met.reg, "model_name", s->model_name);
   s->arch = strdup(info && info->architecture ? info->architecture : m->hp.arch);
@@ -849,5 +858,6 @@ void srv_free(srv_t *s, int64_t grace_ms) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pthread_cond_destroy(&s->prep_cv);
+  srv_embed_live_destroy(&s->emb_live);
   free(s);
 }

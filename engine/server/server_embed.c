@@ -6,21 +6,40 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "engine/chat/prompt.h"
 #include "engine/models/embed.h"
 #include "gantry/v1/engine.pb-c.h"
 
 /* One Embed call: refs = 1 (the submitter) + one per submitted input; whoever drops the last
- * reference replies and frees. */
-typedef struct {
+ * reference replies and frees. In live's list from before the first submit until then. */
+typedef struct emb_call {
   gt_rpc_call_t *call;
+  uint64_t call_id;
+  srv_embed_live_t *live;
+  srv_metrics_t *met;
   pthread_mutex_t mu;
   int refs, n, dims;
   float *vals;             /* [n, dims] */
+  int64_t *sched_ids;      /* [n] scheduler ids of the submitted inputs (n_sub of them; cq thread) */
+  int n_sub;
   uint32_t prompt_tokens;
   gt_rpc_code_t code;      /* GT_RPC_OK until the first failure */
+  gt_rpc_code_t cancel_code; /* OK until srv_embed_cancel (CANCELLED / DEADLINE_EXCEEDED) */
+  int n_done, n_cancelled; /* inputs embedded / dropped by the cancellation */
+  double t0_ms;
+  char rid[64];
   char msg[256];
+  struct emb_call *prev, *next;
 } emb_call_t;
+
+void srv_embed_live_init(srv_embed_live_t *l) {
+  pthread_mutex_init(&l->mu, NULL);
+  l->head = NULL;
+}
+
+void srv_embed_live_destroy(srv_embed_live_t *l) { pthread_mutex_destroy(&l->mu); }
 
 typedef struct {
   emb_call_t *c;
@@ -39,6 +58,17 @@ static void unref(emb_call_t *c) {
   const int last = --c->refs == 0;
   pthread_mutex_unlock(&c->mu);
   if (!last) return;
+  pthread_mutex_lock(&c->live->mu); /* srv_embed_cancel finds c no more */
+  if (c->prev) c->prev->next = c->next;
+  else if (c->live->head == c) c->live->head = c->next;
+  if (c->next) c->next->prev = c->prev;
+  pthread_mutex_unlock(&c->live->mu);
+  if (c->cancel_code != GT_RPC_OK) {
+    GT_LOG_INFO("request_id=%s embed cancelled code=%s inputs=%d embedded=%d dropped=%d ms=%.1f", c->rid,
+                c->cancel_code == GT_RPC_DEADLINE_EXCEEDED ? "DEADLINE_EXCEEDED" : "CANCELLED", c->n, c->n_done,
+                c->n_cancelled, gt_now_ms() - c->t0_ms);
+    fail(c, c->cancel_code, c->cancel_code == GT_RPC_DEADLINE_EXCEEDED ? "deadline exceeded" : "cancelled");
+  }
   Gantry__V1__EmbedResponse *r = c->code == GT_RPC_OK ? malloc(sizeof *r) : NULL;
   Gantry__V1__Embedding **es = r ? calloc((size_t)c->n, sizeof *es) : NULL;
   if (c->code == GT_RPC_OK && !es) fail(c, GT_RPC_INTERNAL, "out of memory");
@@ -70,6 +100,7 @@ static void unref(emb_call_t *c) {
   }
   pthread_mutex_destroy(&c->mu);
   free(c->vals);
+  free(c->sched_ids);
   free(c);
 }
 
@@ -78,8 +109,12 @@ static void on_event(void *ud, const sched_event_t *ev) {
   emb_sub_t *sub = ud;
   emb_call_t *c = sub->c;
   if (!ev->is_final) return;
+  srv_metrics_finished(c->met, ev->finish, ev->usage, (gt_now_ms() - c->t0_ms) / 1e3);
   pthread_mutex_lock(&c->mu);
-  if (ev->finish == SCHED_FINISH_STOP && ev->embedding && ev->n_embd >= c->dims) {
+  if (ev->finish == SCHED_FINISH_CANCELLED && c->cancel_code != GT_RPC_OK) {
+    c->n_cancelled++; /* unref finishes the call with cancel_code */
+  } else if (ev->finish == SCHED_FINISH_STOP && ev->embedding && ev->n_embd >= c->dims) {
+    c->n_done++;
     float *dst = c->vals + (size_t)sub->index * c->dims;
     memcpy(dst, ev->embedding, sizeof(float) * (size_t)c->dims);
     embed_normalize(dst, c->dims, c->dims);
@@ -166,22 +201,35 @@ void srv_embed_call(const srv_embed_ctx_t *x, gt_rpc_call_t *call) {
   emb_call_t *c = calloc(1, sizeof *c);
   const int dims = r->dimensions ? (int)r->dimensions : x->n_embd;
   if (c) c->vals = malloc(sizeof(float) * n * (size_t)dims);
-  int rc = !ids || !lens || !c || !c->vals ? (snprintf(msg, sizeof msg, "out of memory"), GT_ENOMEM) : GT_OK;
+  if (c) c->sched_ids = calloc(n, sizeof *c->sched_ids);
+  int rc = !ids || !lens || !c || !c->vals || !c->sched_ids ? (snprintf(msg, sizeof msg, "out of memory"), GT_ENOMEM) : GT_OK;
   for (size_t i = 0; !rc && i < n; i++) rc = input_ids(x, r, i, &ids[i], &lens[i], msg, sizeof msg);
   if (rc) {
     for (size_t i = 0; ids && i < n; i++) free(ids[i]);
     free(ids), free(lens);
-    if (c) free(c->vals), free(c);
+    if (c) free(c->vals), free(c->sched_ids), free(c);
     gt_rpc_call_finish(call, rc == GT_ERANGE ? GT_RPC_OUT_OF_RANGE : rc == GT_ENOMEM ? GT_RPC_INTERNAL : GT_RPC_INVALID_ARGUMENT,
                        msg);
     return;
   }
   c->call = call;
+  c->call_id = gt_rpc_call_id(call);
+  c->live = x->live;
+  c->met = x->met;
+  c->t0_ms = gt_now_ms();
+  const char *rid = gt_rpc_call_metadata(call, "x-request-id");
+  snprintf(c->rid, sizeof c->rid, "%s", rid && *rid ? rid : r->request_id[0] ? r->request_id : "-");
   pthread_mutex_init(&c->mu, NULL);
   c->refs = 1;
   c->n = (int)n;
   c->dims = dims;
-  for (size_t i = 0; i < n; i++) {
+  pthread_mutex_lock(&x->live->mu);
+  c->next = x->live->head;
+  if (c->next) c->next->prev = c;
+  x->live->head = c;
+  pthread_mutex_unlock(&x->live->mu);
+  size_t i = 0;
+  for (; i < n && !gt_rpc_call_is_cancelled(call); i++) {
     emb_sub_t *sub = malloc(sizeof *sub);
     gt_err_t err = {0};
     int64_t id = GT_ENOMEM;
@@ -194,6 +242,7 @@ void srv_embed_call(const srv_embed_ctx_t *x, gt_rpc_call_t *call) {
       c->refs++;
       pthread_mutex_unlock(&c->mu);
       id = sched_submit(x->sched, &q, &err);
+      if (id > 0) c->sched_ids[c->n_sub++] = id;
     }
     if (id < 0) {
       pthread_mutex_lock(&c->mu);
@@ -202,10 +251,35 @@ void srv_embed_call(const srv_embed_ctx_t *x, gt_rpc_call_t *call) {
       pthread_mutex_unlock(&c->mu);
       free(sub);
       for (size_t j = i; j < n; j++) free(ids[j]);
+      /* the call has failed: the inputs already submitted are cancelled, not computed for nothing */
+      for (int k = 0; k < c->n_sub; k++) sched_cancel(x->sched, c->sched_ids[k]);
+      i = n;
       break;
     }
+  }
+  if (i < n) { /* cancelled while submitting: the rest is never submitted */
+    for (size_t j = i; j < n; j++) free(ids[j]);
+    pthread_mutex_lock(&c->mu);
+    c->n_cancelled += (int)(n - i);
+    pthread_mutex_unlock(&c->mu);
+    srv_embed_cancel(x, call, gt_rpc_call_deadline_ms(call) == 0 ? GT_RPC_DEADLINE_EXCEEDED : GT_RPC_CANCELLED);
   }
   free(ids);
   free(lens);
   unref(c);
+}
+
+void srv_embed_cancel(const srv_embed_ctx_t *x, gt_rpc_call_t *call, gt_rpc_code_t code) {
+  const uint64_t id = gt_rpc_call_id(call);
+  pthread_mutex_lock(&x->live->mu); /* c stays in the list (alive) while this is held */
+  emb_call_t *c = x->live->head;
+  while (c && c->call_id != id) c = c->next;
+  if (c) {
+    pthread_mutex_lock(&c->mu);
+    if (c->cancel_code == GT_RPC_OK) c->cancel_code = code;
+    pthread_mutex_unlock(&c->mu);
+    /* sched_cancel of an input that already finished is ignored */
+    for (int k = 0; k < c->n_sub; k++) sched_cancel(x->sched, c->sched_ids[k]);
+  }
+  pthread_mutex_unlock(&x->live->mu);
 }

@@ -114,6 +114,9 @@ done
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HPORT/ready")" = 200 ] || {
   echo "router not ready"; tail -20 "$TMP/router.log"; tail -20 "$TMP/engine.log"; exit 1; }
 
+# the real engine's own gRPC port, Prometheus endpoint and log (embed_cancel.test.mjs)
+[ "$KIND" = real ] && export GANTRY_ENGINE_GRPC="127.0.0.1:$EPORT" GANTRY_ENGINE_METRICS="http://127.0.0.1:$MPORT/metrics" \
+  GANTRY_ENGINE_LOG="$TMP/engine.log"
 export GANTRY_URL="http://127.0.0.1:$HPORT" GANTRY_GRPC="127.0.0.1:$GPORT" GANTRY_MODEL=$MODEL \
        GANTRY_ENGINE_KIND=$KIND GANTRY_PROTOS="$SRC/protos"
 FILES=("$@")

@@ -8,7 +8,9 @@
  *   - --protect-info: /metrics, /v1/models and ListModels need an API key or the admin key;
  *   - a 429's Retry-After comes from the measured admission rate and says when the full queue
  *     has room again (it said 26 s for a queue that drained in 7 s, then the time to drain it all);
- *   - gRPC admin calls are counted in gantry_router_requests_total with their outcome. */
+ *   - gRPC admin calls are counted in gantry_router_requests_total with their outcome;
+ *   - Router.Embed checks the key like Generate (UNAUTHENTICATED), then the HTTP route's limits
+ *     (INVALID_ARGUMENT naming the field); success: tests/e2e/grpc_embed.test.mjs. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -249,6 +251,40 @@ static void test_protect_info(void **st) {
   protobuf_c_message_free_unpacked(resp, NULL);
 }
 
+/* Router/Embed with texts[n] (every one "x", or "" for the last when empty_last): the status. */
+static gt_rpc_code_t grpc_embed(const gt_rpc_md_t *md, size_t n_md, size_t n, bool empty_last, char *param, size_t psz) {
+  char *texts[4] = {"x", "x", "x", "x"};
+  if (empty_last) texts[n - 1] = "";
+  Gantry__V1__EmbedRequest er = GANTRY__V1__EMBED_REQUEST__INIT;
+  er.texts = texts;
+  er.n_texts = n;
+  Gantry__V1__RouterEmbedRequest rr = GANTRY__V1__ROUTER_EMBED_REQUEST__INIT;
+  rr.model = "tiny";
+  rr.request = &er;
+  ProtobufCMessage *resp = NULL;
+  gt_rpc_status_t s;
+  gt_rpc_code_t code = gt_rpc_client_unary(g_rpc, "/gantry.v1.Router/Embed", &rr.base,
+                                           &gantry__v1__embed_response__descriptor, 5000, md, n_md, &resp, &s);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(param, psz, "%s", code == GT_RPC_OK ? "" : s.param);
+  return code;
+}
+
+static void test_grpc_embed_auth_and_limits(void **st) {
+  (void)st;
+  char param[64];
+  assert_int_equal(grpc_embed(NULL, 0, 1, false, param, sizeof param), GT_RPC_UNAUTHENTICATED);
+  gt_rpc_md_t bad[] = {{"authorization", "Bearer nope"}};
+  assert_int_equal(grpc_embed(bad, 1, 1, false, param, sizeof param), GT_RPC_UNAUTHENTICATED);
+  gt_rpc_md_t md[] = {{"authorization", "Bearer k1"}};
+  assert_int_equal(grpc_embed(md, 1, 0, false, param, sizeof param), GT_RPC_INVALID_ARGUMENT);
+  assert_string_equal(param, "input");
+  assert_int_equal(grpc_embed(md, 1, 3, true, param, sizeof param), GT_RPC_INVALID_ARGUMENT);
+  assert_string_equal(param, "input");
+  gt_rpc_md_t key[] = {{"x-api-key", "k1"}};
+  assert_int_equal(grpc_embed(key, 1, 2, true, param, sizeof param), GT_RPC_INVALID_ARGUMENT);
+}
+
 static const char *ADM_HDR[] = {"Content-Type: application/json", "Authorization: Bearer adm", NULL};
 
 static long put_limits(const char *json) {
@@ -422,6 +458,7 @@ int main(void) {
       cmocka_unit_test(test_max_tokens_beyond_context),
       cmocka_unit_test(test_content_type_415),
       cmocka_unit_test(test_protect_info),
+      cmocka_unit_test(test_grpc_embed_auth_and_limits),
       cmocka_unit_test(test_grpc_admin_counted_by_outcome),
       cmocka_unit_test(test_retry_after_from_admission_rate),
       cmocka_unit_test(test_listen_error_says_why),
