@@ -313,7 +313,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   if (c.max_batch_tokens <= 0) c.max_batch_tokens = 512;
   if (c.max_batch_tokens > m->max_tokens) c.max_batch_tokens = m->max_tokens;
   if (c.max_batch_tokens < c.max_num_seqs) c.max_batch_tokens = c.max_num_seqs < m->max_tokens ? c.max_num_seqs : m->max_tokens;
-  if (c.max_waiting <= 0) c.max_waiting = 256;
+  if (c.max_waiting <= 0) c.max_waiting = SCHED_DEFAULT_MAX_WAITING;
   if (c.block_tokens <= 0) c.block_tokens = 16;
   if (c.n_ctx <= 0 || c.n_ctx > m->hp.n_ctx_train) c.n_ctx = m->hp.n_ctx_train;
   s->hybrid = m->hp.n_gdn_layers > 0;

@@ -47,6 +47,7 @@ typedef struct sched sched_t;
 enum { SCHED_SPEC_OFF = 0, SCHED_SPEC_NGRAM = 1, SCHED_SPEC_MTP = 2 };
 #define SCHED_SPEC_MAX_K 8
 #define SCHED_SPEC_DRAFT_VOCAB 32768 /* the default draft vocabulary of large vocabularies */
+#define SCHED_DEFAULT_MAX_WAITING 256
 /* Test hook: proposes up to k drafts (returns how many, 0..k) into out[k] for choice `index` of
  * request `id`, whose tokens[n] are its prompt followed by its output so far. */
 typedef int (*sched_draft_fn)(void *ud, int64_t id, int index, const int32_t *tokens, int n, int k, int32_t *out);
@@ -54,7 +55,7 @@ typedef int (*sched_draft_fn)(void *ud, int64_t id, int index, const int32_t *to
 typedef struct {
   int max_num_seqs;     /* running sequences at once (default 32) */
   int max_batch_tokens; /* tokens per step, decode + prefill chunks (serve: 2048 on CUDA, 512 on the CPU) */
-  int max_waiting;      /* bounded waiting queue: more -> GT_EBUSY (default 256) */
+  int max_waiting;      /* bounded waiting queue: more -> GT_EBUSY (default SCHED_DEFAULT_MAX_WAITING) */
   int n_blocks;         /* KV pool blocks (0: planned from memory, engine/sched/sched_mem.h) */
   int block_tokens;     /* default 16 */
   int n_ctx;            /* max tokens per sequence (default: the model's training context) */

@@ -756,6 +756,7 @@ int srv_attach(srv_t *s, const gguf_t *g, model_t *m, const tok_t *tok, const sc
   if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos)) add_eos = 0;
   s->emb = (srv_embed_ctx_t){.is_embed = cfg && cfg->embed, .sched = s->sched, .tok = tok, .model_name = s->model_name,
                              .n_embd = m->hp.n_embd, .n_ctx = st.n_ctx, .eos = tok_eos(tok), .add_eos = add_eos,
+                             .max_inputs = cfg && cfg->max_waiting > 0 ? cfg->max_waiting : SCHED_DEFAULT_MAX_WAITING,
                              .live = &s->emb_live, .met = &s->met};
   /* every gantry_engine_* series names the model, like the router's (model_name="...") */
   if (s->met.reg && s->model_name) gt_metrics_set_label(s->met.reg, "model_name", s->model_name);

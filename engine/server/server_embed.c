@@ -186,6 +186,14 @@ void srv_embed_call(const srv_embed_ctx_t *x, gt_rpc_call_t *call) {
                     : n > SRV_EMBED_MAX_INPUTS  ? "input: at most 2048 inputs per request"
                     : r->dimensions > (uint32_t)x->n_embd ? "dimensions: larger than the model's embedding size"
                                                            : NULL;
+  if (!bad && (int)n > x->max_inputs) { /* each input waits in the scheduler's queue: more could never all fit */
+    snprintf(msg, sizeof msg,
+             "input: at most %d inputs per request on this engine (its --max-waiting queue), got %zu; send them in "
+             "several requests",
+             x->max_inputs, n);
+    gt_rpc_call_finish(call, GT_RPC_INVALID_ARGUMENT, msg);
+    return;
+  }
   if (bad) {
     if (r->dimensions > (uint32_t)x->n_embd && !(r->n_texts && r->n_tokens) && n && n <= SRV_EMBED_MAX_INPUTS)
       snprintf(msg, sizeof msg, "dimensions: must be at most %d (the model's embedding size), got %u", x->n_embd,

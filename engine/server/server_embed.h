@@ -28,6 +28,7 @@ typedef struct {
   const tok_t *tok;
   const char *model_name;
   int n_embd, n_ctx;
+  int max_inputs;          /* inputs one call may have: the scheduler's waiting queue (--max-waiting) */
   int32_t eos;             /* appended to text inputs when add_eos (tokenizer.ggml.add_eos_token) */
   int add_eos;
   srv_embed_live_t *live;  /* the server's registry of calls in progress */
@@ -38,7 +39,8 @@ typedef struct {
  * input, one scheduler request each, batched by the scheduler; the last request's final event
  * replies (scheduler thread) with the L2-normalized (dimensions: truncated, renormalized)
  * embeddings in input order, or the first failure's status. Bad input: INVALID_ARGUMENT naming
- * the field; over the context: OUT_OF_RANGE; a generation engine: FAILED_PRECONDITION. A call
+ * the field (more inputs than max_inputs too: they could never all wait in the scheduler's queue);
+ * over the context: OUT_OF_RANGE; a generation engine: FAILED_PRECONDITION. A call
  * cancelled while its inputs are submitted submits no more of them. */
 void srv_embed_call(const srv_embed_ctx_t *c, gt_rpc_call_t *call);
 

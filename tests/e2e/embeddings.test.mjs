@@ -108,6 +108,18 @@ test('embeddings: bad input is a 400 naming the parameter', { skip: !EMBED }, as
   assert.equal(unknown.status, 404);
 });
 
+test('embeddings: more inputs than the engine can queue is a 400 saying so, not an engine failure', { skip: !EMBED }, async () => {
+  // run.sh starts the engine with the default --max-waiting (256): 300 inputs could never all wait
+  const input = Array.from({ length: 300 }, (_, i) => [1 + (i % 50), 2]);
+  const r = await raw({ model: MODEL, input });
+  assert.equal(r.status, 400, JSON.stringify(r.body));
+  assert.match(r.body.error.message, /at most 256 inputs.*--max-waiting/);
+  // 256 of them are served
+  const ok = await raw({ model: MODEL, input: input.slice(0, 256) });
+  assert.equal(ok.status, 200, JSON.stringify(ok.body).slice(0, 300));
+  assert.equal(ok.body.data.length, 256);
+});
+
 test('embeddings: chat against an embedding model is a 400 naming it', { skip: !EMBED }, async () => {
   await assert.rejects(
     client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),

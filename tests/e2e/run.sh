@@ -94,6 +94,7 @@ if [ "$KIND" = real ]; then
     sleep 0.1
   done
   [ -n "$EPORT" ] || { echo "engine did not start:"; cat "$TMP/engine.log"; exit 1; }
+  MPORT=$(sed -n 's/^ready grpc_port=[0-9]* metrics_port=\([0-9]*\).*/\1/p' "$TMP/engine.log" | head -1)
 else
   [ -x "$BIN/gantry-fake-engine" ] || { echo "missing $BIN/gantry-fake-engine"; exit 1; }
   "$BIN/gantry-fake-engine" B >"$TMP/engine.log" 2>&1 &
