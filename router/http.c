@@ -167,15 +167,20 @@ static void finish(hreq_t *h, int status) {
   hreq_free(h);
 }
 
-static void reply_json(hreq_t *h, int status, const char *json) {
-  struct evbuffer *b = evbuffer_new();
-  evbuffer_add(b, json, strlen(json));
+/* Sends b (freed here) as a JSON reply and finishes h. */
+static void send_json(hreq_t *h, int status, struct evbuffer *b) {
   struct evkeyvalq *hd = evhttp_request_get_output_headers(h->req);
   evhttp_add_header(hd, "Content-Type", "application/json");
   evhttp_add_header(hd, "X-Request-Id", h->id);
   evhttp_send_reply(h->req, status, NULL, b);
   evbuffer_free(b);
   finish(h, status);
+}
+
+static void reply_json(hreq_t *h, int status, const char *json) {
+  struct evbuffer *b = evbuffer_new();
+  evbuffer_add(b, json, strlen(json));
+  send_json(h, status, b);
 }
 
 static void free_body(const void *data, size_t len, void *arg) {
@@ -193,12 +198,7 @@ static void reply_json_take(hreq_t *h, int status, char *json) {
     reply_json(h, 500, "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}");
     return;
   }
-  struct evkeyvalq *hd = evhttp_request_get_output_headers(h->req);
-  evhttp_add_header(hd, "Content-Type", "application/json");
-  evhttp_add_header(hd, "X-Request-Id", h->id);
-  evhttp_send_reply(h->req, status, NULL, b);
-  evbuffer_free(b);
-  finish(h, status);
+  send_json(h, status, b);
 }
 
 static void reply_text(hreq_t *h, int status, const char *ctype, const char *text) {

@@ -26,6 +26,9 @@ typedef enum { OA_CHAT = 0, OA_COMPLETION = 1, OA_RESPONSES = 2 } oa_kind_t;
 
 /* Which field carries reasoning text (--reasoning-field). */
 typedef enum { OA_REASONING_BOTH = 0, OA_REASONING_ONLY = 1, OA_REASONING_CONTENT_ONLY = 2 } oa_reasoning_field_t;
+/* which of the two field names carry the reasoning text under rf (both by default) */
+static inline bool oa_rf_reasoning(oa_reasoning_field_t rf) { return rf != OA_REASONING_CONTENT_ONLY; }
+static inline bool oa_rf_reasoning_content(oa_reasoning_field_t rf) { return rf != OA_REASONING_ONLY; }
 
 /* An OpenAI error: {"error": {"message", "type", "param", "code"}} with an HTTP status. */
 typedef struct oa_error {

@@ -258,8 +258,8 @@ static int emit(oa_sb_t *out, json_t *obj) {
 }
 
 static void set_reasoning(oa_resp_t *r, json_t *obj, const char *text, size_t n) {
-  if (r->rf != OA_REASONING_CONTENT_ONLY) json_object_set_new(obj, "reasoning", json_stringn(text, n));
-  if (r->rf != OA_REASONING_ONLY) json_object_set_new(obj, "reasoning_content", json_stringn(text, n));
+  if (oa_rf_reasoning(r->rf)) json_object_set_new(obj, "reasoning", json_stringn(text, n));
+  if (oa_rf_reasoning_content(r->rf)) json_object_set_new(obj, "reasoning_content", json_stringn(text, n));
 }
 
 static json_t *usage_json(const oa_resp_t *r, const Gantry__V1__Usage *u, uint32_t completion) {
@@ -322,8 +322,8 @@ int oa_resp_delta(oa_resp_t *r, const Gantry__V1__Delta *d, oa_sb_t *out) {
   /* the whole-response text is for the non-streaming body only: a stream keeps no copy of what it
    * sent (router/README.md "Memory per request") */
   if (!r->stream && tl && (rc = acc_text(r, &r->c->content, d->text, tl, 1))) return rc;
-  if (!r->stream && rl &&
-      (rc = acc_text(r, &r->c->reasoning, d->reasoning_text, rl, r->rf == OA_REASONING_BOTH ? 2 : 1)))
+  const int rcopies = oa_rf_reasoning(r->rf) + oa_rf_reasoning_content(r->rf); /* the body writes it under each name */
+  if (!r->stream && rl && (rc = acc_text(r, &r->c->reasoning, d->reasoning_text, rl, rcopies)))
     return rc;
 
   if (r->kind == OA_COMPLETION) {
@@ -579,11 +579,11 @@ static void body_choice(oa_resp_t *r, oa_sb_t *b) {
     if (c->ntools && !c->content.len) oa_sb_adds(b, "null");
     else gt_sb_add_json_str(b, c->content.p, c->content.len);
     oa_sb_free(&c->content);
-    if (c->reasoning.len && r->rf != OA_REASONING_CONTENT_ONLY) {
+    if (c->reasoning.len && oa_rf_reasoning(r->rf)) {
       oa_sb_adds(b, ",\"reasoning\":");
       gt_sb_add_json_str(b, c->reasoning.p, c->reasoning.len);
     }
-    if (c->reasoning.len && r->rf != OA_REASONING_ONLY) {
+    if (c->reasoning.len && oa_rf_reasoning_content(r->rf)) {
       oa_sb_adds(b, ",\"reasoning_content\":");
       gt_sb_add_json_str(b, c->reasoning.p, c->reasoning.len);
     }

@@ -29,7 +29,8 @@ uint64_t oa_resp_estimate(const oa_req_t *req, uint32_t ctx, oa_reasoning_field_
   /* a choice never outgrows the context */
   const bool mt = g->max_tokens_opt_case == GANTRY__V1__GENERATE_REQUEST__MAX_TOKENS_OPT_MAX_TOKENS;
   const uint64_t tokens = mt && (!ctx || g->max_tokens < ctx) ? g->max_tokens : ctx;
-  uint64_t per_token = OA_EST_TEXT_BYTES * (req->kind == OA_CHAT && rf == OA_REASONING_BOTH ? 2 : 1) *
+  const int names = req->kind == OA_CHAT ? oa_rf_reasoning(rf) + oa_rf_reasoning_content(rf) : 1; /* reasoning copies */
+  uint64_t per_token = OA_EST_TEXT_BYTES * (uint64_t)names *
                        (uint64_t)oa_resp_copies(req);
   if (g->top_logprobs_opt_case == GANTRY__V1__GENERATE_REQUEST__TOP_LOGPROBS_OPT_TOP_LOGPROBS)
     per_token += OA_EST_LP_TOKEN_BYTES + ((uint64_t)g->top_logprobs + 1) * OA_EST_LP_ENTRY_BYTES;
