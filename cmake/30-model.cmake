@@ -71,7 +71,7 @@ add_executable(bench_spec tests/bench/bench_spec.c)
 target_link_libraries(bench_spec PRIVATE gantry_sched)
 # verify step vs decode step, and the MTP drafter's cost (tests/bench/bench_verify.c, scripts/gpu/spec.sh)
 add_executable(bench_verify tests/bench/bench_verify.c)
-target_link_libraries(bench_verify PRIVATE gantry_model)
+target_link_libraries(bench_verify PRIVATE gantry_model gantry_sched) # gantry_sched: sched_spec_draft_vocab
 # the GPU-less parts of ranks sharing one GPU and of the TP prediction: the ranks' barrier, the solo
 # communicator, a solo rank through the decode bench, GANTRY_MODEL_LAYERS (tests/unit/test_tp_parts.c)
 gt_add_test(test_tp_parts SOURCES tests/unit/test_tp_parts.c LIBS gantry_model gantry_testutil TIMEOUT 120)

@@ -411,7 +411,7 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
   /* a draft vocabulary (model_mtp_forward_greedy): rows [0, head_vocab) of the head, a view of the
    * same memory (rows are contiguous in every weight type), sampled over those ids alone */
   be_weight_t hv;
-  if (m->head_vocab > 0 && m->head_rows && !m->head_mask && m->sh.n_ranks == 1) {
+  if (m->head_vocab > 0 && m->head_rows) { /* set only with greedy rows on one rank, no mask */
     hv = *head;
     hv.rows = m->head_vocab;
     head = &hv;

@@ -305,6 +305,10 @@ static int plan_pool(model_t *m, sched_config_t *c, int hybrid, int n_spec_slots
   return GT_OK;
 }
 
+int sched_spec_draft_vocab(int dv, int n_vocab) {
+  return dv < 0 ? 0 : dv > 0 ? dv : n_vocab > 2 * SCHED_SPEC_DRAFT_VOCAB ? SCHED_SPEC_DRAFT_VOCAB : 0;
+}
+
 int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_t **out, gt_err_t *err) {
   sched_t *s = calloc(1, sizeof *s);
   if (!s) return gt_err_set(err, GT_ENOMEM, "out of memory");
@@ -379,8 +383,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
   if (c.spec_mode == SCHED_SPEC_MTP) {
     s->mtp = spec_mtp_create(T, S, s->max_blocks, s->V);
-    const int dv = c.spec_draft_vocab;
-    m->mtp_draft_vocab = dv < 0 ? 0 : dv > 0 ? dv : s->V > 2 * SCHED_SPEC_DRAFT_VOCAB ? SCHED_SPEC_DRAFT_VOCAB : 0;
+    m->mtp_draft_vocab = sched_spec_draft_vocab(c.spec_draft_vocab, s->V);
     s->mseq = calloc((size_t)S, sizeof *s->mseq);
     s->b_alive = calloc((size_t)S, 1);
     if (!s->mtp || !s->mseq || !s->b_alive) {

@@ -263,4 +263,8 @@ typedef struct {
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);
 
+/* The MTP draft vocabulary of spec_draft_vocab (sched_config_t) for a model of n_vocab ids: the
+ * model_t.mtp_draft_vocab sched_create sets (0 = the whole vocabulary). */
+int sched_spec_draft_vocab(int spec_draft_vocab, int n_vocab);
+
 #endif

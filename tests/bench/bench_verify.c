@@ -24,7 +24,7 @@
 
 #include "common/clock.h"
 #include "engine/models/model.h"
-#include "engine/sched/sched.h" /* SCHED_SPEC_DRAFT_VOCAB */
+#include "engine/sched/sched.h" /* sched_spec_draft_vocab */
 #ifdef GANTRY_HAVE_CUDA
 #include "engine/backend/backend_cuda.h"
 #endif
@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
   if (!rc && use_mtp && m->hp.n_nextn == 0) use_mtp = 0;
   if (!rc && use_mtp) rc = model_mtp_enable(m, &err);
   /* the drafter's vocabulary: the scheduler's default (sched_config_t.spec_draft_vocab) unless given */
-  if (!rc) m->mtp_draft_vocab = dvocab >= 0 ? dvocab : m->hp.n_vocab > 2 * SCHED_SPEC_DRAFT_VOCAB ? SCHED_SPEC_DRAFT_VOCAB : 0;
+  if (!rc) m->mtp_draft_vocab = sched_spec_draft_vocab(dvocab < 0 ? 0 : dvocab == 0 ? -1 : dvocab, m->hp.n_vocab);
   static bv_t v;
   v.m = m;
   v.maxb = (ctx + k + 2 + BT - 1) / BT;
