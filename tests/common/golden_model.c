@@ -30,7 +30,7 @@ static int32_t *ids_of(json_t *arr, int *n) {
   return ids;
 }
 
-static float margin(const float *row, int n) {
+float gm_margin(const float *row, int n) {
   float a = -INFINITY, b = -INFINITY;
   for (int i = 0; i < n; i++) {
     if (row[i] > a) {
@@ -95,7 +95,7 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
   for (int r = 0; r < rows; r++) {
     const int agree = tu_argmax(logits + (size_t)(first_row + r) * V, V) == tu_argmax(ref + (size_t)r * V, V);
     res->top1_agree += agree;
-    if (margin(ref + (size_t)r * V, V) >= 0.05f) res->rows_m05++, res->top1_agree_m05 += agree;
+    if (gm_margin(ref + (size_t)r * V, V) >= 0.05f) res->rows_m05++, res->top1_agree_m05 += agree;
   }
 
   /* greedy continuation from the prompt */
@@ -108,7 +108,7 @@ int gm_run_case(const char *gguf_path, json_t *c, const char *dir, int chunk, gm
   res->greedy_match = 1;
   for (int j = 0; j < n_gen; j++) {
     int row = n_prompt - 1 + j - first_row; /* stored row predicting generated token j */
-    if (row >= 0 && row < rows && margin(ref + (size_t)row * V, V) < 1e-3f) break;
+    if (row >= 0 && row < rows && gm_margin(ref + (size_t)row * V, V) < 1e-3f) break;
     if (row >= 0 && row < rows && tu_argmax(ref + (size_t)row * V, V) != want[j]) {
       res->fixture_inconsistent = 1;
       break;

@@ -61,6 +61,8 @@ void gm_check_demo(const char *label, double tol, int min_top1_pct);
 /* Set before gm_run_case: the case's reference computed RoPE with bf16-rounded frequencies
  * (HF transformers running a bf16 checkpoint: the bf16 cases of tests/golden/manifest.json). */
 extern int gm_rope_freq_bf16;
+/* row[0..n)'s largest value minus its second largest (the reference's top-1 margin) */
+float gm_margin(const float *row, int n);
 
 /* Set by GPU tests of a reduced-precision path (bf16 KV pools): gm_check_case asserts top-1
  * agreement on the rows whose reference margin is >= 0.05 (tests/golden/README.md's rule for

@@ -9,7 +9,6 @@
  *   MTP rows at the same CPU tolerance, top-1 equal on every row whose reference margin is >= 0.05;
  * - the file's layout: 8 main layers and one MTP (nextn) block counted by the loader;
  * - its tokenizer is today's demo's (tests/golden/demo/): same tokens, types and merges. */
-#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,24 +50,15 @@ static void cases(int chunk) {
 static void test_cases(void **st) { (void)st; cases(0); }
 static void test_cases_chunked(void **st) { (void)st; cases(7); }
 
-/* max |a - b| / max |b| over n */
-static double row_rel(const float *a, const float *b, int n) {
-  double e = 0, m = 0;
-  for (int i = 0; i < n; i++) {
-    e = fmax(e, fabs((double)a[i] - b[i]));
-    m = fmax(m, fabs((double)b[i]));
-  }
-  return e / m;
-}
-
-/* index of the largest of x[n], and its margin over the second largest */
-static int top1(const float *x, int n, double *margin) {
-  int a = 0;
-  for (int i = 1; i < n; i++) a = x[i] > x[a] ? i : a;
-  double b = -INFINITY;
-  for (int i = 0; i < n; i++) b = i != a && x[i] > b ? x[i] : b;
-  *margin = x[a] - b;
-  return a;
+/* demo35's model on the CPU backend for up to max_tokens per step (fails the test on error). */
+static model_t *open_demo35(int max_tokens, gguf_t **g, be_t **be) {
+  char path[4096];
+  gt_err_t err = {0};
+  model_t *m = NULL;
+  if (gguf_open(model_path("demo35", path, sizeof path), g, &err)) fail_msg("gguf_open: %s", err.msg);
+  if (be_cpu_create(1, be, &err)) fail_msg("be_cpu_create: %s", err.msg);
+  if (model_load(*g, *be, max_tokens, &m, &err)) fail_msg("model_load: %s", err.msg);
+  return m;
 }
 
 /* One case's MTP rows: the main forward over all_ids keeps every row's final-normed hidden state
@@ -99,14 +89,14 @@ static void mtp_case(model_t *m, json_t *c) {
   float *ref = tu_read_file(tu_golden(rel), &len);
   assert_non_null(ref);
   assert_int_equal(len, sizeof(float) * (size_t)keep * V);
-  double worst = 0;
+  /* the fixtures' metric (max row relative error) and top-1 rule (margin >= 0.05), as gm_run_case */
+  const double worst = tu_max_row_rel_err(lg + (size_t)r0 * V, ref, keep, V);
   int agree = 0, strong = 0;
   for (int r = 0; r < keep; r++) {
     const float *a = lg + (size_t)(r0 + r) * V, *e = ref + (size_t)r * V;
-    worst = fmax(worst, row_rel(a, e, V));
-    double ma, me;
-    const int ta = top1(a, V, &ma), te = top1(e, V, &me);
-    if (me >= 0.05) {
+    const int ta = tu_argmax(a, V), te = tu_argmax(e, V);
+    const float me = gm_margin(e, V);
+    if (me >= 0.05f) {
       strong++;
       if (ta != te) fail_msg("MTP row %d: top-1 %d, reference %d (margin %.3f)", r0 + r, ta, te, me);
     }
@@ -120,14 +110,10 @@ static void mtp_case(model_t *m, json_t *c) {
 
 static void test_mtp_cases(void **st) {
   (void)st;
-  char path[4096];
   gt_err_t err = {0};
   gguf_t *g = NULL;
   be_t *be = NULL;
-  model_t *m = NULL;
-  if (gguf_open(model_path("demo35", path, sizeof path), &g, &err)) fail_msg("gguf_open: %s", err.msg);
-  if (be_cpu_create(1, &be, &err)) fail_msg("be_cpu_create: %s", err.msg);
-  if (model_load(g, be, 256, &m, &err)) fail_msg("model_load: %s", err.msg);
+  model_t *m = open_demo35(256, &g, &be);
   if (model_mtp_enable(m, &err) || model_cache_init(m, 16, 16, 1, &err)) fail_msg("MTP setup: %s", err.msg);
   json_t *man = tu_json("demo35/manifest.json");
   json_t *cs = json_object_get(man, "cases");
@@ -140,14 +126,9 @@ static void test_mtp_cases(void **st) {
 
 static void test_layout(void **st) {
   (void)st;
-  char path[4096];
-  gt_err_t err = {0};
   gguf_t *g = NULL;
   be_t *be = NULL;
-  model_t *m = NULL;
-  if (gguf_open(model_path("demo35", path, sizeof path), &g, &err)) fail_msg("gguf_open: %s", err.msg);
-  if (be_cpu_create(1, &be, &err)) fail_msg("be_cpu_create: %s", err.msg);
-  if (model_load(g, be, 64, &m, &err)) fail_msg("model_load: %s", err.msg);
+  model_t *m = open_demo35(64, &g, &be);
   int64_t bc = 0;
   assert_int_equal(gguf_get_int(g, "qwen35.block_count", &bc), 0);
   printf("demo35: block_count %lld, %d main layers (%d GDN, %d attention), %d MTP block\n", (long long)bc,
