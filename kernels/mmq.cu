@@ -235,6 +235,10 @@ KC_API int kc_mmq_ok(int type, const void *w, size_t row_bytes, int64_t cols) {
   }
 }
 
+KC_API int kc_mmq_size_ok(int64_t n_out, int64_t cols, int n) {
+  return n > KC_MATVEC_MAX_ROWS || g_mmq_force == 1 || n_out * cols >= KC_MMQ_MIN_ELEMS;
+}
+
 KC_API int kc_mmq_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
                          int64_t cols, const void *scratch, int n, int parts) {
   if (n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || (wup && n_seg != 1) || n < 1 || cols <= 0 || cols % 256 != 0 ||

@@ -26,11 +26,20 @@
  * (2-byte aligned), cols % 256 == 0, row_bytes the type's row size. Off when GANTRY_MMQ is "0"
  * (read once) or kc_mmq_set(0, ...). */
 KC_API int kc_mmq_ok(int type, const void *w, size_t row_bytes, int64_t cols);
+/* 1 if a weight of n_out x cols elements should take mmq for n rows: always for n >
+ * KC_MATVEC_MAX_ROWS (the CUDA-core path stops there) or when kc_mmq_set(1, ...) forced the path;
+ * else only at >= KC_MMQ_MIN_ELEMS elements. Below that the x prep launch and the block-level split
+ * cost more than the weight's bytes: on the H200 (453e9aa) demo35's products (<= 768 x 512) made
+ * a verify step of 1 + 3 tokens 0.406 ms on mmq against 0.274 ms with GANTRY_MMQ=0 (decode step
+ * 0.248 ms), batch 8 decode 0.405 against 0.312 ms. Every product of qwen3-8b / qwen35-9b / 27B
+ * has >= 16M elements (their small weights ride in a matmul_multi run that a large one starts). */
+#define KC_MMQ_MIN_ELEMS ((int64_t)1 << 21)
+KC_API int kc_mmq_size_ok(int64_t n_out, int64_t cols, int n);
 /* Parts of x for n rows: 3 for n <= KC_MMQ_EXACT_ROWS, else the prefill setting (kc_mmq_set, or
  * GANTRY_PREFILL_XPARTS = 1, 2 or 3; default KC_MMQ_PREFILL_PARTS). */
 #define KC_MMQ_PREFILL_PARTS 2
 KC_API int kc_mmq_parts(int n);
-/* on: 1 / 0 / -1 (back to the environment); prefill_parts 1..3, or 0 for the environment's.
+/* on: 1 (every weight kc_mmq_ok takes, any size) / 0 / -1 (back to the environment); prefill_parts 1..3, or 0 for the environment's.
  * For tests and benchmarks (not thread-safe). */
 KC_API void kc_mmq_set(int on, int prefill_parts);
 /* Blocks per SM the kernel is built for: 1 or 2; anything else: GANTRY_MMQ_OCC, else by shape

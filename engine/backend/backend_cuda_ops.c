@@ -227,14 +227,18 @@ static void deq_gemm(be_t *be, const be_weight_t *w, const float *x, float *out,
   }
 }
 
-/* Scratch floats the tensor-core K-quant path (kernels/mmq.cuh) needs for w and rows, or 0 when
- * w does not take it (type, alignment, rows < KC_MMQ_MIN_ROWS, GANTRY_MMQ=0, or the fast prefill
- * product takes it). */
-size_t cu__mmq_floats(const be_weight_t *w, int rows) {
+/* Scratch floats of the tensor-core K-quant path (kernels/mmq.cuh) for w and rows when mmq can run
+ * it (type, alignment, rows >= KC_MMQ_MIN_ROWS, not GANTRY_MMQ=0, not the fast prefill product's), else 0. */
+static size_t mmq_floats_any(const be_weight_t *w, int rows) {
   if (!w || !w->data || rows < KC_MMQ_MIN_ROWS || !kc_mmq_ok((int)w->type, w->data, w->row_bytes, w->cols) ||
       cu__deq_gemm_floats(w, rows))
     return 0;
   return kc_mmq_scratch_bytes(w->cols, rows, x_parts(rows)) / sizeof(float);
+}
+
+/* mmq_floats_any for a weight that starts an mmq launch (also large enough: kc_mmq_size_ok), else 0. */
+size_t cu__mmq_floats(const be_weight_t *w, int rows) {
+  return w && kc_mmq_size_ok(w->rows, w->cols, rows) ? mmq_floats_any(w, rows) : 0;
 }
 
 static int takes_mmq(const be_weight_t *w, const float *x, int rows) {
@@ -384,7 +388,7 @@ void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float
     if (takes_mmq(w[i], x, rows)) { /* one launch for a run of one type (scratch: the largest cols is the same) */
       kc_mv_seg_t segs[BE_MATMUL_MULTI_MAX];
       int ns = 0;
-      for (int j = i; j < n && ns < KC_MATVEC_MAX_SEGS && w[j]->type == w[i]->type && takes_mmq(w[j], x, rows); j++)
+      for (int j = i; j < n && ns < KC_MATVEC_MAX_SEGS && w[j]->type == w[i]->type && mmq_floats_any(w[j], rows); j++)
         segs[ns++] = (kc_mv_seg_t){.w = w[j]->data, .out = out[j], .n_out = w[j]->rows, .row_bytes = w[j]->row_bytes};
       mmq_run(be, (int)w[i]->type, ns, segs, NULL, w[i], x, rows);
       i += ns;
