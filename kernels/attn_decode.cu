@@ -205,22 +205,14 @@ __global__ void __launch_bounds__(AD_CT)
 
 KC_API int kc_attn_decode_split_len(void) {
   static int len; /* 0: not read yet */
-  if (!len) {
-    const char *e = getenv("GANTRY_ATTN_SPLIT_LEN");
-    const int v = e ? atoi(e) : 0;
-    len = v >= 8 && v <= 4096 ? v : KC_AD_MIN_SPLIT_LEN;
-  }
+  if (!len) len = (int)kc_env_int("GANTRY_ATTN_SPLIT_LEN", 8, 4096, KC_AD_MIN_SPLIT_LEN);
   return len;
 }
 
 KC_API int kc_attn_decode_set_kernel(int k) {
   static int mode = -1; /* -1: not read yet */
   if (k >= 0 && k <= 2) mode = k;
-  if (k == 0 || mode < 0) {
-    const char *e = getenv("GANTRY_ATTN_DECODE");
-    const int v = e ? atoi(e) : 0;
-    mode = v == 1 || v == 2 ? v : 0;
-  }
+  if (k == 0 || mode < 0) mode = (int)kc_env_int("GANTRY_ATTN_DECODE", 1, 2, 0);
   return mode;
 }
 

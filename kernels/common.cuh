@@ -83,6 +83,10 @@ KC_API int kc_pdl_attr(unsigned ctas);
 KC_API int kc_pdl_mode(void);
 KC_API void kc_pdl_set_mode(int mode);
 
+/* The kernels' environment switches (GANTRY_MMQ, GANTRY_PDL, ...): the variable name as a whole
+ * decimal integer in [lo, hi], else dflt (unset, empty, not a number or out of range). kernels/env.cu. */
+KC_API long kc_env_int(const char *name, long lo, long hi, long dflt);
+
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

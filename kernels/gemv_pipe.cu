@@ -40,11 +40,7 @@ static int g_gp_force = -1, g_gp_env = -1;
 
 KC_API int kc_gpipe_mode(void) {
   if (g_gp_force >= 0) return g_gp_force;
-  if (g_gp_env < 0) {
-    const char *e = getenv("GANTRY_GPIPE");
-    const int one = e && e[0] != '\0' && e[1] == '\0';
-    g_gp_env = one && e[0] == '0' ? 0 : one && e[0] == '1' ? 1 : 2;
-  }
+  if (g_gp_env < 0) g_gp_env = (int)kc_env_int("GANTRY_GPIPE", 0, 1, 2);
   return g_gp_env;
 }
 

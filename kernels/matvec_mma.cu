@@ -128,11 +128,7 @@ static int g_mvm_force = -1, g_mvm_env = -1;
 
 KC_API int kc_mvm_enabled(void) {
   if (g_mvm_force >= 0) return g_mvm_force;
-  if (g_mvm_env < 0) {
-    const char *e = getenv("GANTRY_MATVEC_MMA");
-    const int one = e && e[0] != '\0' && e[1] == '\0';
-    g_mvm_env = one && e[0] == '0' ? 0 : one && e[0] == '1' ? 1 : KC_MVM_DEFAULT;
-  }
+  if (g_mvm_env < 0) g_mvm_env = (int)kc_env_int("GANTRY_MATVEC_MMA", 0, 1, KC_MVM_DEFAULT);
   return g_mvm_env;
 }
 

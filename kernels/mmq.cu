@@ -136,11 +136,7 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
  * aims at instead of MMQ_TARGET_WARPS. Fewer parts = more row warps per block sharing x in L1. */
 static int64_t mmq_target_warps(void) {
   static int64_t t = 0;
-  if (!t) {
-    const char *e = getenv("GANTRY_MMQ_TARGET_WARPS");
-    const long v = e ? strtol(e, NULL, 10) : 0;
-    t = v >= 64 && v <= 65536 ? v : MMQ_TARGET_WARPS;
-  }
+  if (!t) t = kc_env_int("GANTRY_MMQ_TARGET_WARPS", 64, 65536, MMQ_TARGET_WARPS);
   return t;
 }
 
@@ -174,10 +170,7 @@ static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scrat
 static int g_occ = -1; /* GANTRY_MMQ_OCC / kc_mmq_set_occ; -1: not read yet */
 
 int mmq_occ_env(void) {
-  if (g_occ < 0) {
-    const char *e = getenv("GANTRY_MMQ_OCC");
-    g_occ = e && (e[0] == '1' || e[0] == '2') && e[1] == '\0' ? e[0] - '0' : 0;
-  }
+  if (g_occ < 0) g_occ = (int)kc_env_int("GANTRY_MMQ_OCC", 1, 2, 0);
   return g_occ;
 }
 
@@ -211,18 +204,12 @@ KC_API void kc_mmq_set(int on, int prefill_parts) {
 KC_API int kc_mmq_parts(int n) {
   if (n <= KC_MMQ_EXACT_ROWS) return 3;
   if (g_parts_force) return g_parts_force;
-  if (!g_parts_env) {
-    const char *e = getenv("GANTRY_PREFILL_XPARTS");
-    g_parts_env = e && e[0] >= '1' && e[0] <= '3' && e[1] == '\0' ? e[0] - '0' : KC_MMQ_PREFILL_PARTS;
-  }
+  if (!g_parts_env) g_parts_env = (int)kc_env_int("GANTRY_PREFILL_XPARTS", 1, 3, KC_MMQ_PREFILL_PARTS);
   return g_parts_env;
 }
 
 KC_API int kc_mmq_ok(int type, const void *w, size_t row_bytes, int64_t cols) {
-  if (g_mmq_env < 0) {
-    const char *e = getenv("GANTRY_MMQ");
-    g_mmq_env = !(e && e[0] == '0' && e[1] == '\0');
-  }
+  if (g_mmq_env < 0) g_mmq_env = kc_env_int("GANTRY_MMQ", 0, 0, 1) != 0; /* off only for "0" */
   if (!(g_mmq_force >= 0 ? g_mmq_force : g_mmq_env) || cols <= 0 || cols % 256 != 0) return 0;
   const uintptr_t p = (uintptr_t)w;
   const size_t nb = (size_t)(cols / 256);

@@ -10,10 +10,7 @@ static __thread unsigned t_prev_ctas = 0xffffffffu;
 
 KC_API int kc_pdl_mode(void) {
   if (g_pdl_force >= 0) return g_pdl_force;
-  if (g_pdl_env < 0) {
-    const char *e = getenv("GANTRY_PDL");
-    g_pdl_env = e && e[0] >= '0' && e[0] <= '3' && e[1] == '\0' ? e[0] - '0' : 2;
-  }
+  if (g_pdl_env < 0) g_pdl_env = (int)kc_env_int("GANTRY_PDL", 0, 3, 2);
   return g_pdl_env;
 }
 

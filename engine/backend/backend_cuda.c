@@ -481,16 +481,13 @@ int be_cuda_create(int device, be_t **out, gt_err_t *err) {
   c->base.rank = 0;
   c->base.n_ranks = 1;
   c->device = device;
-  const char *ge = getenv("GANTRY_CUDA_GRAPHS");
-  c->graphs_on = !(ge && !strcmp(ge, "0"));
+  c->graphs_on = kc_env_int("GANTRY_CUDA_GRAPHS", 0, 0, 1) != 0; /* off only for "0" */
   c->kv_bf16_next = 1; /* BF16 KV pools unless kv_set_type(F32) */
   /* prefill attention on tensor cores for sequences of >= 16 tokens in the batch */
-  const char *fm = getenv("GANTRY_ATTN_FLASH_MIN");
-  c->fa_min = fm ? atoi(fm) : 16;
+  c->fa_min = (int)kc_env_int("GANTRY_ATTN_FLASH_MIN", 0, INT_MAX, 16);
   /* Chunked GDN prefill scan: off by default. On the H200 (qwen35-9b head sizes, 512-token prompt,
    * bench_gdn_scan) it took 439 us per layer against 315 us for the sequential kernel. */
-  const char *gc = getenv("GANTRY_GDN_CHUNK_MIN");
-  c->gdn_chunk_min = gc && atoi(gc) > 0 ? atoi(gc) : INT_MAX;
+  c->gdn_chunk_min = (int)kc_env_int("GANTRY_GDN_CHUNK_MIN", 1, INT_MAX, INT_MAX);
   if (KC_CUDA(err, cudaSetDevice(device)) || KC_CUDA(err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
       KC_CUDA(err, cudaMalloc((void **)&c->d_eflag, sizeof(int))) || KC_CUDA(err, cudaMemset(c->d_eflag, 0, sizeof(int))) ||
       KC_CUDA(err, cudaDeviceSynchronize()) ||
