@@ -9,7 +9,8 @@
 #     default draft vocabulary and with the whole one (--draft-vocab 0);
 #  3. bench_gemv --wired 1 (the wired pipelined product vs the current path, per shape);
 #  4. bench_decode qwen3-8b / qwen35-9b --batch 1,8 for GANTRY_GPIPE 0 and auto.
-# Env: OUT (default /tmp/gpu-check), BUDGET (540 s), MODELDIR (/tmp).
+# Env: OUT (default /tmp/gpu-check), BUDGET (540 s), MODELDIR (/tmp), WIRED (1: step 3; 0 skips it),
+# GPIPE_MODES (step 4's GANTRY_GPIPE settings, default "0 auto").
 set -u
 OUT=${OUT:-/tmp/gpu-check}
 BUDGET=${BUDGET:-540}
@@ -36,12 +37,12 @@ if session_wait "$M9"; then
   step verify_fullvocab 60 "$D/bench_verify" --model "$M9" --device cuda --batches 1 --k 3 --ctx 512 --iters 30 --warm 5 --draft-vocab 0
   grep -v ' INFO ' /tmp/step.txt | tail -4
 fi
-step wired 120 "$D/bench_gemv" --wired 1 --types Q4_K,Q6_K --rows 1,2,8 --reps 20
+[ "${WIRED:-1}" = 0 ] || step wired 120 "$D/bench_gemv" --wired 1 --types Q4_K,Q6_K --rows 1,2,8 --reps 20
 cp /tmp/step.txt "$OUT/wired.txt"
 sed -n '/^wired/,$p' /tmp/step.txt | head -60
 for m in "$M8" "$M9"; do
   session_wait "$m" || { echo "== $m not made"; continue; }
-  for g in 0 auto; do
+  for g in ${GPIPE_MODES:-0 auto}; do
     if [ "$g" = auto ]; then set -- env -u GANTRY_GPIPE; else set -- env GANTRY_GPIPE=$g; fi
     step "bench $(basename "$m") gpipe=$g" 90 "$@" "$D/bench_decode" --model "$m" --batch 1,8 --prompt 512 --gen 32
     cp /tmp/step.txt "$OUT/bench.$(basename "$m" .gguf).$g.txt"

@@ -17,22 +17,6 @@ M9=$MD/qwen35-9b.Q4_K_M.mtp.gguf
 DEMO=tests/golden/demo35/gantry-demo35-code-22m.Q4_K_M.gguf
 [ -s "$M9" ] || session_mkmodel "$M9" "$OUT/mk9.txt" --preset qwen35-9b --type Q4_K_M --mtp --keep-output-bf16 --threads 8
 
-# phases NAME: the step lines of /tmp/step.txt summed (sched.c step(): "slow step: ms= plan_ms=
-# forward_ms= emit_ms= seqs= tokens= captures=")
-phases() {
-  grep 'slow step:' /tmp/step.txt | sed 's/.*slow step: //' | awk -v name="$1" '
-    { for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-      big = v["tokens"] + 0 >= 64; if (big && !was) r++; was = big  # prefill steps start each of bench_spec s runs (off, spec)
-      n[r]++; ms[r] += v["ms"]; fw[r] += v["forward_ms"]; em[r] += v["emit_ms"]; pl[r] += v["plan_ms"]; cap[r] += v["captures"]
-      t = r SUBSEP v["tokens"] "/" v["seqs"]; c[t]++; f[t] += v["forward_ms"]; e[t] += v["emit_ms"] }
-    END { for (k = 1; k <= r; k++) {
-        printf "%-24s run %d: steps %4d  ms/step %7.3f  plan %6.3f  forward %7.3f  emit %7.3f  captures %d\n",
-               name, k, n[k], ms[k] / n[k], pl[k] / n[k], fw[k] / n[k], em[k] / n[k], cap[k]
-        s = "   tokens/seqs: "
-        for (t in c) { split(t, tk, SUBSEP); if (tk[1] == k) s = s sprintf("%s x%d (fw %.3f em %.3f)  ", tk[2], c[t], f[t] / c[t], e[t] / c[t]) }
-        print s } }'
-}
-
 export GANTRY_LOG_SLOW_STEP_MS=0.0001
 step verify_demo 60 "$D/bench_verify" --model "$DEMO" --device cuda --batches 1,8 --k 3 --ctx 512 --iters 30 --warm 5
 grep -v ' INFO ' /tmp/step.txt | tail -6
