@@ -260,6 +260,7 @@ typedef struct {
   uint64_t spec_rollbacks;      /* hybrid: recurrent states restored after a rejected draft */
   uint64_t spec_mtp_drafted;    /* drafts the MTP block computed (verified or not: a request that ends
                                    leaves its last ones unverified) */
+  uint64_t spec_mtp_passes;     /* steps after which the MTP pass ran (none past spec_max_seqs decodes) */
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);
 

@@ -557,9 +557,9 @@ static void test_sched_identity(void **state) {
   assert_same(ref, got, "mtp, prefix-cached");
   check_stats(s, "mtp", 0);
   sched_free(s);
-  /* adaptive: with spec_max_seqs 1 and all 4 requests decoding together, no step speculates, and the
-   * MTP pass drafts nothing either (only its K/V upkeep): no draft computed that no step verifies,
-   * beyond the last one or two verify rounds of the requests that finish last */
+  /* adaptive: with spec_max_seqs 1 and all 4 requests decoding together, no step speculates and no
+   * MTP pass runs (not even its K/V upkeep): no draft computed that no step verifies, beyond the
+   * last one or two verify rounds of the requests that finish last, and fewer passes than steps */
   g_spec_max_seqs = 1;
   s = mk(&f, SCHED_SPEC_MTP, 0, NULL, 0);
   run_reqs(s, NREQ, T, got);
@@ -567,9 +567,12 @@ static void test_sched_identity(void **state) {
   {
     sched_stats_t st;
     sched_stats(s, &st);
-    printf("mtp, spec_max_seqs 1: %llu drafts computed, %llu verified\n", (unsigned long long)st.spec_mtp_drafted,
-           (unsigned long long)st.spec_draft_tokens);
+    printf("mtp, spec_max_seqs 1: %llu drafts computed, %llu verified, MTP passes after %llu of %llu steps\n",
+           (unsigned long long)st.spec_mtp_drafted, (unsigned long long)st.spec_draft_tokens,
+           (unsigned long long)st.spec_mtp_passes, (unsigned long long)st.steps);
     assert_true(st.spec_mtp_drafted <= st.spec_draft_tokens + 3u * NREQ);
+    /* the steps with 2..4 sequences decoding (at least T - 2 tokens each of the first two to finish) */
+    assert_true(st.spec_mtp_passes + (uint64_t)(T - 2) <= st.steps);
   }
   sched_free(s);
   g_spec_max_seqs = 0;
