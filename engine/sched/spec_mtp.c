@@ -74,7 +74,6 @@ void spec_mtp_free(spec_mtp_t *w) {
   free(w);
 }
 
-
 /* One MTP step; the greedy token of each out row into w->ids: taken on the backend when it can
  * sample (only n_out ids come back), else argmax of the host logits (the same token). */
 static int mtp_step(spec_mtp_t *w, model_t *m, const be_batch_t *b, gt_err_t *err) {
@@ -93,22 +92,24 @@ static void put_bt(spec_mtp_t *w, int i, const spec_mtp_seq_t *q) {
   for (int k = nb; k < w->max_blocks; k++) row[k] = -1;
 }
 
-/* The chain on the device: 1 when the backend keeps greedy ids (argmax_dev) and dev_ids is there. */
-static int chain_on_device(spec_mtp_t *w, model_t *m, gt_err_t *err) {
+/* *dev = 1 when the chain stays on the device: the backend keeps greedy ids (argmax_dev); dev_ids
+ * is allocated on its first use. GT_OK or GT_ENOMEM. */
+static int chain_on_device(spec_mtp_t *w, model_t *m, int *dev, gt_err_t *err) {
   be_t *be = m->be;
-  if (!be->ops->argmax_dev) return 0;
-  if (w->dev_ids && w->be == be) return 1;
+  *dev = be->ops->argmax_dev != NULL;
+  if (!*dev || (w->dev_ids && w->be == be)) return GT_OK;
   if (w->dev_ids) w->be->ops->free(w->be, w->dev_ids);
   w->be = be;
   w->dev_ids = be->ops->alloc(be, sizeof(int32_t) * (size_t)w->max_seqs * SPEC_MTP_MAX_DRAFTS);
-  if (!w->dev_ids) return -gt_err_set(err, GT_ENOMEM, "MTP draft ids for %d sequences", w->max_seqs);
-  return 1;
+  if (!w->dev_ids) return gt_err_set(err, GT_ENOMEM, "MTP draft ids for %d sequences", w->max_seqs);
+  return GT_OK;
 }
 
 int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int block_tokens, gt_err_t *err) {
   if (n > w->max_seqs) return gt_err_set(err, GT_EINVAL, "MTP pass over %d sequences (max %d)", n, w->max_seqs);
-  const int dev = chain_on_device(w, m, err);
-  if (dev < 0) return -dev;
+  int dev = 0;
+  const int arc = chain_on_device(w, m, &dev, err);
+  if (arc) return arc;
   /* 1. the pass: every sequence's rows, an output row at the last of those that draft */
   int T = 0, ns = 0, no = 0;
   for (int i = 0; i < n; i++) {
