@@ -77,6 +77,15 @@ typedef struct {
   int drafter;                /* 1: a drafter's step (engine/sched/spec_mtp.c) between the model's own: on
                                  CUDA its graphs are keyed apart, so it never displaces the model's graph
                                  of the same shape */
+  /* Tokens already in backend memory (the MTP drafter's chain: engine/sched/spec_mtp.c), optional.
+   * tok_src NULL: every token is tok[t]. Else for each t with tok_src[t] >= 0 the token is
+   * tok_dev[tok_src[t]] (int32 backend memory written by earlier work on the backend, e.g. an
+   * argmax_dev of the previous step; the caller keeps the index in range) and tok[t] is ignored
+   * (tok still holds n_tok ints); tok_src[t] < 0: tok[t]. The backend copies those ids on the device, ordered after the
+   * batch upload and before the step's ops (CUDA: a graph replay still reads its fixed token buffer),
+   * so no id crosses to the host in between. */
+  const int32_t *tok_src; /* [n_tok] host, or NULL */
+  const int32_t *tok_dev; /* backend memory */
 } be_batch_t;
 
 /* Sampling parameters of one logits row for the optional `sample` op (no penalties: those need
@@ -284,6 +293,12 @@ typedef struct be_ops {
    * Ends and waits for the step like download; returns the step's error. NULL: not supported. */
   int (*sample)(be_t *be, const float *logits, int n_rows, int n_vocab, const struct be_sample_row *rows,
                 int32_t *ids);
+  /* The greedy rows of `sample` (argmax, lowest id on ties: the same ids), but into backend memory
+   * dev_ids[n_rows] (int32) and without waiting: it ends the step like sample (CUDA: the step's
+   * graph, then the argmax, queued on the stream) and returns the step's error so far; a later
+   * error surfaces at the next sync / download. What lets a chain of steps feed each step's ids to
+   * the next (be_batch_t.tok_src) and bring them all back in one download. NULL: not supported. */
+  int (*argmax_dev)(be_t *be, const float *logits, int n_rows, int n_vocab, int32_t *dev_ids);
   /* Free and total memory of the device this backend allocates from (CPU: the host's
    * /proc/meminfo MemAvailable / MemTotal; CUDA: cudaMemGetInfo of its GPU). GT_OK, or an error
    * in be->err when it cannot tell. NULL: unknown. Memory planning: engine/sched/sched_mem.h. */

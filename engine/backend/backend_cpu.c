@@ -64,6 +64,13 @@ static int cpu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, co
   return cpu_sync(be);
 }
 
+/* sampler_argmax of each row (what cpu_sample gives a greedy row) into dev_ids, host memory here;
+ * the sticky error stays for the next sync */
+static int cpu_argmax_dev(be_t *be, const float *logits, int n_rows, int n_vocab, int32_t *dev_ids) {
+  for (int r = 0; r < n_rows; r++) dev_ids[r] = sampler_argmax(logits + (size_t)r * n_vocab, n_vocab);
+  return be->err.code;
+}
+
 /* *p = realloc'd copy of src[0..n) (at least one element allocated). */
 static int copy_i32(int32_t **p, const int32_t *src, int n) {
   int32_t *q = realloc(*p, sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
@@ -83,6 +90,9 @@ static int cpu_set_batch(be_t *be, const be_batch_t *b) {
       copy_i32(&c->seq_ntok, b->seq_ntok, b->n_seq) || copy_i32(&c->state_slot, b->state_slot, b->n_seq) ||
       copy_i32(&c->block_table, b->block_table, n_bt) || copy_i32(&c->out_tok, b->out_tok, b->n_out))
     return gt_err_set(&be->err, GT_ENOMEM, "cpu backend: batch of %d tokens", b->n_tok);
+  if (b->tok_src) /* tokens in backend memory (= host memory here) */
+    for (int t = 0; t < b->n_tok; t++)
+      if (b->tok_src[t] >= 0) c->tok[t] = b->tok_dev[b->tok_src[t]];
   for (int s = 0; s < b->n_seq; s++) {
     if (b->seq_first[s] < 0 || b->seq_ntok[s] < 0 || b->seq_first[s] + b->seq_ntok[s] > b->n_tok)
       return gt_err_set(&be->err, GT_EINVAL, "cpu backend: sequence %d spans tokens [%d, %d) of %d",
@@ -595,6 +605,7 @@ static const be_ops_t cpu_ops = {
 #undef CPU_OP
     .all_reduce = cpu_all_reduce,
     .sample = cpu_sample,
+    .argmax_dev = cpu_argmax_dev,
     .mem_info = cpu_mem_info,
     .kv_set_type = cpu_kv_set_type,
     .kv_type = cpu_kv_type,

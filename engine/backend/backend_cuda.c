@@ -109,6 +109,7 @@ static int sample_bufs(be_t *be, int n_rows, int n_vocab) {
   }
   if (nf > c->smp_prob_cap) {
     cudaFree(c->d_smp_prob);
+  cudaFree(c->d_greedy);
     c->d_smp_prob = NULL;
     c->smp_prob_cap = 0;
     if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->d_smp_prob, sizeof(float) * nf))) return GT_EINTERNAL;
@@ -134,6 +135,28 @@ static int cu_sample(be_t *be, const float *logits, int n_rows, int n_vocab, con
   int rc = cu_sync(be);
   if (rc == GT_OK && n_rows > 0) memcpy(ids, c->h_smp_ids, sizeof(int32_t) * (size_t)n_rows);
   return rc;
+}
+
+/* The greedy rows of cu_sample, but the ids stay in device memory dev_ids and nothing waits: the
+ * step's graph, then the kernel, queued on the stream. The rows are a device buffer of zeroed rows
+ * (temperature 0: greedy) set up once per size, so no host staging buffer is reused while a copy
+ * from it may still be pending. */
+static int cu_argmax_dev(be_t *be, const float *logits, int n_rows, int n_vocab, int32_t *dev_ids) {
+  be_cuda_t *c = CU_BE(be);
+  cu__finish_step(be);
+  if (n_rows <= 0 || cu_failed(be) || sample_bufs(be, n_rows, n_vocab) != GT_OK) return be->err.code;
+  if (n_rows > c->greedy_cap) {
+    if (KC_CUDA(CU_ERR(be), cudaStreamSynchronize(c->stream))) return be->err.code;
+    cudaFree(c->d_greedy);
+    c->d_greedy = NULL;
+    c->greedy_cap = 0;
+    const size_t nb = sizeof(kc_sample_row_t) * (size_t)n_rows;
+    if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->d_greedy, nb)) || KC_CUDA(CU_ERR(be), cudaMemset(c->d_greedy, 0, nb)))
+      return be->err.code;
+    c->greedy_cap = n_rows;
+  }
+  (void)KC_CUDA(CU_ERR(be), kc_sample(c->stream, logits, n_rows, n_vocab, c->d_greedy, c->d_smp_prob, dev_ids));
+  return be->err.code;
 }
 
 /* ---- caches ---- */
@@ -310,6 +333,20 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   /* pageable source: the call returns once the bytes are staged, so h_ints may be reused */
   if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync(c->d_ints, c->h_ints, need * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream)))
     return GT_EINTERNAL;
+  /* tokens already on the device (be_batch_t.tok_src): copied over the uploaded ones, on the stream
+   * after the upload, one copy per run of consecutive source indices */
+  for (int t = 0; b->tok_src && t < nt;) {
+    if (b->tok_src[t] < 0) {
+      t++;
+      continue;
+    }
+    int n = 1;
+    while (t + n < nt && b->tok_src[t + n] == b->tok_src[t] + n) n++;
+    if (KC_CUDA(CU_ERR(be), cudaMemcpyAsync(c->d_ints + t, b->tok_dev + b->tok_src[t], sizeof(int32_t) * (size_t)n,
+                                            cudaMemcpyDeviceToDevice, c->stream)))
+      return GT_EINTERNAL;
+    t += n;
+  }
   const int32_t *d = c->d_ints;
   c->kb = (kc_batch_t){.n_tok = nt, .n_seq = ns, .n_out = no, .max_blocks = b->max_blocks,
                        .tok = d, .pos = d + nt, .seq_of_tok = d + 2 * nt, .seq_first = d + 3 * nt,
@@ -400,6 +437,7 @@ static void cu_destroy(be_t *be) {
   cudaFree(c->d_smp_rows);
   cudaFree(c->d_smp_ids);
   cudaFree(c->d_smp_prob);
+  cudaFree(c->d_greedy);
   cudaFree(c->kv_pool);
   cudaFree(c->conv);
   cudaFree(c->ssm);
@@ -449,6 +487,7 @@ static const be_ops_t cuda_ops = {
     .eager_steps = cu_eager_steps,
     .graph_captures = cu_graph_captures,
     .sample = cu_sample,
+    .argmax_dev = cu_argmax_dev,
     .graph_sizes = cu_graph_sizes,
     .mem_info = cu_mem_info,
     .kv_set_type = cu_kv_set_type,

@@ -115,6 +115,9 @@ typedef struct {
   kc_sample_row_t *h_smp_rows, *d_smp_rows;
   int32_t *h_smp_ids, *d_smp_ids;
   float *d_smp_prob;
+  /* cu_argmax_dev: greedy rows (all-zero kc_sample_row_t: temperature 0), greedy_cap of them */
+  kc_sample_row_t *d_greedy;
+  int greedy_cap;
 } be_cuda_t;
 
 #define CU_BE(be) ((be_cuda_t *)(be))

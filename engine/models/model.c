@@ -273,8 +273,10 @@ int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float
   return mtp_forward(m, b, src, logits, NULL, NULL, err);
 }
 
-int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *ids, gt_err_t *err) {
-  if (!m->be->ops->sample) return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot sample", m->be->ops->name);
+/* model_mtp_forward_greedy with the ids to host ids or (dev) backend dev_ids */
+static int mtp_greedy(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *ids, int dev, gt_err_t *err) {
+  if (!(dev ? (void *)m->be->ops->argmax_dev : (void *)m->be->ops->sample))
+    return gt_err_set(err, GT_EUNSUPPORTED, "backend %s cannot %s", m->be->ops->name, dev ? "keep greedy ids" : "sample");
   if (b->n_out < 0 || b->n_out > m->max_out || (b->n_out > 0 && !ids))
     return gt_err_set(err, GT_EINVAL, "MTP step of %d greedy rows (max %d)", b->n_out, m->max_out);
   if (!m->mtp_greedy) {
@@ -286,9 +288,20 @@ int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src
   /* a draft vocabulary: the head's first rows only (one rank: a group's head is vocab-parallel) */
   const int dv = m->mtp_draft_vocab;
   m->head_vocab = dv > 0 && dv < m->hp.n_vocab && m->sh.n_ranks == 1 ? dv : 0;
-  const int rc = mtp_forward(m, b, src, NULL, m->mtp_greedy, ids, err);
+  m->head_ids_dev = dev ? ids : NULL;
+  const int rc = mtp_forward(m, b, src, NULL, m->mtp_greedy, dev ? NULL : ids, err);
   m->head_vocab = 0;
+  m->head_ids_dev = NULL;
   return rc;
+}
+
+int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *ids, gt_err_t *err) {
+  return mtp_greedy(m, b, src, ids, 0, err);
+}
+
+int model_mtp_forward_greedy_dev(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *dev_ids,
+                                 gt_err_t *err) {
+  return mtp_greedy(m, b, src, dev_ids, 1, err);
 }
 
 int model_backend_err(be_t *be, gt_err_t *err) {
@@ -423,7 +436,9 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
     /* a group's rank never gets a mask: the scheduler samples constrained rows of a group on the host */
     if (m->head_rows && m->head_mask) o->logits_mask(be, dev_logits, m->head_mask, m->head_rmap + r0, nr, V);
     int rc = GT_OK;
-    if (m->head_rows && m->sh.n_ranks > 1)
+    if (m->head_rows && m->head_ids_dev) { /* greedy rows only, one rank (model_mtp_forward_greedy_dev) */
+      if (o->argmax_dev(be, dev_logits, nr, Vs, m->head_ids_dev + r0)) return model_backend_err(be, err);
+    } else if (m->head_rows && m->sh.n_ranks > 1)
       rc = head_rank_pick(m, dev_logits, r0, nr);
     else if (m->head_rows)
       rc = o->sample(be, dev_logits, nr, Vs, m->head_rows + r0, m->head_ids + r0);
@@ -435,6 +450,7 @@ int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, fl
                          sizeof(float) * (size_t)Vl);
     if (rc) return gt_err_set(err, rc, "%s", be->err.msg);
   }
+  if (m->head_ids_dev) return GT_OK; /* no wait: the caller's download reports the step */
   return model_backend_err(be, err);
 }
 

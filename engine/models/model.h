@@ -93,6 +93,9 @@ struct model {
   /* set only during model_mtp_forward_greedy with a draft vocabulary: model_head multiplies the first
    * head_vocab rows of the head (ids 0 .. head_vocab - 1) and samples over those alone */
   int head_vocab;
+  /* set only during model_mtp_forward_greedy_dev: model_head takes the greedy rows' ids with the
+   * backend's argmax_dev into backend head_ids_dev[n_out] and ends the step without waiting */
+  int32_t *head_ids_dev;
 };
 
 /* Loads the model of g onto be. max_tokens bounds the tokens per step (scratch buffers). */
@@ -148,6 +151,14 @@ int model_forward_sample_mask(model_t *m, const be_batch_t *b, const be_sample_r
 int model_mtp_enable(model_t *m, gt_err_t *err);
 int model_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *logits, gt_err_t *err);
 int model_mtp_forward_greedy(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *ids, gt_err_t *err);
+/* model_mtp_forward_greedy, but the ids go to backend memory dev_ids[n_out] (int32, be->ops->alloc)
+ * through the backend's argmax_dev and the host does not wait for the step: a chain of drafter
+ * steps feeds them to the next step on the device (be_batch_t.tok_src / tok_dev) and downloads
+ * every step's ids at the end, one transfer (engine/sched/spec_mtp.c). The ids are those
+ * model_mtp_forward_greedy returns. Host-side errors come back here; the step's device errors at
+ * the next download / sync. GT_EUNSUPPORTED when the backend has no argmax_dev. */
+int model_mtp_forward_greedy_dev(model_t *m, const be_batch_t *b, const int32_t *src, int32_t *dev_ids,
+                                 gt_err_t *err);
 
 /* model_forward, but for each out_tok row i the final-norm hidden state (rmsnorm(x)·norm, the
  * head's input) goes to host hidden[i, n_embd] instead of logits: what embedding pooling reads

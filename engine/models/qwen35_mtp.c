@@ -87,7 +87,8 @@ int q35_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *
   model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   const be_weight_t *norm = M->shared_head_norm.data ? &M->shared_head_norm : &s->output_norm;
   const be_weight_t *head = M->shared_head_head.data ? &M->shared_head_head : &s->head;
-  /* logits to the host, or greedy ids (model_mtp_forward_greedy: m->head_rows); the normed out
+  /* logits to the host, or greedy ids (model_mtp_forward_greedy: m->head_rows; kept in backend
+   * memory without a wait under model_mtp_forward_greedy_dev: m->head_ids_dev); the normed out
    * rows also go to mprev in the same step: the chained draft's hidden input */
   m->head_keep = s->mprev;
   rc = model_head(m, &bb, s->x, s->o, s->xo, s->logits, norm, head, logits, err);

@@ -23,7 +23,10 @@ int spec_ngram_draft(const int32_t *toks, int n, int k, int min_n, int max_n, in
  * the MTP block over the rows of the step whose next token is now known (its K/V at those
  * positions stay current), and then drafts from the last: draft 1 from that row's logits
  * (argmax, taken on the backend: model_mtp_forward_greedy, so only the ids come back), each further draft by feeding the previous one with the block's own output hidden
- * state (chaining), one position further each. The chained rows' K/V are written at positions
+ * state (chaining), one position further each. With a backend that has argmax_dev the chain stays
+ * on the device (model_mtp_forward_greedy_dev, be_batch_t.tok_src): every step's ids are kept there
+ * and one download at the end brings all the drafts back, one transfer per call instead of one per
+ * MTP step; the drafts are the step-by-step path's. The chained rows' K/V are written at positions
  * the next step's pass writes again before any row reads them. Drafts only choose what is
  * verified: output never depends on them. */
 typedef struct {

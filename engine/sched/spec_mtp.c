@@ -13,7 +13,18 @@ struct spec_mtp {
   int *prev, *cur;                                    /* [max_seqs] seqs[] index of each out row */
   int32_t *ids;                                       /* [max_seqs] the greedy token of each out row */
   float *logits;                                      /* [max_seqs, V], only for a backend that cannot sample */
+  /* the chain on the device (a backend with argmax_dev): every MTP step's greedy ids stay in backend
+   * memory, dev_ids[slot], slots in step order; a chained row's token is its previous step's slot
+   * (be_batch_t.tok_src); one download of all slots into host_ids at the end. slot_seq[slot]: the
+   * seqs[] index the slot drafts for. */
+  be_t *be;                                           /* dev_ids' backend (set at its allocation) */
+  int32_t *dev_ids;                                   /* [max_seqs * SPEC_MTP_MAX_DRAFTS] backend memory */
+  int32_t *host_ids, *tok_src;                        /* [max_seqs * SPEC_MTP_MAX_DRAFTS], [max_tokens] */
+  int *slot_seq;                                      /* [max_seqs * SPEC_MTP_MAX_DRAFTS] */
 };
+
+/* drafts one sequence can take (spec_mtp_seq_t.draft) */
+#define SPEC_MTP_MAX_DRAFTS ((int)(sizeof(((spec_mtp_seq_t *)0)->draft) / sizeof(int32_t)))
 
 spec_mtp_t *spec_mtp_create(int max_tokens, int max_seqs, int max_blocks, int n_vocab) {
   spec_mtp_t *w = calloc(1, sizeof *w);
@@ -31,7 +42,11 @@ spec_mtp_t *spec_mtp_create(int max_tokens, int max_seqs, int max_blocks, int n_
   w->prev = malloc(sizeof(int) * S);
   w->cur = malloc(sizeof(int) * S);
   w->ids = malloc(sizeof(int32_t) * S);
-  if (!w->tok || !w->pos || !w->src || !w->first || !w->ntok || !w->out || !w->bt || !w->seq || !w->prev || !w->cur || !w->ids) {
+  w->host_ids = malloc(sizeof(int32_t) * S * SPEC_MTP_MAX_DRAFTS);
+  w->slot_seq = malloc(sizeof(int) * S * SPEC_MTP_MAX_DRAFTS);
+  w->tok_src = malloc(sizeof(int32_t) * T);
+  if (!w->tok || !w->pos || !w->src || !w->first || !w->ntok || !w->out || !w->bt || !w->seq || !w->prev || !w->cur || !w->ids ||
+      !w->host_ids || !w->slot_seq || !w->tok_src) {
     spec_mtp_free(w);
     return NULL;
   }
@@ -52,9 +67,12 @@ void spec_mtp_free(spec_mtp_t *w) {
   free(w->cur);
   free(w->ids);
   free(w->logits);
+  free(w->host_ids);
+  free(w->slot_seq);
+  free(w->tok_src);
+  if (w->dev_ids) w->be->ops->free(w->be, w->dev_ids);
   free(w);
 }
-
 
 /* One MTP step; the greedy token of each out row into w->ids: taken on the backend when it can
  * sample (only n_out ids come back), else argmax of the host logits (the same token). */
@@ -74,8 +92,24 @@ static void put_bt(spec_mtp_t *w, int i, const spec_mtp_seq_t *q) {
   for (int k = nb; k < w->max_blocks; k++) row[k] = -1;
 }
 
+/* *dev = 1 when the chain stays on the device: the backend keeps greedy ids (argmax_dev); dev_ids
+ * is allocated on its first use. GT_OK or GT_ENOMEM. */
+static int chain_on_device(spec_mtp_t *w, model_t *m, int *dev, gt_err_t *err) {
+  be_t *be = m->be;
+  *dev = be->ops->argmax_dev != NULL;
+  if (!*dev || (w->dev_ids && w->be == be)) return GT_OK;
+  if (w->dev_ids) w->be->ops->free(w->be, w->dev_ids);
+  w->be = be;
+  w->dev_ids = be->ops->alloc(be, sizeof(int32_t) * (size_t)w->max_seqs * SPEC_MTP_MAX_DRAFTS);
+  if (!w->dev_ids) return gt_err_set(err, GT_ENOMEM, "MTP draft ids for %d sequences", w->max_seqs);
+  return GT_OK;
+}
+
 int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int block_tokens, gt_err_t *err) {
   if (n > w->max_seqs) return gt_err_set(err, GT_EINVAL, "MTP pass over %d sequences (max %d)", n, w->max_seqs);
+  int dev = 0;
+  const int arc = chain_on_device(w, m, &dev, err);
+  if (arc) return arc;
   /* 1. the pass: every sequence's rows, an output row at the last of those that draft */
   int T = 0, ns = 0, no = 0;
   for (int i = 0; i < n; i++) {
@@ -98,14 +132,17 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
   if (T == 0) return GT_OK;
   be_batch_t b = {.n_tok = T, .n_seq = ns, .tok = w->tok, .pos = w->pos, .seq_first = w->first, .seq_ntok = w->ntok,
                   .block_table = w->bt, .max_blocks = w->max_blocks, .n_out = no, .out_tok = w->out};
-  int rc = mtp_step(w, m, &b, err);
+  int rc = dev ? model_mtp_forward_greedy_dev(m, &b, w->src, w->dev_ids, err) : mtp_step(w, m, &b, err);
   /* 2. drafts: the pass's out rows give draft 1; then one chained row per sequence still drafting,
-   * its hidden input the previous MTP step's out row of that sequence */
-  int *prev = w->prev, *cur = w->cur, n_prev = 0;
+   * its hidden input the previous MTP step's out row of that sequence, its token that row's draft
+   * (on the device: the previous step's id slot, slot0 + r; else the host's copy). On the device
+   * the drafts are only counted here (n_draft) and filled in from the one download at the end. */
+  int *prev = w->prev, *cur = w->cur, n_prev = 0, slot0 = 0, n_slot = 0;
   for (int a = 0; a < ns && !rc; a++) {
     spec_mtp_seq_t *q = &seqs[w->seq[a]];
     if (q->k <= 0) continue;
-    q->draft[q->n_draft++] = w->ids[n_prev];
+    if (dev) w->slot_seq[n_slot++] = w->seq[a], q->n_draft++;
+    else q->draft[q->n_draft++] = w->ids[n_prev];
     prev[n_prev++] = w->seq[a];
   }
   for (int step = 1; !rc && n_prev > 0; step++) {
@@ -114,11 +151,12 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
     for (int r = 0; r < n_prev; r++) {
       spec_mtp_seq_t *q = &seqs[prev[r]];
       const int p = q->pos0 + q->n_rows - 1 + step; /* the position of the token q->draft[step - 1] */
-      if (q->n_draft >= q->k || q->n_draft >= (int)(sizeof q->draft / sizeof q->draft[0]) || p / block_tokens >= q->n_blocks) continue;
+      if (q->n_draft >= q->k || q->n_draft >= SPEC_MTP_MAX_DRAFTS || p / block_tokens >= q->n_blocks) continue;
       w->first[nc] = T;
       w->ntok[nc] = 1;
       put_bt(w, nc, q);
-      w->tok[T] = q->draft[q->n_draft - 1];
+      w->tok[T] = dev ? 0 : q->draft[q->n_draft - 1];
+      w->tok_src[T] = slot0 + r;
       w->pos[T] = p;
       w->src[T] = -1 - r;
       w->out[nc] = T;
@@ -128,15 +166,37 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
     if (nc == 0) break;
     b.n_tok = T;
     b.n_seq = b.n_out = nc;
-    rc = mtp_step(w, m, &b, err);
-    for (int r = 0; r < nc && !rc; r++) {
-      spec_mtp_seq_t *q = &seqs[cur[r]];
-      q->draft[q->n_draft++] = w->ids[r];
+    if (dev) {
+      b.tok_src = w->tok_src;
+      b.tok_dev = w->dev_ids;
+      slot0 = n_slot;
+      rc = model_mtp_forward_greedy_dev(m, &b, w->src, w->dev_ids + slot0, err);
+      for (int r = 0; r < nc && !rc; r++) {
+        w->slot_seq[n_slot++] = cur[r];
+        seqs[cur[r]].n_draft++;
+      }
+    } else {
+      rc = mtp_step(w, m, &b, err);
+      for (int r = 0; r < nc && !rc; r++) {
+        spec_mtp_seq_t *q = &seqs[cur[r]];
+        q->draft[q->n_draft++] = w->ids[r];
+      }
     }
     int *t = prev;
     prev = cur;
     cur = t;
     n_prev = nc;
+  }
+  if (dev) { /* the one transfer of the drafts (it also waits for the steps: their errors come back here);
+               * none drafting: the pass had no out row and already waited */
+    be_t *be = m->be;
+    const int dl = n_slot > 0 ? be->ops->download(be, w->host_ids, w->dev_ids, sizeof(int32_t) * (size_t)n_slot) : GT_OK;
+    if (!rc && dl) rc = gt_err_set(err, dl, "%s", be->err.msg);
+    for (int i = 0; i < n; i++) seqs[i].n_draft = 0;
+    for (int i = 0; i < n_slot && !rc; i++) {
+      spec_mtp_seq_t *q = &seqs[w->slot_seq[i]];
+      q->draft[q->n_draft++] = w->host_ids[i];
+    }
   }
   return rc;
 }

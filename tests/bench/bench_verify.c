@@ -4,8 +4,10 @@
  *           once captured)
  *   verify  B sequences x (1 + k) tokens (the pending token and k drafts), 1 + k rows each
  *   mtp     the MTP pass over r = round(accept) rows per sequence (the kept tokens) plus the k - 1
- *           chained one-row MTP steps that draft the next k tokens (model_mtp_forward); 0 when
- *           the file has no MTP block or --no-mtp
+ *           chained one-row MTP steps that draft the next k tokens, as spec_mtp_run chains them
+ *           (each step's greedy ids kept on the device and fed to the next, the k x B drafts
+ *           downloaded once at the end: model_mtp_forward_greedy_dev; a backend without
+ *           argmax_dev: one download per step); 0 when the file has no MTP block or --no-mtp
  * at context --ctx (a prefill fills the sequences' KV and state first), timed over --iters
  * repetitions at the same positions after --warm untimed ones. One line per batch size: the step
  * times in ms, verify / decode, and the decode rate speculation would give with acceptance length
@@ -75,16 +77,32 @@ static int mtp_step(bv_t *v, const be_batch_t *b, gt_err_t *err) {
   return model_mtp_forward(v->m, b, v->src, v->logits, err);
 }
 
-/* the drafter after a verify step of 1 + k rows per sequence: r kept rows, then k - 1 chained rows */
-static int mtp(bv_t *v, int k, int r, int p0, gt_err_t *err) {
+/* the drafter after a verify step of 1 + k rows per sequence: r kept rows, then k - 1 chained rows.
+ * As spec_mtp_run: with a backend that keeps greedy ids (argmax_dev) each chained row's token is the
+ * previous step's id on the device and the k x B drafts come back in one download at the end
+ * (dev_ids [k * B] backend memory); else each step's ids come back on their own. */
+static int mtp(bv_t *v, int k, int r, int p0, int32_t *dev_ids, gt_err_t *err) {
   be_batch_t b = batch(v, r, p0, 0);
   for (int s = 0; s < v->B; s++)
     for (int j = 0; j < r; j++) v->src[s * r + j] = s * (1 + k) + j;
-  int rc = mtp_step(v, &b, err);
+  int32_t tok_src[MAXB];
+  int rc = dev_ids ? model_mtp_forward_greedy_dev(v->m, &b, v->src, dev_ids, err) : mtp_step(v, &b, err);
   for (int c = 1; c < k && !rc; c++) {
     b = batch(v, 1, p0 + r - 1 + c, 1);
     for (int s = 0; s < v->B; s++) v->src[s] = -1 - s;
-    rc = mtp_step(v, &b, err);
+    if (dev_ids) {
+      for (int s = 0; s < v->B; s++) tok_src[s] = (c - 1) * v->B + s;
+      b.tok_src = tok_src;
+      b.tok_dev = dev_ids;
+      rc = model_mtp_forward_greedy_dev(v->m, &b, v->src, dev_ids + c * v->B, err);
+    } else {
+      rc = mtp_step(v, &b, err);
+    }
+  }
+  if (dev_ids) {
+    be_t *be = v->m->be;
+    const int dl = be->ops->download(be, v->ids, dev_ids, sizeof(int32_t) * (size_t)k * v->B);
+    if (!rc && dl) rc = gt_err_set(err, dl, "%s", be->err.msg);
   }
   return rc;
 }
@@ -149,6 +167,12 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_verify: %s\n", rc ? err.msg : "out of memory");
     return 1;
   }
+  /* the chain's ids on the device, as spec_mtp_run keeps them (a backend with argmax_dev) */
+  int32_t *dev_ids = use_mtp && be->ops->argmax_dev ? be->ops->alloc(be, sizeof(int32_t) * 8 * MAXB) : NULL;
+  if (use_mtp && be->ops->argmax_dev && !dev_ids) {
+    fprintf(stderr, "bench_verify: out of memory (MTP draft ids)\n");
+    return 1;
+  }
   const int r = (int)lround(accept);
   printf("model %s  device %s  k %d  ctx %d  accept %.2f  mtp %s  draft vocab %d  iters %d\n", m->hp.name, device, k, ctx,
          accept, use_mtp ? "yes" : "no", m->mtp_draft_vocab ? m->mtp_draft_vocab : m->hp.n_vocab, iters);
@@ -177,7 +201,7 @@ int main(int argc, char **argv) {
       b = batch(&v, 1 + k, ctx, 1);
       if (!rc) rc = fwd(&v, &b, NULL, &err);
       double t2 = gt_now_ms();
-      if (!rc && use_mtp) rc = mtp(&v, k, r, ctx, &err);
+      if (!rc && use_mtp) rc = mtp(&v, k, r, ctx, dev_ids, &err);
       double t3 = gt_now_ms();
       if (it >= warm) t[0] += t1 - t0, t[1] += t2 - t1, t[2] += t3 - t2;
     }
@@ -197,6 +221,7 @@ int main(int argc, char **argv) {
 #endif
   }
   if (rc) fprintf(stderr, "bench_verify: %s\n", err.msg);
+  if (dev_ids) be->ops->free(be, dev_ids);
   model_free(m);
   be_destroy(be);
   gguf_close(g);

@@ -10,6 +10,10 @@
  *   - the scheduler with --speculative mtp: greedy output equals output without speculation,
  *     token for token: batched, prefix-cached, preempted; with drafts that are all right (test
  *     drafter) and a forced rejection at each draft position while the MTP pass runs alongside;
+ *   - the chain on the device (spec_mtp_run with the backend's argmax_dev, be_batch_t.tok_src)
+ *     drafts what the step-by-step path drafts (ids to the host each step through sample, and
+ *     host logits), a sequence dropping out of the chain mid-way, on this model and on the trained
+ *     demo35, with and without a draft vocabulary, and needs one device -> host transfer;
  *   - a model without an MTP block is refused.
  * Random weights: the MTP block's own drafts are (almost) never accepted, so the identity runs
  * check that verifying them costs nothing in output, and the reference test checks what they
@@ -30,6 +34,7 @@
 #include "engine/backend/sampler.h"
 #include "engine/models/qwen35_internal.h"
 #include "engine/sched/sched.h"
+#include "engine/sched/spec.h"
 #include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
 #include "tools/mkmodel.h"
@@ -620,6 +625,131 @@ static void test_force_accept(void **state) {
   fx_close(&f);
 }
 
+/* ---- the chain on the device: spec_mtp_run's drafts with each step's ids kept on the backend
+ * (argmax_dev, be_batch_t.tok_src) equal the step-by-step path's (each step's ids to the host:
+ * the backend's sample op; or host logits), and the chain costs one device -> host transfer ---- */
+static const be_ops_t *g_real_ops;
+static int g_xfers, g_syncs; /* download + sample calls (device -> host transfers), sync calls */
+static int count_download(be_t *be, void *dst, const void *src, size_t bytes) {
+  g_xfers++;
+  return g_real_ops->download(be, dst, src, bytes);
+}
+static int count_sync(be_t *be) {
+  g_syncs++;
+  return g_real_ops->sync(be);
+}
+static int count_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
+                        int32_t *ids) {
+  g_xfers++;
+  return g_real_ops->sample(be, logits, n_rows, n_vocab, rows, ids);
+}
+
+enum { CN = 4 };
+typedef struct {
+  int32_t draft[CN][8];
+  int n_draft[CN];
+} drafts_t;
+
+/* One main forward of CN sequences (prompt lengths len[], blocks of 16), then spec_mtp_run on the
+ * rows of each with k[] drafts through ops (the model's backend runs with that table) into *d. */
+static void chain_run(fx_t *f, const be_ops_t *ops, const int *len, const int *nblk, const int *k, drafts_t *d) {
+  enum { BTK = 16, MB = 2 };
+  int32_t tok[64], pos[64], first[CN], ntok[CN], slot[CN], bt[CN * MB], out[CN];
+  int T = 0;
+  for (int i = 0; i < CN; i++) {
+    first[i] = T, ntok[i] = len[i], slot[i] = i;
+    for (int j = 0; j < MB; j++) bt[i * MB + j] = i * MB + j;
+    for (int j = 0; j < len[i]; j++) tok[T + j] = (i * 131 + j * 17 + 7) % f->m->hp.n_vocab, pos[T + j] = j;
+    T += len[i];
+    out[i] = T - 1;
+  }
+  assert_true(T <= 64);
+  gt_err_t err = {0};
+  int32_t ids[CN];
+  be_sample_row_t rows[CN];
+  for (int i = 0; i < CN; i++) rows[i] = (be_sample_row_t){.temperature = 0, .top_p = 1};
+  be_batch_t b = {.n_tok = T, .n_seq = CN, .tok = tok, .pos = pos, .seq_first = first, .seq_ntok = ntok,
+                  .block_table = bt, .max_blocks = MB, .state_slot = slot, .n_out = CN, .out_tok = out};
+  assert_int_equal(model_forward_sample(f->m, &b, rows, ids, &err), GT_OK);
+  spec_mtp_seq_t q[CN];
+  for (int i = 0; i < CN; i++)
+    q[i] = (spec_mtp_seq_t){.src_row = first[i], .n_rows = len[i] - 1, .pos0 = 0, .next = tok + first[i] + 1,
+                            .blocks = bt + i * MB, .n_blocks = nblk[i], .k = k[i]};
+  spec_mtp_t *w = spec_mtp_create(64, CN, MB, f->m->hp.n_vocab);
+  assert_non_null(w);
+  const be_ops_t *was = f->be->ops;
+  f->be->ops = ops;
+  g_xfers = g_syncs = 0;
+  const int rc = spec_mtp_run(w, f->m, q, CN, BTK, &err);
+  f->be->ops = was;
+  if (rc) fail_msg("spec_mtp_run: %s", err.msg);
+  spec_mtp_free(w);
+  for (int i = 0; i < CN; i++) {
+    d->n_draft[i] = q[i].n_draft;
+    memcpy(d->draft[i], q[i].draft, sizeof q[i].draft);
+  }
+}
+
+static void chain_case(const char *path, int draft_vocab) {
+  fx_t f;
+  fx_open(&f, path);
+  gt_err_t err = {0};
+  assert_int_equal(model_mtp_enable(f.m, &err), GT_OK);
+  assert_int_equal(model_cache_init(f.m, 16, 16, CN, &err), GT_OK);
+  f.m->mtp_draft_vocab = draft_vocab;
+  assert_non_null(f.be->ops->argmax_dev);
+  g_real_ops = f.be->ops;
+  /* chained: the backend's table with waits counted; step by step: no argmax_dev (ids to the host
+   * through sample each step), and no sample either (host logits, sampler_argmax) */
+  be_ops_t chained = *f.be->ops, stepped = *f.be->ops, host = *f.be->ops;
+  chained.download = count_download, chained.sync = count_sync, chained.sample = count_sample;
+  stepped.argmax_dev = NULL, stepped.download = count_download, stepped.sync = count_sync, stepped.sample = count_sample;
+  host.argmax_dev = NULL, host.sample = NULL;
+  /* sequence 1 runs out of blocks after 2 drafts (positions 15 and 16 need a second block), so the
+   * chain's later steps feed a subset of the earlier rows; sequence 3 drafts nothing (only its K/V) */
+  const int len[CN] = {20, 16, 12, 6}, nblk[CN] = {2, 1, 2, 1}, k[CN] = {3, 4, 8, 0};
+  drafts_t a, s, h;
+  chain_run(&f, &chained, len, nblk, k, &a);
+  const int xfers_chained = g_xfers, syncs_chained = g_syncs;
+  chain_run(&f, &stepped, len, nblk, k, &s);
+  const int xfers_stepped = g_xfers;
+  if (!draft_vocab) {
+    chain_run(&f, &host, len, nblk, k, &h);
+    assert_memory_equal(&h, &s, sizeof h);
+  }
+  printf("%s (draft vocab %d): drafts", path, draft_vocab);
+  for (int i = 0; i < CN; i++) {
+    printf(" [%d:", a.n_draft[i]);
+    for (int j = 0; j < a.n_draft[i]; j++) printf(" %d", a.draft[i][j]);
+    printf("]");
+  }
+  printf("; device -> host transfers: chained %d (%d more syncs), step by step %d\n", xfers_chained, syncs_chained,
+         xfers_stepped);
+  assert_int_equal(a.n_draft[0], 3);
+  assert_int_equal(a.n_draft[1], 2);
+  assert_int_equal(a.n_draft[2], 8);
+  assert_int_equal(a.n_draft[3], 0);
+  for (int i = 0; i < CN; i++) {
+    assert_int_equal(a.n_draft[i], s.n_draft[i]);
+    assert_memory_equal(a.draft[i], s.draft[i], sizeof(int32_t) * (size_t)a.n_draft[i]);
+  }
+  /* 8 MTP steps (the pass + 7 chained): one transfer, the drafts' download, and no other wait;
+   * step by step one per step */
+  assert_int_equal(xfers_chained, 1);
+  assert_int_equal(syncs_chained, 0);
+  assert_int_equal(xfers_stepped, 8);
+  fx_close(&f);
+}
+
+static void test_chain_on_device(void **state) {
+  (void)state;
+  chain_case(g_path, 0);
+  chain_case(g_path, 100);
+  /* the trained demo model (its drafts are mostly right: real token chains, not noise) */
+  chain_case(tu_golden("demo35/gantry-demo35-code-22m.Q4_K_M.gguf"), 0);
+  chain_case(tu_golden("demo35/gantry-demo35-code-22m.Q4_K_M.gguf"), 1024);
+}
+
 static void test_refused_without_mtp(void **state) {
   (void)state;
   fx_t f;
@@ -646,6 +776,7 @@ int main(void) {
 #endif
       cmocka_unit_test(test_sched_identity),
       cmocka_unit_test(test_force_accept),
+      cmocka_unit_test(test_chain_on_device),
       cmocka_unit_test(test_refused_without_mtp),
   };
   return cmocka_run_group_tests(tests, make_model, drop_model);
