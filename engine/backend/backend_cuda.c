@@ -109,7 +109,6 @@ static int sample_bufs(be_t *be, int n_rows, int n_vocab) {
   }
   if (nf > c->smp_prob_cap) {
     cudaFree(c->d_smp_prob);
-  cudaFree(c->d_greedy);
     c->d_smp_prob = NULL;
     c->smp_prob_cap = 0;
     if (KC_CUDA(CU_ERR(be), cudaMalloc((void **)&c->d_smp_prob, sizeof(float) * nf))) return GT_EINTERNAL;
