@@ -30,6 +30,9 @@ enum {
   KC_EFLAG_STATE = 8,     /* GDN: state slot out of range */
 };
 
+/* be_batch_t.state_pos_slot entries per sequence (BE_POS_SLOTS, engine/backend/backend.h) */
+#define KC_POS_SLOTS 8
+
 /* The current batch, device memory (copied by be_set_batch). Passed to kernels by value. */
 typedef struct {
   int n_tok, n_seq, n_out, max_blocks;
@@ -41,6 +44,7 @@ typedef struct {
   const int32_t *state_slot;  /* [n_seq] (zeros for non-hybrid models) */
   const int32_t *block_table; /* [n_seq * max_blocks] */
   const int32_t *out_tok;     /* [n_out] */
+  const int32_t *state_pos_slot; /* NULL or [n_seq * KC_POS_SLOTS]: be_batch_t.state_pos_slot */
   int *eflag;                 /* device error flags (KC_EFLAG_*) */
 } kc_batch_t;
 
@@ -147,6 +151,14 @@ __device__ __forceinline__ float kc_round_bf16(float f) {
   return __uint_as_float(((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16);
 }
 __device__ __forceinline__ float kc_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* The slot that also receives sequence s's recurrent state after its token i (of n), or -1
+ * (none wanted, or i is its last token: its own slot gets that one). */
+__device__ __forceinline__ int kc_pos_slot(const kc_batch_t &b, int s, int i, int n, int n_slots) {
+  if (!b.state_pos_slot || i + 1 >= n || i >= KC_POS_SLOTS) return -1;
+  const int p = b.state_pos_slot[s * KC_POS_SLOTS + i];
+  return p < n_slots ? p : -1; /* range checked by set_batch */
+}
 __device__ __forceinline__ float kc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 #define KC_GRID(n, b) ((unsigned)(((n) + (b) - 1) / (b)))
 

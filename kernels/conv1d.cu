@@ -1,4 +1,5 @@
-/* kernels/conv1d.cu — see conv1d.cuh. One thread per (sequence, channel) slides the window. */
+/* kernels/conv1d.cu — see conv1d.cuh. One thread per (sequence, channel) slides the window,
+ * writing it after token i to the sequence's position slot i when it has one. */
 #include "kernels/conv1d.cuh"
 
 __global__ void conv1d_kernel(kc_batch_t b, float *conv, int n_slots, const float *x, float *out,
@@ -27,6 +28,9 @@ __global__ void conv1d_kernel(kc_batch_t b, float *conv, int n_slots, const floa
     for (int j = 0; j < K; j++) acc += wc[j] * win[j];
     out[idx] = kc_silu(acc);
     for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+    const int ps = kc_pos_slot(b, s, i, n, n_slots); /* the window after token i */
+    if (ps >= 0)
+      for (int r = 0; r < K - 1; r++) conv[((size_t)ps * (K - 1) + r) * C + ch] = win[r];
   }
   for (int r = 0; r < K - 1; r++) stt[(size_t)r * C + ch] = win[r];
 }

@@ -5,7 +5,8 @@
  * (the window's first K-1 inputs come from x, or from the slot's state for positions before the
  * sequence's first token of this step). Chunk 0 alone reads the state (a chunk is at least K-1
  * tokens long) and writes it back once, after its tokens, from the sequence's last K-1 inputs:
- * no other block touches it. For q / k heads each token's row goes through shared memory into
+ * no other block touches it; the window after token i also goes to the sequence's position slot i
+ * when it has one (be_batch_t.state_pos_slot), from whichever chunk holds i. For q / k heads each token's row goes through shared memory into
  * l2norm.cu's reduction: its thread count (64, or 256 at d_k >= 256) strides over the row, then
  * kc_block_sum; the extra threads of this block add zeros, which leaves every partial sum and the
  * reduction tree unchanged. Before the chunks, a block walked all of a sequence's tokens (an
@@ -69,6 +70,9 @@ __global__ void __launch_bounds__(KC_GDN_CONV_QKV_MAX_HD)
       for (int j = 0; j < K; j++) acc += wc[j] * win[j];
       y = kc_silu(acc);
       for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+      const int ps = kc_pos_slot(b, s, t - t0, n, n_slots); /* the window after this token */
+      if (ps >= 0)
+        for (int r = 0; r < K - 1; r++) conv[((size_t)ps * (K - 1) + r) * C + ch] = win[r];
     }
     if (kind == 2) { /* v: the conv output as is */
       if (own) out[(size_t)t * ld + i] = y;

@@ -5,7 +5,9 @@
  * threads = 8 warps. Lane l owns value column j = 32 * tile + l; warp w owns key rows
  * r = w + 8u (u < RPT), so a warp's S accesses are 128-byte rows. The thread keeps its RPT
  * elements of S in registers for all of the sequence's tokens: S is read once and written
- * once per launch. Per token, the partial sums of Sᵀk and Sᵀq over a warp's rows are combined
+ * once per launch (and after token i also to the sequence's position slot i when it has one,
+ * be_batch_t.state_pos_slot; those sequences have <= BE_GRAPH_MAX_Q tokens, so never reach
+ * gdn_scan_long / gdn_chunked, which do not write them). Per token, the partial sums of Sᵀk and Sᵀq over a warp's rows are combined
  * across the 8 warps in shared memory (two __syncthreads per token, block-uniform loop).
  * Fallback (d_k > 256): the former block per (value head, sequence) with S in device memory. */
 #include "kernels/gdn_scan.cuh"
@@ -81,6 +83,15 @@ __global__ void __launch_bounds__(GDN_WARPS * 32)
       for (int ww = 0; ww < GDN_WARPS; ww++) o += red_o[ww][lane];
       out[t * v_ld + (size_t)h * d_v + j] = o;
     }
+    const int ps = kc_pos_slot(b, s, i, n, n_slots); /* block-uniform */
+    if (ps >= 0) {
+      float *P = ssm + ((size_t)ps * n_v + h) * (size_t)d_k * d_v;
+#pragma unroll
+      for (int u = 0; u < RPT; u++) {
+        const int r = w + GDN_WARPS * u;
+        if (jv && r < d_k) P[(size_t)r * d_v + j] = Sr[u];
+      }
+    }
   }
 #pragma unroll
   for (int u = 0; u < RPT; u++) {
@@ -133,6 +144,11 @@ __global__ void gdn_scan_global_kernel(kc_batch_t b, float *ssm, int n_slots, co
       o += sv * sq[r];
     }
     out[t * v_ld + (size_t)h * d_v + j] = o;
+    const int ps = kc_pos_slot(b, s, i, n, n_slots);
+    if (ps >= 0) {
+      float *P = ssm + ((size_t)ps * n_v + h) * (size_t)d_k * d_v;
+      for (int r = 0; r < d_k; r++) P[(size_t)r * d_v + j] = S[(size_t)r * d_v + j];
+    }
   }
 }
 

@@ -36,6 +36,7 @@ typedef struct be be_t;
  * "CUDA graphs"). */
 #define BE_GRAPH_MAX_SEQS 256
 #define BE_GRAPH_MAX_Q 9 /* 1 + SCHED_SPEC_MAX_K drafts */
+#define BE_POS_SLOTS (BE_GRAPH_MAX_Q - 1) /* be_batch_t.state_pos_slot entries per sequence */
 /* A set of batch sizes 0..BE_GRAPH_MAX_SEQS (bit n of w[n / 64]). */
 typedef struct {
   uint64_t w[BE_GRAPH_MAX_SEQS / 64 + 1];
@@ -72,6 +73,17 @@ typedef struct {
   const int32_t *block_table; /* [n_seq * max_blocks] physical KV block ids, logical order */
   int max_blocks;
   const int32_t *state_slot;  /* [n_seq] recurrent-state slot, or NULL for non-hybrid models */
+  /* Per-position recurrent states (speculative verify, hybrid models only), NULL: none.
+   * [n_seq * BE_POS_SLOTS]: for sequence s with n = seq_ntok[s] tokens in the batch and each
+   * j < n - 1, state_pos_slot[s * BE_POS_SLOTS + j] >= 0 is a slot that also receives the
+   * recurrent state after the sequence's token j (conv state and SSM state of every GDN layer:
+   * exactly the state feeding tokens 0..j alone would leave in state_slot[s]); -1: not wanted.
+   * Entries j >= n - 1 are ignored; state_slot[s] ends with the state after its last token as
+   * without it. A sequence with any entry >= 0 must have n <= BE_GRAPH_MAX_Q tokens (backends
+   * fail the step with GT_EINVAL otherwise); position slots are distinct from each other and
+   * from every state_slot of the batch; what they held before is overwritten. Used by the
+   * scheduler to roll a rejected draft back by swapping slots (engine/SERVE.md). */
+  const int32_t *state_pos_slot;
   int n_out;
   const int32_t *out_tok;     /* [n_out] batch token indices whose logits are wanted */
   int drafter;                /* 1: a drafter's step (engine/sched/spec_mtp.c) between the model's own: on

@@ -88,7 +88,8 @@ static int cpu_set_batch(be_t *be, const be_batch_t *b) {
   if (copy_i32(&c->tok, b->tok, b->n_tok) || copy_i32(&c->pos, b->pos, b->n_tok) ||
       copy_i32(&c->seq_of_tok, NULL, b->n_tok) || copy_i32(&c->seq_first, b->seq_first, b->n_seq) ||
       copy_i32(&c->seq_ntok, b->seq_ntok, b->n_seq) || copy_i32(&c->state_slot, b->state_slot, b->n_seq) ||
-      copy_i32(&c->block_table, b->block_table, n_bt) || copy_i32(&c->out_tok, b->out_tok, b->n_out))
+      copy_i32(&c->block_table, b->block_table, n_bt) || copy_i32(&c->out_tok, b->out_tok, b->n_out) ||
+      (b->state_pos_slot && copy_i32(&c->state_pos_slot, b->state_pos_slot, b->n_seq * BE_POS_SLOTS)))
     return gt_err_set(&be->err, GT_ENOMEM, "cpu backend: batch of %d tokens", b->n_tok);
   if (b->tok_src) /* tokens in backend memory (= host memory here) */
     for (int t = 0; t < b->n_tok; t++)
@@ -107,6 +108,7 @@ static int cpu_set_batch(be_t *be, const be_batch_t *b) {
   c->b.block_table = c->block_table;
   c->b.state_slot = b->state_slot ? c->state_slot : NULL;
   c->b.out_tok = c->out_tok;
+  c->b.state_pos_slot = b->state_pos_slot ? c->state_pos_slot : NULL;
 
   /* a sequence starting at position 0 starts from zero recurrent state */
   if (b->state_slot && c->st_slots > 0) {
@@ -116,6 +118,19 @@ static int cpu_set_batch(be_t *be, const be_batch_t *b) {
         return gt_err_set(&be->err, GT_EINVAL, "cpu backend: state slot %d out of [0, %d)", slot, c->st_slots);
       if (b->seq_ntok[s] > 0 && b->pos[b->seq_first[s]] == 0) be->ops->state_zero(be, slot);
     }
+  }
+  if (b->state_pos_slot) {
+    if (!b->state_slot) return gt_err_set(&be->err, GT_EINVAL, "cpu backend: state_pos_slot without state_slot");
+    for (int s = 0; s < b->n_seq; s++)
+      for (int j = 0; j + 1 < b->seq_ntok[s] && j < BE_POS_SLOTS; j++) {
+        const int ps = b->state_pos_slot[s * BE_POS_SLOTS + j];
+        if (ps < 0) continue;
+        if (b->seq_ntok[s] > BE_GRAPH_MAX_Q)
+          return gt_err_set(&be->err, GT_EINVAL, "cpu backend: sequence %d of %d tokens (> %d) has position slots",
+                            s, b->seq_ntok[s], BE_GRAPH_MAX_Q);
+        if (ps >= c->st_slots)
+          return gt_err_set(&be->err, GT_EINVAL, "cpu backend: position slot %d out of [0, %d)", ps, c->st_slots);
+      }
   }
   return GT_OK;
 }
@@ -580,6 +595,7 @@ static void cpu_destroy(be_t *be) {
   free(c->seq_ntok);
   free(c->block_table);
   free(c->state_slot);
+  free(c->state_pos_slot);
   free(c->out_tok);
   free(c);
 }

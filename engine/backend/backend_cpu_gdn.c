@@ -4,6 +4,8 @@
  * checked against. All math is fp32. Each op works on the current batch (be_set_batch): a
  * sequence s owns tokens [seq_first[s], seq_first[s] + seq_ntok[s]) and continues from the
  * recurrent state of its slot state_slot[s] (zeroed by the batch code when it starts at pos 0).
+ * With state_pos_slot (backend.h), the state after the sequence's token j is also written to
+ * its position slot j (pos_slot below; validated by the batch code).
  *
  * State layouts (per GDN layer and slot, see backend_cpu_internal.h):
  *   conv state [K-1, C]: the last K-1 inputs of the depthwise conv, oldest first.
@@ -51,6 +53,12 @@ static int check_state(be_t *be, const char *op, int layer) {
   return GT_OK;
 }
 
+/* The slot that receives sequence s's state after its token i, or -1 (none, or i is its last). */
+static inline int pos_slot(const be_cpu_t *c, int s, int i) {
+  if (!c->b.state_pos_slot || i + 1 >= c->seq_ntok[s] || i >= BE_POS_SLOTS) return -1;
+  return c->b.state_pos_slot[s * BE_POS_SLOTS + i];
+}
+
 static int is_f32_vec(const be_weight_t *w, int64_t n) {
   return w && w->data && w->type == GT_TYPE_F32 && w->rows * w->cols == n;
 }
@@ -87,6 +95,11 @@ void cpu_conv1d_silu(be_t *be, int layer, const float *x, float *out, const be_w
       for (int j = 0; j < K; j++) acc += wc[j] * win[j];
       out[idx] = silu(acc);
       for (int j = 0; j < K - 1; j++) win[j] = win[j + 1];
+      const int ps = pos_slot(c, s, i);
+      if (ps >= 0) {
+        float *pst = cpu_conv_state(c, layer, ps);
+        for (int r = 0; r < K - 1; r++) pst[(size_t)r * C + ch] = win[r];
+      }
     }
     for (int r = 0; r < K - 1; r++) st[(size_t)r * C + ch] = win[r];
   }
@@ -211,6 +224,9 @@ void cpu_gdn_scan(be_t *be, int layer, const float *q, const float *k, const flo
       }
       float *ot = out + t * v_ld + (size_t)h * d_v;
       memcpy(ot, o, sizeof(float) * (size_t)d_v);
+      const int ps = pos_slot(c, s, i);
+      if (ps >= 0)
+        memcpy(cpu_ssm_state(c, layer, ps) + (size_t)h * d_k * d_v, S, sizeof(float) * (size_t)d_k * d_v);
     }
   }
 }

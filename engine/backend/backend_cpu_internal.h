@@ -14,6 +14,7 @@ typedef struct {
   /* current batch (owned copies of be_batch_t arrays) */
   be_batch_t b;
   int32_t *tok, *pos, *seq_first, *seq_ntok, *block_table, *state_slot, *out_tok;
+  int32_t *state_pos_slot; /* [n_seq * BE_POS_SLOTS] or unused (b.state_pos_slot NULL) */
   int32_t *seq_of_tok; /* [n_tok] derived */
   /* paged KV: k[layer], v[layer] of [n_blocks, block_tokens, kv_dim] */
   int kv_layers, kv_blocks, kv_block_tokens, kv_dim;

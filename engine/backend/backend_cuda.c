@@ -78,6 +78,7 @@ static int cu_download(be_t *be, void *dst, const void *src, size_t bytes) {
   return cu_sync(be);
 }
 
+_Static_assert(KC_POS_SLOTS == BE_POS_SLOTS, "kc_batch_t.state_pos_slot rows as be_batch_t");
 _Static_assert(sizeof(kc_sample_row_t) == sizeof(be_sample_row_t) &&
                    offsetof(kc_sample_row_t, top_k) == offsetof(be_sample_row_t, top_k) &&
                    offsetof(kc_sample_row_t, top_p) == offsetof(be_sample_row_t, top_p) &&
@@ -288,7 +289,8 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
     return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: negative batch sizes");
   const int nt = b->n_tok, ns = b->n_seq, no = b->n_out;
   const size_t n_bt = (size_t)ns * b->max_blocks;
-  const size_t need = 3 * (size_t)nt + 3 * (size_t)ns + n_bt + (size_t)no + 1;
+  const size_t n_ps = b->state_pos_slot ? (size_t)ns * BE_POS_SLOTS : 0;
+  const size_t need = 3 * (size_t)nt + 3 * (size_t)ns + n_bt + (size_t)no + n_ps + 1;
   if (need > c->h_cap) {
     int32_t *p = realloc(c->h_ints, need * sizeof(int32_t));
     if (!p) return gt_err_set(CU_ERR(be), GT_ENOMEM, "cuda backend: batch of %d tokens", nt);
@@ -296,7 +298,7 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
     c->h_cap = need;
   }
   int32_t *tok = c->h_ints, *pos = tok + nt, *sot = pos + nt, *sf = sot + nt, *sn = sf + ns, *ss = sn + ns,
-          *bt = ss + ns, *ot = bt + n_bt;
+          *bt = ss + ns, *ot = bt + n_bt, *ps = ot + no;
   if (nt) {
     memcpy(tok, b->tok, sizeof(int32_t) * nt);
     memcpy(pos, b->pos, sizeof(int32_t) * nt);
@@ -310,6 +312,7 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
   }
   if (n_bt) memcpy(bt, b->block_table, sizeof(int32_t) * n_bt);
   if (no) memcpy(ot, b->out_tok, sizeof(int32_t) * no);
+  if (n_ps) memcpy(ps, b->state_pos_slot, sizeof(int32_t) * n_ps);
   for (int s = 0; s < ns; s++) {
     if (sf[s] < 0 || sn[s] < 0 || sf[s] + sn[s] > nt)
       return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: sequence %d spans tokens [%d, %d) of %d", s, sf[s],
@@ -351,9 +354,11 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
                        .tok = d, .pos = d + nt, .seq_of_tok = d + 2 * nt, .seq_first = d + 3 * nt,
                        .seq_ntok = d + 3 * nt + ns, .state_slot = d + 3 * nt + 2 * ns,
                        .block_table = d + 3 * nt + 3 * ns, .out_tok = d + 3 * nt + 3 * ns + n_bt,
+                       .state_pos_slot = n_ps ? d + 3 * nt + 3 * ns + n_bt + no : NULL,
                        .eflag = c->d_eflag};
   c->b = *b;
   c->b.state_slot = b->state_slot ? ss : NULL;
+  c->b.state_pos_slot = n_ps ? ps : NULL;
   c->b.seq_first = sf; /* host copies, valid until the next set_batch (cu__gdn_scan reads sn) */
   c->b.seq_ntok = sn;
 
@@ -367,6 +372,19 @@ static int cu_set_batch(be_t *be, const be_batch_t *b) {
         if (rc) return rc;
       }
     }
+  }
+  if (n_ps) { /* be_batch_t.state_pos_slot: hybrid, sequences of <= BE_GRAPH_MAX_Q tokens, slots in range */
+    if (!b->state_slot) return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: state_pos_slot without state_slot");
+    for (int s = 0; s < ns; s++)
+      for (int j = 0; j + 1 < sn[s] && j < BE_POS_SLOTS; j++) {
+        const int p = ps[s * BE_POS_SLOTS + j];
+        if (p < 0) continue;
+        if (sn[s] > BE_GRAPH_MAX_Q)
+          return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: sequence %d of %d tokens (> %d) has position slots", s,
+                            sn[s], BE_GRAPH_MAX_Q);
+        if (p >= c->st_slots)
+          return gt_err_set(CU_ERR(be), GT_EINVAL, "cuda backend: position slot %d out of [0, %d)", p, c->st_slots);
+      }
   }
   /* the step's kind and shape: q tokens for every sequence (0: they differ). A graph shape is
    * recorded for the graph of its batch size (decode) or of its shape (verify, drafter: kept

@@ -762,13 +762,16 @@ void cu__gdn_scan(be_t *be, int layer, const float *q, const float *k, const flo
    * the others the sequential one (decode batches never reach the threshold: their graphs hold
    * only the latter, which needs no scratch) */
   int n_long = 0;
-  for (int s = 0; s < c->b.n_seq; s++) n_long += c->b.seq_ntok[s] >= c->gdn_chunk_min;
+  /* position slots (state_pos_slot) only come from the per-token kernels: sequences carrying them
+   * (<= BE_GRAPH_MAX_Q tokens, set_batch) stay below the chunked / long kernels' thresholds */
+  const int chunk_min = c->kb.state_pos_slot && c->gdn_chunk_min <= BE_GRAPH_MAX_Q ? BE_GRAPH_MAX_Q + 1 : c->gdn_chunk_min;
+  for (int s = 0; s < c->b.n_seq; s++) n_long += c->b.seq_ntok[s] >= chunk_min;
   float *ssm = ssm_state(c, layer, 0);
   int skip_from = INT_MAX;
   if (n_long > 0 && kc_gdn_chunked_ok(d_k, d_v)) {
-    skip_from = c->gdn_chunk_min;
+    skip_from = chunk_min;
     if (KC_CUDA(CU_ERR(be), kc_gdn_chunked(c->stream, c->kb, ssm, c->st_slots, q, k, v, g, beta, out, n_k, n_v, d_k, d_v,
-                                        c->gdn_chunk_min)))
+                                        chunk_min)))
       return;
     if (n_long == c->b.n_seq) return;
   }

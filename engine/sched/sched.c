@@ -3,9 +3,11 @@
  * A request's tokens[] holds its prompt followed by what it generated; the KV cache holds the
  * first n_computed of them. Each step feeds tokens[n_computed .. n_tokens) (all of them, or a
  * chunk); when the feed reaches n_tokens the last row's logits give the next token. Decode is
- * the special case of one pending token (1 + redo after a hybrid rollback, see verify). A
- * speculating sequence also feeds n_draft drafts after its pending tokens, with an output row
- * each (verify). Preemption resets n_computed to 0 (recompute). */
+ * the special case of one pending token. A speculating sequence also feeds n_draft drafts
+ * after it, with an output row each (verify); a hybrid one also gets the recurrent state after
+ * each of its rows but the last in spare slots (req_t.pslot, be_batch_t.state_pos_slot), so that
+ * a rejected draft rolls back by swapping its slot with the spare of the last kept row: no copy
+ * before the step, no kept token fed twice. Preemption resets n_computed to 0 (recompute). */
 #include "engine/sched/sched.h"
 #include "engine/sched/bad_words.h"
 
@@ -61,8 +63,9 @@ typedef struct req {
   /* speculative decoding (verify) */
   int32_t draft[SCHED_SPEC_MAX_K]; /* this step's drafts, fed after the pending tokens */
   int n_draft;
-  int slot2;         /* hybrid: the state slot the pre-step state is copied to, -1 when none */
-  int redo;          /* hybrid: kept tokens a rollback left to feed again before the new one */
+  int pslot[SCHED_SPEC_MAX_K]; /* hybrid, this step's drafts: pslot[j] receives the state after
+                                  row j of the sequence (its pending token, then draft j - 1) */
+  int n_pslot;
   int spec_skip, spec_pause; /* steps left without drafts; the pause after the next full rejection */
   int32_t mtp_draft[SCHED_SPEC_MAX_K]; /* SCHED_SPEC_MTP: drafts for when n_tokens == mtp_at */
   int n_mtp_draft, mtp_at;
@@ -79,11 +82,13 @@ struct sched {
   int hybrid, max_blocks, V;
   int32_t eos_ids[4];
   /* slots: [0, max_num_seqs) for running sequences, then n_snapshots snapshot slots, then the
-   * spec_max_seqs slots of hybrid speculation (spec_free) */
+   * spec_max_seqs * spec_k spare slots of hybrid speculation (spec_free) */
   int *slot_free, n_slot_free;
   int *snap_free, n_snap_free;
-  /* hybrid speculation: slots for the pre-step state copies (req_t.slot2), after the snapshot slots */
+  /* hybrid speculation: the spare slots a verify step's per-row states go to (req_t.pslot), after
+   * the snapshot slots; b_pslot [max_num_seqs * BE_POS_SLOTS] is the step's state_pos_slot */
   int *spec_free, n_spec_free;
+  int32_t *b_pslot;
   int max_rows;            /* output rows per step: max_num_seqs, plus the draft rows speculation allows */
   /* SCHED_SPEC_MTP: the drafter's buffers; per batch sequence its pass (mseq) and whether it is
    * still running after the step's tokens were taken (b_alive) */
@@ -135,6 +140,11 @@ static double now_ms(void) { return gt_now_ms(); }
 
 /* ---- request lifetime ---- */
 
+/* Gives q's spare slots (req_t.pslot) back. */
+static void pslot_release(sched_t *s, req_t *q) {
+  while (q->n_pslot > 0) s->spec_free[s->n_spec_free++] = q->pslot[--q->n_pslot];
+}
+
 static void release_resources(sched_t *s, req_t *q) {
   for (int i = 0; i < q->n_blocks; i++) kv_release(s->kv, q->blocks[i]);
   q->n_blocks = 0;
@@ -142,9 +152,7 @@ static void release_resources(sched_t *s, req_t *q) {
   q->chain = 0;
   if (q->slot >= 0) s->slot_free[s->n_slot_free++] = q->slot;
   q->slot = -1;
-  if (q->slot2 >= 0) s->spec_free[s->n_spec_free++] = q->slot2;
-  q->slot2 = -1;
-  q->redo = 0;
+  pslot_release(s, q);
   q->n_draft = 0;
 }
 
@@ -338,7 +346,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   } else {
     c.spec_k = c.spec_max_seqs = 0;
   }
-  const int n_spec_slots = s->hybrid ? c.spec_max_seqs : 0;
+  const int n_spec_slots = s->hybrid ? c.spec_max_seqs * c.spec_k : 0;
   s->max_rows = c.max_num_seqs + c.spec_k * c.spec_max_seqs;
   int rc = c.spec_mode == SCHED_SPEC_MTP ? model_mtp_enable(m, err) : GT_OK; /* before the pool: its KV layer */
   if (!rc) rc = plan_pool(m, &c, s->hybrid, n_spec_slots, err);
@@ -372,6 +380,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_first = malloc(sizeof(int32_t) * (size_t)S);
   s->b_ntok = malloc(sizeof(int32_t) * (size_t)S);
   s->b_slot = malloc(sizeof(int32_t) * (size_t)S);
+  s->b_pslot = malloc(sizeof(int32_t) * (size_t)S * BE_POS_SLOTS);
   s->b_req = malloc(sizeof(req_t *) * (size_t)S);
   s->b_bt = malloc(sizeof(int32_t) * (size_t)S * s->max_blocks);
   s->logits = malloc(sizeof(float) * (size_t)R * s->V);
@@ -402,7 +411,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->d_rmap = dev_mask ? m->be->ops->alloc(m->be, sizeof(uint32_t) * (size_t)R) : NULL;
   if ((rc = cons_cache_create(tok, SCHED_CONS_CACHE, s->cfg.cons_max_states, &s->cons, err))) goto fail;
   if (!s->h_mask || !s->h_rmap || !s->h_mask1 || !s->b_mreq || (dev_mask && (!s->d_mask || !s->d_rmap)) || !s->slot_free || !s->snap_free || !s->snap_block || !s->snap_used || !s->waiting || !s->running || !s->b_tok || !s->b_pos || !s->b_out ||
-      !s->b_first || !s->b_ntok || !s->b_slot || !s->b_req || !s->b_bt || !s->logits || !s->raw || (c.embed && !s->hidden) ||
+      !s->b_first || !s->b_ntok || !s->b_slot || !s->b_pslot || !s->b_req || !s->b_bt || !s->logits || !s->raw || (c.embed && !s->hidden) ||
       !s->b_rows || !s->b_ids || !s->fork_tmp || !s->spec_free) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers");
     goto fail;
@@ -461,6 +470,7 @@ void sched_free(sched_t *s) {
   free(s->b_first);
   free(s->b_ntok);
   free(s->b_slot);
+  free(s->b_pslot);
   free(s->b_req);
   free(s->b_bt);
   free(s->logits);
@@ -488,7 +498,6 @@ static int req_new(sched_t *s, const sched_req_t *r, int index, req_t **out, gt_
   q->r.sampling.seed += (uint64_t)index;
   q->index = index;
   q->slot = -1;
-  q->slot2 = -1;
   q->n_prompt = r->n_prompt;
   int room = s->cfg.n_ctx - r->n_prompt;
   if (q->r.max_tokens > room) q->r.max_tokens = room;
@@ -710,8 +719,8 @@ static void take_inbox(sched_t *s) {
   waiting_changed(s);
 }
 
-/* q is decoding: one pending token, or the kept tokens a hybrid rollback left plus the new one */
-static int decoding(const req_t *q) { return q->n_tokens - q->n_computed == 1 + q->redo; }
+/* q is decoding: one pending token */
+static int decoding(const req_t *q) { return q->n_tokens - q->n_computed == 1; }
 
 /* Free blocks kept for the running decodes: one each, so that every running stream can start
  * its next block without preempting anyone. Prompt chunks (admission included) use only the
@@ -1084,8 +1093,8 @@ static void fork_choices(sched_t *s, req_t *q, const float *row) {
 /* Drafts for decoding q, whose pending tokens all go into this step, into q->draft: at most
  * spec_k, `tokens` more tokens of the step's budget and `rows` more output rows, what fits in
  * n_ctx and max_tokens, and what q's blocks plus the free blocks beyond the decodes' headroom
- * hold (speculation never preempts). A hybrid q copies its state to its slot2 first (verify
- * restores it). Returns q->n_draft. */
+ * hold (speculation never preempts), and for a hybrid q the spare slots free for its rows' states
+ * (one per draft: q->pslot, given back by verify). Returns q->n_draft. */
 static int propose(sched_t *s, req_t *q, int tokens, int rows) {
   q->n_draft = 0;
   if (q->r.no_spec || q->n_generated == 0 || q->n_fork > 0) return 0;
@@ -1121,9 +1130,10 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
     room += bt;
   }
   if (nd > room) nd = room;
+  if (nd > BE_POS_SLOTS) nd = BE_POS_SLOTS; /* 1 + nd rows <= BE_GRAPH_MAX_Q (state_pos_slot) */
   if (nd > 0 && s->hybrid) {
-    if (q->slot2 < 0 && s->n_spec_free > 0) q->slot2 = s->spec_free[--s->n_spec_free];
-    if (q->slot2 < 0 || s->m->be->ops->state_copy(s->m->be, q->slot2, q->slot)) nd = 0;
+    while (q->n_pslot < nd && s->n_spec_free > 0) q->pslot[q->n_pslot++] = s->spec_free[--s->n_spec_free];
+    if (nd > q->n_pslot) nd = q->n_pslot;
   }
   q->n_draft = nd > 0 ? nd : 0;
   return q->n_draft;
@@ -1132,9 +1142,10 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
 /* Takes q's tokens from its 1 + n_draft output rows starting at row o (host logits, or the
  * device-sampled ids) while each equals the draft of its row; the first that differs (or the
  * row after the last draft) is kept too. Then drops what the rejected drafts left: KV blocks
- * past the kept tokens, and a hybrid q's state (restored from slot2; the kept tokens are fed
- * again: q->redo). Returns take_token's result for the last token taken (1 + sched_finish_t,
- * or 0). */
+ * past the kept tokens, and a hybrid q's state: with rows 0..a kept (a drafts accepted, a < n_draft)
+ * its state is the one after row a, in q->pslot[a], which becomes q's slot (its old slot a
+ * spare); the spare slots go back. Returns take_token's result for the last token taken
+ * (1 + sched_finish_t, or 0). */
 static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   const int nd = q->n_draft, bt = s->cfg.block_tokens;
   int a = 0, done = 0, forced = 0, force_acc = 0;
@@ -1171,16 +1182,13 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
     q->spec_skip = q->spec_pause = q->spec_pause ? (q->spec_pause < 16 ? 2 * q->spec_pause : 16) : 1;
   }
   if (done) return done; /* finish releases everything */
-  if (!s->hybrid || a == nd) {
-    q->n_computed += a; /* the accepted drafts' K/V (and state) are the sequence's */
-    q->redo = 0;
-  } else { /* the state went past the kept tokens: back to the copy from before the step */
+  q->n_computed += a; /* the accepted drafts' K/V (and state) are the sequence's */
+  if (s->hybrid && a < nd) { /* the state went past the kept tokens: take the one after row a */
     const int t = q->slot;
-    q->slot = q->slot2;
-    q->slot2 = t;
-    q->n_computed -= q->chunk;
-    q->redo = q->chunk + a;
+    q->slot = q->pslot[a];
+    q->pslot[a] = t;
   }
+  pslot_release(s, q);
   q->n_draft = 0;
   /* blocks past the kept tokens held only rejected drafts (never committed) */
   const int keep = (q->n_tokens + bt - 1) / bt;
@@ -1192,8 +1200,8 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
 /* SCHED_SPEC_MTP, after the step's tokens were taken: the MTP pass over each still running
  * sequence's rows of the step whose next token is known now (spec.h "MTP drafting"), and the
  * drafts of those that decode (q->mtp_draft, for the step that finds n_tokens == mtp_at). The
- * rows a rejected draft left are not passed; a hybrid rollback's kept rows are (their hidden
- * states are exact), and passed again when they are fed again. */
+ * rows a rejected draft left are not passed; the kept ones are (rows 0..a of a sequence that
+ * accepted a drafts: their hidden states are exact). */
 static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
   int n = 0;
   /* the next step speculates only with at most spec_max_seqs decodes (step()): past that no pass
@@ -1256,7 +1264,7 @@ static int step(sched_t *s, gt_err_t *err) {
   if (s->n_running == 0) return 0;
   const int bt = s->cfg.block_tokens;
   int budget = s->cfg.max_batch_tokens;
-  int n_tok = 0, n_seq = 0, n_out = 0;
+  int n_tok = 0, n_seq = 0, n_out = 0, n_pos = 0;
   for (int i = 0; i < s->n_running; i++) s->running[i]->chunk = s->running[i]->n_draft = 0;
   /* adaptive speculation: none in a step of many decodes (compute-bound) */
   const int spec_on = s->cfg.spec_mode != SCHED_SPEC_OFF && decode_headroom(s) <= s->cfg.spec_max_seqs;
@@ -1289,6 +1297,10 @@ static int step(sched_t *s, gt_err_t *err) {
       s->b_first[n_seq] = n_tok;
       s->b_ntok[n_seq] = n + nd;
       s->b_slot[n_seq] = q->slot;
+      int32_t *ps = s->b_pslot + (size_t)n_seq * BE_POS_SLOTS;
+      for (int j = 0; j < BE_POS_SLOTS; j++) ps[j] = -1;
+      for (int j = 0; j < nd && s->hybrid; j++) ps[n - 1 + j] = q->pslot[j]; /* n == 1: decoding */
+      n_pos += nd > 0 && s->hybrid;
       for (int k = 0; k < n + nd; k++) {
         s->b_tok[n_tok + k] = k < n ? q->tokens[q->n_computed + k] : q->draft[k - n];
         s->b_pos[n_tok + k] = q->n_computed + k;
@@ -1311,7 +1323,8 @@ static int step(sched_t *s, gt_err_t *err) {
   }
   be_batch_t b = {.n_tok = n_tok, .n_seq = n_seq, .tok = s->b_tok, .pos = s->b_pos, .seq_first = s->b_first,
                   .seq_ntok = s->b_ntok, .block_table = s->b_bt, .max_blocks = maxb,
-                  .state_slot = s->hybrid ? s->b_slot : NULL, .n_out = n_out, .out_tok = s->b_out};
+                  .state_slot = s->hybrid ? s->b_slot : NULL, .state_pos_slot = n_pos ? s->b_pslot : NULL,
+                  .n_out = n_out, .out_tok = s->b_out};
   const int on_dev = device_rows(s, n_seq, n_out);
   const double t_mask = now_ms();
   const long caps0 = s->m->be->ops->graph_captures ? s->m->be->ops->graph_captures(s->m->be) : 0;
@@ -1351,7 +1364,6 @@ static int step(sched_t *s, gt_err_t *err) {
       }
       continue;
     }
-    q->redo = q->redo > q->chunk ? q->redo - q->chunk : 0;
     commit_blocks(s, q);
     if (q->snap_boundary && q->n_computed == q->snap_boundary && q->n_committed * bt == q->snap_boundary) {
       /* on the block kv_match finds: q's own, or the cached one q recomputed (its snapshot lost) */
@@ -1495,9 +1507,12 @@ int sched_warmup(sched_t *s, sched_warmup_t *out, gt_err_t *err) {
         s->b_out[i * kq + j] = i * kq + j;
       }
       for (int k = 0; k < mb; k++) s->b_bt[(size_t)i * mb + k] = k < vblocks ? (i * vblocks + k) % n_blocks : -1;
+      for (int j = 0; j < BE_POS_SLOTS; j++) /* the spare slots of sequence i's rows (verify) */
+        s->b_pslot[(size_t)i * BE_POS_SLOTS + j] = j < s->cfg.spec_k ? S + s->cfg.n_snapshots + i * s->cfg.spec_k + j : -1;
     }
     b.n_tok = b.n_out = n * kq;
     b.n_seq = n;
+    b.state_pos_slot = s->hybrid ? s->b_pslot : NULL;
     rc = warm_forward(s, &b, err);
     for (int r = 1; s->mtp && r <= kq && !rc; r++) {
       for (int i = 0; i < n; i++)

@@ -41,8 +41,8 @@ typedef struct sched sched_t;
  * those positions and the drafts are accepted while the token each row yields (taken exactly as
  * without speculation: same sampler draw, penalties, mask, stop checks) equals the draft. The
  * first token that differs is kept as the correction, the rest are discarded: the KV cache past
- * the last kept token is dropped and a hybrid model's recurrent state is restored from a copy
- * taken before the step (the kept tokens are then fed again). Output is therefore the same as
+ * the last kept token is dropped and a hybrid model's recurrent state becomes the one the verify
+ * step wrote after the last kept token (be_batch_t.state_pos_slot, a slot swap). Output is therefore the same as
  * without speculation, token for token, for greedy and for seeded sampling alike. */
 enum { SCHED_SPEC_OFF = 0, SCHED_SPEC_NGRAM = 1, SCHED_SPEC_MTP = 2 };
 #define SCHED_SPEC_MAX_K 8

@@ -34,7 +34,7 @@ typedef struct {
   int max_num_seqs, n_ctx, block_tokens;
   size_t kv_bytes_per_token;        /* all attention layers, K and V (model_kv_bytes_per_token) */
   size_t state_bytes_per_slot;      /* hybrid models (model_state_bytes_per_slot); 0 for dense ones */
-  int n_state_slots;                /* running + snapshot slots; 0 for dense models */
+  int n_state_slots;                /* running + snapshot + speculation spare slots (spec_max_seqs x spec_k); 0 for dense models */
   uint64_t weight_bytes;            /* for the log line only */
 } sched_mem_in_t;
 

@@ -736,6 +736,75 @@ static void test_gdn(void **st) {
   wdrop(&cw), wdrop(&a), wdrop(&dtb);
 }
 
+/* ---- per-position states (be_batch_t.state_pos_slot): a verify-like step of sequences with
+ * 1..5 tokens continuing from state, each token but the last with a position slot (conv1d_silu,
+ * gdn_scan on layer 0; gdn_conv_qkv on layer 1), then one token from every position slot and
+ * every own slot: the outputs, which read those states, match the CPU's (whose position slots
+ * equal feeding the tokens one at a time bitwise: tests/unit/test_gdn_ops.c). ---- */
+static void pos_qkv(tbatch_t *tb, wpair_t *cw, int K, int n_k, int dk, int n_v, int dv, const char *label) {
+  const int n = tb->b.n_tok, kd = n_k * dk, vd = n_v * dv, C = 2 * kd + vd;
+  float *x = rnd((size_t)n * C, 2.0f);
+  buf_t bx = putf(x, (size_t)n * C), bq = putf(NULL, (size_t)n * kd), bk = putf(NULL, (size_t)n * kd),
+        bv = putf(NULL, (size_t)n * vd);
+  CPU_BE->ops->gdn_conv_qkv(CPU_BE, 1, bx.c, &cw->c, K, bq.c, bk.c, bv.c, n_k, dk, n_v, dv, 1e-6f, 0.125f);
+  GPU_BE->ops->gdn_conv_qkv(GPU_BE, 1, bx.g, &cw->g, K, bq.g, bk.g, bv.g, n_k, dk, n_v, dv, 1e-6f, 0.125f);
+  char what[128];
+  snprintf(what, sizeof what, "gdn_conv_qkv q %s", label);
+  cmp(what, bq, (size_t)n * kd, TOL);
+  snprintf(what, sizeof what, "gdn_conv_qkv k %s", label);
+  cmp(what, bk, (size_t)n * kd, TOL);
+  snprintf(what, sizeof what, "gdn_conv_qkv v %s", label);
+  cmp(what, bv, (size_t)n * vd, TOL);
+  drop(&bx), drop(&bq), drop(&bk), drop(&bv);
+  free(x);
+}
+
+static void test_gdn_pos_slots(void **st) {
+  NEED_GPU();
+  enum { NS = 5, NP = NS * (NS - 1) / 2 };
+  const int n_k = 2, n_v = 4, dk = 128, dv = 128, K = 4, C = 2 * n_k * dk + n_v * dv, n_slots = NS + NP;
+  assert_int_equal(CPU_BE->ops->state_init(CPU_BE, 2, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  assert_int_equal(GPU_BE->ops->state_init(GPU_BE, 2, n_slots, (size_t)(K - 1) * C, (size_t)n_v * dk * dv), 0);
+  wpair_t cw = weight(GT_TYPE_F32, C, K, 0.5f), a = weight(GT_TYPE_F32, 1, n_v, 1.0f), dtb = weight(GT_TYPE_F32, 1, n_v, 1.0f);
+  int32_t table[NS + NP];
+  for (int i = 0; i < NS + NP; i++) table[i] = i % 4;
+  tbatch_t *tb = malloc(sizeof *tb);
+  int start[NS + NP], ntok[NS + NP], slots[NS + NP];
+  for (int s = 0; s < NS; s++) start[s] = 0, ntok[s] = 6 + s, slots[s] = s;
+  mk_batch(tb, NS, start, ntok, slots, table, TLEN(table), 1, 100);
+  gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, "pos slots: prompts");
+  pos_qkv(tb, &cw, K, n_k, dk, n_v, dv, "pos slots: prompts");
+  /* the step with position slots: sequence s brings s + 1 tokens */
+  int32_t ps[NS * BE_POS_SLOTS];
+  int next = NS;
+  for (int s = 0; s < NS; s++) {
+    start[s] = 6 + s, ntok[s] = s + 1;
+    for (int j = 0; j < BE_POS_SLOTS; j++) ps[s * BE_POS_SLOTS + j] = j < s ? next++ : -1;
+  }
+  mk_batch(tb, NS, start, ntok, slots, table, TLEN(table), 1, 100);
+  tb->b.state_pos_slot = ps;
+  gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, "pos slots: verify 1..5");
+  pos_qkv(tb, &cw, K, n_k, dk, n_v, dv, "pos slots: verify 1..5");
+  /* one token from every slot: the own ones (after the last token) and the position ones */
+  int n = 0;
+  for (int s = 0; s < NS; s++) {
+    for (int j = 0; j < s; j++) start[n] = 6 + s + j + 1, ntok[n] = 1, slots[n] = ps[s * BE_POS_SLOTS + j], n++;
+    start[n] = 6 + s + s + 1, ntok[n] = 1, slots[n] = s, n++;
+  }
+  assert_int_equal(n, NS + NP);
+  mk_batch(tb, n, start, ntok, slots, table, TLEN(table), 1, 100);
+  gdn_step(tb, &cw, &a, &dtb, C, K, n_k, n_v, dk, dv, "pos slots: from every slot");
+  pos_qkv(tb, &cw, K, n_k, dk, n_v, dv, "pos slots: from every slot");
+  /* a position slot on a sequence longer than BE_GRAPH_MAX_Q tokens is refused */
+  start[0] = 20, ntok[0] = BE_GRAPH_MAX_Q + 1, slots[0] = 0;
+  mk_batch(tb, 1, start, ntok, slots, table, TLEN(table), 1, 100);
+  tb->b.state_pos_slot = ps + BE_POS_SLOTS; /* sequence 1's row: one slot */
+  assert_int_equal(GPU_BE->ops->set_batch(GPU_BE, &tb->b), GT_EINVAL);
+  GPU_BE->err = (gt_err_t){0};
+  free(tb);
+  wdrop(&cw), wdrop(&a), wdrop(&dtb);
+}
+
 /* ---- GDN prefill: the chunked scan (sequences of >= 16 tokens, chunks of 64) against the CPU's
  * sequential one: prompt lengths around the chunk size, long prompts mixed with decode tokens
  * and short multi-token sequences (the sequential kernel) in one batch, chunked steps continuing
@@ -1797,7 +1866,7 @@ int main(void) {
 #define T(f) cmocka_unit_test_teardown(f, reset_switches)
   const struct CMUnitTest tests[] = {
       T(test_matmul),        T(test_embed_gather),  T(test_dense),         T(test_rope),
-      T(test_attention),     T(test_attention_decode_b32), T(test_gdn),    T(test_gdn_chunked),
+      T(test_attention),     T(test_attention_decode_b32), T(test_gdn),    T(test_gdn_pos_slots), T(test_gdn_chunked),
       T(test_gdn_long),      T(test_decode_graphs), T(test_verify_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
       T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
       T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),

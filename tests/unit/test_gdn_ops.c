@@ -583,6 +583,121 @@ static void test_errors(void **state) {
   h_free(&h);
 }
 
+/* ---- per-position states (be_batch_t.state_pos_slot) ----
+ * Sequences of 1..PS_NSEQ tokens in one batch, each continuing from a random state, with a
+ * position slot for every token but the last: each position slot holds, bitwise, the state
+ * (conv and SSM) that feeding the tokens one at a time leaves after that token; the outputs and
+ * the sequences' own slots are those of the plain batch. */
+enum { PS_NSEQ = 5, PS_SLOTS = PS_NSEQ + PS_NSEQ * (PS_NSEQ - 1) / 2 };
+static void ps_init(be_cpu_t *c, int32_t *first, int32_t *ntok, int32_t *slot) {
+  memset(c, 0, sizeof *c);
+  c->n_threads = 2;
+  c->st_layers = NLAYER;
+  c->st_slots = PS_SLOTS;
+  c->conv_dim = (size_t)(KC - 1) * CCH;
+  c->ssm_dim = (size_t)NV * DK * DV;
+  c->conv = malloc(sizeof(float) * NLAYER * PS_SLOTS * c->conv_dim);
+  c->ssm = malloc(sizeof(float) * NLAYER * PS_SLOTS * c->ssm_dim);
+  assert_non_null(c->conv);
+  assert_non_null(c->ssm);
+  c->b.seq_first = c->seq_first = first;
+  c->b.seq_ntok = c->seq_ntok = ntok;
+  c->b.state_slot = c->state_slot = slot;
+}
+
+static void test_state_pos_slot(void **state) {
+  (void)state;
+  int T = 0;
+  int32_t first[PS_NSEQ], ntok[PS_NSEQ], slot[PS_NSEQ], pos_slot[PS_NSEQ * BE_POS_SLOTS];
+  for (int i = 0; i < PS_NSEQ * BE_POS_SLOTS; i++) pos_slot[i] = -1;
+  int next = PS_NSEQ;
+  for (int s = 0; s < PS_NSEQ; s++) {
+    first[s] = T;
+    ntok[s] = s + 1;
+    slot[s] = s;
+    for (int j = 0; j < s; j++) pos_slot[s * BE_POS_SLOTS + j] = next++;
+    pos_slot[s * BE_POS_SLOTS + s] = 0; /* the entry of its last token: ignored */
+    T += s + 1;
+  }
+  assert_int_equal(next, PS_SLOTS);
+  /* inputs: conv x [T, CCH] -> q, k, v taken from fresh random unit rows (the ops are separate) */
+  float *wt = malloc(sizeof(float) * CCH * KC), *x = malloc(sizeof(float) * T * CCH);
+  float *q = malloc(sizeof(float) * T * NK * DK), *k = malloc(sizeof(float) * T * NK * DK);
+  float *v = malloc(sizeof(float) * T * NV * DV), *g = malloc(sizeof(float) * T * NV), *b = malloc(sizeof(float) * T * NV);
+  fill(wt, CCH * KC, -0.8f, 0.8f);
+  fill(x, (size_t)T * CCH, -2, 2);
+  fill(q, (size_t)T * NK * DK, -1, 1);
+  fill(k, (size_t)T * NK * DK, -1, 1);
+  unit_rows(q, T * NK, DK);
+  unit_rows(k, T * NK, DK);
+  fill(v, (size_t)T * NV * DV, -1, 1);
+  fill(g, (size_t)T * NV, -0.5f, 0);
+  fill(b, (size_t)T * NV, 0, 1);
+  const be_weight_t w = {.type = GT_TYPE_F32, .rows = CCH, .cols = KC, .row_bytes = KC * sizeof(float), .data = wt};
+
+  be_cpu_t A, B; /* A: the batch with position slots; B: token by token */
+  int32_t fa[PS_NSEQ], na[PS_NSEQ], sa[PS_NSEQ], fb[PS_NSEQ], nb[PS_NSEQ], sb[PS_NSEQ];
+  memcpy(fa, first, sizeof fa);
+  memcpy(na, ntok, sizeof na);
+  memcpy(sa, slot, sizeof sa);
+  ps_init(&A, fa, na, sa);
+  ps_init(&B, fb, nb, sb);
+  fill(A.conv, (size_t)NLAYER * PS_SLOTS * A.conv_dim, -3, 3);
+  fill(A.ssm, (size_t)NLAYER * PS_SLOTS * A.ssm_dim, -1, 1);
+  memcpy(B.conv, A.conv, sizeof(float) * NLAYER * PS_SLOTS * A.conv_dim);
+  memcpy(B.ssm, A.ssm, sizeof(float) * NLAYER * PS_SLOTS * A.ssm_dim);
+  A.b.n_tok = T;
+  A.b.n_seq = PS_NSEQ;
+  A.b.state_pos_slot = pos_slot;
+  float *ca = malloc(sizeof(float) * T * CCH), *oa = malloc(sizeof(float) * T * NV * DV);
+  cpu_conv1d_silu(&A.base, LAYER, x, ca, &w, CCH, KC);
+  cpu_gdn_scan(&A.base, LAYER, q, k, v, g, b, oa, NK, NV, DK, DV);
+  assert_int_equal(A.base.err.code, GT_OK);
+
+  /* B: step i feeds token i of every sequence that has one (batch rows gathered) */
+  float *cb = malloc(sizeof(float) * PS_NSEQ * CCH), *ob = malloc(sizeof(float) * PS_NSEQ * NV * DV);
+  float *xs = malloc(sizeof(float) * PS_NSEQ * CCH), *qs = malloc(sizeof(float) * PS_NSEQ * NK * DK);
+  float *ks = malloc(sizeof(float) * PS_NSEQ * NK * DK), *vs = malloc(sizeof(float) * PS_NSEQ * NV * DV);
+  float *gs = malloc(sizeof(float) * PS_NSEQ * NV), *bs = malloc(sizeof(float) * PS_NSEQ * NV);
+#define ROW(dst, src, d) memcpy((dst) + (size_t)n * (d), (src) + (size_t)t * (d), sizeof(float) * (d))
+  for (int i = 0; i < PS_NSEQ; i++) {
+    int n = 0, who[PS_NSEQ];
+    for (int s = 0; s < PS_NSEQ; s++) {
+      if (i >= ntok[s]) continue;
+      const int t = first[s] + i;
+      ROW(xs, x, CCH);
+      ROW(qs, q, NK * DK);
+      ROW(ks, k, NK * DK);
+      ROW(vs, v, NV * DV);
+      ROW(gs, g, NV);
+      ROW(bs, b, NV);
+      fb[n] = n;
+      nb[n] = 1;
+      sb[n] = slot[s];
+      who[n++] = s;
+    }
+    B.b.n_tok = B.b.n_seq = n;
+    cpu_conv1d_silu(&B.base, LAYER, xs, cb, &w, CCH, KC);
+    cpu_gdn_scan(&B.base, LAYER, qs, ks, vs, gs, bs, ob, NK, NV, DK, DV);
+    assert_int_equal(B.base.err.code, GT_OK);
+    for (int r = 0; r < n; r++) {
+      const int s = who[r], t = first[s] + i;
+      assert_memory_equal(ca + (size_t)t * CCH, cb + (size_t)r * CCH, sizeof(float) * CCH);
+      assert_memory_equal(oa + (size_t)t * NV * DV, ob + (size_t)r * NV * DV, sizeof(float) * NV * DV);
+      const int ps = i + 1 < ntok[s] ? pos_slot[s * BE_POS_SLOTS + i] : slot[s];
+      assert_memory_equal(cpu_conv_state(&A, LAYER, ps), cpu_conv_state(&B, LAYER, slot[s]), sizeof(float) * A.conv_dim);
+      assert_memory_equal(cpu_ssm_state(&A, LAYER, ps), cpu_ssm_state(&B, LAYER, slot[s]), sizeof(float) * A.ssm_dim);
+    }
+  }
+#undef ROW
+  /* the other layer's states are untouched */
+  assert_memory_equal(cpu_conv_state(&A, 0, 0), cpu_conv_state(&B, 0, 0), sizeof(float) * PS_SLOTS * A.conv_dim);
+  assert_memory_equal(cpu_ssm_state(&A, 0, 0), cpu_ssm_state(&B, 0, 0), sizeof(float) * PS_SLOTS * A.ssm_dim);
+  free(A.conv), free(A.ssm), free(B.conv), free(B.ssm);
+  free(wt), free(x), free(q), free(k), free(v), free(g), free(b), free(ca), free(oa), free(cb), free(ob);
+  free(xs), free(qs), free(ks), free(vs), free(gs), free(bs);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_conv1d_silu),
@@ -590,6 +705,7 @@ int main(void) {
       cmocka_unit_test(test_chunked_vs_sequential),
       cmocka_unit_test(test_l2norm_gates_rmsnorm_gated),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_state_pos_slot),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

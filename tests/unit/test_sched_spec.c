@@ -5,7 +5,9 @@
  *   - a test drafter that proposes the true continuation (every draft accepted), with a forced
  *     rejection at each draft position in turn (spec_force_reject), and one that proposes wrong
  *     tokens (every draft rejected);
- *   - under preemption (a small pool).
+ *   - under preemption (a small pool);
+ *   - every position computed once (sched_stats computed_tokens: no kept token fed again after a
+ *     hybrid rollback, which now swaps in the state after the last kept row).
  * On qwen3-tiny also: seeded sampling (device and host sampling paths, logprobs, penalties, stop
  * ids) gives the same tokens with and without speculation (on the GPU: up to a rare draw at a
  * float boundary, see assert_sampled), and a two-sample chi-square test of
@@ -194,6 +196,12 @@ static void check_model(const char *name) {
     assert_same(ref, got, NREQ, what);
     sched_stats(s, &st);
     assert_true(st.spec_drafts > 0);
+    /* each position is computed once: the prompt (less its cached part), then every generated
+     * token but the last either as the next step's pending token or as an accepted draft, plus
+     * the drafts that were fed; a hybrid rollback feeds no kept token again */
+    uint64_t fed = (uint64_t)st.spec_draft_tokens - st.spec_accepted_tokens;
+    for (int k = 0; k < NREQ; k++) fed += (uint64_t)(got[k].usage.prompt_tokens - got[k].usage.cached_tokens + got[k].n - 1);
+    assert_int_equal(st.computed_tokens, fed);
     if (fr == 0) {
       assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
       /* every verify step keeps its drafts plus one: far fewer steps than tokens */
