@@ -14,6 +14,9 @@ CMD=("$@")
 MODEL_FILE=${GANTRY_DEMO_MODEL:-tests/golden/demo/gantry-demo-code-22m.Q4_K_M.gguf}
 PROMPT=${GANTRY_DEMO_PROMPT:-'def fibonacci(n):\n'}
 TMP=$(mktemp -d)
+# the logs exist before their writers start: a background job opens its redirections in the
+# child, so the polling below (set -e, pipefail) could otherwise read a file not yet created
+: >"$TMP/redis.log"; : >"$TMP/engine.log"; : >"$TMP/router.out"; : >"$TMP/router.log"
 PIDS=()
 stop_all() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
