@@ -753,9 +753,18 @@ static void test_chain_on_device(void **state) {
   (void)state;
   chain_case(g_path, 0);
   chain_case(g_path, 100);
-  /* the trained demo model (its drafts are mostly right: real token chains, not noise) */
-  chain_case(tu_golden("demo35/gantry-demo35-code-22m.Q4_K_M.gguf"), 0);
-  chain_case(tu_golden("demo35/gantry-demo35-code-22m.Q4_K_M.gguf"), 1024);
+  /* the trained demo model (its drafts are mostly right: real token chains, not noise); a GPU
+   * call that left it behind (scripts/gpu/slim.sh hide tests) skips it there, the CPU build never */
+  char demo[4096];
+  snprintf(demo, sizeof demo, "%s", tu_golden("demo35/gantry-demo35-code-22m.Q4_K_M.gguf"));
+#ifdef MTP_CUDA
+  if (access(demo, R_OK) != 0) {
+    printf("%s: not here, its chain cases skipped\n", demo);
+    return;
+  }
+#endif
+  chain_case(demo, 0);
+  chain_case(demo, 1024);
 }
 
 static void test_refused_without_mtp(void **state) {
