@@ -1299,9 +1299,10 @@ static void test_prefill_fast(void **st) {
  * row counts and n_out not a multiple of any tile. Decode rows keep the weights' exact integers
  * (bound MMQ_BF16_TOL), prefill rows of K-quant / Q8_0 weights take the fast product (FAST_TOL_1);
  * the error must exceed FAST_MIN there (else x was not rounded), and 1-2 rows (BF16: 1-3) stay on
- * the exact matvec kernels (TOL). These shapes are below KC_MMQ_MIN_ELEMS, so mmq is forced
- * (kc_mmq_set(1, 0)) for that; unforced, K-quant / Q8_0 weights that small keep the exact matvec
- * kernels at 3..KC_MATVEC_MAX_ROWS rows too (kc_mmq_size_ok: TOL, x not rounded). */
+ * the exact matvec kernels (TOL). These shapes are below KC_MMQ_MIN_ELEMS (2M elements), so the
+ * first pass forces mmq (kc_mmq_set(1, 0), the path real models' 3..32 rows take); the second keeps
+ * the size rule (kc_mmq_size_ok), under which K-quant / Q8_0 weights this small stay on the exact
+ * matvec kernels through 32 rows (TOL, x not rounded) and take mmq past them. */
 static void test_activations_bf16(void **st) {
   NEED_GPU();
   assert_int_equal(be_cuda_set_activations("bf16"), 0);
@@ -1311,40 +1312,28 @@ static void test_activations_bf16(void **st) {
   const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K, GT_TYPE_Q6_K, GT_TYPE_Q8_0, GT_TYPE_BF16};
   const int64_t shapes[][2] = {{300, 1024}, {72, 768}};
   const int rows_list[] = {1, 2, 3, 4, 7, 8, 17, 32, 33, 64, 65, 132};
-  kc_mmq_set(1, 0);
-  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-      const int64_t n_out = shapes[si][0], cols = shapes[si][1];
-      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
-              wk = weight(types[ti], n_out / 4, cols, 0.5f);
-      for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
-        const int rows = rows_list[ri];
-        const int rounded = rows >= (types[ti] == GT_TYPE_BF16 ? 4 : 3);
-        const double tol = !rounded ? TOL : rows > 64 && types[ti] != GT_TYPE_BF16 ? FAST_TOL_1 : MMQ_BF16_TOL;
-        char what[96];
-        snprintf(what, sizeof what, "act bf16 %s %lldx%lld rows %d", dt_name(types[ti]), (long long)n_out,
-                 (long long)cols, rows);
-        double e[4];
-        products_vs_cpu(what, &w, &wu, &wk, rows, tol, e);
-        for (int i = 0; i < 4; i++)
-          if (rounded && e[i] < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e[i]);
+  for (int forced = 1; forced >= 0; forced--) {
+    kc_mmq_set(forced ? 1 : -1, 0);
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+      for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t n_out = shapes[si][0], cols = shapes[si][1];
+        wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
+                wk = weight(types[ti], n_out / 4, cols, 0.5f);
+        for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+          const int rows = rows_list[ri], bf16w = types[ti] == GT_TYPE_BF16;
+          const int rounded = rows >= (bf16w ? 4 : 3) && (forced || bf16w || rows > 32);
+          const double tol = !rounded ? TOL : rows > 64 && !bf16w ? FAST_TOL_1 : MMQ_BF16_TOL;
+          char what[96];
+          snprintf(what, sizeof what, "act bf16 %s %lldx%lld rows %d%s", dt_name(types[ti]), (long long)n_out,
+                   (long long)cols, rows, forced ? " mmq forced" : "");
+          double e[4];
+          products_vs_cpu(what, &w, &wu, &wk, rows, tol, e);
+          for (int i = 0; i < 4; i++)
+            if (rounded && e[i] < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e[i]);
+        }
+        wdrop(&w), wdrop(&wu), wdrop(&wk);
       }
-      wdrop(&w), wdrop(&wu), wdrop(&wk);
     }
-  }
-  kc_mmq_set(-1, 0); /* the size rule: small K-quant / Q8_0 weights stay exact through 32 rows */
-  const int small_rows[] = {3, 8, 32};
-  for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-    if (types[ti] == GT_TYPE_BF16) continue;
-    wpair_t w = weight(types[ti], 300, 1024, 0.5f), wu = weight(types[ti], 300, 1024, 0.5f),
-            wk = weight(types[ti], 75, 1024, 0.5f);
-    for (size_t ri = 0; ri < sizeof small_rows / sizeof *small_rows; ri++) {
-      char what[96];
-      snprintf(what, sizeof what, "act bf16 %s 300x1024 rows %d (small: matvec)", dt_name(types[ti]), small_rows[ri]);
-      double e[4];
-      products_vs_cpu(what, &w, &wu, &wk, small_rows[ri], TOL, e);
-    }
-    wdrop(&w), wdrop(&wu), wdrop(&wk);
   }
   assert_int_equal(be_cuda_set_activations("fp32"), 0);
 }
