@@ -1,7 +1,8 @@
 #!/bin/sh
 # On the GPU machine, from the repository root: runs the packed CUDA tests (build-cuda-dist/,
 # see pack.sh; the list: gpu_tests.sh) against tests/golden. MEMCHECK=1 also runs the qwen35
-# golden test under compute-sanitizer memcheck. Logs go to $OUT when set.
+# golden test under compute-sanitizer memcheck. Logs go to $OUT when set. ONLY: a space-separated
+# subset of the list to run instead.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 D=$SRC/build-cuda-dist
@@ -13,7 +14,7 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
 rc=0
 . "$SRC/scripts/gpu/gpu_tests.sh"
-for t in $GPU_TESTS; do
+for t in ${ONLY:-$GPU_TESTS}; do
   [ -x "$D/$t" ] || continue
   echo "== $t"
   "$D/$t" >"$LOG/$t.log" 2>&1; r=$?

@@ -1,6 +1,7 @@
 /* tools/bench/bench_matvec.cu — microbenchmark of kernels/matvec.cu (llm.c dev/cuda style).
  *
  *   bench_matvec [--reps N] [--types Q4_K,Q6_K,...] [--ns 1,2,4,8,32] [--mmq 0|1]
+ *                [--shapes 12288x4096,...] [--mmq-ns 8,32]
  *
  * Weights: a pool of 512 random rows per (type, cols) quantized with tools/quantize.h, tiled
  * over n_out rows. Before timing, every product is checked against a host reference
@@ -15,7 +16,9 @@
  *   shape | type | path | n | us | GB/s | % of copy BW | % of 4.8 TB/s
  * with GB = weights + x + out bytes, copy BW = 2 * bytes / time of a 1 GiB cudaMemcpy D2D, 4.8
  * TB/s the H200's nominal HBM3e bandwidth (the roofline of kernels/README.md). --ns: the row
- * counts timed (checks always run n = 1..32 samples); --mmq 0 skips the mmq section.
+ * counts timed (checks always run n = 1..32 samples); --mmq 0 skips the mmq section. --shapes:
+ * only these plain / mmq shapes (n_out x cols; "multi" and "swiglu" name the two fused products),
+ * --mmq-ns: only these mmq row counts (a profiler run picks one launch with them).
  * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
  * "mmqP/O" with P bf16 parts of x, built for O blocks per SM; decode rows n <= 64 with 3 and 1 parts) for
  * n = 1..512 on the same shapes, checked the same way (bound
@@ -189,6 +192,22 @@ static void bm_copy_bw(void) {
 }
 
 static int k_ns[8] = {1, 2, 4, 8, 32}, BM_NN = 5; /* --ns */
+static const char *g_shapes;                          /* --shapes: NULL = all */
+static const char *g_mmq_ns;                          /* --mmq-ns: NULL = all */
+
+/* whether item (a shape "NxK", "multi" or "swiglu"; a row count) is in the comma list l (NULL: all) */
+static int bm_listed(const char *l, const char *item) {
+  if (!l) return 1;
+  const size_t n = strlen(item);
+  for (const char *c = l; *c; c = strchr(c, ',') ? strchr(c, ',') + 1 : "")
+    if (!strncmp(c, item, n) && (c[n] == ',' || c[n] == 0)) return 1;
+  return 0;
+}
+static int bm_shape_listed(int64_t n_out, int64_t cols) {
+  char s[48];
+  snprintf(s, sizeof s, "%lldx%lld", (long long)n_out, (long long)cols);
+  return bm_listed(g_shapes, s);
+}
 
 /* plain product: validate n = 1..32 (a few), then time */
 static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, const float *dx, float *dout,
@@ -340,7 +359,9 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
   const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
   for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
     const int n = ns[i];
-    if ((double)n * n_out > 32.0 * 151936) continue;
+    char nname[16];
+    snprintf(nname, sizeof nname, "%d", n);
+    if ((double)n * n_out > 32.0 * 151936 || !bm_listed(g_mmq_ns, nname)) continue;
     for (int po = 0; po < (n > 64 ? 6 : 4); po++) { /* decode rows: 3 parts (fp32 activations), 1 (bf16) */
       const int parts = n > 64 ? 1 + po / 2 : po < 2 ? 3 : 1, occ = 1 + po % 2;
       kc_mmq_set_occ(occ);
@@ -392,6 +413,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--types")) types_arg = argv[i + 1];
     else if (!strcmp(argv[i], "--mmq")) mmq = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--shapes")) g_shapes = argv[i + 1];
+    else if (!strcmp(argv[i], "--mmq-ns")) g_mmq_ns = argv[i + 1];
     else if (!strcmp(argv[i], "--ns")) {
       BM_NN = 0;
       for (const char *c = argv[i + 1]; *c && BM_NN < 8; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") {
@@ -403,7 +426,10 @@ int main(int argc, char **argv) {
         k_ns[BM_NN++] = v;
       }
     } else {
-      fprintf(stderr, "usage: %s [--reps N] [--types BF16,Q8_0,Q4_K,Q5_K,Q6_K] [--ns 1,2,...] [--mmq 0|1]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--reps N] [--types BF16,Q8_0,Q4_K,Q5_K,Q6_K] [--ns 1,2,...] [--mmq 0|1] [--shapes NxK,multi,swiglu]"
+              " [--mmq-ns 8,32]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -443,9 +469,9 @@ int main(int argc, char **argv) {
     }
     const gt_type_t t = (gt_type_t)ti;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-      bm_plain(t, shapes[s][0], shapes[s][1], hx, dx, dout, reps, e0, e1);
-    bm_multi(t, hx, dx, dout, dref, reps, e0, e1);
-    bm_swiglu(t, dx, dout, dref, reps, e0, e1);
+      if (bm_shape_listed(shapes[s][0], shapes[s][1])) bm_plain(t, shapes[s][0], shapes[s][1], hx, dx, dout, reps, e0, e1);
+    if (bm_listed(g_shapes, "multi")) bm_multi(t, hx, dx, dout, dref, reps, e0, e1);
+    if (bm_listed(g_shapes, "swiglu")) bm_swiglu(t, dx, dout, dref, reps, e0, e1);
   }
   if (mmq) printf("\n%-22s | %-4s | %-4s | %3s | %9s | %7s | %s\n", "shape", "type", "path", "n", "us", "GB/s", "% of copy BW");
   snprintf(list, sizeof list, "%s", types_arg);
@@ -453,7 +479,7 @@ int main(int argc, char **argv) {
     const gt_type_t t = (gt_type_t)dt_from_name(tok);
     if (!mmq || (t != GT_TYPE_Q4_K && t != GT_TYPE_Q5_K && t != GT_TYPE_Q6_K && t != GT_TYPE_Q8_0)) continue;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-      if (shapes[s][0] != 1024) bm_mmq(t, shapes[s][0], shapes[s][1], hx, dx, reps, e0, e1);
+      if (shapes[s][0] != 1024 && bm_shape_listed(shapes[s][0], shapes[s][1])) bm_mmq(t, shapes[s][0], shapes[s][1], hx, dx, reps, e0, e1);
   }
   printf(g_fail ? "VALIDATION FAILED\n" : "all checks passed\n");
   free(hx);
