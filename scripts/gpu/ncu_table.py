@@ -55,14 +55,22 @@ def launches(path, pick=None):
         print("pick", want if want is not None else -1)
 
 
+def opcode(sass):
+    t = sass.split()
+    while t and (t[0].startswith("@") or t[0].startswith("{")):
+        t = t[1:]
+    return t[0].rstrip(";").split(".")[0] if t else "?"
+
+
 def source(path, top=30):
     rows = rows_of(path)
-    if not rows:
+    hi = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
+    if hi is None:
         print("no source rows in", path)
         return
-    head, body = rows[0], rows[1:]
+    head, body = rows[hi], [r for r in rows[hi + 1:] if len(r) == len(rows[hi])]
     col = {h: i for i, h in enumerate(head)}
-    samp = [h for h in head if "Sampl" in h or "stall" in h.lower()]
+    samp = [h for h in head if ("Sampl" in h or h.startswith("stall_")) and "Not Issued" not in h and "Not-issued" not in h]
     key = next((h for h in head if h.startswith("Warp Stall Sampling (All")), samp[0] if samp else None)
     if key is None:
         print("no sampling column; columns:", head)
@@ -79,6 +87,15 @@ def source(path, top=30):
         v = num(r[col[key]]) or 0.0
         detail = " ".join("%s=%d" % (h[:28], num(r[col[h]])) for h in samp if h != key and (num(r[col[h]]) or 0) >= 0.05 * v and v > 0)
         print("%5.1f%%  %-60s %s" % (100.0 * v / all_s, r[src][:60], detail[:200]))
+    ie = col.get("Instructions Executed")
+    if ie is not None:
+        mix, total = {}, 0.0
+        for r in body:
+            v = num(r[ie]) or 0.0
+            mix[opcode(r[src])] = mix.get(opcode(r[src]), 0.0) + v
+            total += v
+        print("warp instructions executed %d; by opcode: %s" % (total, " ".join(
+            "%s %.1f%%" % (k, 100.0 * v / total) for k, v in sorted(mix.items(), key=lambda kv: -kv[1])[:24])))
     print("sums:", "; ".join("%s %d" % (h, v) for h, v in sorted(tot.items(), key=lambda kv: -kv[1]) if v > 0)[:2000])
 
 

@@ -5,8 +5,9 @@
 # For each case (bench_matvec on one shape, Q4_K): pass 1 lists every launch of the kernel with its
 # duration, grid, registers, DRAM / issue / occupancy %, and the top stall reasons (ncu raw metrics,
 # $OUT/NAME.raw.csv; scripts/gpu/ncu_table.py launches); pass 2 profiles the last launch of the picked
-# instantiation with the SourceCounters section ($OUT/NAME.ncu-rep) and prints the SASS lines with the
-# most stall samples (ncu_table.py source). Env: OUT (/tmp/stalls), BUDGET (300 s), CASES (all:
+# instantiation with the SourceCounters section (/tmp/NAME.ncu-rep: too big to bring back; its source
+# page as $OUT/NAME.src.csv) and prints the SASS lines with the most stall samples and the
+# instruction mix by opcode (ncu_table.py source). Env: OUT (/tmp/stalls), BUDGET (300 s), CASES (all:
 # "mvm1 mvm1s mmq32 mmq8").
 set -u
 OUT=${OUT:-/tmp/stalls}
@@ -29,10 +30,10 @@ prof() {
   i=$(awk '/^pick/ {print $2}' /tmp/pick.txt)
   [ -n "$i" ] && [ "$i" -ge 0 ] || { echo "== $n: nothing picked"; return; }
   step "$n.src" 120 "$NCU" --clock-control none --section SourceCounters --section WarpStateStats --import-source no \
-    -k "regex:$k" --launch-skip "$i" -c 1 -f -o "$OUT/$n" "$D/bench_matvec" --reps 2 --types Q4_K "$@"
-  "$NCU" -i "$OUT/$n.ncu-rep" --page source --csv --print-source sass >"$OUT/$n.src.csv" 2>&1
+    -k "regex:$k" --launch-skip "$i" -c 1 -f -o "/tmp/$n" "$D/bench_matvec" --reps 2 --types Q4_K "$@"
+  "$NCU" -i "/tmp/$n.ncu-rep" --page source --csv --print-source sass >"$OUT/$n.src.csv" 2>&1
   python3 "$T" source "$OUT/$n.src.csv" 24
-  "$NCU" -i "$OUT/$n.ncu-rep" --page details --section WarpStateStats 2>&1 | grep -E "Warp Cycles|Issued|Eligible|Active" | head -8
+  "$NCU" -i "/tmp/$n.ncu-rep" --page details --section WarpStateStats 2>&1 | grep -E "Warp Cycles|Issued|Eligible|Active" | head -8
 }
 has() { case " ${CASES:-mvm1 mvm1s mmq32 mmq8} " in *" $1 "*) return 0 ;; esac; return 1; }
 # batch 1: matvec_mma on the qwen3-8b swiglu (gate + up 12288x4096) and the 4096x12288 down
