@@ -10,10 +10,7 @@
  *   apair(r, s, hf): bf16x2 of the exact q of elements kbase(s, tig) + 2hf + 0..1 (A register)
  *   sraw / sload(r, row, kb, half) / sdecode(r, half, dst): scale slots 8half..8half+7 of the row
  *            into dst[0], dst[1] (float4)
- * Q4_K / Q6_K also have qword(r, s) (4 bytes of q + bias, each < 128) for matvec_mma.cu.
- * STAGED (Q4_K, Q5_K: 16-byte aligned blocks): raw is NW 8-byte words, word w of lane tig at
- *   word(row, kb, tig, w), and sraw one 16-byte word at sword(row, kb): what load / sload read, so
- *   that kernels/mmq.cu can stage them through shared memory by cp.async (same values). */
+ * Q4_K / Q6_K also have qword(r, s) (4 bytes of q + bias, each < 128) for matvec_mma.cu. */
 #ifndef GANTRY_KERNELS_MMA_DEC_CUH
 #define GANTRY_KERNELS_MMA_DEC_CUH
 #include <cuda_bf16.h>
@@ -53,12 +50,6 @@ struct mvm_q4k {
    * 2j (low nibbles) and 2j+1 (high nibbles); k-step s = 4j + 2 nibble + h */
   struct raw { uint2 q[4]; };
   struct sraw { uint4 h; };
-  static constexpr bool STAGED = true;
-  static constexpr int NW = 4;
-  __device__ static const uint8_t *word(const uint8_t *row, int64_t kb, int tig, int w) {
-    return row + kb * BB + 16 + 8 * tig + 32 * w;
-  }
-  __device__ static const uint8_t *sword(const uint8_t *row, int64_t kb) { return row + kb * BB; }
   __device__ static int kbase(int s, int tig) { return 32 * (s >> 1) + 8 * tig + 4 * (s & 1); }
   __device__ static int kstep(int q) { return 2 * (q >> 3) + (q & 1); }
   __device__ static int ktig(int q) { return (q >> 1) & 3; }
@@ -95,7 +86,7 @@ struct mvm_q4k {
  * l = 16lh + 4tig + 0..3. */
 struct mvm_q6k {
   static constexpr int NSUB = 16, SPS = 1, BB = 210;
-  static constexpr bool HAS_MIN = false, STAGED = false;
+  static constexpr bool HAS_MIN = false;
   static constexpr uint32_t BIAS = 0x43204320u; /* bf16x2 (160, 160) = 128 + 32 */
   /* ql[2(2h + lh) + kk] = ql bytes 64h + 32kk + 16lh + 4tig..+3; qh[2h + lh] = qh bytes 32h + 16lh + 4tig..+3 */
   struct raw { uint32_t ql[8], qh[4]; };
@@ -148,12 +139,6 @@ struct mvm_q5k {
   static constexpr uint32_t BIAS = 0x43004300u;
   struct raw { uint2 q[4]; uint2 h; };
   typedef mvm_q4k::sraw sraw;
-  static constexpr bool STAGED = true;
-  static constexpr int NW = 5; /* q[0..3], then h */
-  __device__ static const uint8_t *word(const uint8_t *row, int64_t kb, int tig, int w) {
-    return row + kb * BB + (w < 4 ? 48 + 32 * w : 16) + 8 * tig;
-  }
-  __device__ static const uint8_t *sword(const uint8_t *row, int64_t kb) { return row + kb * BB; }
   __device__ static int kbase(int s, int tig) { return mvm_q4k::kbase(s, tig); }
   __device__ static int kstep(int q) { return mvm_q4k::kstep(q); }
   __device__ static int ktig(int q) { return mvm_q4k::ktig(q); }
@@ -186,7 +171,7 @@ struct mvm_q5k {
  * 16(s&1) + 4tig..). q = int8 exact in bf16 (through 2^23 + (q + 128) in fp32). */
 struct mvm_q8_0 {
   static constexpr int NSUB = 8, SPS = 2, BB = 34;
-  static constexpr bool HAS_MIN = false, STAGED = false;
+  static constexpr bool HAS_MIN = false;
   struct raw { uint32_t q[16]; };
   struct sraw { uint16_t d[8]; };
   __device__ static int kbase(int s, int tig) { return 16 * s + 4 * tig; }

@@ -56,25 +56,7 @@ KC_API int kc_mmq_prep(cudaStream_t st, int type, const float *x, int64_t cols, 
   return (int)cudaGetLastError();
 }
 
-/* cp.async (sm_80+): 8 bytes through L1, 16 bytes around it; groups per thread */
-__device__ __forceinline__ void mmq_cp8(uint32_t dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void mmq_cp16(uint32_t dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void mmq_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void mmq_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-/* Staged loads (ST >= 2 stages, D::STAGED): bytes per warp and stage in the dynamic shared
- * memory: [4 rows (wa0, wb0, wa1, wb1) x NW words][32 lanes] uint2, then [2 groups][32 lanes] uint4
- * of scale words. A lane reads back only what it staged itself (no barrier; the wait is per thread). */
-template <class D> __host__ __device__ constexpr int mmq_stage_bytes() {
-  if constexpr (D::STAGED) return (4 * D::NW * 8 + 2 * 16) * 32;
-  else return 0;
-}
-
-template <class D, int NT, int NP, int OCC, int ST>
+template <class D, int NT, int NP, int OCC>
 __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
     mmq_kernel(const mmq_args_t a, const uint16_t *__restrict__ xp, const float *__restrict__ sx, int64_t cols,
                int n, int64_t npad) {
@@ -98,31 +80,6 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
   const uint8_t *wa[2], *wb[2], *ws[2];
 #pragma unroll
   for (int i = 0; i < 2; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
-  const int64_t nkb = cols >> 8;
-  extern __shared__ __align__(16) uint8_t mmq_dyn[]; /* ST: [warp][stage] mmq_stage_bytes */
-  [[maybe_unused]] uint8_t *const wst = mmq_dyn + wi * ST * mmq_stage_bytes<D>();
-  [[maybe_unused]] const uint32_t stg = (uint32_t)__cvta_generic_to_shared(wst);
-  [[maybe_unused]] auto stage = [&](int64_t kb, int st) { /* issue chunk kb into stage st, one group */
-    if constexpr (ST > 0) {
-      if (kb < nkb) {
-        const uint32_t b = stg + (uint32_t)(st * mmq_stage_bytes<D>()) + 8u * (uint32_t)lane;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-#pragma unroll
-          for (int w = 0; w < D::NW; w++) {
-            mmq_cp8(b + (uint32_t)(((2 * i) * D::NW + w) * 256), D::word(wa[i], kb, tig, w));
-            mmq_cp8(b + (uint32_t)(((2 * i + 1) * D::NW + w) * 256), D::word(wb[i], kb, tig, w));
-          }
-          mmq_cp16(b + 8u * (uint32_t)lane + (uint32_t)(4 * D::NW * 256 + i * 512), D::sword(ws[i], kb));
-        }
-      }
-      mmq_commit();
-    }
-  };
-  if constexpr (ST > 0) {
-#pragma unroll
-    for (int st = 0; st < ST - 1; st++) stage(part + (int64_t)st * S, st); /* weights: before the wait */
-  }
   kc_pdl_wait(); /* x (mmq_prep's output) only from here */
   kc_pdl_trigger();
   const int64_t xr0 = (int64_t)yb * KC_MMQ_TILE_ROWS;
@@ -135,34 +92,13 @@ __global__ void __launch_bounds__(MMQ_WARPS * 32, OCC)
   for (int i = 0; i < 2; i++)
 #pragma unroll
     for (int j = 0; j < NT; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-  int cur = 0; /* ST: the stage of chunk kb */
+  const int64_t nkb = cols >> 8;
   for (int64_t kb = part; kb < nkb; kb += S) {
     const uint16_t *xs0 = xb + kb * 256;
-    auto bload = [&](int s, int j, int p) {
+    mmq_chunk<D, NT, NP>(acc, wa, wb, ws, kb, lane, scs, sx, npad, xr0, [&](int s, int j, int p) {
       return __ldg((const uint2 *)(xs0 + D::kbase(s, tig) + p * pstride + (int64_t)8 * j * cols));
-    };
-    if constexpr (ST > 0) {
-      stage(kb + (int64_t)(ST - 1) * S, cur == 0 ? ST - 1 : cur - 1); /* the stage read last chunk */
-      mmq_wait<ST - 1>();                                              /* chunk kb's group landed */
-      const uint8_t *b = wst + cur * mmq_stage_bytes<D>() + 8 * lane;
-      typename D::raw ra[2], rb[2];
-      typename D::sraw sr[2];
-#pragma unroll
-      for (int i = 0; i < 2; i++) {
-#pragma unroll
-        for (int w = 0; w < D::NW; w++) {
-          ((uint2 *)&ra[i])[w] = *(const uint2 *)(b + ((2 * i) * D::NW + w) * 256);
-          ((uint2 *)&rb[i])[w] = *(const uint2 *)(b + ((2 * i + 1) * D::NW + w) * 256);
-        }
-        sr[i] = *(const typename D::sraw *)(b + 8 * lane + 4 * D::NW * 256 + i * 512);
-      }
-      mmq_chunk_math<D, NT, NP>(acc, ra, rb, sr, kb, lane, scs, sx, npad, xr0, bload);
-      cur = cur == ST - 1 ? 0 : cur + 1;
-    } else {
-      mmq_chunk<D, NT, NP>(acc, wa, wb, ws, kb, lane, scs, sx, npad, xr0, bload);
-    }
+    });
   }
-  if constexpr (ST > 0) mmq_wait<0>(); /* no copy outlives the block's shared memory */
 
   /* red [warp][group][row 16][x col NT*8] */
   constexpr int XC = NT * 8;
@@ -212,7 +148,7 @@ static int mmq_split(int64_t n_out, int64_t nkb, unsigned ny) {
   return S;
 }
 
-template <class D, int NT, int NP, int OCC, int ST>
+template <class D, int NT, int NP, int OCC>
 static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scratch, int n) {
   const int64_t npad = mmq_npad(n), nkb = cols >> 8;
   const int fpw = a.swiglu ? 16 : 32;
@@ -227,47 +163,8 @@ static int mmq_go(cudaStream_t st, mmq_args_t a, int64_t cols, const void *scrat
   }
   const uint16_t *xp = (const uint16_t *)scratch;
   const float *sx = (const float *)((const uint8_t *)scratch + ((size_t)NP * (size_t)npad * (size_t)cols * 2 + 15) / 16 * 16);
-  size_t dyn = 0;
-  if constexpr (ST > 0) {
-    dyn = (size_t)MMQ_WARPS * ST * mmq_stage_bytes<D>();
-    static bool attr = false; /* per instance; setting it twice is harmless */
-    if (!attr) {
-      const cudaError_t e = cudaFuncSetAttribute(mmq_kernel<D, NT, NP, OCC, ST>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn);
-      if (e != cudaSuccess) return (int)e;
-      attr = true;
-    }
-  }
-  kc_launch(mmq_kernel<D, NT, NP, OCC, ST>, (unsigned)(wblocks * a.ny), MMQ_WARPS * 32, dyn, st, a, xp, sx, cols, n,
-            npad);
+  kc_launch(mmq_kernel<D, NT, NP, OCC>, (unsigned)(wblocks * a.ny), MMQ_WARPS * 32, 0, st, a, xp, sx, cols, n, npad);
   return (int)cudaGetLastError();
-}
-
-/* kc_mmq_set_stages (-1: none) over GANTRY_MMQ_STAGES (-2: not read yet; -1: unset = by shape) */
-static int g_stages_force = -1, g_stages_env = -2;
-
-/* Stages of the staged weight loads for a kernel built for occ blocks per SM: 0 (loads in the
- * chunk's own loop, no pipeline), 2 or 3 (1 counts as 0); by shape: 3 at 1 block per SM, 2 at 2
- * (shared memory: 3 stages of two blocks would not fit an SM). */
-static int mmq_stages(int occ) {
-  if (g_stages_env == -2) g_stages_env = (int)kc_env_int("GANTRY_MMQ_STAGES", 0, 3, -1);
-  const int s = g_stages_force >= 0 ? g_stages_force : g_stages_env;
-  if (s >= 0) return s < 2 ? 0 : s;
-  return occ == 2 ? 2 : 3;
-}
-
-KC_API void kc_mmq_set_stages(int stages) { g_stages_force = stages >= 0 && stages <= 3 ? stages : -1; }
-
-template <class D, int NT, int NP, int OCC>
-static int mmq_st(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n) {
-  if constexpr (D::STAGED) {
-    switch (mmq_stages(OCC)) {
-      case 2: return mmq_go<D, NT, NP, OCC, 2>(st, a, cols, sc, n);
-      case 3: return mmq_go<D, NT, NP, OCC, 3>(st, a, cols, sc, n);
-      default: break;
-    }
-  }
-  return mmq_go<D, NT, NP, OCC, 0>(st, a, cols, sc, n);
 }
 
 static int g_occ = -1; /* GANTRY_MMQ_OCC / kc_mmq_set_occ; -1: not read yet */
@@ -278,7 +175,7 @@ int mmq_occ_env(void) {
 }
 
 template <class D, int NT, int NP> static int mmq_o(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n) {
-  return mmq_occ<D, NT>() == 2 ? mmq_st<D, NT, NP, 2>(st, a, cols, sc, n) : mmq_st<D, NT, NP, 1>(st, a, cols, sc, n);
+  return mmq_occ<D, NT>() == 2 ? mmq_go<D, NT, NP, 2>(st, a, cols, sc, n) : mmq_go<D, NT, NP, 1>(st, a, cols, sc, n);
 }
 
 template <class D, int NP> static int mmq_nt(cudaStream_t st, const mmq_args_t &a, int64_t cols, const void *sc, int n) {

@@ -45,11 +45,6 @@ KC_API void kc_mmq_set(int on, int prefill_parts);
 /* Blocks per SM the kernel is built for: 1 or 2; anything else: GANTRY_MMQ_OCC, else by shape
  * (benchmarks; not thread-safe). */
 KC_API void kc_mmq_set_occ(int occ);
-/* Stages of the decode kernel's staged weight loads (Q4_K / Q5_K: cp.async into shared memory,
- * stages - 1 chunks ahead): 0 = none (the loads in the chunk's own step), 2 or 3; anything else:
- * back to GANTRY_MMQ_STAGES (0..3), else by shape. Same products bit for bit (tests, benchmarks;
- * not thread-safe). */
-KC_API void kc_mmq_set_stages(int stages);
 
 /* Scratch bytes kc_mmq_prep needs for n rows of cols with parts (a multiple of 16). */
 KC_API size_t kc_mmq_scratch_bytes(int64_t cols, int n, int parts);

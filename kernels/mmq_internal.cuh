@@ -64,19 +64,27 @@ __device__ __forceinline__ float mmq_prep_quad(const float4 v, int parts, uint2 
   p += __shfl_xor_sync(KC_FULL_MASK, p, 4);
   return p;
 }
-/* One 256-element chunk kb of a warp's two groups of 16 weight rows against NT x tiles of 8
- * columns in NP bf16 parts, given the lane's quant words ra / rb (rows g and g + 8 of each group)
- * and scale words sr (row lane / 2) of the chunk: the scales decoded into the warp's slots scs
+/* One 256-element chunk kb of a warp's two groups of 16 weight rows (wa / wb: the rows g and
+ * g + 8 of each group, ws: row lane / 2 for the scales) against NT x tiles of 8 columns in NP
+ * bf16 parts: the quant words and scales loaded, the scales decoded into the warp's slots scs
  * (2 x 256 floats), then per sub-block one mma per k-step, tile and part from zero and acc +=
  * d·sc·c (- dmin·m·Σx, sums sx [cols / 32][npad] at x row xr0 + 8 j + 2 tig). bload(s, j, p):
  * the lane's B fragment (b0, b1) of k-step s, tile j, part p. Shared by mmq.cu and
  * mmq_prefill.cu, which differ only in the layout bload reads. */
 template <class D, int NT, int NP, class BLoad>
-__device__ __forceinline__ void mmq_chunk_math(float (&acc)[2][NT][4], const typename D::raw (&ra)[2],
-                                               const typename D::raw (&rb)[2], const typename D::sraw (&sr)[2],
-                                               int64_t kb, int lane, float *scs, const float *__restrict__ sx,
-                                               int64_t npad, int64_t xr0, BLoad bload) {
+__device__ __forceinline__ void mmq_chunk(float (&acc)[2][NT][4], const uint8_t *const (&wa)[2],
+                                          const uint8_t *const (&wb)[2], const uint8_t *const (&ws)[2], int64_t kb,
+                                          int lane, float *scs, const float *__restrict__ sx, int64_t npad, int64_t xr0,
+                                          BLoad bload) {
   const int g = lane >> 2, tig = lane & 3;
+  typename D::raw ra[2], rb[2];
+  typename D::sraw sr[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    D::load(ra[i], wa[i], kb, tig);
+    D::load(rb[i], wb[i], kb, tig);
+    D::sload(sr[i], ws[i], kb, lane & 1);
+  }
   __syncwarp(); /* previous chunk's scales read by every lane */
 #pragma unroll
   for (int i = 0; i < 2; i++) D::sdecode(sr[i], lane & 1, (float4 *)(scs + i * 256 + (lane >> 1) * 16 + 8 * (lane & 1)));
@@ -135,23 +143,5 @@ __device__ __forceinline__ void mmq_chunk_math(float (&acc)[2][NT][4], const typ
       }
     }
   }
-}
-
-/* mmq_chunk_math on the chunk's quant words and scales loaded from global memory here (the
- * unpipelined path: mmq_prefill.cu, and mmq.cu's types without a staged load) */
-template <class D, int NT, int NP, class BLoad>
-__device__ __forceinline__ void mmq_chunk(float (&acc)[2][NT][4], const uint8_t *const (&wa)[2],
-                                          const uint8_t *const (&wb)[2], const uint8_t *const (&ws)[2], int64_t kb,
-                                          int lane, float *scs, const float *__restrict__ sx, int64_t npad, int64_t xr0,
-                                          BLoad bload) {
-  typename D::raw ra[2], rb[2];
-  typename D::sraw sr[2];
-#pragma unroll
-  for (int i = 0; i < 2; i++) {
-    D::load(ra[i], wa[i], kb, lane & 3);
-    D::load(rb[i], wb[i], kb, lane & 3);
-    D::sload(sr[i], ws[i], kb, lane & 1);
-  }
-  mmq_chunk_math<D, NT, NP>(acc, ra, rb, sr, kb, lane, scs, sx, npad, xr0, bload);
 }
 #endif

@@ -271,8 +271,6 @@ static char g_poison[640];
   } while (0)
 
 void kc_mmq_set(int on, int prefill_parts); /* kernels/mmq.cuh */
-void kc_mmq_set_stages(int stages);           /* kernels/mmq.cuh */
-void kc_mmq_set_occ(int occ);                 /* kernels/mmq.cuh */
 
 /* After every test, passed or failed: the process-wide switches tests set go back to the state
  * setup / main left (GPU_BE = GPU_MAIN, kernel choices from the environment, fp32 activations,
@@ -305,8 +303,6 @@ static int reset_switches(void **state) {
   }
   kc_attn_decode_set_kernel(0);
   kc_mmq_set(-1, 0);
-  kc_mmq_set_stages(-1);
-  kc_mmq_set_occ(0);
   kc_gpipe_set_mode(-1);
   kc_pdl_set_mode(-1);
   be_cuda_set_prefill_precision(NULL);
@@ -1224,54 +1220,6 @@ static void test_mmq(void **st) {
   be_cuda_set_prefill_precision(NULL);
 }
 
-/* The decode kernel's staged weight loads (kernels/mmq.cu, Q4_K / Q5_K: cp.async through shared
- * memory, 2 or 3 stages) give the unstaged kernel's products bit for bit: matmul and ffn_swiglu,
- * rows 3..64 (one, two and four x tiles of 8), n_out not a multiple of the warp tile, 2 / 3 / 4
- * chunks per row (fewer chunks per part than stages), both occupancies the kernels are built for. */
-static void test_mmq_staged(void **st) {
-  NEED_GPU();
-  const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q5_K};
-  const int64_t shapes[][2] = {{300, 1024}, {72, 768}, {40, 512}};
-  const int rows_list[] = {3, 8, 9, 16, 17, 32, 33, 64};
-  for (size_t ti = 0; ti < 2; ti++)
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
-      const int64_t n_out = shapes[si][0], cols = shapes[si][1];
-      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f);
-      for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
-        const int rows = rows_list[ri];
-        float *x = rnd((size_t)rows * cols, 1.0f);
-        const size_t no = (size_t)rows * n_out;
-        buf_t bx = putf(x, (size_t)rows * cols), o0 = putf(NULL, no), g0 = putf(NULL, no), u0 = putf(NULL, no),
-              o1 = putf(NULL, no), g1 = putf(NULL, no), u1 = putf(NULL, no);
-        kc_mmq_set(1, 0); /* forced: these small shapes are below KC_MMQ_MIN_ELEMS */
-        for (int occ = 1; occ <= 2; occ++) {
-          kc_mmq_set_occ(occ);
-          kc_mmq_set_stages(0);
-          GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, o0.g, rows);
-          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, g0.g, u0.g, rows);
-          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
-          for (int stages = 2; stages <= 3; stages++) {
-            kc_mmq_set_stages(stages);
-            GPU_BE->ops->matmul(GPU_BE, &w.g, bx.g, o1.g, rows);
-            GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, g1.g, u1.g, rows);
-            assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
-            snprintf(g_where, sizeof g_where, "mmq %s %lldx%lld rows %d occ %d stages %d: ", dt_name(types[ti]),
-                     (long long)n_out, (long long)cols, rows, occ, stages);
-            gpu_vs_gpu("matmul vs unstaged", o1.g, o0.g, no, 0.0);
-            gpu_vs_gpu("ffn_swiglu vs unstaged", g1.g, g0.g, no, 0.0);
-          }
-        }
-        g_where[0] = 0;
-        kc_mmq_set_occ(0);
-        kc_mmq_set_stages(-1);
-        kc_mmq_set(-1, 0);
-        drop(&bx), drop(&o0), drop(&g0), drop(&u0), drop(&o1), drop(&g1), drop(&u1);
-        free(x);
-      }
-      wdrop(&w), wdrop(&wu);
-    }
-}
-
 /* matmul (w), ffn_swiglu (gate w, up wu) and matmul_multi {w, wk} of one random x[rows, w's cols]
  * on both backends, each checked against the CPU within tol (cmp); their errors into e[4] in that
  * order. wk: w's cols, any rows. */
@@ -1926,7 +1874,7 @@ int main(void) {
       T(test_matmul),        T(test_embed_gather),  T(test_dense),         T(test_rope),
       T(test_attention),     T(test_attention_decode_b32), T(test_gdn),    T(test_gdn_pos_slots), T(test_gdn_chunked),
       T(test_gdn_long),      T(test_decode_graphs), T(test_verify_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
-      T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq), T(test_mmq_staged),
+      T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
       T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
       T(test_gpipe),
       T(test_tp_shapes_qwen3_8b), T(test_tp_shapes_qwen35_9b), T(test_tp_shapes_qwen35_27b),

@@ -20,8 +20,7 @@
  * only these plain / mmq shapes (n_out x cols; "multi" and "swiglu" name the two fused products),
  * --mmq-ns: only these mmq row counts (a profiler run picks one launch with them).
  * Then the tensor-core K-quant path of kernels/mmq.cu (kc_mmq_prep + kc_mmq_launch, path
- * "mmqP/O" with P bf16 parts of x, built for O blocks per SM, Q4_K / Q5_K "mmqP/OsS" with S stages of
- * staged weight loads (0 = none; 2 and 3 must equal 0 bit for bit); decode rows n <= 64 with 3 and 1 parts) for
+ * "mmqP/O" with P bf16 parts of x, built for O blocks per SM; decode rows n <= 64 with 3 and 1 parts) for
  * n = 1..512 on the same shapes, checked the same way (bound
  * 1e-5, 6e-3 for one part; n > 64: the first 16 rows): compare with the "old"/"dflt" rows above.
  * Exit status 1 if any check fails. */
@@ -358,22 +357,14 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
     return;
   }
   const int ns[] = {1, 2, 4, 8, 16, 32, 64, 128, 512};
-  float *dref0; /* stages 0's output of the current (n, parts, occ) */
-  BM_CHECK(cudaMalloc((void **)&dref0, sizeof(float) * 512 * (size_t)n_out));
   for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
     const int n = ns[i];
     char nname[16];
     snprintf(nname, sizeof nname, "%d", n);
     if ((double)n * n_out > 32.0 * 151936 || !bm_listed(g_mmq_ns, nname)) continue;
-    /* decode rows: 3 parts (fp32 activations), 1 (bf16), each with the staged loads off / 2 / 3
-     * stages (bit for bit the same products: checked against stages 0) */
-    const int nst = n > 64 || (t != GT_TYPE_Q4_K && t != GT_TYPE_Q5_K) ? 1 : 3;
-    for (int po = 0; po < (n > 64 ? 6 : 4) * nst; po++) {
-      static const int kst[3] = {0, 2, 3};
-      const int pq = po / nst, stages = nst == 1 ? -1 : kst[po % nst];
-      const int parts = n > 64 ? 1 + pq / 2 : pq < 2 ? 3 : 1, occ = 1 + pq % 2;
+    for (int po = 0; po < (n > 64 ? 6 : 4); po++) { /* decode rows: 3 parts (fp32 activations), 1 (bf16) */
+      const int parts = n > 64 ? 1 + po / 2 : po < 2 ? 3 : 1, occ = 1 + po % 2;
       kc_mmq_set_occ(occ);
-      kc_mmq_set_stages(stages);
       void *sc;
       float *dout;
       BM_CHECK(cudaMalloc(&sc, kc_mmq_scratch_bytes(cols, n, parts)));
@@ -383,18 +374,11 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
       BM_CHECK(kc_mmq_prep(0, t, dx, cols, n, parts, sc));
       BM_CHECK(kc_mmq_launch(0, t, 1, &seg0, NULL, cols, sc, n, parts));
       const double e = bm_err(&w, hx, dout, n < 16 ? n : 16), tol = parts == 1 ? 6e-3 : BM_TOL;
-      char path[24];
-      if (stages >= 0) snprintf(path, sizeof path, "mmq%d/%ds%d", parts, occ, stages);
-      else snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
+      char path[16];
+      snprintf(path, sizeof path, "mmq%d/%d", parts, occ);
       g_path = path;
       if (!(e <= tol)) {
         printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), path, n, e, tol);
-        g_fail = 1;
-      }
-      if (stages == 0) { /* the unstaged output: what the staged kernels must reproduce exactly */
-        BM_CHECK(cudaMemcpy(dref0, dout, sizeof(float) * (size_t)n * n_out, cudaMemcpyDeviceToDevice));
-      } else if (stages > 0 && !bm_same(dout, dref0, (size_t)n * n_out)) {
-        printf("FAIL %s %s %s n=%d: staged loads change the product\n", shape, dt_name(t), path, n);
         g_fail = 1;
       }
       BM_CHECK(cudaEventRecord(e0));
@@ -419,8 +403,6 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
   }
   g_path = "dflt";
   kc_mmq_set_occ(0);
-  kc_mmq_set_stages(-1);
-  cudaFree(dref0);
   bm_wfree(&w);
 }
 
