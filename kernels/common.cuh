@@ -86,6 +86,13 @@ static inline int kc_check_cublas(int status, const char *expr, const char *file
 KC_API int kc_pdl_attr(unsigned ctas);
 KC_API int kc_pdl_mode(void);
 KC_API void kc_pdl_set_mode(int mode);
+/* The token rows of the step whose kernels the calling thread launches next (the CUDA backend
+ * sets it around running a step's records, eagerly or into a graph; 0 = not a step). Under mode 2,
+ * a step of 1..GANTRY_PDL_ALL_ROWS rows (default KC_PDL_ALL_ROWS) launches every kernel early, as
+ * mode 1 does: there each grid is a few blocks per SM or a product spread over all of them, and
+ * the packing that mode 1 costs at batch 8 does not arise. */
+#define KC_PDL_ALL_ROWS 1
+KC_API void kc_pdl_set_rows(int rows);
 
 /* The kernels' environment switches (GANTRY_MMQ, GANTRY_PDL, ...): the variable name as a whole
  * decimal integer in [lo, hi], else dflt (unset, empty, not a number or out of range). kernels/env.cu. */

@@ -24,9 +24,12 @@ typedef struct {
 /* Column parts of a weight: a function of its own shape only (equal products across the entry
  * points): enough warps (32 rows each) to fill the GPU, never more parts than chunks. */
 static inline int mvm_split(int64_t n_out, int64_t nkb) {
+  /* GANTRY_MVM_TARGET_WARPS (a measurement knob, read once; 64..65536): the warp count aimed at */
+  static int64_t target = 0;
+  if (!target) target = kc_env_int("GANTRY_MVM_TARGET_WARPS", 64, 65536, MVM_TARGET_WARPS);
   const int64_t warps = (n_out + 31) / 32;
   int S = 1;
-  while (S < MVM_WARPS && warps * S < MVM_TARGET_WARPS && 2 * S <= nkb) S *= 2;
+  while (S < MVM_WARPS && warps * S < target && 2 * S <= nkb) S *= 2;
   return S;
 }
 

@@ -192,7 +192,9 @@ void cu__flush_eager(be_t *be) {
   be_cuda_t *c = CU_BE(be);
   if (!c->recording) return;
   c->recording = 0;
+  kc_pdl_set_rows(c->b.n_tok); /* the launch attributes of this step's kernels (kernels/common.cuh) */
   for (int k = 0; k < c->n_rec; k++) run_rec(be, &c->rec[k]);
+  kc_pdl_set_rows(0);
   if (c->n_rec > 0) cu_count_eager(c);
   c->n_rec = 0;
 }
@@ -482,7 +484,9 @@ static int capture_step(be_t *be, cu_graph_t *g) {
   if (KC_CUDA(CU_ERR(be), cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) return -1;
   c->recording = 0;
   c->ar_captured = c->comm && c->comm->ops->step_gate; /* every rank captures this step: no rendezvous */
+  kc_pdl_set_rows(c->b.n_tok);
   for (int k = 0; k < c->n_rec; k++) run_rec(be, &c->rec[k]);
+  kc_pdl_set_rows(0);
   c->ar_captured = 0;
   c->recording = 1; /* the records stay until they ran (a refused capture runs them eagerly) */
   cudaError_t ce = cudaStreamEndCapture(c->stream, &graph);
