@@ -91,7 +91,12 @@ KC_API void kc_pdl_set_mode(int mode);
  * a step of 1..GANTRY_PDL_ALL_ROWS rows (default KC_PDL_ALL_ROWS) launches every kernel early, as
  * mode 1 does: there each grid is a few blocks per SM or a product spread over all of them, and
  * the packing that mode 1 costs at batch 8 does not arise. */
-#define KC_PDL_ALL_ROWS 1
+/* measured (H200, 9fc5fdd, scripts/gpu/knobs.sh, bench_decode ms at GANTRY_PDL_ALL_ROWS 0 / 1 / 2 / 4):
+ * qwen3-8b batch 1 4.054 / 3.952 / 3.941 / 3.925, batch 2 4.740 / 4.718 / 4.578 / 4.565, batch 4
+ * 4.556 / 4.575 / 4.595 / 4.871; qwen35-9b batch 1 4.188 / 4.068 / 4.107 / 4.055, batch 2 4.825 /
+ * 4.848 / 4.761 / 4.729, batch 4 4.693 / 4.717 / 4.749 / 5.054, verify 1 + 3 4.700 / 4.704 / 4.723 /
+ * 5.049 (4 rows lose as batch 8 does under mode 1) */
+#define KC_PDL_ALL_ROWS 2
 KC_API void kc_pdl_set_rows(int rows);
 
 /* The kernels' environment switches (GANTRY_MMQ, GANTRY_PDL, ...): the variable name as a whole

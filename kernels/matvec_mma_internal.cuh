@@ -8,7 +8,14 @@
 #include "kernels/mma_dec.cuh"
 
 #define MVM_WARPS 8
-#define MVM_TARGET_WARPS 2048 /* of 32 rows: enough to fill an H200 (132 SMs x 16 warps) */
+/* Warps (of 32 rows) the column split aims at: 1024 = half of an H200's 132 SMs x 16 warps, so
+ * that blocks cover K in more windows (fewer prologues, fills and reductions per weight byte).
+ * Measured (H200, 9fc5fdd, scripts/gpu/knobs.sh, bench_matvec 1 row, us at 512 / 1024 / 2048 /
+ * 4096): Q4_K swiglu 2x12288x4096 37.18 / 34.12 / 36.10 / 36.07, 12288x4096 20.95 / 23.01 / 23.63 /
+ * 23.52, 4096x12288 26.41 / 21.44 / 21.47 / 21.42; Q6_K 12288x4096 38.82 / 32.60 / 33.31 / 33.09;
+ * bench_decode batch 1: qwen3-8b 4.483 / 3.862 / 3.952 / 3.917 ms, qwen35-9b 4.670 / 3.965 / 4.068 /
+ * 4.081 ms. */
+#define MVM_TARGET_WARPS 1024
 
 typedef struct {
   const uint8_t *w[KC_MATVEC_MAX_SEGS]; /* swiglu: w[0] gate */
