@@ -10,7 +10,8 @@
 #  3. bench_gemv --wired 1 (the wired pipelined product vs the current path, per shape);
 #  4. bench_decode qwen3-8b / qwen35-9b --batch 1,8 for GANTRY_GPIPE 0 and auto.
 # Env: OUT (default /tmp/gpu-check), BUDGET (540 s), MODELDIR (/tmp), WIRED (1: step 3; 0 skips it),
-# GPIPE_MODES (step 4's GANTRY_GPIPE settings, default "0 auto").
+# GPIPE_MODES (step 4's GANTRY_GPIPE settings, default "0 auto"), BATCHES (step 4's, "1,8"), MK27
+# (1: step 0's 27B; 0 skips it).
 set -u
 OUT=${OUT:-/tmp/gpu-check}
 BUDGET=${BUDGET:-540}
@@ -18,7 +19,7 @@ BUDGET=${BUDGET:-540}
 session_begin build-cuda-pack/dist.tar.xz
 MD=${MODELDIR:-/tmp}
 M27=$MD/qwen35-27b.Q4_K_M.mtp.gguf M9=$MD/qwen35-9b.Q4_K_M.mtp.gguf M8=$MD/qwen3-8b.Q4_K_M.gguf
-if [ ! -s "$M27" ]; then
+if [ "${MK27:-1}" = 1 ] && [ ! -s "$M27" ]; then
   rm -f "$M27.done"
   setsid sh -c "timeout 900 '$D/gantry-mkmodel' --preset qwen35-27b --type Q4_K_M --mtp --keep-output-bf16 --threads 6 \
     --out '$M27.tmp' >'$MD/mk27.txt' 2>&1 && mv '$M27.tmp' '$M27'; touch '$M27.done'" </dev/null >/dev/null 2>&1 &
@@ -44,7 +45,7 @@ for m in "$M8" "$M9"; do
   session_wait "$m" || { echo "== $m not made"; continue; }
   for g in ${GPIPE_MODES:-0 auto}; do
     if [ "$g" = auto ]; then set -- env -u GANTRY_GPIPE; else set -- env GANTRY_GPIPE=$g; fi
-    step "bench $(basename "$m") gpipe=$g" 90 "$@" "$D/bench_decode" --model "$m" --batch 1,8 --prompt 512 --gen 32
+    step "bench $(basename "$m") gpipe=$g" 90 "$@" "$D/bench_decode" --model "$m" --batch "${BATCHES:-1,8}" --prompt 512 --gen 32
     cp /tmp/step.txt "$OUT/bench.$(basename "$m" .gguf).$g.txt"
     grep -E '^\| [0-9]+ \||prefill' /tmp/step.txt | sed "s/^/gpipe=$g /" | head -6
   done
