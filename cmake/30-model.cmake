@@ -26,7 +26,7 @@ target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
   engine/sched/spec_ngram.c
-  engine/sched/spec_mtp.c
+  engine/sched/spec_mtp.c engine/sched/spec_cost.c
   engine/sched/constraint.c engine/sched/bad_words.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok gantry_chat gantry_common Threads::Threads)
 

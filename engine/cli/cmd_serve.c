@@ -85,6 +85,9 @@ static void usage(void) {
         "                          \"Speculative decoding\")\n"
         "  --num-speculative-tokens K  drafts per step, 1..8 (default 3)\n"
         "  --spec-max-seqs N       no drafts in a step with more decoding sequences (default 8)\n"
+        "  --spec-adaptive on|off  on (default): a step drafts only while speculative steps of its\n"
+        "                          batch size measure more tokens per ms than plain ones; off: always\n"
+        "                          within --spec-max-seqs\n"
         "  --spec-draft-vocab N    MTP drafts among the first N token ids only (default 32768 for\n"
         "                          vocabularies over 65536, else all; 0 = all); output is unchanged\n"
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
@@ -125,7 +128,7 @@ int cmd_serve(int argc, char **argv) {
       {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"prefill-precision", 1, 0, 'P'},
       {"activations", 1, 0, 'A'}, {"help", 0, 0, 'h'},        {"speculative", 1, 0, 'S'},
       {"num-speculative-tokens", 1, 0, 'N'}, {"spec-max-seqs", 1, 0, 'M'}, CLI_TP_OPTS,
-      {"spec-draft-vocab", 1, 0, 'V'},
+      {"spec-draft-vocab", 1, 0, 'V'}, {"spec-adaptive", 1, 0, 'J'},
       {"auth-token-file", 1, 0, 'T'}, {"tls-cert", 1, 0, 'C'}, {"tls-key", 1, 0, 'Y'}, {"tls-client-ca", 1, 0, 'Z'},
       {"task", 1, 0, 't'}, {0, 0, 0, 0}};
   const char *model = NULL, *listen = "127.0.0.1:50051", *mhost = "127.0.0.1", *kvmem = NULL, *device = "cpu";
@@ -133,7 +136,7 @@ int cmd_serve(int argc, char **argv) {
   const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
   long spec_k = 3, spec_seqs = 8, spec_vocab = -1; /* -1: the scheduler's default */
-  int spec_mode = SCHED_SPEC_OFF, embed = 0;
+  int spec_mode = SCHED_SPEC_OFF, embed = 0, spec_fixed = 0;
   double drain_s = 30;
   cli_tp_t tp = {.tp = 1};
   optind = 1;
@@ -176,6 +179,13 @@ int cmd_serve(int argc, char **argv) {
       case 'N': if (cli_int("--num-speculative-tokens", optarg, 1, SCHED_SPEC_MAX_K, &spec_k)) return 2; break;
       case 'M': if (cli_int("--spec-max-seqs", optarg, 1, 4096, &spec_seqs)) return 2; break;
       case 'V': if (cli_int("--spec-draft-vocab", optarg, 0, 1 << 30, &spec_vocab)) return 2; break;
+      case 'J':
+        if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+          fprintf(stderr, "gantry-engine serve: --spec-adaptive must be on or off, not '%s'\n", optarg);
+          return 2;
+        }
+        spec_fixed = !strcmp(optarg, "off");
+        break;
       case 'h': usage(); return 0;
       default: return 2;
     }
@@ -271,7 +281,8 @@ int cmd_serve(int argc, char **argv) {
   sched_config_t cfg = {.max_num_seqs = (int)max_seqs, .max_batch_tokens = (int)max_batch, .max_waiting = (int)max_waiting,
                         .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac,
                         .spec_mode = spec_mode, .spec_k = (int)spec_k, .spec_max_seqs = (int)spec_seqs, .embed = embed,
-                        .spec_draft_vocab = spec_vocab < 0 ? 0 : spec_vocab == 0 ? -1 : (int)spec_vocab};
+                        .spec_draft_vocab = spec_vocab < 0 ? 0 : spec_vocab == 0 ? -1 : (int)spec_vocab,
+                        .spec_fixed = spec_fixed};
   if (embed) {
     const embed_pool_t pool = embed_pooling_type(g);
     if (pool != EMBED_POOL_LAST) {

@@ -22,6 +22,7 @@
 #include "engine/sched/kv.h"
 #include "engine/sched/sched_mem.h"
 #include "engine/sched/spec.h"
+#include "engine/sched/spec_cost.h"
 
 typedef struct req {
   int64_t id;
@@ -95,6 +96,10 @@ struct sched {
   spec_mtp_t *mtp;
   spec_mtp_seq_t *mseq;
   uint8_t *b_alive;
+  /* whether speculation pays per decode count (spec_cost.h; by_n NULL: not measured, spec_fixed),
+   * and its choice for the next step (made before the MTP pass that step would need) */
+  spec_cost_t cost;
+  int spec_next;
   /* per snapshot slot (index id - max_num_seqs): the committed block carrying it (-1: free) and
    * when it was last taken or reused (snap_tick), so that a new snapshot takes the least recently
    * used slot when none is free (snap_take) */
@@ -390,6 +395,11 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_rows = malloc(sizeof(be_sample_row_t) * (size_t)R);
   s->b_ids = malloc(sizeof(int32_t) * (size_t)R);
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
+  s->spec_next = 1;
+  if (c.spec_mode != SCHED_SPEC_OFF && !c.spec_fixed && spec_cost_init(&s->cost, c.spec_max_seqs)) {
+    rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers (speculation costs)");
+    goto fail;
+  }
   if (c.spec_mode == SCHED_SPEC_MTP) {
     s->mtp = spec_mtp_create(T, S, s->max_blocks, s->V);
     m->mtp_draft_vocab = sched_spec_draft_vocab(c.spec_draft_vocab, s->V);
@@ -458,6 +468,7 @@ void sched_free(sched_t *s) {
   free(s->snap_free);
   free(s->spec_free);
   spec_mtp_free(s->mtp);
+  spec_cost_free(&s->cost);
   free(s->mseq);
   free(s->b_alive);
   free(s->snap_block);
@@ -1210,7 +1221,8 @@ static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
    * (a lower acceptance, which the pause after a full rejection bounds; never a different output).
    * Keeping them current cost every large step a pass (demo35 through the stack at c32: tpot 1.27
    * against 1.02 ms without speculation). */
-  if (decode_headroom(s) > s->cfg.spec_max_seqs) return GT_OK;
+  if (decode_headroom(s) > s->cfg.spec_max_seqs || !s->spec_next) return GT_OK;
+  /* likewise before a step that will not draft because drafting does not pay there (spec_cost.h) */
   for (int i = 0; i < n_seq; i++) {
     if (!s->b_alive[i]) continue;
     req_t *q = s->b_req[i];
@@ -1266,8 +1278,10 @@ static int step(sched_t *s, gt_err_t *err) {
   int budget = s->cfg.max_batch_tokens;
   int n_tok = 0, n_seq = 0, n_out = 0, n_pos = 0;
   for (int i = 0; i < s->n_running; i++) s->running[i]->chunk = s->running[i]->n_draft = 0;
-  /* adaptive speculation: none in a step of many decodes (compute-bound) */
-  const int spec_on = s->cfg.spec_mode != SCHED_SPEC_OFF && decode_headroom(s) <= s->cfg.spec_max_seqs;
+  /* adaptive speculation: none in a step of many decodes (compute-bound), nor where the measured
+   * costs say it does not pay (spec_next, decided at the end of the previous step) */
+  const int spec_on = s->cfg.spec_mode != SCHED_SPEC_OFF && decode_headroom(s) <= s->cfg.spec_max_seqs && s->spec_next;
+  int n_dec = 0, n_pf = 0, n_drafts = 0; /* this step: decoding sequences, prompt rows, drafts */
   /* decoding sequences first, then prefill chunks, in admission order */
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; i < s->n_running && budget > 0; i++) {
@@ -1293,6 +1307,7 @@ static int step(sched_t *s, gt_err_t *err) {
       i = -1; /* preemption may have reordered running[]: rescan (chunk > 0 marks done) */
       q->chunk = n;
       const int nd = pass == 0 && spec_on && n == pending ? propose(s, q, budget - n, s->max_rows - n_out - 1) : 0;
+      n_dec += pass == 0, n_pf += pass == 1 ? n : 0, n_drafts += nd;
       s->b_req[n_seq] = q;
       s->b_first[n_seq] = n_tok;
       s->b_ntok[n_seq] = n + nd;
@@ -1335,6 +1350,7 @@ static int step(sched_t *s, gt_err_t *err) {
            : s->cfg.embed ? model_forward_hidden(s->m, &b, s->hidden, err)
                      : model_forward(s->m, &b, s->logits, err);
   const double t_fwd = now_ms();
+  const uint64_t acc0 = s->st.spec_accepted_tokens;
   pthread_mutex_lock(&s->mu);
   s->st.steps++;
   s->st.computed_tokens += (uint64_t)n_tok;
@@ -1405,6 +1421,16 @@ static int step(sched_t *s, gt_err_t *err) {
       emit_delta(q);
     }
   }
+  /* the next step's choice, before the pass it would need; this step's cost sample after it */
+  const int pure = n_pf == 0 && n_dec == n_seq && n_dec <= s->cfg.spec_max_seqs;
+  const int n_next = decode_headroom(s);
+  s->spec_next = s->cost.by_n && n_next <= s->cfg.spec_max_seqs ? spec_cost_decide(&s->cost, n_next) : 1;
+  if (!s->spec_next) {
+    pthread_mutex_lock(&s->mu);
+    s->st.spec_cost_off_steps++;
+    pthread_mutex_unlock(&s->mu);
+  }
+  const uint64_t passes0 = s->st.spec_mtp_passes;
   if (s->mtp && (rc = mtp_pass(s, n_seq, err)) != GT_OK) {
     while (s->n_running) {
       req_t *q = s->running[--s->n_running];
@@ -1413,8 +1439,14 @@ static int step(sched_t *s, gt_err_t *err) {
     return rc;
   }
   const double slow = slow_step_ms(), t_end = now_ms();
+  const long caps = s->m->be->ops->graph_captures ? s->m->be->ops->graph_captures(s->m->be) - caps0 : 0;
+  /* a plain sample followed by a pass would hold the next step's drafting cost: left out */
+  if (s->cost.by_n && pure && caps == 0 && (n_drafts > 0 || s->st.spec_mtp_passes == passes0)) {
+    const double ms = s->cfg.spec_step_ms ? s->cfg.spec_step_ms(s->cfg.spec_step_ud, n_dec, n_drafts, t_end - t_step)
+                                          : t_end - t_step;
+    spec_cost_record(&s->cost, n_dec, n_drafts > 0, ms, 1.0 + (double)(s->st.spec_accepted_tokens - acc0) / n_dec);
+  }
   if (slow > 0 && t_end - t_step > slow) {
-    const long caps = s->m->be->ops->graph_captures ? s->m->be->ops->graph_captures(s->m->be) - caps0 : 0;
     GT_LOG_INFO("slow step: ms=%.2f plan_ms=%.2f forward_ms=%.2f emit_ms=%.2f seqs=%d tokens=%d captures=%ld", t_end - t_step,
                 t_mask - t_step, t_fwd - t_mask, t_end - t_fwd, n_seq, n_tok, caps);
   }

@@ -73,9 +73,17 @@ typedef struct {
    * with GT_EUNSUPPORTED when the model has none; its KV layer is part of the pool);
    * spec_k drafts per step (1..SCHED_SPEC_MAX_K, default 3). Adaptive: no drafts in a step with
    * more than spec_max_seqs decoding sequences (default 8: past that the step is compute-bound),
-   * and a sequence whose drafts were all rejected pauses 1, 2, 4 .. 16 steps before drafting
-   * again (reset by an accepted draft). */
+   * a sequence whose drafts were all rejected pauses 1, 2, 4 .. 16 steps before drafting
+   * again (reset by an accepted draft), and, per number of decoding sequences, a step drafts only
+   * while its measured speculative steps give more tokens per ms than its plain ones
+   * (engine/sched/spec_cost.h; with MTP the pass is skipped before a step that will not draft).
+   * spec_fixed = 1 turns that measurement off (tests and benchmarks that count drafts). */
   int spec_mode, spec_k, spec_max_seqs, spec_ngram_min, spec_ngram_max;
+  int spec_fixed;
+  /* test hook: the step time spec_cost records (ms) instead of the clock's, for a pure decode
+   * step of n_dec sequences with n_draft drafts in all (0: a plain step) */
+  double (*spec_step_ms)(void *ud, int n_dec, int n_draft, double clock_ms);
+  void *spec_step_ud;
   /* MTP drafts only among token ids [0, spec_draft_vocab) (model_t.mtp_draft_vocab): 0 = the default,
    * SCHED_SPEC_DRAFT_VOCAB for a vocabulary larger than twice that, else all; < 0 = all. BPE ids are in
    * merge order, so the first ids are the most frequent tokens. */
@@ -261,6 +269,8 @@ typedef struct {
   uint64_t spec_mtp_drafted;    /* drafts the MTP block computed (verified or not: a request that ends
                                    leaves its last ones unverified) */
   uint64_t spec_mtp_passes;     /* steps after which the MTP pass ran (none past spec_max_seqs decodes) */
+  uint64_t spec_cost_off_steps; /* pure decode steps that did not draft because drafting did not pay
+                                   (spec_cost.h), probes aside */
 } sched_stats_t;
 void sched_stats(sched_t *s, sched_stats_t *out);
 

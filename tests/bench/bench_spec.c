@@ -4,11 +4,15 @@
  * averaged), the mean acceptance length (tokens per verify step: 1 + accepted drafts / verify
  * steps), drafts and accepted counts, and whether the outputs are identical:
  *   bench_spec --model M.gguf [--device cpu|cuda] [--batch 1] [--gen 128] [--k 3] [--threads N]
- *              [--prompt-file F] [--mode ngram|mtp] [--force-accept L]
+ *              [--prompt-file F] [--mode ngram|mtp] [--force-accept L] [--adaptive 0|1]
  * --mode mtp drafts with the model's MTP block (Qwen3.5). --force-accept L (> 1; benchmark hook
  * sched_config_t.spec_force_accept) accepts drafts as if they matched so that verify steps keep
  * L tokens on average: the cost of an acceptance length random weights never reach (the outputs
- * then differ, by design).
+ * then differ, by design). --adaptive 1 leaves drafting to the scheduler's measured costs
+ * (engine/sched/spec_cost.h: a step drafts only where speculative steps give more tokens per ms);
+ * the default 0 drafts in every step the static rules allow (sched_config_t.spec_fixed), the
+ * speculation's own cost. Also prints the tokens run through the model (computed) and the steps
+ * the measurement kept from drafting (cost-off).
  * The default prompt is an edit: a Python class followed by the start of a second one with the same
  * methods, so the continuation repeats the prompt's code. */
 #include <stdio.h>
@@ -62,9 +66,10 @@ static void on_event(void *ud, const sched_event_t *ev) {
 
 /* B copies of the prompt, greedy, gen tokens each, on a fresh scheduler: out[B], stats into *st. */
 static int run(model_t *m, const tok_t *tok, const int32_t *prompt, int n_prompt, int B, int gen, int spec, int k,
-               double force, out_t *out, sched_stats_t *st, gt_err_t *err) {
+               double force, int adaptive, out_t *out, sched_stats_t *st, gt_err_t *err) {
   sched_config_t c = {.max_num_seqs = B, .max_batch_tokens = m->max_tokens, .n_ctx = n_prompt + gen + 16,
-                      .spec_mode = spec, .spec_k = k, .spec_max_seqs = B, .spec_force_accept = force};
+                      .spec_mode = spec, .spec_k = k, .spec_max_seqs = B, .spec_force_accept = force,
+                      .spec_fixed = !adaptive};
   sched_t *s = NULL;
   int rc = sched_create(m, tok, &c, &s, err);
   if (rc) return rc;
@@ -99,7 +104,7 @@ static int run(model_t *m, const tok_t *tok, const int32_t *prompt, int n_prompt
 
 int main(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *pfile = NULL;
-  int B = 1, gen = 128, k = 3, threads = 0, mode = SCHED_SPEC_NGRAM;
+  int B = 1, gen = 128, k = 3, threads = 0, mode = SCHED_SPEC_NGRAM, adaptive = 0;
   double force = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model")) path = argv[i + 1];
@@ -111,12 +116,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--mode")) mode = !strcmp(argv[i + 1], "mtp") ? SCHED_SPEC_MTP : !strcmp(argv[i + 1], "ngram") ? SCHED_SPEC_NGRAM : -1;
     else if (!strcmp(argv[i], "--force-accept")) force = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--adaptive")) adaptive = atoi(argv[i + 1]);
     else path = NULL, i = argc;
   }
   if (!path || B < 1 || B > MAXB || gen < 2 || gen > MAXG || k < 1 || k > SCHED_SPEC_MAX_K || mode < 0 ||
       (force != 0 && (force <= 1 || force > k + 1))) {
     fprintf(stderr, "usage: bench_spec --model M.gguf [--device cpu|cuda] [--batch 1..%d] [--gen 2..%d] [--k 1..%d] "
-                    "[--threads N] [--prompt-file F] [--mode ngram|mtp] [--force-accept 1..k+1]\n", MAXB, MAXG,
+                    "[--threads N] [--prompt-file F] [--mode ngram|mtp] [--force-accept 1..k+1] [--adaptive 0|1]\n", MAXB, MAXG,
             SCHED_SPEC_MAX_K);
     return 2;
   }
@@ -149,8 +155,8 @@ int main(int argc, char **argv) {
   if (!rc) rc = tok_encode(tok, text ? text : k_edit, text ? len : strlen(k_edit), 0, &prompt, &n_prompt, &err);
   static out_t base[MAXB], spec[MAXB];
   sched_stats_t s0, s1;
-  if (!rc) rc = run(m, tok, prompt, (int)n_prompt, B, gen, SCHED_SPEC_OFF, k, 0, base, &s0, &err);
-  if (!rc) rc = run(m, tok, prompt, (int)n_prompt, B, gen, mode, k, force, spec, &s1, &err);
+  if (!rc) rc = run(m, tok, prompt, (int)n_prompt, B, gen, SCHED_SPEC_OFF, k, 0, 0, base, &s0, &err);
+  if (!rc) rc = run(m, tok, prompt, (int)n_prompt, B, gen, mode, k, force, adaptive, spec, &s1, &err);
   if (rc) {
     fprintf(stderr, "bench_spec: %s\n", err.msg);
     return 1;
@@ -162,13 +168,15 @@ int main(int argc, char **argv) {
     tps[0] += (base[b].n - 1) / (base[b].u.decode_ms / 1e3) / B;
     tps[1] += (spec[b].n - 1) / (spec[b].u.decode_ms / 1e3) / B;
   }
-  printf("model %s, %s backend, prompt %zu tokens, batch %d, gen %d, greedy, k %d%s\n\n", path, be->ops->name, n_prompt,
-         B, gen, k, force > 0 ? ", forced acceptance (outputs differ by design)" : "");
-  printf("| mode | decode tok/s per request | steps | verify steps | drafts | accepted | acceptance length |\n"
-         "|---|---|---|---|---|---|---|\n");
-  printf("| off | %.1f | %llu | - | - | - | 1.00 |\n", tps[0], (unsigned long long)s0.steps);
-  printf("| %s | %.1f | %llu | %llu | %llu | %llu | %.2f |\n", mode == SCHED_SPEC_MTP ? "mtp" : "ngram", tps[1],
-         (unsigned long long)s1.steps,
+  printf("model %s, %s backend, prompt %zu tokens, batch %d, gen %d, greedy, k %d%s%s\n\n", path, be->ops->name, n_prompt,
+         B, gen, k, force > 0 ? ", forced acceptance (outputs differ by design)" : "",
+         adaptive ? ", adaptive (measured costs)" : "");
+  printf("| mode | decode tok/s per request | steps | computed | cost-off | verify steps | drafts | accepted | acceptance length |\n"
+         "|---|---|---|---|---|---|---|---|---|\n");
+  printf("| off | %.1f | %llu | %llu | - | - | - | - | 1.00 |\n", tps[0], (unsigned long long)s0.steps,
+         (unsigned long long)s0.computed_tokens);
+  printf("| %s | %.1f | %llu | %llu | %llu | %llu | %llu | %llu | %.2f |\n", mode == SCHED_SPEC_MTP ? "mtp" : "ngram", tps[1],
+         (unsigned long long)s1.steps, (unsigned long long)s1.computed_tokens, (unsigned long long)s1.spec_cost_off_steps,
          (unsigned long long)s1.spec_drafts, (unsigned long long)s1.spec_draft_tokens,
          (unsigned long long)s1.spec_accepted_tokens,
          s1.spec_drafts ? 1.0 + (double)s1.spec_accepted_tokens / (double)s1.spec_drafts : 1.0);

@@ -472,7 +472,8 @@ static sched_t *mk(const fx_t *f, int mode, int n_blocks, drafter_t *d, int forc
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
                       .spec_max_seqs = g_spec_max_seqs,
                       .spec_mode = mode, .spec_k = 3, .spec_draft = d ? draft_true : NULL, .spec_draft_ud = d,
-                      .spec_force_reject = force_reject, .spec_force_accept = g_force_accept};
+                      .spec_force_reject = force_reject, .spec_force_accept = g_force_accept,
+                      .spec_fixed = 1}; /* these tests count drafts and computed tokens */
   sched_t *s = NULL;
   gt_err_t err = {0};
   if (sched_create(f->m, f->tok, &c, &s, &err)) fail_msg("sched_create: %s", err.msg);
@@ -771,7 +772,7 @@ static void test_refused_without_mtp(void **state) {
   (void)state;
   fx_t f;
   fx_open(&f, tu_golden("qwen35-tiny.bf16.gguf"));
-  sched_config_t c = {.max_num_seqs = 2, .spec_mode = SCHED_SPEC_MTP};
+  sched_config_t c = {.max_num_seqs = 2, .spec_mode = SCHED_SPEC_MTP, .spec_fixed = 1};
   sched_t *s = NULL;
   gt_err_t err = {0};
   assert_int_equal(sched_create(f.m, f.tok, &c, &s, &err), GT_EUNSUPPORTED);

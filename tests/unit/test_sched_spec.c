@@ -29,6 +29,7 @@
 #include "engine/models/model.h"
 #include "engine/sched/sched.h"
 #include "engine/sched/spec.h"
+#include "engine/sched/spec_cost.h"
 #include "tests/common/model_fx.h"
 #include "tests/common/testutil.h"
 #ifdef SCHED_SPEC_CUDA
@@ -112,7 +113,8 @@ static sched_t *mk(const tu_model_fx_t *f, int spec, int n_blocks, drafter_t *d,
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
                       .spec_mode = spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF, .spec_k = 3,
                       .spec_ngram_min = spec == 2 ? 1 : 0,
-                      .spec_draft = d ? draft_hook : NULL, .spec_draft_ud = d, .spec_force_reject = force_reject};
+                      .spec_draft = d ? draft_hook : NULL, .spec_draft_ud = d, .spec_force_reject = force_reject,
+                      .spec_fixed = 1}; /* the drafts these tests count: not subject to measured costs */
   sched_t *s = NULL;
   gt_err_t err = {0};
   assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
@@ -383,7 +385,7 @@ static void test_opt_out_and_batch_cutoff(void **state) {
   assert_same(ref, got, 1, "opt-out");
   sched_free(s);
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_ctx = 256, .spec_mode = SCHED_SPEC_NGRAM,
-                      .spec_k = 3, .spec_max_seqs = 2, .spec_draft = draft_hook, .spec_draft_ud = &d};
+                      .spec_k = 3, .spec_max_seqs = 2, .spec_draft = draft_hook, .spec_draft_ud = &d, .spec_fixed = 1};
   gt_err_t err = {0};
   assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
   run_reqs(s, NREQ, 20, got, NULL);
@@ -426,7 +428,7 @@ static void test_chi_square(void **state) {
   for (int arm = 0; arm < 2; arm++) {
     sched_config_t c = {.max_num_seqs = 16, .max_batch_tokens = 64, .n_ctx = 256,
                         .spec_mode = arm ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF, .spec_k = 1, .spec_max_seqs = 16,
-                        .spec_draft = draft_hook, .spec_draft_ud = &d};
+                        .spec_draft = draft_hook, .spec_draft_ud = &d, .spec_fixed = 1};
     gt_err_t err = {0};
     assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
     memset(o, 0, sizeof o);
@@ -511,6 +513,86 @@ static void test_ngram_lookup(void **state) {
 }
 
 
+/* ---- measured costs (engine/sched/spec_cost.h) ---- */
+static void test_spec_cost_rule(void **state) {
+  (void)state;
+  spec_cost_t c;
+  assert_int_equal(spec_cost_init(&c, 4), 0);
+  assert_int_equal(spec_cost_decide(&c, 0), 1); /* outside 1..max_n: never held back */
+  assert_int_equal(spec_cost_decide(&c, 5), 1);
+  assert_int_equal(spec_cost_pays(&c, 1), -1);
+  assert_int_equal(spec_cost_decide(&c, 1), 1); /* warm-up: speculative samples first */
+  for (int i = 0; i < SPEC_COST_WARM; i++) spec_cost_record(&c, 1, 1, 2.0, 3.0);
+  assert_int_equal(spec_cost_decide(&c, 1), 0); /* then plain ones */
+  for (int i = 0; i < SPEC_COST_WARM; i++) spec_cost_record(&c, 1, 0, 1.0, 1.0);
+  assert_int_equal(spec_cost_pays(&c, 1), 1); /* 3 tokens in 2 ms against 1 in 1 ms */
+  int plain = 0, first = -1;
+  for (int i = 0; i < 2 * (SPEC_COST_PROBE_ON + 1); i++) {
+    const int d = spec_cost_decide(&c, 1);
+    plain += !d;
+    if (!d && first < 0) first = i;
+  }
+  assert_int_equal(plain, 2); /* one plain probe after each SPEC_COST_PROBE_ON drafting steps */
+  assert_int_equal(first, SPEC_COST_PROBE_ON);
+  /* the same tokens at 10 ms: drafting no longer pays at n = 1; n = 2 has its own averages */
+  for (int i = 0; i < 40; i++) spec_cost_record(&c, 1, 1, 10.0, 3.0);
+  assert_int_equal(spec_cost_pays(&c, 1), 0);
+  assert_int_equal(spec_cost_pays(&c, 2), -1);
+  int spec = 0;
+  for (int i = 0; i < 2 * (SPEC_COST_PROBE_OFF + 1); i++) spec += spec_cost_decide(&c, 1);
+  assert_int_equal(spec, 2); /* one drafting probe per SPEC_COST_PROBE_OFF plain steps */
+  /* the margin: exactly equal rates do not pay */
+  for (int i = 0; i < 40; i++) spec_cost_record(&c, 1, 1, 3.0, 3.0);
+  assert_int_equal(spec_cost_pays(&c, 1), 0);
+  spec_cost_free(&c);
+}
+
+/* step times from the test, not the clock: plain steps 1 ms, speculative ones g_spec_ms */
+static double g_spec_ms;
+static double step_ms_hook(void *ud, int n_dec, int n_draft, double clock_ms) {
+  (void)ud, (void)n_dec, (void)clock_ms;
+  return n_draft > 0 ? g_spec_ms : 1.0;
+}
+
+/* The scheduler drafts where speculative steps pay and stops where they do not, probing the
+ * other choice now and then; the output is the same either way. Drafts are always right (4
+ * tokens per speculative step with k = 3): at 10 ms a step they lose against 1 ms plain steps,
+ * at 1.5 ms they win. */
+static void test_cost_control(void **state) {
+  tu_model_fx_t *f = *state;
+  static out_t ref[NREQ], got[NREQ];
+  drafter_t d = {.mode = DRAFT_TRUE, .n_vocab = f->m->hp.n_vocab, .ref = ref, .n_prompt = 40};
+  sched_t *s = mk(f, 0, 0, NULL, 0);
+  run_reqs(s, 1, MAXT, ref, NULL);
+  sched_free(s);
+  const double costs[2] = {10.0, 1.5};
+  for (int arm = 0; arm < 2; arm++) {
+    g_spec_ms = costs[arm];
+    sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_ctx = 256, .spec_mode = SCHED_SPEC_NGRAM,
+                        .spec_k = 3, .spec_draft = draft_hook, .spec_draft_ud = &d, .spec_step_ms = step_ms_hook};
+    gt_err_t err = {0};
+    assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
+    run_reqs(s, 1, MAXT, got, NULL);
+    assert_same(ref, got, 1, arm ? "cost control, paying" : "cost control, losing");
+    sched_stats_t st;
+    sched_stats(s, &st);
+    print_message("  speculative step %.1f ms: %llu steps, %llu verify steps, %llu accepted, %llu told not to draft\n",
+                  g_spec_ms, (unsigned long long)st.steps, (unsigned long long)st.spec_drafts,
+                  (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_cost_off_steps);
+    if (arm == 0) { /* the warm-up's speculative steps, then one probe per SPEC_COST_PROBE_OFF + 1 steps */
+      assert_true(st.spec_drafts >= SPEC_COST_WARM);
+      assert_true(st.spec_drafts <= SPEC_COST_WARM + 1 + st.steps / (SPEC_COST_PROBE_OFF + 1));
+      /* every other step was told not to draft, but for the prefill, the first step after it and
+       * steps whose probe found no drafts to make (the last tokens: no room for k) */
+      assert_true(st.spec_cost_off_steps + st.spec_drafts + 4 >= st.steps);
+    } else { /* the warm-up's plain steps, then one probe per SPEC_COST_PROBE_ON + 1 steps */
+      assert_true(st.spec_cost_off_steps >= SPEC_COST_WARM);
+      assert_true(st.spec_cost_off_steps <= SPEC_COST_WARM + 1 + st.steps / (SPEC_COST_PROBE_ON + 1));
+      assert_true(st.spec_accepted_tokens >= 3 * (st.spec_drafts - 1));
+    }
+    sched_free(s);
+  }
+}
 
 int main(void) {
 #ifdef SCHED_SPEC_CUDA
@@ -521,6 +603,7 @@ int main(void) {
 #endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ngram_lookup),
+      cmocka_unit_test(test_spec_cost_rule),
       cmocka_unit_test(test_identity_qwen3_bf16),
       cmocka_unit_test(test_identity_qwen3_q8_0),
       cmocka_unit_test(test_identity_qwen3_q6_k),
@@ -531,6 +614,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stop_and_length, setup, tu_model_fx_teardown),
       cmocka_unit_test_setup_teardown(test_opt_out_and_batch_cutoff, setup, tu_model_fx_teardown),
       cmocka_unit_test_setup_teardown(test_chi_square, setup, tu_model_fx_teardown),
+      cmocka_unit_test_setup_teardown(test_cost_control, setup, tu_model_fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
