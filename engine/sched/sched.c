@@ -100,6 +100,7 @@ struct sched {
    * and its choice for the next step (made before the MTP pass that step would need) */
   spec_cost_t cost;
   int spec_next;
+  double pass_ms; /* MTP: average time of the drafter's pass (a cost of the speculative step it serves) */
   /* per snapshot slot (index id - max_num_seqs): the committed block carrying it (-1: free) and
    * when it was last taken or reused (snap_tick), so that a new snapshot takes the least recently
    * used slot when none is free (snap_take) */
@@ -1431,6 +1432,7 @@ static int step(sched_t *s, gt_err_t *err) {
     pthread_mutex_unlock(&s->mu);
   }
   const uint64_t passes0 = s->st.spec_mtp_passes;
+  const double t_pass = now_ms();
   if (s->mtp && (rc = mtp_pass(s, n_seq, err)) != GT_OK) {
     while (s->n_running) {
       req_t *q = s->running[--s->n_running];
@@ -1440,10 +1442,13 @@ static int step(sched_t *s, gt_err_t *err) {
   }
   const double slow = slow_step_ms(), t_end = now_ms();
   const long caps = s->m->be->ops->graph_captures ? s->m->be->ops->graph_captures(s->m->be) - caps0 : 0;
-  /* a plain sample followed by a pass would hold the next step's drafting cost: left out */
-  if (s->cost.by_n && pure && caps == 0 && (n_drafts > 0 || s->st.spec_mtp_passes == passes0)) {
-    const double ms = s->cfg.spec_step_ms ? s->cfg.spec_step_ms(s->cfg.spec_step_ud, n_dec, n_drafts, t_end - t_step)
-                                          : t_end - t_step;
+  /* the cost sample: the step without its MTP pass, plus (speculative steps) the average pass, the
+   * cost of drafting for a step whichever step it ran after */
+  const double pass = s->st.spec_mtp_passes != passes0 ? t_end - t_pass : 0;
+  if (pass > 0) s->pass_ms = s->pass_ms > 0 ? s->pass_ms + SPEC_COST_ALPHA * (pass - s->pass_ms) : pass;
+  if (s->cost.by_n && pure && caps == 0) {
+    const double clk = t_end - t_step - pass + (n_drafts > 0 ? s->pass_ms : 0);
+    const double ms = s->cfg.spec_step_ms ? s->cfg.spec_step_ms(s->cfg.spec_step_ud, n_dec, n_drafts, clk) : clk;
     spec_cost_record(&s->cost, n_dec, n_drafts > 0, ms, 1.0 + (double)(s->st.spec_accepted_tokens - acc0) / n_dec);
   }
   if (slow > 0 && t_end - t_step > slow) {

@@ -1,7 +1,9 @@
 /* engine/sched/spec_cost.h — whether speculation pays, measured (engine/SERVE.md "Speculative
  * decoding"). Per number n of decoding sequences in a step (1..max_n), the scheduler records the
- * wall time of its pure decode steps (no prompt rows, no graph capture), plain and speculative
- * apart, and the tokens a speculative step gave per sequence; a step of n drafts only while
+ * wall time of its pure decode steps (no prompt rows, no graph capture; without the MTP pass that
+ * ran after it, and for a speculative step plus the average pass: the pass is the drafting cost of
+ * the step it serves), plain and speculative apart, and the tokens a speculative step gave per
+ * sequence; a step of n drafts only while
  *   spec_tok / spec_ms >= (1 + SPEC_COST_MARGIN) / plain_ms
  * (exponential averages, weight SPEC_COST_ALPHA). Before SPEC_COST_WARM samples of each kind it
  * drafts until it has spec samples, then runs plain until it has plain ones; after that a run of
