@@ -64,29 +64,13 @@ __device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8],
   }
 }
 
-/* Shared memory of an instance, in bytes: B fragments bs [MVM_WARPS chunks][8][32] uint4, Σx sxs
- * [MVM_WARPS chunks][4 x rows][8] float, scale slots [MVM_WARPS warps][IL ? RG : 1][16 rows][4]
- * float4 (mvm_chunk reuses one set per group, mvm_chunk_il keeps one per group), part sums red
- * [MVM_WARPS][RG][16][4] float. Dynamic: the IL instances of 2 groups pass 48 KB. */
-template <int RG, bool IL> struct mvm_smem {
-  static constexpr size_t BS = (size_t)MVM_WARPS * 8 * 32 * 16, SX = (size_t)MVM_WARPS * 4 * 8 * 4;
-  static constexpr size_t SC = (size_t)MVM_WARPS * (IL ? RG : 1) * 16 * 4 * 16, RED = (size_t)MVM_WARPS * RG * 16 * 4 * 4;
-  static constexpr size_t BYTES = BS + SX + SC + RED;
-};
-
-extern __shared__ __align__(16) unsigned char mvm_dsm[];
-
-/* RG row groups per warp, OCC blocks per SM (the register cap), IL: mvm_chunk_il instead of
- * mvm_chunk (same bits). */
-template <class D, int RG, int OCC, bool IL>
-__global__ void __launch_bounds__(MVM_WARPS * 32, OCC)
+template <class D, int RG>
+__global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     mvm_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, int n) {
-  typedef mvm_smem<RG, IL> L;
-  constexpr int NSC = IL ? RG : 1;
-  uint4 (*bs)[8][32] = (uint4 (*)[8][32])mvm_dsm;                           /* the window's chunks (<= 8) */
-  float (*sxs)[4][8] = (float (*)[4][8])(mvm_dsm + L::BS);                  /* Q4_K: Σx [chunk][x row][sub-block] */
-  float4 (*scs)[NSC][16][4] = (float4 (*)[NSC][16][4])(mvm_dsm + L::BS + L::SX); /* per warp */
-  float (*red)[RG][16][4] = (float (*)[RG][16][4])(mvm_dsm + L::BS + L::SX + L::SC);
+  __shared__ uint4 bs[MVM_WARPS][8][32];      /* B fragments of the window's chunks (<= 8) */
+  __shared__ __align__(16) float sxs[MVM_WARPS][4][8]; /* Q4_K: Σx [chunk][x row][sub-block] */
+  __shared__ float4 scs[MVM_WARPS][16][4];    /* per warp: scale slots of the group's 16 rows */
+  __shared__ float red[MVM_WARPS][RG][16][4]; /* per warp: [group][row][x row] part sums */
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, tig = lane & 3;
   const mvm_pos<RG> p(a, wi, lane);
   const int S = p.S, part = p.part;
@@ -120,66 +104,24 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, OCC)
         for (int k = 0; k < 8; k++) sx[k] = 0.0f;
       }
     }
-    auto bq = [&](int q) { return bs[part][q][lane]; };
-    if constexpr (IL) mvm_chunk_il<D, RG>(acc, wb, sx, scs[wi], lane, bq);
-    else mvm_chunk<D, RG>(acc, wb, sx, scs[wi][0], lane, bq);
+    mvm_chunk<D, RG>(acc, wb, sx, scs[wi], lane, [&](int q) { return bs[part][q][lane]; });
   }
   mvm_finish<RG>(a, p, red, acc, wi, lane, n);
 }
 
-template <class D, int RG, int OCC, bool IL>
-static int mvm_go(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, int n) {
+template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, int n) {
   const int64_t blocks = mvm_plan(a, cols >> 8, a.swiglu ? 8 * RG : 16 * RG);
   if (blocks < 0) return (int)cudaErrorInvalidValue;
   if (blocks == 0) return 0;
-  constexpr size_t SMEM = mvm_smem<RG, IL>::BYTES;
-  static int attr_set; /* once per instance and process (a function attribute, not a stream operation) */
-  if (SMEM > 48 * 1024 && !attr_set) {
-    /* the first call may come while a decode graph is being captured: relaxed mode for the call */
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode);
-    if (e != cudaSuccess) return (int)e;
-    e = cudaFuncSetAttribute(mvm_kernel<D, RG, OCC, IL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM);
-    const cudaError_t e2 = cudaThreadExchangeStreamCaptureMode(&mode); /* back to the caller's mode */
-    if (e != cudaSuccess) return (int)e;
-    if (e2 != cudaSuccess) return (int)e2;
-    attr_set = 1;
-  }
-  kc_launch(mvm_kernel<D, RG, OCC, IL>, (unsigned)blocks, MVM_WARPS * 32, SMEM, st, a, x, cols, n);
+  kc_launch(mvm_kernel<D, RG>, (unsigned)blocks, MVM_WARPS * 32, 0, st, a, x, cols, n);
   return (int)cudaGetLastError();
 }
 
-/* The variant (measurement knobs until one wins everywhere; read once, kc_mvm_set_variant
- * overrides): GANTRY_MVM_RG 1 | 2 row groups of 16 per warp for plain products (swiglu: always
- * the gate and the up group), GANTRY_MVM_IL 0 | 1 mvm_chunk / mvm_chunk_il, GANTRY_MVM_OCC 2 | 3 | 4
- * blocks per SM (the register cap: 128 / 80 / 64; two groups per warp: at most 3). Every variant gives the same bits. */
-static int g_var_force[3] = {-1, -1, -1}, g_var_env[3] = {-1, -1, -1};
-static int mvm_var(int i) {
-  static const char *const names[3] = {"GANTRY_MVM_RG", "GANTRY_MVM_IL", "GANTRY_MVM_OCC"};
-  static const int lo[3] = {1, 0, 2}, hi[3] = {2, 1, 4}, dflt[3] = {1, 0, 2};
-  if (g_var_force[i] >= 0) return g_var_force[i];
-  if (g_var_env[i] < 0) g_var_env[i] = (int)kc_env_int(names[i], lo[i], hi[i], dflt[i]);
-  return g_var_env[i];
-}
-
-KC_API void kc_mvm_set_variant(int rg, int il, int occ) {
-  g_var_force[0] = rg == 1 || rg == 2 ? rg : -1;
-  g_var_force[1] = il == 0 || il == 1 ? il : -1;
-  g_var_force[2] = occ >= 2 && occ <= 4 ? occ : -1;
-}
-
-template <class D, int RG, int OCC> static int mvm_il(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n) {
-  return mvm_var(1) ? mvm_go<D, RG, OCC, true>(st, a, cols, x, n) : mvm_go<D, RG, OCC, false>(st, a, cols, x, n);
-}
-template <class D, int RG> static int mvm_occ(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n) {
-  const int o = mvm_var(2);
-  if (o == 4 && RG == 1) return mvm_il<D, RG, 4>(st, a, cols, x, n);
-  if (o >= 3) return mvm_il<D, RG, 3>(st, a, cols, x, n); /* two groups: at most 3 (85 registers) */
-  return mvm_il<D, RG, 2>(st, a, cols, x, n);
-}
+/* One row group per warp (B is shared through shared memory, more warps hide more latency);
+ * swiglu: the gate and the up group of 16 features. */
 template <class D> static int mvm_pick(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n) {
-  if (a.swiglu || mvm_var(0) == 2) return mvm_occ<D, 2>(st, a, cols, x, n);
-  return mvm_occ<D, 1>(st, a, cols, x, n);
+  if (a.swiglu) return mvm_go<D, 2>(st, a, cols, x, n);
+  return mvm_go<D, 1>(st, a, cols, x, n);
 }
 
 static int g_mvm_force = -1, g_mvm_env = -1;

@@ -24,12 +24,6 @@ KC_API int kc_mvm_enabled(void);
 /* 0 / 1 as above, -1 back to the environment (benchmarks compare the paths; not thread-safe) */
 KC_API void kc_mvm_set_enabled(int on);
 
-/* The kernel variant (kernels/matvec_mma.cu mvm_pick; all give the same bits): rg 1 | 2 row
- * groups of 16 per warp for plain products, il 0 | 1 groups one after the other / interleaved,
- * occ 2 | 3 | 4 blocks per SM (two groups: at most 3); -1 for any: GANTRY_MVM_RG / _IL / _OCC, else 1, 0,
- * 2. For benchmarks (not thread-safe). */
-KC_API void kc_mvm_set_variant(int rg, int il, int occ);
-
 /* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w
  * 16-byte aligned) or Q6_K (w 2-byte aligned), cols % 256 == 0, 1 <= n <= KC_MVM_MAX_ROWS. */
 KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n);

@@ -140,54 +140,6 @@ __device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D,
   }
 }
 
-/* mvm_chunk's sums in an order that lets the groups overlap: every group's scales decoded up
- * front into slots of its own (scs: the warp's [RG][16][4] float4), then the sub-blocks outermost
- * and the groups inside, so the RG groups' mma and fma chains are independent work for the
- * scheduler; each sub-block's two scale slots are read from shared memory when applied (fewer
- * live registers than mvm_chunk's 32 preloaded floats). Bit-identical to mvm_chunk: every
- * accumulator takes the same terms in the same order. */
-template <class D, int RG, class BQ>
-__device__ __forceinline__ void mvm_chunk_il(float (&acc)[RG][2], const mvm_wbuf<D, RG> &wb, const float *sx,
-                                             float4 (*scs)[16][4], int lane, BQ bq) {
-  const int g = lane >> 2;
-  __syncwarp(); /* the previous chunk's scales read by every lane */
-#pragma unroll
-  for (int i = 0; i < RG; i++) D::sdecode(wb.sr[i], lane & 1, &scs[i][lane >> 1][2 * (lane & 1)]);
-  __syncwarp();
-#pragma unroll
-  for (int sb = 0; sb < D::NSUB; sb++) {
-    float c[RG][4];
-#pragma unroll
-    for (int i = 0; i < RG; i++) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.0f;
-#pragma unroll
-    for (int h = 0; h < D::SPS; h++) {
-      const int s = D::SPS * sb + h;
-      const uint4 b = bq(s >> 1);
-#pragma unroll
-      for (int i = 0; i < RG; i++) {
-        const uint32_t qa = D::qword(wb.ra[i], s), qb = D::qword(wb.rb[i], s);
-        const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
-                                mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
-        mvm_mma(c[i], af, (s & 1) ? b.z : b.x, (s & 1) ? b.w : b.y);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < RG; i++) {
-      const float *r0 = (const float *)scs[i][g], *r8 = (const float *)scs[i][g + 8];
-      if constexpr (D::HAS_MIN) {
-        const float2 t0 = *(const float2 *)(r0 + 2 * sb), t8 = *(const float2 *)(r8 + 2 * sb);
-        acc[i][0] = fmaf(t0.x, c[i][0] + c[i][1], acc[i][0]);
-        acc[i][0] = fmaf(-t0.y, sx[sb], acc[i][0]);
-        acc[i][1] = fmaf(t8.x, c[i][2] + c[i][3], acc[i][1]);
-        acc[i][1] = fmaf(-t8.y, sx[sb], acc[i][1]);
-      } else {
-        acc[i][0] = fmaf(r0[sb], c[i][0] + c[i][1], acc[i][0]);
-        acc[i][1] = fmaf(r8[sb], c[i][2] + c[i][3], acc[i][1]);
-      }
-    }
-  }
-}
-
 /* The block's results: lane (g, tig) holds rows g, g+8 of each group for x row tig/2 (hi+mid or
  * lo); added per x row (tig 2r, then 2r+1) and over the parts in part order; swiglu: SiLU(gate)
  * * up as kernels/swiglu.cu. red: [MVM_WARPS][RG][16][4] shared. Whole block (one barrier). */

@@ -6,11 +6,8 @@
 #     launch every kernel early under PDL mode 2) 0 / 1 / 2 / 4: bench_decode --batch 1,2,4,8 on
 #     qwen3-8b and qwen35-9b Q4_K_M, bench_verify --batches 1 (1 + 3 rows) on qwen35-9b;
 #  2. GANTRY_MVM_TARGET_WARPS (the batch-1 tensor-core product's column split) 512 / 1024 / 2048
-#     (default) / 4096: bench_matvec Q4_K / Q6_K at 1 row, bench_decode --batch 1;
-#  3. "var": the batch-1 product's kernel variants (kernels/matvec_mma.cu mvm_pick: GANTRY_MVM_RG /
-#     _IL / _OCC): bench_matvec --mvm-variants VARS at 1 and 2 rows (each checked bit for bit
-#     against the default), then bench_decode --batch 1,2 under each of DECODE_VARS.
-# Env: OUT (/tmp/knobs), BUDGET (420 s), MODELDIR (/tmp), PARTS ("pdl mvm"), VARS, DECODE_VARS.
+#     (default) / 4096: bench_matvec Q4_K / Q6_K at 1 row, bench_decode --batch 1.
+# Env: OUT (/tmp/knobs), BUDGET (420 s), MODELDIR (/tmp), PARTS ("pdl mvm").
 set -u
 OUT=${OUT:-/tmp/knobs}
 BUDGET=${BUDGET:-420}
@@ -22,14 +19,6 @@ M9=$MD/qwen35-9b.Q4_K_M.mtp.gguf M8=$MD/qwen3-8b.Q4_K_M.gguf
 [ -s "$M9" ] || session_mkmodel "$M9" "$OUT/mk9.txt" --preset qwen35-9b --type Q4_K_M --mtp --keep-output-bf16 --threads 7
 has() { case " ${PARTS:-pdl mvm} " in *" $1 "*) return 0 ;; esac; return 1; }
 rows() { grep -E '^\| [0-9]+ \|' /tmp/step.txt | awk -F'|' -v p="$1" '{printf "%s b%s %s ms %s (%s)\n", p, $2+0, $4+0, $10, $11}'; }
-VARS=${VARS:-r1i1o2,r1i0o3,r1i1o3,r1i0o4,r1i1o4,r2i0o2,r2i1o2,r2i1o3}
-DECODE_VARS=${DECODE_VARS:-"r1i0o2 r1i1o2 r1i0o3 r1i1o3 r1i0o4 r2i1o2 r2i1o3"}
-if has var; then
-  step "matvec variants" 120 "$D/bench_matvec" --types Q4_K,Q6_K --ns 1,2 --mmq 0 --reps 20 --mvm-variants "$VARS" \
-    --shapes 4096x4096,1024x4096,12288x4096,4096x12288,151936x4096,multi,swiglu
-  grep -E "^[a-z0-9 ()+x]+ \| Q[46]_K \| (mma|r[12]i)" /tmp/step.txt
-  grep -E "FAIL|VALIDATION|checks passed" /tmp/step.txt | head -5
-fi
 if has mvm; then
   for tw in 512 1024 2048 4096; do
     step "matvec tw=$tw" 60 env GANTRY_MVM_TARGET_WARPS=$tw "$D/bench_matvec" --types Q4_K,Q6_K --ns 1 --mmq 0 --reps 20 \
@@ -49,13 +38,6 @@ for m in "$M8" "$M9"; do
         step "verify allrows=$ar" 60 env GANTRY_PDL_ALL_ROWS=$ar "$D/bench_verify" --model "$M9" --device cuda --batches 1 --k 3 --ctx 512 --iters 30 --warm 5
         grep -E '^ +1 \|' /tmp/step.txt | sed "s/^/verify allrows=$ar /"
       fi
-    done
-  fi
-  if has var; then
-    for v in $DECODE_VARS; do
-      rg=${v#r}; rg=${rg%%i*}; il=${v#*i}; il=${il%%o*}; occ=${v#*o}
-      step "decode $nm $v" 60 env GANTRY_MVM_RG=$rg GANTRY_MVM_IL=$il GANTRY_MVM_OCC=$occ "$D/bench_decode" --model "$m" --batch 1,2 --prompt 512 --gen 32
-      rows "$nm $v"
     done
   fi
   if has mvm; then

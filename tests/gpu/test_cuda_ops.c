@@ -271,7 +271,6 @@ static char g_poison[640];
   } while (0)
 
 void kc_mmq_set(int on, int prefill_parts); /* kernels/mmq.cuh */
-void kc_mvm_set_variant(int rg, int il, int occ); /* kernels/matvec_mma.cuh */
 
 /* After every test, passed or failed: the process-wide switches tests set go back to the state
  * setup / main left (GPU_BE = GPU_MAIN, kernel choices from the environment, fp32 activations,
@@ -304,7 +303,6 @@ static int reset_switches(void **state) {
   }
   kc_attn_decode_set_kernel(0);
   kc_mmq_set(-1, 0);
-  kc_mvm_set_variant(-1, -1, -1);
   kc_gpipe_set_mode(-1);
   kc_pdl_set_mode(-1);
   be_cuda_set_prefill_precision(NULL);
@@ -1160,22 +1158,6 @@ static void test_matvec_mma(void **st) {
         cmp(what, bo, no, TOL);
         cmp("  multi [1]", b2, n2, TOL);
         cmp("  ffn_swiglu", bg, no, TOL);
-        /* every kernel variant (rows groups per warp, interleaved groups, blocks per SM) gives
-         * the default's bits */
-        static const int var[][3] = {{1, 0, 3}, {1, 0, 4}, {1, 1, 2}, {1, 1, 3}, {1, 1, 4}, {2, 0, 2}, {2, 1, 2}, {2, 0, 3}, {2, 1, 3}};
-        buf_t vo = putf(NULL, no), v2 = putf(NULL, n2), vg = putf(NULL, no);
-        for (size_t v = 0; v < sizeof var / sizeof *var; v++) {
-          kc_mvm_set_variant(var[v][0], var[v][1], var[v][2]);
-          float *ov[2] = {vo.g, v2.g};
-          GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, ov, rows);
-          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, vg.g, bu.g, rows);
-          snprintf(what, sizeof what, "  variant r%di%do%d multi [0]", var[v][0], var[v][1], var[v][2]);
-          if (gpu_vs_gpu(what, vo.g, bo.g, no, 0.0) != 0.0 || gpu_vs_gpu("  multi [1]", v2.g, b2.g, n2, 0.0) != 0.0 ||
-              gpu_vs_gpu("  ffn_swiglu", vg.g, bg.g, no, 0.0) != 0.0)
-            fail_msg("%s: not the default variant's bits", what);
-        }
-        kc_mvm_set_variant(-1, -1, -1);
-        drop(&vo), drop(&v2), drop(&vg);
         drop(&bx), drop(&bo), drop(&bg), drop(&b2), drop(&bu);
         free(x);
       }

@@ -1,7 +1,7 @@
 /* tools/bench/bench_matvec.cu — microbenchmark of kernels/matvec.cu (llm.c dev/cuda style).
  *
  *   bench_matvec [--reps N] [--types Q4_K,Q6_K,...] [--ns 1,2,4,8,32] [--mmq 0|1]
- *                [--shapes 12288x4096,...] [--mmq-ns 8,32] [--mvm-variants r2i1o2,...]
+ *                [--shapes 12288x4096,...] [--mmq-ns 8,32]
  *
  * Weights: a pool of 512 random rows per (type, cols) quantized with tools/quantize.h, tiled
  * over n_out rows. Before timing, every product is checked against a host reference
@@ -11,8 +11,6 @@
  * Q4_K and Q6_K at n <= 2 run (checks and timing) twice: path "old" (SIMT kernel,
  * kc_mvm_set_enabled(0)) and "mma" (tensor-core kernel of kernels/matvec_mma.cu; the check fails
  * if kc_mvm_ok refuses the weight); other rows print path "dflt" (what kc_matvec picks).
- * --mvm-variants: the mma path again per kernel variant (kc_mvm_set_variant: rows groups R per
- * warp, I interleaved, O blocks per SM), path "rRiIoO"; each must equal "mma" bit for bit.
  * Timing: cudaEvents over N reps (default 50); every weight is replicated to >= 256 MiB (up to
  * 64 copies) and the copies cycled so that each rep streams from HBM, not L2. Prints
  *   shape | type | path | n | us | GB/s | % of copy BW | % of 4.8 TB/s
@@ -146,30 +144,24 @@ static double g_copy_bw; /* bytes/s */
 static int g_fail;
 static const char *g_path = "dflt"; /* label of the matvec path in use (bm_path) */
 
-/* --mvm-variants: kernel variants of the mma path (kc_mvm_set_variant) run after it, "rRiIoO" each */
-static int g_var[8][3], g_nvar;
-static char g_var_name[8][8];
-
-/* Paths to run for (type, n): {0 old, 1 mma, 2.. the --mvm-variants} where the mma path applies,
- * else {-1 default}. Returns the count; bm_path(mode) selects one. */
+/* Paths to run for (type, n): {0 old, 1 mma} where the mma path applies, else {-1 default}.
+ * Returns the count; bm_path(mode) selects one. */
 static int bm_modes(gt_type_t t, int n, int *modes) {
   if ((t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K) && n <= KC_MVM_MAX_ROWS) {
-    for (int i = 0; i < 2 + g_nvar; i++) modes[i] = i;
-    return 2 + g_nvar;
+    modes[0] = 0, modes[1] = 1;
+    return 2;
   }
   modes[0] = -1;
   return 1;
 }
 static void bm_path(int mode) {
-  kc_mvm_set_enabled(mode < 0 ? -1 : mode > 0);
-  if (mode >= 2) kc_mvm_set_variant(g_var[mode - 2][0], g_var[mode - 2][1], g_var[mode - 2][2]);
-  else kc_mvm_set_variant(-1, -1, -1); /* the default (or GANTRY_MVM_*) */
-  g_path = mode < 0 ? "dflt" : mode >= 2 ? g_var_name[mode - 2] : mode ? "mma" : "old";
+  kc_mvm_set_enabled(mode);
+  g_path = mode < 0 ? "dflt" : mode ? "mma" : "old";
 }
 
 static void bm_row(const char *shape, gt_type_t t, int n, double sec, double bytes) {
   const double bw = bytes / sec;
-  printf("%-22s | %-4s | %-6s | %2d | %9.2f | %7.1f | %5.1f %% | %5.1f %%\n", shape, dt_name(t), g_path, n,
+  printf("%-22s | %-4s | %-4s | %2d | %9.2f | %7.1f | %5.1f %% | %5.1f %%\n", shape, dt_name(t), g_path, n,
          sec * 1e6, bw / 1e9, 100.0 * bw / g_copy_bw, 100.0 * bw / BM_PEAK);
   fflush(stdout);
 }
@@ -224,9 +216,7 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
   char shape[48];
   snprintf(shape, sizeof shape, "%lldx%lld", (long long)n_out, (long long)cols);
   const int check_ns[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 32};
-  int modes[10];
-  float *dmma;
-  BM_CHECK(cudaMalloc((void **)&dmma, sizeof(float) * KC_MVM_MAX_ROWS * (size_t)n_out));
+  int modes[2];
   for (size_t i = 0; i < sizeof check_ns / sizeof *check_ns; i++) {
     const int n = check_ns[i];
     for (int k = 0, nm = bm_modes(t, n, modes); k < nm; k++) {
@@ -242,14 +232,8 @@ static void bm_plain(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, 
         printf("FAIL %s %s %s n=%d: normalized error %.3g > %.0e\n", shape, dt_name(t), g_path, n, e, BM_TOL);
         g_fail = 1;
       }
-      if (modes[k] == 1) BM_CHECK(cudaMemcpy(dmma, dout, sizeof(float) * (size_t)n * n_out, cudaMemcpyDeviceToDevice));
-      if (modes[k] >= 2 && !bm_same(dout, dmma, (size_t)n * n_out)) {
-        printf("FAIL %s %s %s n=%d: differs from the mma path\n", shape, dt_name(t), g_path, n);
-        g_fail = 1;
-      }
     }
   }
-  cudaFree(dmma);
   for (int i = 0; i < BM_NN; i++)
   for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
     bm_path(modes[mi]);
@@ -281,7 +265,7 @@ static void bm_multi(gt_type_t t, const float *hx, const float *dx, float *dout,
     seg[s].w = w[s].d, seg[s].n_out = outs[s], seg[s].row_bytes = w[s].row_bytes;
     bytes += (double)w[s].bytes;
   }
-  int modes[10];
+  int modes[2];
   for (int i = 0; i < BM_NN; i++)
   for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
     bm_path(modes[mi]);
@@ -329,7 +313,7 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
   bm_w_t g = bm_weight(t, n_out, cols, 1, 101), u = bm_weight(t, n_out, cols, 1, 202);
   float *tmp;
   BM_CHECK(cudaMalloc((void **)&tmp, sizeof(float) * 2 * 32 * n_out));
-  int modes[10];
+  int modes[2];
   for (int i = 0; i < BM_NN; i++)
   for (int mi = 0, n = k_ns[i], nm = bm_modes(t, n, modes); mi < nm; mi++) {
     bm_path(modes[mi]);
@@ -431,19 +415,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--mmq")) mmq = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--shapes")) g_shapes = argv[i + 1];
     else if (!strcmp(argv[i], "--mmq-ns")) g_mmq_ns = argv[i + 1];
-    else if (!strcmp(argv[i], "--mvm-variants")) {
-      g_nvar = 0;
-      for (const char *c = argv[i + 1]; *c; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") {
-        int r, l, o;
-        if (g_nvar == 8 || sscanf(c, "r%di%do%d", &r, &l, &o) != 3 || r < 1 || r > 2 || l < 0 || l > 1 || o < 2 || o > 4) {
-          fprintf(stderr, "--mvm-variants: up to 8 of rRiIoO (R 1..2, I 0..1, O 2..4)\n");
-          return 2;
-        }
-        g_var[g_nvar][0] = r, g_var[g_nvar][1] = l, g_var[g_nvar][2] = o;
-        snprintf(g_var_name[g_nvar], sizeof g_var_name[0], "r%di%do%d", r, l, o);
-        g_nvar++;
-      }
-    }
     else if (!strcmp(argv[i], "--ns")) {
       BM_NN = 0;
       for (const char *c = argv[i + 1]; *c && BM_NN < 8; c = strchr(c, ',') ? strchr(c, ',') + 1 : "") {
@@ -457,7 +428,7 @@ int main(int argc, char **argv) {
     } else {
       fprintf(stderr,
               "usage: %s [--reps N] [--types BF16,Q8_0,Q4_K,Q5_K,Q6_K] [--ns 1,2,...] [--mmq 0|1] [--shapes NxK,multi,swiglu]"
-              " [--mmq-ns 8,32] [--mvm-variants r2i1o2,...]\n",
+              " [--mmq-ns 8,32]\n",
               argv[0]);
       return 2;
     }
@@ -486,7 +457,7 @@ int main(int argc, char **argv) {
   BM_CHECK(cudaEventCreate(&e1));
 
   const int64_t shapes[][2] = {{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}, {151936, 4096}};
-  printf("%-22s | %-4s | %-6s | %2s | %9s | %7s | %s | %s\n", "shape", "type", "path", "n", "us", "GB/s",
+  printf("%-22s | %-4s | %-4s | %2s | %9s | %7s | %s | %s\n", "shape", "type", "path", "n", "us", "GB/s",
          "% of copy BW", "% of 4.8 TB/s");
   char list[128];
   snprintf(list, sizeof list, "%s", types_arg);
