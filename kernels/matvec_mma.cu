@@ -24,11 +24,8 @@
  *    32 elements) mma from a zero C give, in lane (g, tig), the two columns 2tig, 2tig+1: for
  *    even tig Σ q·x_hi and Σ q·x_mid, for odd tig Σ q·x_lo (and a zero column), of rows g and
  *    g+8 for x row tig/2; acc += d_sc · (C0 + C1) [- d_min·m · Σx over the sub-block, even tig].
- * Exactness: the A registers are the bf16 bit patterns of 128 + q (byte_perm with 0x43; exact).
- * Q6_K subtracts 160 by a bf16x2 subtraction (q - 32 in -32..31, exact); Q4_K keeps 128 + q and
- * takes the 128 out with the min term: acc += d·sc·C - (128·d·sc + dmin·m)·Σx (mma_dec.cuh
- * sdecode_fold), four bf16x2 subtractions fewer per mma, the fp32 sums ~17x the size of Σq·x
- * (their roundings with them: measured against the op tests' 1e-5 bound). x = hi + mid + lo + e
+ * Exactness: q (Q4_K 0..15, Q6_K q-32 in -32..31) is built as the bf16 bit pattern of 128 + q
+ * (byte_perm with 0x43) minus 128 (or 160) by a bf16x2 subtraction: exact. x = hi + mid + lo + e
  * with hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid), |e| <= 2^-24 |x| (a two-way
  * split, |e| <= 2^-16 |x|, left 1.1e-5 normalized error on a chained decode step of the op
  * test, above its 1e-5 bound); products bf16·bf16 are exact in the fp32 accumulate. Σx (Q4_K)

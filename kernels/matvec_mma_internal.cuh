@@ -106,8 +106,7 @@ __device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D,
 #pragma unroll
   for (int i = 0; i < RG; i++) {
     __syncwarp(); /* previous group's scales read by every lane */
-    if constexpr (D::HAS_MIN) D::sdecode_fold(wb.sr[i], lane & 1, &scs[lane >> 1][2 * (lane & 1)]);
-    else D::sdecode(wb.sr[i], lane & 1, &scs[lane >> 1][2 * (lane & 1)]);
+    D::sdecode(wb.sr[i], lane & 1, &scs[lane >> 1][2 * (lane & 1)]);
     __syncwarp();
     float s0[16], s8[16];
 #pragma unroll
@@ -124,14 +123,8 @@ __device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D,
         const int s = D::SPS * sb + h;
         const uint4 b = bq(s >> 1);
         const uint32_t qa = D::qword(wb.ra[i], s), qb = D::qword(wb.rb[i], s);
-        uint32_t af[4];
-        if constexpr (D::HAS_MIN) { /* Q4_K: 128 + q as is; the 128 goes into the min slot (sdecode_fold) */
-          af[0] = __byte_perm(qa, 0x43u, 0x4140u), af[1] = __byte_perm(qb, 0x43u, 0x4140u);
-          af[2] = __byte_perm(qa, 0x43u, 0x4342u), af[3] = __byte_perm(qb, 0x43u, 0x4342u);
-        } else {
-          af[0] = mvm_qpair(qa, 0x4140u, D::BIAS), af[1] = mvm_qpair(qb, 0x4140u, D::BIAS);
-          af[2] = mvm_qpair(qa, 0x4342u, D::BIAS), af[3] = mvm_qpair(qb, 0x4342u, D::BIAS);
-        }
+        const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
+                                mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
         mvm_mma(c, af, (s & 1) ? b.z : b.x, (s & 1) ? b.w : b.y);
       }
       if constexpr (D::HAS_MIN) {

@@ -78,14 +78,6 @@ struct mvm_q4k {
     dst[0] = make_float4(d * mvm_byte_f(sc, 0), dmin * mvm_byte_f(m, 0), d * mvm_byte_f(sc, 1), dmin * mvm_byte_f(m, 1));
     dst[1] = make_float4(d * mvm_byte_f(sc, 2), dmin * mvm_byte_f(m, 2), d * mvm_byte_f(sc, 3), dmin * mvm_byte_f(m, 3));
   }
-  /* sdecode for A registers that hold 128 + q (kernels/matvec_mma.cu): slot 2sb+1 = 128·d·sc +
-   * dmin·m, so that d·sc·Σ(128 + q)·x - slot·Σx = d·sc·Σq·x - dmin·m·Σx (128·d·sc is exact; one
-   * rounding in the sum) */
-  __device__ static void sdecode_fold(const sraw &r, int half, float4 *dst) {
-    sdecode(r, half, dst);
-    dst[0].y = fmaf(128.0f, dst[0].x, dst[0].y), dst[0].w = fmaf(128.0f, dst[0].z, dst[0].w);
-    dst[1].y = fmaf(128.0f, dst[1].x, dst[1].y), dst[1].w = fmaf(128.0f, dst[1].z, dst[1].w);
-  }
 };
 
 /* Q6_K (210 B blocks, 2-byte aligned): element 128h + 32k + l has low bits in ql[64h + 32(k&1) + l]
