@@ -38,30 +38,67 @@
 #include "format/dtype.h"
 #include "kernels/matvec_mma_internal.cuh"
 
-/* B fragments of the S chunks kb0 + c (c < S) of a window, x rows r < n, into bs[c][s/2][lane]
- * (k-steps 2p, 2p+1 of a lane in one uint4: b0, b1 of step 2p, then of 2p+1); Q4_K also the
- * sub-block sums sxs[c][r][sb]. Quad q (elements 4q..4q+3) of row r goes to the lanes
- * (g = 4r hi, 4r+1 mid, 4r+2 lo; tig) with kbase(s, tig) = 4q. Whole block; rows >= n are left as
- * they are (zero). Thread t takes quads t, t + 256, ...: whole warps (S * n * 64 is a multiple
- * of 64), so that 8 consecutive lanes hold one sub-block (Σx by a fixed xor tree). */
-template <class D>
-__device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8], const float *__restrict__ x,
-                                         int64_t cols, int64_t kb0, int64_t nkb, int S, int n) {
-  const int total = S * n * 64;
-  for (int t = threadIdx.x; t < total; t += MVM_WARPS * 32) {
-    const int c = t / (n * 64), r = (t >> 6) % n, q = t & 63;
-    const int64_t kb = kb0 + c;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (kb < nkb) v = __ldg((const float4 *)(x + (size_t)r * (size_t)cols + kb * 256 + 4 * q));
-    const int s = D::kstep(q), tig = D::ktig(q);
-    /* column 4r + 0 / 1 / 2 = hi / mid / lo of x row r is read by lanes 4 (4r + j) + tig */
-    mvm_split_x(v, *((uint2 *)&bs[c][s >> 1][16 * r + tig] + (s & 1)), *((uint2 *)&bs[c][s >> 1][16 * r + 4 + tig] + (s & 1)),
-                *((uint2 *)&bs[c][s >> 1][16 * r + 8 + tig] + (s & 1)));
-    if constexpr (D::HAS_MIN) { /* Q4_K: sub-block q / 8 */
-      const float p = mvm_sub_sum(v);
-      if ((q & 7) == 0) sxs[c][r][q >> 3] = p;
-    }
+/* The fill of a window (mvm_fill) takes quads t = thread, thread + 256, ... of S * n * 64: quad t is
+ * elements 4q..4q+3 (q = t % 64) of chunk c of x row r, t = (c * n + r) * 64 + q (n <= 2: shifts,
+ * not a division). Its first XPF quads per thread are loaded a window ahead (mvm_fill_pre,
+ * before the warp computes the current chunk), so x's L2 latency is off the fill's path: XPF = 2
+ * for one row group per warp (every quad at n = 1 up to S = 8), 1 for two (the swiglu: S <= 4 at
+ * its shapes; 2 spills there). */
+static_assert(KC_MVM_MAX_ROWS == 2, "mvm_quad: n <= 2");
+__device__ __forceinline__ void mvm_quad(int t, int n, int &c, int &r, int &q) {
+  const int u = t >> 6;
+  r = n == 2 ? u & 1 : 0, c = n == 2 ? u >> 1 : u, q = t & 63;
+}
+__device__ __forceinline__ float4 mvm_fill_ld(const float *__restrict__ x, int64_t cols, int64_t kb0, int64_t nkb, int n,
+                                              int t) {
+  int c, r, q;
+  mvm_quad(t, n, c, r, q);
+  const int64_t kb = kb0 + c;
+  return kb < nkb ? __ldg((const float4 *)(x + (size_t)r * (size_t)cols + kb * 256 + 4 * q)) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+/* the thread's first XPF quads of the window at kb0 (zero past the window's quads) */
+template <int XPF>
+__device__ __forceinline__ void mvm_fill_pre(float4 (&pre)[XPF], const float *__restrict__ x, int64_t cols, int64_t kb0,
+                                             int64_t nkb, int S, int n) {
+#pragma unroll
+  for (int i = 0; i < XPF; i++) {
+    const int t = threadIdx.x + i * MVM_WARPS * 32;
+    pre[i] = t < S * n * 64 ? mvm_fill_ld(x, cols, kb0, nkb, n, t) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+}
+
+/* Quad t (value v) into the B fragments bs[c][s/2][lane] (k-steps 2p, 2p+1 of a lane in one
+ * uint4: b0, b1 of step 2p, then of 2p+1) and, Q4_K, the sub-block sums sxs[c][r][sb]: it goes to
+ * the lanes (g = 4r hi, 4r+1 mid, 4r+2 lo; tig) with kbase(s, tig) = 4q. Whole warps (8
+ * consecutive lanes hold one sub-block: Σx by a fixed xor tree). */
+template <class D>
+__device__ __forceinline__ void mvm_fill_st(uint4 (*bs)[8][32], float (*sxs)[4][8], float4 v, int t, int n) {
+  int c, r, q;
+  mvm_quad(t, n, c, r, q);
+  const int s = D::kstep(q), tig = D::ktig(q);
+  /* column 4r + 0 / 1 / 2 = hi / mid / lo of x row r is read by lanes 4 (4r + j) + tig */
+  mvm_split_x(v, *((uint2 *)&bs[c][s >> 1][16 * r + tig] + (s & 1)), *((uint2 *)&bs[c][s >> 1][16 * r + 4 + tig] + (s & 1)),
+              *((uint2 *)&bs[c][s >> 1][16 * r + 8 + tig] + (s & 1)));
+  if constexpr (D::HAS_MIN) { /* Q4_K: sub-block q / 8 */
+    const float p = mvm_sub_sum(v);
+    if ((q & 7) == 0) sxs[c][r][q >> 3] = p;
+  }
+}
+
+/* B fragments and Σx of the S chunks kb0 + c (c < S) of a window, x rows r < n (rows >= n are
+ * left as they are: zero); pre: the thread's first quads (mvm_fill_pre of kb0). Whole block
+ * (S * n * 64 is a multiple of 64: whole warps per quad round). */
+template <class D, int XPF>
+__device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8], const float *__restrict__ x,
+                                         int64_t cols, int64_t kb0, int64_t nkb, int S, int n, const float4 (&pre)[XPF]) {
+  const int total = S * n * 64;
+#pragma unroll
+  for (int i = 0; i < XPF; i++) {
+    const int t = threadIdx.x + i * MVM_WARPS * 32;
+    if (t < total) mvm_fill_st<D>(bs, sxs, pre[i], t, n);
+  }
+  for (int t = threadIdx.x + XPF * MVM_WARPS * 32; t < total; t += MVM_WARPS * 32)
+    mvm_fill_st<D>(bs, sxs, mvm_fill_ld(x, cols, kb0, nkb, n, t), t, n);
 }
 
 template <class D, int RG>
@@ -83,16 +120,22 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
 #pragma unroll
   for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
   const int64_t nkb = cols >> 8, nwin = (nkb + S - 1) / S;
+  constexpr int XPF = RG == 1 ? 2 : 1;
+  float4 pre[XPF]; /* the next window's first x quads of this thread (mvm_fill_pre) */
   /* window t: chunks t*S .. t*S + S-1; part p takes chunk t*S + p (so chunks p, p + S, ... in order) */
   for (int64_t t = 0; t < nwin; t++) {
     const int64_t kb = t * S + part;
     const bool have = kb < nkb;
     mvm_wbuf<D, RG> wb;
     if (have) wb.load(p, kb, lane); /* weight loads first: in flight while the block builds the window's B */
-    if (t == 0) kc_pdl_wait(), kc_pdl_trigger(); /* PDL: x (the previous kernel's output) only from here */
+    if (t == 0) { /* PDL: x (the previous kernel's output) only from here */
+      kc_pdl_wait(), kc_pdl_trigger();
+      mvm_fill_pre(pre, x, cols, 0, nkb, S, n);
+    }
     __syncthreads(); /* previous window's B read by every warp */
-    mvm_fill<D>(bs, sxs, x, cols, t * S, nkb, S, n);
+    mvm_fill<D, XPF>(bs, sxs, x, cols, t * S, nkb, S, n, pre);
     __syncthreads();
+    if (t + 1 < nwin) mvm_fill_pre(pre, x, cols, (t + 1) * S, nkb, S, n); /* in flight during this chunk */
     if (!have) continue; /* warp-uniform */
     [[maybe_unused]] float sx[D::HAS_MIN ? D::NSUB : 1];
     if constexpr (D::HAS_MIN) {
