@@ -85,9 +85,10 @@ static void usage(void) {
         "                          \"Speculative decoding\")\n"
         "  --num-speculative-tokens K  drafts per step, 1..8 (default 3)\n"
         "  --spec-max-seqs N       no drafts in a step with more decoding sequences (default 8)\n"
-        "  --spec-adaptive on|off  on (default): a step drafts only while speculative steps of its\n"
-        "                          batch size measure more tokens per ms than plain ones; off: always\n"
-        "                          within --spec-max-seqs\n"
+        "  --spec-adaptive on|off  off (default): drafts in every step within --spec-max-seqs; on: a\n"
+        "                          step drafts only while speculative steps of its batch size measure\n"
+        "                          more tokens per ms than plain ones (loses on the H200 so far:\n"
+        "                          engine/SERVE.md \"Speculative decoding\")\n"
         "  --spec-draft-vocab N    MTP drafts among the first N token ids only (default 32768 for\n"
         "                          vocabularies over 65536, else all; 0 = all); output is unchanged\n"
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
@@ -136,7 +137,7 @@ int cmd_serve(int argc, char **argv) {
   const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
   long spec_k = 3, spec_seqs = 8, spec_vocab = -1; /* -1: the scheduler's default */
-  int spec_mode = SCHED_SPEC_OFF, embed = 0, spec_fixed = 0;
+  int spec_mode = SCHED_SPEC_OFF, embed = 0, spec_fixed = 1; /* --spec-adaptive off */
   double drain_s = 30;
   cli_tp_t tp = {.tp = 1};
   optind = 1;

@@ -77,7 +77,8 @@ typedef struct {
    * again (reset by an accepted draft), and, per number of decoding sequences, a step drafts only
    * while its measured speculative steps give more tokens per ms than its plain ones
    * (engine/sched/spec_cost.h; with MTP the pass is skipped before a step that will not draft).
-   * spec_fixed = 1 turns that measurement off (tests and benchmarks that count drafts). */
+   * spec_fixed = 1 turns that measurement off (tests and benchmarks that count drafts, and
+   * `serve` unless --spec-adaptive on: the measured control lost on the H200, engine/SERVE.md). */
   int spec_mode, spec_k, spec_max_seqs, spec_ngram_min, spec_ngram_max;
   int spec_fixed;
   /* test hook: the step time spec_cost records (ms) instead of the clock's, for a pure decode
