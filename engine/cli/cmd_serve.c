@@ -137,7 +137,7 @@ int cmd_serve(int argc, char **argv) {
   const char *kv_dtype = NULL, *served_name = NULL;
   long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
   long spec_k = 3, spec_seqs = 8, spec_vocab = -1; /* -1: the scheduler's default */
-  int spec_mode = SCHED_SPEC_OFF, embed = 0, spec_fixed = 1; /* --spec-adaptive off */
+  int spec_mode = SCHED_SPEC_OFF, embed = 0, spec_adaptive = 0;
   double drain_s = 30;
   cli_tp_t tp = {.tp = 1};
   optind = 1;
@@ -185,7 +185,7 @@ int cmd_serve(int argc, char **argv) {
           fprintf(stderr, "gantry-engine serve: --spec-adaptive must be on or off, not '%s'\n", optarg);
           return 2;
         }
-        spec_fixed = !strcmp(optarg, "off");
+        spec_adaptive = !strcmp(optarg, "on");
         break;
       case 'h': usage(); return 0;
       default: return 2;
@@ -283,7 +283,7 @@ int cmd_serve(int argc, char **argv) {
                         .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac,
                         .spec_mode = spec_mode, .spec_k = (int)spec_k, .spec_max_seqs = (int)spec_seqs, .embed = embed,
                         .spec_draft_vocab = spec_vocab < 0 ? 0 : spec_vocab == 0 ? -1 : (int)spec_vocab,
-                        .spec_fixed = spec_fixed};
+                        .spec_adaptive = spec_adaptive};
   if (embed) {
     const embed_pool_t pool = embed_pooling_type(g);
     if (pool != EMBED_POOL_LAST) {

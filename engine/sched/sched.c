@@ -96,7 +96,7 @@ struct sched {
   spec_mtp_t *mtp;
   spec_mtp_seq_t *mseq;
   uint8_t *b_alive;
-  /* whether speculation pays per decode count (spec_cost.h; by_n NULL: not measured, spec_fixed),
+  /* whether speculation pays per decode count (spec_cost.h; by_n NULL: not measured, !spec_adaptive),
    * and its choice for the next step (made before the MTP pass that step would need) */
   spec_cost_t cost;
   int spec_next;
@@ -397,7 +397,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
   s->b_ids = malloc(sizeof(int32_t) * (size_t)R);
   s->fork_tmp = malloc(sizeof(float) * (size_t)s->V);
   s->spec_next = 1;
-  if (c.spec_mode != SCHED_SPEC_OFF && !c.spec_fixed && spec_cost_init(&s->cost, c.spec_max_seqs)) {
+  if (c.spec_mode != SCHED_SPEC_OFF && c.spec_adaptive && spec_cost_init(&s->cost, c.spec_max_seqs)) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers (speculation costs)");
     goto fail;
   }

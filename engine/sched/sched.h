@@ -77,10 +77,11 @@ typedef struct {
    * again (reset by an accepted draft), and, per number of decoding sequences, a step drafts only
    * while its measured speculative steps give more tokens per ms than its plain ones
    * (engine/sched/spec_cost.h; with MTP the pass is skipped before a step that will not draft).
-   * spec_fixed = 1 turns that measurement off (tests and benchmarks that count drafts, and
-   * `serve` unless --spec-adaptive on: the measured control lost on the H200, engine/SERVE.md). */
+   * That measurement runs only with spec_adaptive = 1 (`serve --spec-adaptive on`); 0 drafts in
+   * every step the rules above allow (the default: the measured control lost on the H200,
+   * engine/SERVE.md "Speculative decoding"). */
   int spec_mode, spec_k, spec_max_seqs, spec_ngram_min, spec_ngram_max;
-  int spec_fixed;
+  int spec_adaptive;
   /* test hook: the step time spec_cost records (ms) instead of the clock's, for a pure decode
    * step of n_dec sequences with n_draft drafts in all (0: a plain step) */
   double (*spec_step_ms)(void *ud, int n_dec, int n_draft, double clock_ms);

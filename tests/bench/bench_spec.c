@@ -10,7 +10,7 @@
  * L tokens on average: the cost of an acceptance length random weights never reach (the outputs
  * then differ, by design). --adaptive 1 leaves drafting to the scheduler's measured costs
  * (engine/sched/spec_cost.h: a step drafts only where speculative steps give more tokens per ms);
- * the default 0 drafts in every step the static rules allow (sched_config_t.spec_fixed), the
+ * the default 0 drafts in every step the static rules allow (sched_config_t.spec_adaptive 0), the
  * speculation's own cost. Also prints the tokens run through the model (computed) and the steps
  * the measurement kept from drafting (cost-off).
  * The default prompt is an edit: a Python class followed by the start of a second one with the same
@@ -69,7 +69,7 @@ static int run(model_t *m, const tok_t *tok, const int32_t *prompt, int n_prompt
                double force, int adaptive, out_t *out, sched_stats_t *st, gt_err_t *err) {
   sched_config_t c = {.max_num_seqs = B, .max_batch_tokens = m->max_tokens, .n_ctx = n_prompt + gen + 16,
                       .spec_mode = spec, .spec_k = k, .spec_max_seqs = B, .spec_force_accept = force,
-                      .spec_fixed = !adaptive};
+                      .spec_adaptive = adaptive};
   sched_t *s = NULL;
   int rc = sched_create(m, tok, &c, &s, err);
   if (rc) return rc;

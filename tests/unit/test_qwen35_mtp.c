@@ -469,11 +469,11 @@ static double g_force_accept; /* sched_config_t.spec_force_accept of the next mk
 
 static int g_spec_max_seqs; /* sched_config_t.spec_max_seqs of mk (0: its default, max_num_seqs here) */
 static sched_t *mk(const fx_t *f, int mode, int n_blocks, drafter_t *d, int force_reject) {
+  /* spec_adaptive 0: these tests count drafts and computed tokens */
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
                       .spec_max_seqs = g_spec_max_seqs,
                       .spec_mode = mode, .spec_k = 3, .spec_draft = d ? draft_true : NULL, .spec_draft_ud = d,
-                      .spec_force_reject = force_reject, .spec_force_accept = g_force_accept,
-                      .spec_fixed = 1}; /* these tests count drafts and computed tokens */
+                      .spec_force_reject = force_reject, .spec_force_accept = g_force_accept};
   sched_t *s = NULL;
   gt_err_t err = {0};
   if (sched_create(f->m, f->tok, &c, &s, &err)) fail_msg("sched_create: %s", err.msg);
@@ -772,7 +772,7 @@ static void test_refused_without_mtp(void **state) {
   (void)state;
   fx_t f;
   fx_open(&f, tu_golden("qwen35-tiny.bf16.gguf"));
-  sched_config_t c = {.max_num_seqs = 2, .spec_mode = SCHED_SPEC_MTP, .spec_fixed = 1};
+  sched_config_t c = {.max_num_seqs = 2, .spec_mode = SCHED_SPEC_MTP};
   sched_t *s = NULL;
   gt_err_t err = {0};
   assert_int_equal(sched_create(f.m, f.tok, &c, &s, &err), GT_EUNSUPPORTED);

@@ -110,11 +110,11 @@ static int draft_hook(void *ud, int64_t id, int index, const int32_t *tokens, in
 
 /* spec 2: n-grams from 1 token (more drafts, more of them rejected) */
 static sched_t *mk(const tu_model_fx_t *f, int spec, int n_blocks, drafter_t *d, int force_reject) {
+  /* spec_adaptive 0: the drafts these tests count are not subject to measured costs */
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
                       .spec_mode = spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF, .spec_k = 3,
                       .spec_ngram_min = spec == 2 ? 1 : 0,
-                      .spec_draft = d ? draft_hook : NULL, .spec_draft_ud = d, .spec_force_reject = force_reject,
-                      .spec_fixed = 1}; /* the drafts these tests count: not subject to measured costs */
+                      .spec_draft = d ? draft_hook : NULL, .spec_draft_ud = d, .spec_force_reject = force_reject};
   sched_t *s = NULL;
   gt_err_t err = {0};
   assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
@@ -385,7 +385,7 @@ static void test_opt_out_and_batch_cutoff(void **state) {
   assert_same(ref, got, 1, "opt-out");
   sched_free(s);
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_ctx = 256, .spec_mode = SCHED_SPEC_NGRAM,
-                      .spec_k = 3, .spec_max_seqs = 2, .spec_draft = draft_hook, .spec_draft_ud = &d, .spec_fixed = 1};
+                      .spec_k = 3, .spec_max_seqs = 2, .spec_draft = draft_hook, .spec_draft_ud = &d};
   gt_err_t err = {0};
   assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
   run_reqs(s, NREQ, 20, got, NULL);
@@ -428,7 +428,7 @@ static void test_chi_square(void **state) {
   for (int arm = 0; arm < 2; arm++) {
     sched_config_t c = {.max_num_seqs = 16, .max_batch_tokens = 64, .n_ctx = 256,
                         .spec_mode = arm ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF, .spec_k = 1, .spec_max_seqs = 16,
-                        .spec_draft = draft_hook, .spec_draft_ud = &d, .spec_fixed = 1};
+                        .spec_draft = draft_hook, .spec_draft_ud = &d};
     gt_err_t err = {0};
     assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
     memset(o, 0, sizeof o);
@@ -569,7 +569,8 @@ static void test_cost_control(void **state) {
   for (int arm = 0; arm < 2; arm++) {
     g_spec_ms = costs[arm];
     sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_ctx = 256, .spec_mode = SCHED_SPEC_NGRAM,
-                        .spec_k = 3, .spec_draft = draft_hook, .spec_draft_ud = &d, .spec_step_ms = step_ms_hook};
+                        .spec_k = 3, .spec_draft = draft_hook, .spec_draft_ud = &d, .spec_step_ms = step_ms_hook,
+                        .spec_adaptive = 1};
     gt_err_t err = {0};
     assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
     be_t *be = f->m->be; /* its graph captures (CUDA) count over every scheduler on it */
