@@ -4,7 +4,9 @@
  * Weights are decoded to their small integer q (exact in bf16), x is split into bf16 hi + mid + lo
  * (relative error <= 2^-24 per element), and each 16- or 32-element sub-block's sum q·x is one
  * or two mma.sync m16n8k16 (fp32 accumulate); the sub-block scale (and Q4_K min times the fp32
- * sum of x) is applied in fp32. Design and exactness notes: matvec_mma.cu.
+ * sum of x) is applied in fp32. Design and exactness notes: matvec_mma.cu. Q4_K at one row
+ * instead: x in three int8 digits per 256-element chunk (error <= 2^-21 of the chunk's max|x|),
+ * one integer mma.sync m16n8k32 per sub-block into exact int32 (kernels/matvec_i8.cuh).
  *
  * The launchers of kernels/matvec.cuh use this path when kc_mvm_ok() says so for every weight
  * of a call, so kc_matvec, kc_matvec_multi and kc_matvec_swiglu stay bit-identical per product.

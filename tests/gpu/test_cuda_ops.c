@@ -1130,18 +1130,24 @@ static void test_ffn_swiglu(void **st) {
 
 /* ---- the tensor-core matvec kernel for 1..2 rows (kernels/matvec_mma.cu): Q4_K and Q6_K
  * through matmul_multi and ffn_swiglu, against the CPU (TOL). Shapes: n_out not a multiple of a
- * block's rows, one chunk (cols 256), 16 chunks, and 48 (cols 12288). */
+ * block's rows, one chunk (cols 256), 16 chunks, and 48 (cols 12288). Pass 1 of each: x with
+ * magnitudes 2^-20 / 1 / 2^20 / 0 / 2^-130 (subnormal) by 256-element chunk, for the per-chunk
+ * x scale of the integer kernel (kernels/matvec_i8.cuh). */
 static void test_matvec_mma(void **st) {
   NEED_GPU();
   const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q6_K};
   const int64_t shapes[][2] = {{300, 1024}, {40, 256}, {2100, 4096}, {72, 12288}};
+  const float chunk_mag[5] = {0x1p-20f, 1.0f, 0x1p20f, 0.0f, 0x1p-130f};
   for (size_t ti = 0; ti < 2; ti++)
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
       const int64_t n_out = shapes[si][0], cols = shapes[si][1], o2 = n_out / 3 + 5;
       wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
               w2 = weight(types[ti], o2, cols, 0.5f);
+      for (int pass = 0; pass < 2; pass++)
       for (int rows = 1; rows <= 2; rows++) {
         float *x = rnd((size_t)rows * cols, 1.0f);
+        if (pass)
+          for (int64_t i = 0; i < rows * cols; i++) x[i] *= chunk_mag[(i / 256 + i / cols) % 5];
         const size_t no = (size_t)rows * n_out, n2 = (size_t)rows * o2;
         buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), b2 = putf(NULL, n2),
               bu = putf(NULL, no);
@@ -1153,8 +1159,8 @@ static void test_matvec_mma(void **st) {
         GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og, rows);
         GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
         char what[96];
-        snprintf(what, sizeof what, "mma %s %lldx%lld rows %d multi [0]", dt_name(types[ti]), (long long)n_out,
-                 (long long)cols, rows);
+        snprintf(what, sizeof what, "mma %s %lldx%lld rows %d%s multi [0]", dt_name(types[ti]), (long long)n_out,
+                 (long long)cols, rows, pass ? " chunk scales" : "");
         cmp(what, bo, no, TOL);
         cmp("  multi [1]", b2, n2, TOL);
         cmp("  ffn_swiglu", bg, no, TOL);
