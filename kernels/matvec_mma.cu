@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
  * reduction as mvm_kernel<mvm_q4k>; the fill of a window has two phases around one block
  * barrier: (1) each warp's quads of one (chunk, x row) pair give max|x| bits (redux.sync), (2)
  * every quad becomes its three digit words from the pair's max, and the sub-block sums. Used at
- * one row (mvm_go); correct for n <= 2 (measured slower there). */
+ * one row (mvm_go); correct for n <= 2 (the batch-2 step was slower with it). */
 struct mvi_smem {
   uint4 bs[MVM_WARPS][4][32];          /* digit B fragments [chunk][j][lane] */
   float sxs[MVM_WARPS][2][8];          /* Σx [chunk][x row][sub-block] */
