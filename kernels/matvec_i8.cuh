@@ -1,5 +1,5 @@
 /* kernels/matvec_i8.cuh — the integer arithmetic of the batch-1 Q4_K product (kernels/matvec_mma.cu
- * at one row of x; the kernel's contract holds for 1..2 rows): x in int8 digits per 256-element
+ * at one row of x): x in int8 digits per 256-element
  * chunk, the weights' 4-bit q exact in u8, integer mma.sync into exact int32 per sub-block,
  * scales in fp32. Device-side, not a public header.
  *
@@ -8,9 +8,9 @@
  * rint(y * 2^14) (|Y| < 2^21; one fp32 fma with 768: the sum's mantissa is 2^22 + Y), and Y =
  * 2^14 D + 2^7 d1 + d0 with d0, d1 in [0, 127], D in [-128, 127]: three int8 digits. x = s 2^-14 Y
  * + e, |e| <= s 2^-15 <= 2^-21 max|x| of the chunk (a NaN or an infinity in the chunk: s = NaN, so
- * the product is NaN). The B columns (n = 8) of the mma are 4r + 0 / 1 / 2 / 3 = d0, d1, D, 0 of
- * x row r; lane (g, tig) gets C columns 2tig, 2tig + 1, i.e. x row tig / 2 and for even tig (d0,
- * d1), v = c0 + 128 c1 at weight s 2^-14, for odd tig (D, 0), v = c0 at weight s (mvi_fweight).
+ * the product is NaN). The B columns (n = 8) of the mma are d0, d1, D, then zeros; lane (g, tig)
+ * gets C columns 2tig, 2tig + 1: tig 0 (d0, d1) v = c0 + 128 c1 at weight s 2^-14, tig 1 (D, 0) v =
+ * c0 at weight s (mvi_fweight), tig 2, 3 zeros.
  *
  * Weights: one mma.m16n8k32 (u8 x s8) per 32-element sub-block; lane (g, tig) takes the bytes
  * qs[32j + 8tig .. + 7] of rows g and g + 8 (mvm_q4k::raw, uint2 q[j]): k-slots 4tig + i and
@@ -29,7 +29,7 @@ __device__ __forceinline__ void mvi_mma_k32(int (&d)[4], const uint32_t (&a)[4],
       : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
 }
-/* B slot of quad q (chunk elements 4q..4q+3): bs[j][lane 4 col + tig] component comp */
+/* B slot of quad q (chunk elements 4q..4q+3): bs[j][lane 4 col + tig] component comp (col: the digit) */
 struct mvi_slot { int j, comp, tig; };
 __device__ __forceinline__ mvi_slot mvi_slot_of(int q) {
   const int sb = q >> 3;

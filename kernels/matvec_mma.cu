@@ -88,20 +88,26 @@ __device__ __forceinline__ void mvm_fill_st(uint4 (*bs)[8][32], float (*sxs)[4][
   }
 }
 
-/* B fragments and Σx of the S chunks kb0 + c (c < S) of a window, x rows r < n (rows >= n are
- * left as they are: zero); pre: the thread's first quads (mvm_fill_pre of kb0). Whole block
- * (S * n * 64 is a multiple of 64: whole warps per quad round). */
-template <class D, int XPF>
-__device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8], const float *__restrict__ x,
-                                         int64_t cols, int64_t kb0, int64_t nkb, int S, int n, const float4 (&pre)[XPF]) {
-  const int total = S * n * 64;
+/* f(v, t) for each of this thread's quads t < total of the window at kb0 (t = thread, thread +
+ * 256, ...): the first XPF from pre (mvm_fill_pre of kb0), the rest loaded here. total is a
+ * multiple of 64: every round is whole warps. */
+template <int XPF, class F>
+__device__ __forceinline__ void mvm_window_quads(const float4 (&pre)[XPF], const float *__restrict__ x, int64_t cols,
+                                                 int64_t kb0, int64_t nkb, int n, int total, F f) {
 #pragma unroll
   for (int i = 0; i < XPF; i++) {
     const int t = threadIdx.x + i * MVM_WARPS * 32;
-    if (t < total) mvm_fill_st<D>(bs, sxs, pre[i], t, n);
+    if (t < total) f(pre[i], t);
   }
-  for (int t = threadIdx.x + XPF * MVM_WARPS * 32; t < total; t += MVM_WARPS * 32)
-    mvm_fill_st<D>(bs, sxs, mvm_fill_ld(x, cols, kb0, nkb, n, t), t, n);
+  for (int t = threadIdx.x + XPF * MVM_WARPS * 32; t < total; t += MVM_WARPS * 32) f(mvm_fill_ld(x, cols, kb0, nkb, n, t), t);
+}
+
+/* B fragments and Σx of the S chunks kb0 + c (c < S) of a window, x rows r < n (rows >= n are
+ * left as they are: zero); pre: the thread's first quads (mvm_fill_pre of kb0). Whole block. */
+template <class D, int XPF>
+__device__ __forceinline__ void mvm_fill(uint4 (*bs)[8][32], float (*sxs)[4][8], const float *__restrict__ x,
+                                         int64_t cols, int64_t kb0, int64_t nkb, int S, int n, const float4 (&pre)[XPF]) {
+  mvm_window_quads(pre, x, cols, kb0, nkb, n, S * n * 64, [&](float4 v, int t) { mvm_fill_st<D>(bs, sxs, v, t, n); });
 }
 
 template <class D, int RG>
@@ -155,117 +161,105 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
   mvm_finish<RG>(a, p, red, acc, wi, lane, n);
 }
 
-/* ---- the integer Q4_K kernel (kernels/matvec_i8.cuh): same work split, windows, weight loads and
- * reduction as mvm_kernel<mvm_q4k>; the fill of a window has two phases around one block
- * barrier: (1) each warp's quads of one (chunk, x row) pair give max|x| bits (redux.sync), (2)
- * every quad becomes its three digit words from the pair's max, and the sub-block sums. Used at
- * one row (mvm_go); correct for n <= 2 (the batch-2 step was slower with it). */
+/* ---- the integer Q4_K kernel for one row of x (kernels/matvec_i8.cuh): same work split,
+ * windows, weight loads and reduction as mvm_kernel<mvm_q4k>; the fill of a window has two phases
+ * around one block barrier: (1) each warp's 32 quads of a chunk give max|x| bits (redux.sync), (2)
+ * every quad becomes its three digit words from the chunk's max, and the sub-block sums. B
+ * columns 4..7 (a second x row) and 3 stay zero, so lanes with tig >= 2 add nothing. (At 2 rows the
+ * same arithmetic made the batch-2 step slower: kernels/README.md "The integer batch-1 product".) */
 struct mvi_smem {
-  uint4 bs[MVM_WARPS][4][32];          /* digit B fragments [chunk][j][lane] */
-  float sxs[MVM_WARPS][2][8];          /* Σx [chunk][x row][sub-block] */
-  float fsc[MVM_WARPS][2];             /* the chunk scale s [chunk][x row] */
-  unsigned wmax[4 * MVM_WARPS];        /* max|x| bits per 32 quads (2 per pair) */
-  float4 scd[MVM_WARPS][16][4];        /* per warp: the group's fp32 scale slots [row][..] */
-  float2 mn[MVM_WARPS][16];            /* per warp: Σ dmin m Σx [row] for x rows 0, 1 */
+  uint4 bs[MVM_WARPS][4][32];   /* digit B fragments [chunk][j][lane] */
+  float sxs[MVM_WARPS][8];      /* Σx [chunk][sub-block] */
+  float fsc[MVM_WARPS];         /* the chunk scale s [chunk] */
+  unsigned wmax[2 * MVM_WARPS]; /* max|x| bits per 32 quads (2 per chunk) */
+  float4 scd[MVM_WARPS][16][2]; /* per warp: d sc of the group's rows [row][sub-blocks 4h..4h+3] */
+  float mn[MVM_WARPS][16];      /* per warp: Σ dmin m Σx of the group's rows */
 };
 
-/* phase 1 of quad t (value v): the pair's max|x| bits, written by lane 0 for each 32 quads */
+/* phase 1 of quad t (value v): its chunk's max|x| bits, written by lane 0 for each 32 quads */
 __device__ __forceinline__ void mvi_amax(mvi_smem &sm, float4 v, int t) {
   const uint32_t m = max(max(__float_as_uint(v.x) & 0x7fffffffu, __float_as_uint(v.y) & 0x7fffffffu),
                          max(__float_as_uint(v.z) & 0x7fffffffu, __float_as_uint(v.w) & 0x7fffffffu));
   const uint32_t w = __reduce_max_sync(KC_FULL_MASK, m);
   if ((threadIdx.x & 31) == 0) sm.wmax[t >> 5] = w;
 }
-/* phase 2 of quad t: digits into the B slots of its lanes, Σx, the chunk scale */
-__device__ __forceinline__ void mvi_conv(mvi_smem &sm, float4 v, int t, int n) {
-  int c, r, q;
-  mvm_quad(t, n, c, r, q);
-  const uint32_t mb = max(sm.wmax[(t >> 5) & ~1], sm.wmax[(t >> 5) | 1]);
+/* phase 2 of quad t (chunk c = t / 64, quad q): digits into the B slots of its lanes, Σx, the
+ * chunk scale */
+__device__ __forceinline__ void mvi_conv(mvi_smem &sm, float4 v, int t) {
+  const int c = t >> 6, q = t & 63;
+  const uint32_t mb = max(sm.wmax[2 * c], sm.wmax[2 * c + 1]);
   uint32_t p0, p1, p2;
   mvi_digits(v, mvi_inv(mb), p0, p1, p2);
   const mvi_slot sl = mvi_slot_of(q);
-  /* column 4r + 0 / 1 / 2 = d0 / d1 / D of x row r is read by lanes 4 (4r + j) + tig */
-  ((uint32_t *)&sm.bs[c][sl.j][16 * r + sl.tig])[sl.comp] = p0;
-  ((uint32_t *)&sm.bs[c][sl.j][16 * r + 4 + sl.tig])[sl.comp] = p1;
-  ((uint32_t *)&sm.bs[c][sl.j][16 * r + 8 + sl.tig])[sl.comp] = p2;
-  if (q == 0) sm.fsc[c][r] = mvi_scale(mb);
+  /* column 0 / 1 / 2 = d0 / d1 / D is read by lanes 4 j + tig */
+  ((uint32_t *)&sm.bs[c][sl.j][sl.tig])[sl.comp] = p0;
+  ((uint32_t *)&sm.bs[c][sl.j][4 + sl.tig])[sl.comp] = p1;
+  ((uint32_t *)&sm.bs[c][sl.j][8 + sl.tig])[sl.comp] = p2;
+  if (q == 0) sm.fsc[c] = mvi_scale(mb);
   const float p = mvm_sub_sum(v);
-  if ((q & 7) == 0) sm.sxs[c][r][q >> 3] = p;
+  if ((q & 7) == 0) sm.sxs[c][q >> 3] = p;
 }
 
-/* One chunk of a warp's RG groups (mvm_chunk's contract, integer arithmetic): acc[i][0 / 1] +=
- * rows g, g + 8 of group i for x row tig / 2 (lanes 2r, 2r + 1 hold two parts of x row r). */
+/* One chunk of a warp's RG groups (mvm_chunk's contract, integer arithmetic, one x row): acc[i][0
+ * / 1] += rows g, g + 8 of group i (lanes tig 0, 1 hold two parts of the row; tig 2, 3 zero). */
 template <int RG>
 __device__ __forceinline__ void mvi_chunk(float (&acc)[RG][2], const mvm_wbuf<mvm_q4k, RG> &wb, mvi_smem &sm,
                                           int part, int wi, int lane) {
   const int g = lane >> 2, tig = lane & 3, L2 = lane >> 1, h = lane & 1;
-  const float f = sm.fsc[part][tig >> 1] * mvi_fweight(tig);
-  float4(*scd)[4] = sm.scd[wi];
+  float4(*scd)[2] = sm.scd[wi];
 #pragma unroll
   for (int i = 0; i < RG; i++) {
     float4 dd[2];
     mvm_q4k::sdecode(wb.sr[i], h, dd); /* row L2 of the group, slots 8h .. 8h + 7 */
-    /* dd: (d sc, dmin m) of sub-blocks 4h .. 4h + 3; the min term of the row for x rows 0, 1 (the
-     * two halves added by the lane pair), d sc of the odd sub-blocks / 16 (their A is 16 q) */
-    const float4 u0 = *(const float4 *)&sm.sxs[part][0][4 * h], u1 = *(const float4 *)&sm.sxs[part][1][4 * h];
-    float m0 = fmaf(dd[1].w, u0.w, fmaf(dd[1].y, u0.z, fmaf(dd[0].w, u0.y, dd[0].y * u0.x)));
-    float m1 = fmaf(dd[1].w, u1.w, fmaf(dd[1].y, u1.z, fmaf(dd[0].w, u1.y, dd[0].y * u1.x)));
-    m0 += __shfl_xor_sync(KC_FULL_MASK, m0, 1);
-    m1 += __shfl_xor_sync(KC_FULL_MASK, m1, 1);
+    /* dd: (d sc, dmin m) of sub-blocks 4h .. 4h + 3; the row's min term (the two halves added by
+     * the lane pair), d sc of the odd sub-blocks / 16 (their A is 16 q) */
+    const float4 u = *(const float4 *)&sm.sxs[part][4 * h];
+    float m = fmaf(dd[1].w, u.w, fmaf(dd[1].y, u.z, fmaf(dd[0].w, u.y, dd[0].y * u.x)));
+    m += __shfl_xor_sync(KC_FULL_MASK, m, 1);
     __syncwarp(); /* previous group's slots read by every lane */
     scd[L2][h] = make_float4(dd[0].x, dd[0].z * 0.0625f, dd[1].x, dd[1].z * 0.0625f);
-    if (h == 0) sm.mn[wi][L2] = make_float2(m0, m1);
+    if (h == 0) sm.mn[wi][L2] = m;
     __syncwarp();
+    float s0[8], s8[8];
+    mvm_slots<2>(scd, g, s0, s8);
     float ac0 = 0.f, ac1 = 0.f;
-    {
-      float s0[8], s8[8];
 #pragma unroll
-      for (int u = 0; u < 2; u++) {
-        const float4 t0 = scd[g][u], t8 = scd[g + 8][u];
-        s0[4 * u] = t0.x, s0[4 * u + 1] = t0.y, s0[4 * u + 2] = t0.z, s0[4 * u + 3] = t0.w;
-        s8[4 * u] = t8.x, s8[4 * u + 1] = t8.y, s8[4 * u + 2] = t8.z, s8[4 * u + 3] = t8.w;
+    for (int j = 0; j < 4; j++) {
+      const uint4 b = sm.bs[part][j][lane];
+      const uint2 qa = wb.ra[i].q[j], qb = wb.rb[i].q[j];
+#pragma unroll
+      for (int nib = 0; nib < 2; nib++) {
+        const uint32_t mk = nib ? 0xf0f0f0f0u : 0x0f0f0f0fu;
+        const uint32_t a[4] = {qa.x & mk, qb.x & mk, qa.y & mk, qb.y & mk};
+        int c[4];
+        mvi_mma_k32(c, a, nib ? b.z : b.x, nib ? b.w : b.y);
+        ac0 = fmaf(s0[2 * j + nib], (float)(c[0] + 128 * c[1]), ac0);
+        ac1 = fmaf(s8[2 * j + nib], (float)(c[2] + 128 * c[3]), ac1);
       }
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const uint4 b = sm.bs[part][j][lane];
-        const uint2 qa = wb.ra[i].q[j], qb = wb.rb[i].q[j];
-#pragma unroll
-        for (int nib = 0; nib < 2; nib++) {
-          const uint32_t mk = nib ? 0xf0f0f0f0u : 0x0f0f0f0fu;
-          const uint32_t a[4] = {qa.x & mk, qb.x & mk, qa.y & mk, qb.y & mk};
-          int c[4];
-          mvi_mma_k32(c, a, nib ? b.z : b.x, nib ? b.w : b.y);
-          ac0 = fmaf(s0[2 * j + nib], (float)(c[0] + 128 * c[1]), ac0);
-          ac1 = fmaf(s8[2 * j + nib], (float)(c[2] + 128 * c[3]), ac1);
-        }
-      }
-      const float2 mg = sm.mn[wi][g], mg8 = sm.mn[wi][g + 8];
-      const float z0 = (tig & 1) ? 0.f : (tig & 2) ? mg.y : mg.x, z8 = (tig & 1) ? 0.f : (tig & 2) ? mg8.y : mg8.x;
-      acc[i][0] = fmaf(f, ac0, acc[i][0]) - z0;
-      acc[i][1] = fmaf(f, ac1, acc[i][1]) - z8;
     }
+    const float f = tig < 2 ? sm.fsc[part] * mvi_fweight(tig) : 0.f; /* here: 24 B of spills when hoisted (RG 2) */
+    const float z0 = tig == 0 ? sm.mn[wi][g] : 0.f, z8 = tig == 0 ? sm.mn[wi][g + 8] : 0.f;
+    acc[i][0] = fmaf(f, ac0, acc[i][0]) - z0;
+    acc[i][1] = fmaf(f, ac1, acc[i][1]) - z8;
   }
 }
 
 template <int RG>
 __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
-    mvi_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, int n) {
+    mvi_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols) {
   __shared__ mvi_smem sm;
   __shared__ float red[MVM_WARPS][RG][16][4]; /* per warp: [group][row][x row] part sums */
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
   const mvm_pos<RG> p(a, wi, lane);
   const int S = p.S, part = p.part;
 
-  /* x rows >= n and the fourth column keep zero digits, sums and scales */
+  /* columns 3..7 keep zero digits (the fill writes columns 0..2 of every chunk of a window) */
   for (int t = threadIdx.x; t < MVM_WARPS * 4 * 32; t += MVM_WARPS * 32) (&sm.bs[0][0][0])[t] = make_uint4(0u, 0u, 0u, 0u);
-  for (int t = threadIdx.x; t < MVM_WARPS * 2 * 8; t += MVM_WARPS * 32) (&sm.sxs[0][0][0])[t] = 0.0f;
-  if (threadIdx.x < MVM_WARPS * 2) (&sm.fsc[0][0])[threadIdx.x] = 0.0f;
 
   float acc[RG][2];
 #pragma unroll
   for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
   const int64_t nkb = cols >> 8, nwin = (nkb + S - 1) / S;
-  const int total = S * n * 64;
   constexpr int XPF = RG == 1 ? 2 : 1;
   float4 pre[XPF]; /* the next window's first x quads of this thread (mvm_fill_pre) */
   for (int64_t t = 0; t < nwin; t++) {
@@ -275,29 +269,17 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     if (have) wb.load(p, kb, lane); /* weight loads first: in flight while the block fills the window */
     if (t == 0) { /* PDL: x (the previous kernel's output) only from here */
       kc_pdl_wait(), kc_pdl_trigger();
-      mvm_fill_pre(pre, x, cols, 0, nkb, S, n);
+      mvm_fill_pre(pre, x, cols, 0, nkb, S, 1);
     }
-#pragma unroll
-    for (int i = 0; i < XPF; i++) {
-      const int q = threadIdx.x + i * MVM_WARPS * 32;
-      if (q < total) mvi_amax(sm, pre[i], q);
-    }
-    for (int q = threadIdx.x + XPF * MVM_WARPS * 32; q < total; q += MVM_WARPS * 32)
-      mvi_amax(sm, mvm_fill_ld(x, cols, t * S, nkb, n, q), q);
+    mvm_window_quads(pre, x, cols, t * S, nkb, 1, S * 64, [&](float4 v, int q) { mvi_amax(sm, v, q); });
     __syncthreads(); /* the maxima; the previous window's digits read by every warp */
-#pragma unroll
-    for (int i = 0; i < XPF; i++) {
-      const int q = threadIdx.x + i * MVM_WARPS * 32;
-      if (q < total) mvi_conv(sm, pre[i], q, n);
-    }
-    for (int q = threadIdx.x + XPF * MVM_WARPS * 32; q < total; q += MVM_WARPS * 32)
-      mvi_conv(sm, mvm_fill_ld(x, cols, t * S, nkb, n, q), q, n);
+    mvm_window_quads(pre, x, cols, t * S, nkb, 1, S * 64, [&](float4 v, int q) { mvi_conv(sm, v, q); });
     __syncthreads();
-    if (t + 1 < nwin) mvm_fill_pre(pre, x, cols, (t + 1) * S, nkb, S, n); /* in flight during this chunk */
+    if (t + 1 < nwin) mvm_fill_pre(pre, x, cols, (t + 1) * S, nkb, S, 1); /* in flight during this chunk */
     if (!have) continue; /* warp-uniform */
     mvi_chunk<RG>(acc, wb, sm, part, wi, lane);
   }
-  mvm_finish<RG>(a, p, red, acc, wi, lane, n);
+  mvm_finish<RG>(a, p, red, acc, wi, lane, 1);
 }
 
 template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, int n) {
@@ -308,7 +290,7 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
    * row count: kernels/README.md "The integer batch-1 product") */
   if constexpr (std::is_same<D, mvm_q4k>::value) {
     if (n == 1) {
-      kc_launch(mvi_kernel<RG>, (unsigned)blocks, MVM_WARPS * 32, 0, st, a, x, cols, n);
+      kc_launch(mvi_kernel<RG>, (unsigned)blocks, MVM_WARPS * 32, 0, st, a, x, cols);
       return (int)cudaGetLastError();
     }
   }

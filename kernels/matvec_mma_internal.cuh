@@ -95,6 +95,17 @@ template <class D, int RG> struct mvm_wbuf {
   }
 };
 
+/* The 4Q scale slots of rows g and g + 8 of a warp's group from its shared [16][Q] float4 slots */
+template <int Q>
+__device__ __forceinline__ void mvm_slots(const float4 (*scs)[Q], int g, float (&s0)[4 * Q], float (&s8)[4 * Q]) {
+#pragma unroll
+  for (int q = 0; q < Q; q++) {
+    const float4 t0 = scs[g][q], t8 = scs[g + 8][q];
+    s0[4 * q] = t0.x, s0[4 * q + 1] = t0.y, s0[4 * q + 2] = t0.z, s0[4 * q + 3] = t0.w;
+    s8[4 * q] = t8.x, s8[4 * q + 1] = t8.y, s8[4 * q + 2] = t8.z, s8[4 * q + 3] = t8.w;
+  }
+}
+
 /* One chunk of a warp: acc[i][0 / 1] (rows g, g + 8 of group i) += the chunk's products.
  * bq(p): the lane's B fragments of k-steps 2p, 2p+1 (uint4: b0, b1 of 2p, then of 2p+1);
  * sx[sb] (HAS_MIN): Σx of sub-block sb for the lane's x row if its tig is even, else 0;
@@ -109,12 +120,7 @@ __device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D,
     D::sdecode(wb.sr[i], lane & 1, &scs[lane >> 1][2 * (lane & 1)]);
     __syncwarp();
     float s0[16], s8[16];
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-      const float4 t0 = scs[g][q], t8 = scs[g + 8][q];
-      s0[4 * q] = t0.x, s0[4 * q + 1] = t0.y, s0[4 * q + 2] = t0.z, s0[4 * q + 3] = t0.w;
-      s8[4 * q] = t8.x, s8[4 * q + 1] = t8.y, s8[4 * q + 2] = t8.z, s8[4 * q + 3] = t8.w;
-    }
+    mvm_slots<4>(scs, g, s0, s8);
 #pragma unroll
     for (int sb = 0; sb < D::NSUB; sb++) {
       float c[4] = {0.f, 0.f, 0.f, 0.f};
