@@ -194,6 +194,17 @@ __device__ __forceinline__ void kc_pdl_trigger(void) {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* cp.async (sm_80+): 16 bytes global -> shared, bypassing L1 (src 16-byte aligned, dst a shared
+ * address); a thread's copies since its last commit form one group; kc_cp_wait<N>() returns when
+ * at most N of its groups are pending (then a barrier makes the data visible to other threads). */
+__device__ __forceinline__ void kc_cp16(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void kc_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void kc_cp_wait(void) {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 /* k<<<grid, block, smem, st>>>(args...) with the PDL attribute when kc_pdl_attr(); returns the
  * launch's error (also left for cudaGetLastError). Compile-time cluster dimensions still apply. */
 template <typename... KArgs, typename... Args>

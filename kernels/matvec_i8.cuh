@@ -48,6 +48,11 @@ __device__ __forceinline__ void mvi_digits(float4 v, float inv, uint32_t &p0, ui
   p2 = __byte_perm(v01 >> 6, v23 >> 6, 0x6420u);
 }
 
+/* max |x| bit pattern of 4 values (bits & 0x7fffffff: ordered as |x|, NaN above infinity) */
+__device__ __forceinline__ uint32_t mvi_absbits(float4 v) {
+  return max(max(__float_as_uint(v.x) & 0x7fffffffu, __float_as_uint(v.y) & 0x7fffffffu),
+             max(__float_as_uint(v.z) & 0x7fffffffu, __float_as_uint(v.w) & 0x7fffffffu));
+}
 /* 1 / s and s of a chunk from the largest |x| bit pattern (mb: max of bits & 0x7fffffff) */
 __device__ __forceinline__ float mvi_inv(uint32_t mb) {
   const int e = max((int)(mb >> 23), 7);

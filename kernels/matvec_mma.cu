@@ -178,54 +178,54 @@ struct mvi_smem {
 
 /* phase 1 of quad t (value v): its chunk's max|x| bits, written by lane 0 for each 32 quads */
 __device__ __forceinline__ void mvi_amax(mvi_smem &sm, float4 v, int t) {
-  const uint32_t m = max(max(__float_as_uint(v.x) & 0x7fffffffu, __float_as_uint(v.y) & 0x7fffffffu),
-                         max(__float_as_uint(v.z) & 0x7fffffffu, __float_as_uint(v.w) & 0x7fffffffu));
-  const uint32_t w = __reduce_max_sync(KC_FULL_MASK, m);
+  const uint32_t w = __reduce_max_sync(KC_FULL_MASK, mvi_absbits(v));
   if ((threadIdx.x & 31) == 0) sm.wmax[t >> 5] = w;
 }
-/* phase 2 of quad t (chunk c = t / 64, quad q): digits into the B slots of its lanes, Σx, the
- * chunk scale */
-__device__ __forceinline__ void mvi_conv(mvi_smem &sm, float4 v, int t) {
-  const int c = t >> 6, q = t & 63;
-  const uint32_t mb = max(sm.wmax[2 * c], sm.wmax[2 * c + 1]);
+/* phase 2 of quad q (value v) of a chunk whose max|x| bits are mb: its three digit words into the
+ * chunk's B slots bs[j][lane] (column 0 / 1 / 2 = d0 / d1 / D is read by lanes 4 col + tig, so W
+ * >= 12 lanes are stored), Σx of its sub-block into sxs[q / 8], the chunk scale into *fsc (q ==
+ * 0). Whole warps (mvm_sub_sum: 8 consecutive lanes hold one sub-block). */
+template <int W>
+__device__ __forceinline__ void mvi_conv(uint4 (*bs)[W], float *sxs, float *fsc, float4 v, int q, uint32_t mb) {
   uint32_t p0, p1, p2;
   mvi_digits(v, mvi_inv(mb), p0, p1, p2);
   const mvi_slot sl = mvi_slot_of(q);
-  /* column 0 / 1 / 2 = d0 / d1 / D is read by lanes 4 j + tig */
-  ((uint32_t *)&sm.bs[c][sl.j][sl.tig])[sl.comp] = p0;
-  ((uint32_t *)&sm.bs[c][sl.j][4 + sl.tig])[sl.comp] = p1;
-  ((uint32_t *)&sm.bs[c][sl.j][8 + sl.tig])[sl.comp] = p2;
-  if (q == 0) sm.fsc[c] = mvi_scale(mb);
+  ((uint32_t *)&bs[sl.j][sl.tig])[sl.comp] = p0;
+  ((uint32_t *)&bs[sl.j][4 + sl.tig])[sl.comp] = p1;
+  ((uint32_t *)&bs[sl.j][8 + sl.tig])[sl.comp] = p2;
+  if (q == 0) *fsc = mvi_scale(mb);
   const float p = mvm_sub_sum(v);
-  if ((q & 7) == 0) sm.sxs[c][q >> 3] = p;
+  if ((q & 7) == 0) sxs[q >> 3] = p;
 }
 
 /* One chunk of a warp's RG groups (mvm_chunk's contract, integer arithmetic, one x row): acc[i][0
- * / 1] += rows g, g + 8 of group i (lanes tig 0, 1 hold two parts of the row; tig 2, 3 zero). */
-template <int RG>
-__device__ __forceinline__ void mvi_chunk(float (&acc)[RG][2], const mvm_wbuf<mvm_q4k, RG> &wb, mvi_smem &sm,
-                                          int part, int wi, int lane) {
+ * / 1] += rows g, g + 8 of group i (lanes tig 0, 1 hold two parts of the row; tig 2, 3 zero).
+ * bq(j): the lane's digit B words of sub-blocks 2j, 2j + 1 (b0, b1 of each); sxs: the chunk's Σx
+ * per sub-block (16-byte aligned); fsc: its scale; scd / mn: the warp's scale slots [16][2] and
+ * min terms [16] (shared memory, reused per group). */
+template <int RG, class BQ>
+__device__ __forceinline__ void mvi_chunk(float (&acc)[RG][2], const mvm_wbuf<mvm_q4k, RG> &wb, BQ bq,
+                                          const float *sxs, const float *fsc, float4 (*scd)[2], float *mn, int lane) {
   const int g = lane >> 2, tig = lane & 3, L2 = lane >> 1, h = lane & 1;
-  float4(*scd)[2] = sm.scd[wi];
 #pragma unroll
   for (int i = 0; i < RG; i++) {
     float4 dd[2];
     mvm_q4k::sdecode(wb.sr[i], h, dd); /* row L2 of the group, slots 8h .. 8h + 7 */
     /* dd: (d sc, dmin m) of sub-blocks 4h .. 4h + 3; the row's min term (the two halves added by
      * the lane pair), d sc of the odd sub-blocks / 16 (their A is 16 q) */
-    const float4 u = *(const float4 *)&sm.sxs[part][4 * h];
+    const float4 u = *(const float4 *)&sxs[4 * h];
     float m = fmaf(dd[1].w, u.w, fmaf(dd[1].y, u.z, fmaf(dd[0].w, u.y, dd[0].y * u.x)));
     m += __shfl_xor_sync(KC_FULL_MASK, m, 1);
     __syncwarp(); /* previous group's slots read by every lane */
     scd[L2][h] = make_float4(dd[0].x, dd[0].z * 0.0625f, dd[1].x, dd[1].z * 0.0625f);
-    if (h == 0) sm.mn[wi][L2] = m;
+    if (h == 0) mn[L2] = m;
     __syncwarp();
     float s0[8], s8[8];
     mvm_slots<2>(scd, g, s0, s8);
     float ac0 = 0.f, ac1 = 0.f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      const uint4 b = sm.bs[part][j][lane];
+      const uint4 b = bq(j);
       const uint2 qa = wb.ra[i].q[j], qb = wb.rb[i].q[j];
 #pragma unroll
       for (int nib = 0; nib < 2; nib++) {
@@ -237,8 +237,8 @@ __device__ __forceinline__ void mvi_chunk(float (&acc)[RG][2], const mvm_wbuf<mv
         ac1 = fmaf(s8[2 * j + nib], (float)(c[2] + 128 * c[3]), ac1);
       }
     }
-    const float f = tig < 2 ? sm.fsc[part] * mvi_fweight(tig) : 0.f; /* here: 24 B of spills when hoisted (RG 2) */
-    const float z0 = tig == 0 ? sm.mn[wi][g] : 0.f, z8 = tig == 0 ? sm.mn[wi][g + 8] : 0.f;
+    const float f = tig < 2 ? *fsc * mvi_fweight(tig) : 0.f; /* here: 24 B of spills when hoisted (RG 2) */
+    const float z0 = tig == 0 ? mn[g] : 0.f, z8 = tig == 0 ? mn[g + 8] : 0.f;
     acc[i][0] = fmaf(f, ac0, acc[i][0]) - z0;
     acc[i][1] = fmaf(f, ac1, acc[i][1]) - z8;
   }
@@ -273,14 +273,20 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     }
     mvm_window_quads(pre, x, cols, t * S, nkb, 1, S * 64, [&](float4 v, int q) { mvi_amax(sm, v, q); });
     __syncthreads(); /* the maxima; the previous window's digits read by every warp */
-    mvm_window_quads(pre, x, cols, t * S, nkb, 1, S * 64, [&](float4 v, int q) { mvi_conv(sm, v, q); });
+    mvm_window_quads(pre, x, cols, t * S, nkb, 1, S * 64, [&](float4 v, int q) {
+      const int c = q >> 6; /* chunk c of the window */
+      mvi_conv<32>(sm.bs[c], sm.sxs[c], &sm.fsc[c], v, q & 63, max(sm.wmax[2 * c], sm.wmax[2 * c + 1]));
+    });
     __syncthreads();
     if (t + 1 < nwin) mvm_fill_pre(pre, x, cols, (t + 1) * S, nkb, S, 1); /* in flight during this chunk */
     if (!have) continue; /* warp-uniform */
-    mvi_chunk<RG>(acc, wb, sm, part, wi, lane);
+    mvi_chunk<RG>(acc, wb, [&](int j) { return sm.bs[part][j][lane]; }, sm.sxs[part], &sm.fsc[part], sm.scd[wi], sm.mn[wi],
+                  lane);
   }
   mvm_finish<RG>(a, p, red, acc, wi, lane, 1);
 }
+
+#include "kernels/matvec_ring.cuh"
 
 template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, int n) {
   const int64_t blocks = mvm_plan(a, cols >> 8, a.swiglu ? 8 * RG : 16 * RG);
@@ -290,6 +296,8 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
    * row count: kernels/README.md "The integer batch-1 product") */
   if constexpr (std::is_same<D, mvm_q4k>::value) {
     if (n == 1) {
+      int rc = 0;
+      if (mvr_go<RG>(st, a, cols, x, blocks, rc)) return rc;
       kc_launch(mvi_kernel<RG>, (unsigned)blocks, MVM_WARPS * 32, 0, st, a, x, cols);
       return (int)cudaGetLastError();
     }
@@ -314,6 +322,8 @@ KC_API int kc_mvm_enabled(void) {
 }
 
 KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on > 0; }
+
+KC_API void kc_mvm_set_ring(int on) { g_mvr_force = on < 0 ? -1 : on > 0; }
 
 KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n) {
   if (n < 1 || n > KC_MVM_MAX_ROWS || cols <= 0 || cols % 256 != 0 || !kc_mvm_enabled()) return 0;

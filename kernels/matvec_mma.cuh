@@ -26,6 +26,11 @@ KC_API int kc_mvm_enabled(void);
 /* 0 / 1 as above, -1 back to the environment (benchmarks compare the paths; not thread-safe) */
 KC_API void kc_mvm_set_enabled(int on);
 
+/* Q4_K at one row: 1 the weights streamed through a cp.async ring per warp (kernels/matvec_ring.cuh,
+ * the default), 0 the integer kernel loading them into registers (the same products bit for
+ * bit), -1 back to GANTRY_MVR (tests compare the two; not thread-safe) */
+KC_API void kc_mvm_set_ring(int on);
+
 /* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w
  * 16-byte aligned) or Q6_K (w 2-byte aligned), cols % 256 == 0, 1 <= n <= KC_MVM_MAX_ROWS. */
 KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n);

@@ -62,22 +62,25 @@ template <int RG> struct mvm_pos {
   int sg, S, gpb, part, rw, fpw;
   int64_t n_out, grp0;
   const uint8_t *wa[RG], *wb[RG], *ws[RG];
-  __device__ mvm_pos(const mvm_args_t &a, int wi, int lane) {
+  /* tile: the block's place in the grid's work (blockIdx.x; the persistent kernel of
+   * kernels/matvec_ring.cuh walks several) */
+  __device__ mvm_pos(const mvm_args_t &a, int wi, int lane, unsigned tile) {
     sg = 0;
-    while (sg + 1 < a.n_seg && blockIdx.x >= a.blk_end[sg]) sg++;
-    const unsigned blk = blockIdx.x - (sg ? a.blk_end[sg - 1] : 0u);
+    while (sg + 1 < a.n_seg && tile >= a.blk_end[sg]) sg++;
+    const unsigned blk = tile - (sg ? a.blk_end[sg - 1] : 0u);
     S = a.split[sg], gpb = MVM_WARPS / S, part = wi % S, rw = wi / S;
     fpw = a.swiglu ? 8 * RG : 16 * RG;
     n_out = a.n_out[sg], grp0 = (int64_t)blk * gpb;
-    const size_t rb = a.row_bytes[sg];
     const int g = lane >> 2;
-    auto row_of = [&](int i, int m) -> const uint8_t * {
-      int64_t o = (grp0 + rw) * fpw + 16 * (a.swiglu ? i >> 1 : i) + m;
-      if (o > n_out - 1) o = n_out - 1;
-      return (a.swiglu && (i & 1) ? a.wup : a.w[sg]) + (size_t)o * rb;
-    };
 #pragma unroll
-    for (int i = 0; i < RG; i++) wa[i] = row_of(i, g), wb[i] = row_of(i, g + 8), ws[i] = row_of(i, lane >> 1);
+    for (int i = 0; i < RG; i++) wa[i] = row(a, i, g), wb[i] = row(a, i, g + 8), ws[i] = row(a, i, lane >> 1);
+  }
+  __device__ mvm_pos(const mvm_args_t &a, int wi, int lane) : mvm_pos(a, wi, lane, blockIdx.x) {}
+  /* row m (< 16) of the warp's group i */
+  __device__ const uint8_t *row(const mvm_args_t &a, int i, int m) const {
+    int64_t o = (grp0 + rw) * fpw + 16 * (a.swiglu ? i >> 1 : i) + m;
+    if (o > n_out - 1) o = n_out - 1;
+    return (a.swiglu && (i & 1) ? a.wup : a.w[sg]) + (size_t)o * a.row_bytes[sg];
   }
 };
 

@@ -26,6 +26,7 @@
 #include "kernels/attn_flash.cuh"
 #include "kernels/gdn_scan.cuh"
 #include "kernels/gemv_pipe.cuh"
+#include "kernels/matvec_mma.cuh"
 
 #define TOL 1e-5
 /* Attention of sequences with >= 16 tokens in the batch (prefill) on the bf16 pools runs the
@@ -304,6 +305,7 @@ static int reset_switches(void **state) {
   kc_attn_decode_set_kernel(0);
   kc_mmq_set(-1, 0);
   kc_gpipe_set_mode(-1);
+  kc_mvm_set_ring(-1);
   kc_pdl_set_mode(-1);
   be_cuda_set_prefill_precision(NULL);
   be_cuda_set_activations("fp32");
@@ -1164,6 +1166,22 @@ static void test_matvec_mma(void **st) {
         cmp(what, bo, no, TOL);
         cmp("  multi [1]", b2, n2, TOL);
         cmp("  ffn_swiglu", bg, no, TOL);
+        if (types[ti] == GT_TYPE_Q4_K && rows == 1) {
+          /* the weights streamed through the ring (the default) or loaded into registers: the same
+           * products bit for bit (kernels/matvec_ring.cuh) */
+          buf_t ro = putf(NULL, no), rg = putf(NULL, no), r2 = putf(NULL, n2);
+          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+          kc_mvm_set_ring(0);
+          float *og2[2] = {ro.g, r2.g};
+          GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og2, rows);
+          GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, rg.g, bu.g, rows);
+          assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+          kc_mvm_set_ring(-1);
+          gpu_vs_gpu("  ring vs registers multi [0]", bo.g, ro.g, no, 0.0);
+          gpu_vs_gpu("  ring vs registers multi [1]", b2.g, r2.g, n2, 0.0);
+          gpu_vs_gpu("  ring vs registers ffn_swiglu", bg.g, rg.g, no, 0.0);
+          drop(&ro), drop(&rg), drop(&r2);
+        }
         drop(&bx), drop(&bo), drop(&bg), drop(&b2), drop(&bu);
         free(x);
       }
