@@ -74,8 +74,8 @@ __device__ __forceinline__ void mvm_fill_pre(float4 (&pre)[XPF], const float *__
  * uint4: b0, b1 of step 2p, then of 2p+1) and, Q4_K, the sub-block sums sxs[c][r][sb]: it goes to
  * the lanes (g = 4r hi, 4r+1 mid, 4r+2 lo; tig) with kbase(s, tig) = 4q. Whole warps (8
  * consecutive lanes hold one sub-block: Σx by a fixed xor tree). */
-template <class D>
-__device__ __forceinline__ void mvm_fill_st(uint4 (*bs)[8][32], float (*sxs)[4][8], float4 v, int t, int n) {
+template <class D, int W = 32>
+__device__ __forceinline__ void mvm_fill_st(uint4 (*bs)[8][W], float (*sxs)[4][8], float4 v, int t, int n) {
   int c, r, q;
   mvm_quad(t, n, c, r, q);
   const int s = D::kstep(q), tig = D::ktig(q);
@@ -292,12 +292,15 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
   const int64_t blocks = mvm_plan(a, cols >> 8, a.swiglu ? 8 * RG : 16 * RG);
   if (blocks < 0) return (int)cudaErrorInvalidValue;
   if (blocks == 0) return 0;
-  /* Q4_K at one row: the integer kernel; Q6_K and 2 rows: the bf16 one (the faster per type and
-   * row count: kernels/README.md "The integer batch-1 product") */
+  /* One row: the ring kernels (kernels/matvec_ring.cuh; Q4_K integer, Q6_K bf16 arithmetic), where
+   * their shared memory fits, else Q4_K the integer kernel; 2 rows: the bf16 one (the faster per
+   * type and row count: kernels/README.md "The integer batch-1 product", "Weights through a ring") */
+  if (n == 1) {
+    int rc = 0;
+    if (mvr_go<D, RG>(st, a, cols, x, blocks, rc)) return rc;
+  }
   if constexpr (std::is_same<D, mvm_q4k>::value) {
     if (n == 1) {
-      int rc = 0;
-      if (mvr_go<RG>(st, a, cols, x, blocks, rc)) return rc;
       kc_launch(mvi_kernel<RG>, (unsigned)blocks, MVM_WARPS * 32, 0, st, a, x, cols);
       return (int)cudaGetLastError();
     }

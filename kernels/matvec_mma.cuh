@@ -6,7 +6,8 @@
  * or two mma.sync m16n8k16 (fp32 accumulate); the sub-block scale (and Q4_K min times the fp32
  * sum of x) is applied in fp32. Design and exactness notes: matvec_mma.cu. Q4_K at one row
  * instead: x in three int8 digits per 256-element chunk (error <= 2^-21 of the chunk's max|x|),
- * one integer mma.sync m16n8k32 per sub-block into exact int32 (kernels/matvec_i8.cuh).
+ * one integer mma.sync m16n8k32 per sub-block into exact int32 (kernels/matvec_i8.cuh). At one row
+ * the weights stream through a cp.async ring per warp (kernels/matvec_ring.cuh).
  *
  * The launchers of kernels/matvec.cuh use this path when kc_mvm_ok() says so for every weight
  * of a call, so kc_matvec, kc_matvec_multi and kc_matvec_swiglu stay bit-identical per product.
@@ -26,9 +27,10 @@ KC_API int kc_mvm_enabled(void);
 /* 0 / 1 as above, -1 back to the environment (benchmarks compare the paths; not thread-safe) */
 KC_API void kc_mvm_set_enabled(int on);
 
-/* Q4_K at one row: 1 the weights streamed through a cp.async ring per warp (kernels/matvec_ring.cuh,
- * the default), 0 the integer kernel loading them into registers (the same products bit for
- * bit), -1 back to GANTRY_MVR (tests compare the two; not thread-safe) */
+/* One row (Q4_K, Q6_K): 1 the weights streamed through a cp.async ring per warp
+ * (kernels/matvec_ring.cuh, the default), 0 the kernels loading them into registers (Q4_K the
+ * integer one, Q6_K the bf16 one: the same products bit for bit), -1 back to GANTRY_MVR (tests
+ * compare the two; not thread-safe) */
 KC_API void kc_mvm_set_ring(int on);
 
 /* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w

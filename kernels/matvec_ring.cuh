@@ -1,33 +1,43 @@
-/* kernels/matvec_ring.cuh — the batch-1 Q4_K product with the weights streamed through a cp.async
- * ring per warp (included by kernels/matvec_mma.cu after the integer pieces; device-side, not a
- * public header).
+/* kernels/matvec_ring.cuh — the batch-1 Q4_K and Q6_K products with the weights streamed through a
+ * cp.async ring per warp (included by kernels/matvec_mma.cu after the integer pieces; device-side,
+ * not a public header).
  *
- * Same products as mvi_kernel, bit for bit: the same work split (mvm_plan / mvm_split: a "tile"
+ * Same products as mvi_kernel (Q4_K) / mvm_kernel (Q6_K, bf16 arithmetic) at one row, bit for
+ * bit: the same work split (mvm_plan / mvm_split: a "tile"
  * is what one mvi_kernel block computes: gpb row groups x S column parts), the same digits of x,
  * the same per-chunk arithmetic (mvi_chunk) in the same chunk order, the same reduction
  * (mvm_finish). What differs is where the bytes come from and when:
  *  - the grid is persistent (at most the blocks that fit at once); block b computes tiles b, b +
  *    grid, ... in order;
- *  - x is turned into digits once per block, for all nkb chunks (xb [nkb][4][12] uint4: lanes 0..11
- *    of mvi's B slots, the others are zero; Σx [nkb][8]; scale [nkb]), one warp per chunk (its max
- *    by one redux.sync, no barrier between the phases), one barrier;
+ *  - x's B operand is built once per block, for all nkb chunks (lanes 0..11 of the kernels' B
+ *    slots, the others are zero: Q4_K digits (mvi_conv) with Σx and the scale per chunk, Q6_K bf16
+ *    hi / mid / lo), one warp per chunk (Q4_K: its max by one redux.sync, no barrier between the
+ *    phases), one barrier;
  *  - each warp streams its chunks (for each tile of the block, chunks part, part + S, ... < nkb)
- *    through a ring of NST stages in shared memory: stage = the 16 RG rows' 144-byte superblocks
- *    of one chunk, a row every MVR_ROWB = 160 bytes (the lanes' 8-byte quant loads and 16-byte
- *    header loads are then free of bank conflicts), copied by the warp's lanes in 16-byte cp.async
- *    pieces (piece p: row p / 9, bytes 16 (p % 9) of it, at 16 (p + p / 9)). While a warp computes
+ *    through a ring of NST stages in shared memory: stage = the 16 RG rows' superblocks of one
+ *    chunk (mvr_t: one row every ROWB bytes), copied by the warp's lanes in 16-byte cp.async
+ *    pieces (piece q: row q / PPR, piece q % PPR of the row's 16-byte aligned cover). While a warp computes
  *    chunk c, chunks c + 1 .. c + NST - 1 are in flight; no block barrier inside a tile, one per
  *    tile (mvm_finish, its shared sums double-buffered by tile parity).
  * PDL: the first NST - 1 stages are issued before kc_pdl_wait (weights only), x after. */
 #ifndef GANTRY_KERNELS_MATVEC_RING_CUH
 #define GANTRY_KERNELS_MATVEC_RING_CUH
 
-#define MVR_ROWB 160 /* bytes per staged row (144 used) */
+/* Per weight type: bytes per staged row (ROWB), 16-byte pieces copied per row (PPR), x's bytes
+ * per chunk in shared memory (XB). Q4_K: 144-byte superblocks, 16-byte aligned (kc_mvm_ok), one
+ * row every 160 bytes (the lanes' 8-byte quant loads and 16-byte header loads are then free of
+ * bank conflicts); x as digits (mvi_conv: [4][12] uint4), Σx [8], the scale. Q6_K: 210-byte
+ * superblocks, 2-byte aligned: the 16-byte aligned cover (14 pieces: mis + 210 <= 224 for the
+ * misalignment mis = address & 15), read at mis through 16-bit loads; x as bf16 hi / mid / lo B
+ * fragments (mvm_fill_st: [8][12] uint4). */
+template <class D> struct mvr_t;
+template <> struct mvr_t<mvm_q4k> { static constexpr int ROWB = 160, PPR = 9, XB = 48 * 16 + 8 * 4 + 4; };
+template <> struct mvr_t<mvm_q6k> { static constexpr int ROWB = 224, PPR = 14, XB = 96 * 16; };
 
 /* The warp's next chunk to copy: tile, chunk kb, the tile's split S and the lane's piece sources
- * (without the chunk offset). ok = 0 past the block's last tile. */
-template <int RG> struct mvr_issue {
-  static constexpr int PIECES = RG * 16 * 9, NPL = (PIECES + 31) / 32;
+ * (row + 16 k, without the chunk offset). ok = 0 past the block's last tile. */
+template <class D, int RG> struct mvr_issue {
+  static constexpr int PPR = mvr_t<D>::PPR, PIECES = RG * 16 * PPR, NPL = (PIECES + 31) / 32;
   unsigned tile;
   int64_t kb;
   int S;
@@ -40,15 +50,17 @@ template <int RG> struct mvr_issue {
     S = p.S, kb = p.part;
 #pragma unroll
     for (int u = 0; u < NPL; u++) {
-      const int q = lane + 32 * u, r = q / 9;
-      if (q < PIECES) src[u] = p.row(a, r >> 4, r & 15) + 16 * (q - 9 * r);
+      const int q = lane + 32 * u, r = q / PPR;
+      if (q < PIECES) src[u] = p.row(a, r >> 4, r & 15) + 16 * (q - PPR * r);
     }
   }
+  /* piece q (row r = q / PPR, k = q % PPR) of the aligned cover at r ROWB + 16 k */
   __device__ void issue(uint8_t *stage, int lane) const {
 #pragma unroll
     for (int u = 0; u < NPL; u++) {
-      const int q = lane + 32 * u;
-      if (q < PIECES) kc_cp16(stage + 16 * (q + q / 9), src[u] + kb * mvm_q4k::BB);
+      const int q = lane + 32 * u, r = q / PPR;
+      if (q < PIECES)
+        kc_cp16(stage + r * mvr_t<D>::ROWB + 16 * (q - PPR * r), (const void *)((uintptr_t)(src[u] + kb * D::BB) & ~(uintptr_t)15));
     }
   }
   __device__ void next(const mvm_args_t &a, int wi, int lane, int64_t nkb, unsigned ntiles) {
@@ -57,39 +69,77 @@ template <int RG> struct mvr_issue {
   }
 };
 
-/* The lane's weight words of a staged chunk (mvm_wbuf::load's registers, from shared memory) */
-template <int RG> __device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q4k, RG> &wb, const uint8_t *st, int lane) {
+/* a 2-byte aligned 32-bit word from shared memory */
+__device__ __forceinline__ uint32_t mvr_ld32_s2(const uint8_t *p) {
+  const uint16_t *q = (const uint16_t *)p;
+  return (uint32_t)q[0] | ((uint32_t)q[1] << 16);
+}
+/* where chunk kb of the weight row w starts in its staged row */
+template <class D> __device__ __forceinline__ int mvr_mis(const uint8_t *w, int64_t kb) {
+  return (int)((uintptr_t)(w + kb * D::BB) & 15);
+}
+
+/* The lane's weight words of a staged chunk (mvm_wbuf::load's registers, from shared memory):
+ * rows g, g + 8 and lane / 2 of each group (p: the tile's mvm_pos) */
+template <int RG>
+__device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q4k, RG> &wb, const uint8_t *st, const mvm_pos<RG> &, int64_t, int lane) {
   const int g = lane >> 2, tig = lane & 3;
+  constexpr int RB = mvr_t<mvm_q4k>::ROWB;
 #pragma unroll
   for (int i = 0; i < RG; i++) {
-    const uint8_t *ra = st + (16 * i + g) * MVR_ROWB + 16 + 8 * tig, *rb = ra + 8 * MVR_ROWB;
+    const uint8_t *ra = st + (16 * i + g) * RB + 16 + 8 * tig, *rb = ra + 8 * RB;
 #pragma unroll
     for (int j = 0; j < 4; j++) wb.ra[i].q[j] = *(const uint2 *)(ra + 32 * j), wb.rb[i].q[j] = *(const uint2 *)(rb + 32 * j);
-    wb.sr[i].h = *(const uint4 *)(st + (16 * i + (lane >> 1)) * MVR_ROWB);
+    wb.sr[i].h = *(const uint4 *)(st + (16 * i + (lane >> 1)) * RB);
+  }
+}
+__device__ __forceinline__ void mvr_lds_q6(mvm_q6k::raw &r, const uint8_t *b) { /* mvm_q6k::load at b = block + 4 tig */
+#pragma unroll
+  for (int h = 0; h < 2; h++)
+#pragma unroll
+    for (int lh = 0; lh < 2; lh++) {
+      r.qh[2 * h + lh] = mvr_ld32_s2(b + 128 + 32 * h + 16 * lh);
+#pragma unroll
+      for (int kk = 0; kk < 2; kk++) r.ql[2 * (2 * h + lh) + kk] = mvr_ld32_s2(b + 64 * h + 32 * kk + 16 * lh);
+    }
+}
+template <int RG>
+__device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q6k, RG> &wb, const uint8_t *st, const mvm_pos<RG> &p, int64_t kb,
+                                        int lane) {
+  const int g = lane >> 2, tig = lane & 3, L2 = lane >> 1, h = lane & 1;
+  constexpr int RB = mvr_t<mvm_q6k>::ROWB;
+#pragma unroll
+  for (int i = 0; i < RG; i++) {
+    mvr_lds_q6(wb.ra[i], st + (16 * i + g) * RB + mvr_mis<mvm_q6k>(p.wa[i], kb) + 4 * tig);
+    mvr_lds_q6(wb.rb[i], st + (16 * i + g + 8) * RB + mvr_mis<mvm_q6k>(p.wb[i], kb) + 4 * tig);
+    const uint8_t *sb = st + (16 * i + L2) * RB + mvr_mis<mvm_q6k>(p.ws[i], kb); /* mvm_q6k::sload */
+    wb.sr[i].s0 = mvr_ld32_s2(sb + 192 + 8 * h), wb.sr[i].s1 = mvr_ld32_s2(sb + 196 + 8 * h);
+    wb.sr[i].d = *(const uint16_t *)(sb + 208);
   }
 }
 
-/* dynamic shared memory of a launch: the rings, then x's digits, Σx and scales */
-template <int RG, int NST> __host__ __device__ constexpr size_t mvr_ring_bytes() {
-  return (size_t)MVM_WARPS * NST * RG * 16 * MVR_ROWB;
+/* dynamic shared memory of a launch: the rings, then x's chunks */
+template <class D, int RG, int NST> __host__ __device__ constexpr size_t mvr_ring_bytes() {
+  return (size_t)MVM_WARPS * NST * RG * 16 * mvr_t<D>::ROWB;
 }
-static inline size_t mvr_smem(size_t ring, int64_t nkb) { return ring + (size_t)nkb * (48 * 16 + 8 * 4 + 4); }
+template <class D> static inline size_t mvr_smem(size_t ring, int64_t nkb) { return ring + (size_t)nkb * mvr_t<D>::XB; }
 
-template <int RG, int NST>
+template <class D, int RG, int NST>
 __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     mvr_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, unsigned ntiles) {
   extern __shared__ __align__(16) uint8_t mvr_dyn[];
-  __shared__ float4 scd[MVM_WARPS][16][2];        /* per warp: the group's scale slots */
-  __shared__ float mn[MVM_WARPS][16];             /* per warp: the group's min terms */
+  __shared__ float4 scs[MVM_WARPS][16][4];        /* per warp: the group's scale slots */
+  __shared__ float mn[MVM_WARPS][16];             /* Q4_K, per warp: the group's min terms */
   __shared__ float red[2][MVM_WARPS][RG][16][4];  /* mvm_finish's sums, by tile parity */
-  constexpr int STB = RG * 16 * MVR_ROWB;
+  constexpr bool Q4 = std::is_same<D, mvm_q4k>::value;
+  constexpr int STB = RG * 16 * mvr_t<D>::ROWB, XW = Q4 ? 48 : 96; /* uint4 of x per chunk */
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
   const int64_t nkb = cols >> 8;
   uint8_t *ring = mvr_dyn + (size_t)wi * NST * STB;
-  uint4 *xb = (uint4 *)(mvr_dyn + mvr_ring_bytes<RG, NST>());
-  float *sxs = (float *)(xb + nkb * 48), *fsc = sxs + nkb * 8;
+  uint4 *xb = (uint4 *)(mvr_dyn + mvr_ring_bytes<D, RG, NST>());
+  float *sxs = (float *)(xb + nkb * XW), *fsc = sxs + nkb * 8; /* Q4_K */
 
-  mvr_issue<RG> is;
+  mvr_issue<D, RG> is;
   is.at(a, wi, lane, blockIdx.x, ntiles);
 #pragma unroll
   for (int s = 0; s < NST - 1; s++) { /* weights only before the wait */
@@ -97,13 +147,19 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     kc_cp_commit();
   }
   kc_pdl_wait(), kc_pdl_trigger();
-  for (int64_t c = wi; c < nkb; c += MVM_WARPS) { /* x's digits: one warp per chunk */
+  for (int64_t c = wi; c < nkb; c += MVM_WARPS) { /* x: one warp per chunk */
     const float *xc = x + c * 256;
     const float4 v0 = __ldg((const float4 *)(xc + 4 * lane)), v1 = __ldg((const float4 *)(xc + 128 + 4 * lane));
-    const uint32_t mb = __reduce_max_sync(KC_FULL_MASK, max(mvi_absbits(v0), mvi_absbits(v1)));
-    uint4(*bs)[12] = (uint4(*)[12])(xb + c * 48);
-    mvi_conv<12>(bs, sxs + c * 8, fsc + c, v0, lane, mb);
-    mvi_conv<12>(bs, sxs + c * 8, fsc + c, v1, lane + 32, mb);
+    if constexpr (Q4) {
+      const uint32_t mb = __reduce_max_sync(KC_FULL_MASK, max(mvi_absbits(v0), mvi_absbits(v1)));
+      uint4(*bs)[12] = (uint4(*)[12])(xb + c * XW);
+      mvi_conv<12>(bs, sxs + c * 8, fsc + c, v0, lane, mb);
+      mvi_conv<12>(bs, sxs + c * 8, fsc + c, v1, lane + 32, mb);
+    } else {
+      uint4(*bs)[8][12] = (uint4(*)[8][12])(xb + c * XW);
+      mvm_fill_st<D, 12>(bs, nullptr, v0, lane, 1);
+      mvm_fill_st<D, 12>(bs, nullptr, v1, lane + 32, 1);
+    }
   }
   __syncthreads();
 
@@ -120,11 +176,15 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     kc_cp_commit();
     kc_cp_wait<NST - 1>(); /* chunk c's copies of this lane */
     __syncwarp();          /* ... and of the other lanes */
-    mvm_wbuf<mvm_q4k, RG> wb;
-    mvr_lds<RG>(wb, ring + slot * STB, lane);
-    const uint4 *xk = xb + kb * 48;
-    mvi_chunk<RG>(acc, wb, [&](int j) { return lane < 12 ? xk[12 * j + lane] : make_uint4(0u, 0u, 0u, 0u); },
-                  sxs + kb * 8, fsc + kb, scd[wi], mn[wi], lane);
+    mvm_wbuf<D, RG> wb;
+    mvr_lds<RG>(wb, ring + slot * STB, p, kb, lane);
+    const uint4 *xk = xb + kb * XW;
+    if constexpr (Q4)
+      mvi_chunk<RG>(acc, wb, [&](int j) { return lane < 12 ? xk[12 * j + lane] : make_uint4(0u, 0u, 0u, 0u); },
+                    sxs + kb * 8, fsc + kb, (float4(*)[2])scs[wi], mn[wi], lane);
+    else
+      mvm_chunk<D, RG>(acc, wb, nullptr, scs[wi], lane,
+                       [&](int q) { return lane < 12 ? xk[12 * q + lane] : make_uint4(0u, 0u, 0u, 0u); });
     __syncwarp();
     slot = slot + 1 == NST ? 0 : slot + 1;
     kb += p.S;
@@ -150,7 +210,7 @@ static int mvr_on(void) {
 
 /* Launches the ring kernel for tiles tiles of a.split / a.blk_end (mvm_plan), one x row; returns
  * 1 if launched (rc = its error), 0 if it cannot take the launch (shared memory; then mvi_kernel). */
-template <int RG, int NST> static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles,
+template <class D, int RG, int NST> static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles,
                                               int &rc) {
   static int nsm[16], optin[16];
   int dev = 0;
@@ -160,33 +220,41 @@ template <int RG, int NST> static int mvr_try(cudaStream_t st, const mvm_args_t 
         cudaDeviceGetAttribute(&optin[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
       return nsm[dev] = 0, 0;
   }
-  const size_t smem = mvr_smem(mvr_ring_bytes<RG, NST>(), cols >> 8);
+  const size_t smem = mvr_smem<D>(mvr_ring_bytes<D, RG, NST>(), cols >> 8);
   cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, mvr_kernel<RG, NST>) != cudaSuccess || smem + fa.sharedSizeBytes > (size_t)optin[dev])
+  if (cudaFuncGetAttributes(&fa, mvr_kernel<D, RG, NST>) != cudaSuccess || smem + fa.sharedSizeBytes > (size_t)optin[dev])
     return 0;
   /* the largest dynamic size the device allows, every time (never lowered under a captured launch) */
-  if (cudaFuncSetAttribute(mvr_kernel<RG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (cudaFuncSetAttribute(mvr_kernel<D, RG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            optin[dev] - (int)fa.sharedSizeBytes) != cudaSuccess)
     return 0;
   int bps = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mvr_kernel<RG, NST>, MVM_WARPS * 32, smem) != cudaSuccess || bps < 1)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mvr_kernel<D, RG, NST>, MVM_WARPS * 32, smem) != cudaSuccess || bps < 1)
     return 0;
   const int64_t grid = tiles < (int64_t)nsm[dev] * bps ? tiles : (int64_t)nsm[dev] * bps;
-  kc_launch(mvr_kernel<RG, NST>, (unsigned)grid, MVM_WARPS * 32, smem, st, a, x, cols, (unsigned)tiles);
+  kc_launch(mvr_kernel<D, RG, NST>, (unsigned)grid, MVM_WARPS * 32, smem, st, a, x, cols, (unsigned)tiles);
   rc = (int)cudaGetLastError();
   return 1;
 }
 
-/* the ring depth: GANTRY_MVR_NST (2..4, a measurement knob, read once), else MVR_NST_DEFAULT */
-#define MVR_NST_DEFAULT 3
-template <int RG> static int mvr_go(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
+/* The ring depth: GANTRY_MVR_NST (Q4_K) / GANTRY_MVR_NST6 (Q6_K), 2..4, measurement knobs read
+ * once; else 3 / 2. Measured (H200, scripts/gpu/ring.sh, bench_matvec 1 row, us at 2 / 3 / 4
+ * stages): Q4_K swiglu 2x12288x4096 28.03 / 25.92 / 26.00, 4096x12288 15.22 / 14.97 / 15.67, head
+ * 151936x4096 113.05 / 117.42 / 116.84; Q6_K 4096x12288 23.19 / 25.06 / 25.18, head 192.82 / 229.03 /
+ * 233.66 (2 stages: two blocks per SM at 4096 columns); bench_decode batch 1, both types at 2 / 3 / 4:
+ * qwen3-8b 2.977 / 2.931 / 2.986 ms, qwen35-9b 3.202 / 3.216 / 3.224 ms. */
+#define MVR_NST_Q4K 3
+#define MVR_NST_Q6K 2
+template <class D, int RG>
+static int mvr_go(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
   static int nst = 0;
-  if (!nst) nst = (int)kc_env_int("GANTRY_MVR_NST", 2, 4, MVR_NST_DEFAULT);
+  constexpr bool Q4 = std::is_same<D, mvm_q4k>::value;
+  if (!nst) nst = (int)kc_env_int(Q4 ? "GANTRY_MVR_NST" : "GANTRY_MVR_NST6", 2, 4, Q4 ? MVR_NST_Q4K : MVR_NST_Q6K);
   if (!mvr_on()) return 0;
   switch (nst) {
-    case 2: return mvr_try<RG, 2>(st, a, cols, x, tiles, rc);
-    case 4: return mvr_try<RG, 4>(st, a, cols, x, tiles, rc);
-    default: return mvr_try<RG, 3>(st, a, cols, x, tiles, rc);
+    case 2: return mvr_try<D, RG, 2>(st, a, cols, x, tiles, rc);
+    case 4: return mvr_try<D, RG, 4>(st, a, cols, x, tiles, rc);
+    default: return mvr_try<D, RG, 3>(st, a, cols, x, tiles, rc);
   }
 }
 #endif

@@ -3,10 +3,11 @@
 # kernels/matvec_ring.cuh), from the repository root after scripts/gpu/pack.sh (test_cuda_ops,
 # test_cuda_golden, bench_matvec, bench_decode, gantry-mkmodel; carry build-cuda-pack):
 #  1. test_cuda_ops (test_matvec_mma checks ring == registers bit for bit) and test_cuda_golden;
-#  2. bench_matvec Q4_K at 1 row: GANTRY_MVR=0 (the integer kernel, weights in registers) against
-#     the ring at GANTRY_MVR_NST 2 / 3 / 4;
+#  2. bench_matvec Q4_K / Q6_K at 1 row: GANTRY_MVR=0 (weights loaded into registers: the integer
+#     kernel, Q6_K the bf16 one) against the ring at GANTRY_MVR_NST (Q4_K) = GANTRY_MVR_NST6 (Q6_K)
+#     2 / 3 / 4;
 #  3. bench_decode --batch 1 (and BATCHES) on qwen3-8b and qwen35-9b Q4_K_M for the same settings.
-# Env: OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
+# Env: TYPES (bench_matvec's, Q4_K,Q6_K), OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
 # else the ring depth), BATCHES (1), TESTS (1).
 set -u
 OUT=${OUT:-/tmp/ring}
@@ -17,7 +18,7 @@ MD=${MODELDIR:-/tmp}
 M9=$MD/qwen35-9b.Q4_K_M.mtp.gguf M8=$MD/qwen3-8b.Q4_K_M.gguf
 [ -s "$M8" ] || session_mkmodel "$M8" "$OUT/mk8.txt" --preset qwen3-8b --type Q4_K_M --threads 7
 [ -s "$M9" ] || session_mkmodel "$M9" "$OUT/mk9.txt" --preset qwen35-9b --type Q4_K_M --mtp --keep-output-bf16 --threads 7
-vset() { if [ "$1" = 0 ]; then echo "GANTRY_MVR=0"; else echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1"; fi; }
+vset() { if [ "$1" = 0 ]; then echo "GANTRY_MVR=0"; else echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1"; fi; }
 if [ "${TESTS:-1}" = 1 ]; then
   step ops 200 "$D/test_cuda_ops"
   grep -E "ring vs|FAIL|\[  (PASSED|FAILED)" /tmp/step.txt | sort | uniq -c | sort -rn | head -12
@@ -26,7 +27,7 @@ if [ "${TESTS:-1}" = 1 ]; then
   grep -E "FAIL|\[  (PASSED|FAILED)" /tmp/step.txt | head -6
 fi
 for v in ${VARIANTS:-0 2 3 4}; do
-  step "matvec $(vset $v)" 60 env $(vset $v) "$D/bench_matvec" --types Q4_K --ns 1 --mmq 0 --reps 20 \
+  step "matvec $(vset $v)" 60 env $(vset $v) "$D/bench_matvec" --types ${TYPES:-Q4_K,Q6_K} --ns 1 --mmq 0 --reps 20 \
     --shapes 4096x4096,12288x4096,4096x12288,151936x4096,multi,swiglu
   grep -E " mma " /tmp/step.txt | sed "s/^/v=$v /"
   grep -E "FAIL|VALIDATION|error" /tmp/step.txt | head -3
