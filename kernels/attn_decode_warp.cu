@@ -22,12 +22,6 @@
 
 #define ADW_NST 3 /* tiles per warp in shared memory (cp.async stages) */
 
-__device__ __forceinline__ void adw_cp16(void *dst, const void *src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-               "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void adw_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void adw_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <int HD, int G> struct adw_cfg {
   static constexpr int SP = HD > 128 ? 8 : 16; /* positions per tile (8 KB of K, 8 KB of V at HD 128 / 256) */
@@ -85,8 +79,8 @@ __global__ void __launch_bounds__(32)
       const long long sl = __shfl_sync(KC_FULL_MASK, slot, row);
       const size_t go = sl >= 0 ? (size_t)sl * kv.kv_dim + koff + (size_t)c * 8 : 0;
       const int dst = row * CH + adw_sw<FS>(row, c), nb = sl >= 0 ? 16 : 0;
-      adw_cp16(&sk[st][dst], K + go, nb);
-      adw_cp16(&sv[st][dst], V + go, nb);
+      kc_cp16(&sk[st][dst], K + go, nb);
+      kc_cp16(&sv[st][dst], V + go, nb);
     }
   };
 
@@ -116,12 +110,12 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
   for (int i = 0; i < ADW_NST - 1; i++) {
     if (i < n_tiles) issue(i);
-    adw_commit();
+    kc_cp_commit();
   }
   for (int i = 0; i < n_tiles; i++) {
     if (i + ADW_NST - 1 < n_tiles) issue(i + ADW_NST - 1); /* into the stage tile i - 1 used */
-    adw_commit();
-    adw_wait<ADW_NST - 1>(); /* tile i has landed (this lane's copies) */
+    kc_cp_commit();
+    kc_cp_wait<ADW_NST - 1>(); /* tile i has landed (this lane's copies) */
     __syncwarp();            /* ... and every lane's */
     const int st = i % ADW_NST;
     const unsigned okm = smask[st];
@@ -187,7 +181,7 @@ __global__ void __launch_bounds__(32)
     }
     __syncwarp(); /* every lane is done with stage st before the next issue refills it */
   }
-  adw_wait<0>();
+  kc_cp_wait<0>();
 
 #pragma unroll
   for (int gi = 0; gi < G; gi++) {

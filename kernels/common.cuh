@@ -195,10 +195,12 @@ __device__ __forceinline__ void kc_pdl_trigger(void) {
 #endif
 }
 /* cp.async (sm_80+): 16 bytes global -> shared, bypassing L1 (src 16-byte aligned, dst a shared
- * address); a thread's copies since its last commit form one group; kc_cp_wait<N>() returns when
- * at most N of its groups are pending (then a barrier makes the data visible to other threads). */
-__device__ __forceinline__ void kc_cp16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+ * address), of which the first `bytes` (0..16) are read and the rest zero-filled; a thread's
+ * copies since its last commit form one group; kc_cp_wait<N>() returns when at most N of its
+ * groups are pending (then a barrier makes the data visible to other threads). */
+__device__ __forceinline__ void kc_cp16(void *dst, const void *src, int bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src),
+               "r"(bytes)
                : "memory");
 }
 __device__ __forceinline__ void kc_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

@@ -57,14 +57,6 @@ typedef struct {
   int n_seg, swiglu;
 } gp_args_t;
 
-/* ---------------------------------------------------------------- cp.async */
-__device__ __forceinline__ void gp_cp16(void *dst, const void *src, int bytes) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void gp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void gp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 /* byte i of v as an exact float */
 __device__ __forceinline__ float gp_ubyte(uint32_t v, int i) {
   return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7440u | (unsigned)i)) - 8388608.0f;
@@ -364,17 +356,17 @@ __global__ void __launch_bounds__(W * 32, MINB)
         const uint8_t *src = rowtab[lr] + kb * D::BB;
         uint8_t *dst = buf + (size_t)(c * R + lr) * D::SROW + 16 * sgi;
         if constexpr (D::ALIGNED) {
-          gp_cp16(dst, src + 16 * sgi, 16);
+          kc_cp16(dst, src + 16 * sgi, 16);
         } else {
           const uint8_t *a0 = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15), *p = a0 + 16 * sgi;
           const uint8_t *e = wend[a.swiglu && lr >= R / 2];
           const int64_t v = e - p;
           const int bytes = v >= 16 ? 16 : v > 0 ? (int)v : 0;
-          gp_cp16(dst, bytes ? p : a0, bytes);
+          kc_cp16(dst, bytes ? p : a0, bytes);
         }
       }
     }
-    gp_commit();
+    kc_cp_commit();
   };
   /* x quads of stage i: slot u of this thread = quad t & 63 of x row (t >> 6) / KQ, chunk (t >> 6) % KQ */
   float4 xv[C::XQ];
@@ -437,7 +429,7 @@ __global__ void __launch_bounds__(W * 32, MINB)
   xload(0);
   xfill(0, 0);
   for (int64_t it = 0; it < nstep; it++) {
-    gp_wait<ST - 2>();
+    kc_cp_wait<ST - 2>();
     __syncthreads(); /* stage it landed for all; stage it - 1's slot and B buffer (it + 1) & 1 are free */
     issue(it + ST - 1);
     const bool more = it + 1 < nstep;
@@ -457,7 +449,7 @@ __global__ void __launch_bounds__(W * 32, MINB)
     }
     if (more) xfill(it + 1, (int)((it + 1) & 1));
   }
-  gp_wait<0>();
+  kc_cp_wait<0>();
   __syncthreads(); /* every warp done with the stages: the reduction reuses them */
 
   /* red [KQ][R][NR]: this warp's sums per (chunk slot, block row, x row); part [R][NR]: the block's */
