@@ -93,28 +93,18 @@ __device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q4k, RG> &wb, const uint8_t
     wb.sr[i].h = *(const uint4 *)(st + (16 * i + (lane >> 1)) * RB);
   }
 }
-__device__ __forceinline__ void mvr_lds_q6(mvm_q6k::raw &r, const uint8_t *b) { /* mvm_q6k::load at b = block + 4 tig */
-#pragma unroll
-  for (int h = 0; h < 2; h++)
-#pragma unroll
-    for (int lh = 0; lh < 2; lh++) {
-      r.qh[2 * h + lh] = mvr_ld32_s2(b + 128 + 32 * h + 16 * lh);
-#pragma unroll
-      for (int kk = 0; kk < 2; kk++) r.ql[2 * (2 * h + lh) + kk] = mvr_ld32_s2(b + 64 * h + 32 * kk + 16 * lh);
-    }
-}
 template <int RG>
 __device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q6k, RG> &wb, const uint8_t *st, const mvm_pos<RG> &p, int64_t kb,
                                         int lane) {
   const int g = lane >> 2, tig = lane & 3, L2 = lane >> 1, h = lane & 1;
   constexpr int RB = mvr_t<mvm_q6k>::ROWB;
+  const auto ld32 = [](const uint8_t *q) { return mvr_ld32_s2(q); };
 #pragma unroll
   for (int i = 0; i < RG; i++) {
-    mvr_lds_q6(wb.ra[i], st + (16 * i + g) * RB + mvr_mis<mvm_q6k>(p.wa[i], kb) + 4 * tig);
-    mvr_lds_q6(wb.rb[i], st + (16 * i + g + 8) * RB + mvr_mis<mvm_q6k>(p.wb[i], kb) + 4 * tig);
-    const uint8_t *sb = st + (16 * i + L2) * RB + mvr_mis<mvm_q6k>(p.ws[i], kb); /* mvm_q6k::sload */
-    wb.sr[i].s0 = mvr_ld32_s2(sb + 192 + 8 * h), wb.sr[i].s1 = mvr_ld32_s2(sb + 196 + 8 * h);
-    wb.sr[i].d = *(const uint16_t *)(sb + 208);
+    mvm_q6k::load_at(wb.ra[i], st + (16 * i + g) * RB + mvr_mis<mvm_q6k>(p.wa[i], kb) + 4 * tig, ld32);
+    mvm_q6k::load_at(wb.rb[i], st + (16 * i + g + 8) * RB + mvr_mis<mvm_q6k>(p.wb[i], kb) + 4 * tig, ld32);
+    mvm_q6k::sload_at(wb.sr[i], st + (16 * i + L2) * RB + mvr_mis<mvm_q6k>(p.ws[i], kb), h, ld32,
+                      [](const uint8_t *q) { return *(const uint16_t *)q; });
   }
 }
 
@@ -208,32 +198,52 @@ static int mvr_on(void) {
   return env;
 }
 
+/* What a launch needs from the device, per instantiation and device, looked up once (the
+ * occupancy per dynamic size in a few slots: a model's products have 2-3 column counts). */
+struct mvr_dev {
+  int nsm, optin, stat; /* SMs, opt-in shared memory per block, the kernel's static shared memory */
+  int ready;            /* 1: the above are set and the dynamic limit raised; -1: unusable */
+  size_t occ_smem[8];
+  int occ_bps[8];
+};
+static unsigned long long g_mvr_launches; /* kc_mvm_ring_launches */
+
 /* Launches the ring kernel for tiles tiles of a.split / a.blk_end (mvm_plan), one x row; returns
- * 1 if launched (rc = its error), 0 if it cannot take the launch (shared memory; then mvi_kernel). */
-template <class D, int RG, int NST> static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles,
-                                              int &rc) {
-  static int nsm[16], optin[16];
+ * 1 if launched (rc = its error), 0 if it cannot take the launch (shared memory; then the
+ * register kernels). */
+template <class D, int RG, int NST>
+static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
+  static mvr_dev devs[16];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return 0;
-  if (!nsm[dev]) {
-    if (cudaDeviceGetAttribute(&nsm[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin[dev], cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-      return nsm[dev] = 0, 0;
+  mvr_dev &d = devs[dev];
+  if (!d.ready) {
+    cudaFuncAttributes fa;
+    d.ready = cudaDeviceGetAttribute(&d.nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                      cudaFuncGetAttributes(&fa, mvr_kernel<D, RG, NST>) == cudaSuccess &&
+                      /* the largest dynamic size the device allows, once (never lowered under a captured launch) */
+                      cudaFuncSetAttribute(mvr_kernel<D, RG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           d.optin - (int)fa.sharedSizeBytes) == cudaSuccess
+                  ? 1
+                  : -1;
+    d.stat = (int)fa.sharedSizeBytes;
   }
   const size_t smem = mvr_smem<D>(mvr_ring_bytes<D, RG, NST>(), cols >> 8);
-  cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, mvr_kernel<D, RG, NST>) != cudaSuccess || smem + fa.sharedSizeBytes > (size_t)optin[dev])
-    return 0;
-  /* the largest dynamic size the device allows, every time (never lowered under a captured launch) */
-  if (cudaFuncSetAttribute(mvr_kernel<D, RG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           optin[dev] - (int)fa.sharedSizeBytes) != cudaSuccess)
-    return 0;
-  int bps = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mvr_kernel<D, RG, NST>, MVM_WARPS * 32, smem) != cudaSuccess || bps < 1)
-    return 0;
-  const int64_t grid = tiles < (int64_t)nsm[dev] * bps ? tiles : (int64_t)nsm[dev] * bps;
+  if (d.ready < 0 || smem + (size_t)d.stat > (size_t)d.optin) return 0;
+  int bps = 0, k = 0;
+  while (k < 8 && d.occ_smem[k] && d.occ_smem[k] != smem) k++;
+  if (k < 8 && d.occ_smem[k] == smem) {
+    bps = d.occ_bps[k];
+  } else {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mvr_kernel<D, RG, NST>, MVM_WARPS * 32, smem) != cudaSuccess || bps < 1)
+      return 0;
+    if (k < 8) d.occ_smem[k] = smem, d.occ_bps[k] = bps;
+  }
+  const int64_t grid = tiles < (int64_t)d.nsm * bps ? tiles : (int64_t)d.nsm * bps;
   kc_launch(mvr_kernel<D, RG, NST>, (unsigned)grid, MVM_WARPS * 32, smem, st, a, x, cols, (unsigned)tiles);
   rc = (int)cudaGetLastError();
+  __atomic_fetch_add(&g_mvr_launches, 1ull, __ATOMIC_RELAXED);
   return 1;
 }
 

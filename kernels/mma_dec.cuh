@@ -94,16 +94,20 @@ struct mvm_q6k {
   __device__ static int kbase(int s, int tig) { return 16 * s + 4 * tig; }
   __device__ static int kstep(int q) { return q >> 2; }
   __device__ static int ktig(int q) { return q & 3; }
-  __device__ static void load(raw &r, const uint8_t *row, int64_t kb, int tig) {
-    const uint8_t *b = row + kb * BB + 4 * tig;
+  /* the lane's words from b = block + 4 tig, each read by ld32(address) (2-byte aligned): global
+   * memory here, the staged copy in kernels/matvec_ring.cuh */
+  template <class LD> __device__ static void load_at(raw &r, const uint8_t *b, LD ld32) {
 #pragma unroll
     for (int h = 0; h < 2; h++)
 #pragma unroll
       for (int lh = 0; lh < 2; lh++) {
-        r.qh[2 * h + lh] = mvm_ld32_a2(b + 128 + 32 * h + 16 * lh);
+        r.qh[2 * h + lh] = ld32(b + 128 + 32 * h + 16 * lh);
 #pragma unroll
-        for (int kk = 0; kk < 2; kk++) r.ql[2 * (2 * h + lh) + kk] = mvm_ld32_a2(b + 64 * h + 32 * kk + 16 * lh);
+        for (int kk = 0; kk < 2; kk++) r.ql[2 * (2 * h + lh) + kk] = ld32(b + 64 * h + 32 * kk + 16 * lh);
       }
+  }
+  __device__ static void load(raw &r, const uint8_t *row, int64_t kb, int tig) {
+    load_at(r, row + kb * BB + 4 * tig, [](const uint8_t *p) { return mvm_ld32_a2(p); });
   }
   __device__ static uint32_t qword(const raw &r, int s) {
     const int h = s >> 3, k = (s >> 1) & 3, lh = s & 1;
@@ -115,11 +119,15 @@ struct mvm_q6k {
   __device__ static uint32_t apair(const raw &r, int s, int hf) {
     return mvm_qpair(qword(r, s), hf ? 0x4342u : 0x4140u, BIAS);
   }
+  /* the scale words of half `half` and d of the block at b, read by ld32 / ld16 */
+  template <class L32, class L16> __device__ static void sload_at(sraw &r, const uint8_t *b, int half, L32 ld32, L16 ld16) {
+    r.s0 = ld32(b + 192 + 8 * half);
+    r.s1 = ld32(b + 196 + 8 * half);
+    r.d = ld16(b + 208);
+  }
   __device__ static void sload(sraw &r, const uint8_t *row, int64_t kb, int half) {
-    const uint8_t *b = row + kb * BB;
-    r.s0 = mvm_ld32_a2(b + 192 + 8 * half);
-    r.s1 = mvm_ld32_a2(b + 196 + 8 * half);
-    r.d = __ldg((const uint16_t *)(b + 208));
+    sload_at(r, row + kb * BB, half, [](const uint8_t *p) { return mvm_ld32_a2(p); },
+             [](const uint8_t *p) { return __ldg((const uint16_t *)p); });
   }
   __device__ static void sdecode(const sraw &r, int, float4 *dst) {
     const float d = kc_h2f(r.d);
