@@ -328,6 +328,8 @@ KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on > 0; }
 
 KC_API void kc_mvm_set_ring(int on) { g_mvr_force = on < 0 ? -1 : on > 0; }
 
+KC_API unsigned long long kc_mvm_ring_launches(void) { return __atomic_load_n(&g_mvr_launches, __ATOMIC_RELAXED); }
+
 KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n) {
   if (n < 1 || n > KC_MVM_MAX_ROWS || cols <= 0 || cols % 256 != 0 || !kc_mvm_enabled()) return 0;
   const uintptr_t p = (uintptr_t)w;

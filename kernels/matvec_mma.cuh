@@ -32,6 +32,8 @@ KC_API void kc_mvm_set_enabled(int on);
  * integer one, Q6_K the bf16 one: the same products bit for bit), -1 back to GANTRY_MVR (tests
  * compare the two; not thread-safe) */
 KC_API void kc_mvm_set_ring(int on);
+/* launches of the ring kernels so far (tests check that the ring ran) */
+KC_API unsigned long long kc_mvm_ring_launches(void);
 
 /* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w
  * 16-byte aligned) or Q6_K (w 2-byte aligned), cols % 256 == 0, 1 <= n <= KC_MVM_MAX_ROWS. */

@@ -1158,6 +1158,7 @@ static void test_matvec_mma(void **st) {
         CPU_BE->ops->matmul(CPU_BE, &w2.c, bx.c, b2.c, rows);
         const be_weight_t *wg[2] = {&w.g, &w2.g};
         float *og[2] = {bo.g, b2.g};
+        const unsigned long long ring0 = kc_mvm_ring_launches();
         GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og, rows);
         GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
         char what[96];
@@ -1166,6 +1167,8 @@ static void test_matvec_mma(void **st) {
         cmp(what, bo, no, TOL);
         cmp("  multi [1]", b2, n2, TOL);
         cmp("  ffn_swiglu", bg, no, TOL);
+        /* one row: both launches ran on the ring (so the comparison below is ring vs registers) */
+        if (rows == 1) assert_int_equal(kc_mvm_ring_launches() - ring0, 2);
         if (rows == 1) {
           /* the weights streamed through the ring (the default) or loaded into registers: the same
            * products bit for bit (kernels/matvec_ring.cuh) */
