@@ -13,10 +13,7 @@ OUT=${OUT:-/tmp/knobs}
 BUDGET=${BUDGET:-420}
 . "$(dirname "$0")/session_lib.sh"
 session_begin build-cuda-pack/dist.tar.xz
-MD=${MODELDIR:-/tmp}
-M9=$MD/qwen35-9b.Q4_K_M.mtp.gguf M8=$MD/qwen3-8b.Q4_K_M.gguf
-[ -s "$M8" ] || session_mkmodel "$M8" "$OUT/mk8.txt" --preset qwen3-8b --type Q4_K_M --threads 7
-[ -s "$M9" ] || session_mkmodel "$M9" "$OUT/mk9.txt" --preset qwen35-9b --type Q4_K_M --mtp --keep-output-bf16 --threads 7
+session_q4_models
 has() { case " ${PARTS:-pdl mvm} " in *" $1 "*) return 0 ;; esac; return 1; }
 rows() { grep -E '^\| [0-9]+ \|' /tmp/step.txt | awk -F'|' -v p="$1" '{printf "%s b%s %s ms %s (%s)\n", p, $2+0, $4+0, $10, $11}'; }
 if has mvm; then

@@ -8,18 +8,21 @@
 #     2 / 3 / 4;
 #  3. bench_decode --batch 1 (and BATCHES) on qwen3-8b and qwen35-9b Q4_K_M for the same settings.
 # Env: TYPES (bench_matvec's, Q4_K,Q6_K), OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
-# else the ring depth), BATCHES (1), TESTS (1).
+# else the ring depth), BATCHES (1), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
 set -u
 OUT=${OUT:-/tmp/ring}
 BUDGET=${BUDGET:-420}
 . "$(dirname "$0")/session_lib.sh"
 session_begin build-cuda-pack/dist.tar.xz
-MD=${MODELDIR:-/tmp}
-M9=$MD/qwen35-9b.Q4_K_M.mtp.gguf M8=$MD/qwen3-8b.Q4_K_M.gguf
-[ -s "$M8" ] || session_mkmodel "$M8" "$OUT/mk8.txt" --preset qwen3-8b --type Q4_K_M --threads 7
-[ -s "$M9" ] || session_mkmodel "$M9" "$OUT/mk9.txt" --preset qwen35-9b --type Q4_K_M --mtp --keep-output-bf16 --threads 7
+session_q4_models
 vset() { if [ "$1" = 0 ]; then echo "GANTRY_MVR=0"; else echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1"; fi; }
-if [ "${TESTS:-1}" = 1 ]; then
+if [ "${TESTS:-1}" = all ]; then
+  mkdir -p /tmp/tlogs
+  step tests 300 env OUT=/tmp/tlogs sh scripts/gpu/run_tests.sh
+  grep -E "^== test_[a-z0-9_]+ rc=" /tmp/step.txt | tr '\n' ' '; echo
+  grep -E "FAIL" /tmp/step.txt | head -12
+  grep -hcE "ring vs registers.*bitwise" /tmp/tlogs/test_cuda_ops.txt /tmp/tlogs/test_cuda_ops.log 2>/dev/null
+elif [ "${TESTS:-1}" = 1 ]; then
   step ops 200 "$D/test_cuda_ops"
   grep -E "ring vs|FAIL|\[  (PASSED|FAILED)" /tmp/step.txt | sort | uniq -c | sort -rn | head -12
   grep -E "mma Q4_K .*rows 1" /tmp/step.txt | head -8

@@ -75,3 +75,12 @@ phases() {
         for (t in c) { split(t, tk, SUBSEP); if (tk[1] == k) s = s sprintf("%s x%d (fw %.3f em %.3f)  ", tk[2], c[t], f[t] / c[t], e[t] / c[t]) }
         print s } }'
 }
+
+# session_q4_models: M8 / M9 = qwen3-8b and qwen35-9b (MTP block, BF16 head) Q4_K_M in MODELDIR
+# (/tmp), each made in the background (session_mkmodel, log in $OUT) unless already there.
+session_q4_models() {
+  MD=${MODELDIR:-/tmp}
+  M9=$MD/qwen35-9b.Q4_K_M.mtp.gguf M8=$MD/qwen3-8b.Q4_K_M.gguf
+  [ -s "$M8" ] || session_mkmodel "$M8" "$OUT/mk8.txt" --preset qwen3-8b --type Q4_K_M --threads 7
+  [ -s "$M9" ] || session_mkmodel "$M9" "$OUT/mk9.txt" --preset qwen35-9b --type Q4_K_M --mtp --keep-output-bf16 --threads 7
+}
