@@ -228,6 +228,7 @@ static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const flo
                   ? 1
                   : -1;
     d.stat = (int)fa.sharedSizeBytes;
+    if (d.ready < 0) (void)cudaGetLastError(); /* the failed query's error is not the fallback launch's */
   }
   const size_t smem = mvr_smem<D>(mvr_ring_bytes<D, RG, NST>(), cols >> 8);
   if (d.ready < 0 || smem + (size_t)d.stat > (size_t)d.optin) return 0;
