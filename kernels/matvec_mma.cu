@@ -70,18 +70,20 @@ __device__ __forceinline__ void mvm_fill_pre(float4 (&pre)[XPF], const float *__
   }
 }
 
-/* Quad t (value v) into the B fragments bs[c][s/2][lane] (k-steps 2p, 2p+1 of a lane in one
+/* Quad t (value v) into the B fragments bs[c][s/2][slot] (k-steps 2p, 2p+1 of a lane in one
  * uint4: b0, b1 of step 2p, then of 2p+1) and, Q4_K, the sub-block sums sxs[c][r][sb]: it goes to
- * the lanes (g = 4r hi, 4r+1 mid, 4r+2 lo; tig) with kbase(s, tig) = 4q. Whole warps (8
+ * the lanes (g = 4r hi, 4r+1 mid, 4r+2 lo; tig) with kbase(s, tig) = 4q. W = 32: slot = lane; W <
+ * 32 (the ring's compact slots, kernels/matvec_ring.cuh): the zero columns 3 and 7 are not stored,
+ * slot = lane for x row 0 (lanes 0..11), lane - 4 for row 1 (lanes 16..27). Whole warps (8
  * consecutive lanes hold one sub-block: Σx by a fixed xor tree). */
 template <class D, int W = 32>
 __device__ __forceinline__ void mvm_fill_st(uint4 (*bs)[8][W], float (*sxs)[4][8], float4 v, int t, int n) {
   int c, r, q;
   mvm_quad(t, n, c, r, q);
-  const int s = D::kstep(q), tig = D::ktig(q);
+  const int s = D::kstep(q), tig = D::ktig(q), o = (W >= 32 ? 16 : 12) * r + tig;
   /* column 4r + 0 / 1 / 2 = hi / mid / lo of x row r is read by lanes 4 (4r + j) + tig */
-  mvm_split_x(v, *((uint2 *)&bs[c][s >> 1][16 * r + tig] + (s & 1)), *((uint2 *)&bs[c][s >> 1][16 * r + 4 + tig] + (s & 1)),
-              *((uint2 *)&bs[c][s >> 1][16 * r + 8 + tig] + (s & 1)));
+  mvm_split_x(v, *((uint2 *)&bs[c][s >> 1][o] + (s & 1)), *((uint2 *)&bs[c][s >> 1][o + 4] + (s & 1)),
+              *((uint2 *)&bs[c][s >> 1][o + 8] + (s & 1)));
   if constexpr (D::HAS_MIN) { /* Q4_K: sub-block q / 8 */
     const float p = mvm_sub_sum(v);
     if ((q & 7) == 0) sxs[c][r][q >> 3] = p;
@@ -292,12 +294,13 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
   const int64_t blocks = mvm_plan(a, cols >> 8, a.swiglu ? 8 * RG : 16 * RG);
   if (blocks < 0) return (int)cudaErrorInvalidValue;
   if (blocks == 0) return 0;
-  /* One row: the ring kernels (kernels/matvec_ring.cuh; Q4_K integer, Q6_K bf16 arithmetic), where
-   * their shared memory fits, else Q4_K the integer kernel; 2 rows: the bf16 one (the faster per
-   * type and row count: kernels/README.md "The integer batch-1 product", "Weights through a ring") */
-  if (n == 1) {
+  /* The ring kernels (kernels/matvec_ring.cuh; Q4_K one row integer, else bf16 arithmetic) where
+   * their shared memory fits, else Q4_K one row the integer kernel, else the bf16 one (the faster
+   * per type and row count: kernels/README.md "The integer batch-1 product", "Weights through a
+   * ring") */
+  {
     int rc = 0;
-    if (mvr_go<D, RG>(st, a, cols, x, blocks, rc)) return rc;
+    if (mvr_go<D, RG>(st, a, cols, x, n, blocks, rc)) return rc;
   }
   if constexpr (std::is_same<D, mvm_q4k>::value) {
     if (n == 1) {

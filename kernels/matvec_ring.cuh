@@ -1,18 +1,19 @@
-/* kernels/matvec_ring.cuh — the batch-1 Q4_K and Q6_K products with the weights streamed through a
- * cp.async ring per warp (included by kernels/matvec_mma.cu after the integer pieces; device-side,
- * not a public header).
+/* kernels/matvec_ring.cuh — the 1- and 2-row Q4_K and Q6_K products with the weights streamed
+ * through a cp.async ring per warp (included by kernels/matvec_mma.cu after the integer pieces;
+ * device-side, not a public header).
  *
- * Same products as mvi_kernel (Q4_K) / mvm_kernel (Q6_K, bf16 arithmetic) at one row, bit for
- * bit: the same work split (mvm_plan / mvm_split: a "tile"
- * is what one mvi_kernel block computes: gpb row groups x S column parts), the same digits of x,
- * the same per-chunk arithmetic (mvi_chunk) in the same chunk order, the same reduction
+ * Same products as mvi_kernel (Q4_K, one row) / mvm_kernel (Q6_K, and Q4_K at two rows: bf16
+ * arithmetic), bit for bit: the same work split (mvm_plan / mvm_split: a "tile"
+ * is what one mvi_kernel block computes: gpb row groups x S column parts), the same digits / bf16 parts of x,
+ * the same per-chunk arithmetic (mvi_chunk / mvm_chunk) in the same chunk order, the same reduction
  * (mvm_finish). What differs is where the bytes come from and when:
  *  - the grid is persistent (at most the blocks that fit at once); block b computes tiles b, b +
  *    grid, ... in order;
- *  - x's B operand is built once per block, for all nkb chunks (lanes 0..11 of the kernels' B
- *    slots, the others are zero: Q4_K digits (mvi_conv) with Σx and the scale per chunk, Q6_K bf16
- *    hi / mid / lo), one warp per chunk (Q4_K: its max by one redux.sync, no barrier between the
- *    phases), one barrier;
+ *  - x's B operand is built once per block, for all nkb chunks (only the B slots that are not
+ *    zero: lanes 0..11, at two rows also 16..27; Q4_K one row: digits (mvi_conv) with Σx and the
+ *    scale per chunk; else bf16 hi / mid / lo, Q4_K with Σx per row), one warp per chunk (Q4_K one
+ *    row: its max by one redux.sync, no barrier between the phases), the loads of MVR_XPF chunks
+ *    issued together, one barrier;
  *  - each warp streams its chunks (for each tile of the block, chunks part, part + S, ... < nkb)
  *    through a ring of NST stages in shared memory: stage = the 16 RG rows' superblocks of one
  *    chunk (mvr_t: one row every ROWB bytes), copied by the warp's lanes in 16-byte cp.async
@@ -23,16 +24,24 @@
 #ifndef GANTRY_KERNELS_MATVEC_RING_CUH
 #define GANTRY_KERNELS_MATVEC_RING_CUH
 
-/* Per weight type: bytes per staged row (ROWB), 16-byte pieces copied per row (PPR), x's bytes
- * per chunk in shared memory (XB). Q4_K: 144-byte superblocks, 16-byte aligned (kc_mvm_ok), one
- * row every 160 bytes (the lanes' 8-byte quant loads and 16-byte header loads are then free of
- * bank conflicts); x as digits (mvi_conv: [4][12] uint4), Σx [8], the scale. Q6_K: 210-byte
+/* Per weight type: bytes per staged row (ROWB), 16-byte pieces copied per row (PPR). Q4_K:
+ * 144-byte superblocks, 16-byte aligned (kc_mvm_ok), one row every 160 bytes (the lanes' 8-byte
+ * quant loads and 16-byte header loads are then free of bank conflicts). Q6_K: 210-byte
  * superblocks, 2-byte aligned: the 16-byte aligned cover (14 pieces: mis + 210 <= 224 for the
- * misalignment mis = address & 15), read at mis through 16-bit loads; x as bf16 hi / mid / lo B
- * fragments (mvm_fill_st: [8][12] uint4). */
+ * misalignment mis = address & 15), read at mis through 16-bit loads. */
 template <class D> struct mvr_t;
-template <> struct mvr_t<mvm_q4k> { static constexpr int ROWB = 160, PPR = 9, XB = 48 * 16 + 8 * 4 + 4; };
-template <> struct mvr_t<mvm_q6k> { static constexpr int ROWB = 224, PPR = 14, XB = 96 * 16; };
+template <> struct mvr_t<mvm_q4k> { static constexpr int ROWB = 160, PPR = 9; };
+template <> struct mvr_t<mvm_q6k> { static constexpr int ROWB = 224, PPR = 14; };
+
+/* x per chunk in shared memory, for NR x rows: INT (Q4_K, one row): digits (mvi_conv: [4][12]
+ * uint4), then after all chunks' digits Σx [8] and the scale; else the bf16 B fragments
+ * (mvm_fill_st's compact slots: [8][12 NR] uint4), then Q4_K Σx [NR][8]. XW: uint4 of B, XB: all
+ * bytes. */
+template <class D, int NR> struct mvr_x {
+  static constexpr bool INT = std::is_same<D, mvm_q4k>::value && NR == 1;
+  static constexpr int LW = 12 * NR, XW = INT ? 48 : 8 * LW, NS = INT ? 8 : D::HAS_MIN ? 8 * NR : 0;
+  static constexpr int XB = XW * 16 + NS * 4 + (INT ? 4 : 0);
+};
 
 /* The warp's next chunk to copy: tile, chunk kb, the tile's split S and the lane's piece sources
  * (row + 16 k, without the chunk offset). ok = 0 past the block's last tile. */
@@ -112,22 +121,31 @@ __device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q6k, RG> &wb, const uint8_t
 template <class D, int RG, int NST> __host__ __device__ constexpr size_t mvr_ring_bytes() {
   return (size_t)MVM_WARPS * NST * RG * 16 * mvr_t<D>::ROWB;
 }
-template <class D> static inline size_t mvr_smem(size_t ring, int64_t nkb) { return ring + (size_t)nkb * mvr_t<D>::XB; }
+template <class D, int NR> static inline size_t mvr_smem(size_t ring, int64_t nkb) {
+  return ring + (size_t)nkb * mvr_x<D, NR>::XB;
+}
 
-template <class D, int RG, int NST>
+/* x's chunks loaded together per warp in the fill (their L2 latencies overlap; one at a time,
+ * 27 % of the 4096x12288 product's stall samples waited on them: kernels/README.md) */
+#define MVR_XPF 4
+
+template <class D, int RG, int NST, int NR>
 __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     mvr_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, unsigned ntiles) {
   extern __shared__ __align__(16) uint8_t mvr_dyn[];
   __shared__ float4 scs[MVM_WARPS][16][4];        /* per warp: the group's scale slots */
-  __shared__ float mn[MVM_WARPS][16];             /* Q4_K, per warp: the group's min terms */
+  __shared__ float mn[MVM_WARPS][16];             /* Q4_K one row, per warp: the group's min terms */
   __shared__ float red[2][MVM_WARPS][RG][16][4];  /* mvm_finish's sums, by tile parity */
-  constexpr bool Q4 = std::is_same<D, mvm_q4k>::value;
-  constexpr int STB = RG * 16 * mvr_t<D>::ROWB, XW = Q4 ? 48 : 96; /* uint4 of x per chunk */
-  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+  using X = mvr_x<D, NR>;
+  constexpr int STB = RG * 16 * mvr_t<D>::ROWB, XW = X::XW, LW = X::LW, XPF = NR == 1 ? MVR_XPF : RG == 2 ? 1 : MVR_XPF / 2;
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, tig = lane & 3;
   const int64_t nkb = cols >> 8;
   uint8_t *ring = mvr_dyn + (size_t)wi * NST * STB;
   uint4 *xb = (uint4 *)(mvr_dyn + mvr_ring_bytes<D, RG, NST>());
-  float *sxs = (float *)(xb + nkb * XW), *fsc = sxs + nkb * 8; /* Q4_K */
+  float *sxs = (float *)(xb + nkb * XW), *fsc = sxs + nkb * X::NS; /* Q4_K: Σx [nkb][NS]; INT: scales [nkb] */
+  /* the lane's B slot (bf16): x row 0 at lanes 0..11, row 1 at 16..27 (slot lane - 4), else zero */
+  const bool xl = lane < 12 || (NR == 2 && lane >= 16 && lane < 28);
+  const int xs = lane < 12 ? lane : lane - 4;
 
   mvr_issue<D, RG> is;
   is.at(a, wi, lane, blockIdx.x, ntiles);
@@ -137,18 +155,37 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     kc_cp_commit();
   }
   kc_pdl_wait(), kc_pdl_trigger();
-  for (int64_t c = wi; c < nkb; c += MVM_WARPS) { /* x: one warp per chunk */
-    const float *xc = x + c * 256;
-    const float4 v0 = __ldg((const float4 *)(xc + 4 * lane)), v1 = __ldg((const float4 *)(xc + 128 + 4 * lane));
-    if constexpr (Q4) {
-      const uint32_t mb = __reduce_max_sync(KC_FULL_MASK, max(mvi_absbits(v0), mvi_absbits(v1)));
-      uint4(*bs)[12] = (uint4(*)[12])(xb + c * XW);
-      mvi_conv<12>(bs, sxs + c * 8, fsc + c, v0, lane, mb);
-      mvi_conv<12>(bs, sxs + c * 8, fsc + c, v1, lane + 32, mb);
-    } else {
-      uint4(*bs)[8][12] = (uint4(*)[8][12])(xb + c * XW);
-      mvm_fill_st<D, 12>(bs, nullptr, v0, lane, 1);
-      mvm_fill_st<D, 12>(bs, nullptr, v1, lane + 32, 1);
+  /* x: one warp per chunk, chunks c0 + MVM_WARPS u (u < XPF) loaded together */
+  for (int64_t c0 = wi; c0 < nkb; c0 += XPF * MVM_WARPS) {
+    float4 v[XPF][2 * NR];
+#pragma unroll
+    for (int u = 0; u < XPF; u++) {
+      const int64_t c = c0 + u * MVM_WARPS;
+#pragma unroll
+      for (int r = 0; r < NR; r++) {
+        const float *xc = x + r * cols + c * 256;
+        v[u][2 * r] = c < nkb ? __ldg((const float4 *)(xc + 4 * lane)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[u][2 * r + 1] = c < nkb ? __ldg((const float4 *)(xc + 128 + 4 * lane)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < XPF; u++) {
+      const int64_t c = c0 + u * MVM_WARPS;
+      if (c >= nkb) break; /* warp-uniform */
+      if constexpr (X::INT) {
+        const uint32_t mb = __reduce_max_sync(KC_FULL_MASK, max(mvi_absbits(v[u][0]), mvi_absbits(v[u][1])));
+        uint4(*bs)[12] = (uint4(*)[12])(xb + c * XW);
+        mvi_conv<12>(bs, sxs + c * 8, fsc + c, v[u][0], lane, mb);
+        mvi_conv<12>(bs, sxs + c * 8, fsc + c, v[u][1], lane + 32, mb);
+      } else {
+        uint4(*bs)[8][LW] = (uint4(*)[8][LW])(xb + c * XW);
+        float(*sx)[4][8] = (float(*)[4][8])(sxs + c * X::NS); /* Q4_K: [0][r][sub-block] */
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+          mvm_fill_st<D, LW>(bs, sx, v[u][2 * r], 64 * r + lane, NR);
+          mvm_fill_st<D, LW>(bs, sx, v[u][2 * r + 1], 64 * r + lane + 32, NR);
+        }
+      }
     }
   }
   __syncthreads();
@@ -169,17 +206,25 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     mvm_wbuf<D, RG> wb;
     mvr_lds<RG>(wb, ring + slot * STB, p, kb, lane);
     const uint4 *xk = xb + kb * XW;
-    if constexpr (Q4)
+    if constexpr (X::INT) {
       mvi_chunk<RG>(acc, wb, [&](int j) { return lane < 12 ? xk[12 * j + lane] : make_uint4(0u, 0u, 0u, 0u); },
                     sxs + kb * 8, fsc + kb, (float4(*)[2])scs[wi], mn[wi], lane);
-    else
-      mvm_chunk<D, RG>(acc, wb, nullptr, scs[wi], lane,
-                       [&](int q) { return lane < 12 ? xk[12 * q + lane] : make_uint4(0u, 0u, 0u, 0u); });
+    } else {
+      [[maybe_unused]] float sx[D::HAS_MIN ? D::NSUB : 1];
+      if constexpr (D::HAS_MIN) { /* mvm_kernel's min term: x row tig / 2 in the even-tig lanes */
+        const float4 *u = (const float4 *)(sxs + kb * X::NS + 8 * (tig >> 1));
+        const bool z = (tig & 1) || (tig >> 1) >= NR;
+        const float4 u0 = z ? make_float4(0.f, 0.f, 0.f, 0.f) : u[0], u1 = z ? make_float4(0.f, 0.f, 0.f, 0.f) : u[1];
+        sx[0] = u0.x, sx[1] = u0.y, sx[2] = u0.z, sx[3] = u0.w, sx[4] = u1.x, sx[5] = u1.y, sx[6] = u1.z, sx[7] = u1.w;
+      }
+      mvm_chunk<D, RG>(acc, wb, sx, scs[wi], lane,
+                       [&](int q) { return xl ? xk[LW * q + xs] : make_uint4(0u, 0u, 0u, 0u); });
+    }
     __syncwarp();
     slot = slot + 1 == NST ? 0 : slot + 1;
     kb += p.S;
     if (kb >= nkb) { /* the tile's last chunk of every warp: its sums (one block barrier) */
-      mvm_finish<RG>(a, p, red[par], acc, wi, lane, 1);
+      mvm_finish<RG>(a, p, red[par], acc, wi, lane, NR);
       par ^= 1;
 #pragma unroll
       for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
@@ -208,10 +253,10 @@ struct mvr_dev {
 };
 static unsigned long long g_mvr_launches; /* kc_mvm_ring_launches */
 
-/* Launches the ring kernel for tiles tiles of a.split / a.blk_end (mvm_plan), one x row; returns
+/* Launches the ring kernel for tiles tiles of a.split / a.blk_end (mvm_plan), NR x rows; returns
  * 1 if launched (rc = its error), 0 if it cannot take the launch (shared memory; then the
  * register kernels). */
-template <class D, int RG, int NST>
+template <class D, int RG, int NST, int NR>
 static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
   static mvr_dev devs[16];
   int dev = 0;
@@ -221,51 +266,61 @@ static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const flo
     cudaFuncAttributes fa;
     d.ready = cudaDeviceGetAttribute(&d.nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
                       cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-                      cudaFuncGetAttributes(&fa, mvr_kernel<D, RG, NST>) == cudaSuccess &&
+                      cudaFuncGetAttributes(&fa, mvr_kernel<D, RG, NST, NR>) == cudaSuccess &&
                       /* the largest dynamic size the device allows, once (never lowered under a captured launch) */
-                      cudaFuncSetAttribute(mvr_kernel<D, RG, NST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                      cudaFuncSetAttribute(mvr_kernel<D, RG, NST, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            d.optin - (int)fa.sharedSizeBytes) == cudaSuccess
                   ? 1
                   : -1;
     d.stat = (int)fa.sharedSizeBytes;
     if (d.ready < 0) (void)cudaGetLastError(); /* the failed query's error is not the fallback launch's */
   }
-  const size_t smem = mvr_smem<D>(mvr_ring_bytes<D, RG, NST>(), cols >> 8);
+  const size_t smem = mvr_smem<D, NR>(mvr_ring_bytes<D, RG, NST>(), cols >> 8);
   if (d.ready < 0 || smem + (size_t)d.stat > (size_t)d.optin) return 0;
   int bps = 0, k = 0;
   while (k < 8 && d.occ_smem[k] && d.occ_smem[k] != smem) k++;
   if (k < 8 && d.occ_smem[k] == smem) {
     bps = d.occ_bps[k];
   } else {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mvr_kernel<D, RG, NST>, MVM_WARPS * 32, smem) != cudaSuccess || bps < 1)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, mvr_kernel<D, RG, NST, NR>, MVM_WARPS * 32, smem) != cudaSuccess || bps < 1)
       return 0;
     if (k < 8) d.occ_smem[k] = smem, d.occ_bps[k] = bps;
   }
   const int64_t grid = tiles < (int64_t)d.nsm * bps ? tiles : (int64_t)d.nsm * bps;
-  kc_launch(mvr_kernel<D, RG, NST>, (unsigned)grid, MVM_WARPS * 32, smem, st, a, x, cols, (unsigned)tiles);
+  kc_launch(mvr_kernel<D, RG, NST, NR>, (unsigned)grid, MVM_WARPS * 32, smem, st, a, x, cols, (unsigned)tiles);
   rc = (int)cudaGetLastError();
   __atomic_fetch_add(&g_mvr_launches, 1ull, __ATOMIC_RELAXED);
   return 1;
 }
 
-/* The ring depth: GANTRY_MVR_NST (Q4_K) / GANTRY_MVR_NST6 (Q6_K), 2..4, measurement knobs read
- * once; else 3 / 2. Measured (H200, scripts/gpu/ring.sh, bench_matvec 1 row, us at 2 / 3 / 4
+/* The ring depth: GANTRY_MVR_NST (Q4_K one row) / GANTRY_MVR_NST6 (Q6_K one row) /
+ * GANTRY_MVR_NST2 (both types, two rows), 2..4, measurement knobs read once; else 3 / 2 / 2.
+ * Measured (H200, scripts/gpu/ring.sh, bench_matvec 1 row, us at 2 / 3 / 4
  * stages): Q4_K swiglu 2x12288x4096 28.03 / 25.92 / 26.00, 4096x12288 15.22 / 14.97 / 15.67, head
  * 151936x4096 113.05 / 117.42 / 116.84; Q6_K 4096x12288 23.19 / 25.06 / 25.18, head 192.82 / 229.03 /
  * 233.66 (2 stages: two blocks per SM at 4096 columns); bench_decode batch 1, both types at 2 / 3 / 4:
- * qwen3-8b 2.977 / 2.931 / 2.986 ms, qwen35-9b 3.202 / 3.216 / 3.224 ms. */
+ * qwen3-8b 2.977 / 2.931 / 2.986 ms, qwen35-9b 3.202 / 3.216 / 3.224 ms. Two rows: x takes 3 KB
+ * per chunk (4096 columns: 49 KB), so 2 stages keep two blocks per SM there. */
 #define MVR_NST_Q4K 3
 #define MVR_NST_Q6K 2
-template <class D, int RG>
-static int mvr_go(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
+#define MVR_NST_2ROWS 2
+template <class D, int RG, int NR>
+static int mvr_go_rows(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
   static int nst = 0;
   constexpr bool Q4 = std::is_same<D, mvm_q4k>::value;
-  if (!nst) nst = (int)kc_env_int(Q4 ? "GANTRY_MVR_NST" : "GANTRY_MVR_NST6", 2, 4, Q4 ? MVR_NST_Q4K : MVR_NST_Q6K);
-  if (!mvr_on()) return 0;
+  if (!nst)
+    nst = NR == 2 ? (int)kc_env_int("GANTRY_MVR_NST2", 2, 4, MVR_NST_2ROWS)
+                  : (int)kc_env_int(Q4 ? "GANTRY_MVR_NST" : "GANTRY_MVR_NST6", 2, 4, Q4 ? MVR_NST_Q4K : MVR_NST_Q6K);
   switch (nst) {
-    case 2: return mvr_try<D, RG, 2>(st, a, cols, x, tiles, rc);
-    case 4: return mvr_try<D, RG, 4>(st, a, cols, x, tiles, rc);
-    default: return mvr_try<D, RG, 3>(st, a, cols, x, tiles, rc);
+    case 2: return mvr_try<D, RG, 2, NR>(st, a, cols, x, tiles, rc);
+    case 4: return mvr_try<D, RG, 4, NR>(st, a, cols, x, tiles, rc);
+    default: return mvr_try<D, RG, 3, NR>(st, a, cols, x, tiles, rc);
   }
+}
+/* n (1 or 2) x rows through the ring, if on and it fits (1), else 0 */
+template <class D, int RG>
+static int mvr_go(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n, int64_t tiles, int &rc) {
+  if (!mvr_on()) return 0;
+  return n == 1 ? mvr_go_rows<D, RG, 1>(st, a, cols, x, tiles, rc) : mvr_go_rows<D, RG, 2>(st, a, cols, x, tiles, rc);
 }
 #endif

@@ -3,19 +3,19 @@
 # kernels/matvec_ring.cuh), from the repository root after scripts/gpu/pack.sh (test_cuda_ops,
 # test_cuda_golden, bench_matvec, bench_decode, gantry-mkmodel; carry build-cuda-pack):
 #  1. test_cuda_ops (test_matvec_mma checks ring == registers bit for bit) and test_cuda_golden;
-#  2. bench_matvec Q4_K / Q6_K at 1 row: GANTRY_MVR=0 (weights loaded into registers: the integer
+#  2. bench_matvec Q4_K / Q6_K at NS rows (1; NS=1,2 for both): GANTRY_MVR=0 (weights loaded into registers: the integer
 #     kernel, Q6_K the bf16 one) against the ring at GANTRY_MVR_NST (Q4_K) = GANTRY_MVR_NST6 (Q6_K)
-#     2 / 3 / 4;
+#     2 / 3 / 4 (GANTRY_MVR_NST2 at two rows likewise);
 #  3. bench_decode --batch 1 (and BATCHES) on qwen3-8b and qwen35-9b Q4_K_M for the same settings.
 # Env: TYPES (bench_matvec's, Q4_K,Q6_K), OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
-# else the ring depth), BATCHES (1), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
+# else the ring depth), NS (1), BATCHES (1), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
 set -u
 OUT=${OUT:-/tmp/ring}
 BUDGET=${BUDGET:-420}
 . "$(dirname "$0")/session_lib.sh"
 session_begin build-cuda-pack/dist.tar.xz
 session_q4_models
-vset() { if [ "$1" = 0 ]; then echo "GANTRY_MVR=0"; else echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1"; fi; }
+vset() { if [ "$1" = 0 ]; then echo "GANTRY_MVR=0"; else echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1 GANTRY_MVR_NST2=$1"; fi; }
 if [ "${TESTS:-1}" = all ]; then
   mkdir -p /tmp/tlogs
   step tests 300 env OUT=/tmp/tlogs sh scripts/gpu/run_tests.sh
@@ -30,7 +30,7 @@ elif [ "${TESTS:-1}" = 1 ]; then
   grep -E "FAIL|\[  (PASSED|FAILED)" /tmp/step.txt | head -6
 fi
 for v in ${VARIANTS:-0 2 3 4}; do
-  step "matvec $(vset $v)" 60 env $(vset $v) "$D/bench_matvec" --types ${TYPES:-Q4_K,Q6_K} --ns 1 --mmq 0 --reps 20 \
+  step "matvec $(vset $v)" 60 env $(vset $v) "$D/bench_matvec" --types ${TYPES:-Q4_K,Q6_K} --ns ${NS:-1} --mmq 0 --reps 20 \
     --shapes 4096x4096,12288x4096,4096x12288,151936x4096,multi,swiglu
   grep -E " mma " /tmp/step.txt | sed "s/^/v=$v /"
   grep -E "FAIL|VALIDATION|error" /tmp/step.txt | head -3
