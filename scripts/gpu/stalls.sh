@@ -8,7 +8,7 @@
 # instantiation with the SourceCounters section (/tmp/NAME.ncu-rep: too big to bring back; its source
 # page as $OUT/NAME.src.csv) and prints the SASS lines with the most stall samples and the
 # instruction mix by opcode (ncu_table.py source). Env: OUT (/tmp/stalls), BUDGET (300 s), CASES (all:
-# "mvm1 mvm1s mvr1 mvr1s mmq32 mmq8"; mvm1 / mvm1s need GANTRY_MVR=0 since the ring is the default).
+# "mvm1 mvm1s mvr1 mvr1s mvr2 mvr2s mmq32 mmq8"; mvm1 / mvm1s need GANTRY_MVR=0 since the ring is the default).
 set -u
 OUT=${OUT:-/tmp/stalls}
 BUDGET=${BUDGET:-300}
@@ -35,13 +35,16 @@ prof() {
   python3 "$T" source "$OUT/$n.src.csv" 24
   "$NCU" -i "/tmp/$n.ncu-rep" --page details --section WarpStateStats 2>&1 | grep -E "Warp Cycles|Issued|Eligible|Active" | head -8
 }
-has() { case " ${CASES:-mvm1 mvm1s mvr1 mvr1s mmq32 mmq8} " in *" $1 "*) return 0 ;; esac; return 1; }
+has() { case " ${CASES:-mvm1 mvm1s mvr1 mvr1s mvr2 mvr2s mmq32 mmq8} " in *" $1 "*) return 0 ;; esac; return 1; }
 # batch 1: matvec_mma on the qwen3-8b swiglu (gate + up 12288x4096) and the 4096x12288 down
 has mvm1s && prof mvm1s 'mvm_kernel' 'mvm_kernel<' --ns 1 --mmq 0 --shapes swiglu
 has mvm1 && prof mvm1 'mvm_kernel' 'mvm_kernel<' --ns 1 --mmq 0 --shapes 4096x12288
 # batch 1, the default path since dfe3a59: the ring kernel (kernels/matvec_ring.cuh) on the same shapes
 has mvr1s && prof mvr1s 'mvr_kernel' 'mvr_kernel<' --ns 1 --mmq 0 --shapes swiglu
 has mvr1 && prof mvr1 'mvr_kernel' 'mvr_kernel<' --ns 1 --mmq 0 --shapes 4096x12288
+# batch 2 (and the 1 + 1 verify), the ring at two rows (bf16 arithmetic), same shapes
+has mvr2s && prof mvr2s 'mvr_kernel' 'mvr_kernel<' --ns 2 --mmq 0 --shapes swiglu
+has mvr2 && prof mvr2 'mvr_kernel' 'mvr_kernel<' --ns 2 --mmq 0 --shapes 4096x12288
 # batch 32 / 8: mmq, x in one bf16 part (the engine's default), 12288x4096
 has mmq32 && prof mmq32 'mmq_kernel' ', 1, 1>' --ns 1 --mmq 1 --shapes 12288x4096 --mmq-ns 32
 has mmq8 && prof mmq8 'mmq_kernel' ', 1, 2>' --ns 1 --mmq 1 --shapes 12288x4096 --mmq-ns 8
