@@ -301,6 +301,7 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
   {
     int rc = 0;
     if (mvr_go<D, RG>(st, a, cols, x, n, blocks, rc)) return rc;
+    if (n > KC_MVM_MAX_ROWS) return -1; /* one part: the ring only (kc_mvm_rows_launch) */
   }
   if constexpr (std::is_same<D, mvm_q4k>::value) {
     if (n == 1) {
@@ -333,8 +334,9 @@ KC_API void kc_mvm_set_ring(int on) { g_mvr_force = on < 0 ? -1 : on > 0; }
 
 KC_API unsigned long long kc_mvm_ring_launches(void) { return __atomic_load_n(&g_mvr_launches, __ATOMIC_RELAXED); }
 
-KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n) {
-  if (n < 1 || n > KC_MVM_MAX_ROWS || cols <= 0 || cols % 256 != 0 || !kc_mvm_enabled()) return 0;
+/* the weight's type, alignment and row size (kc_mvm_ok without the row count) */
+static int mvm_weight_ok(int type, const void *w, size_t row_bytes, int64_t cols) {
+  if (cols <= 0 || cols % 256 != 0 || !kc_mvm_enabled()) return 0;
   const uintptr_t p = (uintptr_t)w;
   switch (type) {
     case GT_TYPE_Q4_K: return (p & 15) == 0 && row_bytes == (size_t)(cols / 256) * 144;
@@ -343,10 +345,15 @@ KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, in
   }
 }
 
-KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
-                         int64_t cols, const float *x, int n) {
-  if (n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || (wup && n_seg != 1) || n < 1 || n > KC_MVM_MAX_ROWS ||
-      cols <= 0 || cols % 256 != 0 || ((uintptr_t)x & 15) != 0)
+KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, int n) {
+  return n >= 1 && n <= KC_MVM_MAX_ROWS && mvm_weight_ok(type, w, row_bytes, cols);
+}
+
+/* kc_mvm_launch / kc_mvm_rows_launch after their row checks */
+static int mvm_launch_n(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup, int64_t cols,
+                        const float *x, int n) {
+  if (n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || (wup && n_seg != 1) || cols <= 0 || cols % 256 != 0 ||
+      ((uintptr_t)x & 15) != 0)
     return (int)cudaErrorInvalidValue;
   mvm_args_t a = {};
   for (int s = 0; s < n_seg; s++) {
@@ -364,4 +371,20 @@ KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
     case GT_TYPE_Q6_K: return mvm_pick<mvm_q6k>(st, a, cols, x, n);
     default: return (int)cudaErrorInvalidValue;
   }
+}
+
+KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
+                         int64_t cols, const float *x, int n) {
+  if (n < 1 || n > KC_MVM_MAX_ROWS) return (int)cudaErrorInvalidValue;
+  return mvm_launch_n(st, type, n_seg, segs, wup, cols, x, n);
+}
+
+KC_API int kc_mvm_rows_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
+                              int64_t cols, const float *x, int n) {
+  if (n <= KC_MVM_MAX_ROWS || n > KC_MVR_MAX_ROWS || n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || !mvr_on()) return -1;
+  for (int s = 0; s < n_seg; s++)
+    if (!mvm_weight_ok(type, segs[s].w, segs[s].row_bytes, cols) ||
+        (wup && !mvm_weight_ok(type, wup, segs[s].row_bytes, cols)))
+      return -1;
+  return mvm_launch_n(st, type, n_seg, segs, wup, cols, x, n);
 }

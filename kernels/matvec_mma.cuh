@@ -45,4 +45,12 @@ KC_API int kc_mvm_ok(int type, const void *w, size_t row_bytes, int64_t cols, in
  * Returns a cudaError_t value. */
 KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
                          int64_t cols, const float *x, int n);
+/* 3 <= n <= KC_MVR_MAX_ROWS rows of x rounded to bf16 (one part: mmq's x under bf16 activations,
+ * its op bound) on the ring kernel (kernels/matvec_ring.cuh), segs / wup as kc_mvm_launch, every
+ * weight as kc_mvm_ok but for n. Returns a cudaError_t value, or -1 when it does not take the
+ * launch (the ring off, x and the ring do not fit the shared memory, another type or alignment):
+ * then the caller runs mmq. */
+#define KC_MVR_MAX_ROWS 8
+KC_API int kc_mvm_rows_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
+                              int64_t cols, const float *x, int n);
 #endif

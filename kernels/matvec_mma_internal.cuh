@@ -109,6 +109,33 @@ __device__ __forceinline__ void mvm_slots(const float4 (*scs)[Q], int g, float (
   }
 }
 
+/* Group i's scale slots for this lane: the lanes decode the 16 rows' slots cooperatively into the
+ * warp's [16][4] float4 scs (lane L: row L / 2, half L % 2), then read rows g, g + 8. */
+template <class D>
+__device__ __forceinline__ void mvm_group_slots(const typename D::sraw &sr, float4 (*scs)[4], int lane, float (&s0)[16],
+                                                float (&s8)[16]) {
+  __syncwarp(); /* previous group's scales read by every lane */
+  D::sdecode(sr, lane & 1, &scs[lane >> 1][2 * (lane & 1)]);
+  __syncwarp();
+  mvm_slots<4>(scs, lane >> 2, s0, s8);
+}
+
+/* c (zero on entry) = sub-block sb's products of rows g, g + 8 (ra, rb: their quant words) with
+ * the B fragments bq(p) (k-steps 2p, 2p+1: b0, b1 of 2p, then of 2p+1) */
+template <class D, class BQ>
+__device__ __forceinline__ void mvm_sub_mma(float (&c)[4], const typename D::raw &ra, const typename D::raw &rb, int sb,
+                                            BQ bq) {
+#pragma unroll
+  for (int h = 0; h < D::SPS; h++) {
+    const int s = D::SPS * sb + h;
+    const uint4 b = bq(s >> 1);
+    const uint32_t qa = D::qword(ra, s), qb = D::qword(rb, s);
+    const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
+                            mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
+    mvm_mma(c, af, (s & 1) ? b.z : b.x, (s & 1) ? b.w : b.y);
+  }
+}
+
 /* One chunk of a warp: acc[i][0 / 1] (rows g, g + 8 of group i) += the chunk's products.
  * bq(p): the lane's B fragments of k-steps 2p, 2p+1 (uint4: b0, b1 of 2p, then of 2p+1);
  * sx[sb] (HAS_MIN): Σx of sub-block sb for the lane's x row if its tig is even, else 0;
@@ -116,26 +143,14 @@ __device__ __forceinline__ void mvm_slots(const float4 (*scs)[Q], int g, float (
 template <class D, int RG, class BQ>
 __device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D, RG> &wb, const float *sx,
                                           float4 (*scs)[4], int lane, BQ bq) {
-  const int g = lane >> 2;
 #pragma unroll
   for (int i = 0; i < RG; i++) {
-    __syncwarp(); /* previous group's scales read by every lane */
-    D::sdecode(wb.sr[i], lane & 1, &scs[lane >> 1][2 * (lane & 1)]);
-    __syncwarp();
     float s0[16], s8[16];
-    mvm_slots<4>(scs, g, s0, s8);
+    mvm_group_slots<D>(wb.sr[i], scs, lane, s0, s8);
 #pragma unroll
     for (int sb = 0; sb < D::NSUB; sb++) {
       float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int h = 0; h < D::SPS; h++) {
-        const int s = D::SPS * sb + h;
-        const uint4 b = bq(s >> 1);
-        const uint32_t qa = D::qword(wb.ra[i], s), qb = D::qword(wb.rb[i], s);
-        const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
-                                mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
-        mvm_mma(c, af, (s & 1) ? b.z : b.x, (s & 1) ? b.w : b.y);
-      }
+      mvm_sub_mma<D>(c, wb.ra[i], wb.rb[i], sb, bq);
       if constexpr (D::HAS_MIN) {
         acc[i][0] = fmaf(s0[2 * sb], c[0] + c[1], acc[i][0]);
         acc[i][0] = fmaf(-s0[2 * sb + 1], sx[sb], acc[i][0]);
@@ -149,31 +164,46 @@ __device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D,
   }
 }
 
-/* The block's results: lane (g, tig) holds rows g, g+8 of each group for x row tig/2 (hi+mid or
- * lo); added per x row (tig 2r, then 2r+1) and over the parts in part order; swiglu: SiLU(gate)
- * * up as kernels/swiglu.cu. red: [MVM_WARPS][RG][16][4] shared. Whole block (one barrier). */
-template <int RG>
-__device__ __forceinline__ void mvm_finish(const mvm_args_t &a, const mvm_pos<RG> &p, float (*red)[RG][16][4],
-                                           const float (&acc)[RG][2], int wi, int lane, int n) {
+/* The block's results. Three parts (P1 false, acc [RG][2], NC 4): lane (g, tig) holds rows g, g+8
+ * of each group for x row tig/2 (hi+mid or lo), added per x row (tig 2r, then 2r+1). One part (P1,
+ * acc [RG][4], NC 4 or 8 columns = x rows): lane (g, tig) holds rows g, g+8 for x rows 2tig, 2tig+1
+ * (acc [i][0], [i][1] row g; [i][2], [i][3] row g+8). Then over the parts in part order; swiglu:
+ * SiLU(gate) * up as kernels/swiglu.cu. red: [MVM_WARPS][RG][16][NC] shared. Whole block (one
+ * barrier). */
+template <int RG, int NC = 4, bool P1 = false, int NA = 2>
+__device__ __forceinline__ void mvm_finish(const mvm_args_t &a, const mvm_pos<RG> &p, float (*red)[RG][16][NC],
+                                           const float (&acc)[RG][NA], int wi, int lane, int n) {
   const int g = lane >> 2, tig = lane & 3, S = p.S;
 #pragma unroll
   for (int i = 0; i < RG; i++) {
-    red[wi][i][g][tig] = acc[i][0];
-    red[wi][i][g + 8][tig] = acc[i][1];
+    if constexpr (P1) {
+      if (2 * tig < NC) {
+        red[wi][i][g][2 * tig] = acc[i][0], red[wi][i][g][2 * tig + 1] = acc[i][1];
+        red[wi][i][g + 8][2 * tig] = acc[i][2], red[wi][i][g + 8][2 * tig + 1] = acc[i][3];
+      }
+    } else {
+      red[wi][i][g][tig] = acc[i][0];
+      red[wi][i][g + 8][tig] = acc[i][1];
+    }
   }
   __syncthreads();
+  /* x row r of row m of group i in warp w's sums */
+  const auto v = [&](int w, int i, int m, int r) {
+    if constexpr (P1) return red[w][i][m][r];
+    else return red[w][i][m][2 * r] + red[w][i][m][2 * r + 1];
+  };
   float *out = a.out[p.sg];
-  for (int t = threadIdx.x; t < p.gpb * RG * 64; t += MVM_WARPS * 32) {
-    const int w = t / (RG * 64), i = (t / 64) % RG, m = (t / 4) % 16, r = t % 4;
+  for (int t = threadIdx.x; t < p.gpb * RG * 16 * NC; t += MVM_WARPS * 32) {
+    const int w = t / (RG * 16 * NC), i = (t / (16 * NC)) % RG, m = (t / NC) % 16, r = t % NC;
     if (r >= n) continue;
-    float s = red[w * S][i][m][2 * r] + red[w * S][i][m][2 * r + 1];
-    for (int q = 1; q < S; q++) s += red[w * S + q][i][m][2 * r] + red[w * S + q][i][m][2 * r + 1];
+    float s = v(w * S, i, m, r);
+    for (int q = 1; q < S; q++) s += v(w * S + q, i, m, r);
     if (!a.swiglu) {
       const int64_t o = (p.grp0 + w) * p.fpw + 16 * i + m;
       if (o < p.n_out) out[(size_t)r * p.n_out + o] = s;
     } else if ((i & 1) == 0) {
-      float u = red[w * S][i + 1][m][2 * r] + red[w * S][i + 1][m][2 * r + 1];
-      for (int q = 1; q < S; q++) u += red[w * S + q][i + 1][m][2 * r] + red[w * S + q][i + 1][m][2 * r + 1];
+      float u = v(w * S, i + 1, m, r);
+      for (int q = 1; q < S; q++) u += v(w * S + q, i + 1, m, r);
       const int64_t o = (p.grp0 + w) * p.fpw + 16 * (i >> 1) + m;
       if (o < p.n_out) out[(size_t)r * p.n_out + o] = s / (1.0f + expf(-s)) * u; /* as kernels/swiglu.cu */
     }

@@ -34,14 +34,58 @@ template <> struct mvr_t<mvm_q4k> { static constexpr int ROWB = 160, PPR = 9; };
 template <> struct mvr_t<mvm_q6k> { static constexpr int ROWB = 224, PPR = 14; };
 
 /* x per chunk in shared memory, for NR x rows: INT (Q4_K, one row): digits (mvi_conv: [4][12]
- * uint4), then after all chunks' digits Σx [8] and the scale; else the bf16 B fragments
- * (mvm_fill_st's compact slots: [8][12 NR] uint4), then Q4_K Σx [NR][8]. XW: uint4 of B, XB: all
- * bytes. */
+ * uint4), then after all chunks' digits Σx [8] and the scale; NR 1, 2: the bf16 hi / mid / lo B
+ * fragments (mvm_fill_st's compact slots: [8][12 NR] uint4); P1 (NR 4 or 8: 3..8 rows, x in one
+ * bf16 part, mmq's setting under bf16 activations): row r in B column r ([8][4 NR] uint4, read by
+ * lanes 4r..4r+3); then Q4_K Σx [NR][8] (of fp32 x; one part: of bf16(x)). XW: uint4 of B, XB: all bytes; NC: columns of
+ * mvm_finish's sums. */
 template <class D, int NR> struct mvr_x {
-  static constexpr bool INT = std::is_same<D, mvm_q4k>::value && NR == 1;
-  static constexpr int LW = 12 * NR, XW = INT ? 48 : 8 * LW, NS = INT ? 8 : D::HAS_MIN ? 8 * NR : 0;
-  static constexpr int XB = XW * 16 + NS * 4 + (INT ? 4 : 0);
+  static constexpr bool INT = std::is_same<D, mvm_q4k>::value && NR == 1, P1 = NR > 2;
+  static constexpr int LW = P1 ? 4 * NR : 12 * NR, XW = INT ? 48 : 8 * LW, NS = INT ? 8 : D::HAS_MIN ? 8 * NR : 0;
+  static constexpr int XB = XW * 16 + NS * 4 + (INT ? 4 : 0), NC = NR > 4 ? 8 : 4;
 };
+
+/* One-part fill of quad q (elements 4q..4q+3 of a chunk, value v) of x row r: bf16(v) into B
+ * column r (bs: the chunk's [8][LW] slots), Q4_K: the sum of the rounded values over its
+ * sub-block into sx[q / 8] (sx: the row's 8 sums; as mmq's prep: the product is W · bf16(x)).
+ * Whole warps (mvm_sub_sum). */
+template <class D, int LW>
+__device__ __forceinline__ void mvr_fill_p1(uint4 (*bs)[LW], float *sx, float4 v, int q, int r) {
+  const int s = D::kstep(q), tig = D::ktig(q);
+  const __nv_bfloat162 h01 = __floats2bfloat162_rn(v.x, v.y), h23 = __floats2bfloat162_rn(v.z, v.w);
+  *((uint2 *)&bs[s >> 1][4 * r + tig] + (s & 1)) = make_uint2(mvm_bits(h01), mvm_bits(h23));
+  if constexpr (D::HAS_MIN) {
+    const float p = mvm_sub_sum(make_float4(__low2float(h01), __high2float(h01), __low2float(h23), __high2float(h23)));
+    if ((q & 7) == 0) sx[q >> 3] = p;
+  }
+}
+
+/* One chunk of a warp, x in one part (mvm_chunk's contract otherwise): acc[i][0 / 1] += row g of
+ * group i for x rows 2tig / 2tig + 1, acc[i][2 / 3] the same for row g + 8. sa, sb (HAS_MIN): Σx
+ * per sub-block of x rows 2tig, 2tig + 1 (zero past the rows). */
+template <class D, int RG, class BQ>
+__device__ __forceinline__ void mvr_chunk_p1(float (&acc)[RG][4], const mvm_wbuf<D, RG> &wb, const float *sa,
+                                             const float *sb, float4 (*scs)[4], int lane, BQ bq) {
+#pragma unroll
+  for (int i = 0; i < RG; i++) {
+    float s0[16], s8[16];
+    mvm_group_slots<D>(wb.sr[i], scs, lane, s0, s8);
+#pragma unroll
+    for (int k = 0; k < D::NSUB; k++) {
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+      mvm_sub_mma<D>(c, wb.ra[i], wb.rb[i], k, bq);
+      if constexpr (D::HAS_MIN) {
+        acc[i][0] = fmaf(-s0[2 * k + 1], sa[k], fmaf(s0[2 * k], c[0], acc[i][0]));
+        acc[i][1] = fmaf(-s0[2 * k + 1], sb[k], fmaf(s0[2 * k], c[1], acc[i][1]));
+        acc[i][2] = fmaf(-s8[2 * k + 1], sa[k], fmaf(s8[2 * k], c[2], acc[i][2]));
+        acc[i][3] = fmaf(-s8[2 * k + 1], sb[k], fmaf(s8[2 * k], c[3], acc[i][3]));
+      } else {
+        acc[i][0] = fmaf(s0[k], c[0], acc[i][0]), acc[i][1] = fmaf(s0[k], c[1], acc[i][1]);
+        acc[i][2] = fmaf(s8[k], c[2], acc[i][2]), acc[i][3] = fmaf(s8[k], c[3], acc[i][3]);
+      }
+    }
+  }
+}
 
 /* The warp's next chunk to copy: tile, chunk kb, the tile's split S and the lane's piece sources
  * (row + 16 k, without the chunk offset). ok = 0 past the block's last tile. */
@@ -131,21 +175,23 @@ template <class D, int NR> static inline size_t mvr_smem(size_t ring, int64_t nk
 
 template <class D, int RG, int NST, int NR>
 __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
-    mvr_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, unsigned ntiles) {
+    mvr_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, unsigned ntiles, int n) {
   extern __shared__ __align__(16) uint8_t mvr_dyn[];
   __shared__ float4 scs[MVM_WARPS][16][4];        /* per warp: the group's scale slots */
   __shared__ float mn[MVM_WARPS][16];             /* Q4_K one row, per warp: the group's min terms */
-  __shared__ float red[2][MVM_WARPS][RG][16][4];  /* mvm_finish's sums, by tile parity */
   using X = mvr_x<D, NR>;
-  constexpr int STB = RG * 16 * mvr_t<D>::ROWB, XW = X::XW, LW = X::LW, XPF = NR == 1 ? MVR_XPF : RG == 2 ? 1 : MVR_XPF / 2;
+  __shared__ float red[2][MVM_WARPS][RG][16][X::NC]; /* mvm_finish's sums, by tile parity */
+  constexpr int STB = RG * 16 * mvr_t<D>::ROWB, XW = X::XW, LW = X::LW;
+  constexpr int XPF = NR == 1 ? MVR_XPF : NR == 2 && RG == 1 ? MVR_XPF / 2 : 1;
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, tig = lane & 3;
   const int64_t nkb = cols >> 8;
   uint8_t *ring = mvr_dyn + (size_t)wi * NST * STB;
   uint4 *xb = (uint4 *)(mvr_dyn + mvr_ring_bytes<D, RG, NST>());
   float *sxs = (float *)(xb + nkb * XW), *fsc = sxs + nkb * X::NS; /* Q4_K: Σx [nkb][NS]; INT: scales [nkb] */
-  /* the lane's B slot (bf16): x row 0 at lanes 0..11, row 1 at 16..27 (slot lane - 4), else zero */
-  const bool xl = lane < 12 || (NR == 2 && lane >= 16 && lane < 28);
-  const int xs = lane < 12 ? lane : lane - 4;
+  /* the lane's B slot (bf16): three parts: x row 0 at lanes 0..11, row 1 at 16..27 (slot lane -
+   * 4); one part: lanes < LW (slot lane); else zero */
+  const bool xl = X::P1 ? lane < LW : lane < 12 || (NR == 2 && lane >= 16 && lane < 28);
+  const int xs = X::P1 || lane < 12 ? lane : lane - 4;
 
   mvr_issue<D, RG> is;
   is.at(a, wi, lane, blockIdx.x, ntiles);
@@ -164,8 +210,9 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
 #pragma unroll
       for (int r = 0; r < NR; r++) {
         const float *xc = x + r * cols + c * 256;
-        v[u][2 * r] = c < nkb ? __ldg((const float4 *)(xc + 4 * lane)) : make_float4(0.f, 0.f, 0.f, 0.f);
-        v[u][2 * r + 1] = c < nkb ? __ldg((const float4 *)(xc + 128 + 4 * lane)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        const bool in = c < nkb && r < n; /* rows n..NR-1 (one part) stay zero */
+        v[u][2 * r] = in ? __ldg((const float4 *)(xc + 4 * lane)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[u][2 * r + 1] = in ? __ldg((const float4 *)(xc + 128 + 4 * lane)) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
 #pragma unroll
@@ -177,6 +224,13 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
         uint4(*bs)[12] = (uint4(*)[12])(xb + c * XW);
         mvi_conv<12>(bs, sxs + c * 8, fsc + c, v[u][0], lane, mb);
         mvi_conv<12>(bs, sxs + c * 8, fsc + c, v[u][1], lane + 32, mb);
+      } else if constexpr (X::P1) {
+        uint4(*bs)[LW] = (uint4(*)[LW])(xb + c * XW);
+#pragma unroll
+        for (int r = 0; r < NR; r++) {
+          mvr_fill_p1<D, LW>(bs, sxs + c * X::NS + 8 * r, v[u][2 * r], lane, r);
+          mvr_fill_p1<D, LW>(bs, sxs + c * X::NS + 8 * r, v[u][2 * r + 1], lane + 32, r);
+        }
       } else {
         uint4(*bs)[8][LW] = (uint4(*)[8][LW])(xb + c * XW);
         float(*sx)[4][8] = (float(*)[4][8])(sxs + c * X::NS); /* Q4_K: [0][r][sub-block] */
@@ -193,9 +247,12 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
   unsigned tile = blockIdx.x;
   mvm_pos<RG> p(a, wi, lane, tile);
   int64_t kb = p.part;
-  float acc[RG][2];
+  constexpr int NA = X::P1 ? 4 : 2;
+  float acc[RG][NA];
 #pragma unroll
-  for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
+  for (int i = 0; i < RG; i++)
+#pragma unroll
+    for (int j = 0; j < NA; j++) acc[i][j] = 0.0f;
   int slot = 0, par = 0;
   while (tile < ntiles) {
     /* chunk c + NST - 1 into the slot chunk c - 1 left (read by every lane: the __syncwarp below) */
@@ -209,6 +266,18 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     if constexpr (X::INT) {
       mvi_chunk<RG>(acc, wb, [&](int j) { return lane < 12 ? xk[12 * j + lane] : make_uint4(0u, 0u, 0u, 0u); },
                     sxs + kb * 8, fsc + kb, (float4(*)[2])scs[wi], mn[wi], lane);
+    } else if constexpr (X::P1) {
+      [[maybe_unused]] float sa[8], sb[8];
+      if constexpr (D::HAS_MIN) { /* Σx of x rows 2tig, 2tig + 1 */
+        const float4 *u = (const float4 *)(sxs + kb * X::NS + 16 * tig);
+        const bool z = 2 * tig >= NR;
+        const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 a0 = z ? z4 : u[0], a1 = z ? z4 : u[1], b0 = z ? z4 : u[2], b1 = z ? z4 : u[3];
+        sa[0] = a0.x, sa[1] = a0.y, sa[2] = a0.z, sa[3] = a0.w, sa[4] = a1.x, sa[5] = a1.y, sa[6] = a1.z, sa[7] = a1.w;
+        sb[0] = b0.x, sb[1] = b0.y, sb[2] = b0.z, sb[3] = b0.w, sb[4] = b1.x, sb[5] = b1.y, sb[6] = b1.z, sb[7] = b1.w;
+      }
+      mvr_chunk_p1<D, RG>(acc, wb, sa, sb, scs[wi], lane,
+                          [&](int q) { return xl ? xk[LW * q + xs] : make_uint4(0u, 0u, 0u, 0u); });
     } else {
       [[maybe_unused]] float sx[D::HAS_MIN ? D::NSUB : 1];
       if constexpr (D::HAS_MIN) { /* mvm_kernel's min term: x row tig / 2 in the even-tig lanes */
@@ -224,10 +293,12 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     slot = slot + 1 == NST ? 0 : slot + 1;
     kb += p.S;
     if (kb >= nkb) { /* the tile's last chunk of every warp: its sums (one block barrier) */
-      mvm_finish<RG>(a, p, red[par], acc, wi, lane, NR);
+      mvm_finish<RG, X::NC, X::P1, NA>(a, p, red[par], acc, wi, lane, n);
       par ^= 1;
 #pragma unroll
-      for (int i = 0; i < RG; i++) acc[i][0] = acc[i][1] = 0.0f;
+      for (int i = 0; i < RG; i++)
+#pragma unroll
+        for (int j = 0; j < NA; j++) acc[i][j] = 0.0f;
       tile += gridDim.x;
       if (tile < ntiles) p = mvm_pos<RG>(a, wi, lane, tile), kb = p.part;
     }
@@ -257,7 +328,7 @@ static unsigned long long g_mvr_launches; /* kc_mvm_ring_launches */
  * 1 if launched (rc = its error), 0 if it cannot take the launch (shared memory; then the
  * register kernels). */
 template <class D, int RG, int NST, int NR>
-static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
+static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n, int64_t tiles, int &rc) {
   static mvr_dev devs[16];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return 0;
@@ -287,7 +358,7 @@ static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const flo
     if (k < 8) d.occ_smem[k] = smem, d.occ_bps[k] = bps;
   }
   const int64_t grid = tiles < (int64_t)d.nsm * bps ? tiles : (int64_t)d.nsm * bps;
-  kc_launch(mvr_kernel<D, RG, NST, NR>, (unsigned)grid, MVM_WARPS * 32, smem, st, a, x, cols, (unsigned)tiles);
+  kc_launch(mvr_kernel<D, RG, NST, NR>, (unsigned)grid, MVM_WARPS * 32, smem, st, a, x, cols, (unsigned)tiles, n);
   rc = (int)cudaGetLastError();
   __atomic_fetch_add(&g_mvr_launches, 1ull, __ATOMIC_RELAXED);
   return 1;
@@ -304,23 +375,37 @@ static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const flo
 #define MVR_NST_Q4K 3
 #define MVR_NST_Q6K 2
 #define MVR_NST_2ROWS 2
+/* One part (3..8 rows): x takes 2 / 4 KB per chunk at NR 4 / 8; GANTRY_MVR_NSTP (2..3) */
+#define MVR_NST_P1 2
 template <class D, int RG, int NR>
-static int mvr_go_rows(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int64_t tiles, int &rc) {
+static int mvr_go_rows(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n, int64_t tiles, int &rc) {
   static int nst = 0;
   constexpr bool Q4 = std::is_same<D, mvm_q4k>::value;
   if (!nst)
-    nst = NR == 2 ? (int)kc_env_int("GANTRY_MVR_NST2", 2, 4, MVR_NST_2ROWS)
-                  : (int)kc_env_int(Q4 ? "GANTRY_MVR_NST" : "GANTRY_MVR_NST6", 2, 4, Q4 ? MVR_NST_Q4K : MVR_NST_Q6K);
-  switch (nst) {
-    case 2: return mvr_try<D, RG, 2, NR>(st, a, cols, x, tiles, rc);
-    case 4: return mvr_try<D, RG, 4, NR>(st, a, cols, x, tiles, rc);
-    default: return mvr_try<D, RG, 3, NR>(st, a, cols, x, tiles, rc);
+    nst = NR > 2    ? (int)kc_env_int("GANTRY_MVR_NSTP", 2, 3, MVR_NST_P1)
+          : NR == 2 ? (int)kc_env_int("GANTRY_MVR_NST2", 2, 4, MVR_NST_2ROWS)
+                    : (int)kc_env_int(Q4 ? "GANTRY_MVR_NST" : "GANTRY_MVR_NST6", 2, 4, Q4 ? MVR_NST_Q4K : MVR_NST_Q6K);
+  if constexpr (NR > 2) {
+    return nst == 3 ? mvr_try<D, RG, 3, NR>(st, a, cols, x, n, tiles, rc) : mvr_try<D, RG, 2, NR>(st, a, cols, x, n, tiles, rc);
+  } else {
+    switch (nst) {
+      case 2: return mvr_try<D, RG, 2, NR>(st, a, cols, x, n, tiles, rc);
+      case 4: return mvr_try<D, RG, 4, NR>(st, a, cols, x, n, tiles, rc);
+      default: return mvr_try<D, RG, 3, NR>(st, a, cols, x, n, tiles, rc);
+    }
   }
 }
-/* n (1 or 2) x rows through the ring, if on and it fits (1), else 0 */
+/* n x rows through the ring, if on and it fits (1), else 0: 1..2 rows x in three parts (the
+ * register kernels' products bit for bit), 3..KC_MVR_MAX_ROWS in one (NR 4 or 8, the rows past n zero) */
 template <class D, int RG>
 static int mvr_go(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n, int64_t tiles, int &rc) {
   if (!mvr_on()) return 0;
-  return n == 1 ? mvr_go_rows<D, RG, 1>(st, a, cols, x, tiles, rc) : mvr_go_rows<D, RG, 2>(st, a, cols, x, tiles, rc);
+  switch (n) {
+    case 1: return mvr_go_rows<D, RG, 1>(st, a, cols, x, n, tiles, rc);
+    case 2: return mvr_go_rows<D, RG, 2>(st, a, cols, x, n, tiles, rc);
+    case 3:
+    case 4: return mvr_go_rows<D, RG, 4>(st, a, cols, x, n, tiles, rc);
+    default: return n <= KC_MVR_MAX_ROWS ? mvr_go_rows<D, RG, 8>(st, a, cols, x, n, tiles, rc) : 0;
+  }
 }
 #endif

@@ -30,6 +30,7 @@
 #include "kernels/l2norm.cuh"
 #include "kernels/logits_mask.cuh"
 #include "kernels/matvec.cuh"
+#include "kernels/matvec_mma.cuh"
 #include "kernels/mmq.cuh"
 #include "kernels/mul_sigmoid.cuh"
 #include "kernels/rmsnorm.cuh"
@@ -245,11 +246,20 @@ static int takes_mmq(const be_weight_t *w, const float *x, int rows) {
   return ((uintptr_t)x & 15) == 0 && cu__mmq_floats(w, rows) != 0;
 }
 
-/* n_seg products of x on the mmq path (segs as kc_mmq_launch; wup: the swiglu up weight) */
+/* n_seg products of x on the mmq path (segs as kc_mmq_launch; wup: the swiglu up weight). With x in
+ * one part at 3..KC_MVR_MAX_ROWS rows the ring kernel takes them where it can (kc_mvm_rows_launch:
+ * the same rounding of x, no prep launch; kernels/README.md "One part on the ring"). */
 static void mmq_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup, const be_weight_t *w0,
                     const float *x, int rows) {
   be_cuda_t *c = CU_BE(be);
   const int parts = x_parts(rows);
+  if (parts == 1 && rows <= KC_MVR_MAX_ROWS) {
+    const int rc = kc_mvm_rows_launch(c->stream, type, n_seg, segs, wup, w0->cols, x, rows);
+    if (rc >= 0) {
+      KC_CUDA(CU_ERR(be), rc);
+      return;
+    }
+  }
   float *sc = cu__scratch(be, cu__mmq_floats(w0, rows));
   if (!sc || KC_CUDA(CU_ERR(be), kc_mmq_prep(c->stream, type, x, w0->cols, rows, parts, sc))) return;
   KC_CUDA(CU_ERR(be), kc_mmq_launch(c->stream, type, n_seg, segs, wup, w0->cols, sc, rows, parts));

@@ -6,16 +6,26 @@
 #  2. bench_matvec Q4_K / Q6_K at NS rows (1; NS=1,2 for both): GANTRY_MVR=0 (weights loaded into registers: the integer
 #     kernel, Q6_K the bf16 one) against the ring at GANTRY_MVR_NST (Q4_K) = GANTRY_MVR_NST6 (Q6_K)
 #     2 / 3 / 4 (GANTRY_MVR_NST2 at two rows likewise);
-#  3. bench_decode --batch 1 (and BATCHES) on qwen3-8b and qwen35-9b Q4_K_M for the same settings.
+#  3. MMQNS (e.g. 4,8): bench_matvec's mmq table at those rows (mmq1 / mmq3 against ring1: the ring
+#     with x in one part, kc_mvm_rows_launch);
+#  4. bench_decode --batch 1 (and BATCHES) on qwen3-8b and qwen35-9b Q4_K_M for the same settings;
+#  5. VERIFY=1: bench_verify on qwen35-9b (1 + 3 tokens, --batches VBATCHES (1,8)) for the same settings.
 # Env: TYPES (bench_matvec's, Q4_K,Q6_K), OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
-# else the ring depth), NS (1), BATCHES (1), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
+# else the ring depth; "d": the defaults; pN: the one-part ring at N stages), NS (1), BATCHES (1), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
 set -u
 OUT=${OUT:-/tmp/ring}
 BUDGET=${BUDGET:-420}
 . "$(dirname "$0")/session_lib.sh"
 session_begin build-cuda-pack/dist.tar.xz
 session_q4_models
-vset() { if [ "$1" = 0 ]; then echo "GANTRY_MVR=0"; else echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1 GANTRY_MVR_NST2=$1"; fi; }
+vset() {
+  case $1 in
+    0) echo "GANTRY_MVR=0" ;;
+    d) echo "GANTRY_MVR=1" ;;
+    p*) echo "GANTRY_MVR=1 GANTRY_MVR_NSTP=${1#p}" ;;
+    *) echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1 GANTRY_MVR_NST2=$1" ;;
+  esac
+}
 if [ "${TESTS:-1}" = all ]; then
   mkdir -p /tmp/tlogs
   step tests 300 env OUT=/tmp/tlogs sh scripts/gpu/run_tests.sh
@@ -35,6 +45,12 @@ for v in ${VARIANTS:-0 2 3 4}; do
   grep -E " mma " /tmp/step.txt | sed "s/^/v=$v /"
   grep -E "FAIL|VALIDATION|error" /tmp/step.txt | head -3
 done
+if [ -n "${MMQNS:-}" ]; then
+  step "mmq rows $MMQNS" 120 "$D/bench_matvec" --types ${TYPES:-Q4_K,Q6_K} --ns 1 --mmq 1 --mmq-ns "$MMQNS" --reps 20 \
+    --shapes 4096x4096,12288x4096,4096x12288,151936x4096
+  grep -E "\| (mmq1/[12]|ring1) " /tmp/step.txt
+  grep -E "FAIL|VALIDATION|error" /tmp/step.txt | head -3
+fi
 for m in "$M8" "$M9"; do
   session_wait "$m" || { echo "== $m not made"; continue; }
   nm=$(basename "$m" .gguf)
@@ -44,4 +60,11 @@ for m in "$M8" "$M9"; do
     grep -E "FAIL|error" /tmp/step.txt | head -3
   done
 done
+if [ "${VERIFY:-0}" = 1 ] && session_wait "$M9"; then
+  for v in ${VARIANTS:-0 2 3 4}; do
+    step "verify v=$v" 90 env $(vset $v) "$D/bench_verify" --model "$M9" --device cuda --batches "${VBATCHES:-1,8}" --k 3 \
+      --ctx 512 --iters 30 --warm 5
+    grep -E "^ *[0-9]+ \||eager|FAIL|error" /tmp/step.txt | sed "s/^/v=$v /" | head -12
+  done
+fi
 echo "== done in $(($(date +%s) - t0)) s"

@@ -1322,6 +1322,68 @@ static void test_prefill_fast(void **st) {
   assert_int_equal(be_cuda_set_prefill_precision(NULL), 0);
 }
 
+/* ---- 3..8 rows with x in one bf16 part (bf16 activations) on the ring (kernels/matvec_ring.cuh,
+ * kc_mvm_rows_launch from the mmq path): matmul_multi of two weights and ffn_swiglu, Q4_K and
+ * Q6_K, against the CPU (MMQ_BF16_TOL, and above FAST_MIN: x was rounded) and against mmq (the
+ * ring off: the same bf16(x) and the same sums of bf16(x), so only the fp32 order of the sums
+ * differs; bitwise on the H200). The launches must run on the ring where x and the ring fit the
+ * shared memory: all of these shapes but 12288 columns past 4 rows (48 chunks x 4 KB of x beside
+ * the ring; at 3..4 rows the Q6_K swiglu's 2 x 16-row ring of 112 KB, 96 KB of x and 16 KB of
+ * static shared memory just fit the 227 KB). Shapes: odd n_out, one chunk,
+ * 4096 / 12288 columns. mmq forced (kc_mmq_set(1, 0)): these weights are below its size rule. */
+static void test_matvec_ring_rows(void **st) {
+  NEED_GPU();
+  assert_int_equal(be_cuda_set_activations("bf16"), 0);
+  const gt_type_t types[] = {GT_TYPE_Q4_K, GT_TYPE_Q6_K};
+  const int64_t shapes[][2] = {{300, 1024}, {40, 256}, {2100, 4096}, {72, 12288}};
+  const int rows_list[] = {3, 4, 5, 7, 8};
+  for (size_t ti = 0; ti < 2; ti++)
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+      const int64_t n_out = shapes[si][0], cols = shapes[si][1], o2 = n_out / 3 + 5;
+      wpair_t w = weight(types[ti], n_out, cols, 0.5f), wu = weight(types[ti], n_out, cols, 0.5f),
+              w2 = weight(types[ti], o2, cols, 0.5f);
+      for (size_t ri = 0; ri < sizeof rows_list / sizeof *rows_list; ri++) {
+        const int rows = rows_list[ri];
+        kc_mmq_set(1, 0);
+        float *x = rnd((size_t)rows * cols, 1.0f);
+        const size_t no = (size_t)rows * n_out, n2 = (size_t)rows * o2;
+        buf_t bx = putf(x, (size_t)rows * cols), bo = putf(NULL, no), bg = putf(NULL, no), b2 = putf(NULL, n2),
+              bu = putf(NULL, no), ro = putf(NULL, no), rg = putf(NULL, no), r2 = putf(NULL, n2);
+        CPU_BE->ops->matmul(CPU_BE, &w.c, bx.c, bo.c, rows);
+        CPU_BE->ops->ffn_swiglu(CPU_BE, &w.c, &wu.c, bx.c, bg.c, bu.c, rows);
+        CPU_BE->ops->matmul(CPU_BE, &w2.c, bx.c, b2.c, rows);
+        const be_weight_t *wg[2] = {&w.g, &w2.g};
+        float *og[2] = {bo.g, b2.g}, *og2[2] = {ro.g, r2.g};
+        const unsigned long long ring0 = kc_mvm_ring_launches();
+        GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og, rows);
+        GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, bg.g, bu.g, rows);
+        assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+        const int want = cols < 12288 || rows <= 4 ? 2 : 0;
+        char what[96];
+        snprintf(what, sizeof what, "ring 1 part %s %lldx%lld rows %d multi [0]", dt_name(types[ti]), (long long)n_out,
+                 (long long)cols, rows);
+        const double e[3] = {cmp(what, bo, no, MMQ_BF16_TOL), cmp("  multi [1]", b2, n2, MMQ_BF16_TOL),
+                             cmp("  ffn_swiglu", bg, no, MMQ_BF16_TOL)};
+        for (int i = 0; i < 3; i++)
+          if (e[i] < FAST_MIN) fail_msg("%s: error %.3e: x was not rounded to bf16", what, e[i]);
+        assert_int_equal(kc_mvm_ring_launches() - ring0, want);
+        kc_mvm_set_ring(0); /* mmq */
+        GPU_BE->ops->matmul_multi(GPU_BE, 2, wg, bx.g, og2, rows);
+        GPU_BE->ops->ffn_swiglu(GPU_BE, &w.g, &wu.g, bx.g, rg.g, bu.g, rows);
+        assert_int_equal(GPU_BE->ops->sync(GPU_BE), 0);
+        kc_mvm_set_ring(-1);
+        gpu_vs_gpu("  ring vs mmq multi [0]", bo.g, ro.g, no, TOL);
+        gpu_vs_gpu("  ring vs mmq multi [1]", b2.g, r2.g, n2, TOL);
+        gpu_vs_gpu("  ring vs mmq ffn_swiglu", bg.g, rg.g, no, TOL);
+        drop(&bx), drop(&bo), drop(&bg), drop(&b2), drop(&bu), drop(&ro), drop(&rg), drop(&r2);
+        free(x);
+      }
+      wdrop(&w), wdrop(&wu), wdrop(&w2);
+    }
+  kc_mmq_set(-1, 0);
+  assert_int_equal(be_cuda_set_activations("fp32"), 0);
+}
+
 /* ---- bf16 activations (be_cuda_set_activations "bf16", the product default; every other test
  * here runs with "fp32", set in main): x rounded to bf16 in products of 3+ rows (BF16 weights: 4+),
  * through matmul, matmul_multi and ffn_swiglu against the CPU, every K-quant, Q8_0 and BF16, odd
@@ -1904,7 +1966,7 @@ int main(void) {
       T(test_attention),     T(test_attention_decode_b32), T(test_gdn),    T(test_gdn_pos_slots), T(test_gdn_chunked),
       T(test_gdn_long),      T(test_decode_graphs), T(test_verify_graphs), T(test_decode_graphs_large), T(test_matmul_multi),  T(test_ffn_swiglu),
       T(test_attn_qk_prep),  T(test_decode_graphs_fused), T(test_gdn_conv_qkv), T(test_mmq),
-      T(test_prefill_fast),  T(test_matvec_mma),    T(test_logits_mask),   T(test_activations_bf16),
+      T(test_prefill_fast),  T(test_matvec_mma), T(test_matvec_ring_rows),    T(test_logits_mask),   T(test_activations_bf16),
       T(test_gpipe),
       T(test_tp_shapes_qwen3_8b), T(test_tp_shapes_qwen35_9b), T(test_tp_shapes_qwen35_27b),
       T(test_every_op_covered), /* last: counts the calls of the tests above */

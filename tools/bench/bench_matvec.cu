@@ -344,6 +344,49 @@ static void bm_swiglu(gt_type_t t, const float *dx, float *dout, float *dref, in
   bm_wfree(&u);
 }
 
+/* one row of the mmq table: ms for reps calls of a product of n rows (weight bytes wb) */
+static void bm_mmq_row(const char *shape, gt_type_t t, int n, int64_t n_out, int64_t cols, size_t wb, float ms, int reps,
+                       double e) {
+  const double sec = ms * 1e-3 / reps, bytes = (double)wb + 4.0 * n * (cols + n_out);
+  printf("%-22s | %-4s | %-4s | %3d | %9.2f | %7.1f | %5.1f %% | %.1f TFLOP/s (e %.1e)\n", shape, dt_name(t), g_path, n,
+         sec * 1e6, bytes / sec / 1e9, 100.0 * bytes / sec / g_copy_bw, 2.0 * n * n_out * cols / sec / 1e12, e);
+  fflush(stdout);
+}
+
+/* 3..KC_MVR_MAX_ROWS rows with x in one bf16 part on the ring kernel (kc_mvm_rows_launch, the mmq
+ * path's replacement there; path "ring1"); "not taken" when it does not fit */
+static void bm_ring1(gt_type_t t, const bm_w_t *w, const char *shape, int64_t n_out, int64_t cols, int n, const float *hx,
+                     const float *dx, int reps, cudaEvent_t e0, cudaEvent_t e1) {
+  float *dout;
+  BM_CHECK(cudaMalloc((void **)&dout, sizeof(float) * (size_t)n * n_out));
+  BM_CHECK(cudaMemset(dout, 0xff, sizeof(float) * (size_t)n * n_out));
+  const kc_mv_seg_t seg0 = {w->d, dout, n_out, w->row_bytes};
+  const int rc = kc_mvm_rows_launch(0, t, 1, &seg0, NULL, cols, dx, n);
+  g_path = "ring1";
+  if (rc < 0) {
+    printf("%-22s | %-4s | %-4s | %3d | not taken (shared memory)\n", shape, dt_name(t), g_path, n);
+  } else {
+    BM_CHECK((cudaError_t)rc);
+    const double e = bm_err(w, hx, dout, n);
+    if (!(e <= 6e-3)) {
+      printf("FAIL %s %s ring1 n=%d: normalized error %.3g > 6e-3\n", shape, dt_name(t), n, e);
+      g_fail = 1;
+    }
+    BM_CHECK(cudaEventRecord(e0));
+    for (int k = 0; k < reps; k++) {
+      const kc_mv_seg_t seg = {w->d + w->bytes * (size_t)(k % w->copies), dout, n_out, w->row_bytes};
+      kc_mvm_rows_launch(0, t, 1, &seg, NULL, cols, dx, n);
+    }
+    BM_CHECK(cudaEventRecord(e1));
+    BM_CHECK(cudaEventSynchronize(e1));
+    BM_CHECK(cudaGetLastError());
+    float ms;
+    BM_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    bm_mmq_row(shape, t, n, n_out, cols, w->bytes, ms, reps, e);
+  }
+  cudaFree(dout);
+}
+
 /* the mmq path (kernels/mmq.cu) for n rows: prep + launch per rep */
 static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, const float *dx, int reps, cudaEvent_t e0,
                    cudaEvent_t e1) {
@@ -392,14 +435,12 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
       BM_CHECK(cudaGetLastError());
       float ms;
       BM_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      printf("%-22s | %-4s | %-4s | %3d | %9.2f | %7.1f | %5.1f %% | %.1f TFLOP/s (e %.1e)\n", shape, dt_name(t), path, n,
-             ms * 1e3 / reps, ((double)w.bytes + 4.0 * n * (cols + n_out)) / (ms * 1e-3 / reps) / 1e9,
-             100.0 * ((double)w.bytes + 4.0 * n * (cols + n_out)) / (ms * 1e-3 / reps) / g_copy_bw,
-             2.0 * n * n_out * cols / (ms * 1e-3 / reps) / 1e12, e);
-      fflush(stdout);
+      bm_mmq_row(shape, t, n, n_out, cols, w.bytes, ms, reps, e);
       cudaFree(sc);
       cudaFree(dout);
     }
+    if (n >= 3 && n <= KC_MVR_MAX_ROWS && (t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K))
+      bm_ring1(t, &w, shape, n_out, cols, n, hx, dx, reps, e0, e1);
   }
   g_path = "dflt";
   kc_mmq_set_occ(0);
