@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
         for (int k = 0; k < 8; k++) sx[k] = 0.0f;
       }
     }
-    mvm_chunk<D, RG>(acc, wb, sx, scs[wi], lane, [&](int q) { return bs[part][q][lane]; });
+    mvm_chunk<D, RG>(acc, wb, sx, nullptr, scs[wi], lane, [&](int q) { return bs[part][q][lane]; });
   }
   mvm_finish<RG>(a, p, red, acc, wi, lane, n);
 }

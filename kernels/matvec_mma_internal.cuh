@@ -136,29 +136,39 @@ __device__ __forceinline__ void mvm_sub_mma(float (&c)[4], const typename D::raw
   }
 }
 
-/* One chunk of a warp: acc[i][0 / 1] (rows g, g + 8 of group i) += the chunk's products.
- * bq(p): the lane's B fragments of k-steps 2p, 2p+1 (uint4: b0, b1 of 2p, then of 2p+1);
- * sx[sb] (HAS_MIN): Σx of sub-block sb for the lane's x row if its tig is even, else 0;
- * scs: the warp's [16][4] float4 scale slots (shared memory, reused per group). */
-template <class D, int RG, class BQ>
-__device__ __forceinline__ void mvm_chunk(float (&acc)[RG][2], const mvm_wbuf<D, RG> &wb, const float *sx,
-                                          float4 (*scs)[4], int lane, BQ bq) {
+/* One chunk of a warp. bq(p): the lane's B fragments of k-steps 2p, 2p+1 (uint4: b0, b1 of 2p,
+ * then of 2p+1); scs: the warp's [16][4] float4 scale slots (shared memory, reused per group).
+ * Three parts (P1 false): acc[i][0 / 1] (rows g, g + 8 of group i) += the chunk's products;
+ * sa[sb] (HAS_MIN): Σx of sub-block sb for the lane's x row if its tig is even, else 0; sb unused.
+ * One part (P1): acc[i][0 / 1] += row g for x rows 2tig / 2tig + 1, acc[i][2 / 3] the same for
+ * row g + 8; sa, sb (HAS_MIN): Σx per sub-block of x rows 2tig, 2tig + 1 (zero past the rows). */
+template <class D, int RG, bool P1 = false, class BQ>
+__device__ __forceinline__ void mvm_chunk(float (&acc)[RG][P1 ? 4 : 2], const mvm_wbuf<D, RG> &wb, const float *sa,
+                                          const float *sb, float4 (*scs)[4], int lane, BQ bq) {
 #pragma unroll
   for (int i = 0; i < RG; i++) {
     float s0[16], s8[16];
     mvm_group_slots<D>(wb.sr[i], scs, lane, s0, s8);
 #pragma unroll
-    for (int sb = 0; sb < D::NSUB; sb++) {
+    for (int k = 0; k < D::NSUB; k++) {
       float c[4] = {0.f, 0.f, 0.f, 0.f};
-      mvm_sub_mma<D>(c, wb.ra[i], wb.rb[i], sb, bq);
-      if constexpr (D::HAS_MIN) {
-        acc[i][0] = fmaf(s0[2 * sb], c[0] + c[1], acc[i][0]);
-        acc[i][0] = fmaf(-s0[2 * sb + 1], sx[sb], acc[i][0]);
-        acc[i][1] = fmaf(s8[2 * sb], c[2] + c[3], acc[i][1]);
-        acc[i][1] = fmaf(-s8[2 * sb + 1], sx[sb], acc[i][1]);
+      mvm_sub_mma<D>(c, wb.ra[i], wb.rb[i], k, bq);
+      /* the scale of sub-block k of rows g / g + 8, and (HAS_MIN) its min slot */
+      const float d0 = s0[D::HAS_MIN ? 2 * k : k], d8 = s8[D::HAS_MIN ? 2 * k : k];
+      if constexpr (P1) {
+        acc[i][0] = fmaf(d0, c[0], acc[i][0]), acc[i][1] = fmaf(d0, c[1], acc[i][1]);
+        acc[i][2] = fmaf(d8, c[2], acc[i][2]), acc[i][3] = fmaf(d8, c[3], acc[i][3]);
+        if constexpr (D::HAS_MIN) {
+          acc[i][0] = fmaf(-s0[2 * k + 1], sa[k], acc[i][0]), acc[i][1] = fmaf(-s0[2 * k + 1], sb[k], acc[i][1]);
+          acc[i][2] = fmaf(-s8[2 * k + 1], sa[k], acc[i][2]), acc[i][3] = fmaf(-s8[2 * k + 1], sb[k], acc[i][3]);
+        }
       } else {
-        acc[i][0] = fmaf(s0[sb], c[0] + c[1], acc[i][0]);
-        acc[i][1] = fmaf(s8[sb], c[2] + c[3], acc[i][1]);
+        acc[i][0] = fmaf(d0, c[0] + c[1], acc[i][0]);
+        acc[i][1] = fmaf(d8, c[2] + c[3], acc[i][1]);
+        if constexpr (D::HAS_MIN) {
+          acc[i][0] = fmaf(-s0[2 * k + 1], sa[k], acc[i][0]);
+          acc[i][1] = fmaf(-s8[2 * k + 1], sa[k], acc[i][1]);
+        }
       }
     }
   }

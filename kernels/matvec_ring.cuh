@@ -60,33 +60,6 @@ __device__ __forceinline__ void mvr_fill_p1(uint4 (*bs)[LW], float *sx, float4 v
   }
 }
 
-/* One chunk of a warp, x in one part (mvm_chunk's contract otherwise): acc[i][0 / 1] += row g of
- * group i for x rows 2tig / 2tig + 1, acc[i][2 / 3] the same for row g + 8. sa, sb (HAS_MIN): Σx
- * per sub-block of x rows 2tig, 2tig + 1 (zero past the rows). */
-template <class D, int RG, class BQ>
-__device__ __forceinline__ void mvr_chunk_p1(float (&acc)[RG][4], const mvm_wbuf<D, RG> &wb, const float *sa,
-                                             const float *sb, float4 (*scs)[4], int lane, BQ bq) {
-#pragma unroll
-  for (int i = 0; i < RG; i++) {
-    float s0[16], s8[16];
-    mvm_group_slots<D>(wb.sr[i], scs, lane, s0, s8);
-#pragma unroll
-    for (int k = 0; k < D::NSUB; k++) {
-      float c[4] = {0.f, 0.f, 0.f, 0.f};
-      mvm_sub_mma<D>(c, wb.ra[i], wb.rb[i], k, bq);
-      if constexpr (D::HAS_MIN) {
-        acc[i][0] = fmaf(-s0[2 * k + 1], sa[k], fmaf(s0[2 * k], c[0], acc[i][0]));
-        acc[i][1] = fmaf(-s0[2 * k + 1], sb[k], fmaf(s0[2 * k], c[1], acc[i][1]));
-        acc[i][2] = fmaf(-s8[2 * k + 1], sa[k], fmaf(s8[2 * k], c[2], acc[i][2]));
-        acc[i][3] = fmaf(-s8[2 * k + 1], sb[k], fmaf(s8[2 * k], c[3], acc[i][3]));
-      } else {
-        acc[i][0] = fmaf(s0[k], c[0], acc[i][0]), acc[i][1] = fmaf(s0[k], c[1], acc[i][1]);
-        acc[i][2] = fmaf(s8[k], c[2], acc[i][2]), acc[i][3] = fmaf(s8[k], c[3], acc[i][3]);
-      }
-    }
-  }
-}
-
 /* The warp's next chunk to copy: tile, chunk kb, the tile's split S and the lane's piece sources
  * (row + 16 k, without the chunk offset). ok = 0 past the block's last tile. */
 template <class D, int RG> struct mvr_issue {
@@ -178,8 +151,8 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
     mvr_kernel(const mvm_args_t a, const float *__restrict__ x, int64_t cols, unsigned ntiles, int n) {
   extern __shared__ __align__(16) uint8_t mvr_dyn[];
   __shared__ float4 scs[MVM_WARPS][16][4];        /* per warp: the group's scale slots */
-  __shared__ float mn[MVM_WARPS][16];             /* Q4_K one row, per warp: the group's min terms */
   using X = mvr_x<D, NR>;
+  __shared__ float mn[X::INT ? MVM_WARPS : 1][16]; /* INT, per warp: the group's min terms */
   __shared__ float red[2][MVM_WARPS][RG][16][X::NC]; /* mvm_finish's sums, by tile parity */
   constexpr int STB = RG * 16 * mvr_t<D>::ROWB, XW = X::XW, LW = X::LW;
   constexpr int XPF = NR == 1 ? MVR_XPF : NR == 2 && RG == 1 ? MVR_XPF / 2 : 1;
@@ -276,8 +249,8 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
         sa[0] = a0.x, sa[1] = a0.y, sa[2] = a0.z, sa[3] = a0.w, sa[4] = a1.x, sa[5] = a1.y, sa[6] = a1.z, sa[7] = a1.w;
         sb[0] = b0.x, sb[1] = b0.y, sb[2] = b0.z, sb[3] = b0.w, sb[4] = b1.x, sb[5] = b1.y, sb[6] = b1.z, sb[7] = b1.w;
       }
-      mvr_chunk_p1<D, RG>(acc, wb, sa, sb, scs[wi], lane,
-                          [&](int q) { return xl ? xk[LW * q + xs] : make_uint4(0u, 0u, 0u, 0u); });
+      mvm_chunk<D, RG, true>(acc, wb, sa, sb, scs[wi], lane,
+                             [&](int q) { return xl ? xk[LW * q + xs] : make_uint4(0u, 0u, 0u, 0u); });
     } else {
       [[maybe_unused]] float sx[D::HAS_MIN ? D::NSUB : 1];
       if constexpr (D::HAS_MIN) { /* mvm_kernel's min term: x row tig / 2 in the even-tig lanes */
@@ -286,7 +259,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
         const float4 u0 = z ? make_float4(0.f, 0.f, 0.f, 0.f) : u[0], u1 = z ? make_float4(0.f, 0.f, 0.f, 0.f) : u[1];
         sx[0] = u0.x, sx[1] = u0.y, sx[2] = u0.z, sx[3] = u0.w, sx[4] = u1.x, sx[5] = u1.y, sx[6] = u1.z, sx[7] = u1.w;
       }
-      mvm_chunk<D, RG>(acc, wb, sx, scs[wi], lane,
+      mvm_chunk<D, RG>(acc, wb, sx, nullptr, scs[wi], lane,
                        [&](int q) { return xl ? xk[LW * q + xs] : make_uint4(0u, 0u, 0u, 0u); });
     }
     __syncwarp();
