@@ -11,7 +11,8 @@
 #  4. bench_decode --batch 1 (and BATCHES) on qwen3-8b and qwen35-9b Q4_K_M for the same settings;
 #  5. VERIFY=1: bench_verify on qwen35-9b (1 + 3 tokens, --batches VBATCHES (1,8)) for the same settings.
 # Env: TYPES (bench_matvec's, Q4_K,Q6_K), OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
-# else the ring depth; "d": the defaults; pN: the one-part ring at N stages), NS (1), BATCHES (1), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
+# else the ring depth; "d": the defaults; pN: the one-part ring at N stages), NS (1), BATCHES (1), MMQV (the
+# variants of step 3, "d"), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
 set -u
 OUT=${OUT:-/tmp/ring}
 BUDGET=${BUDGET:-420}
@@ -46,10 +47,12 @@ for v in ${VARIANTS:-0 2 3 4}; do
   grep -E "FAIL|VALIDATION|error" /tmp/step.txt | head -3
 done
 if [ -n "${MMQNS:-}" ]; then
-  step "mmq rows $MMQNS" 120 "$D/bench_matvec" --types ${TYPES:-Q4_K,Q6_K} --ns 1 --mmq 1 --mmq-ns "$MMQNS" --reps 20 \
-    --shapes 4096x4096,12288x4096,4096x12288,151936x4096
-  grep -E "\| (mmq1/[12]|ring1) " /tmp/step.txt
-  grep -E "FAIL|VALIDATION|error" /tmp/step.txt | head -3
+  for v in ${MMQV:-d}; do
+    step "mmq rows $MMQNS v=$v" 120 env $(vset $v) "$D/bench_matvec" --types ${TYPES:-Q4_K,Q6_K} --ns 1 --mmq 1 \
+      --mmq-ns "$MMQNS" --reps 20 --shapes 4096x4096,12288x4096,4096x12288,151936x4096
+    grep -E "\| (mmq1/[12]|ring1) " /tmp/step.txt | sed "s/^/v=$v /"
+    grep -E "FAIL|VALIDATION|error" /tmp/step.txt | head -3
+  done
 fi
 for m in "$M8" "$M9"; do
   session_wait "$m" || { echo "== $m not made"; continue; }
