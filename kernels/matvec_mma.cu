@@ -313,25 +313,10 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
   return (int)cudaGetLastError();
 }
 
-/* GANTRY_MVR_RG2 (read once, 0..KC_MVR_MAX_ROWS): plain products of at most that many x rows
- * take two row groups per warp on the ring (32 weight rows: twice the bytes per stage, half the
- * tiles; the same split S, chunk order and sums, so the same products bit for bit); 0 = one. */
-static int mvm_rg2_rows(void) {
-  static int v = -1;
-  if (v < 0) v = (int)kc_env_int("GANTRY_MVR_RG2", 0, KC_MVR_MAX_ROWS, 0);
-  return v;
-}
-
-/* One row group per warp (B is shared through shared memory, more warps hide more latency;
- * GANTRY_MVR_RG2: two on the ring where it fits); swiglu: the gate and the up group of 16 features. */
+/* One row group per warp (B is shared through shared memory, more warps hide more latency);
+ * swiglu: the gate and the up group of 16 features. */
 template <class D> static int mvm_pick(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n) {
   if (a.swiglu) return mvm_go<D, 2>(st, a, cols, x, n);
-  if (n <= mvm_rg2_rows()) {
-    mvm_args_t b = a;
-    int rc = 0;
-    const int64_t blocks = mvm_plan(b, cols >> 8, 32);
-    if (blocks > 0 && mvr_go<D, 2>(st, b, cols, x, n, blocks, rc)) return rc;
-  }
   return mvm_go<D, 1>(st, a, cols, x, n);
 }
 
