@@ -16,7 +16,10 @@
  * steps replay graphs, so eager is 0 unless GANTRY_CUDA_GRAPHS=0):
  *   speedup = accept * t_decode / (t_verify + t_mtp)
  *   bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 3] [--ctx 512]
- *                [--accept 2.5] [--iters 20] [--warm 3] [--threads N] [--no-mtp] [--draft-vocab N]
+ *                [--accept 2.5] [--iters 20] [--warm 3] [--threads N] [--no-mtp] [--draft-vocab N] [--profile]
+ * --profile (CUDA): after each batch size's line, one decode and one verify step profiled per op
+ * (be_cuda_profile_arm: eager, an event pair per op) and printed side by side, an op's rows count
+ * left out of its label so the two steps' products match, largest verify - decode first.
  * --draft-vocab: the MTP drafts' vocabulary (ids [0, N); default the scheduler's, SCHED_SPEC_DRAFT_VOCAB for a
  * vocabulary over twice that; 0 = all). */
 #include <math.h>
@@ -32,6 +35,7 @@
 #endif
 
 #define MAXB 64
+#define PROF_ROWS 96 /* profile rows per step */
 #define BT 16
 #define MAXTOK 1024
 
@@ -107,13 +111,84 @@ static int mtp(bv_t *v, int k, int r, int p0, int32_t *dev_ids, gt_err_t *err) {
   return rc;
 }
 
+#ifdef GANTRY_HAVE_CUDA
+/* label without its " x<rows>" token (bench.h's "matmul Q4_K 4096x12288 x1 mmq"): the same op
+ * of a decode and a verify step get the same key */
+static void prof_key(const char *label, char *key, size_t n) {
+  size_t o = 0;
+  for (const char *q = label; *q && o + 1 < n;) {
+    if (q[0] == ' ' && q[1] == 'x' && q[2] >= '0' && q[2] <= '9') {
+      const char *e = q + 2;
+      while (*e >= '0' && *e <= '9') e++;
+      if (*e == ' ' || *e == 0) {
+        q = e;
+        continue;
+      }
+    }
+    key[o++] = *q++;
+  }
+  key[o] = 0;
+}
+
+/* one step of n tokens per sequence profiled per op into rows (returns the row count) */
+static int prof_one(bv_t *v, int n, int p0, be_cuda_prof_t *rows, be_cuda_prof_sum_t *sum, gt_err_t *err) {
+  be_cuda_profile_arm(v->m->be);
+  be_batch_t b = batch(v, n, p0, n > 1);
+  const int rc = fwd(v, &b, NULL, err);
+  const int got = be_cuda_profile_get(v->m->be, rows, PROF_ROWS, sum);
+  return rc ? -1 : got;
+}
+
+typedef struct {
+  char key[64];
+  int calls[2];
+  double us[2];
+} prof_pair_t;
+static int pair_cmp(const void *a, const void *b) {
+  const prof_pair_t *x = a, *y = b;
+  const double dx = x->us[1] - x->us[0], dy = y->us[1] - y->us[0];
+  return dx < dy ? 1 : dx > dy ? -1 : strcmp(x->key, y->key);
+}
+
+/* the decode and verify profiles of batch v->B side by side */
+static int prof_print(bv_t *v, int k, int ctx, gt_err_t *err) {
+  static be_cuda_prof_t rows[2][PROF_ROWS];
+  static prof_pair_t pr[2 * PROF_ROWS];
+  be_cuda_prof_sum_t sum[2];
+  int n[2], np = 0;
+  n[0] = prof_one(v, 1, ctx, rows[0], &sum[0], err);
+  n[1] = n[0] < 0 ? -1 : prof_one(v, 1 + k, ctx, rows[1], &sum[1], err);
+  if (n[0] < 0 || n[1] < 0) return -1;
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < n[s]; i++) {
+      char key[64];
+      prof_key(rows[s][i].label, key, sizeof key);
+      int j = 0;
+      while (j < np && strcmp(pr[j].key, key)) j++;
+      if (j == np) memset(&pr[np++], 0, sizeof pr[0]), snprintf(pr[j].key, sizeof pr[j].key, "%s", key);
+      pr[j].calls[s] += rows[s][i].calls, pr[j].us[s] += rows[s][i].us;
+    }
+  qsort(pr, (size_t)np, sizeof pr[0], pair_cmp);
+  printf("\nbatch %d, one decode step (1 token) and one verify step (1 + %d) per op (eager, event pairs%s): sum of ops "
+         "%.1f / %.1f us (%d / %d ops)\n| op | calls | decode us | verify us | verify - decode |\n|---|---|---|---|---|\n",
+         v->B, k, sum[0].gated && sum[1].gated ? "" : ", NOT gated", sum[0].ops_us, sum[1].ops_us, sum[0].n_ops,
+         sum[1].n_ops);
+  for (int j = 0; j < np; j++)
+    printf("| %s | %d / %d | %.1f | %.1f | %+.1f |\n", pr[j].key, pr[j].calls[0], pr[j].calls[1], pr[j].us[0], pr[j].us[1],
+           pr[j].us[1] - pr[j].us[0]);
+  printf("| (total) | | %.1f | %.1f | %+.1f |\n\n", sum[0].ops_us, sum[1].ops_us, sum[1].ops_us - sum[0].ops_us);
+  return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *batches = "1,8";
-  int k = 3, ctx = 512, iters = 20, warm = 3, threads = 0, use_mtp = 1, dvocab = -1;
+  int k = 3, ctx = 512, iters = 20, warm = 3, threads = 0, use_mtp = 1, dvocab = -1, profile = 0;
   double accept = 2.5;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *n = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--no-mtp")) { use_mtp = 0; continue; }
+    if (!strcmp(a, "--profile")) { profile = 1; continue; }
     if (!n) break;
     if (!strcmp(a, "--model")) path = n;
     else if (!strcmp(a, "--device")) device = n;
@@ -130,7 +205,7 @@ int main(int argc, char **argv) {
   }
   if (!path || k < 1 || k > 8 || ctx < 1 || iters < 1 || accept < 1 || accept > k + 1) {
     fprintf(stderr, "usage: bench_verify --model M.gguf [--device cpu|cuda] [--batches 1,8] [--k 1..8] [--ctx N] "
-                    "[--accept 1..k+1] [--iters N] [--warm N] [--threads N] [--no-mtp] [--draft-vocab N]\n");
+                    "[--accept 1..k+1] [--iters N] [--warm N] [--threads N] [--no-mtp] [--draft-vocab N] [--profile]\n");
     return 2;
   }
   int Bs[16], nB = 0, Bmax = 0;
@@ -217,9 +292,14 @@ int main(int argc, char **argv) {
       for (int k = 0; k < BE_CUDA_STEP_KINDS; k++)
         printf(" %s %ld / %ld / %ld%s", kind[k], st1.kind_graph[k] - st0.kind_graph[k], st1.kind_eager[k] - st0.kind_eager[k],
                st1.kind_captures[k] - st0.kind_captures[k], k + 1 < BE_CUDA_STEP_KINDS ? "," : "\n");
+      if (profile && prof_print(&v, k, ctx, &err)) {
+        rc = -1;
+        break;
+      }
     }
 #endif
   }
+  if (profile && strcmp(device, "cuda")) fprintf(stderr, "bench_verify: --profile needs --device cuda\n");
   if (rc) fprintf(stderr, "bench_verify: %s\n", err.msg);
   if (dev_ids) be->ops->free(be, dev_ids);
   model_free(m);
