@@ -191,7 +191,21 @@ void gc_req_on_event(gc_req_t *r, const char *data, size_t len, int64_t t_ns) {
     json_t *fr = json_object_get(ch, "finish_reason");
     if (json_is_string(fr)) snprintf(r->finish_reason, sizeof r->finish_reason, "%s", json_string_value(fr));
   }
-  if (kinds) {
+  /* A server that holds a token's text back (a partial UTF-8 character, a possible stop string)
+   * may still send an event for it with its usage but no text: that token shows up with the
+   * next token chunk, whose interval then covers both. */
+  if (!kinds) {
+    if (usage_new > 0) r->held_usage += usage_new;
+    if (usage_new_r > 0) r->held_usage_reasoning += usage_new_r;
+  } else {
+    if (usage_new >= 0) {
+      usage_new += r->held_usage;
+      r->held_usage = 0;
+    }
+    if (usage_new_r >= 0) {
+      usage_new_r += r->held_usage_reasoning;
+      r->held_usage_reasoning = 0;
+    }
     if (r->n_chunks == r->cap_chunks) {
       int cap = r->cap_chunks ? r->cap_chunks * 2 : 64;
       gc_chunk_t *nc = realloc(r->chunks, (size_t)cap * sizeof *nc);

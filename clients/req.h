@@ -42,6 +42,8 @@ typedef struct gc_req {
   int n_events;               /* all data events, [DONE] included */
   int content_chunks, reasoning_chunks, tool_chunks;
   int last_usage_completion, last_usage_reasoning; /* running values of continuous usage */
+  int held_usage, held_usage_reasoning; /* tokens of events that were no token chunk (a held-back
+                                           token's empty delta): they go to the next token chunk */
   int prompt_tokens, completion_tokens, reasoning_tokens_srv, cached_tokens; /* -1 unknown */
   int usage_chunks;           /* events that carried a usage object */
   int done;                   /* saw data: [DONE] */

@@ -134,6 +134,50 @@ static void test_req_bad_json_and_completions_text(void **st) {
   gc_req_free(&r);
 }
 
+/* A held-back token's event (usage, empty text: /v1/completions while a UTF-8 character or a
+ * possible stop string is incomplete) is no token chunk: its token arrives with the next one,
+ * whose 20 ms are two tokens' intervals, not one token's. Tokens every 10 ms throughout. */
+static void test_req_held_token_event(void **st) {
+  (void)st;
+  gc_req_t r;
+  memset(&r, 0, sizeof r);
+  gc_req_begin(&r, 0);
+  feed(&r, 100, "{\"choices\":[{\"text\":\"a\"}],\"usage\":{\"completion_tokens\":1}}");
+  feed(&r, 110, "{\"choices\":[{\"text\":\"\"}],\"usage\":{\"completion_tokens\":2}}");
+  feed(&r, 120, "{\"choices\":[{\"text\":\"\\u00e9\"}],\"usage\":{\"completion_tokens\":3}}");
+  feed(&r, 130, "{\"choices\":[{\"text\":\"b\"}],\"usage\":{\"completion_tokens\":4}}");
+  feed(&r, 131, "{\"choices\":[{\"text\":\"\",\"finish_reason\":\"length\"}],\"usage\":{\"completion_tokens\":4}}");
+  feed(&r, 132, "[DONE]");
+  gc_req_finish(&r, MS(133));
+  assert_null(r.error);
+  assert_int_equal(r.out_tokens, 4);
+  assert_int_equal(r.n_chunks, 3);
+  assert_int_equal(r.n_ival, 2);
+  double tot = 0;
+  for (int i = 0; i < r.n_ival; i++) {
+    assert_true(fabs(r.ival_ms[i] - 10) < 1e-6); /* before: 20 ms with weight 1 */
+    tot += r.ival_w[i];
+  }
+  assert_true(fabs(tot - 3) < 1e-9);
+  assert_true(fabs(r.itl_p99_ms - 10) < 1e-6);
+  gc_req_free(&r);
+
+  /* chat: a role-only first event that carries a token, an empty content delta mid-stream */
+  memset(&r, 0, sizeof r);
+  gc_req_begin(&r, 0);
+  feed(&r, 100, "{\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],\"usage\":{\"completion_tokens\":1}}");
+  feed(&r, 110, "{\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":{\"completion_tokens\":2}}");
+  feed(&r, 120, "{\"choices\":[{\"delta\":{\"content\":\"\"}}],\"usage\":{\"completion_tokens\":3}}");
+  feed(&r, 130, "{\"choices\":[{\"delta\":{\"content\":\"y\"}}],\"usage\":{\"completion_tokens\":4}}");
+  feed(&r, 131, "[DONE]");
+  gc_req_finish(&r, MS(132));
+  assert_null(r.error);
+  assert_int_equal(r.n_ival, 1);
+  assert_true(fabs(r.ival_ms[0] - 10) < 1e-6);
+  assert_true(fabs(r.ival_w[0] - 2) < 1e-9);
+  gc_req_free(&r);
+}
+
 static void test_wmedian_percentile(void **st) {
   (void)st;
   double v[] = {10, 15, 12}, w[] = {3, 3, 2};
@@ -632,7 +676,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sse_framing_any_split),     cmocka_unit_test(test_sse_unterminated_last_event),
       cmocka_unit_test(test_req_counts_and_intervals),  cmocka_unit_test(test_req_bad_json_and_completions_text),
-      cmocka_unit_test(test_wmedian_percentile),        cmocka_unit_test(test_cell_math),
+      cmocka_unit_test(test_req_held_token_event),      cmocka_unit_test(test_wmedian_percentile),
+      cmocka_unit_test(test_cell_math),
       cmocka_unit_test(test_tpot_p99_goodput),          cmocka_unit_test(test_implausible_bursts),
       cmocka_unit_test(test_csv_and_svg),               cmocka_unit_test(test_svg_robust_axis),
       cmocka_unit_test(test_dataset_load),              cmocka_unit_test(test_srvq_parse_and_note),
