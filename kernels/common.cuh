@@ -220,6 +220,22 @@ static inline cudaError_t kc_launch(void (*k)(KArgs...), dim3 grid, dim3 block, 
   cfg.attrs = at, cfg.numAttrs = kc_pdl_attr(grid.x * grid.y * grid.z) ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, k, static_cast<Args &&>(args)...);
 }
+/* k<<<grid, block, smem, st>>>(args...) as clusters of cx blocks (grid a multiple of cx), with
+ * the PDL attribute when kc_pdl_attr(grid) as kc_launch: both attributes in one
+ * cudaLaunchKernelEx. Returns the launch's error. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t kc_launch_cluster(void (*k)(KArgs...), unsigned grid, unsigned block, size_t smem,
+                                            cudaStream_t st, unsigned cx, Args &&...args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid), cfg.blockDim = dim3(block), cfg.dynamicSmemBytes = smem, cfg.stream = st;
+  cudaLaunchAttribute at[2];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = cx, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at, cfg.numAttrs = kc_pdl_attr(grid) ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, k, static_cast<Args &&>(args)...);
+}
 #endif
 
 #endif

@@ -37,7 +37,7 @@
  * rank order: a feature's result depends only on (variant, ks, its weight row, x).
  *
  * PDL (kernels/common.cuh): the first ST - 1 stages of weight bytes are issued before kc_pdl_wait();
- * x is read and outputs written only after it. gp_launch sets the cluster and the PDL attribute in
+ * x is read and outputs written only after it. kc_launch_cluster sets the cluster and the PDL attribute in
  * one cudaLaunchKernelEx (scripts/check_pdl.py checks its kernels as kc_launch's). */
 #ifndef GANTRY_KERNELS_GEMV_PIPE_IMPL_CUH
 #define GANTRY_KERNELS_GEMV_PIPE_IMPL_CUH
@@ -512,23 +512,6 @@ static inline int64_t gp_plan(gp_args_t &a, int R) {
   return tiles;
 }
 
-/* k<<<grid, block, smem, st>>>(args...) as a cluster of cx blocks, with the PDL attribute when
- * kc_pdl_attr(grid) (kernels/common.cuh kc_launch): both attributes in one cudaLaunchKernelEx.
- * Returns the launch's error. */
-template <typename... KArgs, typename... Args>
-static inline cudaError_t gp_launch(void (*k)(KArgs...), unsigned grid, unsigned block, size_t smem, cudaStream_t st,
-                                    unsigned cx, Args &&...args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid), cfg.blockDim = dim3(block), cfg.dynamicSmemBytes = smem, cfg.stream = st;
-  cudaLaunchAttribute at[2];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = cx, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[1].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at, cfg.numAttrs = kc_pdl_attr(grid) ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, k, static_cast<Args &&>(args)...);
-}
-
 #define GP_MAX_DEV 64 /* devices whose function attribute is tracked (more: set on every call) */
 
 /* Launches variant <D, NR, R, W, ST, MINB, XP> with K split over clusters of ks blocks (1..8, <= the
@@ -560,7 +543,7 @@ static int gp_go(cudaStream_t st, gp_args_t a, int64_t cols, const float *x, int
     while (2 * ks <= 8 && 2 * ks <= nkb && tiles * ks < 2 * (int64_t)sms) ks *= 2;
   }
   if (ks < 1 || ks > 8 || ks > nkb) return (int)cudaErrorInvalidValue;
-  const cudaError_t e = gp_launch(gp_kernel<D, NR, R, W, ST, MINB, XP>, (unsigned)(tiles * ks), W * 32, C::SMEM, st, (unsigned)ks, a, x, cols, n, ks);
+  const cudaError_t e = kc_launch_cluster(gp_kernel<D, NR, R, W, ST, MINB, XP>, (unsigned)(tiles * ks), W * 32, C::SMEM, st, (unsigned)ks, a, x, cols, n, ks);
   return (int)(e != cudaSuccess ? e : cudaGetLastError());
 }
 

@@ -289,6 +289,7 @@ __global__ void __launch_bounds__(MVM_WARPS * 32, 2)
 }
 
 #include "kernels/matvec_ring.cuh"
+#include "kernels/matvec_wide.cuh"
 
 template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, int n) {
   const int64_t blocks = mvm_plan(a, cols >> 8, a.swiglu ? 8 * RG : 16 * RG);
@@ -316,6 +317,10 @@ template <class D, int RG> static int mvm_go(cudaStream_t st, mvm_args_t a, int6
 /* One row group per warp (B is shared through shared memory, more warps hide more latency);
  * swiglu: the gate and the up group of 16 features. */
 template <class D> static int mvm_pick(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n) {
+  if (n > KC_MVR_MAX_ROWS) { /* one part, 9..KC_MVW_MAX_ROWS rows: the wide kernel or none */
+    int rc = 0;
+    return mvw_go<D>(st, a, cols, x, n, rc) ? rc : -1;
+  }
   if (a.swiglu) return mvm_go<D, 2>(st, a, cols, x, n);
   return mvm_go<D, 1>(st, a, cols, x, n);
 }
@@ -333,6 +338,8 @@ KC_API void kc_mvm_set_enabled(int on) { g_mvm_force = on < 0 ? -1 : on > 0; }
 KC_API void kc_mvm_set_ring(int on) { g_mvr_force = on < 0 ? -1 : on > 0; }
 
 KC_API unsigned long long kc_mvm_ring_launches(void) { return __atomic_load_n(&g_mvr_launches, __ATOMIC_RELAXED); }
+
+KC_API unsigned long long kc_mvm_wide_launches(void) { return __atomic_load_n(&g_mvw_launches, __ATOMIC_RELAXED); }
 
 /* the weight's type, alignment and row size (kc_mvm_ok without the row count) */
 static int mvm_weight_ok(int type, const void *w, size_t row_bytes, int64_t cols) {
@@ -381,7 +388,7 @@ KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
 
 KC_API int kc_mvm_rows_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
                               int64_t cols, const float *x, int n) {
-  if (n <= KC_MVM_MAX_ROWS || n > KC_MVR_MAX_ROWS || n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || !mvr_on()) return -1;
+  if (n <= KC_MVM_MAX_ROWS || n > KC_MVW_MAX_ROWS || n_seg < 1 || n_seg > KC_MATVEC_MAX_SEGS || !mvr_on()) return -1;
   for (int s = 0; s < n_seg; s++)
     if (!mvm_weight_ok(type, segs[s].w, segs[s].row_bytes, cols) ||
         (wup && !mvm_weight_ok(type, wup, segs[s].row_bytes, cols)))

@@ -34,6 +34,8 @@ KC_API void kc_mvm_set_enabled(int on);
 KC_API void kc_mvm_set_ring(int on);
 /* launches of the ring kernels so far (tests check that the ring ran) */
 KC_API unsigned long long kc_mvm_ring_launches(void);
+/* launches of the wide kernel (9..KC_MVW_MAX_ROWS rows) so far */
+KC_API unsigned long long kc_mvm_wide_launches(void);
 
 /* 1 if the path is on and takes this weight [n_out, cols] of type for n rows of x: Q4_K (w
  * 16-byte aligned) or Q6_K (w 2-byte aligned), cols % 256 == 0, 1 <= n <= KC_MVM_MAX_ROWS. */
@@ -51,6 +53,9 @@ KC_API int kc_mvm_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t
  * launch (the ring off, x and the ring do not fit the shared memory, another type or alignment):
  * then the caller runs mmq. */
 #define KC_MVR_MAX_ROWS 8
+/* ... and KC_MVR_MAX_ROWS < n <= KC_MVW_MAX_ROWS on the wide kernel (kernels/matvec_wide.cuh: the
+ * ring kernel's arithmetic for 16 / 32 x rows, K split over a cluster), same contract */
+#define KC_MVW_MAX_ROWS 32
 KC_API int kc_mvm_rows_launch(cudaStream_t st, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup,
                               int64_t cols, const float *x, int n);
 #endif

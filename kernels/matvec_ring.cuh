@@ -61,11 +61,13 @@ __device__ __forceinline__ void mvr_fill_p1(uint4 (*bs)[LW], float *sx, float4 v
 }
 
 /* The warp's next chunk to copy: tile, chunk kb, the tile's split S and the lane's piece sources
- * (row + 16 k, without the chunk offset). ok = 0 past the block's last tile. */
+ * (row + 16 k, without the chunk offset). ok = 0 past the block's last tile. A tile's chunks are
+ * k0 + part, + S, ... < kend (next's argument); the next tile is tile + tstep (0: gridDim.x).
+ * mvr_kernel: k0 0, kend nkb; matvec_wide.cuh: the block's slice of K, the cluster count. */
 template <class D, int RG> struct mvr_issue {
   static constexpr int PPR = mvr_t<D>::PPR, PIECES = RG * 16 * PPR, NPL = (PIECES + 31) / 32;
-  unsigned tile;
-  int64_t kb;
+  unsigned tile, tstep = 0;
+  int64_t kb, k0 = 0;
   int S;
   bool ok;
   const uint8_t *src[NPL];
@@ -73,7 +75,7 @@ template <class D, int RG> struct mvr_issue {
     tile = t, ok = t < ntiles;
     if (!ok) return;
     const mvm_pos<RG> p(a, wi, lane, t);
-    S = p.S, kb = p.part;
+    S = p.S, kb = k0 + p.part;
 #pragma unroll
     for (int u = 0; u < NPL; u++) {
       const int q = lane + 32 * u, r = q / PPR;
@@ -89,9 +91,9 @@ template <class D, int RG> struct mvr_issue {
         kc_cp16(stage + r * mvr_t<D>::ROWB + 16 * (q - PPR * r), (const void *)((uintptr_t)(src[u] + kb * D::BB) & ~(uintptr_t)15));
     }
   }
-  __device__ void next(const mvm_args_t &a, int wi, int lane, int64_t nkb, unsigned ntiles) {
+  __device__ void next(const mvm_args_t &a, int wi, int lane, int64_t kend, unsigned ntiles) {
     kb += S;
-    if (kb >= nkb) at(a, wi, lane, tile + gridDim.x, ntiles);
+    if (kb >= kend) at(a, wi, lane, tile + (tstep ? tstep : gridDim.x), ntiles);
   }
 };
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks the programmatic-dependent-launch contract of kernels/common.cuh (kc_launch):
-every kernel launched through kc_launch (or gp_launch, kernels/gemv_pipe_impl.cuh: kc_launch's
+every kernel launched through kc_launch (or kc_launch_cluster, kernels/common.cuh: kc_launch's
 attribute together with a cluster) calls kc_pdl_wait() in its body before any `return`,
 and kernels/ launches nothing with <<<...>>> except in the files listed in PLAIN (their kernels
 must not start early: the device-local all-reduce spins on its peers). Prints each breach and
@@ -12,7 +12,7 @@ import re
 import sys
 
 PLAIN = {"allreduce_local.cu"}
-LAUNCH = r"\b(?:kc_launch|gp_launch)\(\s*(\w+)"  # the launchers that may give the PDL attribute
+LAUNCH = r"\b(?:kc_launch|kc_launch_cluster)\(\s*(\w+)"  # the launchers that may give the PDL attribute
 
 
 def bodies(src):
@@ -87,7 +87,7 @@ def self_test():
                     "int f() { return kc_launch(g, 1, 32, 0, 0, 1); }"}
     none = {"a.cu": "__global__ void g(int a) { a++; }\nint f() { return kc_launch(g, 1, 32, 0, 0, 1); }"}
     plain = {"a.cu": "__global__ void g(int a) { kc_pdl_wait(); }\nint f() { g<<<1, 32>>>(1); return 0; }"}
-    cluster = {"a.cu": "__global__ void g(int a) { a++; }\nint f() { return gp_launch(g, 1, 32, 0, 0, 2, 1); }"}
+    cluster = {"a.cu": "__global__ void g(int a) { a++; }\nint f() { return kc_launch_cluster(g, 1, 32, 0, 0, 2, 1); }"}
     assert check(good) == [], check(good)
     for case in (late, none, plain, cluster):
         assert len(check(case)) == 1, (case, check(case))
@@ -107,7 +107,7 @@ def main():
     for b in bad:
         print(b)
     n = len(set(re.findall(LAUNCH, "".join(files.values()))) - {"void", "k"})
-    print(f"check_pdl: {n} kernels launched through kc_launch / gp_launch, {len(bad)} breaches")
+    print(f"check_pdl: {n} kernels launched through kc_launch / kc_launch_cluster, {len(bad)} breaches")
     return 1 if bad else 0
 
 

@@ -247,13 +247,14 @@ static int takes_mmq(const be_weight_t *w, const float *x, int rows) {
 }
 
 /* n_seg products of x on the mmq path (segs as kc_mmq_launch; wup: the swiglu up weight). With x in
- * one part at 3..KC_MVR_MAX_ROWS rows the ring kernel takes them where it can (kc_mvm_rows_launch:
- * the same rounding of x, no prep launch; kernels/README.md "One part on the ring"). */
+ * one part at 3..KC_MVW_MAX_ROWS rows the ring kernels take them where they can (kc_mvm_rows_launch:
+ * the same rounding of x, no prep launch; kernels/README.md "One part on the ring", "The wide
+ * product"). */
 static void mmq_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup, const be_weight_t *w0,
                     const float *x, int rows) {
   be_cuda_t *c = CU_BE(be);
   const int parts = x_parts(rows);
-  if (parts == 1 && rows <= KC_MVR_MAX_ROWS) {
+  if (parts == 1 && rows <= KC_MVW_MAX_ROWS) {
     const int rc = kc_mvm_rows_launch(c->stream, type, n_seg, segs, wup, w0->cols, x, rows);
     if (rc >= 0) {
       KC_CUDA(CU_ERR(be), rc);

@@ -11,8 +11,10 @@
 #  4. bench_decode --batch 1 (and BATCHES) on qwen3-8b and qwen35-9b Q4_K_M for the same settings;
 #  5. VERIFY=1: bench_verify on qwen35-9b (1 + 3 tokens, --batches VBATCHES (1,8)) for the same settings.
 # Env: TYPES (bench_matvec's, Q4_K,Q6_K), OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
-# else the ring depth; "d": the defaults; pN: the one-part ring at N stages), NS (1), BATCHES (1), MMQV (the
-# variants of step 3, "d"), TESTS (1; all: every packed GPU test, run_tests.sh; 0: none).
+# else the ring depth; "d": the defaults; pN: the one-part ring at N stages; w0: the wide kernel off (9..32 rows
+# on mmq), wN: the wide kernel at N stages), NS (1), BATCHES (1), MMQV (the variants of step 3, "d"), TESTS (1;
+# all: every packed GPU test, run_tests.sh; 0: none; else a GANTRY_TEST_ONLY pattern for test_cuda_ops), PROFILE (N: bench_verify --profile, N lines of its table),
+# MATVEC (1; 0 leaves step 2 out).
 set -u
 OUT=${OUT:-/tmp/ring}
 BUDGET=${BUDGET:-420}
@@ -24,6 +26,8 @@ vset() {
     0) echo "GANTRY_MVR=0" ;;
     d) echo "GANTRY_MVR=1" ;;
     p*) echo "GANTRY_MVR=1 GANTRY_MVR_NSTP=${1#p}" ;;
+    w0) echo "GANTRY_MVW=0" ;;
+    w*) echo "GANTRY_MVW_NST=${1#w}" ;;
     *) echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1 GANTRY_MVR_NST2=$1" ;;
   esac
 }
@@ -39,8 +43,12 @@ elif [ "${TESTS:-1}" = 1 ]; then
   grep -E "mma Q4_K .*rows 1" /tmp/step.txt | head -8
   step golden 120 "$D/test_cuda_golden"
   grep -E "FAIL|\[  (PASSED|FAILED)" /tmp/step.txt | head -6
+elif [ "${TESTS:-1}" != 0 ]; then
+  step "ops $TESTS" 200 env GANTRY_TEST_ONLY="$TESTS" "$D/test_cuda_ops"
+  grep -E "FAIL|\[  (PASSED|FAILED)" /tmp/step.txt | head -12
+  grep -E " (rows (9|16|17|32)|ring vs mmq)" /tmp/step.txt | grep -E "12288|vs mmq" | sort | uniq -c | sort -rn | head -8
 fi
-for v in ${VARIANTS:-0 2 3 4}; do
+for v in $([ "${MATVEC:-1}" = 1 ] && echo ${VARIANTS:-0 2 3 4}); do
   step "matvec $(vset $v)" 60 env $(vset $v) "$D/bench_matvec" --types ${TYPES:-Q4_K,Q6_K} --ns ${NS:-1} --mmq 0 --reps 20 \
     --shapes 4096x4096,12288x4096,4096x12288,151936x4096,multi,swiglu
   grep -E " mma " /tmp/step.txt | sed "s/^/v=$v /"
@@ -66,8 +74,9 @@ done
 if [ "${VERIFY:-0}" = 1 ] && session_wait "$M9"; then
   for v in ${VARIANTS:-0 2 3 4}; do
     step "verify v=$v" 90 env $(vset $v) "$D/bench_verify" --model "$M9" --device cuda --batches "${VBATCHES:-1,8}" --k 3 \
-      --ctx 512 --iters 30 --warm 5
+      --ctx 512 --iters 30 --warm 5 ${PROFILE:+--profile}
     grep -E "^ *[0-9]+ \||eager|FAIL|error" /tmp/step.txt | sed "s/^/v=$v /" | head -12
+    [ -n "${PROFILE:-}" ] && grep -A"${PROFILE}" -E "^batch [0-9]+, one decode step" /tmp/step.txt | grep -E "^batch|^\| " | head -80
   done
 fi
 echo "== done in $(($(date +%s) - t0)) s"

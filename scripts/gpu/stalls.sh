@@ -8,7 +8,8 @@
 # instantiation with the SourceCounters section (/tmp/NAME.ncu-rep: too big to bring back; its source
 # page as $OUT/NAME.src.csv) and prints the SASS lines with the most stall samples and the
 # instruction mix by opcode (ncu_table.py source). Env: OUT (/tmp/stalls), BUDGET (300 s), CASES (all:
-# "mvm1 mvm1s mvr1 mvr1s mvr2 mvr2s mmq32 mmq8"; mvm1 / mvm1s need GANTRY_MVR=0 since the ring is the default).
+# "mvm1 mvm1s mvr1 mvr1s mvr2 mvr2s mmq32 mmq8"; mvm1 / mvm1s need GANTRY_MVR=0 since the ring is the default;
+# mvw32 / mvw32d: the wide kernel at 32 rows, asked for by name only).
 set -u
 OUT=${OUT:-/tmp/stalls}
 BUDGET=${BUDGET:-300}
@@ -48,4 +49,7 @@ has mvr2 && prof mvr2 'mvr_kernel' 'mvr_kernel<' --ns 2 --mmq 0 --shapes 4096x12
 # batch 32 / 8: mmq, x in one bf16 part (the engine's default), 12288x4096
 has mmq32 && prof mmq32 'mmq_kernel' ', 1, 1>' --ns 1 --mmq 1 --shapes 12288x4096 --mmq-ns 32
 has mmq8 && prof mmq8 'mmq_kernel' ', 1, 2>' --ns 1 --mmq 1 --shapes 12288x4096 --mmq-ns 8
+# 9..32 rows, x in one bf16 part: the wide kernel (kernels/matvec_wide.cuh) on 12288x4096 and 4096x12288
+has mvw32 && prof mvw32 'mvw_kernel' 'mvw_kernel<' --ns 1 --mmq 1 --shapes 12288x4096 --mmq-ns 32
+has mvw32d && prof mvw32d 'mvw_kernel' 'mvw_kernel<' --ns 1 --mmq 1 --shapes 4096x12288 --mmq-ns 32
 echo "== done in $(($(date +%s) - t0)) s"

@@ -353,8 +353,9 @@ static void bm_mmq_row(const char *shape, gt_type_t t, int n, int64_t n_out, int
   fflush(stdout);
 }
 
-/* 3..KC_MVR_MAX_ROWS rows with x in one bf16 part on the ring kernel (kc_mvm_rows_launch, the mmq
- * path's replacement there; path "ring1"); "not taken" when it does not fit */
+/* 3..KC_MVW_MAX_ROWS rows with x in one bf16 part on the ring kernels (kc_mvm_rows_launch, the mmq
+ * path's replacement there; path "ring1": 3..8 rows kernels/matvec_ring.cuh, 9..32
+ * kernels/matvec_wide.cuh); "not taken" when it does not fit */
 static void bm_ring1(gt_type_t t, const bm_w_t *w, const char *shape, int64_t n_out, int64_t cols, int n, const float *hx,
                      const float *dx, int reps, cudaEvent_t e0, cudaEvent_t e1) {
   float *dout;
@@ -439,7 +440,7 @@ static void bm_mmq(gt_type_t t, int64_t n_out, int64_t cols, const float *hx, co
       cudaFree(sc);
       cudaFree(dout);
     }
-    if (n >= 3 && n <= KC_MVR_MAX_ROWS && (t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K))
+    if (n >= 3 && n <= KC_MVW_MAX_ROWS && (t == GT_TYPE_Q4_K || t == GT_TYPE_Q6_K))
       bm_ring1(t, &w, shape, n_out, cols, n, hx, dx, reps, e0, e1);
   }
   g_path = "dflt";
