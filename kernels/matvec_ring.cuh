@@ -64,7 +64,7 @@ __device__ __forceinline__ void mvr_fill_p1(uint4 (*bs)[LW], float *sx, float4 v
  * (row + 16 k, without the chunk offset). ok = 0 past the block's last tile. A tile's chunks are
  * k0 + part, + S, ... < kend (next's argument); the next tile is tile + tstep (0: gridDim.x).
  * mvr_kernel: k0 0, kend nkb; matvec_wide.cuh: the block's slice of K, the cluster count. */
-template <class D, int RG> struct mvr_issue {
+template <class D, int RG, class P = mvm_pos<RG>> struct mvr_issue {
   static constexpr int PPR = mvr_t<D>::PPR, PIECES = RG * 16 * PPR, NPL = (PIECES + 31) / 32;
   unsigned tile, tstep = 0;
   int64_t kb, k0 = 0;
@@ -74,7 +74,7 @@ template <class D, int RG> struct mvr_issue {
   __device__ void at(const mvm_args_t &a, int wi, int lane, unsigned t, unsigned ntiles) {
     tile = t, ok = t < ntiles;
     if (!ok) return;
-    const mvm_pos<RG> p(a, wi, lane, t);
+    const P p(a, wi, lane, t);
     S = p.S, kb = k0 + p.part;
 #pragma unroll
     for (int u = 0; u < NPL; u++) {
@@ -108,9 +108,9 @@ template <class D> __device__ __forceinline__ int mvr_mis(const uint8_t *w, int6
 }
 
 /* The lane's weight words of a staged chunk (mvm_wbuf::load's registers, from shared memory):
- * rows g, g + 8 and lane / 2 of each group (p: the tile's mvm_pos) */
-template <int RG>
-__device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q4k, RG> &wb, const uint8_t *st, const mvm_pos<RG> &, int64_t, int lane) {
+ * rows g, g + 8 and lane / 2 of each group (p: the tile's mvm_pos, or a type with its wa / wb / ws) */
+template <int RG, class P>
+__device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q4k, RG> &wb, const uint8_t *st, const P &, int64_t, int lane) {
   const int g = lane >> 2, tig = lane & 3;
   constexpr int RB = mvr_t<mvm_q4k>::ROWB;
 #pragma unroll
@@ -121,8 +121,8 @@ __device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q4k, RG> &wb, const uint8_t
     wb.sr[i].h = *(const uint4 *)(st + (16 * i + (lane >> 1)) * RB);
   }
 }
-template <int RG>
-__device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q6k, RG> &wb, const uint8_t *st, const mvm_pos<RG> &p, int64_t kb,
+template <int RG, class P>
+__device__ __forceinline__ void mvr_lds(mvm_wbuf<mvm_q6k, RG> &wb, const uint8_t *st, const P &p, int64_t kb,
                                         int lane) {
   const int g = lane >> 2, tig = lane & 3, L2 = lane >> 1, h = lane & 1;
   constexpr int RB = mvr_t<mvm_q6k>::ROWB;

@@ -12,7 +12,7 @@
 #  5. VERIFY=1: bench_verify on qwen35-9b (1 + 3 tokens, --batches VBATCHES (1,8)) for the same settings.
 # Env: TYPES (bench_matvec's, Q4_K,Q6_K), OUT (/tmp/ring), BUDGET (420 s), MODELDIR (/tmp), VARIANTS ("0 2 3 4": 0 = GANTRY_MVR=0,
 # else the ring depth; "d": the defaults; pN: the one-part ring at N stages; w0: the wide kernel off (9..32 rows
-# on mmq), wN: the wide kernel at N stages), NS (1), BATCHES (1), MMQV (the variants of step 3, "d"), TESTS (1;
+# on mmq), wN: the wide kernel with N warps per block, 8 or 16), NS (1), BATCHES (1), MMQV (the variants of step 3, "d"), TESTS (1;
 # all: every packed GPU test, run_tests.sh; 0: none; else a GANTRY_TEST_ONLY pattern for test_cuda_ops), PROFILE (N: bench_verify --profile, N lines of its table),
 # MATVEC (1; 0 leaves step 2 out).
 set -u
@@ -27,7 +27,7 @@ vset() {
     d) echo "GANTRY_MVR=1" ;;
     p*) echo "GANTRY_MVR=1 GANTRY_MVR_NSTP=${1#p}" ;;
     w0) echo "GANTRY_MVW=0" ;;
-    w*) echo "GANTRY_MVW_NST=${1#w}" ;;
+    w*) echo "GANTRY_MVW_W=${1#w}" ;;
     *) echo "GANTRY_MVR=1 GANTRY_MVR_NST=$1 GANTRY_MVR_NST6=$1 GANTRY_MVR_NST2=$1" ;;
   esac
 }
