@@ -368,11 +368,12 @@ static int mvw_try(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, 
     if (!best_c || cost < best) best = cost, best_c = C, best_l = (int)L, best_ncl = ncl;
   }
   if (!best_c) return 0;
-  /* 17..32 rows in slices of 6+ chunks with one tile per cluster: each block fills 6+ chunks x n
-   * rows of x (192 KB at 32 rows) before its only tile, nothing to amortize the fill over; mmq is
-   * faster there (H200, bench_matvec, Q4_K 4096x12288 at 32 rows: 42.0 us against 56.7; at 16
-   * rows 31.4 against 30.8: kernels/README.md "The wide product") */
-  if (n > 16 && best_l >= 6 && tiles <= best_ncl) return 0;
+  /* 17..32 rows in slices of 6+ chunks with fewer than two tiles per cluster: each block fills 6+
+   * chunks x n rows of x (192 KB at 32 rows) for about one tile, nothing to amortize the fill
+   * over; mmq is faster there (H200, bench_matvec, Q4_K 4096x12288 at 32 rows, 16 tiles on 15
+   * clusters of 8: 42.0 us against 56.7; at 16 rows 31.4 against 30.8: kernels/README.md "The
+   * wide product") */
+  if (n > 16 && best_l >= 6 && tiles < 2 * (int64_t)best_ncl) return 0;
   const int64_t ncl = tiles < best_ncl ? tiles : best_ncl;
   const unsigned grid = (unsigned)(ncl * best_c);
   const cudaError_t e = kc_launch_cluster(mvw_kernel<D, RG, NST, NT, W>, grid, W * 32,

@@ -1332,8 +1332,8 @@ static void test_prefill_fast(void **st) {
  * rows (48 chunks x 4 KB of x beside the ring; at 3..4 rows the Q6_K swiglu's 2 x 16-row ring of
  * 112 KB, 96 KB of x and 16 KB of static shared memory just fit the 227 KB); at 9..32 rows all but
  * 12288 columns past 16 rows (Q6_K: a slice of 6 chunks x 16 KB of x beside its 112 KB ring and 32
- * KB of sums does not fit, 8 ranks at most; Q4_K: slices of 6 chunks and one tile per cluster go
- * to mmq, matvec_wide.cuh's rule). Shapes: odd n_out, one chunk, n_out below a tile,
+ * KB of sums does not fit, 8 ranks at most; Q4_K: slices of 6 chunks with under two tiles per
+ * cluster go to mmq, matvec_wide.cuh's rule). Shapes: odd n_out, one chunk, n_out below a tile,
  * 4096 / 12288 columns. mmq forced (kc_mmq_set(1, 0)): these weights are below its size rule. */
 static void test_matvec_ring_rows(void **st) {
   NEED_GPU();
