@@ -120,6 +120,14 @@ __device__ __forceinline__ void mvm_group_slots(const typename D::sraw &sr, floa
   mvm_slots<4>(scs, lane >> 2, s0, s8);
 }
 
+/* The A fragment (bf16 q - bias) of k-step s for rows g, g + 8 (ra, rb: their quant words) */
+template <class D>
+__device__ __forceinline__ void mvm_afrag(uint32_t (&af)[4], const typename D::raw &ra, const typename D::raw &rb, int s) {
+  const uint32_t qa = D::qword(ra, s), qb = D::qword(rb, s);
+  af[0] = mvm_qpair(qa, 0x4140u, D::BIAS), af[1] = mvm_qpair(qb, 0x4140u, D::BIAS);
+  af[2] = mvm_qpair(qa, 0x4342u, D::BIAS), af[3] = mvm_qpair(qb, 0x4342u, D::BIAS);
+}
+
 /* c (zero on entry) = sub-block sb's products of rows g, g + 8 (ra, rb: their quant words) with
  * the B fragments bq(p) (k-steps 2p, 2p+1: b0, b1 of 2p, then of 2p+1) */
 template <class D, class BQ>
@@ -129,9 +137,8 @@ __device__ __forceinline__ void mvm_sub_mma(float (&c)[4], const typename D::raw
   for (int h = 0; h < D::SPS; h++) {
     const int s = D::SPS * sb + h;
     const uint4 b = bq(s >> 1);
-    const uint32_t qa = D::qword(ra, s), qb = D::qword(rb, s);
-    const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
-                            mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
+    uint32_t af[4];
+    mvm_afrag<D>(af, ra, rb, s);
     mvm_mma(c, af, (s & 1) ? b.z : b.x, (s & 1) ? b.w : b.y);
   }
 }

@@ -299,6 +299,26 @@ struct mvr_dev {
 };
 static unsigned long long g_mvr_launches; /* kc_mvm_ring_launches */
 
+/* d.nsm / d.optin / d.stat / d.ready of kernel kern on device dev, looked up on first use, when
+ * kern's dynamic shared memory limit is also raised to the largest the device allows (once: never
+ * lowered under a captured launch). Returns 1 if usable. DEV: mvr_dev or matvec_wide.cuh's
+ * mvw_dev. */
+template <class DEV, class K> static int mvr_dev_ready(DEV &d, K kern, int dev) {
+  if (!d.ready) {
+    cudaFuncAttributes fa;
+    d.ready = cudaDeviceGetAttribute(&d.nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                      cudaFuncGetAttributes(&fa, kern) == cudaSuccess &&
+                      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           d.optin - (int)fa.sharedSizeBytes) == cudaSuccess
+                  ? 1
+                  : -1;
+    d.stat = (int)fa.sharedSizeBytes;
+    if (d.ready < 0) (void)cudaGetLastError(); /* the failed query's error is not the fallback launch's */
+  }
+  return d.ready > 0;
+}
+
 /* Launches the ring kernel for tiles tiles of a.split / a.blk_end (mvm_plan), NR x rows; returns
  * 1 if launched (rc = its error), 0 if it cannot take the launch (shared memory; then the
  * register kernels). */
@@ -308,21 +328,9 @@ static int mvr_try(cudaStream_t st, const mvm_args_t &a, int64_t cols, const flo
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return 0;
   mvr_dev &d = devs[dev];
-  if (!d.ready) {
-    cudaFuncAttributes fa;
-    d.ready = cudaDeviceGetAttribute(&d.nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-                      cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-                      cudaFuncGetAttributes(&fa, mvr_kernel<D, RG, NST, NR>) == cudaSuccess &&
-                      /* the largest dynamic size the device allows, once (never lowered under a captured launch) */
-                      cudaFuncSetAttribute(mvr_kernel<D, RG, NST, NR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           d.optin - (int)fa.sharedSizeBytes) == cudaSuccess
-                  ? 1
-                  : -1;
-    d.stat = (int)fa.sharedSizeBytes;
-    if (d.ready < 0) (void)cudaGetLastError(); /* the failed query's error is not the fallback launch's */
-  }
+  if (!mvr_dev_ready(d, mvr_kernel<D, RG, NST, NR>, dev)) return 0;
   const size_t smem = mvr_smem<D, NR>(mvr_ring_bytes<D, RG, NST>(), cols >> 8);
-  if (d.ready < 0 || smem + (size_t)d.stat > (size_t)d.optin) return 0;
+  if (smem + (size_t)d.stat > (size_t)d.optin) return 0;
   int bps = 0, k = 0;
   while (k < 8 && d.occ_smem[k] && d.occ_smem[k] != smem) k++;
   if (k < 8 && d.occ_smem[k] == smem) {

@@ -52,10 +52,10 @@ template <int RG, int W> struct mvw_pos {
   int64_t n_out, grp0;
   const uint8_t *wa[RG], *wb[RG], *ws[RG];
   __device__ mvw_pos(const mvm_args_t &a, int wi_, int lane, unsigned tile) {
-    sg = 0, wi = wi_;
+    sg = 0, wi = wi_; /* the segment and the tile inside it, as mvm_pos */
     while (sg + 1 < a.n_seg && tile >= a.blk_end[sg]) sg++;
     const unsigned blk = tile - (sg ? a.blk_end[sg - 1] : 0u);
-    fpw = a.swiglu ? 8 * RG * (RG == 1 ? 2 : 1) : 16 * RG;
+    fpw = a.swiglu ? 16 : 16 * RG; /* swiglu: 16 features per warp at either RG */
     n_out = a.n_out[sg], grp0 = (int64_t)blk * (a.swiglu && RG == 1 ? W / 2 : W);
     const int g = lane >> 2;
 #pragma unroll
@@ -123,9 +123,8 @@ __device__ __forceinline__ void mvw_chunk(float (&acc)[RG][NT][4], const mvm_wbu
           for (int t = 0; t < NT; t++) c[i][t][0] = c[i][t][1] = c[i][t][2] = c[i][t][3] = 0.0f;
 #pragma unroll
       for (int i = 0; i < RG; i++) {
-        const uint32_t qa = D::qword(wb.ra[i], s), qb = D::qword(wb.rb[i], s);
-        const uint32_t af[4] = {mvm_qpair(qa, 0x4140u, D::BIAS), mvm_qpair(qb, 0x4140u, D::BIAS),
-                                mvm_qpair(qa, 0x4342u, D::BIAS), mvm_qpair(qb, 0x4342u, D::BIAS)};
+        uint32_t af[4];
+        mvm_afrag<D>(af, wb.ra[i], wb.rb[i], s);
 #pragma unroll
         for (int t = 0; t < NT; t++) mvm_mma(c[i][t], af, h ? b[t].z : b[t].x, h ? b[t].w : b[t].y);
       }
@@ -151,11 +150,6 @@ __device__ __forceinline__ void mvw_chunk(float (&acc)[RG][NT][4], const mvm_wbu
   }
 }
 
-/* The tile's outputs from the C ranks' red ([NR][W][RG][16] floats, the first n x rows used):
- * rank `rank` takes the rank-th of C contiguous ranges of 4-output groups (4 consecutive
- * rows m of one group: float4 loads, consecutive threads on consecutive groups), loads the C
- * ranks' values of a group together, then adds them in rank order; swiglu: the up rows sit
- * p.up_off floats on, SiLU(gate) * up as kernels/swiglu.cu. Whole block, after the cluster barrier. */
 /* the float4 at p (shared) summed over the cluster's C ranks in rank order, the loads of 4 ranks
  * issued together */
 __device__ __forceinline__ float4 mvw_rank_sum(const cooperative_groups::cluster_group &cl, const float *p, int C) {
@@ -173,6 +167,11 @@ __device__ __forceinline__ float4 mvw_rank_sum(const cooperative_groups::cluster
   return s;
 }
 
+/* The tile's outputs from the C ranks' red ([NR][W][RG][16] floats, the first n x rows used):
+ * rank `rank` takes the rank-th of C contiguous ranges of 4-output groups (4 consecutive
+ * rows m of one group: float4 loads, consecutive threads on consecutive groups), loads the C
+ * ranks' values of a group together, then adds them in rank order; swiglu: the up rows sit
+ * p.up_off floats on, SiLU(gate) * up as kernels/swiglu.cu. Whole block, after the cluster barrier. */
 template <int RG, int W>
 __device__ __forceinline__ void mvw_reduce(const mvm_args_t &a, const mvw_pos<RG, W> &p,
                                            const cooperative_groups::cluster_group &cl, const float *red, int n, int C,
@@ -299,19 +298,22 @@ static inline int64_t mvw_plan(mvm_args_t &a, int64_t fpt) {
   return tiles;
 }
 
-/* Per instantiation and device: SMs, opt-in and static shared memory, and the active clusters
- * per cluster size (cudaOccupancyMaxActiveClusters) for a few dynamic sizes. */
+/* Per instantiation and device: SMs, opt-in and static shared memory (mvr_dev_ready), and the
+ * active clusters per (cluster size, dynamic size) (cudaOccupancyMaxActiveClusters): one launch
+ * looks up to 8 cluster sizes up per column count, and a model has 2-4 column counts, so
+ * MVW_OCC_SLOTS holds them all (past it the query runs on every launch). */
+#define MVW_OCC_SLOTS 64
 struct mvw_dev {
   int nsm, optin, stat, ready;
-  size_t occ_smem[16];
-  int occ_c[16], occ_n[16];
+  size_t occ_smem[MVW_OCC_SLOTS];
+  int occ_c[MVW_OCC_SLOTS], occ_n[MVW_OCC_SLOTS];
 };
 
 template <class D, int RG, int NST, int NT, int W>
 static int mvw_clusters(mvw_dev &d, int C, size_t smem) {
   int k = 0;
-  while (k < 16 && d.occ_smem[k] && !(d.occ_smem[k] == smem && d.occ_c[k] == C)) k++;
-  if (k < 16 && d.occ_smem[k]) return d.occ_n[k];
+  while (k < MVW_OCC_SLOTS && d.occ_smem[k] && !(d.occ_smem[k] == smem && d.occ_c[k] == C)) k++;
+  if (k < MVW_OCC_SLOTS && d.occ_smem[k]) return d.occ_n[k];
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)(C * d.nsm)), cfg.blockDim = dim3(W * 32), cfg.dynamicSmemBytes = smem;
   cudaLaunchAttribute at[1];
@@ -323,7 +325,7 @@ static int mvw_clusters(mvw_dev &d, int C, size_t smem) {
     (void)cudaGetLastError();
     ncl = 0;
   }
-  if (k < 16) d.occ_smem[k] = smem, d.occ_c[k] = C, d.occ_n[k] = ncl;
+  if (k < MVW_OCC_SLOTS) d.occ_smem[k] = smem, d.occ_c[k] = C, d.occ_n[k] = ncl;
   return ncl;
 }
 
@@ -338,20 +340,7 @@ static int mvw_try(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, 
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return 0;
   mvw_dev &d = devs[dev];
-  auto kern = mvw_kernel<D, RG, NST, NT, W>;
-  if (!d.ready) {
-    cudaFuncAttributes fa;
-    d.ready = cudaDeviceGetAttribute(&d.nsm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-                      cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-                      cudaFuncGetAttributes(&fa, kern) == cudaSuccess &&
-                      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           d.optin - (int)fa.sharedSizeBytes) == cudaSuccess
-                  ? 1
-                  : -1;
-    d.stat = (int)fa.sharedSizeBytes;
-    if (d.ready < 0) (void)cudaGetLastError();
-  }
-  if (d.ready < 0) return 0;
+  if (!mvr_dev_ready(d, mvw_kernel<D, RG, NST, NT, W>, dev)) return 0;
   /* features per tile: W warps x RG groups of 16 rows (swiglu: half of them gate rows) */
   const int64_t nkb = cols >> 8, tiles = mvw_plan(a, (int64_t)W * RG * (a.swiglu ? 8 : 16));
   if (tiles <= 0) return 0;
