@@ -406,16 +406,32 @@ static int head_rank_pick(model_t *m, const float *dev_logits, int r0, int nr) {
   return rc;
 }
 
+int model_out_all(const be_batch_t *b) {
+  if (b->n_out <= 0 || b->n_out != b->n_tok || !b->out_tok) return 0;
+  for (int i = 0; i < b->n_out; i++)
+    if (b->out_tok[i] != i) return 0;
+  return 1;
+}
+
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
                const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err) {
   be_t *be = m->be;
   const be_ops_t *o = be->ops;
   const int d = m->hp.n_embd, V = m->hp.n_vocab, Vl = m->sh.n_vocab;
-  if (delta) o->add(be, x, delta, (size_t)b->n_tok * d);
-  if (b->n_out == 0) return model_backend_err(be, err);
-  o->gather_out(be, x, xo, d);
-  o->rmsnorm(be, xo, norm, xo, b->n_out, d, m->hp.rms_eps);
-  if (m->head_keep) o->copy2d(be, m->head_keep, d, xo, d, b->n_out, d);
+  if (model_out_all(b)) { /* every row, in order: no gather; the add fused into the norm, whose rows
+                              * go straight to head_keep when it is set */
+    if (m->head_keep) xo = m->head_keep;
+    if (delta)
+      o->add_rmsnorm(be, x, delta, norm, xo, b->n_tok, d, m->hp.rms_eps);
+    else
+      o->rmsnorm(be, x, norm, xo, b->n_tok, d, m->hp.rms_eps);
+  } else {
+    if (delta) o->add(be, x, delta, (size_t)b->n_tok * d);
+    if (b->n_out == 0) return model_backend_err(be, err);
+    o->gather_out(be, x, xo, d);
+    o->rmsnorm(be, xo, norm, xo, b->n_out, d, m->hp.rms_eps);
+    if (m->head_keep) o->copy2d(be, m->head_keep, d, xo, d, b->n_out, d);
+  }
   if (m->head_hidden) {
     if (o->download(be, m->head_hidden, xo, sizeof(float) * (size_t)b->n_out * d))
       return gt_err_set(err, GT_EINTERNAL, "%s", be->err.msg);

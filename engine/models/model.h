@@ -219,8 +219,13 @@ void model_gdn_conv_qkv(be_t *be, int layer, const float *x, const be_weight_t *
  * instead and logits is not used. delta NULL: x already holds the last layer's output (no add). */
 /* sampler_pick's greedy case: temperature <= 0 or top_k == 1 */
 static inline int model_row_greedy(const be_sample_row_t *r) { return r->temperature <= 0 || r->top_k == 1; }
+/* With every row an out row, in order (model_out_all: decode and verify steps), the norm reads x
+ * itself: x += delta and the normed rows in one add_rmsnorm, into head_keep when it is set (no copy),
+ * else xo. */
 int model_head(model_t *m, const be_batch_t *b, float *x, const float *delta, float *xo, float *dev_logits,
                const be_weight_t *norm, const be_weight_t *head, float *logits, gt_err_t *err);
+/* Whether b's out rows are all of its rows in order (out_tok[i] == i, n_out == n_tok > 0). */
+int model_out_all(const be_batch_t *b);
 
 extern const model_arch_t model_arch_qwen3;
 extern const model_arch_t model_arch_qwen35;

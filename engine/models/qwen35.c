@@ -37,7 +37,7 @@
 #define Q35_MAX_DV 1024
 
 static void free_layer(be_t *be, q35_layer_t *L) {
-  be_weight_t *ws[] = {&L->attn_norm, &L->post_norm, &L->w_gate, &L->w_up,   &L->w_down,  &L->wq,
+  be_weight_t *ws[] = {&L->attn_norm, &L->post_norm, &L->w_gate, &L->w_up,   &L->w_down,  &L->wq,     &L->wqg,
                        &L->wk,        &L->wv,        &L->q_norm, &L->k_norm, &L->wo,      &L->wqkv,
                        &L->wz,        &L->w_alpha,   &L->w_beta, &L->ssm_a,  &L->dt_bias, &L->conv,
                        &L->ssm_norm,  &L->ssm_out};
@@ -61,7 +61,7 @@ static void q35_free(model_t *m) {
   }
   free(s->layers);
   free(s->mtp);
-  float *bufs[] = {s->x,  s->h,  s->o,  s->gate, s->up, s->qg, s->q,      s->ag,    s->k,  s->v,     s->att,
+  float *bufs[] = {s->x,  s->h,  s->o,  s->gate, s->up, s->q,      s->ag,    s->k,  s->v,     s->att,
                    s->mixed, s->conv, s->gq, s->gk, s->gv, s->gz, s->go, s->galpha, s->gbeta, s->xo, s->logits,
                    s->hid, s->mcat, s->mprev, s->mtmp};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -179,9 +179,17 @@ static int load_attn(model_t *m, const gguf_t *g, int b, q35_layer_t *L, gt_err_
   const model_hparams_t *hp = &m->hp;
   const model_shard_t *sh = &m->sh;
   const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
-  const model_sel_t qg = model_sel1(sh->head0 * 2 * hd, sh->n_head * 2 * hd), /* per head [q | gate] */
-      heads = model_sel1(sh->head0 * hd, sh->n_head * hd), kv = model_sel1(sh->kv_head0 * hd, sh->n_head_kv * hd);
-  int rc = lws(m, g, b, "attn_q", 2 * qd, d, &qg, NULL, &L->wq, err);
+  const model_sel_t heads = model_sel1(sh->head0 * hd, sh->n_head * hd), kv = model_sel1(sh->kv_head0 * hd, sh->n_head_kv * hd);
+  /* attn_q is per head [q | gate]: the rank's heads' q rows and gate rows as two weights */
+  model_sel_t sq = {0}, sg = {0};
+  for (int h = sh->head0; h < sh->head0 + sh->n_head; h++)
+    if (model_sel_add(&sq, h * 2 * hd, hd) || model_sel_add(&sg, h * 2 * hd + hd, hd))
+      return gt_err_set(err, GT_EUNSUPPORTED, "layer %d: %d attention heads on a rank (at most %d)", b, sh->n_head,
+                        MODEL_SPANS_MAX);
+  const int64_t np = m->n_params;
+  int rc = lws(m, g, b, "attn_q", 2 * qd, d, &sq, NULL, &L->wq, err);
+  rc = rc ? rc : lws(m, g, b, "attn_q", 2 * qd, d, &sg, NULL, &L->wqg, err);
+  if (!rc) m->n_params = np + 2 * qd * d; /* one tensor, loaded as two slices */
   rc = rc ? rc : lws(m, g, b, "attn_k", kvd, d, &kv, NULL, &L->wk, err);
   rc = rc ? rc : lws(m, g, b, "attn_v", kvd, d, &kv, NULL, &L->wv, err);
   rc = rc ? rc : lw(m, g, b, "attn_q_norm", 1, hp->head_dim, &L->q_norm, 0, err);
@@ -297,7 +305,7 @@ static int q35_load(model_t *m, const gguf_t *g, gt_err_t *err) {
     size_t n;
   } bufs[] = {
       {&s->x, T * d},          {&s->h, T * d},           {&s->o, T * d},         {&s->gate, T * sh->n_ff},
-      {&s->up, T * sh->n_ff},  {&s->qg, A * T * 2 * qd}, {&s->q, A * T * qd},    {&s->ag, A * T * qd},
+      {&s->up, T * sh->n_ff},  {&s->q, A * T * qd},    {&s->ag, A * T * qd},
       {&s->k, A * T * kvd},    {&s->v, A * T * kvd},     {&s->att, A * T * qd},  {&s->mixed, G * T * C},
       {&s->conv, G * T * C},   {&s->gq, G * T * kd},     {&s->gk, G * T * kd},   {&s->gv, G * T * vd},
       {&s->gz, G * T * vd},    {&s->go, G * T * vd},     {&s->galpha, G * T * sh->gdn_n_v},
@@ -320,12 +328,9 @@ void q35_attn_mixer(model_t *m, const q35_layer_t *L, int T) {
   const model_hparams_t *hp = &m->hp;
   const int H = m->sh.n_head, Hk = m->sh.n_head_kv, hd = hp->head_dim;
   const float eps = hp->rms_eps;
-  const be_weight_t *wqkv[3] = {&L->wq, &L->wk, &L->wv};
-  float *const qkv[3] = {s->qg, s->k, s->v};
-  model_matmul_multi(be, 3, wqkv, s->h, qkv, T);
-  /* per head [q | gate]: rows of the [T*H, 2*hd] view */
-  o->copy2d(be, s->q, hd, s->qg, 2 * (size_t)hd, T * H, hd);
-  o->copy2d(be, s->ag, hd, s->qg + hd, 2 * (size_t)hd, T * H, hd);
+  const be_weight_t *wqkv[4] = {&L->wq, &L->wqg, &L->wk, &L->wv};
+  float *const qkv[4] = {s->q, s->ag, s->k, s->v};
+  model_matmul_multi(be, 4, wqkv, s->h, qkv, T);
   model_attn_qk_prep(be, L->idx, s->q, s->k, s->v, &L->q_norm, &L->k_norm, H, Hk, hd, hp->n_rot, hp->rope_theta, eps,
                      T);
   o->attention(be, L->idx, s->q, s->att, H, Hk, hd, 1.0f / sqrtf((float)hd));
@@ -381,14 +386,19 @@ static int q35_forward(model_t *m, const be_batch_t *b, float *logits, gt_err_t 
     model_swiglu_ffn(m, &L->w_gate, &L->w_up, &L->w_down, s->h, s->gate, s->up, s->o, T);
   }
   /* the MTP drafter's input: the head's input, every row, computed in the step (before the head
-   * ends it: on CUDA inside the step's graph) */
+   * ends it: on CUDA inside the step's graph); the head's own normed rows when every row is an out
+   * row (model_out_all: decode, verify), else an add and a norm of all rows first */
   const float *delta = s->o;
-  if (s->hid) {
+  const int keep = s->hid && model_out_all(b);
+  if (keep) {
+    m->head_keep = s->hid;
+  } else if (s->hid) {
     o->add(be, s->x, s->o, (size_t)T * d);
     o->rmsnorm(be, s->x, &s->output_norm, s->hid, T, d, eps);
     delta = NULL;
   }
   int rc = model_head(m, b, s->x, delta, s->xo, s->logits, &s->output_norm, &s->head, logits, err);
+  if (keep) m->head_keep = NULL;
   if (s->hid) s->hid_rows = rc ? 0 : T;
   return rc;
 }

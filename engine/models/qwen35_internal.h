@@ -14,7 +14,8 @@ typedef struct {
   be_weight_t w_gate, w_up;   /* [ff, d] */
   be_weight_t w_down;         /* [d, ff] */
   /* gated attention */
-  be_weight_t wq;             /* [H*2*hd, d]: per head [q | gate] */
+  be_weight_t wq;             /* [H*hd, d]: the q rows of attn_q (per head [q | gate] in the file) */
+  be_weight_t wqg;            /* [H*hd, d]: its gate rows (two weights: the product writes q and gate apart) */
   be_weight_t wk, wv;         /* [Hk*hd, d] */
   be_weight_t q_norm, k_norm; /* [hd] */
   be_weight_t wo;             /* [d, H*hd] */
@@ -48,7 +49,6 @@ typedef struct {
   /* scratch, backend memory; T = max_tokens */
   float *x, *h, *o;        /* [T, d] residual stream, normed input, mixer / ffn output */
   float *gate, *up;        /* [T, ff] */
-  float *qg;               /* [T, H*2*hd] attention q|gate projection */
   float *q, *ag;           /* [T, H*hd] query, attention gate */
   float *k, *v;            /* [T, Hk*hd] */
   float *att;              /* [T, H*hd] */

@@ -38,8 +38,9 @@ int q35_mtp_enable(model_t *m, gt_err_t *err) {
 }
 
 /* mtmp[t] = hid[src[t]] or mprev[-1 - src[t]], copied in runs of consecutive rows (copy 0: only
- * checks the rows, before the step starts; copy 1: the copies, ops of the step). */
-static int gather_hidden(model_t *m, const int32_t *src, int T, int copy, gt_err_t *err) {
+ * checks the rows, before the step starts, and sets *one to the rows' start when they are one run,
+ * else NULL; copy 1: the copies, ops of the step). */
+static int gather_hidden(model_t *m, const int32_t *src, int T, int copy, const float **one, gt_err_t *err) {
   q35_t *s = m->arch_data;
   be_t *be = m->be;
   const int d = m->hp.n_embd;
@@ -51,6 +52,7 @@ static int gather_hidden(model_t *m, const int32_t *src, int T, int copy, gt_err
       return gt_err_set(err, GT_EINVAL, "MTP hidden rows [%d, %d) of %s out of [0, %d)", r0, r0 + n,
                         own ? "the previous MTP step" : "the last forward", lim);
     if (copy) be->ops->copy2d(be, s->mtmp + (size_t)t * d, d, (own ? s->mprev : s->hid) + (size_t)r0 * d, d, n, d);
+    if (one) *one = t == 0 && n == T ? (own ? s->mprev : s->hid) + (size_t)r0 * d : NULL;
     t += n;
   }
   return GT_OK;
@@ -67,17 +69,18 @@ int q35_mtp_forward(model_t *m, const be_batch_t *b, const int32_t *src, float *
   if (!s->hid) return gt_err_set(err, GT_EINVAL, "MTP forward before q35_mtp_enable");
   if (T <= 0 || T > m->max_tokens || b->n_out < 0 || b->n_out > T || (b->n_out > 0 && !logits && !m->head_rows))
     return gt_err_set(err, GT_EINVAL, "MTP batch of %d tokens / %d outputs (max %d tokens)", T, b->n_out, m->max_tokens);
-  int rc = gather_hidden(m, src, T, 0, err);
+  const float *one = NULL; /* the hidden rows in place when they are one run (no gather copy) */
+  int rc = gather_hidden(m, src, T, 0, &one, err);
   if (rc) return rc;
   be_batch_t bb = *b;
   bb.state_slot = NULL; /* no recurrent layer runs: nothing may reset the sequences' slots */
   bb.drafter = 1;       /* CUDA: graphs of its own, the model's decode / verify graphs stay */
   if (o->set_batch(be, &bb)) return model_backend_err(be, err);
-  gather_hidden(m, src, T, 1, err);
+  if (!one) gather_hidden(m, src, T, 1, NULL, err);
   o->embed(be, M->embed_tokens.data ? &M->embed_tokens : &s->tok_embd, s->x);
   o->rmsnorm(be, s->x, &M->enorm, s->h, T, d, eps);
   o->copy2d(be, s->mcat, 2 * (size_t)d, s->h, d, T, d);
-  o->rmsnorm(be, s->mtmp, &M->hnorm, s->mtmp, T, d, eps);
+  o->rmsnorm(be, one ? one : s->mtmp, &M->hnorm, s->mtmp, T, d, eps);
   o->copy2d(be, s->mcat + d, 2 * (size_t)d, s->mtmp, d, T, d);
   o->matmul(be, &M->eh_proj, s->mcat, s->x, T);
   const q35_layer_t *L = &M->blk;
