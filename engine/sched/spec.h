@@ -36,6 +36,12 @@ typedef struct {
   const int32_t *next;   /* [n_rows] the token at pos0 + j + 1 (the row's MTP input token) */
   const int32_t *blocks; /* the sequence's KV block table [n_blocks]: holds every row's position and */
   int n_blocks;          /* a chained draft's only while its position is in one of these blocks */
+  int n_pad;             /* rows run after those, outputs of none (0 when not asked): hidden rows src_row +
+                          * n_rows .., the last token again, positions on; their K/V are written again by
+                          * the next pass before any row reads them. They give every sequence of a pass
+                          * the same row count, the shape a graph replays (CUDA: else the pass runs eagerly).
+                          * n_rows + n_pad <= src_rows, and those positions in the blocks */
+  int src_rows;          /* the sequence's rows in that forward (from src_row) */
   int k;                 /* drafts wanted (0: only the K/V) */
   int32_t draft[8];      /* out: n_draft drafts, the tokens at pos0 + n_rows + 1 .. */
   int n_draft;

@@ -116,17 +116,18 @@ int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int blo
     spec_mtp_seq_t *q = &seqs[i];
     q->n_draft = 0;
     if (q->n_rows <= 0) continue;
-    if (T + q->n_rows > w->max_tokens) return gt_err_set(err, GT_EINVAL, "MTP pass over more than %d rows", w->max_tokens);
+    const int nr = q->n_rows + (q->n_pad > 0 && q->n_rows + q->n_pad <= q->src_rows ? q->n_pad : 0);
+    if (T + nr > w->max_tokens) return gt_err_set(err, GT_EINVAL, "MTP pass over more than %d rows", w->max_tokens);
     w->first[ns] = T;
-    w->ntok[ns] = q->n_rows;
+    w->ntok[ns] = nr;
     put_bt(w, ns, q);
-    for (int j = 0; j < q->n_rows; j++) {
-      w->tok[T + j] = q->next[j];
+    for (int j = 0; j < nr; j++) {
+      w->tok[T + j] = q->next[j < q->n_rows ? j : q->n_rows - 1];
       w->pos[T + j] = q->pos0 + j;
       w->src[T + j] = q->src_row + j;
     }
-    T += q->n_rows;
-    if (q->k > 0) w->out[no++] = T - 1;
+    if (q->k > 0) w->out[no++] = T + q->n_rows - 1;
+    T += nr;
     w->seq[ns++] = i;
   }
   if (T == 0) return GT_OK;

@@ -12,6 +12,8 @@
 #   stack   a served-stack or bench call on demo35, and demo35's GPU cases (GANTRY_GOLDEN_ONLY=demo35
 #           test_cuda_golden, test_cuda_tp test_local_demo35): every golden file but demo35's and the
 #           manifests (~25 MB)
+#   spec    the GPU golden cases of every tiny model and demo35 with the stack (spec_sweep.sh TESTS=...):
+#           as tests, but demo35 stays and the first demo's model and logits go (~49 MB + both packs)
 # git status shows hidden files as deleted until restore; never commit while they are hidden.
 set -eu
 cd "$(dirname "$0")/../.."
@@ -22,7 +24,8 @@ hide)
   case "${2:-}" in
   tests) pat='^tests/golden/(qwen3-vocab\.gguf|.*\.dequant\..*\.f32|demo35/.*\.(gguf|f32))$' ;;
   stack) pat='^tests/golden/(qwen3|qwen35-tiny|demo/.*\.(f32|gguf)$|.*\.dequant\.)' ;;
-  *) echo "usage: slim.sh hide tests|stack | restore" >&2; exit 2 ;;
+  spec) pat='^tests/golden/(qwen3-vocab\.gguf|.*\.dequant\..*\.f32|demo/.*\.(gguf|f32))$' ;;
+  *) echo "usage: slim.sh hide tests|stack|spec | restore" >&2; exit 2 ;;
   esac
   mkdir -p "$S"
   git ls-files tests/golden | grep -E "$pat" | while read -r f; do
@@ -38,5 +41,5 @@ restore)
   rm -rf "$S"
   git status --short tests/golden | grep '^ D' && { echo "slim.sh: files still missing" >&2; exit 1; } || true
   ;;
-*) echo "usage: slim.sh hide tests|stack | restore" >&2; exit 2 ;;
+*) echo "usage: slim.sh hide tests|stack|spec | restore" >&2; exit 2 ;;
 esac
