@@ -266,31 +266,6 @@ static void mmq_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, cons
   KC_CUDA(CU_ERR(be), kc_mmq_launch(c->stream, type, n_seg, segs, wup, w0->cols, sc, rows, parts));
 }
 
-/* Weights under kc_mmq_size_ok's size (cu__mmq_floats 0) at KC_MMQ_MIN_ROWS..KC_MVW_MAX_ROWS rows of
- * x in one part: 1 when w's type and layout suit the ring kernels (mmq_floats_any) and x is 16-byte
- * aligned. Such products try the ring before the CUDA-core matvec path (small_ring_run): one launch,
- * no x prep, where mmq's prep + split lose to matvec on them (7fd4f6a). GANTRY_MVR_SMALL=0 (a
- * measurement switch) leaves them on matvec. */
-static int small_ring_fits(const be_weight_t *w, const float *x, int rows) {
-  static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("GANTRY_MVR_SMALL");
-    on = !(e && e[0] == '0');
-  }
-  return on && rows >= KC_MMQ_MIN_ROWS && rows <= KC_MVW_MAX_ROWS && x_parts(rows) == 1 && ((uintptr_t)x & 15) == 0 &&
-         cu__mmq_floats(w, rows) == 0 && mmq_floats_any(w, rows) != 0;
-}
-
-/* n_seg products of small_ring_fits weights on the ring: 1 when launched (errors in be), 0 when the
- * ring declined (the caller runs the matvec path). */
-static int small_ring_run(be_t *be, int type, int n_seg, const kc_mv_seg_t *segs, const void *wup, int64_t cols,
-                          const float *x, int rows) {
-  const int rc = kc_mvm_rows_launch(CU_BE(be)->stream, type, n_seg, segs, wup, cols, x, rows);
-  if (rc < 0) return 0;
-  KC_CUDA(CU_ERR(be), rc);
-  return 1;
-}
-
 /* ---- the pipelined decode product (kernels/gemv_pipe.cuh) at 1..KC_GPIPE_MAX_ROWS rows ---- */
 
 /* x parts of the pipelined product: those of the path it replaces, so each product keeps its op
@@ -335,10 +310,6 @@ void cu__matmul(be_t *be, const be_weight_t *w, const float *x, float *out, int 
     const kc_mv_seg_t seg = {w->data, out, w->rows, w->row_bytes};
     mmq_run(be, (int)w->type, 1, &seg, NULL, w, x, rows);
     return;
-  }
-  if (small_ring_fits(w, x, rows)) {
-    const kc_mv_seg_t seg = {w->data, out, w->rows, w->row_bytes};
-    if (small_ring_run(be, (int)w->type, 1, &seg, NULL, w->cols, x, rows)) return;
   }
   const size_t gemm_floats = cu__bf16_gemm_floats(w, rows);
   if (gemm_floats) {
@@ -434,16 +405,6 @@ void cu__matmul_multi(be_t *be, int n, const be_weight_t *const w[], const float
       i += ns;
       continue;
     }
-    if (small_ring_fits(w[i], x, rows)) { /* a run of one type on the ring, else on as below */
-      kc_mv_seg_t segs[BE_MATMUL_MULTI_MAX];
-      int ns = 0;
-      for (int j = i; j < n && ns < KC_MATVEC_MAX_SEGS && w[j]->type == w[i]->type && small_ring_fits(w[j], x, rows); j++)
-        segs[ns++] = (kc_mv_seg_t){.w = w[j]->data, .out = out[j], .n_out = w[j]->rows, .row_bytes = w[j]->row_bytes};
-      if (small_ring_run(be, (int)w[i]->type, ns, segs, NULL, w[i]->cols, x, rows)) {
-        i += ns;
-        continue;
-      }
-    }
     if (!takes_matvec(w[i], x, rows)) {
       cu__matmul(be, w[i], x, out[i], rows);
       i++;
@@ -483,10 +444,6 @@ void cu__ffn_swiglu(be_t *be, const be_weight_t *wg, const be_weight_t *wu, cons
     const kc_mv_seg_t seg = {wg->data, gate, wg->rows, wg->row_bytes};
     mmq_run(be, (int)wg->type, 1, &seg, wu->data, wg, x, rows);
     return;
-  }
-  if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && small_ring_fits(wg, x, rows) && small_ring_fits(wu, x, rows)) {
-    const kc_mv_seg_t seg = {wg->data, gate, wg->rows, wg->row_bytes};
-    if (small_ring_run(be, (int)wg->type, 1, &seg, wu->data, wg->cols, x, rows)) return;
   }
   if (wg->type == wu->type && wg->row_bytes == wu->row_bytes && takes_matvec(wg, x, rows) && takes_matvec(wu, x, rows)) {
     KC_CUDA(CU_ERR(be), kc_matvec_swiglu(c->stream, (int)wg->type, wg->data, wu->data, wg->rows, wg->cols, wg->row_bytes,
