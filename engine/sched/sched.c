@@ -64,6 +64,7 @@ typedef struct req {
   /* speculative decoding (verify) */
   int32_t draft[SCHED_SPEC_MAX_K]; /* this step's drafts, fed after the pending tokens */
   int n_draft;
+  int n_fill;        /* of those, fillers at the tail (fill_drafts): verified like drafts, not counted as drafted */
   int pslot[SCHED_SPEC_MAX_K]; /* hybrid, this step's drafts: pslot[j] receives the state after
                                   row j of the sequence (its pending token, then draft j - 1) */
   int n_pslot;
@@ -159,7 +160,7 @@ static void release_resources(sched_t *s, req_t *q) {
   if (q->slot >= 0) s->slot_free[s->n_slot_free++] = q->slot;
   q->slot = -1;
   pslot_release(s, q);
-  q->n_draft = 0;
+  q->n_draft = q->n_fill = 0;
 }
 
 static void free_req(req_t *q) {
@@ -1100,7 +1101,77 @@ static void fork_choices(sched_t *s, req_t *q, const float *row) {
   q->n_fork = 0;
 }
 
+/* Lays out b_req[i] (its chunk of q->chunk pending tokens, then its q->n_draft drafts) at row
+ * *n_tok of the step's batch: b_first / b_ntok / b_slot / b_pslot, its tokens and positions, its out
+ * rows at *n_out (the last pending token's when the chunk reaches it, a row per draft); *n_pos counts
+ * the sequences with per-position states. */
+static void lay_seq(sched_t *s, int i, int *n_tok, int *n_out, int *n_pos) {
+  req_t *q = s->b_req[i];
+  const int n = q->chunk, nd = q->n_draft;
+  s->b_first[i] = *n_tok;
+  s->b_ntok[i] = n + nd;
+  s->b_slot[i] = q->slot;
+  int32_t *ps = s->b_pslot + (size_t)i * BE_POS_SLOTS;
+  for (int j = 0; j < BE_POS_SLOTS; j++) ps[j] = -1;
+  for (int j = 0; j < nd && s->hybrid; j++) ps[n - 1 + j] = q->pslot[j]; /* n == 1: decoding */
+  *n_pos += nd > 0 && s->hybrid;
+  for (int k = 0; k < n + nd; k++) {
+    s->b_tok[*n_tok + k] = k < n ? q->tokens[q->n_computed + k] : q->draft[k - n];
+    s->b_pos[*n_tok + k] = q->n_computed + k;
+  }
+  *n_tok += n;
+  if (q->n_computed + n == q->n_tokens) s->b_out[(*n_out)++] = *n_tok - 1;
+  for (int j = 0; j < nd; j++) s->b_out[(*n_out)++] = (*n_tok)++; /* a row per draft */
+}
+
+static int fill_drafts(sched_t *s, req_t *q, int want, int tokens, int rows);
+
+/* Fillers may make up at most 1 / SCHED_FILL_SHARE of a filled step's rows: beyond that the rows
+ * they add cost more than the graph saves over an eager step (a batch where few sequences draft,
+ * as prompt lookup on unrepetitive text, stays mixed). */
+#define SCHED_FILL_SHARE 4
+
+/* After the step's n decoding sequences were laid out (rows from 0) with drafts for some: when their
+ * draft counts differ and the fillers needed are within SCHED_FILL_SHARE, fillers (fill_drafts) bring
+ * each to the most drafts any of them has, within the step's budget (tokens left) and output rows,
+ * and the n are laid out again. Returns the tokens added. */
+static int fill_decodes(sched_t *s, int n, int budget, int *n_tok, int *n_out, int *n_pos) {
+  int want = 0, need = 0, rows = 0;
+  for (int i = 0; i < n; i++)
+    if (s->b_req[i]->n_draft > want) want = s->b_req[i]->n_draft;
+  for (int i = 0; i < n; i++) need += want - s->b_req[i]->n_draft, rows += s->b_req[i]->chunk + want;
+  if (need == 0 || SCHED_FILL_SHARE * need > rows) return 0;
+  int added = 0;
+  for (int i = 0; i < n && budget - added > 0; i++)
+    added += fill_drafts(s, s->b_req[i], want, budget - added, s->max_rows - *n_out - added);
+  if (added == 0) return 0;
+  *n_tok = *n_out = *n_pos = 0;
+  for (int i = 0; i < n; i++) lay_seq(s, i, n_tok, n_out, n_pos);
+  return added;
+}
+
 /* ---- speculative decoding (sched.h) ---- */
+
+/* How many of nd drafts of decoding q fit: its blocks plus free ones beyond the decodes' headroom
+ * (taken into q->blocks), 1 + nd rows <= BE_GRAPH_MAX_Q, and for a hybrid q the spare slots for its
+ * rows' states (taken into q->pslot). */
+static int draft_room(sched_t *s, req_t *q, int nd) {
+  const int bt = s->cfg.block_tokens;
+  int room = q->n_blocks * bt - q->n_tokens; /* slots after the pending tokens */
+  while (room < nd && kv_n_available(s->kv) > decode_headroom(s)) {
+    const int32_t b = kv_alloc(s->kv);
+    if (b < 0) break;
+    q->blocks[q->n_blocks++] = b;
+    room += bt;
+  }
+  if (nd > room) nd = room;
+  if (nd > BE_POS_SLOTS) nd = BE_POS_SLOTS; /* 1 + nd rows <= BE_GRAPH_MAX_Q (state_pos_slot) */
+  if (nd > 0 && s->hybrid) {
+    while (q->n_pslot < nd && s->n_spec_free > 0) q->pslot[q->n_pslot++] = s->spec_free[--s->n_spec_free];
+    if (nd > q->n_pslot) nd = q->n_pslot;
+  }
+  return nd > 0 ? nd : 0;
+}
 
 /* Drafts for decoding q, whose pending tokens all go into this step, into q->draft: at most
  * spec_k, `tokens` more tokens of the step's budget and `rows` more output rows, what fits in
@@ -1108,7 +1179,7 @@ static void fork_choices(sched_t *s, req_t *q, const float *row) {
  * hold (speculation never preempts), and for a hybrid q the spare slots free for its rows' states
  * (one per draft: q->pslot, given back by verify). Returns q->n_draft. */
 static int propose(sched_t *s, req_t *q, int tokens, int rows) {
-  q->n_draft = 0;
+  q->n_draft = q->n_fill = 0;
   if (q->r.no_spec || q->n_generated == 0 || q->n_fork > 0) return 0;
   if (q->spec_skip > 0) { /* paused after a full rejection */
     q->spec_skip--;
@@ -1133,22 +1204,36 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
   if (nd > k) nd = k;
   for (int j = 0; j < nd; j++)
     if (q->draft[j] < 0 || q->draft[j] >= s->V) nd = j; /* a hook's bad id ends the drafts */
-  const int bt = s->cfg.block_tokens;
-  int room = q->n_blocks * bt - q->n_tokens; /* slots after the pending tokens */
-  while (room < nd && kv_n_available(s->kv) > decode_headroom(s)) {
-    const int32_t b = kv_alloc(s->kv);
-    if (b < 0) break;
-    q->blocks[q->n_blocks++] = b;
-    room += bt;
-  }
-  if (nd > room) nd = room;
-  if (nd > BE_POS_SLOTS) nd = BE_POS_SLOTS; /* 1 + nd rows <= BE_GRAPH_MAX_Q (state_pos_slot) */
-  if (nd > 0 && s->hybrid) {
-    while (q->n_pslot < nd && s->n_spec_free > 0) q->pslot[q->n_pslot++] = s->spec_free[--s->n_spec_free];
-    if (nd > q->n_pslot) nd = q->n_pslot;
-  }
-  q->n_draft = nd > 0 ? nd : 0;
+  q->n_draft = draft_room(s, q, nd);
   return q->n_draft;
+}
+
+/* Fillers after q's n_draft drafts up to want (capped as propose caps drafts: `tokens` more tokens
+ * of the step's budget and `rows` more output rows, n_ctx, max_tokens, blocks, spare slots), so that
+ * the step's decoding sequences all bring the same row count, the shape of a verify graph (CUDA: a
+ * verify step of mixed draft counts runs eagerly). A filler is the last draft (or the pending token)
+ * again: verified like a draft, so the output is the same whatever it is; not counted as drafted
+ * (verify). None for a sequence that opted out, is constrained (host path), forks, has generated
+ * nothing yet or whose chunk stops short of its newest token. Returns the fillers added. */
+static int fill_drafts(sched_t *s, req_t *q, int want, int tokens, int rows) {
+  if (q->r.no_spec || q->cs || q->n_fork > 0 || q->n_generated == 0 || q->n_draft >= want ||
+      q->n_computed + q->chunk != q->n_tokens) /* drafts follow the newest token only */
+    return 0;
+  const int room_ctx = s->cfg.n_ctx - q->n_tokens, room_out = q->r.max_tokens - q->n_generated - 1;
+  int k = want;
+  if (k > q->n_draft + tokens) k = q->n_draft + tokens;
+  if (k > q->n_draft + rows) k = q->n_draft + rows;
+  if (k > room_ctx) k = room_ctx;
+  if (k > room_out) k = room_out;
+  if (k <= q->n_draft) return 0;
+  const int nd = draft_room(s, q, k);
+  if (nd <= q->n_draft) return 0;
+  const int32_t t = q->n_draft > 0 ? q->draft[q->n_draft - 1] : q->tokens[q->n_tokens - 1];
+  const int added = nd - q->n_draft;
+  for (int j = q->n_draft; j < nd; j++) q->draft[j] = t;
+  q->n_fill += added;
+  q->n_draft = nd;
+  return added;
 }
 
 /* Takes q's tokens from its 1 + n_draft output rows starting at row o (host logits, or the
@@ -1181,16 +1266,20 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
     }
     a++;
   }
+  /* the counts and the pause are the drafts' (fillers after them: fill_drafts, neither) */
+  const int real = nd - q->n_fill, a_real = a < real ? a : real;
   pthread_mutex_lock(&s->mu);
-  s->st.spec_drafts++;
-  s->st.spec_draft_tokens += (uint64_t)nd;
-  s->st.spec_accepted_tokens += (uint64_t)a;
-  for (int j = 0; j < a; j++) s->st.spec_accepted_pos[j]++;
+  s->st.spec_drafts += real > 0;
+  s->st.spec_draft_tokens += (uint64_t)real;
+  s->st.spec_accepted_tokens += (uint64_t)a_real;
+  for (int j = 0; j < a_real; j++) s->st.spec_accepted_pos[j]++;
+  s->st.spec_fill_tokens += (uint64_t)q->n_fill;
+  s->st.spec_fill_accepted += (uint64_t)(a - a_real);
   s->st.spec_rollbacks += !done && s->hybrid && a < nd;
   pthread_mutex_unlock(&s->mu);
-  if (a > 0 || forced) {
+  if (real > 0 && (a > 0 || forced)) {
     q->spec_pause = 0;
-  } else { /* all rejected: pause 1, 2, 4 .. 16 steps */
+  } else if (real > 0) { /* all rejected: pause 1, 2, 4 .. 16 steps */
     q->spec_skip = q->spec_pause = q->spec_pause ? (q->spec_pause < 16 ? 2 * q->spec_pause : 16) : 1;
   }
   if (done) return done; /* finish releases everything */
@@ -1201,7 +1290,7 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
     q->pslot[a] = t;
   }
   pslot_release(s, q);
-  q->n_draft = 0;
+  q->n_draft = q->n_fill = 0;
   /* blocks past the kept tokens held only rejected drafts (never committed) */
   const int keep = (q->n_tokens + bt - 1) / bt;
   while (q->n_blocks > keep && q->n_blocks > q->n_committed) kv_release(s->kv, q->blocks[--q->n_blocks]);
@@ -1297,7 +1386,7 @@ static int step(sched_t *s, gt_err_t *err) {
   const int bt = s->cfg.block_tokens;
   int budget = s->cfg.max_batch_tokens;
   int n_tok = 0, n_seq = 0, n_out = 0, n_pos = 0;
-  for (int i = 0; i < s->n_running; i++) s->running[i]->chunk = s->running[i]->n_draft = 0;
+  for (int i = 0; i < s->n_running; i++) s->running[i]->chunk = s->running[i]->n_draft = s->running[i]->n_fill = 0;
   /* adaptive speculation: none in a step of many decodes (compute-bound), nor where the measured
    * costs say it does not pay (spec_next, decided at the end of the previous step) */
   const int spec_on = s->cfg.spec_mode != SCHED_SPEC_OFF && decode_headroom(s) <= s->cfg.spec_max_seqs && s->spec_next;
@@ -1329,23 +1418,11 @@ static int step(sched_t *s, gt_err_t *err) {
       const int nd = pass == 0 && spec_on && n == pending ? propose(s, q, budget - n, s->max_rows - n_out - 1) : 0;
       n_dec += pass == 0, n_pf += pass == 1 ? n : 0, n_drafts += nd;
       s->b_req[n_seq] = q;
-      s->b_first[n_seq] = n_tok;
-      s->b_ntok[n_seq] = n + nd;
-      s->b_slot[n_seq] = q->slot;
-      int32_t *ps = s->b_pslot + (size_t)n_seq * BE_POS_SLOTS;
-      for (int j = 0; j < BE_POS_SLOTS; j++) ps[j] = -1;
-      for (int j = 0; j < nd && s->hybrid; j++) ps[n - 1 + j] = q->pslot[j]; /* n == 1: decoding */
-      n_pos += nd > 0 && s->hybrid;
-      for (int k = 0; k < n + nd; k++) {
-        s->b_tok[n_tok + k] = k < n ? q->tokens[q->n_computed + k] : q->draft[k - n];
-        s->b_pos[n_tok + k] = q->n_computed + k;
-      }
-      n_tok += n;
+      lay_seq(s, n_seq, &n_tok, &n_out, &n_pos);
       budget -= n + nd;
-      if (q->n_computed + n == q->n_tokens) s->b_out[n_out++] = n_tok - 1;
-      for (int j = 0; j < nd; j++) s->b_out[n_out++] = n_tok++; /* a row per draft */
       n_seq++;
     }
+    if (pass == 0 && spec_on && n_drafts > 0) budget -= fill_decodes(s, n_seq, budget, &n_tok, &n_out, &n_pos);
   }
   if (n_seq == 0) return 0;
   /* the block table always has max_blocks columns: every decode step of n sequences then has
@@ -1370,7 +1447,7 @@ static int step(sched_t *s, gt_err_t *err) {
            : s->cfg.embed ? model_forward_hidden(s->m, &b, s->hidden, err)
                      : model_forward(s->m, &b, s->logits, err);
   const double t_fwd = now_ms();
-  const uint64_t acc0 = s->st.spec_accepted_tokens;
+  const uint64_t acc0 = s->st.spec_accepted_tokens + s->st.spec_fill_accepted; /* tokens kept past the pending ones */
   pthread_mutex_lock(&s->mu);
   s->st.steps++;
   s->st.computed_tokens += (uint64_t)n_tok;
@@ -1468,7 +1545,7 @@ static int step(sched_t *s, gt_err_t *err) {
   if (s->cost.by_n && pure && caps == 0) {
     const double clk = t_end - t_step - pass + (n_drafts > 0 ? s->pass_ms : 0);
     const double ms = s->cfg.spec_step_ms ? s->cfg.spec_step_ms(s->cfg.spec_step_ud, n_dec, n_drafts, clk) : clk;
-    spec_cost_record(&s->cost, n_dec, n_drafts > 0, ms, 1.0 + (double)(s->st.spec_accepted_tokens - acc0) / n_dec);
+    spec_cost_record(&s->cost, n_dec, n_drafts > 0, ms, 1.0 + (double)(s->st.spec_accepted_tokens + s->st.spec_fill_accepted - acc0) / n_dec);
   }
   if (slow > 0 && t_end - t_step > slow) {
     GT_LOG_INFO("slow step: ms=%.2f plan_ms=%.2f forward_ms=%.2f emit_ms=%.2f seqs=%d tokens=%d captures=%ld", t_end - t_step,

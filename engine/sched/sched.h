@@ -266,6 +266,9 @@ typedef struct {
   /* speculative decoding, as vLLM's spec_decode counters: verify steps of a sequence with at
    * least one draft, drafts proposed, drafts accepted, and accepted by draft position */
   uint64_t spec_drafts, spec_draft_tokens, spec_accepted_tokens;
+  /* fillers verified after drafts so that a step's decoding sequences share a row count (not in the
+   * counts above), and of those the ones kept (the model's own next token) */
+  uint64_t spec_fill_tokens, spec_fill_accepted;
   uint64_t spec_accepted_pos[SCHED_SPEC_MAX_K];
   uint64_t spec_rollbacks;      /* hybrid: recurrent states restored after a rejected draft */
   uint64_t spec_mtp_drafted;    /* drafts the MTP block computed (verified or not: a request that ends

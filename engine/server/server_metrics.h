@@ -12,6 +12,7 @@ typedef struct {
       *preemptions, *eager_steps, *graph_captures, *steps, *snapshot_replaced;
   /* speculative decoding (vLLM's vllm:spec_decode_*) */
   gt_metric_t *spec_drafts, *spec_draft_tokens, *spec_accepted, *spec_accepted_pos[SCHED_SPEC_MAX_K];
+  gt_metric_t *spec_fill_tokens;
   gt_metric_t *spec_cost_off;
   gt_metric_t *finished[6]; /* by sched_finish_t */
   gt_metric_t *rejected_invalid, *rejected_full, *rejected_unavailable;

@@ -6,7 +6,7 @@
  *     rejection at each draft position in turn (spec_force_reject), and one that proposes wrong
  *     tokens (every draft rejected);
  *   - under preemption (a small pool);
- *   - every position computed once (sched_stats computed_tokens: no kept token fed again after a
+ *   - every position computed once (sched_stats computed_tokens, fillers included: no kept token fed again after a
  *     hybrid rollback, which now swaps in the state after the last kept row).
  * On qwen3-tiny also: seeded sampling (device and host sampling paths, logprobs, penalties, stop
  * ids) gives the same tokens with and without speculation (on the GPU: up to a rare draw at a
@@ -84,7 +84,7 @@ static sched_req_t make_req(int k, int max_tokens, out_t *o) {
 }
 
 /* ---- test drafters (sched_draft_fn) ---- */
-enum { DRAFT_TRUE, DRAFT_WRONG, DRAFT_MIXED };
+enum { DRAFT_TRUE, DRAFT_WRONG, DRAFT_MIXED, DRAFT_SOME /* true, none for the first request */ };
 typedef struct {
   int mode, n_vocab;
   const out_t *ref; /* [request id - 1]: the output without speculation */
@@ -98,6 +98,7 @@ static int draft_hook(void *ud, int64_t id, int index, const int32_t *tokens, in
   (void)tokens;
   d->calls++;
   const out_t *ref = &d->ref[(id - 1) % NREQ];
+  if (d->mode == DRAFT_SOME && ref == d->ref) return 0;
   const int pos = n - d->n_prompt; /* output tokens so far */
   int m = 0;
   for (; m < k && pos + m < ref->n; m++) {
@@ -156,6 +157,26 @@ static void assert_pool_whole(sched_t *s) {
   assert_int_equal(st.running + st.waiting, 0);
 }
 
+/* Each position is computed once: the prompt (less its cached part), then every generated token
+ * but the last either as the next step's pending token or as an accepted draft, plus the drafts
+ * and fillers that were fed and not kept; a hybrid rollback feeds no kept token again. */
+static void assert_computed_once(const sched_stats_t *st, const out_t *got) {
+  uint64_t fed = st->spec_draft_tokens - st->spec_accepted_tokens + st->spec_fill_tokens - st->spec_fill_accepted;
+  for (int k = 0; k < NREQ; k++) fed += (uint64_t)(got[k].usage.prompt_tokens - got[k].usage.cached_tokens + got[k].n - 1);
+  assert_int_equal(st->computed_tokens, fed);
+}
+
+/* NREQ requests of T tokens with d's drafts (pool of n_blocks, 0: default), their output checked
+ * against ref; the scheduler (for more checks, then sched_free) and its stats in *st. */
+static sched_t *run_drafted(const tu_model_fx_t *f, drafter_t *d, int n_blocks, int T, const out_t *ref, out_t *got,
+                            const char *what, sched_stats_t *st) {
+  sched_t *s = mk(f, 1, n_blocks, d, 0);
+  run_reqs(s, NREQ, T, got, NULL);
+  assert_same(ref, got, NREQ, what);
+  sched_stats(s, st);
+  return s;
+}
+
 /* The identity checks on one model (greedy, T tokens per request). */
 static void check_model(const char *name) {
   enum { T = 40 };
@@ -183,8 +204,10 @@ static void check_model(const char *name) {
   assert_same(ref, got, NREQ, "ngram, prefix-cached");
   for (int k = 0; k < NREQ; k++) assert_true(got[k].usage.cached_tokens > 0);
   sched_stats(s, &st);
-  printf("%s ngram: %llu verify steps, %llu drafts, %llu accepted\n", name, (unsigned long long)st.spec_drafts,
-         (unsigned long long)st.spec_draft_tokens, (unsigned long long)st.spec_accepted_tokens);
+  printf("%s ngram: %llu verify steps, %llu drafts, %llu accepted, %llu fillers (%llu kept)\n", name,
+         (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_draft_tokens,
+         (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_fill_tokens,
+         (unsigned long long)st.spec_fill_accepted);
   assert_true(st.spec_drafts > 0);
   assert_pool_whole(s);
   sched_free(s);
@@ -198,12 +221,7 @@ static void check_model(const char *name) {
     assert_same(ref, got, NREQ, what);
     sched_stats(s, &st);
     assert_true(st.spec_drafts > 0);
-    /* each position is computed once: the prompt (less its cached part), then every generated
-     * token but the last either as the next step's pending token or as an accepted draft, plus
-     * the drafts that were fed; a hybrid rollback feeds no kept token again */
-    uint64_t fed = (uint64_t)st.spec_draft_tokens - st.spec_accepted_tokens;
-    for (int k = 0; k < NREQ; k++) fed += (uint64_t)(got[k].usage.prompt_tokens - got[k].usage.cached_tokens + got[k].n - 1);
-    assert_int_equal(st.computed_tokens, fed);
+    assert_computed_once(&st, got);
     if (fr == 0) {
       assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
       /* every verify step keeps its drafts plus one: far fewer steps than tokens */
@@ -218,22 +236,25 @@ static void check_model(const char *name) {
   }
   /* wrong drafts: every one rejected; mixed: a wrong one at a varying position */
   d.mode = DRAFT_WRONG;
-  s = mk(&f, 1, 0, &d, 0);
-  run_reqs(s, NREQ, T, got, NULL);
-  assert_same(ref, got, NREQ, "wrong drafts");
-  sched_stats(s, &st);
+  s = run_drafted(&f, &d, 0, T, ref, got, "wrong drafts", &st);
   assert_true(st.spec_draft_tokens > 0);
   assert_int_equal(st.spec_accepted_tokens, 0);
   assert_pool_whole(s);
   sched_free(s);
   /* preemption: 4 requests of 40 + 40 tokens = 5 blocks each in a pool of 12 blocks */
   d.mode = DRAFT_MIXED;
-  s = mk(&f, 1, 12, &d, 0);
-  run_reqs(s, NREQ, T, got, NULL);
-  assert_same(ref, got, NREQ, "mixed drafts, preempted");
-  sched_stats(s, &st);
+  s = run_drafted(&f, &d, 12, T, ref, got, "mixed drafts, preempted", &st);
   assert_true(st.preemptions > 0);
   assert_true(st.spec_accepted_tokens > 0 && st.spec_accepted_tokens < st.spec_draft_tokens);
+  assert_pool_whole(s);
+  sched_free(s);
+  /* drafts for all requests but the first: fillers bring its rows to the others' (fill_drafts), the
+   * output stays the same, and still each position is computed once (fillers fed and not kept) */
+  d.mode = DRAFT_SOME;
+  s = run_drafted(&f, &d, 0, T, ref, got, "drafts for some, filled", &st);
+  assert_true(st.spec_fill_tokens > 0);
+  assert_computed_once(&st, got);
+  assert_int_equal(st.spec_accepted_tokens, st.spec_draft_tokens);
   assert_pool_whole(s);
   sched_free(s);
   tu_model_fx_close(&f);
