@@ -1127,8 +1127,8 @@ static void lay_seq(sched_t *s, int i, int *n_tok, int *n_out, int *n_pos) {
 static int fill_drafts(sched_t *s, req_t *q, int want, int tokens, int rows);
 
 /* Fillers may make up at most 1 / SCHED_FILL_SHARE of a filled step's rows: beyond that the rows
- * they add cost more than the graph saves over an eager step (a batch where few sequences draft,
- * as prompt lookup on unrepetitive text, stays mixed). */
+ * they add are taken to cost more than the graph saves over an eager step (a bound chosen, not yet
+ * measured; a batch where few sequences draft, as prompt lookup on unrepetitive text, stays mixed). */
 #define SCHED_FILL_SHARE 4
 
 /* After the step's n decoding sequences were laid out (rows from 0) with drafts for some: when their
