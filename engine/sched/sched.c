@@ -1298,24 +1298,6 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   return 0;
 }
 
-/* The pass's n sequences padded to one row count (the most rows any of them runs,
- * spec_mtp_seq_t.n_pad), the shape of a graph (CUDA: a pass of mixed row counts runs eagerly), when
- * each has those rows in the step just run (its hidden states) and KV slots for them, and the count
- * is a graph shape's; else left as they are. Every backend pads alike, so the CPU runs the GPU's
- * passes. */
-static void pad_pass(sched_t *s, int n) {
-  int R = 0;
-  for (int i = 0; i < n; i++)
-    if (s->mseq[i].n_rows > R) R = s->mseq[i].n_rows;
-  if (R > BE_GRAPH_MAX_Q) return;
-  const int bt = s->cfg.block_tokens;
-  for (int i = 0; i < n; i++) {
-    const spec_mtp_seq_t *q = &s->mseq[i];
-    if (q->pos0 + R > q->n_blocks * bt || R > q->src_rows) return;
-  }
-  for (int i = 0; i < n; i++) s->mseq[i].n_pad = R - s->mseq[i].n_rows;
-}
-
 /* SCHED_SPEC_MTP, after the step's tokens were taken: the MTP pass over each still running
  * sequence's rows of the step whose next token is known now (spec.h "MTP drafting"), and the
  * drafts of those that decode (q->mtp_draft, for the step that finds n_tokens == mtp_at). The
@@ -1348,7 +1330,6 @@ static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
     n++;
   }
   if (n == 0) return GT_OK;
-  pad_pass(s, n);
   s->st.spec_mtp_passes++;
   const int rc = spec_mtp_run(s->mtp, s->m, s->mseq, n, s->cfg.block_tokens, err);
   for (int i = 0; i < n && !rc; i++) {

@@ -27,8 +27,13 @@ int spec_ngram_draft(const int32_t *toks, int n, int k, int min_n, int max_n, in
  * on the device (model_mtp_forward_greedy_dev, be_batch_t.tok_src): every step's ids are kept there
  * and one download at the end brings all the drafts back, one transfer per call instead of one per
  * MTP step; the drafts are the step-by-step path's. The chained rows' K/V are written at positions
- * the next step's pass writes again before any row reads them. Drafts only choose what is
- * verified: output never depends on them. */
+ * the next step's pass writes again before any row reads them. A pass over sequences of different
+ * row counts is padded to the most rows any of them runs, the shape a graph replays (CUDA: else it
+ * runs eagerly), when every sequence has those rows in the forward (src_rows) and their positions
+ * in its blocks, and the count is at most BE_GRAPH_MAX_Q: padded rows read the next hidden rows,
+ * take the last token again, give no output, and write K/V the next pass writes again before any
+ * row reads it. Every backend pads alike. Drafts only choose what is verified: output never
+ * depends on them. */
 typedef struct {
   int src_row;           /* the sequence's first row in the last model forward's batch */
   int n_rows;            /* rows to run, >= 1: positions pos0 .. pos0 + n_rows - 1 */
@@ -36,12 +41,7 @@ typedef struct {
   const int32_t *next;   /* [n_rows] the token at pos0 + j + 1 (the row's MTP input token) */
   const int32_t *blocks; /* the sequence's KV block table [n_blocks]: holds every row's position and */
   int n_blocks;          /* a chained draft's only while its position is in one of these blocks */
-  int n_pad;             /* rows run after those, outputs of none (0 when not asked): hidden rows src_row +
-                          * n_rows .., the last token again, positions on; their K/V are written again by
-                          * the next pass before any row reads them. They give every sequence of a pass
-                          * the same row count, the shape a graph replays (CUDA: else the pass runs eagerly).
-                          * n_rows + n_pad <= src_rows, and those positions in the blocks */
-  int src_rows;          /* the sequence's rows in that forward (from src_row) */
+  int src_rows;          /* the sequence's rows in that forward from src_row (0: none past n_rows): padding */
   int k;                 /* drafts wanted (0: only the K/V) */
   int32_t draft[8];      /* out: n_draft drafts, the tokens at pos0 + n_rows + 1 .. */
   int n_draft;

@@ -105,18 +105,33 @@ static int chain_on_device(spec_mtp_t *w, model_t *m, int *dev, gt_err_t *err) {
   return GT_OK;
 }
 
+/* The row count every sequence of the pass runs (spec.h: the most any of them has, when all can be
+ * padded to it), or 0: each its own n_rows. */
+static int pass_rows(const spec_mtp_seq_t *seqs, int n, int block_tokens) {
+  int R = 0;
+  for (int i = 0; i < n; i++)
+    if (seqs[i].n_rows > R) R = seqs[i].n_rows;
+  if (R > BE_GRAPH_MAX_Q) return 0;
+  for (int i = 0; i < n; i++) {
+    const spec_mtp_seq_t *q = &seqs[i];
+    if (q->n_rows > 0 && (R > q->src_rows || q->pos0 + R > q->n_blocks * block_tokens)) return 0;
+  }
+  return R;
+}
+
 int spec_mtp_run(spec_mtp_t *w, model_t *m, spec_mtp_seq_t *seqs, int n, int block_tokens, gt_err_t *err) {
   if (n > w->max_seqs) return gt_err_set(err, GT_EINVAL, "MTP pass over %d sequences (max %d)", n, w->max_seqs);
   int dev = 0;
   const int arc = chain_on_device(w, m, &dev, err);
   if (arc) return arc;
-  /* 1. the pass: every sequence's rows, an output row at the last of those that draft */
+  /* 1. the pass: every sequence's rows (padded to R), an output row at the last of those that draft */
+  const int R = pass_rows(seqs, n, block_tokens);
   int T = 0, ns = 0, no = 0;
   for (int i = 0; i < n; i++) {
     spec_mtp_seq_t *q = &seqs[i];
     q->n_draft = 0;
     if (q->n_rows <= 0) continue;
-    const int nr = q->n_rows + (q->n_pad > 0 && q->n_rows + q->n_pad <= q->src_rows ? q->n_pad : 0);
+    const int nr = R ? R : q->n_rows;
     if (T + nr > w->max_tokens) return gt_err_set(err, GT_EINVAL, "MTP pass over more than %d rows", w->max_tokens);
     w->first[ns] = T;
     w->ntok[ns] = nr;

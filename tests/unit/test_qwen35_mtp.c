@@ -647,6 +647,11 @@ static int count_sync(be_t *be) {
   g_syncs++;
   return g_real_ops->sync(be);
 }
+static int g_pass_tok; /* n_tok of the first batch set after g_pass_tok = 0 (the MTP pass) */
+static int first_batch(be_t *be, const be_batch_t *b) {
+  if (!g_pass_tok) g_pass_tok = b->n_tok;
+  return g_real_ops->set_batch(be, b);
+}
 static int count_sample(be_t *be, const float *logits, int n_rows, int n_vocab, const be_sample_row_t *rows,
                         int32_t *ids) {
   g_xfers++;
@@ -660,8 +665,9 @@ typedef struct {
 } drafts_t;
 
 /* One main forward of CN sequences (prompt lengths len[], blocks of 16), then spec_mtp_run on the
- * rows of each with k[] drafts through ops (the model's backend runs with that table) into *d. */
-static void chain_run(fx_t *f, const be_ops_t *ops, const int *len, const int *nblk, const int *k, drafts_t *d) {
+ * rows of each with k[] drafts through ops (the model's backend runs with that table) into *d;
+ * pad: src_rows = len[] (the pass may pad to one row count), else 0. */
+static void chain_run(fx_t *f, const be_ops_t *ops, const int *len, const int *nblk, const int *k, int pad, drafts_t *d) {
   enum { BTK = 16, MB = 2 };
   int32_t tok[64], pos[64], first[CN], ntok[CN], slot[CN], bt[CN * MB], out[CN];
   int T = 0;
@@ -683,7 +689,7 @@ static void chain_run(fx_t *f, const be_ops_t *ops, const int *len, const int *n
   spec_mtp_seq_t q[CN];
   for (int i = 0; i < CN; i++)
     q[i] = (spec_mtp_seq_t){.src_row = first[i], .n_rows = len[i] - 1, .pos0 = 0, .next = tok + first[i] + 1,
-                            .blocks = bt + i * MB, .n_blocks = nblk[i], .k = k[i]};
+                            .src_rows = pad ? len[i] : 0, .blocks = bt + i * MB, .n_blocks = nblk[i], .k = k[i]};
   spec_mtp_t *w = spec_mtp_create(64, CN, MB, f->m->hp.n_vocab);
   assert_non_null(w);
   const be_ops_t *was = f->be->ops;
@@ -718,12 +724,12 @@ static void chain_case(const char *path, int draft_vocab) {
    * chain's later steps feed a subset of the earlier rows; sequence 3 drafts nothing (only its K/V) */
   const int len[CN] = {20, 16, 12, 6}, nblk[CN] = {2, 1, 2, 1}, k[CN] = {3, 4, 8, 0};
   drafts_t a, s, h;
-  chain_run(&f, &chained, len, nblk, k, &a);
+  chain_run(&f, &chained, len, nblk, k, 0, &a);
   const int xfers_chained = g_xfers, syncs_chained = g_syncs;
-  chain_run(&f, &stepped, len, nblk, k, &s);
+  chain_run(&f, &stepped, len, nblk, k, 0, &s);
   const int xfers_stepped = g_xfers;
   if (!draft_vocab) {
-    chain_run(&f, &host, len, nblk, k, &h);
+    chain_run(&f, &host, len, nblk, k, 0, &h);
     assert_memory_equal(&h, &s, sizeof h);
   }
   printf("%s (draft vocab %d): drafts", path, draft_vocab);
@@ -747,6 +753,22 @@ static void chain_case(const char *path, int draft_vocab) {
   assert_int_equal(xfers_chained, 1);
   assert_int_equal(syncs_chained, 0);
   assert_int_equal(xfers_stepped, 8);
+  /* a pass of mixed row counts (4 + 3 + 4 + 3 kept rows, every sequence with 4 in the forward) is
+   * padded to 4 rows each (16 tokens, not 14), and the drafts are those of the unpadded pass: the
+   * padded rows come after every row that drafts */
+  const int len2[CN] = {5, 4, 5, 4}, nblk2[CN] = {1, 1, 1, 1}, k2[CN] = {3, 2, 0, 3};
+  drafts_t u, p;
+  be_ops_t batched = *f.be->ops;
+  batched.set_batch = first_batch;
+  g_pass_tok = 0;
+  chain_run(&f, &batched, len2, nblk2, k2, 0, &u);
+  assert_int_equal(g_pass_tok, 14);
+  g_pass_tok = 0;
+  chain_run(&f, &batched, len2, nblk2, k2, 1, &p);
+  assert_int_equal(g_pass_tok, 16);
+  assert_memory_equal(&u, &p, sizeof u);
+  assert_int_equal(p.n_draft[0], 3);
+  assert_int_equal(p.n_draft[2], 0);
   fx_close(&f);
 }
 
