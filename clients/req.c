@@ -114,6 +114,18 @@ static void error_message(json_t *err, char *out, size_t cap) {
     snprintf(out, cap, "%s", msg);
 }
 
+/* An event's new usage (-1: unknown) that no token chunk carried, held for the next one */
+static void hold_usage(int *held, int usage_new) {
+  if (usage_new > 0) *held += usage_new;
+}
+/* A token chunk's new usage with what was held added (unknown stays unknown, the held kept) */
+static int take_held_usage(int *held, int usage_new) {
+  if (usage_new < 0) return usage_new;
+  usage_new += *held;
+  *held = 0;
+  return usage_new;
+}
+
 void gc_req_on_event(gc_req_t *r, const char *data, size_t len, int64_t t_ns) {
   r->n_events++;
   if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
@@ -195,17 +207,11 @@ void gc_req_on_event(gc_req_t *r, const char *data, size_t len, int64_t t_ns) {
    * may still send an event for it with its usage but no text: that token shows up with the
    * next token chunk, whose interval then covers both. */
   if (!kinds) {
-    if (usage_new > 0) r->held_usage += usage_new;
-    if (usage_new_r > 0) r->held_usage_reasoning += usage_new_r;
+    hold_usage(&r->held_usage, usage_new);
+    hold_usage(&r->held_usage_reasoning, usage_new_r);
   } else {
-    if (usage_new >= 0) {
-      usage_new += r->held_usage;
-      r->held_usage = 0;
-    }
-    if (usage_new_r >= 0) {
-      usage_new_r += r->held_usage_reasoning;
-      r->held_usage_reasoning = 0;
-    }
+    usage_new = take_held_usage(&r->held_usage, usage_new);
+    usage_new_r = take_held_usage(&r->held_usage_reasoning, usage_new_r);
     if (r->n_chunks == r->cap_chunks) {
       int cap = r->cap_chunks ? r->cap_chunks * 2 : 64;
       gc_chunk_t *nc = realloc(r->chunks, (size_t)cap * sizeof *nc);
