@@ -377,8 +377,8 @@ static int mvw_try(cudaStream_t st, mvm_args_t a, int64_t cols, const float *x, 
  * H200, bench_matvec 16 / 32 rows, us at 8 / 16 warps: Q4_K 12288x4096 31.2 / 30.3, 42.4 / 48.2,
  * head 151936x4096 193.1 / 203.1, 318.1 / 388.9; Q6_K 12288x4096 39.2 / 33.4, 52.9 / 49.5, head
  * 271.6 / 229.0, 416.3 / 389.6: kernels/README.md "The wide product"). GANTRY_MVW_W (8 or 16, a
- * measurement knob read once) sets both types; GANTRY_MVW=0 (read once): not taken (mmq runs). */
-/* n (9..KC_MVW_MAX_ROWS) rows on the wide kernel: 1 if launched (rc its error), else 0 */
+ * measurement knob read once) sets both types; GANTRY_MVW=0 (read once): not taken (mmq runs).
+ * n (9..KC_MVW_MAX_ROWS) rows on the wide kernel: 1 if launched (rc its error), else 0. */
 template <class D>
 static int mvw_go(cudaStream_t st, const mvm_args_t &a, int64_t cols, const float *x, int n, int &rc) {
   static int wenv = -1, on = -1;
