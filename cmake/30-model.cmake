@@ -26,6 +26,8 @@ target_link_libraries(gantry_model PUBLIC gantry_gguf gantry_common gantry_comm_
 # engine/sched/: continuous batching, paged KV with prefix caching, per-request output
 add_library(gantry_sched STATIC engine/sched/kv.c engine/sched/seqout.c engine/sched/sched.c engine/sched/sched_mem.c
   engine/sched/spec_ngram.c
+  engine/sched/spec_index.c
+  engine/sched/spec_suffix.c
   engine/sched/spec_mtp.c engine/sched/spec_cost.c
   engine/sched/constraint.c engine/sched/bad_words.c)
 target_link_libraries(gantry_sched PUBLIC gantry_model gantry_grammar gantry_tok gantry_chat gantry_common Threads::Threads)
@@ -67,6 +69,8 @@ gt_add_test(test_tp SOURCES tests/unit/test_tp.c LIBS gantry_model gantry_gen_ru
 # speculative decoding: output with speculation == output without, on every golden model (tests/unit/test_sched_spec.c)
 gt_add_test(test_sched_spec SOURCES tests/unit/test_sched_spec.c LIBS gantry_sched gantry_model_fx TIMEOUT 900)
 # benchmark (prints numbers; not a test): decode rate and acceptance length, speculation off vs prompt lookup
+add_executable(bench_ngram tests/bench/bench_ngram.c)
+target_link_libraries(bench_ngram PRIVATE gantry_sched)
 add_executable(bench_spec tests/bench/bench_spec.c)
 target_link_libraries(bench_spec PRIVATE gantry_sched)
 # verify step vs decode step, and the MTP drafter's cost (tests/bench/bench_verify.c, scripts/gpu/spec.sh)
@@ -83,3 +87,5 @@ gt_add_test(test_tp_rank_shapes SOURCES tests/unit/test_tp_rank_shapes.c tests/c
 # embedding pooling: normalization, {arch}.pooling_type, last-token hidden state == the head's input
 gt_add_test(test_embed SOURCES tests/unit/test_embed.c LIBS gantry_model gantry_testutil TIMEOUT 120)
 gt_add_test(test_bad_words SOURCES tests/unit/test_bad_words.c LIBS gantry_sched TIMEOUT 60)
+# prompt lookup's n-gram index (== the scan) and the suffix cache across requests (tests/unit/test_spec_index.c)
+gt_add_test(test_spec_index SOURCES tests/unit/test_spec_index.c LIBS gantry_sched TIMEOUT 60)

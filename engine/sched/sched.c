@@ -23,6 +23,8 @@
 #include "engine/sched/sched_mem.h"
 #include "engine/sched/spec.h"
 #include "engine/sched/spec_cost.h"
+#include "engine/sched/spec_index.h"
+#include "engine/sched/spec_suffix.h"
 
 typedef struct req {
   int64_t id;
@@ -65,6 +67,8 @@ typedef struct req {
   int32_t draft[SCHED_SPEC_MAX_K]; /* this step's drafts, fed after the pending tokens */
   int n_draft;
   int n_fill;        /* of those, fillers at the tail (fill_drafts): verified like drafts, not counted as drafted */
+  int draft_cached;  /* this step's drafts came from the suffix cache (spec_suffix.h) */
+  spec_index_t ngx;  /* SCHED_SPEC_NGRAM: the n-grams of tokens (spec_index.h), built as they come */
   int pslot[SCHED_SPEC_MAX_K]; /* hybrid, this step's drafts: pslot[j] receives the state after
                                   row j of the sequence (its pending token, then draft j - 1) */
   int n_pslot;
@@ -96,6 +100,7 @@ struct sched {
    * still running after the step's tokens were taken (b_alive) */
   spec_mtp_t *mtp;
   spec_mtp_seq_t *mseq;
+  spec_suffix_t *suffix; /* SCHED_SPEC_NGRAM with spec_suffix_tokens: finished requests' outputs */
   uint8_t *b_alive;
   /* whether speculation pays per decode count (spec_cost.h; by_n NULL: not measured, !spec_adaptive),
    * and its choice for the next step (made before the MTP pass that step would need) */
@@ -171,6 +176,7 @@ static void free_req(req_t *q) {
   seqout_free(q->out);
   cons_seq_free(q->cs);
   free(q->tokens);
+  spec_index_free(&q->ngx);
   free(q->stop_ids);
   free(q->allowed);
   free(q->allowed_lg);
@@ -220,6 +226,8 @@ static void finish(sched_t *s, req_t *q, sched_finish_t why, const char *error) 
     }
   }
   emit_delta(q);
+  if (s->suffix && q->n_generated > 0 && (why == SCHED_FINISH_STOP || why == SCHED_FINISH_LENGTH))
+    spec_suffix_add(s->suffix, q->tokens, q->n_tokens, q->n_prompt, q->r.cache_salt); /* out of memory: empty */
   if (why == SCHED_FINISH_STOP && seqout_tool_calls(q->out) > 0) why = SCHED_FINISH_TOOL_CALLS;
   double t = now_ms();
   sched_usage_t u = {
@@ -402,6 +410,10 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers (speculation costs)");
     goto fail;
   }
+  if (c.spec_mode == SCHED_SPEC_NGRAM && c.spec_suffix_tokens > 0 && !(s->suffix = spec_suffix_create(c.spec_suffix_tokens))) {
+    rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers (suffix cache of %d tokens)", c.spec_suffix_tokens);
+    goto fail;
+  }
   if (c.spec_mode == SCHED_SPEC_MTP) {
     s->mtp = spec_mtp_create(T, S, s->max_blocks, s->V);
     m->mtp_draft_vocab = sched_spec_draft_vocab(c.spec_draft_vocab, s->V);
@@ -470,6 +482,7 @@ void sched_free(sched_t *s) {
   free(s->snap_free);
   free(s->spec_free);
   spec_mtp_free(s->mtp);
+  spec_suffix_free(s->suffix);
   spec_cost_free(&s->cost);
   free(s->mseq);
   free(s->b_alive);
@@ -1173,13 +1186,34 @@ static int draft_room(sched_t *s, req_t *q, int nd) {
   return nd > 0 ? nd : 0;
 }
 
+/* Prompt lookup's drafts (spec.h) for q into q->draft, at most k: from q's own tokens through its
+ * index (a scan when that is out of memory), or from the suffix cache when it matches a longer
+ * end of q (q->draft_cached). Returns the count. */
+static int ngram_drafts(sched_t *s, req_t *q, int k) {
+  const int lo = s->cfg.spec_ngram_min, hi = s->cfg.spec_ngram_max;
+  int g = 0, nd = spec_index_draft(&q->ngx, q->tokens, q->n_tokens, k, lo, hi, q->draft, &g);
+  if (nd < 0) {
+    nd = spec_ngram_draft(q->tokens, q->n_tokens, k, lo, hi, q->draft);
+    g = hi;
+  }
+  int32_t d[SCHED_SPEC_MAX_K];
+  int gc = 0;
+  const int nc = s->suffix ? spec_suffix_draft(s->suffix, q->tokens, q->n_tokens, q->r.cache_salt, k, d, &gc) : 0;
+  if (nc > 0 && gc > g) {
+    memcpy(q->draft, d, sizeof(int32_t) * (size_t)nc);
+    q->draft_cached = 1;
+    return nc;
+  }
+  return nd;
+}
+
 /* Drafts for decoding q, whose pending tokens all go into this step, into q->draft: at most
  * spec_k, `tokens` more tokens of the step's budget and `rows` more output rows, what fits in
  * n_ctx and max_tokens, and what q's blocks plus the free blocks beyond the decodes' headroom
  * hold (speculation never preempts), and for a hybrid q the spare slots free for its rows' states
  * (one per draft: q->pslot, given back by verify). Returns q->n_draft. */
 static int propose(sched_t *s, req_t *q, int tokens, int rows) {
-  q->n_draft = q->n_fill = 0;
+  q->n_draft = q->n_fill = q->draft_cached = 0;
   if (q->r.no_spec || q->n_generated == 0 || q->n_fork > 0) return 0;
   if (q->spec_skip > 0) { /* paused after a full rejection */
     q->spec_skip--;
@@ -1199,7 +1233,7 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
     nd = q->mtp_at == q->n_tokens ? (q->n_mtp_draft < k ? q->n_mtp_draft : k) : 0;
     memcpy(q->draft, q->mtp_draft, sizeof(int32_t) * (size_t)(nd > 0 ? nd : 0));
   } else {
-    nd = spec_ngram_draft(q->tokens, q->n_tokens, k, s->cfg.spec_ngram_min, s->cfg.spec_ngram_max, q->draft);
+    nd = ngram_drafts(s, q, k);
   }
   if (nd > k) nd = k;
   for (int j = 0; j < nd; j++)
@@ -1275,6 +1309,10 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   for (int j = 0; j < a_real; j++) s->st.spec_accepted_pos[j]++;
   s->st.spec_fill_tokens += (uint64_t)q->n_fill;
   s->st.spec_fill_accepted += (uint64_t)(a - a_real);
+  if (q->draft_cached) {
+    s->st.spec_suffix_draft_tokens += (uint64_t)real;
+    s->st.spec_suffix_accepted += (uint64_t)a_real;
+  }
   s->st.spec_rollbacks += !done && s->hybrid && a < nd;
   pthread_mutex_unlock(&s->mu);
   if (real > 0 && (a > 0 || forced)) {

@@ -82,6 +82,11 @@ typedef struct {
    * engine/SERVE.md "Speculative decoding"). */
   int spec_mode, spec_k, spec_max_seqs, spec_ngram_min, spec_ngram_max;
   int spec_adaptive;
+  /* SCHED_SPEC_NGRAM: a cache of the last spec_suffix_tokens tokens that finished requests
+   * generated (engine/sched/spec_suffix.h; 0: none, the default), drafted from when it matches
+   * more of a sequence's end than its own prompt and output do; only between requests of one
+   * cache_salt. */
+  int spec_suffix_tokens;
   /* test hook: the step time spec_cost records (ms) instead of the clock's, for a pure decode
    * step of n_dec sequences with n_draft drafts in all (0: a plain step) */
   double (*spec_step_ms)(void *ud, int n_dec, int n_draft, double clock_ms);
@@ -269,6 +274,8 @@ typedef struct {
   /* fillers verified after drafts so that a step's decoding sequences share a row count (not in the
    * counts above), and of those the ones kept (the model's own next token) */
   uint64_t spec_fill_tokens, spec_fill_accepted;
+  /* of the drafts above, those the suffix cache gave (spec_suffix_tokens) and the ones accepted */
+  uint64_t spec_suffix_draft_tokens, spec_suffix_accepted;
   uint64_t spec_accepted_pos[SCHED_SPEC_MAX_K];
   uint64_t spec_rollbacks;      /* hybrid: recurrent states restored after a rejected draft */
   uint64_t spec_mtp_drafted;    /* drafts the MTP block computed (verified or not: a request that ends

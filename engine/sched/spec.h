@@ -3,7 +3,9 @@
  *
  * Prompt lookup (n-gram): the last n tokens of a sequence (its prompt followed by its output)
  * are looked up earlier in the same sequence; the tokens that followed the most recent earlier
- * occurrence are the drafts. Longer n-grams are tried first. Pure functions, no state. */
+ * occurrence are the drafts. Longer n-grams are tried first. spec_ngram_draft is the scan (pure, no
+ * state, O(n)); the scheduler gets the same drafts through an index built as the sequence grows
+ * (spec_index.h), and also drafts from finished requests' outputs (spec_suffix.h). */
 #ifndef GANTRY_ENGINE_SPEC_H
 #define GANTRY_ENGINE_SPEC_H
 

@@ -45,6 +45,12 @@ void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
                                        "Speculative decoding: filler tokens verified after a sequence's drafts so that the "
                                        "step's sequences share a row count (a graph's shape); not in the draft counts.",
                                        NULL, NULL, 0);
+  m->spec_suffix_drafts = gt_metrics_add(reg, C, "gantry_engine_spec_decode_suffix_draft_tokens_total",
+                                         "Speculative decoding: of the draft tokens, those from the cache of finished "
+                                         "requests' outputs (serve --spec-suffix-cache).", NULL, NULL, 0);
+  m->spec_suffix_accepted = gt_metrics_add(reg, C, "gantry_engine_spec_decode_suffix_accepted_tokens_total",
+                                           "Speculative decoding: of the accepted tokens, those the suffix cache drafted.",
+                                           NULL, NULL, 0);
   m->spec_cost_off = gt_metrics_add(reg, C, "gantry_engine_spec_decode_cost_off_steps_total",
                                      "Speculative decoding: steps told not to draft because measured speculative steps gave "
                                      "fewer tokens per ms than plain ones at their batch size (engine/sched/spec_cost.h).",
@@ -113,6 +119,8 @@ void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {
   gt_metric_set(m->spec_draft_tokens, (double)st->spec_draft_tokens);
   gt_metric_set(m->spec_accepted, (double)st->spec_accepted_tokens);
   gt_metric_set(m->spec_fill_tokens, (double)st->spec_fill_tokens);
+  gt_metric_set(m->spec_suffix_drafts, (double)st->spec_suffix_draft_tokens);
+  gt_metric_set(m->spec_suffix_accepted, (double)st->spec_suffix_accepted);
   gt_metric_set(m->spec_cost_off, (double)st->spec_cost_off_steps);
   for (int i = 0; i < SCHED_SPEC_MAX_K; i++) gt_metric_set(m->spec_accepted_pos[i], (double)st->spec_accepted_pos[i]);
 }

@@ -8,7 +8,8 @@
 # Here:   STACK=1 TARGETS="gantry-engine" scripts/gpu/pack.sh; sh scripts/gpu/slim.sh hide stack
 # Device: bash scripts/gpu/spec_stack.sh   (carry build-cuda-stack; ~3-4 min)
 # Env: OUT (default /tmp/gpu-spec-stack), K (3), CONC (1,8,32), OUTPUT_LEN (128), MODES ("off mtp ngram";
-# MODE:K sets that run's drafts, e.g. "ngram:6"),
+# MODE:K sets that run's drafts, e.g. "ngram:6"; ngram0 is ngram without the suffix cache across requests, which
+# matters here: each prompt runs twice per cell, and every cell runs the same prompts),
 # WORKLOADS ("edit completion"), TEMP (0: greedy), ENGINE_ARGS (extra serve options for every run).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,7 +25,10 @@ for w in ${WORKLOADS:-edit completion}; do
     mode=${mk%%:*} k=$K # MODE or MODE:K (e.g. ngram:6)
     case $mk in *:*) k=${mk#*:} ;; esac
     [ "$mode" = off ] && k=
-    a="--speculative $mode"
+    case $mode in # ngram0: prompt lookup without the suffix cache across requests
+      ngram0) a="--speculative ngram --spec-suffix-cache 0" ;;
+      *) a="--speculative $mode" ;;
+    esac
     [ "$mode" = off ] || a="$a --num-speculative-tokens $k"
     echo "=== $w, speculative $mode${k:+ k $k}"
     OUT="$OUT/$w-$mode$k" CONTEXTS=512 CONC=${CONC:-1,8,32} SPEC_METRICS=1 ENGINE_ARGS="$a ${ENGINE_ARGS:-}" \

@@ -2,6 +2,8 @@
  * speculation equals output without it, token for token, on every golden model (qwen3-tiny in
  * bf16 / Q8_0 / Q6_K / Q4_K_M, the hybrid qwen35-tiny, the demo model):
  *   - prompt lookup (n-gram) drafts, batched with other sequences, then prefix-cached;
+ *   - the suffix cache across requests: the same requests again draft the first run's outputs
+ *     (nearly all accepted), another cache_salt drafts nothing from them;
  *   - a test drafter that proposes the true continuation (every draft accepted), with a forced
  *     rejection at each draft position in turn (spec_force_reject), and one that proposes wrong
  *     tokens (every draft rejected);
@@ -177,6 +179,47 @@ static sched_t *run_drafted(const tu_model_fx_t *f, drafter_t *d, int n_blocks, 
   return s;
 }
 
+static void salt_99(sched_req_t *r, int k) {
+  (void)k;
+  r->cache_salt = 99;
+}
+
+/* The suffix cache (sched_config_t.spec_suffix_tokens): the requests run again draft what the first
+ * run generated, nearly all of it accepted; the output stays the same; requests of another salt
+ * draft nothing from it; each position is still computed once. */
+static void check_suffix_cache(const tu_model_fx_t *f, int T, const out_t *ref, out_t *got, const char *name) {
+  sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_ctx = 256, .spec_mode = SCHED_SPEC_NGRAM,
+                      .spec_k = 3, .spec_suffix_tokens = 4096};
+  sched_t *s = NULL;
+  gt_err_t err = {0};
+  assert_int_equal(sched_create(f->m, f->tok, &c, &s, &err), 0);
+  sched_stats_t st0, st1, st2;
+  run_reqs(s, NREQ, T, got, NULL); /* together: none finished before the others drafted */
+  assert_same(ref, got, NREQ, "suffix cache, first run");
+  sched_stats(s, &st0);
+  assert_int_equal(st0.spec_suffix_draft_tokens, 0);
+  assert_computed_once(&st0, got);
+  run_reqs(s, NREQ, T, got, NULL);
+  assert_same(ref, got, NREQ, "suffix cache, again");
+  sched_stats(s, &st1);
+  const uint64_t sd = st1.spec_suffix_draft_tokens, sa = st1.spec_suffix_accepted;
+  const uint64_t dt = st1.spec_draft_tokens - st0.spec_draft_tokens, at = st1.spec_accepted_tokens - st0.spec_accepted_tokens;
+  printf("%s suffix cache: first run %llu of %llu drafts accepted; again %llu of %llu (%llu of %llu from the cache)\n",
+         name, (unsigned long long)st0.spec_accepted_tokens, (unsigned long long)st0.spec_draft_tokens,
+         (unsigned long long)at, (unsigned long long)dt, (unsigned long long)sa, (unsigned long long)sd);
+  assert_true(sd > 0);
+  assert_true(sa * 10 >= sd * 9);
+  /* the cache drafts most of the run again, and nearly all of what is drafted is kept */
+  assert_true(sd * 2 >= (uint64_t)NREQ * T);
+  assert_true(at * 10 >= dt * 9);
+  run_reqs(s, NREQ, T, got, salt_99);
+  assert_same(ref, got, NREQ, "suffix cache, another salt");
+  sched_stats(s, &st2);
+  assert_int_equal(st2.spec_suffix_draft_tokens, sd);
+  assert_pool_whole(s);
+  sched_free(s);
+}
+
 /* The identity checks on one model (greedy, T tokens per request). */
 static void check_model(const char *name) {
   enum { T = 40 };
@@ -211,6 +254,7 @@ static void check_model(const char *name) {
   assert_true(st.spec_drafts > 0);
   assert_pool_whole(s);
   sched_free(s);
+  check_suffix_cache(&f, T, ref, got, name);
   /* the true continuation as drafts, rejected at no position / at position j */
   drafter_t d = {.mode = DRAFT_TRUE, .n_vocab = f.m->hp.n_vocab, .ref = ref, .n_prompt = 40};
   for (int fr = 0; fr <= 3; fr++) {
