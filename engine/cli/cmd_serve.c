@@ -89,8 +89,8 @@ static void usage(void) {
         "                          step drafts only while speculative steps of its batch size measure\n"
         "                          more tokens per ms than plain ones (loses on the H200 so far:\n"
         "                          engine/SERVE.md \"Speculative decoding\")\n"
-        "  --spec-suffix-cache N   ngram: also draft from the last N tokens that finished requests of\n"
-        "                          the same tenant / cache_salt generated (default 262144; 0 = off)\n"
+        "  --spec-suffix-cache N   also draft (ngram, mtp) from the last N tokens that finished requests\n"
+        "                          of the same tenant / cache_salt generated (default 262144; 0 = off)\n"
         "  --spec-draft-vocab N    MTP drafts among the first N token ids only (default 32768 for\n"
         "                          vocabularies over 65536, else all; 0 = all); output is unchanged\n"
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",

@@ -410,7 +410,7 @@ int sched_create(model_t *m, const tok_t *tok, const sched_config_t *cfg, sched_
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers (speculation costs)");
     goto fail;
   }
-  if (c.spec_mode == SCHED_SPEC_NGRAM && c.spec_suffix_tokens > 0 && !(s->suffix = spec_suffix_create(c.spec_suffix_tokens))) {
+  if (c.spec_mode != SCHED_SPEC_OFF && c.spec_suffix_tokens > 0 && !(s->suffix = spec_suffix_create(c.spec_suffix_tokens))) {
     rc = gt_err_set(err, GT_ENOMEM, "scheduler buffers (suffix cache of %d tokens)", c.spec_suffix_tokens);
     goto fail;
   }
@@ -1186,9 +1186,26 @@ static int draft_room(sched_t *s, req_t *q, int nd) {
   return nd > 0 ? nd : 0;
 }
 
+/* The suffix cache's drafts for q (spec_suffix.h) into q->draft when it matches the last
+ * SPEC_SUFFIX_MAX_N tokens of q, more than q's own drafter matched (g_own tokens: prompt lookup's
+ * n-gram, 0 for MTP), and gives at least min_nd drafts (q->draft_cached). A shorter match across
+ * requests predicts worse: on demo35's held-out prompts (each a new prompt, CPU stack, k 3 and 6)
+ * taking matches of 5..7 tokens too cost prompt lookup 0.02-0.06 of acceptance length, while
+ * full matches cost at most 0.01. Returns the drafts taken (0: none). */
+static int cached_drafts(sched_t *s, req_t *q, int k, int g_own, int min_nd) {
+  if (!s->suffix) return 0;
+  int32_t d[SCHED_SPEC_MAX_K];
+  int gc = 0;
+  const int nc = spec_suffix_draft(s->suffix, q->tokens, q->n_tokens, q->r.cache_salt, k, d, &gc);
+  if (nc <= 0 || nc < min_nd || gc < SPEC_SUFFIX_MAX_N || gc <= g_own) return 0;
+  memcpy(q->draft, d, sizeof(int32_t) * (size_t)nc);
+  q->draft_cached = 1;
+  return nc;
+}
+
 /* Prompt lookup's drafts (spec.h) for q into q->draft, at most k: from q's own tokens through its
- * index (a scan when that is out of memory), or from the suffix cache when it matches a longer
- * end of q (q->draft_cached). Returns the count. */
+ * index (a scan when that is out of memory), or from the suffix cache (cached_drafts). Returns the
+ * count. */
 static int ngram_drafts(sched_t *s, req_t *q, int k) {
   const int lo = s->cfg.spec_ngram_min, hi = s->cfg.spec_ngram_max;
   int g = 0, nd = spec_index_draft(&q->ngx, q->tokens, q->n_tokens, k, lo, hi, q->draft, &g);
@@ -1196,15 +1213,8 @@ static int ngram_drafts(sched_t *s, req_t *q, int k) {
     nd = spec_ngram_draft(q->tokens, q->n_tokens, k, lo, hi, q->draft);
     g = hi;
   }
-  int32_t d[SCHED_SPEC_MAX_K];
-  int gc = 0;
-  const int nc = s->suffix ? spec_suffix_draft(s->suffix, q->tokens, q->n_tokens, q->r.cache_salt, k, d, &gc) : 0;
-  if (nc > 0 && gc > g) {
-    memcpy(q->draft, d, sizeof(int32_t) * (size_t)nc);
-    q->draft_cached = 1;
-    return nc;
-  }
-  return nd;
+  const int nc = cached_drafts(s, q, k, g, 0);
+  return nc > 0 ? nc : nd;
 }
 
 /* Drafts for decoding q, whose pending tokens all go into this step, into q->draft: at most
@@ -1232,6 +1242,8 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
   } else if (s->cfg.spec_mode == SCHED_SPEC_MTP) { /* drafted after the last step (mtp_pass) */
     nd = q->mtp_at == q->n_tokens ? (q->n_mtp_draft < k ? q->n_mtp_draft : k) : 0;
     memcpy(q->draft, q->mtp_draft, sizeof(int32_t) * (size_t)(nd > 0 ? nd : 0));
+    const int nc = cached_drafts(s, q, k, 0, nd);
+    if (nc > 0) nd = nc;
   } else {
     nd = ngram_drafts(s, q, k);
   }

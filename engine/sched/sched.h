@@ -82,10 +82,10 @@ typedef struct {
    * engine/SERVE.md "Speculative decoding"). */
   int spec_mode, spec_k, spec_max_seqs, spec_ngram_min, spec_ngram_max;
   int spec_adaptive;
-  /* SCHED_SPEC_NGRAM: a cache of the last spec_suffix_tokens tokens that finished requests
-   * generated (engine/sched/spec_suffix.h; 0: none, the default), drafted from when it matches
-   * more of a sequence's end than its own prompt and output do; only between requests of one
-   * cache_salt. */
+  /* a cache of the last spec_suffix_tokens tokens that finished requests generated
+   * (engine/sched/spec_suffix.h; 0: none, the default), drafted from (ngram or MTP) when it
+   * matches the last SPEC_SUFFIX_MAX_N tokens of a sequence, more than its own drafter matched;
+   * only between requests of one cache_salt. */
   int spec_suffix_tokens;
   /* test hook: the step time spec_cost records (ms) instead of the clock's, for a pure decode
    * step of n_dec sequences with n_draft drafts in all (0: a plain step) */

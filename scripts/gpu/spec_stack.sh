@@ -10,7 +10,7 @@
 # Env: OUT (default /tmp/gpu-spec-stack), K (3), CONC (1,8,32), OUTPUT_LEN (128), MODES ("off mtp ngram";
 # MODE:K sets that run's drafts, e.g. "ngram:6"; ngram0 is ngram without the suffix cache across requests, which
 # matters here: each prompt runs twice per cell, and every cell runs the same prompts),
-# WORKLOADS ("edit completion"), TEMP (0: greedy), ENGINE_ARGS (extra serve options for every run).
+# WORKLOADS ("edit completion"), COPIES (2: each prompt twice per cell; 1: every request a new prompt), TEMP (0: greedy), ENGINE_ARGS (extra serve options for every run).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$SRC" || exit 1
@@ -19,7 +19,7 @@ M=$(ls "$SRC"/tests/golden/demo35/gantry-demo35-code-*.gguf 2>/dev/null | head -
 [ -s "$M" ] || { echo "== spec_stack: no demo35 model in tests/golden/demo35 (slim.sh hid it?)"; exit 1; }
 mkdir -p "$OUT"
 DATA=$OUT/data
-python3 scripts/gpu/demo35_dataset.py "$DATA" "${OUTPUT_LEN:-128}" 2 || exit 1
+python3 scripts/gpu/demo35_dataset.py "$DATA" "${OUTPUT_LEN:-128}" "${COPIES:-2}" || exit 1
 for w in ${WORKLOADS:-edit completion}; do
   for mk in ${MODES:-off mtp ngram}; do
     mode=${mk%%:*} k=$K # MODE or MODE:K (e.g. ngram:6)

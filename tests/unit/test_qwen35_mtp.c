@@ -468,12 +468,14 @@ static int draft_true(void *ud, int64_t id, int index, const int32_t *tokens, in
 static double g_force_accept; /* sched_config_t.spec_force_accept of the next mk */
 
 static int g_spec_max_seqs; /* sched_config_t.spec_max_seqs of mk (0: its default, max_num_seqs here) */
+static int g_suffix_tokens; /* sched_config_t.spec_suffix_tokens of mk (0: no suffix cache) */
 static sched_t *mk(const fx_t *f, int mode, int n_blocks, drafter_t *d, int force_reject) {
   /* spec_adaptive 0: these tests count drafts and computed tokens */
   sched_config_t c = {.max_num_seqs = NREQ, .max_batch_tokens = 64, .n_blocks = n_blocks, .n_ctx = 256,
                       .spec_max_seqs = g_spec_max_seqs,
                       .spec_mode = mode, .spec_k = 3, .spec_draft = d ? draft_true : NULL, .spec_draft_ud = d,
-                      .spec_force_reject = force_reject, .spec_force_accept = g_force_accept};
+                      .spec_force_reject = force_reject, .spec_force_accept = g_force_accept,
+                      .spec_suffix_tokens = g_suffix_tokens};
   sched_t *s = NULL;
   gt_err_t err = {0};
   if (sched_create(f->m, f->tok, &c, &s, &err)) fail_msg("sched_create: %s", err.msg);
@@ -563,6 +565,26 @@ static void test_sched_identity(void **state) {
   assert_same(ref, got, "mtp, prefix-cached");
   check_stats(s, "mtp", 0);
   sched_free(s);
+  /* with the suffix cache: the same requests again draft what the first run generated instead of
+   * the MTP block's drafts (its pass still runs), nearly all of it accepted; output the same */
+  g_suffix_tokens = 4096;
+  s = mk(&f, SCHED_SPEC_MTP, 0, NULL, 0);
+  run_reqs(s, NREQ, T, got);
+  assert_same(ref, got, "mtp + suffix cache");
+  run_reqs(s, NREQ, T, got);
+  assert_same(ref, got, "mtp + suffix cache, again");
+  {
+    sched_stats_t st;
+    sched_stats(s, &st);
+    printf("mtp + suffix cache: %llu of %llu drafts accepted, %llu of %llu from the cache\n",
+           (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_draft_tokens,
+           (unsigned long long)st.spec_suffix_accepted, (unsigned long long)st.spec_suffix_draft_tokens);
+    assert_true(st.spec_suffix_draft_tokens * 2 >= (uint64_t)NREQ * T);
+    assert_true(st.spec_suffix_accepted * 10 >= st.spec_suffix_draft_tokens * 9);
+  }
+  check_stats(s, "mtp + suffix cache", 0);
+  sched_free(s);
+  g_suffix_tokens = 0;
   /* adaptive: with spec_max_seqs 1 and all 4 requests decoding together, no step speculates and no
    * MTP pass runs (not even its K/V upkeep): no draft computed that no step verifies, beyond the
    * last one or two verify rounds of the requests that finish last, and fewer passes than steps */
