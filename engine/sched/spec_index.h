@@ -30,11 +30,13 @@ void spec_index_reset(spec_index_t *x, int min_n, int max_n);
  * nothing. 0, or -1 on out of memory. */
 int spec_index_reserve(spec_index_t *x, int n);
 /* Indexes the grams of toks that end at positions n_in .. upto - 1 (toks[0..upto) must extend the
- * tokens already indexed: the same values at the same positions). 0, or -1 on out of memory (the
- * index is then empty: spec_index_reset before the next use). */
-int spec_index_extend(spec_index_t *x, const int32_t *toks, int upto);
+ * tokens already indexed: the same values at the same positions), with the tag of their end
+ * position (tags NULL: untagged; an index is either tagged or not, and finds look it up the same
+ * way). 0, or -1 on out of memory (the index is then empty: spec_index_reset before the next use). */
+int spec_index_extend(spec_index_t *x, const int32_t *toks, const uint64_t *tags, int upto);
 /* The longest g in [min_n, min(max_n, max_g)] such that the last g tokens of key[0..n_key) occur
- * in toks as an indexed gram (tags NULL: any; else one whose end position e has tags[e] == tag);
+ * in toks as an indexed gram (tags NULL: an untagged index; else a tagged one, and only grams whose
+ * end position e has tags[e] == tag);
  * *end = the end position of the newest such occurrence. Returns g, or 0 when none does. A gram
  * holding an id < 0, or followed by one, is never indexed (key ids are >= 0): negative ids
  * separate runs of tokens. */

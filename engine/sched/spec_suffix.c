@@ -71,7 +71,7 @@ int spec_suffix_add(spec_suffix_t *c, const int32_t *toks, int n, int from, uint
   for (int i = 0; i <= len; i++) g->tags[g->n + i] = salt;
   g->toks[g->n + len] = -1;
   g->n += len + 1;
-  if (spec_index_extend(&g->ix, g->toks, g->n)) { /* cannot happen after the reserve; empty on failure */
+  if (spec_index_extend(&g->ix, g->toks, g->tags, g->n)) { /* cannot happen after the reserve; empty on failure */
     gen_reset(g);
     return -1;
   }

@@ -91,7 +91,7 @@ static void test_index_separators(void **state) {
   spec_index_reset(&x, 2, 3);
   /* 5 6 | 7 8 9 -1 | 5 6 7: "6 7" spans no separator only in the last run; "8 9" is followed by -1 */
   const int32_t t[] = {5, 6, -1, 7, 8, 9, -1, 5, 6, 7};
-  assert_int_equal(spec_index_extend(&x, t, 10), 0);
+  assert_int_equal(spec_index_extend(&x, t, NULL, 10), 0);
   int e = -1;
   const int32_t k1[] = {8, 9};
   assert_int_equal(spec_index_find(&x, t, NULL, 0, k1, 2, 8, &e), 0); /* ends before a separator */
@@ -103,11 +103,18 @@ static void test_index_separators(void **state) {
   const int32_t k4[] = {7, 8};
   assert_int_equal(spec_index_find(&x, t, NULL, 0, k4, 2, 8, &e), 2);
   assert_int_equal(e, 4);
-  /* tags: only occurrences whose end carries the tag */
-  const uint64_t tags[10] = {1, 1, 1, 2, 2, 2, 2, 3, 3, 3};
-  assert_int_equal(spec_index_find(&x, t, tags, 3, k4, 2, 8, &e), 0);
-  assert_int_equal(spec_index_find(&x, t, tags, 2, k4, 2, 8, &e), 2);
   spec_index_free(&x);
+  /* tagged: only occurrences whose end carries the tag */
+  spec_index_t y = {0};
+  spec_index_reset(&y, 2, 3);
+  const uint64_t tags[10] = {1, 1, 1, 2, 2, 2, 2, 3, 3, 3};
+  assert_int_equal(spec_index_extend(&y, t, tags, 10), 0);
+  assert_int_equal(spec_index_find(&y, t, tags, 3, k4, 2, 8, &e), 0);
+  assert_int_equal(spec_index_find(&y, t, tags, 2, k4, 2, 8, &e), 2);
+  assert_int_equal(e, 4);
+  assert_int_equal(spec_index_find(&y, t, tags, 3, k3, 2, 8, &e), 2);
+  assert_int_equal(e, 9);
+  spec_index_free(&y);
 }
 
 static void test_suffix_cache(void **state) {
