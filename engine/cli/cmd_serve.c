@@ -91,6 +91,9 @@ static void usage(void) {
         "                          engine/SERVE.md \"Speculative decoding\")\n"
         "  --spec-suffix-cache N   also draft (ngram, mtp) from the last N tokens that finished requests\n"
         "                          of the same tenant / cache_salt generated (default 262144; 0 = off)\n"
+        "  --spec-mtp-lookup on|off  on (default): with mtp, where the last 4 tokens recur earlier in the\n"
+        "                          request, the tokens after them are the drafts when the block's first\n"
+        "                          draft agrees, and the block drafts no further (engine/SERVE.md)\n"
         "  --spec-draft-vocab N    MTP drafts among the first N token ids only (default 32768 for\n"
         "                          vocabularies over 65536, else all; 0 = all); output is unchanged\n"
         "  --drain-timeout S       seconds to finish running streams on SIGTERM (default 30)\n",
@@ -131,7 +134,7 @@ int cmd_serve(int argc, char **argv) {
       {"kv-dtype", 1, 0, 'K'},    {"served-model-name", 1, 0, 'n'}, {"prefill-precision", 1, 0, 'P'},
       {"activations", 1, 0, 'A'}, {"help", 0, 0, 'h'},        {"speculative", 1, 0, 'S'},
       {"num-speculative-tokens", 1, 0, 'N'}, {"spec-max-seqs", 1, 0, 'M'}, CLI_TP_OPTS,
-      {"spec-draft-vocab", 1, 0, 'V'}, {"spec-adaptive", 1, 0, 'J'}, {"spec-suffix-cache", 1, 0, 'X'},
+      {"spec-draft-vocab", 1, 0, 'V'}, {"spec-adaptive", 1, 0, 'J'}, {"spec-suffix-cache", 1, 0, 'X'}, {"spec-mtp-lookup", 1, 0, 'L'},
       {"auth-token-file", 1, 0, 'T'}, {"tls-cert", 1, 0, 'C'}, {"tls-key", 1, 0, 'Y'}, {"tls-client-ca", 1, 0, 'Z'},
       {"task", 1, 0, 't'}, {0, 0, 0, 0}};
   const char *model = NULL, *listen = "127.0.0.1:50051", *mhost = "127.0.0.1", *kvmem = NULL, *device = "cpu";
@@ -140,7 +143,7 @@ int cmd_serve(int argc, char **argv) {
   long metrics_port = 9090, max_seqs = 32, max_batch = 0, max_waiting = 256, threads = 0, max_len = 0;
   long spec_k = 3, spec_seqs = 8, spec_vocab = -1; /* -1: the scheduler's default */
   long spec_suffix = 1 << 18;
-  int spec_mode = SCHED_SPEC_OFF, embed = 0, spec_adaptive = 0;
+  int spec_mode = SCHED_SPEC_OFF, embed = 0, spec_adaptive = 0, spec_lookup = 1;
   double drain_s = 30;
   cli_tp_t tp = {.tp = 1};
   optind = 1;
@@ -190,6 +193,13 @@ int cmd_serve(int argc, char **argv) {
           return 2;
         }
         spec_adaptive = !strcmp(optarg, "on");
+        break;
+      case 'L':
+        if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+          fprintf(stderr, "gantry-engine serve: --spec-mtp-lookup must be on or off, not '%s'\n", optarg);
+          return 2;
+        }
+        spec_lookup = !strcmp(optarg, "on");
         break;
       case 'h': usage(); return 0;
       default: return 2;
@@ -287,7 +297,8 @@ int cmd_serve(int argc, char **argv) {
                         .n_ctx = (int)max_len, .kv_mem_bytes = (uint64_t)kv_bytes, .kv_mem_fraction = kv_frac,
                         .spec_mode = spec_mode, .spec_k = (int)spec_k, .spec_max_seqs = (int)spec_seqs, .embed = embed,
                         .spec_draft_vocab = spec_vocab < 0 ? 0 : spec_vocab == 0 ? -1 : (int)spec_vocab,
-                        .spec_adaptive = spec_adaptive, .spec_suffix_tokens = (int)spec_suffix};
+                        .spec_adaptive = spec_adaptive, .spec_suffix_tokens = (int)spec_suffix,
+                        .spec_lookup_off = !spec_lookup};
   if (embed) {
     const embed_pool_t pool = embed_pooling_type(g);
     if (pool != EMBED_POOL_LAST) {

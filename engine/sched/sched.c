@@ -26,6 +26,10 @@
 #include "engine/sched/spec_index.h"
 #include "engine/sched/spec_suffix.h"
 
+/* req_t.draft_src: the sequence's drafter (prompt lookup, MTP or a hook), the suffix cache across
+ * requests (spec_suffix.h), or, with MTP, prompt lookup in place of the block's chain (mtp_pass) */
+enum { DRAFT_OWN, DRAFT_CACHE, DRAFT_LOOKUP };
+
 typedef struct req {
   int64_t id;
   uint64_t arrival;
@@ -67,13 +71,15 @@ typedef struct req {
   int32_t draft[SCHED_SPEC_MAX_K]; /* this step's drafts, fed after the pending tokens */
   int n_draft;
   int n_fill;        /* of those, fillers at the tail (fill_drafts): verified like drafts, not counted as drafted */
-  int draft_cached;  /* this step's drafts came from the suffix cache (spec_suffix.h) */
+  int draft_src;     /* where this step's drafts came from: DRAFT_OWN, DRAFT_CACHE, DRAFT_LOOKUP */
   spec_index_t ngx;  /* SCHED_SPEC_NGRAM: the n-grams of tokens (spec_index.h), built as they come */
   int pslot[SCHED_SPEC_MAX_K]; /* hybrid, this step's drafts: pslot[j] receives the state after
                                   row j of the sequence (its pending token, then draft j - 1) */
   int n_pslot;
   int spec_skip, spec_pause; /* steps left without drafts; the pause after the next full rejection */
   int32_t mtp_draft[SCHED_SPEC_MAX_K]; /* SCHED_SPEC_MTP: drafts for when n_tokens == mtp_at */
+  int32_t ng_draft[SCHED_SPEC_MAX_K];  /* SCHED_SPEC_MTP: prompt lookup's drafts for when n_tokens == ng_at */
+  int n_ng_draft, ng_at;
   int n_mtp_draft, mtp_at;
   int n_verify;      /* verify steps so far (spec_force_accept) */
   uint64_t rng0[4];  /* the sampler's RNG before this step's device draws (device_rows) */
@@ -1188,7 +1194,7 @@ static int draft_room(sched_t *s, req_t *q, int nd) {
 
 /* The suffix cache's drafts for q (spec_suffix.h) into q->draft when it matches the last
  * SPEC_SUFFIX_MAX_N tokens of q, more than q's own drafter matched (g_own tokens: prompt lookup's
- * n-gram, 0 for MTP), and gives at least min_nd drafts (q->draft_cached). A shorter match across
+ * n-gram, 0 for MTP), and gives at least min_nd drafts (q->draft_src). A shorter match across
  * requests predicts worse: on demo35's held-out prompts (each a new prompt, CPU stack, k 3 and 6)
  * taking matches of 5..7 tokens too cost prompt lookup 0.02-0.06 of acceptance length, while
  * full matches cost at most 0.01. Returns the drafts taken (0: none). */
@@ -1199,7 +1205,7 @@ static int cached_drafts(sched_t *s, req_t *q, int k, int g_own, int min_nd) {
   const int nc = spec_suffix_draft(s->suffix, q->tokens, q->n_tokens, q->r.cache_salt, k, d, &gc);
   if (nc <= 0 || nc < min_nd || gc < SPEC_SUFFIX_MAX_N || gc <= g_own) return 0;
   memcpy(q->draft, d, sizeof(int32_t) * (size_t)nc);
-  q->draft_cached = 1;
+  q->draft_src = DRAFT_CACHE;
   return nc;
 }
 
@@ -1223,7 +1229,7 @@ static int ngram_drafts(sched_t *s, req_t *q, int k) {
  * hold (speculation never preempts), and for a hybrid q the spare slots free for its rows' states
  * (one per draft: q->pslot, given back by verify). Returns q->n_draft. */
 static int propose(sched_t *s, req_t *q, int tokens, int rows) {
-  q->n_draft = q->n_fill = q->draft_cached = 0;
+  q->n_draft = q->n_fill = q->draft_src = 0;
   if (q->r.no_spec || q->n_generated == 0 || q->n_fork > 0) return 0;
   if (q->spec_skip > 0) { /* paused after a full rejection */
     q->spec_skip--;
@@ -1242,6 +1248,11 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
   } else if (s->cfg.spec_mode == SCHED_SPEC_MTP) { /* drafted after the last step (mtp_pass) */
     nd = q->mtp_at == q->n_tokens ? (q->n_mtp_draft < k ? q->n_mtp_draft : k) : 0;
     memcpy(q->draft, q->mtp_draft, sizeof(int32_t) * (size_t)(nd > 0 ? nd : 0));
+    if (q->ng_at == q->n_tokens && nd >= 1 && q->ng_draft[0] == q->draft[0]) { /* the lookup's, as mtp_pass chose */
+      nd = q->n_ng_draft < k ? q->n_ng_draft : k;
+      memcpy(q->draft, q->ng_draft, sizeof(int32_t) * (size_t)nd);
+      q->draft_src = DRAFT_LOOKUP;
+    }
     const int nc = cached_drafts(s, q, k, 0, nd);
     if (nc > 0) nd = nc;
   } else {
@@ -1321,9 +1332,12 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   for (int j = 0; j < a_real; j++) s->st.spec_accepted_pos[j]++;
   s->st.spec_fill_tokens += (uint64_t)q->n_fill;
   s->st.spec_fill_accepted += (uint64_t)(a - a_real);
-  if (q->draft_cached) {
+  if (q->draft_src == DRAFT_CACHE) {
     s->st.spec_suffix_draft_tokens += (uint64_t)real;
     s->st.spec_suffix_accepted += (uint64_t)a_real;
+  } else if (q->draft_src == DRAFT_LOOKUP) {
+    s->st.spec_lookup_draft_tokens += (uint64_t)real;
+    s->st.spec_lookup_accepted += (uint64_t)a_real;
   }
   s->st.spec_rollbacks += !done && s->hybrid && a < nd;
   pthread_mutex_unlock(&s->mu);
@@ -1353,6 +1367,25 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
  * drafts of those that decode (q->mtp_draft, for the step that finds n_tokens == mtp_at). The
  * rows a rejected draft left are not passed; the kept ones are (rows 0..a of a sequence that
  * accepted a drafts: their hidden states are exact). */
+/* With MTP, prompt lookup in place of the block's chain (sched_config_t.spec_lookup_off 0): when q's
+ * last spec_ngram_max tokens recur earlier with at least spec_k tokens after them, those tokens go
+ * to q->ng_draft (ng_at) and the pass computes only the block's first draft; propose takes the
+ * lookup's drafts when that first draft agrees with theirs, else the block's one draft. Chained MTP
+ * steps are the drafter's cost on the GPU (~60 us each on demo35, launch-bound), and on code the
+ * lookup's drafts are right more often: on demo35's held-out prompts (CPU stack, k 3, each request
+ * a new prompt) acceptance length 3.03 -> 3.39 (edit) and 3.25 -> 3.36 (completion), with half
+ * the drafts the block computed (1,892 -> 873 on edit). Returns whether it took them. */
+static int lookup_strong(sched_t *s, req_t *q) {
+  if (s->cfg.spec_lookup_off) return 0;
+  int g = 0;
+  const int nd = spec_index_draft(&q->ngx, q->tokens, q->n_tokens, s->cfg.spec_k, s->cfg.spec_ngram_min,
+                                  s->cfg.spec_ngram_max, q->ng_draft, &g); /* -1: out of memory, none */
+  if (nd < s->cfg.spec_k || g < s->cfg.spec_ngram_max) return 0;
+  q->n_ng_draft = nd;
+  q->ng_at = q->n_tokens;
+  return 1;
+}
+
 static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
   int n = 0;
   /* the next step speculates only with at most spec_max_seqs decodes (step()): past that no pass
@@ -1372,10 +1405,11 @@ static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
     if (rows > s->b_ntok[i]) rows = s->b_ntok[i];
     if (rows <= 0) continue;
     const int last = p0 + rows - 1 == q->n_tokens - 2; /* the pass reaches the newest token */
-    q->mtp_at = -1;
+    q->mtp_at = q->ng_at = -1;
+    int k = last && q->n_generated > 0 && q->n_fork == 0 && q->spec_skip == 0 ? s->cfg.spec_k : 0;
+    if (k > 1 && lookup_strong(s, q)) k = 1; /* the block's first draft only, to check the lookup's against */
     s->mseq[n] = (spec_mtp_seq_t){.src_row = s->b_first[i], .n_rows = rows, .pos0 = p0, .next = q->tokens + p0 + 1,
-                                  .src_rows = s->b_ntok[i], .blocks = q->blocks, .n_blocks = q->n_blocks,
-                                  .k = last && q->n_generated > 0 && q->n_fork == 0 && q->spec_skip == 0 ? s->cfg.spec_k : 0};
+                                  .src_rows = s->b_ntok[i], .blocks = q->blocks, .n_blocks = q->n_blocks, .k = k};
     s->b_req[n] = q; /* b_req is not read again this step */
     n++;
   }

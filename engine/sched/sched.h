@@ -87,6 +87,10 @@ typedef struct {
    * matches the last SPEC_SUFFIX_MAX_N tokens of a sequence, more than its own drafter matched;
    * only between requests of one cache_salt. */
   int spec_suffix_tokens;
+  /* SCHED_SPEC_MTP: 0 (default): where the sequence's last spec_ngram_max tokens recur earlier with
+   * spec_k tokens after them, those are the drafts (when the block's first draft agrees) and the
+   * block computes only its first draft (engine/SERVE.md); 1: the block's drafts alone */
+  int spec_lookup_off;
   /* test hook: the step time spec_cost records (ms) instead of the clock's, for a pure decode
    * step of n_dec sequences with n_draft drafts in all (0: a plain step) */
   double (*spec_step_ms)(void *ud, int n_dec, int n_draft, double clock_ms);
@@ -276,6 +280,8 @@ typedef struct {
   uint64_t spec_fill_tokens, spec_fill_accepted;
   /* of the drafts above, those the suffix cache gave (spec_suffix_tokens) and the ones accepted */
   uint64_t spec_suffix_draft_tokens, spec_suffix_accepted;
+  /* MTP: of the drafts above, prompt lookup's in place of the block's chain (spec_lookup_off 0) */
+  uint64_t spec_lookup_draft_tokens, spec_lookup_accepted;
   uint64_t spec_accepted_pos[SCHED_SPEC_MAX_K];
   uint64_t spec_rollbacks;      /* hybrid: recurrent states restored after a rejected draft */
   uint64_t spec_mtp_drafted;    /* drafts the MTP block computed (verified or not: a request that ends

@@ -51,6 +51,12 @@ void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
   m->spec_suffix_accepted = gt_metrics_add(reg, C, "gantry_engine_spec_decode_suffix_accepted_tokens_total",
                                            "Speculative decoding: of the accepted tokens, those the suffix cache drafted.",
                                            NULL, NULL, 0);
+  m->spec_lookup_drafts = gt_metrics_add(reg, C, "gantry_engine_spec_decode_mtp_lookup_draft_tokens_total",
+                                         "Speculative decoding, MTP: of the draft tokens, prompt lookup's in place of the "
+                                         "block's chained drafts (serve --spec-mtp-lookup).", NULL, NULL, 0);
+  m->spec_lookup_accepted = gt_metrics_add(reg, C, "gantry_engine_spec_decode_mtp_lookup_accepted_tokens_total",
+                                           "Speculative decoding, MTP: of the accepted tokens, those prompt lookup drafted.",
+                                           NULL, NULL, 0);
   m->spec_cost_off = gt_metrics_add(reg, C, "gantry_engine_spec_decode_cost_off_steps_total",
                                      "Speculative decoding: steps told not to draft because measured speculative steps gave "
                                      "fewer tokens per ms than plain ones at their batch size (engine/sched/spec_cost.h).",
@@ -121,6 +127,8 @@ void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {
   gt_metric_set(m->spec_fill_tokens, (double)st->spec_fill_tokens);
   gt_metric_set(m->spec_suffix_drafts, (double)st->spec_suffix_draft_tokens);
   gt_metric_set(m->spec_suffix_accepted, (double)st->spec_suffix_accepted);
+  gt_metric_set(m->spec_lookup_drafts, (double)st->spec_lookup_draft_tokens);
+  gt_metric_set(m->spec_lookup_accepted, (double)st->spec_lookup_accepted);
   gt_metric_set(m->spec_cost_off, (double)st->spec_cost_off_steps);
   for (int i = 0; i < SCHED_SPEC_MAX_K; i++) gt_metric_set(m->spec_accepted_pos[i], (double)st->spec_accepted_pos[i]);
 }

@@ -812,6 +812,67 @@ static void test_chain_on_device(void **state) {
   chain_case(demo, 1024);
 }
 
+/* Prompt lookup in place of the block's chain (sched_config_t.spec_lookup_off 0), on the trained demo
+ * model with a prompt whose continuation repeats it (a second class with the first one's methods):
+ * greedy output equals decoding without speculation with the lookup on and off; with it on, the
+ * lookup drafts (some of its drafts kept) and the block computes fewer drafts. */
+static void test_mtp_lookup(void **state) {
+  (void)state;
+  char demo[4096];
+  snprintf(demo, sizeof demo, "%s", tu_golden("demo35/gantry-demo35-code-22m.Q4_K_M.gguf"));
+#ifdef MTP_CUDA
+  if (access(demo, R_OK) != 0) {
+    printf("%s: not here, skipped\n", demo);
+    return;
+  }
+#endif
+  static const char text[] = "class Stack:\n    def __init__(self):\n        self.items = []\n\n"
+                             "    def push(self, item):\n        self.items.append(item)\n\n"
+                             "    def pop(self):\n        return self.items.pop()\n\n"
+                             "    def __len__(self):\n        return len(self.items)\n\n\n"
+                             "class Queue:\n    def __init__(self):\n";
+  enum { T = MAXT - 4, N = NREQ }; /* assert_same compares NREQ requests */
+  fx_t f;
+  fx_open(&f, demo);
+  gt_err_t err = {0};
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  assert_int_equal(tok_encode(f.tok, text, sizeof text - 1, 0, &ids, &n_ids, &err), GT_OK);
+  static out_t o[3][N];
+  sched_stats_t st[3];
+  for (int run = 0; run < 3; run++) { /* off, MTP with the lookup, MTP without */
+    sched_config_t c = {.max_num_seqs = N, .max_batch_tokens = 64, .n_ctx = 256, .spec_k = 3,
+                        .spec_mode = run ? SCHED_SPEC_MTP : SCHED_SPEC_OFF, .spec_lookup_off = run == 2};
+    sched_t *s = NULL;
+    assert_int_equal(sched_create(f.m, f.tok, &c, &s, &err), GT_OK);
+    memset(o[run], 0, sizeof o[run]);
+    for (int k = 0; k < N; k++) {
+      sched_req_t r = make_req(k, T, &o[run][k]);
+      r.n_prompt = (int)n_ids;
+      free(r.prompt);
+      r.prompt = malloc(sizeof(int32_t) * n_ids);
+      memcpy(r.prompt, ids, sizeof(int32_t) * n_ids);
+      assert_true(sched_submit(s, &r, &err) > 0);
+    }
+    tu_sched_run_all(s, NULL);
+    sched_stats(s, &st[run]);
+    sched_free(s);
+    if (run) assert_same(o[0], o[run], run == 1 ? "mtp + lookup" : "mtp, lookup off");
+  }
+  printf("mtp + lookup: %llu of %llu drafts accepted (lookup's %llu of %llu), the block computed %llu drafts; "
+         "lookup off: %llu of %llu accepted, %llu computed\n",
+         (unsigned long long)st[1].spec_accepted_tokens, (unsigned long long)st[1].spec_draft_tokens,
+         (unsigned long long)st[1].spec_lookup_accepted, (unsigned long long)st[1].spec_lookup_draft_tokens,
+         (unsigned long long)st[1].spec_mtp_drafted, (unsigned long long)st[2].spec_accepted_tokens,
+         (unsigned long long)st[2].spec_draft_tokens, (unsigned long long)st[2].spec_mtp_drafted);
+  assert_true(st[1].spec_lookup_draft_tokens > 0);
+  assert_true(st[1].spec_lookup_accepted > 0);
+  assert_int_equal(st[2].spec_lookup_draft_tokens, 0);
+  assert_true(st[1].spec_mtp_drafted < st[2].spec_mtp_drafted);
+  free(ids);
+  fx_close(&f);
+}
+
 static void test_refused_without_mtp(void **state) {
   (void)state;
   fx_t f;
@@ -839,6 +900,7 @@ int main(void) {
       cmocka_unit_test(test_sched_identity),
       cmocka_unit_test(test_force_accept),
       cmocka_unit_test(test_chain_on_device),
+      cmocka_unit_test(test_mtp_lookup),
       cmocka_unit_test(test_refused_without_mtp),
   };
   return cmocka_run_group_tests(tests, make_model, drop_model);
