@@ -8,7 +8,8 @@
 # Here:   STACK=1 TARGETS="gantry-engine" scripts/gpu/pack.sh; sh scripts/gpu/slim.sh hide stack
 # Device: bash scripts/gpu/spec_stack.sh   (carry build-cuda-stack; ~3-4 min)
 # Env: OUT (default /tmp/gpu-spec-stack), K (3), CONC (1,8,32), OUTPUT_LEN (128), MODES ("off mtp ngram";
-# MODE:K sets that run's drafts, e.g. "ngram:6"; ngram0 is ngram without the suffix cache across requests, which
+# MODE:K sets that run's drafts, e.g. "ngram:6"; ngram0 is ngram without the suffix cache across requests, mtp0
+# the MTP block alone (no prompt lookup, no suffix cache); the cache
 # matters here: each prompt runs twice per cell, and every cell runs the same prompts),
 # WORKLOADS ("edit completion"), COPIES (2: each prompt twice per cell; 1: every request a new prompt), TEMP (0: greedy), ENGINE_ARGS (extra serve options for every run).
 set -u
@@ -25,8 +26,9 @@ for w in ${WORKLOADS:-edit completion}; do
     mode=${mk%%:*} k=$K # MODE or MODE:K (e.g. ngram:6)
     case $mk in *:*) k=${mk#*:} ;; esac
     [ "$mode" = off ] && k=
-    case $mode in # ngram0: prompt lookup without the suffix cache across requests
+    case $mode in # ngram0: prompt lookup without the suffix cache; mtp0: the MTP block alone (no lookup, no cache)
       ngram0) a="--speculative ngram --spec-suffix-cache 0" ;;
+      mtp0) a="--speculative mtp --spec-mtp-lookup off --spec-suffix-cache 0" ;;
       *) a="--speculative $mode" ;;
     esac
     [ "$mode" = off ] || a="$a --num-speculative-tokens $k"
