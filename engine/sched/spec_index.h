@@ -7,7 +7,7 @@
  * the first entry of a chain that holds the key's g tokens is the most recent occurrence: the same
  * answer as a scan from the end (spec_ngram_draft), found in O(chain) instead of O(n). A bucket
  * holds grams of every length; the table keeps at most one entry per bucket on average (grown,
- * and rebuilt, as entries come in). Memory: about 8 * (max_n - min_n + 1) bytes per indexed
+ * and rebuilt, as entries come in). Memory: 8 to 12 * (max_n - min_n + 1) bytes per indexed
  * position. Owned by one thread. */
 #ifndef GANTRY_ENGINE_SPEC_INDEX_H
 #define GANTRY_ENGINE_SPEC_INDEX_H
