@@ -72,7 +72,7 @@ typedef struct req {
   int n_draft;
   int n_fill;        /* of those, fillers at the tail (fill_drafts): verified like drafts, not counted as drafted */
   int draft_src;     /* where this step's drafts came from: DRAFT_OWN, DRAFT_CACHE, DRAFT_LOOKUP */
-  spec_index_t ngx;  /* SCHED_SPEC_NGRAM: the n-grams of tokens (spec_index.h), built as they come */
+  spec_index_t ngx;  /* prompt lookup (ngram, MTP's lookup): the n-grams of tokens (spec_index.h), built as they come */
   int pslot[SCHED_SPEC_MAX_K]; /* hybrid, this step's drafts: pslot[j] receives the state after
                                   row j of the sequence (its pending token, then draft j - 1) */
   int n_pslot;
@@ -106,7 +106,7 @@ struct sched {
    * still running after the step's tokens were taken (b_alive) */
   spec_mtp_t *mtp;
   spec_mtp_seq_t *mseq;
-  spec_suffix_t *suffix; /* SCHED_SPEC_NGRAM with spec_suffix_tokens: finished requests' outputs */
+  spec_suffix_t *suffix; /* speculation with spec_suffix_tokens: finished requests' outputs (spec_suffix.h) */
   uint8_t *b_alive;
   /* whether speculation pays per decode count (spec_cost.h; by_n NULL: not measured, !spec_adaptive),
    * and its choice for the next step (made before the MTP pass that step would need) */
@@ -1362,11 +1362,6 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   return 0;
 }
 
-/* SCHED_SPEC_MTP, after the step's tokens were taken: the MTP pass over each still running
- * sequence's rows of the step whose next token is known now (spec.h "MTP drafting"), and the
- * drafts of those that decode (q->mtp_draft, for the step that finds n_tokens == mtp_at). The
- * rows a rejected draft left are not passed; the kept ones are (rows 0..a of a sequence that
- * accepted a drafts: their hidden states are exact). */
 /* With MTP, prompt lookup in place of the block's chain (sched_config_t.spec_lookup_off 0): when q's
  * last spec_ngram_max tokens recur earlier with at least spec_k tokens after them, those tokens go
  * to q->ng_draft (ng_at) and the pass computes only the block's first draft; propose takes the
@@ -1386,6 +1381,11 @@ static int lookup_strong(sched_t *s, req_t *q) {
   return 1;
 }
 
+/* SCHED_SPEC_MTP, after the step's tokens were taken: the MTP pass over each still running
+ * sequence's rows of the step whose next token is known now (spec.h "MTP drafting"), and the
+ * drafts of those that decode (q->mtp_draft, for the step that finds n_tokens == mtp_at). The
+ * rows a rejected draft left are not passed; the kept ones are (rows 0..a of a sequence that
+ * accepted a drafts: their hidden states are exact). */
 static int mtp_pass(sched_t *s, int n_seq, gt_err_t *err) {
   int n = 0;
   /* the next step speculates only with at most spec_max_seqs decodes (step()): past that no pass
