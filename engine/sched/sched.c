@@ -26,10 +26,6 @@
 #include "engine/sched/spec_index.h"
 #include "engine/sched/spec_suffix.h"
 
-/* req_t.draft_src: the sequence's drafter (prompt lookup, MTP or a hook), the suffix cache across
- * requests (spec_suffix.h), or, with MTP, prompt lookup in place of the block's chain (mtp_pass) */
-enum { DRAFT_OWN, DRAFT_CACHE, DRAFT_LOOKUP };
-
 typedef struct req {
   int64_t id;
   uint64_t arrival;
@@ -71,15 +67,15 @@ typedef struct req {
   int32_t draft[SCHED_SPEC_MAX_K]; /* this step's drafts, fed after the pending tokens */
   int n_draft;
   int n_fill;        /* of those, fillers at the tail (fill_drafts): verified like drafts, not counted as drafted */
-  int draft_src;     /* where this step's drafts came from: DRAFT_OWN, DRAFT_CACHE, DRAFT_LOOKUP */
+  sched_draft_src_t draft_src; /* where this step's drafts came from */
   spec_index_t ngx;  /* prompt lookup (ngram, MTP's lookup): the n-grams of tokens (spec_index.h), built as they come */
   int pslot[SCHED_SPEC_MAX_K]; /* hybrid, this step's drafts: pslot[j] receives the state after
                                   row j of the sequence (its pending token, then draft j - 1) */
   int n_pslot;
   int spec_skip, spec_pause; /* steps left without drafts; the pause after the next full rejection */
   int32_t mtp_draft[SCHED_SPEC_MAX_K]; /* SCHED_SPEC_MTP: drafts for when n_tokens == mtp_at */
-  int32_t ng_draft[SCHED_SPEC_MAX_K];  /* SCHED_SPEC_MTP: prompt lookup's drafts for when n_tokens == ng_at */
-  int n_ng_draft, ng_at;
+  int32_t ng_draft[SCHED_SPEC_MAX_K];  /* SCHED_SPEC_MTP: prompt lookup's spec_k drafts for when n_tokens == ng_at */
+  int ng_at;
   int n_mtp_draft, mtp_at;
   int n_verify;      /* verify steps so far (spec_force_accept) */
   uint64_t rng0[4];  /* the sampler's RNG before this step's device draws (device_rows) */
@@ -1205,7 +1201,7 @@ static int cached_drafts(sched_t *s, req_t *q, int k, int g_own, int min_nd) {
   const int nc = spec_suffix_draft(s->suffix, q->tokens, q->n_tokens, q->r.cache_salt, k, d, &gc);
   if (nc <= 0 || nc < min_nd || gc < SPEC_SUFFIX_MAX_N || gc <= g_own) return 0;
   memcpy(q->draft, d, sizeof(int32_t) * (size_t)nc);
-  q->draft_src = DRAFT_CACHE;
+  q->draft_src = SCHED_DRAFT_CACHE;
   return nc;
 }
 
@@ -1229,7 +1225,8 @@ static int ngram_drafts(sched_t *s, req_t *q, int k) {
  * hold (speculation never preempts), and for a hybrid q the spare slots free for its rows' states
  * (one per draft: q->pslot, given back by verify). Returns q->n_draft. */
 static int propose(sched_t *s, req_t *q, int tokens, int rows) {
-  q->n_draft = q->n_fill = q->draft_src = 0;
+  q->n_draft = q->n_fill = 0;
+  q->draft_src = SCHED_DRAFT_OWN;
   if (q->r.no_spec || q->n_generated == 0 || q->n_fork > 0) return 0;
   if (q->spec_skip > 0) { /* paused after a full rejection */
     q->spec_skip--;
@@ -1249,9 +1246,9 @@ static int propose(sched_t *s, req_t *q, int tokens, int rows) {
     nd = q->mtp_at == q->n_tokens ? (q->n_mtp_draft < k ? q->n_mtp_draft : k) : 0;
     memcpy(q->draft, q->mtp_draft, sizeof(int32_t) * (size_t)(nd > 0 ? nd : 0));
     if (q->ng_at == q->n_tokens && nd >= 1 && q->ng_draft[0] == q->draft[0]) { /* the lookup's, as mtp_pass chose */
-      nd = q->n_ng_draft < k ? q->n_ng_draft : k;
+      nd = k; /* k <= spec_k, the lookup's count */
       memcpy(q->draft, q->ng_draft, sizeof(int32_t) * (size_t)nd);
-      q->draft_src = DRAFT_LOOKUP;
+      q->draft_src = SCHED_DRAFT_LOOKUP;
     }
     const int nc = cached_drafts(s, q, k, 0, nd);
     if (nc > 0) nd = nc;
@@ -1332,13 +1329,8 @@ static int verify(sched_t *s, req_t *q, int o, int on_dev) {
   for (int j = 0; j < a_real; j++) s->st.spec_accepted_pos[j]++;
   s->st.spec_fill_tokens += (uint64_t)q->n_fill;
   s->st.spec_fill_accepted += (uint64_t)(a - a_real);
-  if (q->draft_src == DRAFT_CACHE) {
-    s->st.spec_suffix_draft_tokens += (uint64_t)real;
-    s->st.spec_suffix_accepted += (uint64_t)a_real;
-  } else if (q->draft_src == DRAFT_LOOKUP) {
-    s->st.spec_lookup_draft_tokens += (uint64_t)real;
-    s->st.spec_lookup_accepted += (uint64_t)a_real;
-  }
+  s->st.spec_src_draft_tokens[q->draft_src] += (uint64_t)real;
+  s->st.spec_src_accepted[q->draft_src] += (uint64_t)a_real;
   s->st.spec_rollbacks += !done && s->hybrid && a < nd;
   pthread_mutex_unlock(&s->mu);
   if (real > 0 && (a > 0 || forced)) {
@@ -1376,7 +1368,6 @@ static int lookup_strong(sched_t *s, req_t *q) {
   const int nd = spec_index_draft(&q->ngx, q->tokens, q->n_tokens, s->cfg.spec_k, s->cfg.spec_ngram_min,
                                   s->cfg.spec_ngram_max, q->ng_draft, &g); /* -1: out of memory, none */
   if (nd < s->cfg.spec_k || g < s->cfg.spec_ngram_max) return 0;
-  q->n_ng_draft = nd;
   q->ng_at = q->n_tokens;
   return 1;
 }

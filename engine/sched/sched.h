@@ -196,6 +196,11 @@ typedef struct {
 
 #define SCHED_MAX_N 16
 
+/* Where a verify step's drafts came from (sched_stats_t.spec_src_*): the mode's drafter (prompt
+ * lookup, the MTP block, or the spec_draft hook), the suffix cache across requests
+ * (spec_suffix_tokens), or, with MTP, prompt lookup in place of the block's chain (spec_lookup_off 0). */
+typedef enum { SCHED_DRAFT_OWN, SCHED_DRAFT_CACHE, SCHED_DRAFT_LOOKUP, SCHED_DRAFT_SOURCES } sched_draft_src_t;
+
 /* cfg may be NULL (defaults). The scheduler uses m (its backend cache is (re)initialised) and
  * tok; both must outlive it. With n_blocks 0 the pool is planned from the memory m's backend
  * reports (sched_mem.h; GT_ENOMEM "not enough memory: ..." when one full-context sequence does
@@ -278,10 +283,8 @@ typedef struct {
   /* fillers verified after drafts so that a step's decoding sequences share a row count (not in the
    * counts above), and of those the ones kept (the model's own next token) */
   uint64_t spec_fill_tokens, spec_fill_accepted;
-  /* of the drafts above, those the suffix cache gave (spec_suffix_tokens) and the ones accepted */
-  uint64_t spec_suffix_draft_tokens, spec_suffix_accepted;
-  /* MTP: of the drafts above, prompt lookup's in place of the block's chain (spec_lookup_off 0) */
-  uint64_t spec_lookup_draft_tokens, spec_lookup_accepted;
+  /* spec_draft_tokens and spec_accepted_tokens by where the drafts came from (each sums to its total) */
+  uint64_t spec_src_draft_tokens[SCHED_DRAFT_SOURCES], spec_src_accepted[SCHED_DRAFT_SOURCES];
   uint64_t spec_accepted_pos[SCHED_SPEC_MAX_K];
   uint64_t spec_rollbacks;      /* hybrid: recurrent states restored after a rejected draft */
   uint64_t spec_mtp_drafted;    /* drafts the MTP block computed (verified or not: a request that ends

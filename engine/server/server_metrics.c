@@ -45,18 +45,19 @@ void srv_metrics_init(srv_metrics_t *m, gt_metrics_t *reg) {
                                        "Speculative decoding: filler tokens verified after a sequence's drafts so that the "
                                        "step's sequences share a row count (a graph's shape); not in the draft counts.",
                                        NULL, NULL, 0);
-  m->spec_suffix_drafts = gt_metrics_add(reg, C, "gantry_engine_spec_decode_suffix_draft_tokens_total",
-                                         "Speculative decoding: of the draft tokens, those from the cache of finished "
-                                         "requests' outputs (serve --spec-suffix-cache).", NULL, NULL, 0);
-  m->spec_suffix_accepted = gt_metrics_add(reg, C, "gantry_engine_spec_decode_suffix_accepted_tokens_total",
-                                           "Speculative decoding: of the accepted tokens, those the suffix cache drafted.",
-                                           NULL, NULL, 0);
-  m->spec_lookup_drafts = gt_metrics_add(reg, C, "gantry_engine_spec_decode_mtp_lookup_draft_tokens_total",
-                                         "Speculative decoding, MTP: of the draft tokens, prompt lookup's in place of the "
-                                         "block's chained drafts (serve --spec-mtp-lookup).", NULL, NULL, 0);
-  m->spec_lookup_accepted = gt_metrics_add(reg, C, "gantry_engine_spec_decode_mtp_lookup_accepted_tokens_total",
-                                           "Speculative decoding, MTP: of the accepted tokens, those prompt lookup drafted.",
-                                           NULL, NULL, 0);
+  /* by sched_draft_src_t: the mode's drafter, the suffix cache (serve --spec-suffix-cache), MTP's
+   * prompt lookup (serve --spec-mtp-lookup) */
+  static const char *srcs[SCHED_DRAFT_SOURCES] = {"drafter", "suffix_cache", "mtp_lookup"};
+  for (int i = 0; i < SCHED_DRAFT_SOURCES; i++) {
+    char lab[48];
+    snprintf(lab, sizeof lab, "source=\"%s\"", srcs[i]);
+    m->spec_src_drafts[i] = gt_metrics_add(reg, C, "gantry_engine_spec_decode_num_draft_tokens_by_source_total",
+                                           "Speculative decoding: draft tokens proposed, by where they came from.", lab,
+                                           NULL, 0);
+    m->spec_src_accepted[i] = gt_metrics_add(reg, C, "gantry_engine_spec_decode_num_accepted_tokens_by_source_total",
+                                             "Speculative decoding: draft tokens accepted, by where they came from.", lab,
+                                             NULL, 0);
+  }
   m->spec_cost_off = gt_metrics_add(reg, C, "gantry_engine_spec_decode_cost_off_steps_total",
                                      "Speculative decoding: steps told not to draft because measured speculative steps gave "
                                      "fewer tokens per ms than plain ones at their batch size (engine/sched/spec_cost.h).",
@@ -125,10 +126,10 @@ void srv_metrics_collect(srv_metrics_t *m, const sched_stats_t *st) {
   gt_metric_set(m->spec_draft_tokens, (double)st->spec_draft_tokens);
   gt_metric_set(m->spec_accepted, (double)st->spec_accepted_tokens);
   gt_metric_set(m->spec_fill_tokens, (double)st->spec_fill_tokens);
-  gt_metric_set(m->spec_suffix_drafts, (double)st->spec_suffix_draft_tokens);
-  gt_metric_set(m->spec_suffix_accepted, (double)st->spec_suffix_accepted);
-  gt_metric_set(m->spec_lookup_drafts, (double)st->spec_lookup_draft_tokens);
-  gt_metric_set(m->spec_lookup_accepted, (double)st->spec_lookup_accepted);
+  for (int i = 0; i < SCHED_DRAFT_SOURCES; i++) {
+    gt_metric_set(m->spec_src_drafts[i], (double)st->spec_src_draft_tokens[i]);
+    gt_metric_set(m->spec_src_accepted[i], (double)st->spec_src_accepted[i]);
+  }
   gt_metric_set(m->spec_cost_off, (double)st->spec_cost_off_steps);
   for (int i = 0; i < SCHED_SPEC_MAX_K; i++) gt_metric_set(m->spec_accepted_pos[i], (double)st->spec_accepted_pos[i]);
 }

@@ -13,7 +13,8 @@ typedef struct {
   /* speculative decoding (vLLM's vllm:spec_decode_*) */
   gt_metric_t *spec_drafts, *spec_draft_tokens, *spec_accepted, *spec_accepted_pos[SCHED_SPEC_MAX_K];
   gt_metric_t *spec_fill_tokens;
-  gt_metric_t *spec_cost_off, *spec_suffix_drafts, *spec_suffix_accepted, *spec_lookup_drafts, *spec_lookup_accepted;
+  gt_metric_t *spec_cost_off;
+  gt_metric_t *spec_src_drafts[SCHED_DRAFT_SOURCES], *spec_src_accepted[SCHED_DRAFT_SOURCES];
   gt_metric_t *finished[6]; /* by sched_finish_t */
   gt_metric_t *rejected_invalid, *rejected_full, *rejected_unavailable;
   gt_metric_t *ttft, *itl, *queue, *prefill, *decode, *e2e, *iter_tokens;

@@ -528,10 +528,9 @@ static void test_unary_and_metrics(void **state) {
       "gantry_engine_spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 0\n",
       "gantry_engine_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"0\"} 0\n",
       "gantry_engine_spec_decode_num_fill_tokens_total{model_name=\"tiny\"} 0\n",
-      "gantry_engine_spec_decode_suffix_draft_tokens_total{model_name=\"tiny\"} 0\n",
-      "gantry_engine_spec_decode_suffix_accepted_tokens_total{model_name=\"tiny\"} 0\n",
-      "gantry_engine_spec_decode_mtp_lookup_draft_tokens_total{model_name=\"tiny\"} 0\n",
-      "gantry_engine_spec_decode_mtp_lookup_accepted_tokens_total{model_name=\"tiny\"} 0\n",
+      "gantry_engine_spec_decode_num_draft_tokens_by_source_total{model_name=\"tiny\",source=\"drafter\"} 0\n",
+      "gantry_engine_spec_decode_num_draft_tokens_by_source_total{model_name=\"tiny\",source=\"suffix_cache\"} 0\n",
+      "gantry_engine_spec_decode_num_accepted_tokens_by_source_total{model_name=\"tiny\",source=\"mtp_lookup\"} 0\n",
       "gantry_engine_spec_decode_cost_off_steps_total{model_name=\"tiny\"} 0\n"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     if (!strstr(body, names[i])) print_message("missing: %s\n%s\n", names[i], body);

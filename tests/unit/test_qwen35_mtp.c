@@ -509,6 +509,10 @@ static void check_stats(sched_t *s, const char *what, int want_preempt) {
          (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_draft_tokens,
          (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.preemptions);
   assert_true(st.spec_draft_tokens > 0);
+  uint64_t drafted = 0, kept = 0; /* the counts by source add up to the totals */
+  for (int i = 0; i < SCHED_DRAFT_SOURCES; i++) drafted += st.spec_src_draft_tokens[i], kept += st.spec_src_accepted[i];
+  assert_int_equal(drafted, st.spec_draft_tokens);
+  assert_int_equal(kept, st.spec_accepted_tokens);
   if (want_preempt) assert_true(st.preemptions > 0);
   assert_int_equal(st.kv_used, 0);
   assert_int_equal(st.running + st.waiting, 0);
@@ -578,9 +582,9 @@ static void test_sched_identity(void **state) {
     sched_stats(s, &st);
     printf("mtp + suffix cache: %llu of %llu drafts accepted, %llu of %llu from the cache\n",
            (unsigned long long)st.spec_accepted_tokens, (unsigned long long)st.spec_draft_tokens,
-           (unsigned long long)st.spec_suffix_accepted, (unsigned long long)st.spec_suffix_draft_tokens);
-    assert_true(st.spec_suffix_draft_tokens * 2 >= (uint64_t)NREQ * T);
-    assert_true(st.spec_suffix_accepted * 10 >= st.spec_suffix_draft_tokens * 9);
+           (unsigned long long)st.spec_src_accepted[SCHED_DRAFT_CACHE], (unsigned long long)st.spec_src_draft_tokens[SCHED_DRAFT_CACHE]);
+    assert_true(st.spec_src_draft_tokens[SCHED_DRAFT_CACHE] * 2 >= (uint64_t)NREQ * T);
+    assert_true(st.spec_src_accepted[SCHED_DRAFT_CACHE] * 10 >= st.spec_src_draft_tokens[SCHED_DRAFT_CACHE] * 9);
   }
   check_stats(s, "mtp + suffix cache", 0);
   sched_free(s);
@@ -862,12 +866,12 @@ static void test_mtp_lookup(void **state) {
   printf("mtp + lookup: %llu of %llu drafts accepted (lookup's %llu of %llu), the block computed %llu drafts; "
          "lookup off: %llu of %llu accepted, %llu computed\n",
          (unsigned long long)st[1].spec_accepted_tokens, (unsigned long long)st[1].spec_draft_tokens,
-         (unsigned long long)st[1].spec_lookup_accepted, (unsigned long long)st[1].spec_lookup_draft_tokens,
+         (unsigned long long)st[1].spec_src_accepted[SCHED_DRAFT_LOOKUP], (unsigned long long)st[1].spec_src_draft_tokens[SCHED_DRAFT_LOOKUP],
          (unsigned long long)st[1].spec_mtp_drafted, (unsigned long long)st[2].spec_accepted_tokens,
          (unsigned long long)st[2].spec_draft_tokens, (unsigned long long)st[2].spec_mtp_drafted);
-  assert_true(st[1].spec_lookup_draft_tokens > 0);
-  assert_true(st[1].spec_lookup_accepted > 0);
-  assert_int_equal(st[2].spec_lookup_draft_tokens, 0);
+  assert_true(st[1].spec_src_draft_tokens[SCHED_DRAFT_LOOKUP] > 0);
+  assert_true(st[1].spec_src_accepted[SCHED_DRAFT_LOOKUP] > 0);
+  assert_int_equal(st[2].spec_src_draft_tokens[SCHED_DRAFT_LOOKUP], 0);
   assert_true(st[1].spec_mtp_drafted < st[2].spec_mtp_drafted);
   free(ids);
   fx_close(&f);

@@ -163,6 +163,10 @@ static void assert_pool_whole(sched_t *s) {
  * but the last either as the next step's pending token or as an accepted draft, plus the drafts
  * and fillers that were fed and not kept; a hybrid rollback feeds no kept token again. */
 static void assert_computed_once(const sched_stats_t *st, const out_t *got) {
+  uint64_t drafted = 0, kept = 0; /* the counts by source add up to the totals */
+  for (int i = 0; i < SCHED_DRAFT_SOURCES; i++) drafted += st->spec_src_draft_tokens[i], kept += st->spec_src_accepted[i];
+  assert_int_equal(drafted, st->spec_draft_tokens);
+  assert_int_equal(kept, st->spec_accepted_tokens);
   uint64_t fed = st->spec_draft_tokens - st->spec_accepted_tokens + st->spec_fill_tokens - st->spec_fill_accepted;
   for (int k = 0; k < NREQ; k++) fed += (uint64_t)(got[k].usage.prompt_tokens - got[k].usage.cached_tokens + got[k].n - 1);
   assert_int_equal(st->computed_tokens, fed);
@@ -197,12 +201,12 @@ static void check_suffix_cache(const tu_model_fx_t *f, int T, const out_t *ref, 
   run_reqs(s, NREQ, T, got, NULL); /* together: none finished before the others drafted */
   assert_same(ref, got, NREQ, "suffix cache, first run");
   sched_stats(s, &st0);
-  assert_int_equal(st0.spec_suffix_draft_tokens, 0);
+  assert_int_equal(st0.spec_src_draft_tokens[SCHED_DRAFT_CACHE], 0);
   assert_computed_once(&st0, got);
   run_reqs(s, NREQ, T, got, NULL);
   assert_same(ref, got, NREQ, "suffix cache, again");
   sched_stats(s, &st1);
-  const uint64_t sd = st1.spec_suffix_draft_tokens, sa = st1.spec_suffix_accepted;
+  const uint64_t sd = st1.spec_src_draft_tokens[SCHED_DRAFT_CACHE], sa = st1.spec_src_accepted[SCHED_DRAFT_CACHE];
   const uint64_t dt = st1.spec_draft_tokens - st0.spec_draft_tokens, at = st1.spec_accepted_tokens - st0.spec_accepted_tokens;
   printf("%s suffix cache: first run %llu of %llu drafts accepted; again %llu of %llu (%llu of %llu from the cache)\n",
          name, (unsigned long long)st0.spec_accepted_tokens, (unsigned long long)st0.spec_draft_tokens,
@@ -215,7 +219,7 @@ static void check_suffix_cache(const tu_model_fx_t *f, int T, const out_t *ref, 
   run_reqs(s, NREQ, T, got, salt_99);
   assert_same(ref, got, NREQ, "suffix cache, another salt");
   sched_stats(s, &st2);
-  assert_int_equal(st2.spec_suffix_draft_tokens, sd);
+  assert_int_equal(st2.spec_src_draft_tokens[SCHED_DRAFT_CACHE], sd);
   assert_pool_whole(s);
   sched_free(s);
 }
