@@ -296,6 +296,15 @@ int cli_int(const char *opt, const char *v, long lo, long hi, long *out) {
   return 0;
 }
 
+int cli_on_off(const char *opt, const char *v, int *out) {
+  if (!v || (strcmp(v, "on") && strcmp(v, "off"))) {
+    cli_fail("%s must be on or off, not '%s'", opt, v ? v : "");
+    return -1;
+  }
+  *out = !strcmp(v, "on");
+  return 0;
+}
+
 int cli_float(const char *opt, const char *v, double lo, double hi, double *out) {
   char *end;
   errno = 0;

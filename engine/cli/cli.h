@@ -83,6 +83,8 @@ int cli_parse_ids(const char *s, int32_t **ids);
 /* Parses a decimal int / float option value with range checks; prints and returns -1 if bad. */
 int cli_int(const char *opt, const char *v, long lo, long hi, long *out);
 int cli_float(const char *opt, const char *v, double lo, double hi, double *out);
+/* Parses "on" / "off" into 1 / 0; prints and returns -1 if neither. */
+int cli_on_off(const char *opt, const char *v, int *out);
 
 int cmd_generate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -187,20 +187,8 @@ int cmd_serve(int argc, char **argv) {
       case 'M': if (cli_int("--spec-max-seqs", optarg, 1, 4096, &spec_seqs)) return 2; break;
       case 'V': if (cli_int("--spec-draft-vocab", optarg, 0, 1 << 30, &spec_vocab)) return 2; break;
       case 'X': if (cli_int("--spec-suffix-cache", optarg, 0, 1 << 26, &spec_suffix)) return 2; break;
-      case 'J':
-        if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-          fprintf(stderr, "gantry-engine serve: --spec-adaptive must be on or off, not '%s'\n", optarg);
-          return 2;
-        }
-        spec_adaptive = !strcmp(optarg, "on");
-        break;
-      case 'L':
-        if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-          fprintf(stderr, "gantry-engine serve: --spec-mtp-lookup must be on or off, not '%s'\n", optarg);
-          return 2;
-        }
-        spec_lookup = !strcmp(optarg, "on");
-        break;
+      case 'J': if (cli_on_off("--spec-adaptive", optarg, &spec_adaptive)) return 2; break;
+      case 'L': if (cli_on_off("--spec-mtp-lookup", optarg, &spec_lookup)) return 2; break;
       case 'h': usage(); return 0;
       default: return 2;
     }

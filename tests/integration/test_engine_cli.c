@@ -171,6 +171,10 @@ static void test_errors(void **st) {
   expect_error("serve --model /nonexistent.gguf --prefill-precision slow", "--prefill-precision must be exact or fast");
   snprintf(args, sizeof args, "bench --model %s --prefill-precision bf16", tu_golden("qwen3-tiny.bf16.gguf"));
   expect_error(args, "--prefill-precision must be exact or fast");
+  /* the speculation switches take on or off, the suffix cache a bounded token count */
+  expect_error("serve --model /nonexistent.gguf --spec-adaptive yes", "--spec-adaptive must be on or off, not 'yes'");
+  expect_error("serve --model /nonexistent.gguf --spec-mtp-lookup 1", "--spec-mtp-lookup must be on or off, not '1'");
+  expect_error("serve --model /nonexistent.gguf --spec-suffix-cache -1", "--spec-suffix-cache expects an integer in [0, 67108864]");
   /* --activations takes bf16 or fp32, checked before the model is opened */
   expect_error("serve --model /nonexistent.gguf --activations fp16", "--activations must be bf16 or fp32");
   snprintf(args, sizeof args, "bench --model %s --activations int8", tu_golden("qwen3-tiny.bf16.gguf"));
